@@ -1,0 +1,28 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <tl/expected.hpp>
+
+#include "core/options.h"
+
+namespace batchpilot::app {
+
+/// What the command line asked for.
+struct CliRequest {
+    core::TrainerOptions options;
+    std::string eventsPath;  ///< --events FILE, empty when not asked
+    bool help = false;
+    bool listDevices = false;
+    bool quiet = false;
+};
+
+/// Parses argv (without the program name). Every flag is documented in cliHelp(). A bad flag
+/// or value is a one-line message naming it and what would be valid.
+tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& args);
+
+/// The --help text.
+std::string cliHelp();
+
+}  // namespace batchpilot::app

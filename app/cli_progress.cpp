@@ -1,0 +1,123 @@
+#include "app/cli_progress.h"
+
+#include <cinttypes>
+#include <cmath>
+#include <type_traits>
+
+#include "core/byte_size.h"
+#include "core/event_json.h"
+#include "core/trainer.h"
+
+namespace batchpilot::app {
+namespace {
+
+std::string format(const char* pattern, auto... values) {
+    char buffer[512];
+    std::snprintf(buffer, sizeof buffer, pattern, values...);
+    return buffer;
+}
+
+std::string duration(double seconds) {
+    if (!std::isfinite(seconds) || seconds < 0) return "?";
+    const auto total = static_cast<int64_t>(seconds + 0.5);
+    if (total >= 3600) return format("%" PRId64 "h%02" PRId64 "m", total / 3600, total % 3600 / 60);
+    if (total >= 60) return format("%" PRId64 "m%02" PRId64 "s", total / 60, total % 60);
+    return format("%" PRId64 "s", total);
+}
+
+}  // namespace
+
+ConsoleReporter::ConsoleReporter(std::FILE* out, bool interactive, bool quiet)
+    : m_out(out), m_interactive(interactive), m_quiet(quiet) {}
+
+bool ConsoleReporter::openEvents(const std::string& path, std::string& error) {
+    m_events.open(path, std::ios::out | std::ios::trunc);
+    if (!m_events) {
+        error = "cannot write the events file \"" + path + "\": check the folder exists and is writable";
+        return false;
+    }
+    return true;
+}
+
+void ConsoleReporter::watchInterrupt(core::Trainer* trainer, const std::atomic<bool>* interrupted) {
+    m_trainer = trainer;
+    m_interrupted = interrupted;
+}
+
+void ConsoleReporter::line(const std::string& text) {
+    if (m_quiet) return;
+    if (m_openLine) std::fputc('\n', m_out);
+    m_openLine = false;
+    std::fprintf(m_out, "%s\n", text.c_str());
+    std::fflush(m_out);
+}
+
+void ConsoleReporter::onEvent(const core::Event& event) {
+    using namespace core;
+    if (m_events.is_open()) m_events << toJsonLine(event) << '\n';
+    if (m_interrupted && m_trainer && !m_stopSent && m_interrupted->load()) {
+        m_stopSent = true;
+        m_trainer->stop();
+        line("interrupted: stopping after the current micro-batch");
+    }
+    std::visit(
+        [&](const auto& e) {
+            using T = std::decay_t<decltype(e)>;
+            if constexpr (std::is_same_v<T, RunStateChanged>) {
+                if (e.state == RunState::Starting) line("starting on " + e.detail);
+                if (e.state == RunState::Paused) line("paused");
+            } else if constexpr (std::is_same_v<T, ProbeStarted>) {
+                line(format("probe #%d (%s) on %s: up to %" PRId64 " samples, usable memory %s%s", e.sequence,
+                            toString(e.reason), e.device.c_str(), e.upperBound, formatBytes(e.usableBytes).c_str(),
+                            e.reservedBytes > 0 ? (", holding " + formatBytes(e.reservedBytes) + " for optimizer state").c_str() : ""));
+            } else if constexpr (std::is_same_v<T, ProbeTrial>) {
+                line(format("  trial %2d: micro-batch %6" PRId64 "  %-4s peak %9.1f MiB%s", e.trial, e.microBatch,
+                            e.fit ? "fit" : "OOM", toMiB(e.peakBytes),
+                            e.fit && !e.withinHeadroom ? "  (over the headroom line)" : ""));
+            } else if constexpr (std::is_same_v<T, ProbeFinished>) {
+                std::string model;
+                if (e.bytesPerSample > 0) {
+                    model = format("; memory ≈ %.1f MiB + %.3f MiB per sample", e.fixedBytes / 1048576.0,
+                                   e.bytesPerSample / 1048576.0);
+                }
+                line(format("probe #%d done in %d trials, %.2f s: micro-batch %" PRId64 " × %" PRId64
+                            " accumulation steps = target batch %" PRId64 "%s",
+                            e.sequence, e.trials, e.seconds, e.microBatch, e.accumulationSteps, e.targetBatch, model.c_str()));
+            } else if constexpr (std::is_same_v<T, OomEvent>) {
+                ++m_ooms;
+                line(format("  OOM in %s at micro-batch %" PRId64 " (%s requested): %s", toString(e.phase), e.microBatch,
+                            formatBytes(e.requestedBytes).c_str(),
+                            e.recovered ? ("recovered, continuing at " + std::to_string(e.newMicroBatch)).c_str() : "not recovered"));
+            } else if constexpr (std::is_same_v<T, StepMetrics>) {
+                m_lastStep = e;
+                if (m_quiet) return;
+                const double eta = e.totalSteps > 0 && e.step > 0
+                                       ? e.time / static_cast<double>(e.step) * static_cast<double>(e.totalSteps - e.step)
+                                       : NAN;
+                const std::string text = format(
+                    "step %" PRId64 "/%" PRId64 "  epoch %" PRId64 "  loss %.4f  %.1f samples/s  micro-batch %" PRId64
+                    " × %" PRId64 "  peak %.1f MiB  ETA %s",
+                    e.step, e.totalSteps, e.epoch, e.loss, e.samplesPerSecond, e.microBatch, e.accumulationSteps,
+                    toMiB(e.peakBytes), duration(eta).c_str());
+                if (m_interactive) {
+                    std::fprintf(m_out, "\r\033[K%s", text.c_str());
+                    m_openLine = true;
+                    std::fflush(m_out);
+                } else {
+                    line(text);
+                }
+            } else if constexpr (std::is_same_v<T, TargetBatchChanged>) {
+                line(format("target batch %" PRId64 " → %" PRId64 ", learning rate %g → %g", e.oldTarget, e.newTarget,
+                            e.oldLearningRate, e.newLearningRate));
+            } else if constexpr (std::is_same_v<T, DeviceSwitched>) {
+                line("device " + e.from + " → " + e.to);
+            } else if constexpr (std::is_same_v<T, Warning>) {
+                line("warning: " + e.message);
+            } else if constexpr (std::is_same_v<T, ErrorEvent>) {
+                line("error (" + e.where + "): " + e.message);
+            }
+        },
+        event);
+}
+
+}  // namespace batchpilot::app

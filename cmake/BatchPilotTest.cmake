@@ -1,0 +1,18 @@
+# batchpilot_add_test(<unit> SOURCE <file> LIBS <targets...> GROUP <group> [TIMEOUT s] [TORCH])
+# Builds one QtTest executable per unit and registers it with CTest as "<group>.<unit>".
+function(batchpilot_add_test name)
+  cmake_parse_arguments(ARG "TORCH" "SOURCE;TIMEOUT;GROUP" "LIBS" ${ARGN})
+  set(target tst_${ARG_GROUP}_${name})
+  add_executable(${target} ${ARG_SOURCE})
+  target_link_libraries(${target} PRIVATE batchpilot_settings Qt6::Test ${ARG_LIBS})
+  if(ARG_TORCH)
+    target_precompile_headers(${target} REUSE_FROM batchpilot_torch_pch)
+  endif()
+  set_target_properties(${target} PROPERTIES AUTOMOC ON)
+  add_test(NAME ${ARG_GROUP}.${name} COMMAND ${target})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  set_tests_properties(${ARG_GROUP}.${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
+                       ENVIRONMENT "QT_QPA_PLATFORM=offscreen")
+endfunction()

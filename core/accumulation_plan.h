@@ -1,0 +1,37 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace batchpilot::core {
+
+/// How one training batch of `target` samples is split into micro-batches of at most
+/// `microBatch` samples: k = ceil(target / microBatch) micro-batches whose sizes differ by at most
+/// one (100 at 32 → 25, 25, 25, 25), largest first. Micro-batch i's mean loss is weighted by
+/// n_i / target, so the accumulated gradient is the full batch's mean gradient.
+class AccumulationPlan {
+public:
+    /// Both arguments must be positive; microBatch is capped at target.
+    AccumulationPlan(int64_t target, int64_t microBatch);
+
+    int64_t target() const { return m_target; }
+    /// The micro-batch size the plan was made for (after capping).
+    int64_t microBatch() const { return m_microBatch; }
+    /// Number of micro-batches (accumulation steps).
+    int64_t steps() const { return static_cast<int64_t>(m_sizes.size()); }
+    const std::vector<int64_t>& sizes() const { return m_sizes; }
+    /// Offset of micro-batch i within the training batch.
+    int64_t offset(int64_t i) const;
+    /// n_i / target.
+    double weight(int64_t i) const;
+
+    /// Splits `remaining` samples (the tail of a batch) with the same rule.
+    static std::vector<int64_t> split(int64_t remaining, int64_t microBatch);
+
+private:
+    int64_t m_target;
+    int64_t m_microBatch;
+    std::vector<int64_t> m_sizes;
+};
+
+}  // namespace batchpilot::core

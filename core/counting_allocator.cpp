@@ -1,0 +1,109 @@
+#include "core/counting_allocator.h"
+
+#include <mutex>
+#include <string>
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
+
+#include "core/byte_size.h"
+
+namespace batchpilot::core {
+namespace {
+
+// Keeps the data 64-byte aligned, as alloc_cpu's blocks are.
+constexpr size_t kHeaderBytes = 64;
+
+struct Header {
+    int64_t bytes;
+    bool counted;
+};
+static_assert(sizeof(Header) <= kHeaderBytes);
+
+thread_local bool t_counting = false;
+
+Header* headerOf(void* data) {
+    return reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes);
+}
+
+}  // namespace
+
+CountingAllocator& CountingAllocator::instance() {
+    static CountingAllocator allocator;
+    return allocator;
+}
+
+c10::DataPtr CountingAllocator::allocate(size_t bytes) const {
+    const auto size = static_cast<int64_t>(bytes);
+    const bool counted = t_counting;
+    if (counted) {
+        const int64_t number = m_count.fetch_add(1) + 1;
+        int64_t failAt = m_failAt.load();
+        const bool injected = failAt != 0 && number >= failAt &&
+                              m_failAt.compare_exchange_strong(failAt, 0);
+        const int64_t before = m_allocated.fetch_add(size);
+        const int64_t budget = m_budget.load();
+        if (injected || (budget > 0 && before + size > budget)) {
+            m_allocated.fetch_sub(size);
+            m_lastFailed.store(size);
+            m_allocatedAtFailure.store(before);
+            std::string message = "virtual GPU out of memory: tried to allocate " +
+                                  formatBytes(size) + " with " + formatBytes(before) +
+                                  " allocated";
+            if (budget > 0) {
+                message += " of a " + formatBytes(budget) + " budget";
+            }
+            if (injected) {
+                message += " (injected failure at counted allocation " + std::to_string(number) + ")";
+            }
+            C10_THROW_ERROR(OutOfMemoryError, message);
+        }
+        int64_t peak = m_peak.load();
+        while (before + size > peak && !m_peak.compare_exchange_weak(peak, before + size)) {
+        }
+    }
+    void* base = nullptr;
+    try {
+        base = c10::alloc_cpu(bytes + kHeaderBytes);
+    } catch (...) {
+        // The host itself is out of memory: undo the count, then let the caller classify it.
+        if (counted) {
+            m_allocated.fetch_sub(size);
+        }
+        throw;
+    }
+    auto* header = static_cast<Header*>(base);
+    header->bytes = size;
+    header->counted = counted;
+    void* data = static_cast<char*>(base) + kHeaderBytes;
+    return {data, data, &CountingAllocator::release, c10::Device(c10::DeviceType::CPU)};
+}
+
+void CountingAllocator::release(void* data) {
+    if (data == nullptr) {
+        return;
+    }
+    Header* header = headerOf(data);
+    if (header->counted) {
+        instance().m_allocated.fetch_sub(header->bytes);
+    }
+    c10::free_cpu(header);
+}
+
+c10::DeleterFnPtr CountingAllocator::raw_deleter() const { return &CountingAllocator::release; }
+
+void installCountingAllocator() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        c10::SetCPUAllocator(&CountingAllocator::instance(), /*priority=*/100);
+    });
+}
+
+CountingScope::CountingScope(bool counting) : m_previous(t_counting) { t_counting = counting; }
+
+CountingScope::~CountingScope() { t_counting = m_previous; }
+
+bool CountingScope::active() { return t_counting; }
+
+}  // namespace batchpilot::core

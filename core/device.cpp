@@ -1,0 +1,140 @@
+#include "core/device.h"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+#include <torch/cuda.h>
+
+#include "core/byte_size.h"
+#include "core/counting_allocator.h"
+#include "core/cuda_meter.h"
+
+namespace batchpilot::core {
+namespace {
+
+constexpr const char* kValidForms =
+    "use cpu, cuda:N or virtual:<size> (a simulated GPU, e.g. virtual:512MiB)";
+
+/// MemAvailable from /proc/meminfo in bytes, 0 when unreadable.
+int64_t hostAvailableBytes() {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    int64_t kib = 0;
+    std::string unit;
+    while (meminfo >> key >> kib >> unit) {
+        if (key == "MemAvailable:") {
+            return kib * 1024;
+        }
+    }
+    return 0;
+}
+
+/// Meter over the counting allocator: the CPU (capacity = available host memory) or a virtual
+/// GPU (capacity = its budget).
+class CountingMeter final : public MemoryMeter {
+public:
+    explicit CountingMeter(int64_t budget) : m_budget(budget) {
+        CountingAllocator::instance().setBudget(budget);
+        m_capacity = budget > 0 ? budget : allocated() + hostAvailableBytes();
+    }
+    int64_t allocated() const override { return CountingAllocator::instance().allocated(); }
+    int64_t reserved() const override { return allocated(); }
+    int64_t peak() const override { return CountingAllocator::instance().peak(); }
+    void resetPeak() override { CountingAllocator::instance().resetPeak(); }
+    int64_t capacity() const override { return m_capacity; }
+    int64_t free() const override { return std::max<int64_t>(0, m_capacity - allocated()); }
+    int64_t lastFailedAllocation() const override {
+        return CountingAllocator::instance().lastFailedRequest();
+    }
+
+private:
+    int64_t m_budget;
+    int64_t m_capacity;
+};
+
+}  // namespace
+
+std::string DeviceSpec::name() const {
+    switch (kind) {
+    case DeviceKind::Cpu: return "cpu";
+    case DeviceKind::Cuda: return "cuda:" + std::to_string(index);
+    case DeviceKind::Virtual: {
+        // Prefer an exact binary unit so the name parses back to the same budget.
+        constexpr int64_t kMiB = 1024 * 1024;
+        if (budgetBytes % (1024 * kMiB) == 0) return "virtual:" + std::to_string(budgetBytes / (1024 * kMiB)) + "GiB";
+        if (budgetBytes % kMiB == 0) return "virtual:" + std::to_string(budgetBytes / kMiB) + "MiB";
+        return "virtual:" + std::to_string(budgetBytes);
+    }
+    }
+    return "unknown";
+}
+
+bool cudaAvailable() { return torch::cuda::is_available(); }
+
+tl::expected<DeviceSpec, std::string> parseDevice(std::string_view text) {
+    const std::string name(text);
+    if (name == "cpu") {
+        return DeviceSpec{DeviceKind::Cpu, 0, 0};
+    }
+    if (name.rfind("virtual", 0) == 0) {
+        if (name.size() <= 8 || name[7] != ':') {
+            return tl::unexpected("device \"" + name +
+                                  "\" needs a memory budget: write virtual:<size>, e.g. virtual:512MiB");
+        }
+        auto budget = parseByteSize(std::string_view(name).substr(8));
+        if (!budget) {
+            return tl::unexpected("device \"" + name + "\": " + budget.error());
+        }
+        return DeviceSpec{DeviceKind::Virtual, 0, *budget};
+    }
+    if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
+        int index = 0;
+        if (name.size() > 5) {
+            const char* first = name.data() + 5;
+            const char* last = name.data() + name.size();
+            const auto [end, ec] = std::from_chars(first, last, index);
+            if (ec != std::errc{} || end != last || index < 0) {
+                return tl::unexpected("device \"" + name + "\": the CUDA index must be a number, e.g. cuda:0");
+            }
+        }
+        if (!cudaAvailable()) {
+            return tl::unexpected("device \"" + name +
+                                  "\" does not exist: this build has no usable CUDA device; " +
+                                  kValidForms);
+        }
+        const auto count = static_cast<int>(torch::cuda::device_count());
+        if (index >= count) {
+            return tl::unexpected("device \"" + name + "\" does not exist: this machine has " +
+                                  std::to_string(count) + " CUDA device(s), cuda:0 to cuda:" +
+                                  std::to_string(count - 1));
+        }
+        return DeviceSpec{DeviceKind::Cuda, index, 0};
+    }
+    return tl::unexpected("unknown device \"" + name + "\": " + kValidForms);
+}
+
+std::vector<DeviceInfo> availableDevices() {
+    std::vector<DeviceInfo> devices;
+    const int64_t host = hostAvailableBytes();
+    devices.push_back({"cpu", "host memory, " + formatBytes(host) + " available", host});
+    if (cudaAvailable()) {
+        for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
+            devices.push_back(describeCudaDevice(i));
+        }
+    }
+    return devices;
+}
+
+std::unique_ptr<MemoryMeter> openMeter(const DeviceSpec& device) {
+    switch (device.kind) {
+    case DeviceKind::Cpu: return std::make_unique<CountingMeter>(0);
+    case DeviceKind::Virtual: return std::make_unique<CountingMeter>(device.budgetBytes);
+    case DeviceKind::Cuda:
+        CountingAllocator::instance().setBudget(0);
+        return openCudaMeter(device.index);
+    }
+    return nullptr;
+}
+
+}  // namespace batchpilot::core

@@ -1,0 +1,125 @@
+#include "core/event_json.h"
+
+namespace batchpilot::core {
+namespace {
+
+using nlohmann::json;
+
+json fields(const RunStateChanged& e) {
+    return {{"time", e.time}, {"state", toString(e.state)}, {"detail", e.detail}};
+}
+json fields(const ProbeStarted& e) {
+    return {{"time", e.time},
+            {"sequence", e.sequence},
+            {"reason", toString(e.reason)},
+            {"device", e.device},
+            {"upper_bound", e.upperBound},
+            {"usable_bytes", e.usableBytes},
+            {"reserved_bytes", e.reservedBytes}};
+}
+json fields(const ProbeTrial& e) {
+    return {{"time", e.time},
+            {"sequence", e.sequence},
+            {"trial", e.trial},
+            {"micro_batch", e.microBatch},
+            {"fit", e.fit},
+            {"within_headroom", e.withinHeadroom},
+            {"peak_bytes", e.peakBytes},
+            {"failed_allocation_bytes", e.failedAllocationBytes},
+            {"seconds", e.seconds}};
+}
+json fields(const ProbeFinished& e) {
+    return {{"time", e.time},
+            {"sequence", e.sequence},
+            {"micro_batch", e.microBatch},
+            {"accumulation_steps", e.accumulationSteps},
+            {"target_batch", e.targetBatch},
+            {"trials", e.trials},
+            {"seconds", e.seconds},
+            {"hit_trial_limit", e.hitTrialLimit},
+            {"fixed_bytes", e.fixedBytes},
+            {"bytes_per_sample", e.bytesPerSample}};
+}
+json fields(const OomEvent& e) {
+    return {{"time", e.time},
+            {"step", e.step},
+            {"phase", toString(e.phase)},
+            {"micro_batch", e.microBatch},
+            {"requested_bytes", e.requestedBytes},
+            {"message", e.message},
+            {"recovered", e.recovered},
+            {"new_micro_batch", e.newMicroBatch}};
+}
+json fields(const MemorySample& e) {
+    return {{"time", e.time},
+            {"allocated_bytes", e.allocatedBytes},
+            {"reserved_bytes", e.reservedBytes},
+            {"peak_bytes", e.peakBytes},
+            {"capacity_bytes", e.capacityBytes},
+            {"headroom_bytes", e.headroomBytes}};
+}
+json fields(const StepMetrics& e) {
+    return {{"time", e.time},
+            {"step", e.step},
+            {"epoch", e.epoch},
+            {"samples_seen", e.samplesSeen},
+            {"loss", e.loss},
+            {"micro_batch", e.microBatch},
+            {"accumulation_steps", e.accumulationSteps},
+            {"target_batch", e.targetBatch},
+            {"learning_rate", e.learningRate},
+            {"samples_per_second", e.samplesPerSecond},
+            {"step_seconds", e.stepSeconds},
+            {"peak_bytes", e.peakBytes},
+            {"total_steps", e.totalSteps}};
+}
+json fields(const MicroBatchDone& e) {
+    json j = {{"time", e.time},
+              {"step", e.step},
+              {"index", e.index},
+              {"offset", e.offset},
+              {"size", e.size},
+              {"target_batch", e.targetBatch},
+              {"loss_weight", e.lossWeight},
+              {"loss", e.loss},
+              {"probe_trial", e.probeTrial}};
+    if (!e.sampleIndices.empty()) {
+        j["sample_indices"] = e.sampleIndices;
+    }
+    return j;
+}
+json fields(const OptimizerStepped& e) {
+    return {{"time", e.time}, {"step", e.step}, {"micro_batches", e.microBatches}};
+}
+json fields(const TargetBatchChanged& e) {
+    return {{"time", e.time},
+            {"old_target", e.oldTarget},
+            {"new_target", e.newTarget},
+            {"old_learning_rate", e.oldLearningRate},
+            {"new_learning_rate", e.newLearningRate}};
+}
+json fields(const DeviceSwitched& e) {
+    return {{"time", e.time}, {"from", e.from}, {"to", e.to}};
+}
+json fields(const Warning& e) { return {{"time", e.time}, {"message", e.message}}; }
+json fields(const CheckpointSaved& e) {
+    return {{"time", e.time}, {"step", e.step}, {"path", e.path}};
+}
+json fields(const ErrorEvent& e) {
+    return {{"time", e.time}, {"message", e.message}, {"where", e.where}};
+}
+
+}  // namespace
+
+json toJson(const Event& event) {
+    json j = std::visit([](const auto& e) { return fields(e); }, event);
+    j["type"] = eventName(event);
+    return j;
+}
+
+std::string toJsonLine(const Event& event) {
+    // Replace invalid UTF-8 rather than throw: messages can carry text from the library.
+    return toJson(event).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace batchpilot::core

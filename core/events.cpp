@@ -1,0 +1,65 @@
+#include "core/events.h"
+
+#include <type_traits>
+
+namespace batchpilot::core {
+
+const char* toString(RunState state) {
+    switch (state) {
+    case RunState::Idle: return "idle";
+    case RunState::Starting: return "starting";
+    case RunState::Probing: return "probing";
+    case RunState::Training: return "training";
+    case RunState::Paused: return "paused";
+    case RunState::Stopping: return "stopping";
+    case RunState::Finished: return "finished";
+    case RunState::Failed: return "failed";
+    }
+    return "unknown";
+}
+
+const char* toString(Phase phase) {
+    switch (phase) {
+    case Phase::Copy: return "host-to-device copy";
+    case Phase::Forward: return "forward";
+    case Phase::Backward: return "backward";
+    case Phase::OptimizerStep: return "optimizer step";
+    case Phase::Setup: return "setup";
+    }
+    return "unknown";
+}
+
+const char* toString(ProbeReason reason) {
+    switch (reason) {
+    case ProbeReason::Initial: return "initial";
+    case ProbeReason::UserRequest: return "re-probe requested";
+    case ProbeReason::DeviceSwitch: return "device switch";
+    case ProbeReason::TargetBatchChange: return "target batch change";
+    case ProbeReason::Regrow: return "memory may have come back";
+    }
+    return "unknown";
+}
+
+const char* eventName(const Event& event) {
+    return std::visit(
+        [](const auto& e) -> const char* {
+            using T = std::decay_t<decltype(e)>;
+            if constexpr (std::is_same_v<T, RunStateChanged>) return "state";
+            else if constexpr (std::is_same_v<T, ProbeStarted>) return "probe_started";
+            else if constexpr (std::is_same_v<T, ProbeTrial>) return "probe_trial";
+            else if constexpr (std::is_same_v<T, ProbeFinished>) return "probe_finished";
+            else if constexpr (std::is_same_v<T, OomEvent>) return "oom";
+            else if constexpr (std::is_same_v<T, MemorySample>) return "memory";
+            else if constexpr (std::is_same_v<T, StepMetrics>) return "step";
+            else if constexpr (std::is_same_v<T, MicroBatchDone>) return "micro_batch";
+            else if constexpr (std::is_same_v<T, OptimizerStepped>) return "optimizer_step";
+            else if constexpr (std::is_same_v<T, TargetBatchChanged>) return "target_batch";
+            else if constexpr (std::is_same_v<T, DeviceSwitched>) return "device_switch";
+            else if constexpr (std::is_same_v<T, Warning>) return "warning";
+            else if constexpr (std::is_same_v<T, CheckpointSaved>) return "checkpoint";
+            else return "error";
+        },
+        event);
+}
+
+}  // namespace batchpilot::core

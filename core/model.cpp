@@ -1,0 +1,166 @@
+#include "core/model.h"
+
+#include <sstream>
+
+namespace batchpilot::core {
+namespace nn = torch::nn;
+
+int64_t Model::parameterCount() const {
+    int64_t count = 0;
+    for (const auto& p : parameters()) count += p.numel();
+    return count;
+}
+
+int64_t Model::parameterBytes() const {
+    int64_t bytes = 0;
+    for (const auto& p : parameters()) bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    return bytes;
+}
+
+ModuleModel::ModuleModel(std::string name, std::shared_ptr<nn::Module> module, Forward forward)
+    : m_name(std::move(name)), m_module(std::move(module)), m_forward(std::move(forward)) {}
+
+std::vector<torch::Tensor> ModuleModel::parameters() const { return m_module->parameters(); }
+std::vector<torch::Tensor> ModuleModel::buffers() const { return m_module->buffers(); }
+void ModuleModel::to(const torch::Device& device) { m_module->to(device); }
+void ModuleModel::train(bool on) { m_module->train(on); }
+
+bool ModuleModel::usesBatchStatistics() const {
+    for (const auto& child : m_module->modules(/*include_self=*/true)) {
+        if (child->as<nn::BatchNorm2d>() != nullptr || child->as<nn::BatchNorm1d>() != nullptr) {
+            return true;
+        }
+    }
+    return false;
+}
+
+namespace {
+
+struct MlpImpl : nn::Module {
+    MlpImpl(int64_t inputs, int64_t hidden, int64_t classes)
+        : fc1(register_module("fc1", nn::Linear(inputs, hidden))),
+          fc2(register_module("fc2", nn::Linear(hidden, hidden))),
+          out(register_module("out", nn::Linear(hidden, classes))) {}
+    torch::Tensor forward(const torch::Tensor& x) {
+        auto h = torch::relu(fc1->forward(x.flatten(/*start_dim=*/1)));
+        h = torch::relu(fc2->forward(h));
+        return out->forward(h);
+    }
+    nn::Linear fc1, fc2, out;
+};
+
+struct SmallCnnImpl : nn::Module {
+    SmallCnnImpl(int64_t channels, int64_t width, int64_t classes)
+        : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(channels, width / 2, 3).padding(1)))),
+          conv2(register_module("conv2", nn::Conv2d(nn::Conv2dOptions(width / 2, width, 3).padding(1)))),
+          conv3(register_module("conv3", nn::Conv2d(nn::Conv2dOptions(width, 2 * width, 3).padding(1)))),
+          out(register_module("out", nn::Linear(2 * width, classes))) {}
+    torch::Tensor forward(const torch::Tensor& x) {
+        auto h = torch::max_pool2d(torch::relu(conv1->forward(x)), /*kernel_size=*/2);
+        h = torch::max_pool2d(torch::relu(conv2->forward(h)), /*kernel_size=*/2);
+        h = torch::relu(conv3->forward(h));
+        h = torch::adaptive_avg_pool2d(h, {1, 1}).flatten(/*start_dim=*/1);
+        return out->forward(h);
+    }
+    nn::Conv2d conv1, conv2, conv3;
+    nn::Linear out;
+};
+
+/// GroupNorm (exact under accumulation) or BatchNorm (micro-batch statistics).
+nn::AnyModule makeNorm(NormKind kind, int64_t channels) {
+    if (kind == NormKind::Batch) {
+        return nn::AnyModule(nn::BatchNorm2d(channels));
+    }
+    return nn::AnyModule(nn::GroupNorm(nn::GroupNormOptions(std::min<int64_t>(8, channels), channels)));
+}
+
+struct ResidualBlockImpl : nn::Module {
+    ResidualBlockImpl(int64_t in, int64_t out, int64_t stride, NormKind norm)
+        : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
+          conv2(register_module("conv2", nn::Conv2d(nn::Conv2dOptions(out, out, 3).padding(1).bias(false)))),
+          norm1(makeNorm(norm, out)),
+          norm2(makeNorm(norm, out)) {
+        register_module("norm1", norm1.ptr());
+        register_module("norm2", norm2.ptr());
+        if (stride != 1 || in != out) {
+            shortcut = register_module("shortcut", nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+            shortcutNorm = makeNorm(norm, out);
+            register_module("shortcut_norm", shortcutNorm.ptr());
+        }
+    }
+    torch::Tensor forward(const torch::Tensor& x) {
+        auto h = torch::relu(norm1.forward(conv1->forward(x)));
+        h = norm2.forward(conv2->forward(h));
+        auto skip = shortcut ? shortcutNorm.forward(shortcut->forward(x)) : x;
+        return torch::relu(h + skip);
+    }
+    nn::Conv2d conv1, conv2;
+    nn::AnyModule norm1, norm2;
+    nn::Conv2d shortcut = nullptr;
+    nn::AnyModule shortcutNorm;
+};
+TORCH_MODULE(ResidualBlock);
+
+struct ResNetImpl : nn::Module {
+    ResNetImpl(int64_t channels, int64_t width, int64_t classes, NormKind norm)
+        : stem(register_module("stem", nn::Conv2d(nn::Conv2dOptions(channels, width, 3).padding(1).bias(false)))),
+          stemNorm(makeNorm(norm, width)),
+          blocks(register_module("blocks", nn::Sequential(
+              ResidualBlock(width, width, 1, norm), ResidualBlock(width, 2 * width, 2, norm),
+              ResidualBlock(2 * width, 4 * width, 2, norm), ResidualBlock(4 * width, 4 * width, 1, norm)))),
+          out(register_module("out", nn::Linear(4 * width, classes))) {
+        register_module("stem_norm", stemNorm.ptr());
+    }
+    torch::Tensor forward(const torch::Tensor& x) {
+        auto h = torch::relu(stemNorm.forward(stem->forward(x)));
+        // Large inputs (224×224) are reduced early, as ImageNet ResNets do.
+        if (h.size(2) > 64) h = torch::max_pool2d(h, /*kernel_size=*/4);
+        h = blocks->forward(h);
+        h = torch::adaptive_avg_pool2d(h, {1, 1}).flatten(/*start_dim=*/1);
+        return out->forward(h);
+    }
+    nn::Conv2d stem;
+    nn::AnyModule stemNorm;
+    nn::Sequential blocks;
+    nn::Linear out;
+};
+
+template <typename Impl, typename... Args>
+std::shared_ptr<Model> wrap(const std::string& name, Args&&... args) {
+    auto module = std::make_shared<Impl>(std::forward<Args>(args)...);
+    return std::make_shared<ModuleModel>(
+        name, module, [raw = module.get()](const torch::Tensor& x) { return raw->forward(x); });
+}
+
+}  // namespace
+
+std::vector<std::string> builtinModelNames() { return {"mlp", "cnn", "resnet"}; }
+
+tl::expected<std::shared_ptr<Model>, std::string> makeBuiltinModel(const ModelOptions& options,
+                                                                   std::vector<int64_t> inputShape,
+                                                                   int64_t classes) {
+    if (options.width < 8) {
+        return tl::unexpected("model width " + std::to_string(options.width) + " is too small: use 8 or more");
+    }
+    if (options.name == "mlp") {
+        int64_t inputs = 1;
+        for (int64_t d : inputShape) inputs *= d;
+        return wrap<MlpImpl>("mlp", inputs, 8 * options.width, classes);
+    }
+    if (options.name == "cnn" || options.name == "resnet") {
+        if (inputShape.size() != 3) {
+            return tl::unexpected("model \"" + options.name + "\" needs image inputs [C, H, W]; the data has " +
+                                  std::to_string(inputShape.size()) + " dimension(s): use --model mlp");
+        }
+        if (options.name == "cnn") {
+            return wrap<SmallCnnImpl>("cnn", inputShape[0], options.width, classes);
+        }
+        return wrap<ResNetImpl>(options.norm == NormKind::Batch ? "resnet (BatchNorm)" : "resnet",
+                                inputShape[0], options.width, classes, options.norm);
+    }
+    std::ostringstream names;
+    for (const auto& n : builtinModelNames()) names << (names.tellp() > 0 ? ", " : "") << n;
+    return tl::unexpected("unknown model \"" + options.name + "\": choose one of " + names.str());
+}
+
+}  // namespace batchpilot::core

@@ -1,0 +1,71 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <tl/expected.hpp>
+#include <torch/torch.h>
+
+#include "core/options.h"
+
+namespace batchpilot::core {
+
+class Dataset;
+
+/// A trainable model as the trainer sees it: a forward function and its tensors. Built-in models
+/// wrap a torch::nn::Module; later model sources (TorchScript files) implement the same interface.
+///
+/// Thread rules: create and use on the trainer thread only.
+class Model {
+public:
+    virtual ~Model() = default;
+    virtual std::string name() const = 0;
+    /// Forward pass on a batch of inputs; returns logits [N, classes].
+    virtual torch::Tensor forward(const torch::Tensor& input) = 0;
+    /// Trainable parameters, in a stable order.
+    virtual std::vector<torch::Tensor> parameters() const = 0;
+    /// Non-trainable state updated by forward (BatchNorm running statistics).
+    virtual std::vector<torch::Tensor> buffers() const = 0;
+    virtual void to(const torch::Device& device) = 0;
+    virtual void train(bool on) = 0;
+    /// True when a layer normalises over the batch, so micro-batches change its statistics.
+    virtual bool usesBatchStatistics() const = 0;
+
+    /// Number of trainable scalars.
+    int64_t parameterCount() const;
+    /// Bytes held by the parameters.
+    int64_t parameterBytes() const;
+};
+
+/// Wraps any torch::nn::Module with a forward function.
+class ModuleModel : public Model {
+public:
+    using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
+    ModuleModel(std::string name, std::shared_ptr<torch::nn::Module> module, Forward forward);
+
+    std::string name() const override { return m_name; }
+    torch::Tensor forward(const torch::Tensor& input) override { return m_forward(input); }
+    std::vector<torch::Tensor> parameters() const override;
+    std::vector<torch::Tensor> buffers() const override;
+    void to(const torch::Device& device) override;
+    void train(bool on) override;
+    bool usesBatchStatistics() const override;
+
+private:
+    std::string m_name;
+    std::shared_ptr<torch::nn::Module> m_module;
+    Forward m_forward;
+};
+
+/// Names accepted by makeBuiltinModel, for help texts and GUI lists.
+std::vector<std::string> builtinModelNames();
+
+/// Builds "mlp", "cnn" or "resnet" for inputs of shape [C, H, W] and `classes` outputs. The
+/// current torch seed decides the initial weights. Unknown names are an error listing the valid
+/// ones.
+tl::expected<std::shared_ptr<Model>, std::string> makeBuiltinModel(const ModelOptions& options,
+                                                                   std::vector<int64_t> inputShape,
+                                                                   int64_t classes);
+
+}  // namespace batchpilot::core

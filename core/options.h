@@ -1,0 +1,93 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <tl/expected.hpp>
+
+/// Run options. Plain structs with defaults in the declarations; the CLI, the GUI and tests fill
+/// them in. Units: samples for batch sizes, fractions (0..1) for headroom.
+namespace batchpilot::core {
+
+class Model;
+class Dataset;
+
+enum class OptimizerKind { Sgd, Adam, AdamW };
+enum class LrScaling { None, Linear, Sqrt };
+enum class NormKind { Group, Batch };
+
+const char* toString(OptimizerKind kind);
+const char* toString(LrScaling rule);
+const char* toString(NormKind kind);
+tl::expected<OptimizerKind, std::string> parseOptimizerKind(const std::string& text);
+tl::expected<LrScaling, std::string> parseLrScaling(const std::string& text);
+tl::expected<NormKind, std::string> parseNormKind(const std::string& text);
+
+struct OptimizerOptions {
+    OptimizerKind kind = OptimizerKind::Sgd;
+    double learningRate = 0.05;
+    double momentum = 0.9;       ///< SGD only
+    double weightDecay = 0.0;    ///< L2 for SGD and Adam, decoupled for AdamW
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double epsilon = 1e-8;
+};
+
+/// How the largest micro-batch is searched for. See probe_search.h.
+struct ProbeOptions {
+    int64_t initialMicroBatch = 1;  ///< first size tried
+    double headroom = 0.05;         ///< fraction of capacity kept free (0..0.9)
+    int64_t multipleOf = 1;         ///< round the result down to a multiple (e.g. 8)
+    int64_t maxMicroBatch = 0;      ///< 0: no limit besides the target batch and the dataset
+    int maxTrials = 24;
+    double tolerance = 0.02;        ///< stop when the bracket is within this fraction (or adjacent)
+};
+
+struct ModelOptions {
+    std::string name = "cnn";       ///< "mlp", "cnn" or "resnet"
+    NormKind norm = NormKind::Group;  ///< normalisation layers of the ResNet-style model
+    int64_t width = 32;             ///< channels of the first stage / hidden units scale
+};
+
+struct DataOptions {
+    std::string name = "synthetic";
+    int64_t samples = 4096;         ///< dataset size
+    int64_t channels = 3;
+    int64_t height = 32;
+    int64_t width = 32;
+    int64_t classes = 10;
+    uint64_t seed = 1;
+};
+
+/// Builds the model on the trainer thread (so its parameters count against the device).
+using ModelFactory =
+    std::function<tl::expected<std::shared_ptr<Model>, std::string>(const Dataset& data)>;
+using DatasetFactory = std::function<tl::expected<std::shared_ptr<Dataset>, std::string>()>;
+
+struct TrainerOptions {
+    ModelOptions model;
+    DataOptions data;
+    std::string device = "cpu";
+    int64_t targetBatch = 64;
+    ProbeOptions probe;
+    OptimizerOptions optimizer;
+    int64_t steps = 0;              ///< optimizer steps to run; 0 with epochs == 0 means 100
+    int64_t epochs = 0;             ///< whole passes over the data; used when steps == 0
+    uint64_t seed = 0;              ///< model initialisation and sampler order
+    LrScaling lrScaling = LrScaling::None;  ///< applied when the target batch changes
+    int regrowAfterSteps = 20;      ///< clean steps after an OOM shrink before trying to grow
+    double memorySampleInterval = 0.05;  ///< seconds between memory samples (at most)
+    bool reportSampleIndices = false;    ///< fill MicroBatchDone::sampleIndices (tests)
+    int intraOpThreads = 0;         ///< LibTorch CPU threads; 0 keeps the library default
+
+    /// Optional overrides of the built-in model and dataset (tests, user models).
+    ModelFactory modelFactory;
+    DatasetFactory datasetFactory;
+};
+
+/// Checks ranges and names; the message names the field, the value and the valid range.
+tl::expected<void, std::string> validate(const TrainerOptions& options);
+
+}  // namespace batchpilot::core

@@ -1,0 +1,587 @@
+#include "core/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+
+#include "core/accumulation_plan.h"
+#include "core/byte_size.h"
+#include "core/counting_allocator.h"
+#include "core/dataset.h"
+#include "core/device.h"
+#include "core/model.h"
+#include "core/oom.h"
+#include "core/optimizer.h"
+#include "core/probe_search.h"
+#include "core/sampler.h"
+
+namespace batchpilot::core {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// A run-ending error with a message for the user (not retried).
+struct FatalError {
+    std::string message;
+    std::string where;
+};
+
+/// A loss that is NaN or infinite: training cannot continue meaningfully.
+class NonFiniteLoss : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// Outcome of one micro-batch.
+struct MicroResult {
+    bool ok = false;
+    FailureInfo failure;
+    Phase phase = Phase::Copy;
+    double loss = 0;
+    int64_t peakBytes = 0;
+    double seconds = 0;
+};
+
+}  // namespace
+
+struct Trainer::Impl {
+    Impl(TrainerOptions o, EventSink& s) : options(std::move(o)), sink(s) {}
+
+    TrainerOptions options;
+    EventSink& sink;
+
+    // Commands, set from any thread, applied by the run thread.
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool stopRequested = false;
+    bool pauseRequested = false;
+    std::optional<std::pair<int64_t, LrScaling>> pendingTarget;
+    bool pendingReprobe = false;
+    std::optional<std::string> pendingDevice;
+
+    // Run state: touched by the run thread only.
+    Clock::time_point start = Clock::now();
+    std::shared_ptr<Dataset> data;
+    std::shared_ptr<Model> model;
+    std::unique_ptr<Optimizer> optimizer;
+    DeviceSpec device;
+    std::unique_ptr<MemoryMeter> meter;
+    std::vector<torch::Tensor> parameters;
+    std::vector<torch::Tensor> gradients;  ///< accumulated, weighted gradients of the batch
+    torch::Tensor reservation;            ///< optimizer state held back during the first probe
+    std::optional<Sampler> sampler;
+    int64_t target = 0;
+    int64_t microBatch = 0;       ///< 0 until the first probe finishes
+    int64_t probedMicroBatch = 0; ///< result of the last probe (regrow target)
+    std::optional<ProbeSearch> probe;
+    int probeSequence = 0;
+    Clock::time_point probeStart;
+    int64_t step = 0;
+    int64_t samplesSeen = 0;
+    int cleanStepsSinceShrink = -1;  ///< -1: no shrink pending a regrow
+    double lastMemorySample = -1;
+    RunState state = RunState::Idle;
+
+    double now() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+    void emit(Event event) { sink.onEvent(event); }
+    void setState(RunState s, std::string detail = {}) {
+        state = s;
+        emit(RunStateChanged{now(), s, std::move(detail)});
+    }
+    int64_t usableBytes() const {
+        return static_cast<int64_t>(static_cast<double>(meter->capacity()) * (1.0 - options.probe.headroom));
+    }
+    int64_t upperBound() const {
+        int64_t bound = std::min(target, data->size());
+        if (options.probe.maxMicroBatch > 0) bound = std::min(bound, options.probe.maxMicroBatch);
+        return bound;
+    }
+    bool limitReached() const {
+        if (options.steps > 0) return step >= options.steps;
+        if (options.epochs > 0) return sampler->completedEpochs() >= options.epochs;
+        return step >= 100;
+    }
+    int64_t totalSteps() const {
+        if (options.steps > 0) return options.steps;
+        if (options.epochs > 0) {
+            return options.epochs * ((data->size() + target - 1) / target);
+        }
+        return 100;
+    }
+
+    void setup();
+    void sampleMemory(bool force);
+    void startProbe(ProbeReason reason, int64_t initial, int64_t knownFit);
+    void finishProbe();
+    bool applyCommands();
+    bool waitWhilePaused();
+    void trainBatch(const std::vector<int64_t>& indices);
+    MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight);
+    void optimizerStep();
+    void switchTo(const DeviceSpec& next);
+    [[noreturn]] void doesNotFit(int64_t requested);
+};
+
+void Trainer::Impl::setup() {
+    auto checked = validate(options);
+    if (!checked) throw FatalError{checked.error(), "configuration"};
+    auto parsed = parseDevice(options.device);
+    if (!parsed) throw FatalError{parsed.error(), "configuration"};
+    device = *parsed;
+    if (options.intraOpThreads > 0) torch::set_num_threads(options.intraOpThreads);
+    {
+        // The dataset lives in host memory: it does not count against the device.
+        CountingScope host(false);
+        auto made = options.datasetFactory ? options.datasetFactory() : makeDataset(options.data);
+        if (!made) throw FatalError{made.error(), "dataset"};
+        data = *made;
+    }
+    if (data->size() <= 0) throw FatalError{"the dataset \"" + data->name() + "\" is empty", "dataset"};
+    meter = openMeter(device);
+    target = options.targetBatch;
+    sampler.emplace(data->size(), options.seed);
+    try {
+        torch::manual_seed(options.seed);
+        auto made = options.modelFactory ? options.modelFactory(*data)
+                                         : makeBuiltinModel(options.model, data->sampleShape(), data->classes());
+        if (!made) throw FatalError{made.error(), "model"};
+        model = *made;
+        model->to(device.kind == DeviceKind::Cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.index))
+                                                  : torch::Device(torch::kCPU));
+        model->train(true);
+        parameters = model->parameters();
+        if (parameters.empty()) throw FatalError{"the model has no trainable parameters", "model"};
+        gradients.clear();
+        for (const auto& p : parameters) gradients.push_back(torch::zeros_like(p));
+        optimizer = std::make_unique<Optimizer>(options.optimizer, parameters);
+    } catch (const FatalError&) {
+        throw;
+    } catch (const std::exception&) {
+        const FailureInfo failure = classifyFailure(std::current_exception());
+        if (failure.outOfMemory) doesNotFit(failure.requestedBytes);
+        throw FatalError{"could not build the model: " + failure.message, "model"};
+    }
+    if (model->usesBatchStatistics()) {
+        emit(Warning{now(), "the model uses BatchNorm: each micro-batch is normalised with its own "
+                            "statistics, so accumulated gradients differ from full-batch ones; use "
+                            "GroupNorm (--norm group) for exact accumulation"});
+    }
+}
+
+void Trainer::Impl::doesNotFit(int64_t requested) {
+    const int64_t needed = meter->peak() + std::max(requested, meter->lastFailedAllocation());
+    throw FatalError{"the model does not fit on " + device.name() + " even at micro-batch 1: needs ≈ " +
+                         formatBytes(needed) + ", has " + formatBytes(meter->capacity()) +
+                         "; choose a larger device or budget, a smaller model or smaller inputs",
+                     "step " + std::to_string(step + 1)};
+}
+
+void Trainer::Impl::sampleMemory(bool force) {
+    const double t = now();
+    if (!force && t - lastMemorySample < options.memorySampleInterval) return;
+    lastMemorySample = t;
+    emit(MemorySample{t, meter->allocated(), meter->reserved(), meter->peak(), meter->capacity(), usableBytes()});
+}
+
+void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t knownFit) {
+    ProbeOptions probeOptions = options.probe;
+    probeOptions.initialMicroBatch = std::max<int64_t>(1, std::min(initial, upperBound()));
+    probe.emplace(probeOptions, upperBound(), usableBytes(), std::min(knownFit, upperBound()));
+    ++probeSequence;
+    probeStart = Clock::now();
+    if (!optimizer->stateReady() && !reservation.defined()) {
+        // LibTorch-style optimizers create their state in the first step: hold that much now so
+        // the probe does not pick a size that runs out of memory at the first step.
+        try {
+            reservation = torch::empty({optimizer->stateBytes()}, torch::TensorOptions(torch::kUInt8).device(parameters.front().device()));
+        } catch (const std::exception&) {
+            const FailureInfo failure = classifyFailure(std::current_exception());
+            if (!failure.outOfMemory) throw;
+            doesNotFit(failure.requestedBytes);
+        }
+    }
+    setState(RunState::Probing, toString(reason));
+    emit(ProbeStarted{now(), probeSequence, reason, device.name(), upperBound(), usableBytes(),
+                      reservation.defined() ? optimizer->stateBytes() : 0});
+}
+
+void Trainer::Impl::finishProbe() {
+    const int64_t found = probe->result();
+    if (found <= 0) doesNotFit(0);
+    microBatch = found;
+    probedMicroBatch = found;
+    ProbeFinished done{now(), probeSequence, found, AccumulationPlan(target, found).steps(), target, probe->trials(),
+                       std::chrono::duration<double>(Clock::now() - probeStart).count(), probe->hitTrialLimit()};
+    if (auto fitted = probe->memoryModel()) {
+        done.fixedBytes = fitted->fixedBytes;
+        done.bytesPerSample = fitted->bytesPerSample;
+    }
+    if (probe->hitTrialLimit()) {
+        emit(Warning{now(), "the probe stopped at its trial limit (" + std::to_string(options.probe.maxTrials) +
+                                "); using the largest size that fit, " + std::to_string(found)});
+    }
+    probe.reset();
+    emit(done);
+    setState(RunState::Training, "micro-batch " + std::to_string(found));
+}
+
+void Trainer::Impl::switchTo(const DeviceSpec& next) {
+    const std::string from = device.name();
+    if (next.kind == DeviceKind::Virtual && meter->allocated() > next.budgetBytes) {
+        emit(Warning{now(), "cannot switch to " + next.name() + ": the model, its gradients and optimizer state already take " +
+                                formatBytes(meter->allocated()) + "; choose a budget above that"});
+        return;
+    }
+    const bool moves = (next.kind == DeviceKind::Cuda) != (device.kind == DeviceKind::Cuda) ||
+                       (next.kind == DeviceKind::Cuda && next.index != device.index);
+    if (moves) {
+        const torch::Device target_device = next.kind == DeviceKind::Cuda
+                                                ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(next.index))
+                                                : torch::Device(torch::kCPU);
+        model->to(target_device);
+        parameters = model->parameters();
+        optimizer->to(target_device, parameters);
+        for (auto& g : gradients) g = g.to(target_device);
+        if (reservation.defined()) reservation = reservation.to(target_device);
+        meter->releaseCache();
+    }
+    device = next;
+    meter = openMeter(device);
+    emit(DeviceSwitched{now(), from, device.name()});
+}
+
+bool Trainer::Impl::waitWhilePaused() {
+    std::unique_lock lock(mutex);
+    if (pauseRequested && !stopRequested) {
+        const RunState previous = state;
+        lock.unlock();
+        setState(RunState::Paused);
+        lock.lock();
+        wake.wait(lock, [&] { return !pauseRequested || stopRequested; });
+        lock.unlock();
+        if (!stopRequested) setState(previous);
+        lock.lock();
+    }
+    return !stopRequested;
+}
+
+bool Trainer::Impl::applyCommands() {
+    std::optional<std::pair<int64_t, LrScaling>> newTarget;
+    std::optional<std::string> newDevice;
+    bool reprobe = false;
+    {
+        std::lock_guard lock(mutex);
+        newTarget.swap(pendingTarget);
+        newDevice.swap(pendingDevice);
+        std::swap(reprobe, pendingReprobe);
+    }
+    if (newDevice) {
+        if (auto next = parseDevice(*newDevice)) {
+            const std::string before = device.name();
+            switchTo(*next);
+            if (device.name() != before) {
+                startProbe(ProbeReason::DeviceSwitch, microBatch > 0 ? microBatch : options.probe.initialMicroBatch, 0);
+                reprobe = false;
+            }
+        } else {
+            emit(Warning{now(), "device switch ignored: " + next.error()});
+        }
+    }
+    if (newTarget && newTarget->first != target) {
+        const double ratio = static_cast<double>(newTarget->first) / static_cast<double>(target);
+        const double oldRate = optimizer->learningRate();
+        double rate = oldRate;
+        if (newTarget->second == LrScaling::Linear) rate *= ratio;
+        if (newTarget->second == LrScaling::Sqrt) rate *= std::sqrt(ratio);
+        optimizer->setLearningRate(rate);
+        emit(TargetBatchChanged{now(), target, newTarget->first, oldRate, rate});
+        target = newTarget->first;
+        if (!probe) {
+            startProbe(ProbeReason::TargetBatchChange, microBatch > 0 ? std::min(microBatch, target) : 1, 0);
+            reprobe = false;
+        }
+    }
+    if (reprobe && !probe) startProbe(ProbeReason::UserRequest, options.probe.initialMicroBatch, 0);
+    std::lock_guard lock(mutex);
+    return !stopRequested;
+}
+
+MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, double weight) {
+    MicroResult result;
+    const auto started = Clock::now();
+    meter->resetPeak();
+    std::vector<torch::Tensor> savedBuffers;
+    std::exception_ptr error;
+    try {
+        Batch host;
+        {
+            CountingScope hostSide(false);
+            host = data->get(indices);
+        }
+        const torch::Device where = parameters.front().device();
+        // The copy to the device is where its memory is first used: on the CPU and virtual
+        // devices a counted clone stands for it.
+        torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs.clone();
+        torch::Tensor targets = where.is_cuda() ? host.targets.to(where) : host.targets.clone();
+        host = Batch{};
+        result.phase = Phase::Forward;
+        for (const auto& b : model->buffers()) savedBuffers.push_back(b.clone());
+        torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(inputs), targets);
+        result.loss = loss.item<double>();
+        if (!std::isfinite(result.loss)) {
+            throw NonFiniteLoss("the loss is " + std::to_string(result.loss) +
+                                "; lower the learning rate or check the data for invalid values");
+        }
+        result.phase = Phase::Backward;
+        // Gradients go to fresh tensors and join the batch's accumulators only once the whole
+        // backward succeeded, so an OOM half-way never leaves part of a micro-batch behind.
+        auto grads = torch::autograd::grad({loss * weight}, parameters, /*grad_outputs=*/{},
+                                           /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+        {
+            torch::NoGradGuard noGrad;
+            CountingScope inPlace(false);
+            for (size_t i = 0; i < grads.size(); ++i) {
+                if (grads[i].defined()) gradients[i].add_(grads[i]);
+            }
+        }
+        result.ok = true;
+        result.peakBytes = meter->peak();
+    } catch (const std::exception&) {
+        error = std::current_exception();
+    }
+    if (error) {
+        // Outside the catch block, every tensor of the failed micro-batch is gone.
+        result.failure = classifyFailure(error);
+        result.peakBytes = meter->peak();
+        if (result.failure.outOfMemory) {
+            torch::NoGradGuard noGrad;
+            auto buffers = model->buffers();
+            for (size_t i = 0; i < savedBuffers.size() && i < buffers.size(); ++i) buffers[i].copy_(savedBuffers[i]);
+            meter->releaseCache();
+            if (result.failure.requestedBytes == 0) result.failure.requestedBytes = meter->lastFailedAllocation();
+        }
+    }
+    result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    return result;
+}
+
+void Trainer::Impl::optimizerStep() {
+    constexpr int kAttempts = 3;
+    if (reservation.defined()) reservation = torch::Tensor();
+    for (int attempt = 1;; ++attempt) {
+        std::exception_ptr error;
+        try {
+            optimizer->prepare();
+        } catch (const std::exception&) {
+            error = std::current_exception();
+        }
+        if (!error) break;
+        const FailureInfo failure = classifyFailure(error);
+        if (!failure.outOfMemory) throw FatalError{"optimizer step failed: " + failure.message, "step " + std::to_string(step + 1)};
+        meter->releaseCache();
+        const bool retry = attempt < kAttempts;
+        emit(OomEvent{now(), step + 1, Phase::OptimizerStep, microBatch, failure.requestedBytes, failure.message, retry, microBatch});
+        if (!retry) {
+            throw FatalError{"the optimizer state does not fit on " + device.name() + " (" +
+                                 formatBytes(optimizer->stateBytes()) + " needed); the accumulated gradients are kept "
+                                 "but no step was taken: choose a larger device or SGD without momentum",
+                             "step " + std::to_string(step + 1) + ", optimizer step"};
+        }
+    }
+    optimizer->apply(gradients);
+    optimizer->releaseScratch();
+    torch::NoGradGuard noGrad;
+    CountingScope inPlace(false);
+    for (auto& g : gradients) g.zero_();
+}
+
+void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
+    const auto batchSize = static_cast<int64_t>(indices.size());
+    const auto stepStart = Clock::now();
+    int64_t offset = 0;
+    int64_t committed = 0;
+    int64_t largestUsed = 0;
+    int64_t stepPeak = 0;
+    double lossSum = 0;
+    std::vector<int64_t> plan;  // remaining micro-batch sizes when not probing
+    const auto stepLabel = [&] { return "step " + std::to_string(step + 1); };
+    while (offset < batchSize) {
+        if (!waitWhilePaused()) {
+            // Stopped mid-batch: the partial gradients are dropped, the model keeps its last step.
+            CountingScope inPlace(false);
+            for (auto& g : gradients) g.zero_();
+            return;
+        }
+        const int64_t remaining = batchSize - offset;
+        int64_t size = 0;
+        bool trial = false;
+        if (probe) {
+            const auto proposed = probe->next();
+            if (!proposed) {
+                finishProbe();
+                plan.clear();
+                continue;
+            }
+            if (*proposed <= remaining) {
+                size = *proposed;
+                trial = true;
+            } else if (probe->result() > 0) {
+                size = AccumulationPlan::split(remaining, probe->result()).front();
+            } else {
+                size = remaining;
+                trial = true;
+            }
+        } else {
+            if (plan.empty()) plan = AccumulationPlan::split(remaining, microBatch);
+            size = plan.front();
+        }
+        const std::vector<int64_t> slice(indices.begin() + offset, indices.begin() + offset + size);
+        const double weight = static_cast<double>(size) / static_cast<double>(batchSize);
+        MicroResult r = runMicroBatch(slice, weight);
+        stepPeak = std::max(stepPeak, r.peakBytes);
+        if (trial) {
+            const bool fit = r.ok;
+            if (fit || r.failure.outOfMemory) {
+                probe->record({size, fit, r.peakBytes});
+                emit(ProbeTrial{now(), probeSequence, probe->trials(), size, fit, fit && r.peakBytes <= probe->usableBytes(),
+                                r.peakBytes, fit ? 0 : r.failure.requestedBytes, r.seconds});
+            }
+        }
+        if (!r.ok && !r.failure.outOfMemory) {
+            throw FatalError{r.failure.message, stepLabel() + ", micro-batch " + std::to_string(committed + 1) + " (" +
+                                                    std::to_string(size) + " samples), " + toString(r.phase)};
+        }
+        if (!r.ok) {
+            int64_t next = 0;
+            if (trial) {
+                next = probe->result();
+            } else {
+                if (size <= 1) doesNotFit(r.failure.requestedBytes);
+                next = std::max<int64_t>(1, size / 2);
+                microBatch = next;
+                cleanStepsSinceShrink = 0;
+                plan.clear();
+            }
+            emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, next});
+            sampleMemory(true);
+            continue;
+        }
+        if (!trial && !plan.empty()) plan.erase(plan.begin());
+        MicroBatchDone done{now(), step + 1, committed, offset, size, batchSize, weight, r.loss, trial, {}};
+        if (options.reportSampleIndices) done.sampleIndices = slice;
+        emit(std::move(done));
+        lossSum += r.loss * weight;
+        largestUsed = std::max(largestUsed, size);
+        offset += size;
+        ++committed;
+        sampleMemory(false);
+    }
+    if (probe && !probe->next()) finishProbe();
+    optimizerStep();
+    ++step;
+    samplesSeen += batchSize;
+    const double seconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
+    emit(OptimizerStepped{now(), step, committed});
+    emit(StepMetrics{now(), step, sampler->epoch(), samplesSeen, lossSum, largestUsed,
+                     microBatch > 0 ? AccumulationPlan(target, microBatch).steps() : committed, target,
+                     optimizer->learningRate(), seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0, seconds,
+                     stepPeak, totalSteps()});
+    sampleMemory(true);
+    if (cleanStepsSinceShrink >= 0 && !probe && ++cleanStepsSinceShrink >= options.regrowAfterSteps &&
+        options.regrowAfterSteps > 0) {
+        cleanStepsSinceShrink = -1;
+        if (microBatch < probedMicroBatch) startProbe(ProbeReason::Regrow, microBatch, microBatch);
+    }
+}
+
+Trainer::Trainer(TrainerOptions options, EventSink& sink) : m_impl(std::make_unique<Impl>(std::move(options), sink)) {
+    installCountingAllocator();
+}
+
+Trainer::~Trainer() = default;
+
+RunResult Trainer::run() {
+    Impl& d = *m_impl;
+    CountingScope counting(true);
+    d.start = Clock::now();
+    RunResult result;
+    d.setState(RunState::Starting, d.options.device);
+    try {
+        d.setup();
+        d.sampleMemory(true);
+        d.startProbe(ProbeReason::Initial, d.options.probe.initialMicroBatch, 0);
+        while (!d.limitReached()) {
+            if (!d.applyCommands() || !d.waitWhilePaused()) break;
+            d.trainBatch(d.sampler->next(d.target));
+            std::lock_guard lock(d.mutex);
+            if (d.stopRequested) break;
+        }
+        {
+            std::lock_guard lock(d.mutex);
+            result.stopped = d.stopRequested;
+        }
+        if (result.stopped) d.setState(RunState::Stopping);
+        d.reservation = torch::Tensor();
+        result.state = RunState::Finished;
+        d.setState(RunState::Finished, result.stopped ? "stopped" : "done");
+    } catch (const FatalError& e) {
+        result.state = RunState::Failed;
+        result.error = e.message;
+        d.emit(ErrorEvent{d.now(), e.message, e.where});
+        d.setState(RunState::Failed, e.message);
+    } catch (const std::exception& e) {
+        const FailureInfo failure = classifyFailure(std::current_exception());
+        result.state = RunState::Failed;
+        result.error = failure.message;
+        d.emit(ErrorEvent{d.now(), failure.message, "step " + std::to_string(d.step + 1)});
+        d.setState(RunState::Failed, failure.message);
+    }
+    d.probe.reset();
+    d.reservation = torch::Tensor();
+    result.steps = d.step;
+    result.microBatch = d.microBatch;
+    return result;
+}
+
+void Trainer::pause() {
+    std::lock_guard lock(m_impl->mutex);
+    m_impl->pauseRequested = true;
+}
+
+void Trainer::resume() {
+    {
+        std::lock_guard lock(m_impl->mutex);
+        m_impl->pauseRequested = false;
+    }
+    m_impl->wake.notify_all();
+}
+
+void Trainer::stop() {
+    {
+        std::lock_guard lock(m_impl->mutex);
+        m_impl->stopRequested = true;
+    }
+    m_impl->wake.notify_all();
+}
+
+void Trainer::setTargetBatch(int64_t target, LrScaling rule) {
+    if (target <= 0) return;
+    std::lock_guard lock(m_impl->mutex);
+    m_impl->pendingTarget = std::make_pair(target, rule);
+}
+
+void Trainer::reprobe() {
+    std::lock_guard lock(m_impl->mutex);
+    m_impl->pendingReprobe = true;
+}
+
+void Trainer::switchDevice(const std::string& device) {
+    std::lock_guard lock(m_impl->mutex);
+    m_impl->pendingDevice = device;
+}
+
+std::shared_ptr<Model> Trainer::model() const { return m_impl->model; }
+
+}  // namespace batchpilot::core

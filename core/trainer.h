@@ -1,0 +1,62 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/events.h"
+#include "core/options.h"
+
+namespace batchpilot::core {
+
+class Model;
+
+/// How a run ended.
+struct RunResult {
+    RunState state = RunState::Finished;  ///< Finished (limit reached or stopped) or Failed
+    bool stopped = false;                 ///< ended by stop()
+    std::string error;                    ///< Failed only: what went wrong and what to do
+    int64_t steps = 0;                    ///< optimizer steps committed
+    int64_t microBatch = 0;               ///< micro-batch size in use at the end
+};
+
+/// Trains a model at a target batch: probes the largest micro-batch that fits the device,
+/// accumulates gradients exactly to the target batch, recovers from out-of-memory errors without
+/// losing or repeating a sample, and reports everything as events.
+///
+/// Thread rules: construct anywhere; run() on the thread that will own every tensor (the worker);
+/// the command methods (pause … switchDevice) may be called from any thread at any time, also
+/// from inside the event sink. Stop and pause act within one micro-batch; target batch, device
+/// and re-probe at the next training-batch boundary.
+class Trainer {
+public:
+    Trainer(TrainerOptions options, EventSink& sink);
+    ~Trainer();
+    Trainer(const Trainer&) = delete;
+    Trainer& operator=(const Trainer&) = delete;
+
+    /// Runs until the step or epoch limit, stop(), or an error. Never throws: errors are reported
+    /// as an ErrorEvent and in the result, and the model keeps its last committed state.
+    RunResult run();
+
+    void pause();
+    void resume();
+    void stop();
+    /// Applies at the next training batch; the learning rate is rescaled by `rule`.
+    void setTargetBatch(int64_t target, LrScaling rule);
+    /// Re-runs the probe on the current device at the next training batch.
+    void reprobe();
+    /// Moves parameters and optimizer state to `device` at the next training batch, then
+    /// re-probes. An invalid or too small device is reported as a Warning and ignored.
+    void switchDevice(const std::string& device);
+
+    /// The trained model (valid after run() started; use from the run() thread or after run()).
+    std::shared_ptr<Model> model() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace batchpilot::core

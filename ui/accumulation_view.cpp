@@ -1,0 +1,227 @@
+#include "ui/accumulation_view.h"
+
+#include <algorithm>
+
+#include <QLabel>
+#include <QPainter>
+#include <QPainterPath>
+#include <QVBoxLayout>
+#include <QVariantAnimation>
+
+#include "ui/event_text.h"
+
+namespace batchpilot::ui {
+
+/// The bar itself; paints from the view's state.
+class AccumulationBar : public QWidget {
+public:
+    explicit AccumulationBar(AccumulationView* view) : QWidget(view), m_view(view)
+    {
+        setMinimumHeight(34);
+        setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
+    }
+    QSize sizeHint() const override { return {400, 36}; }
+
+protected:
+    void paintEvent(QPaintEvent*) override;
+
+private:
+    AccumulationView* m_view;
+};
+
+void AccumulationBar::paintEvent(QPaintEvent*)
+{
+    const AccumulationView& v = *m_view;
+    QPainter p(this);
+    p.setRenderHint(QPainter::Antialiasing);
+    const QPalette pal = palette();
+    const bool dark = pal.color(QPalette::Window).lightness() < 128;
+    const QRectF bar = QRectF(rect()).adjusted(1.5, 1.5, -1.5, -1.5);
+    p.setPen(QPen(pal.color(QPalette::Mid), 1));
+    p.setBrush(pal.color(QPalette::Base));
+    p.drawRoundedRect(bar, 3, 3);
+    if (v.m_target <= 0)
+        return;
+
+    const double scale = bar.width() / static_cast<double>(v.m_target);
+    const auto span = [&](qint64 offset, qint64 size) {
+        const double x0 = bar.left() + std::clamp<double>(offset * scale, 0, bar.width());
+        const double x1 = bar.left() + std::clamp<double>((offset + size) * scale, 0, bar.width());
+        return QRectF(x0, bar.top(), std::max(x1 - x0, 1.0), bar.height());
+    };
+
+    const QColor oom = dark ? QColor(0xff, 0x5c, 0x5c) : QColor(0xd6, 0x27, 0x28);
+    // Work lost to an OOM, replayed.
+    for (const auto& s : v.m_lost) {
+        QColor ghost = oom;
+        ghost.setAlpha(60);
+        p.fillRect(span(s.offset, s.size), ghost);
+        p.fillRect(span(s.offset, s.size), QBrush(oom, Qt::BDiagPattern));
+    }
+    // Completed micro-batches, alternating shades so each one is visible.
+    const QColor fillA = dark ? QColor(0x4f, 0xa3, 0xf7) : QColor(0x1f, 0x5f, 0xbf);
+    const QColor fillB = dark ? QColor(0x3a, 0x7d, 0xc4) : QColor(0x4a, 0x86, 0xd9);
+    const QColor probe = dark ? QColor(0x4c, 0xd1, 0x7a) : QColor(0x1b, 0x9e, 0x4b);
+    for (std::size_t i = 0; i < v.m_segments.size(); ++i) {
+        const auto& s = v.m_segments[i];
+        p.fillRect(span(s.offset, s.size).adjusted(0, 3, 0, -3),
+                   s.probeTrial ? probe : (i % 2 ? fillB : fillA));
+    }
+    // Planned micro-batch boundaries.
+    if (v.m_microBatch > 0 && v.m_target > 0) {
+        const qint64 steps = (v.m_target + v.m_microBatch - 1) / v.m_microBatch;
+        if (steps > 1 && bar.width() / static_cast<double>(steps) >= 3) {
+            const qint64 base = v.m_target / steps;
+            const qint64 larger = v.m_target % steps;
+            QColor tick = pal.color(QPalette::Text);
+            tick.setAlpha(90);
+            p.setPen(QPen(tick, 1));
+            qint64 offset = 0;
+            for (qint64 i = 0; i + 1 < steps; ++i) {
+                offset += base + (i < larger ? 1 : 0);
+                const double x = bar.left() + offset * scale;
+                p.drawLine(QPointF(x, bar.top() + 2), QPointF(x, bar.bottom() - 2));
+            }
+        }
+    }
+    // Where OOMs hit.
+    p.setPen(QPen(oom, 2.5));
+    for (qint64 offset : v.m_oomOffsets) {
+        const double x = bar.left() + std::clamp<double>(offset * scale, 0, bar.width());
+        p.drawLine(QPointF(x, bar.top()), QPointF(x, bar.bottom()));
+    }
+    // The optimizer step flash.
+    if (v.m_flashLevel > 0) {
+        QColor flash = dark ? QColor(0xff, 0xff, 0xff) : QColor(0xff, 0xd7, 0x40);
+        flash.setAlphaF(0.55 * v.m_flashLevel);
+        p.setPen(Qt::NoPen);
+        p.setBrush(flash);
+        p.drawRoundedRect(bar, 3, 3);
+    }
+}
+
+AccumulationView::AccumulationView(QWidget* parent)
+    : QWidget(parent),
+      m_caption(new QLabel),
+      m_status(new QLabel),
+      m_flash(new QVariantAnimation(this))
+{
+    m_bar = new AccumulationBar(this);
+    m_caption->setObjectName(QStringLiteral("accumulationCaption"));
+    m_caption->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    QFont bold = m_caption->font();
+    bold.setBold(true);
+    m_caption->setFont(bold);
+    m_status->setAlignment(Qt::AlignRight | Qt::AlignVCenter);
+    setToolTip(tr("The current training batch. Each block is a micro-batch whose backward pass "
+                  "finished; its gradients add up until the whole target batch is done, then the "
+                  "optimizer steps once (the bar flashes). Red lines: out-of-memory errors; red "
+                  "hatching: work thrown away and replayed at a smaller micro-batch. Green: probe "
+                  "trials whose gradients were kept."));
+
+    auto* top = new QHBoxLayout;
+    top->setContentsMargins(0, 0, 0, 0);
+    top->addWidget(m_caption, 1);
+    top->addWidget(m_status);
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(6, 4, 6, 4);
+    layout->setSpacing(3);
+    layout->addLayout(top);
+    layout->addWidget(m_bar);
+
+    m_flash->setStartValue(1.0);
+    m_flash->setEndValue(0.0);
+    m_flash->setDuration(350);
+    connect(m_flash, &QVariantAnimation::valueChanged, this, [this](const QVariant& value) {
+        m_flashLevel = value.toDouble();
+        m_bar->update();
+    });
+    updateCaption();
+}
+
+QString AccumulationView::caption() const
+{
+    return m_caption->text();
+}
+
+qint64 AccumulationView::filledSamples() const
+{
+    qint64 filled = 0;
+    for (const auto& s : m_segments)
+        filled = std::max(filled, s.offset + s.size);
+    return filled;
+}
+
+void AccumulationView::startBatch(qint64 step)
+{
+    m_step = step;
+    m_segments.clear();
+    m_lost.clear();
+    m_oomOffsets.clear();
+    m_replays = 0;
+}
+
+void AccumulationView::handle(const core::Event& event)
+{
+    if (const auto* done = std::get_if<core::MicroBatchDone>(&event)) {
+        if (done->step != m_step)
+            startBatch(done->step);
+        else if (done->offset == 0 && !m_segments.empty()) {
+            // The batch starts over: an OOM threw the earlier micro-batches away.
+            m_lost.insert(m_lost.end(), m_segments.begin(), m_segments.end());
+            m_segments.clear();
+            ++m_replays;
+        }
+        if (done->targetBatch > 0)
+            m_target = done->targetBatch;
+        m_segments.push_back({done->offset, done->size, done->probeTrial});
+    } else if (const auto* oom = std::get_if<core::OomEvent>(&event)) {
+        if (oom->step != m_step)
+            startBatch(oom->step);
+        m_oomOffsets.push_back(filledSamples());
+    } else if (const auto* stepped = std::get_if<core::OptimizerStepped>(&event)) {
+        m_lastCommitted = stepped->step;
+        m_flash->stop();
+        m_flash->start();
+    } else if (const auto* finished = std::get_if<core::ProbeFinished>(&event)) {
+        m_target = finished->targetBatch;
+        m_microBatch = finished->microBatch;
+        m_accumulation = finished->accumulationSteps;
+    } else if (const auto* metrics = std::get_if<core::StepMetrics>(&event)) {
+        m_target = metrics->targetBatch;
+        m_microBatch = metrics->microBatch;
+        m_accumulation = metrics->accumulationSteps;
+    } else if (const auto* changed = std::get_if<core::TargetBatchChanged>(&event)) {
+        m_target = changed->newTarget;
+    } else {
+        return;
+    }
+    updateCaption();
+    m_bar->update();
+}
+
+void AccumulationView::clear()
+{
+    startBatch(0);
+    m_target = m_microBatch = m_accumulation = 0;
+    m_lastCommitted = 0;
+    m_flashLevel = 0;
+    updateCaption();
+    m_bar->update();
+}
+
+void AccumulationView::updateCaption()
+{
+    if (m_target <= 0 || m_microBatch <= 0) {
+        m_caption->setText(tr("Training batch: waiting for the probe to choose a micro-batch"));
+        m_status->clear();
+        return;
+    }
+    m_caption->setText(tr("Training batch: %1").arg(planCaption(m_target, m_microBatch)));
+    QString status = tr("step %1: %2 / %3 samples").arg(m_step).arg(filledSamples()).arg(m_target);
+    if (m_replays > 0)
+        status += tr(", replayed ×%1 after OOM").arg(m_replays);
+    m_status->setText(status);
+}
+
+}  // namespace batchpilot::ui

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <QList>
+#include <QWidget>
+
+#include "core/events.h"
+
+class QTimer;
+
+namespace batchpilot::ui {
+
+class LiveChart;
+class LossChart;
+class MemoryChart;
+class ProbeChart;
+class ThroughputChart;
+
+/// The four live charts in a grid, redrawn together on one ~30 Hz timer. Everything outside
+/// ui/charts/ talks to the charts through this class, so Qt Charts stays swappable.
+class ChartsPanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit ChartsPanel(QWidget* parent = nullptr);
+
+    /// Passes an event to every chart (cheap: charts only store it; drawing waits for the timer).
+    void handle(const core::Event& event);
+    void clear();
+    /// Redraws every chart whose data or range changed now (the timer does it otherwise).
+    void redrawNow();
+    void setFollowLive(bool follow);
+    bool followLive() const;
+    void setDarkTheme(bool dark);
+    /// Saves every chart as `<directory>/<name>.png`; returns the files written.
+    QStringList exportAll(const QString& directory);
+
+    LossChart* lossChart() const { return m_loss; }
+    ProbeChart* probeChart() const { return m_probe; }
+    MemoryChart* memoryChart() const { return m_memory; }
+    ThroughputChart* throughputChart() const { return m_throughput; }
+    QList<LiveChart*> charts() const;
+
+Q_SIGNALS:
+    /// Some chart started or stopped following live.
+    void followLiveChanged(bool allFollowing);
+
+private:
+    LossChart* m_loss;
+    ProbeChart* m_probe;
+    MemoryChart* m_memory;
+    ThroughputChart* m_throughput;
+    QTimer* m_timer;
+};
+
+}  // namespace batchpilot::ui

@@ -1,0 +1,242 @@
+#include "ui/charts/live_chart.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <QChart>
+#include <QChartView>
+#include <QCursor>
+#include <QFileDialog>
+#include <QGraphicsLayout>
+#include <QHBoxLayout>
+#include <QLogValueAxis>
+#include <QMouseEvent>
+#include <QToolButton>
+#include <QToolTip>
+#include <QVBoxLayout>
+#include <QValueAxis>
+#include <QWheelEvent>
+#include <QXYSeries>
+
+#include "ui/charts/series_store.h"
+#include "ui/charts/thinning.h"
+
+namespace batchpilot::ui {
+
+/// QChartView whose rubber-band zoom and wheel zoom pause "follow live", and whose right click
+/// brings following back.
+class ZoomableChartView : public QChartView {
+public:
+    ZoomableChartView(QChart* chart, LiveChart* owner) : QChartView(chart), m_owner(owner)
+    {
+        setRenderHint(QPainter::Antialiasing);
+        setRubberBand(QChartView::RectangleRubberBand);
+        setMouseTracking(true);
+        setMinimumSize(200, 150);
+    }
+
+protected:
+    void mouseReleaseEvent(QMouseEvent* event) override
+    {
+        if (event->button() == Qt::RightButton) {
+            // QChartView would zoom out one step; resuming the live view is more useful.
+            event->accept();
+            m_owner->setFollowLive(true);
+            return;
+        }
+        const auto before = std::pair(m_owner->xAxis()->min(), m_owner->xAxis()->max());
+        QChartView::mouseReleaseEvent(event);
+        if (before != std::pair(m_owner->xAxis()->min(), m_owner->xAxis()->max()))
+            m_owner->userZoomed();
+    }
+
+    void wheelEvent(QWheelEvent* event) override
+    {
+        const double factor = event->angleDelta().y() > 0 ? 1.25 : 0.8;
+        chart()->zoom(factor);
+        m_owner->userZoomed();
+        event->accept();
+    }
+
+private:
+    LiveChart* m_owner;
+};
+
+LiveChart::LiveChart(const QString& title, QWidget* parent) : QWidget(parent), m_title(title)
+{
+    m_chart = new QChart;
+    m_chart->setTitle(title);
+    m_chart->setMargins(QMargins(4, 2, 4, 2));
+    m_chart->layout()->setContentsMargins(0, 0, 0, 0);
+    m_chart->setBackgroundRoundness(0);
+    m_chart->legend()->setAlignment(Qt::AlignBottom);
+    m_chart->setAnimationOptions(QChart::NoAnimation);
+    QFont titleFont = m_chart->titleFont();
+    titleFont.setBold(true);
+    m_chart->setTitleFont(titleFont);
+
+    m_xAxis = new QValueAxis;
+    m_xAxis->setLabelFormat(QStringLiteral("%g"));
+    m_chart->addAxis(m_xAxis, Qt::AlignBottom);
+
+    m_view = new ZoomableChartView(m_chart, this);
+
+    m_controls = new QHBoxLayout;
+    m_controls->setContentsMargins(4, 0, 4, 0);
+    m_controls->setSpacing(6);
+
+    auto* tools = new QHBoxLayout;
+    tools->setContentsMargins(0, 0, 0, 0);
+    tools->addLayout(m_controls);
+    tools->addStretch(1);
+
+    m_followButton = new QToolButton;
+    m_followButton->setText(tr("Follow live"));
+    m_followButton->setCheckable(true);
+    m_followButton->setChecked(true);
+    m_followButton->setToolTip(
+        tr("Keep the whole run in view as data arrives. Zooming (drag a rectangle or use the "
+           "wheel) pauses following; right-click the chart or press this button to resume."));
+    m_followButton->setAutoRaise(true);
+    connect(m_followButton, &QToolButton::toggled, this, &LiveChart::setFollowLive);
+    tools->addWidget(m_followButton);
+
+    auto* exportButton = new QToolButton;
+    exportButton->setText(tr("Export PNG…"));
+    exportButton->setToolTip(tr("Save this chart as a PNG image"));
+    exportButton->setAutoRaise(true);
+    connect(exportButton, &QToolButton::clicked, this, [this] {
+        const QString path = QFileDialog::getSaveFileName(
+            this, tr("Export chart"), m_title.toLower().replace(QLatin1Char(' '), QLatin1Char('_'))
+                                          + QStringLiteral(".png"),
+            tr("PNG images (*.png)"));
+        if (!path.isEmpty())
+            exportPng(path);
+    });
+    tools->addWidget(exportButton);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->setSpacing(0);
+    layout->addLayout(tools);
+    layout->addWidget(m_view, 1);
+
+    m_colors = ChartColors::forTheme(false);
+}
+
+LiveChart::~LiveChart() = default;
+
+void LiveChart::redraw()
+{
+    if (!m_dirty)
+        return;
+    m_dirty = false;
+    refresh(m_followLive);
+}
+
+void LiveChart::setFollowLive(bool follow)
+{
+    if (follow == m_followLive)
+        return;
+    m_followLive = follow;
+    {
+        const QSignalBlocker blocker(m_followButton);
+        m_followButton->setChecked(follow);
+    }
+    m_dirty = true;
+    Q_EMIT followLiveChanged(follow);
+}
+
+void LiveChart::userZoomed()
+{
+    setFollowLive(false);
+    m_dirty = true;  // re-thin to the new range
+    redraw();
+}
+
+void LiveChart::zoomTo(const QRectF& valueRect)
+{
+    setFollowLive(false);
+    m_xAxis->setRange(valueRect.left(), valueRect.right());
+    const auto vertical = m_chart->axes(Qt::Vertical);
+    if (!vertical.isEmpty())
+        vertical.first()->setRange(valueRect.top(), valueRect.bottom());
+    m_dirty = true;
+    redraw();
+}
+
+bool LiveChart::exportPng(const QString& path)
+{
+    redraw();
+    return m_view->grab().save(path, "PNG");
+}
+
+void LiveChart::setDarkTheme(bool dark)
+{
+    m_chart->setTheme(dark ? QChart::ChartThemeDark : QChart::ChartThemeLight);
+    m_chart->setBackgroundRoundness(0);
+    QFont titleFont = m_chart->titleFont();
+    titleFont.setBold(true);
+    m_chart->setTitleFont(titleFont);
+    m_colors = ChartColors::forTheme(dark);
+    // The theme resets series pens and axis formats: apply ours again.
+    m_xAxis->setLabelFormat(QStringLiteral("%g"));
+    applyColors(m_colors);
+    m_dirty = true;
+}
+
+int LiveChart::plotColumns() const
+{
+    return std::max(100, static_cast<int>(m_chart->plotArea().width()));
+}
+
+void LiveChart::replaceThinned(QXYSeries* series, const SeriesStore& store, double xMin,
+                               double xMax, int columns, double* yMin, double* yMax)
+{
+    const auto& points = store.points();
+    std::vector<QPointF> thinned = thinMinMax(points, xMin, xMax, columns);
+    if (yMin && yMax) {
+        for (const QPointF& p : thinned) {
+            if (p.x() < xMin || p.x() > xMax || !std::isfinite(p.y()))
+                continue;
+            *yMin = std::min(*yMin, p.y());
+            *yMax = std::max(*yMax, p.y());
+        }
+    }
+    series->replace(QList<QPointF>(thinned.begin(), thinned.end()));
+}
+
+void LiveChart::setPaddedRange(QAbstractAxis* axis, double lo, double hi, bool fromZero)
+{
+    if (!(lo <= hi) || !std::isfinite(lo) || !std::isfinite(hi)) {
+        lo = 0;
+        hi = 1;
+    }
+    if (auto* log = qobject_cast<QLogValueAxis*>(axis)) {
+        lo = std::max(lo, 1e-6);
+        hi = std::max(hi, lo * 1.5);
+        log->setRange(lo / 1.3, hi * 1.3);
+        return;
+    }
+    if (fromZero)
+        lo = std::min(lo, 0.0);
+    double span = hi - lo;
+    if (span <= 0)
+        span = std::max(std::abs(hi), 1.0);
+    const double pad = span * 0.05;
+    axis->setRange(fromZero && lo >= 0 ? lo : lo - pad, hi + pad);
+}
+
+void LiveChart::showTipsFor(QXYSeries* series, std::function<QString(const QPointF&)> format)
+{
+    connect(series, &QXYSeries::hovered, this,
+            [this, format = std::move(format)](const QPointF& point, bool state) {
+                if (state)
+                    QToolTip::showText(QCursor::pos(), format(point), m_view);
+                else
+                    QToolTip::hideText();
+            });
+}
+
+}  // namespace batchpilot::ui

@@ -1,0 +1,213 @@
+#include "ui/charts/loss_chart.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <QChart>
+#include <QCheckBox>
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineSeries>
+#include <QLogValueAxis>
+#include <QSlider>
+#include <QValueAxis>
+
+namespace batchpilot::ui {
+
+LossChart::LossChart(QWidget* parent) : LiveChart(tr("Loss per optimizer step"), parent)
+{
+    m_rawSeries = new QLineSeries;
+    m_rawSeries->setName(tr("raw"));
+    m_smoothSeries = new QLineSeries;
+    m_smoothSeries->setName(tr("smoothed (EMA)"));
+    chart()->addSeries(m_rawSeries);
+    chart()->addSeries(m_smoothSeries);
+    m_rawSeries->attachAxis(xAxis());
+    m_smoothSeries->attachAxis(xAxis());
+    xAxis()->setTitleText(xTitle());
+    setLogScale(false);
+
+    m_xCombo = new QComboBox;
+    m_xCombo->addItem(tr("Step"));
+    m_xCombo->addItem(tr("Samples seen"));
+    m_xCombo->addItem(tr("Wall time"));
+    m_xCombo->setToolTip(tr("Quantity on the x axis"));
+    connect(m_xCombo, &QComboBox::currentIndexChanged, this,
+            [this](int index) { setXAxis(static_cast<XAxis>(index)); });
+
+    m_slider = new QSlider(Qt::Horizontal);
+    m_slider->setRange(0, 99);
+    m_slider->setValue(90);
+    m_slider->setFixedWidth(90);
+    m_slider->setToolTip(tr("Smoothing of the bold line (debiased exponential moving average). "
+                            "0 shows the raw loss."));
+    m_sliderLabel = new QLabel;
+    connect(m_slider, &QSlider::valueChanged, this,
+            [this](int value) { setSmoothing(value / 100.0); });
+
+    m_logBox = new QCheckBox(tr("Log"));
+    m_logBox->setToolTip(tr("Logarithmic loss axis"));
+    connect(m_logBox, &QCheckBox::toggled, this, &LossChart::setLogScale);
+
+    controls()->addWidget(m_xCombo);
+    controls()->addWidget(new QLabel(tr("Smoothing")));
+    controls()->addWidget(m_slider);
+    controls()->addWidget(m_sliderLabel);
+    controls()->addWidget(m_logBox);
+    m_sliderLabel->setText(QString::number(m_smoothing, 'f', 2));
+
+    showTipsFor(m_rawSeries, [this](const QPointF& p) {
+        return tr("%1 %2\nloss %3").arg(xTitle()).arg(p.x(), 0, 'g', 6).arg(p.y(), 0, 'g', 4);
+    });
+    showTipsFor(m_smoothSeries, [this](const QPointF& p) {
+        return tr("%1 %2\nsmoothed loss %3").arg(xTitle()).arg(p.x(), 0, 'g', 6).arg(p.y(), 0, 'g', 4);
+    });
+    applyColors(colors());
+}
+
+QString LossChart::xTitle() const
+{
+    switch (m_xKind) {
+    case XAxis::Step: return tr("optimizer step");
+    case XAxis::Samples: return tr("samples seen");
+    case XAxis::WallTime: return tr("wall time (s)");
+    }
+    return {};
+}
+
+void LossChart::handle(const core::Event& event)
+{
+    const auto* metrics = std::get_if<core::StepMetrics>(&event);
+    if (!metrics)
+        return;
+    m_raw[0].append(static_cast<double>(metrics->step), metrics->loss);
+    m_raw[1].append(static_cast<double>(metrics->samplesSeen), metrics->loss);
+    m_raw[2].append(metrics->time, metrics->loss);
+    const QPointF p = rawStore().last();
+    m_smoothed.append(p.x(), m_ema.add(p.y()));
+    markDirty();
+}
+
+void LossChart::clear()
+{
+    for (auto& store : m_raw)
+        store.clear();
+    m_smoothed.clear();
+    m_ema.reset();
+    m_rawSeries->clear();
+    m_smoothSeries->clear();
+    markDirty();
+}
+
+void LossChart::rebuildSmoothed()
+{
+    // Smooth the raw (full-resolution) history, never the thinned points that are drawn.
+    m_ema.setSmoothing(m_smoothing);
+    m_smoothed.clear();
+    for (const QPointF& p : rawStore().points())
+        m_smoothed.append(p.x(), m_ema.add(p.y()));
+    markDirty();
+}
+
+void LossChart::setXAxis(XAxis axis)
+{
+    if (axis == m_xKind)
+        return;
+    m_xKind = axis;
+    {
+        const QSignalBlocker blocker(m_xCombo);
+        m_xCombo->setCurrentIndex(static_cast<int>(axis));
+    }
+    xAxis()->setTitleText(xTitle());
+    rebuildSmoothed();
+    setFollowLive(true);
+}
+
+void LossChart::setSmoothing(double smoothing)
+{
+    smoothing = std::clamp(smoothing, 0.0, 0.99);
+    if (smoothing == m_smoothing)
+        return;
+    m_smoothing = smoothing;
+    {
+        const QSignalBlocker blocker(m_slider);
+        m_slider->setValue(static_cast<int>(std::lround(smoothing * 100)));
+    }
+    m_sliderLabel->setText(QString::number(m_smoothing, 'f', 2));
+    rebuildSmoothed();
+}
+
+void LossChart::setLogScale(bool on)
+{
+    if (m_yAxis && on == m_log)
+        return;
+    m_log = on;
+    if (m_logBox) {
+        const QSignalBlocker blocker(m_logBox);
+        m_logBox->setChecked(on);
+    }
+    if (m_yAxis) {
+        m_rawSeries->detachAxis(m_yAxis);
+        m_smoothSeries->detachAxis(m_yAxis);
+        chart()->removeAxis(m_yAxis);
+        delete m_yAxis;
+    }
+    if (on) {
+        auto* axis = new QLogValueAxis;
+        axis->setBase(10);
+        axis->setLabelFormat(QStringLiteral("%g"));
+        axis->setMinorTickCount(-1);
+        m_yAxis = axis;
+    } else {
+        auto* axis = new QValueAxis;
+        axis->setLabelFormat(QStringLiteral("%.3g"));
+        m_yAxis = axis;
+    }
+    m_yAxis->setTitleText(tr("loss (cross-entropy)"));
+    chart()->addAxis(m_yAxis, Qt::AlignLeft);
+    m_rawSeries->attachAxis(m_yAxis);
+    m_smoothSeries->attachAxis(m_yAxis);
+    markDirty();
+    redraw();
+}
+
+void LossChart::refresh(bool follow)
+{
+    const SeriesStore& raw = rawStore();
+    double x0 = xAxis()->min();
+    double x1 = xAxis()->max();
+    if (follow) {
+        x0 = raw.isEmpty() ? 0 : raw.minX();
+        x1 = raw.isEmpty() ? 1 : raw.maxX();
+        setPaddedRange(xAxis(), x0, x1);
+        x0 = xAxis()->min();
+        x1 = xAxis()->max();
+    }
+    double yMin = std::numeric_limits<double>::infinity();
+    double yMax = -yMin;
+    const int columns = plotColumns();
+    replaceThinned(m_rawSeries, raw, x0, x1, columns, &yMin, &yMax);
+    replaceThinned(m_smoothSeries, m_smoothed, x0, x1, columns);
+    if (follow && !raw.isEmpty())
+        setPaddedRange(m_yAxis, yMin, yMax, /*fromZero=*/!m_log);
+}
+
+int LossChart::drawnPointCount() const
+{
+    return static_cast<int>(m_rawSeries->count());
+}
+
+void LossChart::applyColors(const ChartColors& c)
+{
+    QPen faint(c.faint);
+    faint.setWidthF(1.0);
+    m_rawSeries->setPen(faint);
+    QPen bold(c.primary);
+    bold.setWidthF(2.0);
+    m_smoothSeries->setPen(bold);
+    if (auto* axis = qobject_cast<QValueAxis*>(m_yAxis))
+        axis->setLabelFormat(QStringLiteral("%.3g"));
+}
+
+}  // namespace batchpilot::ui

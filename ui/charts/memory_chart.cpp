@@ -1,0 +1,273 @@
+#include "ui/charts/memory_chart.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <QBrush>
+#include <QChart>
+#include <QGraphicsLineItem>
+#include <QGraphicsRectItem>
+#include <QGraphicsScene>
+#include <QLegendMarker>
+#include <QLineSeries>
+#include <QPen>
+#include <QScatterSeries>
+#include <QValueAxis>
+
+#include "core/byte_size.h"
+
+namespace batchpilot::ui {
+
+namespace {
+
+double mib(int64_t bytes)
+{
+    return core::toMiB(bytes);
+}
+
+QString bytesText(int64_t bytes)
+{
+    return QString::fromStdString(core::formatBytes(bytes));
+}
+
+}  // namespace
+
+MemoryChart::MemoryChart(QWidget* parent) : LiveChart(tr("Device memory"), parent)
+{
+    auto* yAxis = new QValueAxis;
+    yAxis->setTitleText(tr("memory (MiB)"));
+    yAxis->setLabelFormat(QStringLiteral("%.0f"));
+    m_yAxis = yAxis;
+    chart()->addAxis(m_yAxis, Qt::AlignLeft);
+    xAxis()->setTitleText(tr("wall time (s)"));
+
+    m_capacitySeries = new QLineSeries;
+    m_capacitySeries->setName(tr("capacity"));
+    m_headroomSeries = new QLineSeries;
+    m_headroomSeries->setName(tr("headroom line"));
+    m_reservedSeries = new QLineSeries;
+    m_reservedSeries->setName(tr("reserved"));
+    m_peakSeries = new QLineSeries;
+    m_peakSeries->setName(tr("peak"));
+    m_allocatedSeries = new QLineSeries;
+    m_allocatedSeries->setName(tr("allocated"));
+    m_oomSeries = new QScatterSeries;
+    m_oomSeries->setName(tr("OOM"));
+    m_oomSeries->setMarkerShape(QScatterSeries::MarkerShapeTriangle);
+    m_oomSeries->setMarkerSize(10);
+    for (QXYSeries* series :
+         {static_cast<QXYSeries*>(m_capacitySeries), static_cast<QXYSeries*>(m_headroomSeries),
+          static_cast<QXYSeries*>(m_reservedSeries), static_cast<QXYSeries*>(m_peakSeries),
+          static_cast<QXYSeries*>(m_allocatedSeries), static_cast<QXYSeries*>(m_oomSeries)}) {
+        chart()->addSeries(series);
+        series->attachAxis(xAxis());
+        series->attachAxis(m_yAxis);
+    }
+    m_reservedSeries->setVisible(false);
+    for (QLegendMarker* marker : chart()->legend()->markers(m_reservedSeries))
+        marker->setVisible(false);
+
+    const auto lineTip = [](const QString& name) {
+        return [name](const QPointF& p) {
+            return tr("%1: %2 MiB at %3 s").arg(name).arg(p.y(), 0, 'f', 1).arg(p.x(), 0, 'f', 1);
+        };
+    };
+    showTipsFor(m_allocatedSeries, lineTip(tr("allocated")));
+    showTipsFor(m_peakSeries, lineTip(tr("peak")));
+    showTipsFor(m_reservedSeries, lineTip(tr("reserved")));
+    showTipsFor(m_capacitySeries, lineTip(tr("capacity")));
+    showTipsFor(m_headroomSeries, lineTip(tr("usable (capacity minus headroom)")));
+    showTipsFor(m_oomSeries, [this](const QPointF& p) {
+        // The marker nearest in time.
+        const Oom* best = nullptr;
+        for (const Oom& oom : m_ooms)
+            if (!best || std::abs(oom.time - p.x()) < std::abs(best->time - p.x()))
+                best = &oom;
+        return best ? best->text : QString();
+    });
+
+    // Markers follow the plot when the chart is resized or zoomed.
+    connect(chart(), &QChart::plotAreaChanged, this, [this] { placeMarkers(); });
+    connect(xAxis(), &QValueAxis::rangeChanged, this, [this] { placeMarkers(); });
+    applyColors(colors());
+}
+
+MemoryChart::~MemoryChart() = default;
+
+QString MemoryChart::oomText(int index) const
+{
+    return index >= 0 && index < oomMarkerCount() ? m_ooms[static_cast<std::size_t>(index)].text
+                                                  : QString();
+}
+
+void MemoryChart::handle(const core::Event& event)
+{
+    if (const auto* sample = std::get_if<core::MemorySample>(&event)) {
+        m_allocated.append(sample->time, mib(sample->allocatedBytes));
+        m_reserved.append(sample->time, mib(sample->reservedBytes));
+        m_peak.append(sample->time, mib(sample->peakBytes));
+        m_capacity.append(sample->time, mib(sample->capacityBytes));
+        m_headroom.append(sample->time, mib(sample->headroomBytes));
+        if (sample->reservedBytes != sample->allocatedBytes && !m_hasCache) {
+            m_hasCache = true;
+            m_reservedSeries->setVisible(true);
+            for (QLegendMarker* marker : chart()->legend()->markers(m_reservedSeries))
+                marker->setVisible(true);
+        }
+        markDirty();
+    } else if (const auto* oom = std::get_if<core::OomEvent>(&event)) {
+        if (m_ooms.size() >= kMaxOoms)
+            return;
+        QString text = tr("Out of memory at %1 s, step %2\nphase: %3, micro-batch %4\n")
+                           .arg(oom->time, 0, 'f', 2)
+                           .arg(oom->step)
+                           .arg(QString::fromLatin1(core::toString(oom->phase)))
+                           .arg(oom->microBatch);
+        text += oom->requestedBytes > 0 ? tr("requested %1").arg(bytesText(oom->requestedBytes))
+                                        : tr("requested size unknown");
+        if (oom->recovered)
+            text += tr("\nrecovered: replayed the batch at micro-batch %1").arg(oom->newMicroBatch);
+        m_ooms.push_back({oom->time, text});
+        markDirty();
+    } else if (const auto* trial = std::get_if<core::ProbeTrial>(&event)) {
+        if (trial->fit || m_ooms.size() >= kMaxOoms)
+            return;
+        QString text = tr("Out of memory at %1 s (probe %2, trial %3)\nphase: probe trial, "
+                          "micro-batch %4\n")
+                           .arg(trial->time, 0, 'f', 2)
+                           .arg(trial->sequence)
+                           .arg(trial->trial)
+                           .arg(trial->microBatch);
+        text += trial->failedAllocationBytes > 0
+                    ? tr("requested %1").arg(bytesText(trial->failedAllocationBytes))
+                    : tr("requested size unknown");
+        m_ooms.push_back({trial->time, text});
+        markDirty();
+    }
+}
+
+void MemoryChart::clear()
+{
+    for (SeriesStore* store : {&m_allocated, &m_reserved, &m_peak, &m_capacity, &m_headroom})
+        store->clear();
+    m_ooms.clear();
+    m_hasCache = false;
+    m_reservedSeries->setVisible(false);
+    for (QXYSeries* series :
+         {static_cast<QXYSeries*>(m_capacitySeries), static_cast<QXYSeries*>(m_headroomSeries),
+          static_cast<QXYSeries*>(m_reservedSeries), static_cast<QXYSeries*>(m_peakSeries),
+          static_cast<QXYSeries*>(m_allocatedSeries), static_cast<QXYSeries*>(m_oomSeries)})
+        series->clear();
+    placeMarkers();
+    markDirty();
+}
+
+void MemoryChart::refresh(bool follow)
+{
+    double x0 = xAxis()->min();
+    double x1 = xAxis()->max();
+    if (follow) {
+        x0 = 0;
+        x1 = m_allocated.isEmpty() ? 1 : m_allocated.maxX();
+        for (const Oom& oom : m_ooms)
+            x1 = std::max(x1, oom.time);
+        setPaddedRange(xAxis(), x0, x1, /*fromZero=*/true);
+        x0 = xAxis()->min();
+        x1 = xAxis()->max();
+    }
+    double yMin = 0;
+    double yMax = -std::numeric_limits<double>::infinity();
+    const int columns = plotColumns();
+    replaceThinned(m_allocatedSeries, m_allocated, x0, x1, columns, &yMin, &yMax);
+    replaceThinned(m_peakSeries, m_peak, x0, x1, columns, &yMin, &yMax);
+    if (m_hasCache)
+        replaceThinned(m_reservedSeries, m_reserved, x0, x1, columns, &yMin, &yMax);
+    replaceThinned(m_capacitySeries, m_capacity, x0, x1, columns, &yMin, &yMax);
+    replaceThinned(m_headroomSeries, m_headroom, x0, x1, columns, &yMin, &yMax);
+
+    const double capacity = m_capacity.isEmpty() ? 0 : m_capacity.last().y();
+    QList<QPointF> oomPoints;
+    for (const Oom& oom : m_ooms)
+        oomPoints.append(QPointF(oom.time, capacity));
+    m_oomSeries->replace(oomPoints);
+
+    if (follow)
+        setPaddedRange(m_yAxis, 0, std::isfinite(yMax) ? yMax : 1, /*fromZero=*/true);
+    placeMarkers();
+}
+
+void MemoryChart::placeMarkers()
+{
+    // Vertical lines through the plot at each OOM's time. Several OOMs in one pixel column share
+    // a line; each line carries the tooltip of the last OOM it stands for (the scatter markers
+    // on the capacity line carry all of them).
+    const QRectF plot = chart()->plotArea();
+    const double x0 = xAxis()->min();
+    const double x1 = xAxis()->max();
+    QList<std::pair<double, const Oom*>> columns;
+    double lastPixel = -1e9;
+    if (plot.width() > 0 && x1 > x0) {
+        for (const Oom& oom : m_ooms) {
+            if (oom.time < x0 || oom.time > x1)
+                continue;
+            const double px = plot.left() + (oom.time - x0) / (x1 - x0) * plot.width();
+            if (px - lastPixel < 2 && !columns.isEmpty()) {
+                columns.last().second = &oom;
+                continue;
+            }
+            columns.append({px, &oom});
+            lastPixel = px;
+        }
+    }
+    while (m_markerItems.size() < columns.size()) {
+        auto* hit = new QGraphicsRectItem;  // wide transparent area, so the tooltip is easy to hit
+        hit->setPen(Qt::NoPen);
+        hit->setBrush(Qt::transparent);
+        hit->setZValue(5);
+        auto* line = new QGraphicsLineItem(hit);
+        QPen pen(colors().oom);
+        pen.setWidthF(1.5);
+        line->setPen(pen);
+        chart()->scene()->addItem(hit);
+        m_markerItems.append(hit);
+    }
+    for (int i = 0; i < m_markerItems.size(); ++i) {
+        auto* hit = static_cast<QGraphicsRectItem*>(m_markerItems[i]);
+        if (i >= columns.size()) {
+            hit->setVisible(false);
+            continue;
+        }
+        const double px = columns[i].first;
+        hit->setRect(px - 3, plot.top(), 6, plot.height());
+        auto* line = static_cast<QGraphicsLineItem*>(hit->childItems().first());
+        line->setLine(px, plot.top(), px, plot.bottom());
+        QPen pen(colors().oom);
+        pen.setWidthF(1.5);
+        line->setPen(pen);
+        hit->setToolTip(columns[i].second->text);
+        hit->setVisible(true);
+    }
+}
+
+void MemoryChart::applyColors(const ChartColors& c)
+{
+    const auto pen = [](const QColor& color, double width, Qt::PenStyle style = Qt::SolidLine) {
+        QPen p(color);
+        p.setWidthF(width);
+        p.setStyle(style);
+        return p;
+    };
+    m_allocatedSeries->setPen(pen(c.primary, 2.0));
+    m_peakSeries->setPen(pen(c.secondary, 1.2));
+    m_reservedSeries->setPen(pen(c.tertiary, 1.2));
+    m_capacitySeries->setPen(pen(c.limit, 1.5));
+    m_headroomSeries->setPen(pen(c.headroom, 1.2, Qt::DashLine));
+    m_oomSeries->setColor(c.oom);
+    m_oomSeries->setBorderColor(c.oom.darker(130));
+    if (auto* axis = qobject_cast<QValueAxis*>(m_yAxis))
+        axis->setLabelFormat(QStringLiteral("%.0f"));
+    placeMarkers();
+}
+
+}  // namespace batchpilot::ui

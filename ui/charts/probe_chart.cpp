@@ -1,0 +1,330 @@
+#include "ui/charts/probe_chart.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <QChart>
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QLegendMarker>
+#include <QLineSeries>
+#include <QLogValueAxis>
+#include <QScatterSeries>
+#include <QValueAxis>
+
+#include "core/byte_size.h"
+
+namespace batchpilot::ui {
+
+namespace {
+
+QString reasonText(core::ProbeReason reason)
+{
+    switch (reason) {
+    case core::ProbeReason::Initial: return ProbeChart::tr("start of run");
+    case core::ProbeReason::UserRequest: return ProbeChart::tr("re-probe requested");
+    case core::ProbeReason::DeviceSwitch: return ProbeChart::tr("device switch");
+    case core::ProbeReason::TargetBatchChange: return ProbeChart::tr("target batch change");
+    case core::ProbeReason::Regrow: return ProbeChart::tr("trying to grow after OOM");
+    }
+    return {};
+}
+
+QString bytes(qint64 value)
+{
+    return QString::fromStdString(core::formatBytes(value));
+}
+
+}  // namespace
+
+ProbeChart::ProbeChart(QWidget* parent) : LiveChart(tr("Probe: micro-batch trials"), parent)
+{
+    m_yAxis = new QLogValueAxis;
+    m_yAxis->setBase(2);
+    m_yAxis->setLabelFormat(QStringLiteral("%g"));
+    m_yAxis->setTitleText(tr("micro-batch (samples, log₂)"));
+    m_yAxis->setRange(0.5, 64);
+    chart()->addAxis(m_yAxis, Qt::AlignLeft);
+    xAxis()->setTitleText(tr("trial number"));
+    xAxis()->setLabelFormat(QStringLiteral("%d"));
+
+    m_chosen = new QLineSeries;
+    m_chosen->setName(tr("chosen"));
+    m_fits = new QScatterSeries;
+    m_fits->setName(tr("fits"));
+    m_fits->setMarkerShape(QScatterSeries::MarkerShapeCircle);
+    m_fits->setMarkerSize(9);
+    m_tight = new QScatterSeries;
+    m_tight->setName(tr("fits, past headroom"));
+    m_tight->setMarkerShape(QScatterSeries::MarkerShapeTriangle);
+    m_tight->setMarkerSize(10);
+    m_ooms = new QScatterSeries;
+    m_ooms->setName(tr("out of memory"));
+    m_ooms->setMarkerShape(QScatterSeries::MarkerShapeRectangle);
+    m_ooms->setMarkerSize(9);
+    for (QXYSeries* series : {static_cast<QXYSeries*>(m_chosen), static_cast<QXYSeries*>(m_fits),
+                              static_cast<QXYSeries*>(m_tight), static_cast<QXYSeries*>(m_ooms)}) {
+        chart()->addSeries(series);
+        series->attachAxis(xAxis());
+        series->attachAxis(m_yAxis);
+    }
+    const auto tip = [this](const QPointF& p) {
+        const Trial* trial = nearestTrial(p);
+        return trial ? describe(*trial) : QString();
+    };
+    showTipsFor(m_fits, tip);
+    showTipsFor(m_tight, tip);
+    showTipsFor(m_ooms, tip);
+    showTipsFor(m_chosen, [this](const QPointF& p) {
+        return tr("chosen micro-batch: %1 samples").arg(std::llround(p.y()));
+    });
+
+    m_xCombo = new QComboBox;
+    m_xCombo->addItem(tr("Trial number"));
+    m_xCombo->addItem(tr("Wall time"));
+    m_xCombo->setToolTip(tr("Quantity on the x axis"));
+    connect(m_xCombo, &QComboBox::currentIndexChanged, this,
+            [this](int index) { setXAxis(static_cast<XAxis>(index)); });
+    controls()->addWidget(m_xCombo);
+    applyColors(colors());
+}
+
+qint64 ProbeChart::chosenMicroBatch() const
+{
+    for (auto it = m_sequences.rbegin(); it != m_sequences.rend(); ++it)
+        if (it->chosen > 0)
+            return it->chosen;
+    return 0;
+}
+
+double ProbeChart::xOf(const Trial& trial) const
+{
+    return m_xKind == XAxis::Trial ? trial.globalIndex : trial.time;
+}
+
+void ProbeChart::handle(const core::Event& event)
+{
+    if (const auto* started = std::get_if<core::ProbeStarted>(&event)) {
+        Sequence s;
+        s.number = started->sequence;
+        s.reason = reasonText(started->reason);
+        s.device = QString::fromStdString(started->device);
+        s.firstGlobal = static_cast<int>(m_trials.size()) + 1;
+        s.startTime = started->time;
+        m_sequences.push_back(s);
+        m_lastTime = started->time;
+        markDirty();
+    } else if (const auto* trial = std::get_if<core::ProbeTrial>(&event)) {
+        if (m_trials.size() >= kMaxTrials)
+            return;
+        if (m_sequences.empty() || m_sequences.back().number != trial->sequence) {
+            Sequence s;  // a trial without its start event: still show it
+            s.number = trial->sequence;
+            s.firstGlobal = static_cast<int>(m_trials.size()) + 1;
+            s.startTime = trial->time;
+            m_sequences.push_back(s);
+        }
+        Trial t;
+        t.sequence = trial->sequence;
+        t.globalIndex = static_cast<int>(m_trials.size()) + 1;
+        t.trial = trial->trial;
+        t.time = trial->time;
+        t.microBatch = trial->microBatch;
+        t.fit = trial->fit;
+        t.withinHeadroom = trial->withinHeadroom;
+        t.peakBytes = trial->peakBytes;
+        t.failedBytes = trial->failedAllocationBytes;
+        m_trials.push_back(t);
+        m_lastTime = trial->time;
+        markDirty();
+    } else if (const auto* finished = std::get_if<core::ProbeFinished>(&event)) {
+        if (m_sequences.empty() || m_sequences.back().number != finished->sequence) {
+            Sequence s;
+            s.number = finished->sequence;
+            s.firstGlobal = static_cast<int>(m_trials.size()) + 1;
+            s.startTime = finished->time;
+            m_sequences.push_back(s);
+        }
+        Sequence& s = m_sequences.back();
+        s.chosen = finished->microBatch;
+        s.finishedGlobal = static_cast<int>(m_trials.size());
+        s.finishedTime = finished->time;
+        m_lastTime = finished->time;
+        markDirty();
+    } else if (const auto* metrics = std::get_if<core::StepMetrics>(&event)) {
+        m_lastTime = metrics->time;  // the chosen line reaches to "now" on the time axis
+        if (m_xKind == XAxis::WallTime)
+            markDirty();
+    }
+}
+
+void ProbeChart::clear()
+{
+    m_trials.clear();
+    m_sequences.clear();
+    m_lastTime = 0;
+    for (QLineSeries* path : std::as_const(m_paths)) {
+        chart()->removeSeries(path);
+        delete path;
+    }
+    m_paths.clear();
+    m_fits->clear();
+    m_tight->clear();
+    m_ooms->clear();
+    m_chosen->clear();
+    markDirty();
+}
+
+void ProbeChart::setXAxis(XAxis axis)
+{
+    if (axis == m_xKind)
+        return;
+    m_xKind = axis;
+    {
+        const QSignalBlocker blocker(m_xCombo);
+        m_xCombo->setCurrentIndex(static_cast<int>(axis));
+    }
+    xAxis()->setTitleText(axis == XAxis::Trial ? tr("trial number") : tr("wall time (s)"));
+    xAxis()->setLabelFormat(axis == XAxis::Trial ? QStringLiteral("%d") : QStringLiteral("%g"));
+    setFollowLive(true);
+    markDirty();
+}
+
+void ProbeChart::refresh(bool follow)
+{
+    QList<QPointF> fits, tight, ooms, chosen;
+    double yMax = 1;
+    for (const Trial& t : m_trials) {
+        const QPointF p(xOf(t), static_cast<double>(std::max<qint64>(t.microBatch, 1)));
+        yMax = std::max(yMax, p.y());
+        if (!t.fit)
+            ooms.append(p);
+        else if (t.withinHeadroom)
+            fits.append(p);
+        else
+            tight.append(p);
+    }
+    m_fits->replace(fits);
+    m_tight->replace(tight);
+    m_ooms->replace(ooms);
+
+    // One faint path per probe so a re-probe reads as a new sequence.
+    while (m_paths.size() < std::min<int>(static_cast<int>(m_sequences.size()), kMaxPathSeries)) {
+        auto* path = new QLineSeries;
+        chart()->addSeries(path);
+        path->attachAxis(xAxis());
+        path->attachAxis(m_yAxis);
+        QPen pen(colors().headroom);
+        pen.setWidthF(1.0);
+        path->setPen(pen);
+        const auto markers = chart()->legend()->markers(path);
+        for (QLegendMarker* marker : markers)
+            marker->setVisible(false);
+        m_paths.append(path);
+    }
+    const std::size_t firstPathSequence =
+        m_sequences.size() > static_cast<std::size_t>(kMaxPathSeries)
+            ? m_sequences.size() - kMaxPathSeries : 0;
+    for (int i = 0; i < m_paths.size(); ++i) {
+        QList<QPointF> points;
+        const std::size_t seqIndex = firstPathSequence + static_cast<std::size_t>(i);
+        if (seqIndex < m_sequences.size()) {
+            const int number = m_sequences[seqIndex].number;
+            for (const Trial& t : m_trials)
+                if (t.sequence == number)
+                    points.append(QPointF(xOf(t), static_cast<double>(std::max<qint64>(t.microBatch, 1))));
+        }
+        m_paths[i]->replace(points);
+    }
+
+    // The chosen micro-batch as a step line: from the end of each probe to the next probe.
+    const double now = m_xKind == XAxis::Trial ? static_cast<double>(m_trials.size()) + 0.5
+                                               : m_lastTime;
+    for (std::size_t i = 0; i < m_sequences.size(); ++i) {
+        const Sequence& s = m_sequences[i];
+        if (s.chosen <= 0)
+            continue;
+        const double from = m_xKind == XAxis::Trial ? s.finishedGlobal : s.finishedTime;
+        double to = now;
+        if (i + 1 < m_sequences.size())
+            to = m_xKind == XAxis::Trial ? m_sequences[i + 1].firstGlobal - 0.5
+                                         : m_sequences[i + 1].startTime;
+        chosen.append(QPointF(from, static_cast<double>(s.chosen)));
+        chosen.append(QPointF(std::max(from, to), static_cast<double>(s.chosen)));
+        yMax = std::max(yMax, static_cast<double>(s.chosen));
+    }
+    m_chosen->replace(chosen);
+
+    if (follow) {
+        if (m_xKind == XAxis::Trial)
+            xAxis()->setRange(0.5, std::max<double>(m_trials.size(), 4) + 0.5);
+        else
+            setPaddedRange(xAxis(), 0, std::max(m_lastTime, 1.0), /*fromZero=*/true);
+        double top = 2;
+        while (top < yMax * 1.5)
+            top *= 2;
+        m_yAxis->setRange(0.5, top);
+    }
+}
+
+const ProbeChart::Trial* ProbeChart::nearestTrial(const QPointF& point) const
+{
+    const Trial* best = nullptr;
+    double bestDistance = std::numeric_limits<double>::infinity();
+    const double xSpan = std::max(xAxis()->max() - xAxis()->min(), 1e-9);
+    for (const Trial& t : m_trials) {
+        const double dx = (xOf(t) - point.x()) / xSpan;
+        const double dy = std::log2(std::max<double>(t.microBatch, 1)) -
+                          std::log2(std::max(point.y(), 1e-9));
+        const double distance = dx * dx * 400 + dy * dy;
+        if (distance < bestDistance) {
+            bestDistance = distance;
+            best = &t;
+        }
+    }
+    return best;
+}
+
+QString ProbeChart::describe(const Trial& t) const
+{
+    QString reason;
+    for (const Sequence& s : m_sequences)
+        if (s.number == t.sequence)
+            reason = s.reason;
+    QString text = tr("probe %1 (%2), trial %3\nmicro-batch %4: ")
+                       .arg(t.sequence).arg(reason).arg(t.trial).arg(t.microBatch);
+    if (!t.fit)
+        text += tr("out of memory");
+    else if (!t.withinHeadroom)
+        text += tr("fits, but past the headroom line");
+    else
+        text += tr("fits");
+    text += tr("\npeak %1").arg(bytes(t.peakBytes));
+    if (!t.fit && t.failedBytes > 0)
+        text += tr(", failed allocation %1").arg(bytes(t.failedBytes));
+    text += tr("\nat %1 s into the run").arg(t.time, 0, 'f', 2);
+    return text;
+}
+
+void ProbeChart::applyColors(const ChartColors& c)
+{
+    m_fits->setColor(c.fit);
+    m_fits->setBorderColor(c.fit.darker(130));
+    m_tight->setColor(c.tight);
+    m_tight->setBorderColor(c.tight.darker(130));
+    m_ooms->setColor(c.oom);
+    m_ooms->setBorderColor(c.oom.darker(130));
+    QPen chosen(c.chosen);
+    chosen.setWidthF(2.0);
+    chosen.setStyle(Qt::DashLine);
+    m_chosen->setPen(chosen);
+    for (QLineSeries* path : std::as_const(m_paths)) {
+        QPen pen(c.headroom);
+        pen.setWidthF(1.0);
+        path->setPen(pen);
+    }
+    m_yAxis->setLabelFormat(QStringLiteral("%g"));
+}
+
+}  // namespace batchpilot::ui

@@ -1,0 +1,84 @@
+#pragma once
+
+#include <vector>
+
+#include <QList>
+
+#include "ui/charts/live_chart.h"
+
+class QComboBox;
+class QLineSeries;
+class QLogValueAxis;
+class QScatterSeries;
+
+namespace batchpilot::ui {
+
+/// Probe: every trial as a point (micro-batch size against trial number or time), fits as green
+/// circles, fits past the headroom line as amber triangles, out-of-memory trials as red squares;
+/// the trials of each probe joined by a faint line, and the chosen micro-batch as a dashed step
+/// line. Every re-probe is a new sequence further right.
+class ProbeChart : public LiveChart {
+    Q_OBJECT
+public:
+    enum class XAxis { Trial = 0, WallTime = 1 };
+
+    explicit ProbeChart(QWidget* parent = nullptr);
+
+    void handle(const core::Event& event) override;
+    void clear() override;
+    void setXAxis(XAxis axis);
+
+    int trialCount() const { return static_cast<int>(m_trials.size()); }
+    /// Probe sequences seen (started), 1 after the first probe of a run.
+    int sequenceCount() const { return static_cast<int>(m_sequences.size()); }
+    /// Micro-batch chosen by the last finished probe, 0 before.
+    qint64 chosenMicroBatch() const;
+
+protected:
+    void refresh(bool follow) override;
+    void applyColors(const ChartColors& colors) override;
+
+private:
+    struct Trial {
+        int sequence = 0;
+        int globalIndex = 0;  // 1-based across all probes of the run
+        int trial = 0;
+        double time = 0;
+        qint64 microBatch = 0;
+        bool fit = false;
+        bool withinHeadroom = false;
+        qint64 peakBytes = 0;
+        qint64 failedBytes = 0;
+    };
+    struct Sequence {
+        int number = 0;
+        QString reason;
+        QString device;
+        int firstGlobal = 0;  // global index of its first trial
+        double startTime = 0;
+        qint64 chosen = 0;    // 0 until finished
+        int finishedGlobal = 0;
+        double finishedTime = 0;
+    };
+    double xOf(const Trial& trial) const;
+    const Trial* nearestTrial(const QPointF& point) const;
+    QString describe(const Trial& trial) const;
+
+    static constexpr int kMaxPathSeries = 16;
+    static constexpr std::size_t kMaxTrials = 100000;
+
+    XAxis m_xKind = XAxis::Trial;
+    std::vector<Trial> m_trials;
+    std::vector<Sequence> m_sequences;
+    double m_lastTime = 0;
+
+    QScatterSeries* m_fits = nullptr;
+    QScatterSeries* m_tight = nullptr;
+    QScatterSeries* m_ooms = nullptr;
+    QLineSeries* m_chosen = nullptr;
+    QList<QLineSeries*> m_paths;
+    QLogValueAxis* m_yAxis = nullptr;
+    QComboBox* m_xCombo = nullptr;
+};
+
+}  // namespace batchpilot::ui

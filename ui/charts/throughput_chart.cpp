@@ -1,0 +1,115 @@
+#include "ui/charts/throughput_chart.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <QChart>
+#include <QLineSeries>
+#include <QValueAxis>
+
+namespace batchpilot::ui {
+
+ThroughputChart::ThroughputChart(QWidget* parent)
+    : LiveChart(tr("Throughput and plan"), parent)
+{
+    m_rateAxis = new QValueAxis;
+    m_rateAxis->setTitleText(tr("samples / s"));
+    m_rateAxis->setLabelFormat(QStringLiteral("%.0f"));
+    m_planAxis = new QValueAxis;
+    m_planAxis->setTitleText(tr("micro-batch, accumulation steps"));
+    m_planAxis->setLabelFormat(QStringLiteral("%.0f"));
+    chart()->addAxis(m_rateAxis, Qt::AlignLeft);
+    chart()->addAxis(m_planAxis, Qt::AlignRight);
+    xAxis()->setTitleText(tr("wall time (s)"));
+
+    m_throughputSeries = new QLineSeries;
+    m_throughputSeries->setName(tr("samples/s"));
+    m_microBatchSeries = new QLineSeries;
+    m_microBatchSeries->setName(tr("micro-batch"));
+    m_accumulationSeries = new QLineSeries;
+    m_accumulationSeries->setName(tr("accumulation steps"));
+    chart()->addSeries(m_throughputSeries);
+    chart()->addSeries(m_microBatchSeries);
+    chart()->addSeries(m_accumulationSeries);
+    m_throughputSeries->attachAxis(xAxis());
+    m_throughputSeries->attachAxis(m_rateAxis);
+    for (QLineSeries* series : {m_microBatchSeries, m_accumulationSeries}) {
+        series->attachAxis(xAxis());
+        series->attachAxis(m_planAxis);
+    }
+    showTipsFor(m_throughputSeries, [](const QPointF& p) {
+        return tr("%1 samples/s at %2 s").arg(p.y(), 0, 'f', 0).arg(p.x(), 0, 'f', 1);
+    });
+    showTipsFor(m_microBatchSeries, [](const QPointF& p) {
+        return tr("micro-batch %1 at %2 s").arg(std::llround(p.y())).arg(p.x(), 0, 'f', 1);
+    });
+    showTipsFor(m_accumulationSeries, [](const QPointF& p) {
+        return tr("%1 accumulation steps at %2 s").arg(std::llround(p.y())).arg(p.x(), 0, 'f', 1);
+    });
+    applyColors(colors());
+}
+
+void ThroughputChart::handle(const core::Event& event)
+{
+    const auto* metrics = std::get_if<core::StepMetrics>(&event);
+    if (!metrics)
+        return;
+    m_throughput.append(metrics->time, metrics->samplesPerSecond);
+    m_microBatch.append(metrics->time, static_cast<double>(metrics->microBatch));
+    m_accumulation.append(metrics->time, static_cast<double>(metrics->accumulationSteps));
+    markDirty();
+}
+
+void ThroughputChart::clear()
+{
+    m_throughput.clear();
+    m_microBatch.clear();
+    m_accumulation.clear();
+    m_throughputSeries->clear();
+    m_microBatchSeries->clear();
+    m_accumulationSeries->clear();
+    markDirty();
+}
+
+void ThroughputChart::refresh(bool follow)
+{
+    double x0 = xAxis()->min();
+    double x1 = xAxis()->max();
+    if (follow) {
+        setPaddedRange(xAxis(), 0, m_throughput.isEmpty() ? 1 : m_throughput.maxX(),
+                       /*fromZero=*/true);
+        x0 = xAxis()->min();
+        x1 = xAxis()->max();
+    }
+    const int columns = plotColumns();
+    double rateMin = 0;
+    double rateMax = -std::numeric_limits<double>::infinity();
+    double planMin = 0;
+    double planMax = -std::numeric_limits<double>::infinity();
+    replaceThinned(m_throughputSeries, m_throughput, x0, x1, columns, &rateMin, &rateMax);
+    replaceThinned(m_microBatchSeries, m_microBatch, x0, x1, columns, &planMin, &planMax);
+    replaceThinned(m_accumulationSeries, m_accumulation, x0, x1, columns, &planMin, &planMax);
+    if (follow) {
+        setPaddedRange(m_rateAxis, 0, std::isfinite(rateMax) ? rateMax : 1, /*fromZero=*/true);
+        setPaddedRange(m_planAxis, 0, std::isfinite(planMax) ? planMax : 1, /*fromZero=*/true);
+    }
+}
+
+void ThroughputChart::applyColors(const ChartColors& c)
+{
+    QPen rate(c.primary);
+    rate.setWidthF(2.0);
+    m_throughputSeries->setPen(rate);
+    QPen micro(c.secondary);
+    micro.setWidthF(1.5);
+    m_microBatchSeries->setPen(micro);
+    QPen accumulation(c.tertiary);
+    accumulation.setWidthF(1.5);
+    accumulation.setStyle(Qt::DashLine);
+    m_accumulationSeries->setPen(accumulation);
+    m_rateAxis->setLabelFormat(QStringLiteral("%.0f"));
+    m_planAxis->setLabelFormat(QStringLiteral("%.0f"));
+}
+
+}  // namespace batchpilot::ui

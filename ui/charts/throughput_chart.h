@@ -1,0 +1,39 @@
+#pragma once
+
+#include "ui/charts/live_chart.h"
+#include "ui/charts/series_store.h"
+
+class QLineSeries;
+class QValueAxis;
+
+namespace batchpilot::ui {
+
+/// Throughput (samples per second, left axis) and the plan in use — micro-batch size and
+/// accumulation steps (right axis) — per optimizer step, against wall time.
+class ThroughputChart : public LiveChart {
+    Q_OBJECT
+public:
+    explicit ThroughputChart(QWidget* parent = nullptr);
+
+    void handle(const core::Event& event) override;
+    void clear() override;
+
+    const SeriesStore& throughputStore() const { return m_throughput; }
+    const SeriesStore& microBatchStore() const { return m_microBatch; }
+
+protected:
+    void refresh(bool follow) override;
+    void applyColors(const ChartColors& colors) override;
+
+private:
+    SeriesStore m_throughput;
+    SeriesStore m_microBatch;
+    SeriesStore m_accumulation;
+    QLineSeries* m_throughputSeries = nullptr;
+    QLineSeries* m_microBatchSeries = nullptr;
+    QLineSeries* m_accumulationSeries = nullptr;
+    QValueAxis* m_rateAxis = nullptr;
+    QValueAxis* m_planAxis = nullptr;
+};
+
+}  // namespace batchpilot::ui

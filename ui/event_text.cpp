@@ -1,0 +1,304 @@
+#include "ui/event_text.h"
+
+#include <QCoreApplication>
+
+#include "core/byte_size.h"
+
+namespace batchpilot::ui {
+
+namespace {
+
+QString tr(const char* text)
+{
+    return QCoreApplication::translate("EventText", text);
+}
+
+QString bytes(qint64 value)
+{
+    return QString::fromStdString(core::formatBytes(value));
+}
+
+QString str(const std::string& text)
+{
+    return QString::fromStdString(text);
+}
+
+QString latin(const char* text)
+{
+    return QString::fromLatin1(text);
+}
+
+template <class... Ts>
+struct Overloaded : Ts... {
+    using Ts::operator()...;
+};
+
+}  // namespace
+
+bool isLogged(const core::Event& event)
+{
+    return !std::holds_alternative<core::MemorySample>(event) &&
+           !std::holds_alternative<core::MicroBatchDone>(event) &&
+           !std::holds_alternative<core::OptimizerStepped>(event) &&
+           !std::holds_alternative<core::StepMetrics>(event);
+}
+
+EventRow describeEvent(const core::Event& event)
+{
+    return std::visit(
+        Overloaded{
+            [](const core::RunStateChanged& e) {
+                QString details = latin(core::toString(e.state));
+                if (!e.detail.empty())
+                    details += QStringLiteral(": ") + str(e.detail);
+                return EventRow{e.time, tr("state"), details,
+                                e.state == core::RunState::Failed};
+            },
+            [](const core::ProbeStarted& e) {
+                return EventRow{e.time, tr("probe started"),
+                                tr("probe %1 (%2) on %3: up to %4 samples, usable %5, "
+                                   "optimizer state reserved %6")
+                                    .arg(e.sequence)
+                                    .arg(latin(core::toString(e.reason)), str(e.device))
+                                    .arg(e.upperBound)
+                                    .arg(bytes(e.usableBytes), bytes(e.reservedBytes)),
+                                false};
+            },
+            [](const core::ProbeTrial& e) {
+                QString result = e.fit ? (e.withinHeadroom ? tr("fits") : tr("fits, past headroom"))
+                                       : tr("out of memory");
+                QString details = tr("probe %1 trial %2: micro-batch %3 %4, peak %5")
+                                      .arg(e.sequence)
+                                      .arg(e.trial)
+                                      .arg(e.microBatch)
+                                      .arg(result, bytes(e.peakBytes));
+                if (!e.fit && e.failedAllocationBytes > 0)
+                    details += tr(", failed allocation %1").arg(bytes(e.failedAllocationBytes));
+                details += tr(" (%1 s)").arg(e.seconds, 0, 'f', 3);
+                return EventRow{e.time, tr("probe trial"), details, !e.fit};
+            },
+            [](const core::ProbeFinished& e) {
+                QString details = tr("probe %1 chose micro-batch %2 × %3 accumulation steps for "
+                                     "target %4 after %5 trials in %6 s")
+                                      .arg(e.sequence)
+                                      .arg(e.microBatch)
+                                      .arg(e.accumulationSteps)
+                                      .arg(e.targetBatch)
+                                      .arg(e.trials)
+                                      .arg(e.seconds, 0, 'f', 2);
+                if (e.bytesPerSample > 0)
+                    details += tr("; memory ≈ %1 + %2 per sample")
+                                   .arg(bytes(static_cast<qint64>(e.fixedBytes)),
+                                        bytes(static_cast<qint64>(e.bytesPerSample)));
+                if (e.hitTrialLimit)
+                    details += tr(" (trial limit reached)");
+                return EventRow{e.time, tr("probe finished"), details, false};
+            },
+            [](const core::OomEvent& e) {
+                QString details = tr("step %1, %2, micro-batch %3")
+                                      .arg(e.step)
+                                      .arg(latin(core::toString(e.phase)))
+                                      .arg(e.microBatch);
+                if (e.requestedBytes > 0)
+                    details += tr(", requested %1").arg(bytes(e.requestedBytes));
+                details += e.recovered ? tr(" → replayed the batch at micro-batch %1").arg(e.newMicroBatch)
+                                       : tr(" → not recovered");
+                if (!e.message.empty())
+                    details += QStringLiteral(" — ") + str(e.message).section(QLatin1Char('\n'), 0, 0);
+                return EventRow{e.time, tr("OOM"), details, true};
+            },
+            [](const core::MemorySample& e) {
+                return EventRow{e.time, tr("memory"),
+                                tr("allocated %1, peak %2 of %3")
+                                    .arg(bytes(e.allocatedBytes), bytes(e.peakBytes),
+                                         bytes(e.capacityBytes)),
+                                false};
+            },
+            [](const core::StepMetrics& e) {
+                return EventRow{e.time, tr("step"),
+                                tr("step %1: loss %2").arg(e.step).arg(e.loss, 0, 'g', 4), false};
+            },
+            [](const core::MicroBatchDone& e) {
+                return EventRow{e.time, tr("micro-batch"),
+                                tr("step %1 micro-batch %2: %3 samples")
+                                    .arg(e.step).arg(e.index).arg(e.size),
+                                false};
+            },
+            [](const core::OptimizerStepped& e) {
+                return EventRow{e.time, tr("optimizer step"),
+                                tr("step %1 after %2 micro-batches").arg(e.step).arg(e.microBatches),
+                                false};
+            },
+            [](const core::TargetBatchChanged& e) {
+                QString details = tr("target batch %1 → %2").arg(e.oldTarget).arg(e.newTarget);
+                if (e.newLearningRate != e.oldLearningRate)
+                    details += tr(", learning rate %1 → %2")
+                                   .arg(e.oldLearningRate, 0, 'g', 4)
+                                   .arg(e.newLearningRate, 0, 'g', 4);
+                return EventRow{e.time, tr("target batch"), details, false};
+            },
+            [](const core::DeviceSwitched& e) {
+                return EventRow{e.time, tr("device switch"),
+                                tr("%1 → %2").arg(str(e.from), str(e.to)), false};
+            },
+            [](const core::Warning& e) {
+                return EventRow{e.time, tr("warning"), str(e.message), true};
+            },
+            [](const core::CheckpointSaved& e) {
+                return EventRow{e.time, tr("checkpoint"),
+                                tr("step %1 saved to %2").arg(e.step).arg(str(e.path)), false};
+            },
+            [](const core::ErrorEvent& e) {
+                QString details = str(e.message);
+                if (!e.where.empty())
+                    details += tr(" (%1)").arg(str(e.where));
+                return EventRow{e.time, tr("error"), details, true};
+            },
+        },
+        event);
+}
+
+QJsonObject eventToJson(const core::Event& event)
+{
+    QJsonObject o = std::visit(
+        Overloaded{
+            [](const core::RunStateChanged& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("state"), latin(core::toString(e.state))},
+                                   {QStringLiteral("detail"), str(e.detail)}};
+            },
+            [](const core::ProbeStarted& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("sequence"), e.sequence},
+                                   {QStringLiteral("reason"), latin(core::toString(e.reason))},
+                                   {QStringLiteral("device"), str(e.device)},
+                                   {QStringLiteral("upper_bound"), e.upperBound},
+                                   {QStringLiteral("usable_bytes"), e.usableBytes},
+                                   {QStringLiteral("reserved_bytes"), e.reservedBytes}};
+            },
+            [](const core::ProbeTrial& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("sequence"), e.sequence},
+                                   {QStringLiteral("trial"), e.trial},
+                                   {QStringLiteral("micro_batch"), e.microBatch},
+                                   {QStringLiteral("fit"), e.fit},
+                                   {QStringLiteral("within_headroom"), e.withinHeadroom},
+                                   {QStringLiteral("peak_bytes"), e.peakBytes},
+                                   {QStringLiteral("failed_allocation_bytes"), e.failedAllocationBytes},
+                                   {QStringLiteral("seconds"), e.seconds}};
+            },
+            [](const core::ProbeFinished& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("sequence"), e.sequence},
+                                   {QStringLiteral("micro_batch"), e.microBatch},
+                                   {QStringLiteral("accumulation_steps"), e.accumulationSteps},
+                                   {QStringLiteral("target_batch"), e.targetBatch},
+                                   {QStringLiteral("trials"), e.trials},
+                                   {QStringLiteral("seconds"), e.seconds},
+                                   {QStringLiteral("hit_trial_limit"), e.hitTrialLimit},
+                                   {QStringLiteral("fixed_bytes"), e.fixedBytes},
+                                   {QStringLiteral("bytes_per_sample"), e.bytesPerSample}};
+            },
+            [](const core::OomEvent& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("step"), e.step},
+                                   {QStringLiteral("phase"), latin(core::toString(e.phase))},
+                                   {QStringLiteral("micro_batch"), e.microBatch},
+                                   {QStringLiteral("requested_bytes"), e.requestedBytes},
+                                   {QStringLiteral("message"), str(e.message)},
+                                   {QStringLiteral("recovered"), e.recovered},
+                                   {QStringLiteral("new_micro_batch"), e.newMicroBatch}};
+            },
+            [](const core::MemorySample& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("allocated_bytes"), e.allocatedBytes},
+                                   {QStringLiteral("reserved_bytes"), e.reservedBytes},
+                                   {QStringLiteral("peak_bytes"), e.peakBytes},
+                                   {QStringLiteral("capacity_bytes"), e.capacityBytes},
+                                   {QStringLiteral("headroom_bytes"), e.headroomBytes}};
+            },
+            [](const core::StepMetrics& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("step"), e.step},
+                                   {QStringLiteral("epoch"), e.epoch},
+                                   {QStringLiteral("samples_seen"), e.samplesSeen},
+                                   {QStringLiteral("loss"), e.loss},
+                                   {QStringLiteral("micro_batch"), e.microBatch},
+                                   {QStringLiteral("accumulation_steps"), e.accumulationSteps},
+                                   {QStringLiteral("target_batch"), e.targetBatch},
+                                   {QStringLiteral("learning_rate"), e.learningRate},
+                                   {QStringLiteral("samples_per_second"), e.samplesPerSecond},
+                                   {QStringLiteral("step_seconds"), e.stepSeconds},
+                                   {QStringLiteral("peak_bytes"), e.peakBytes},
+                                   {QStringLiteral("total_steps"), e.totalSteps}};
+            },
+            [](const core::MicroBatchDone& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("step"), e.step},
+                                   {QStringLiteral("index"), e.index},
+                                   {QStringLiteral("offset"), e.offset},
+                                   {QStringLiteral("size"), e.size},
+                                   {QStringLiteral("target_batch"), e.targetBatch},
+                                   {QStringLiteral("loss_weight"), e.lossWeight},
+                                   {QStringLiteral("loss"), e.loss},
+                                   {QStringLiteral("probe_trial"), e.probeTrial}};
+            },
+            [](const core::OptimizerStepped& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("step"), e.step},
+                                   {QStringLiteral("micro_batches"), e.microBatches}};
+            },
+            [](const core::TargetBatchChanged& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("old_target"), e.oldTarget},
+                                   {QStringLiteral("new_target"), e.newTarget},
+                                   {QStringLiteral("old_learning_rate"), e.oldLearningRate},
+                                   {QStringLiteral("new_learning_rate"), e.newLearningRate}};
+            },
+            [](const core::DeviceSwitched& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("from"), str(e.from)},
+                                   {QStringLiteral("to"), str(e.to)}};
+            },
+            [](const core::Warning& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("message"), str(e.message)}};
+            },
+            [](const core::CheckpointSaved& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("step"), e.step},
+                                   {QStringLiteral("path"), str(e.path)}};
+            },
+            [](const core::ErrorEvent& e) {
+                return QJsonObject{{QStringLiteral("time"), e.time},
+                                   {QStringLiteral("message"), str(e.message)},
+                                   {QStringLiteral("where"), str(e.where)}};
+            },
+        },
+        event);
+    o.insert(QStringLiteral("event"), latin(core::eventName(event)));
+    return o;
+}
+
+QString planCaption(qint64 targetBatch, qint64 microBatch)
+{
+    if (targetBatch <= 0 || microBatch <= 0)
+        return {};
+    const qint64 steps = (targetBatch + microBatch - 1) / microBatch;
+    // Even split: `larger` micro-batches of size base + 1, the rest of size base.
+    const qint64 base = targetBatch / steps;
+    const qint64 larger = targetBatch % steps;
+    QString sum;
+    if (larger == 0)
+        sum = QStringLiteral("%1 × %2").arg(steps).arg(base);
+    else
+        sum = QStringLiteral("%1 × %2 + %3 × %4").arg(larger).arg(base + 1).arg(steps - larger).arg(base);
+    return QCoreApplication::translate("EventText",
+                                       "%1 = %2 (micro-batch %3, %4 accumulation steps)")
+        .arg(targetBatch)
+        .arg(sum)
+        .arg(microBatch)
+        .arg(steps);
+}
+
+}  // namespace batchpilot::ui

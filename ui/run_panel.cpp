@@ -1,0 +1,414 @@
+#include "ui/run_panel.h"
+
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QGridLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSettings>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include "core/byte_size.h"
+#include "core/device.h"
+#include "ui/trainer_controller.h"
+
+namespace batchpilot::ui {
+
+namespace {
+
+constexpr auto kVirtual = "virtual";
+/// What "no limit" means for the step limit: far more steps than anyone waits for.
+constexpr qint64 kUnlimitedSteps = 1'000'000'000;
+
+QSpinBox* spin(int min, int max, int value, const QString& tip)
+{
+    auto* box = new QSpinBox;
+    box->setRange(min, max);
+    box->setValue(value);
+    box->setToolTip(tip);
+    box->setGroupSeparatorShown(false);
+    return box;
+}
+
+QString str(const std::string& text)
+{
+    return QString::fromStdString(text);
+}
+
+}  // namespace
+
+RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
+{
+    m_model = new QComboBox;
+    m_model->addItems(TrainerController::builtinModelNames());
+    m_model->setToolTip(tr("Built-in model to train"));
+
+    m_dataset = new QComboBox;
+    m_dataset->addItem(tr("Synthetic images (3×32×32, 10 classes)"), QStringLiteral("synthetic"));
+    m_dataset->setToolTip(tr("Images generated from class prototypes plus noise: learnable, "
+                             "deterministic, nothing to download"));
+    m_samples = spin(1, 10'000'000, 4096, tr("Number of samples in the dataset"));
+
+    m_device = new QComboBox;
+    m_device->setObjectName(QStringLiteral("deviceCombo"));
+    for (const core::DeviceInfo& info : core::availableDevices())
+        m_device->addItem(QStringLiteral("%1 — %2").arg(str(info.id), str(info.description)),
+                          str(info.id));
+    m_device->addItem(tr("Virtual GPU (simulated memory budget)"), QLatin1String(kVirtual));
+    m_device->setToolTip(tr("Where to train. A virtual GPU is the CPU with a hard memory budget: "
+                            "allocations past it fail exactly like a GPU running out of memory."));
+    m_virtualSize = new QLineEdit(QStringLiteral("64MiB"));
+    m_virtualSize->setObjectName(QStringLiteral("virtualSize"));
+    m_virtualSize->setToolTip(tr("Memory budget of the virtual GPU, e.g. 64MiB, 512MiB, 2GiB"));
+    m_deviceInfo = new QLabel;
+    m_deviceInfo->setWordWrap(true);
+    m_deviceInfo->setEnabled(false);
+
+    m_target = spin(0, 100'000'000, 1024,
+                    tr("Samples per optimizer step. Reached by gradient accumulation when it does "
+                       "not fit the device at once. Changes apply at the next training batch."));
+    m_target->setObjectName(QStringLiteral("targetBatch"));
+    m_target->setKeyboardTracking(false);  // commit on Enter or focus change, not per digit
+    m_initialMicro = spin(1, 10'000'000, 1, tr("First micro-batch size the probe tries"));
+    m_maxMicro = spin(0, 10'000'000, 0, tr("Largest micro-batch the probe may choose"));
+    m_maxMicro->setSpecialValueText(tr("no limit"));
+    m_headroom = new QDoubleSpinBox;
+    m_headroom->setRange(0, 90);
+    m_headroom->setDecimals(1);
+    m_headroom->setSuffix(QStringLiteral(" %"));
+    m_headroom->setValue(5);
+    m_headroom->setToolTip(tr("Memory kept free for fragmentation and variable shapes"));
+    m_multiple = spin(1, 4096, 1, tr("Round the micro-batch down to a multiple of this (8 suits "
+                                     "tensor cores)"));
+
+    m_optimizer = new QComboBox;
+    for (auto kind : {core::OptimizerKind::Sgd, core::OptimizerKind::Adam, core::OptimizerKind::AdamW})
+        m_optimizer->addItem(QString::fromLatin1(core::toString(kind)), static_cast<int>(kind));
+    m_learningRate = new QDoubleSpinBox;
+    m_learningRate->setDecimals(5);
+    m_learningRate->setRange(0, 10);
+    m_learningRate->setSingleStep(0.001);
+    m_learningRate->setValue(0.05);
+    m_lrScaling = new QComboBox;
+    m_lrScaling->addItem(tr("none"), static_cast<int>(core::LrScaling::None));
+    m_lrScaling->addItem(tr("linear"), static_cast<int>(core::LrScaling::Linear));
+    m_lrScaling->addItem(tr("square root"), static_cast<int>(core::LrScaling::Sqrt));
+    m_lrScaling->setToolTip(tr("How the learning rate follows a change of the target batch"));
+    m_seed = spin(0, 1'000'000'000, 0, tr("Seed of the initial weights and the sample order"));
+    m_steps = spin(0, 100'000'000, 500, tr("Optimizer steps to run"));
+    m_steps->setSpecialValueText(tr("no limit"));
+
+    auto* data = new QGroupBox(tr("Model and data"));
+    auto* dataForm = new QFormLayout(data);
+    dataForm->addRow(tr("Model"), m_model);
+    dataForm->addRow(tr("Dataset"), m_dataset);
+    dataForm->addRow(tr("Samples"), m_samples);
+
+    auto* device = new QGroupBox(tr("Device"));
+    auto* deviceForm = new QFormLayout(device);
+    deviceForm->addRow(tr("Device"), m_device);
+    deviceForm->addRow(tr("Budget"), m_virtualSize);
+    deviceForm->addRow(m_deviceInfo);
+
+    auto* batch = new QGroupBox(tr("Batch"));
+    auto* batchForm = new QFormLayout(batch);
+    batchForm->addRow(tr("Target batch"), m_target);
+    batchForm->addRow(tr("Initial micro-batch"), m_initialMicro);
+    batchForm->addRow(tr("Max micro-batch"), m_maxMicro);
+    batchForm->addRow(tr("Headroom"), m_headroom);
+    batchForm->addRow(tr("Round to multiple"), m_multiple);
+
+    auto* training = new QGroupBox(tr("Training"));
+    auto* trainingForm = new QFormLayout(training);
+    trainingForm->addRow(tr("Optimizer"), m_optimizer);
+    trainingForm->addRow(tr("Learning rate"), m_learningRate);
+    trainingForm->addRow(tr("LR scaling"), m_lrScaling);
+    trainingForm->addRow(tr("Seed"), m_seed);
+    trainingForm->addRow(tr("Step limit"), m_steps);
+
+    for (QFormLayout* form : {dataForm, deviceForm, batchForm, trainingForm}) {
+        form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+        form->setContentsMargins(6, 4, 6, 4);
+        form->setVerticalSpacing(3);
+    }
+
+    m_start = new QPushButton(tr("Start"));
+    m_start->setObjectName(QStringLiteral("startButton"));
+    m_pause = new QPushButton(tr("Pause"));
+    m_pause->setObjectName(QStringLiteral("pauseButton"));
+    m_stop = new QPushButton(tr("Stop"));
+    m_stop->setObjectName(QStringLiteral("stopButton"));
+    m_reprobe = new QPushButton(tr("Re-probe"));
+    m_reprobe->setObjectName(QStringLiteral("reprobeButton"));
+    m_reprobe->setToolTip(tr("Search the largest micro-batch again on the current device, "
+                             "without stopping (at the next training batch)"));
+    m_start->setDefault(true);
+    connect(m_start, &QPushButton::clicked, this, &RunPanel::startRequested);
+    connect(m_pause, &QPushButton::clicked, this,
+            [this] { m_paused ? Q_EMIT resumeRequested() : Q_EMIT pauseRequested(); });
+    connect(m_stop, &QPushButton::clicked, this, &RunPanel::stopRequested);
+    connect(m_reprobe, &QPushButton::clicked, this, &RunPanel::reprobeRequested);
+    auto* buttons = new QGridLayout;
+    buttons->addWidget(m_start, 0, 0);
+    buttons->addWidget(m_pause, 0, 1);
+    buttons->addWidget(m_stop, 1, 0);
+    buttons->addWidget(m_reprobe, 1, 1);
+
+    m_problemLabel = new QLabel;
+    m_problemLabel->setObjectName(QStringLiteral("problemLabel"));
+    m_problemLabel->setWordWrap(true);
+    m_problemLabel->setStyleSheet(QStringLiteral("color: #d62728;"));
+    m_problemLabel->hide();
+
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
+    layout->setSpacing(4);
+    layout->addLayout(buttons);
+    layout->addWidget(m_problemLabel);
+    layout->addWidget(device);
+    layout->addWidget(batch);
+    layout->addWidget(data);
+    layout->addWidget(training);
+    layout->addStretch(1);
+
+    const auto changed = [this] { revalidate(); };
+    for (QSpinBox* box : {m_samples, m_target, m_initialMicro, m_maxMicro, m_multiple, m_seed, m_steps})
+        connect(box, &QSpinBox::valueChanged, this, changed);
+    for (QDoubleSpinBox* box : {m_headroom, m_learningRate})
+        connect(box, &QDoubleSpinBox::valueChanged, this, changed);
+    for (QComboBox* box : {m_model, m_dataset, m_optimizer, m_lrScaling})
+        connect(box, &QComboBox::currentIndexChanged, this, changed);
+    connect(m_device, &QComboBox::currentIndexChanged, this, [this] {
+        revalidate();
+        commitDevice();
+    });
+    connect(m_virtualSize, &QLineEdit::textChanged, this, changed);
+    connect(m_virtualSize, &QLineEdit::editingFinished, this, &RunPanel::commitDevice);
+    connect(m_target, &QSpinBox::valueChanged, this, [this](int value) {
+        if (m_running && value > 0)
+            Q_EMIT targetBatchChanged(value,
+                                      static_cast<core::LrScaling>(m_lrScaling->currentData().toInt()));
+    });
+
+    setRunState(false, false);
+    revalidate();
+}
+
+QString RunPanel::deviceId() const
+{
+    const QString id = m_device->currentData().toString();
+    if (id != QLatin1String(kVirtual))
+        return id;
+    const QString size = m_virtualSize->text().trimmed().remove(QLatin1Char(' '));
+    return QStringLiteral("virtual:") + size;
+}
+
+core::TrainerOptions RunPanel::options() const
+{
+    core::TrainerOptions o;
+    o.model.name = m_model->currentText().toStdString();
+    o.data.name = m_dataset->currentData().toString().toStdString();
+    o.data.samples = m_samples->value();
+    o.device = deviceId().toStdString();
+    o.targetBatch = m_target->value();
+    o.probe.initialMicroBatch = m_initialMicro->value();
+    o.probe.maxMicroBatch = m_maxMicro->value();
+    o.probe.headroom = m_headroom->value() / 100.0;
+    o.probe.multipleOf = m_multiple->value();
+    o.optimizer.kind = static_cast<core::OptimizerKind>(m_optimizer->currentData().toInt());
+    o.optimizer.learningRate = m_learningRate->value();
+    o.lrScaling = static_cast<core::LrScaling>(m_lrScaling->currentData().toInt());
+    o.seed = static_cast<uint64_t>(m_seed->value());
+    o.steps = m_steps->value() > 0 ? m_steps->value() : kUnlimitedSteps;
+    return o;
+}
+
+void RunPanel::setOptions(const core::TrainerOptions& o)
+{
+    const int model = m_model->findText(str(o.model.name));
+    if (model >= 0)
+        m_model->setCurrentIndex(model);
+    const int dataset = m_dataset->findData(str(o.data.name));
+    if (dataset >= 0)
+        m_dataset->setCurrentIndex(dataset);
+    m_samples->setValue(static_cast<int>(o.data.samples));
+    const QString device = str(o.device);
+    if (device.startsWith(QLatin1String("virtual:"))) {
+        m_virtualSize->setText(device.mid(8));
+        m_device->setCurrentIndex(m_device->findData(QLatin1String(kVirtual)));
+    } else {
+        const int index = m_device->findData(device);
+        m_device->setCurrentIndex(index >= 0 ? index : 0);
+    }
+    {
+        const QSignalBlocker blocker(m_target);  // not a mid-run change
+        m_target->setValue(static_cast<int>(std::min<int64_t>(o.targetBatch, m_target->maximum())));
+    }
+    m_initialMicro->setValue(static_cast<int>(o.probe.initialMicroBatch));
+    m_maxMicro->setValue(static_cast<int>(o.probe.maxMicroBatch));
+    m_headroom->setValue(o.probe.headroom * 100.0);
+    m_multiple->setValue(static_cast<int>(o.probe.multipleOf));
+    m_optimizer->setCurrentIndex(m_optimizer->findData(static_cast<int>(o.optimizer.kind)));
+    m_learningRate->setValue(o.optimizer.learningRate);
+    m_lrScaling->setCurrentIndex(m_lrScaling->findData(static_cast<int>(o.lrScaling)));
+    m_seed->setValue(static_cast<int>(o.seed));
+    m_steps->setValue(o.steps >= kUnlimitedSteps ? 0 : static_cast<int>(o.steps));
+    revalidate();
+}
+
+void RunPanel::markField(QWidget* field, const QString& problem)
+{
+    if (!field->property("baseToolTip").isValid())
+        field->setProperty("baseToolTip", field->toolTip());
+    field->setProperty("invalid", !problem.isEmpty());
+    field->setStyleSheet(problem.isEmpty() ? QString()
+                                           : QStringLiteral("border: 2px solid #d62728;"));
+    field->setToolTip(problem.isEmpty() ? field->property("baseToolTip").toString() : problem);
+}
+
+void RunPanel::revalidate()
+{
+    QStringList problems;
+    const auto check = [&](QWidget* field, const QString& problem) {
+        markField(field, problem);
+        if (!problem.isEmpty())
+            problems << problem;
+    };
+
+    const bool isVirtual = m_device->currentData().toString() == QLatin1String(kVirtual);
+    QString deviceProblem;
+    QString sizeProblem;
+    if (isVirtual) {
+        const auto size = core::parseByteSize(m_virtualSize->text().trimmed().toStdString());
+        if (!size)
+            sizeProblem = tr("Virtual GPU budget: %1").arg(str(size.error()));
+    }
+    if (sizeProblem.isEmpty()) {
+        const auto parsed = core::parseDevice(deviceId().toStdString());
+        if (!parsed)
+            deviceProblem = tr("Device: %1").arg(str(parsed.error()));
+        else if (isVirtual)
+            m_deviceInfo->setText(tr("simulated GPU with %1")
+                                      .arg(str(core::formatBytes(parsed->budgetBytes))));
+    }
+    if (!isVirtual)
+        m_deviceInfo->setText(m_device->currentText().section(QStringLiteral(" — "), 1));
+    check(m_virtualSize, sizeProblem);
+    check(m_device, deviceProblem);
+    check(m_target, m_target->value() < 1
+                        ? tr("Target batch is %1: it must be at least 1 sample.").arg(m_target->value())
+                        : QString());
+    check(m_maxMicro, m_maxMicro->value() > 0 && m_maxMicro->value() < m_initialMicro->value()
+                          ? tr("Max micro-batch (%1) is below the initial micro-batch (%2).")
+                                .arg(m_maxMicro->value()).arg(m_initialMicro->value())
+                          : QString());
+    check(m_learningRate, m_learningRate->value() <= 0
+                              ? tr("Learning rate must be above 0.") : QString());
+    check(m_model, m_model->count() == 0 ? tr("No model available.") : QString());
+
+    // The engine's own check has the last word (ranges it knows about and the GUI does not).
+    if (problems.isEmpty()) {
+        const auto valid = core::validate(options());
+        if (!valid)
+            problems << str(valid.error());
+    }
+
+    const QString problem = problems.join(QLatin1Char('\n'));
+    const bool changed = problem != m_problem;
+    m_problem = problem;
+    m_problemLabel->setText(problem);
+    m_problemLabel->setVisible(!problem.isEmpty());
+    setRunState(m_running, m_paused);
+    if (changed)
+        Q_EMIT validityChanged(problem.isEmpty(), problem);
+}
+
+void RunPanel::commitDevice()
+{
+    if (!m_running || m_device->property("invalid").toBool() ||
+        m_virtualSize->property("invalid").toBool())
+        return;
+    const QString id = deviceId();
+    if (id == m_runDevice)
+        return;
+    m_runDevice = id;
+    Q_EMIT deviceChanged(id);
+}
+
+void RunPanel::setRunState(bool running, bool paused)
+{
+    if (running && !m_running)
+        m_runDevice = deviceId();
+    m_running = running;
+    m_paused = paused;
+    const bool valid = m_problem.isEmpty();
+    m_start->setEnabled(!running && valid);
+    m_start->setToolTip(valid ? tr("Start training (F5)")
+                              : tr("Cannot start: %1").arg(m_problem));
+    m_pause->setEnabled(running);
+    m_pause->setText(paused ? tr("Resume") : tr("Pause"));
+    m_stop->setEnabled(running);
+    m_reprobe->setEnabled(running && !paused);
+    for (QWidget* field : std::initializer_list<QWidget*>{
+             m_model, m_dataset, m_samples, m_initialMicro, m_maxMicro, m_headroom, m_multiple,
+             m_optimizer, m_learningRate, m_seed, m_steps})
+        field->setEnabled(!running);
+    m_virtualSize->setEnabled(m_device->currentData().toString() == QLatin1String(kVirtual));
+}
+
+void RunPanel::saveSettings(QSettings& s) const
+{
+    s.beginGroup(QStringLiteral("run"));
+    s.setValue(QStringLiteral("model"), m_model->currentText());
+    s.setValue(QStringLiteral("dataset"), m_dataset->currentData());
+    s.setValue(QStringLiteral("samples"), m_samples->value());
+    s.setValue(QStringLiteral("device"), m_device->currentData());
+    s.setValue(QStringLiteral("virtualSize"), m_virtualSize->text());
+    s.setValue(QStringLiteral("targetBatch"), m_target->value());
+    s.setValue(QStringLiteral("initialMicroBatch"), m_initialMicro->value());
+    s.setValue(QStringLiteral("maxMicroBatch"), m_maxMicro->value());
+    s.setValue(QStringLiteral("headroomPercent"), m_headroom->value());
+    s.setValue(QStringLiteral("multipleOf"), m_multiple->value());
+    s.setValue(QStringLiteral("optimizer"), m_optimizer->currentData());
+    s.setValue(QStringLiteral("learningRate"), m_learningRate->value());
+    s.setValue(QStringLiteral("lrScaling"), m_lrScaling->currentData());
+    s.setValue(QStringLiteral("seed"), m_seed->value());
+    s.setValue(QStringLiteral("steps"), m_steps->value());
+    s.endGroup();
+}
+
+void RunPanel::loadSettings(const QSettings& s)
+{
+    const auto value = [&](const char* key) {
+        return s.value(QStringLiteral("run/") + QLatin1String(key));
+    };
+    if (!value("targetBatch").isValid())
+        return;  // first launch: keep the defaults
+    const auto setCombo = [](QComboBox* box, int index) {
+        if (index >= 0)
+            box->setCurrentIndex(index);
+    };
+    setCombo(m_model, m_model->findText(value("model").toString()));
+    setCombo(m_dataset, m_dataset->findData(value("dataset")));
+    m_samples->setValue(value("samples").toInt());
+    m_virtualSize->setText(value("virtualSize").toString());
+    setCombo(m_device, m_device->findData(value("device")));
+    m_target->setValue(value("targetBatch").toInt());
+    m_initialMicro->setValue(value("initialMicroBatch").toInt());
+    m_maxMicro->setValue(value("maxMicroBatch").toInt());
+    m_headroom->setValue(value("headroomPercent").toDouble());
+    m_multiple->setValue(value("multipleOf").toInt());
+    setCombo(m_optimizer, m_optimizer->findData(value("optimizer")));
+    m_learningRate->setValue(value("learningRate").toDouble());
+    setCombo(m_lrScaling, m_lrScaling->findData(value("lrScaling")));
+    m_seed->setValue(value("seed").toInt());
+    m_steps->setValue(value("steps").toInt());
+    revalidate();
+}
+
+}  // namespace batchpilot::ui

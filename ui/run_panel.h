@@ -1,0 +1,96 @@
+#pragma once
+
+#include <QString>
+#include <QWidget>
+
+#include "core/options.h"
+
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QPushButton;
+class QSettings;
+class QSpinBox;
+
+namespace batchpilot::ui {
+
+/// The run configuration form and the run buttons (Start, Pause/Resume, Stop, Re-probe).
+///
+/// Every field is checked as it changes: an invalid one gets a red frame and a tooltip, and Start
+/// is disabled with a tooltip saying why. During a run the fields that only matter at start are
+/// locked; the target batch and the device stay editable and are applied to the running trainer
+/// at its next training batch (targetBatchChanged, deviceChanged).
+class RunPanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit RunPanel(QWidget* parent = nullptr);
+
+    core::TrainerOptions options() const;
+    void setOptions(const core::TrainerOptions& options);
+    /// Why the current values cannot start a run; empty when they can.
+    QString problem() const { return m_problem; }
+    bool isValid() const { return m_problem.isEmpty(); }
+    /// The device id the fields describe ("cpu", "cuda:0", "virtual:64MiB"); empty if invalid.
+    QString deviceId() const;
+
+    /// Locks and unlocks fields and buttons for the run state.
+    void setRunState(bool running, bool paused);
+
+    void saveSettings(QSettings& settings) const;
+    void loadSettings(const QSettings& settings);
+
+    QPushButton* startButton() const { return m_start; }
+    QPushButton* pauseButton() const { return m_pause; }
+    QPushButton* stopButton() const { return m_stop; }
+    QPushButton* reprobeButton() const { return m_reprobe; }
+    QSpinBox* targetBatchBox() const { return m_target; }
+    QComboBox* deviceBox() const { return m_device; }
+    QLineEdit* virtualSizeEdit() const { return m_virtualSize; }
+
+Q_SIGNALS:
+    void startRequested();
+    void pauseRequested();
+    void resumeRequested();
+    void stopRequested();
+    void reprobeRequested();
+    /// The target batch was committed while a run is going on.
+    void targetBatchChanged(qint64 target, batchpilot::core::LrScaling rule);
+    /// The device fields were committed to a valid, different device while a run is going on.
+    void deviceChanged(const QString& device);
+    void validityChanged(bool valid, const QString& problem);
+
+private:
+    void revalidate();
+    void markField(QWidget* field, const QString& problem);
+    void commitDevice();
+
+    QComboBox* m_model;
+    QComboBox* m_dataset;
+    QSpinBox* m_samples;
+    QComboBox* m_device;
+    QLineEdit* m_virtualSize;
+    QLabel* m_deviceInfo;
+    QSpinBox* m_target;
+    QSpinBox* m_initialMicro;
+    QSpinBox* m_maxMicro;
+    QDoubleSpinBox* m_headroom;
+    QSpinBox* m_multiple;
+    QComboBox* m_optimizer;
+    QDoubleSpinBox* m_learningRate;
+    QComboBox* m_lrScaling;
+    QSpinBox* m_seed;
+    QSpinBox* m_steps;
+    QPushButton* m_start;
+    QPushButton* m_pause;
+    QPushButton* m_stop;
+    QPushButton* m_reprobe;
+    QLabel* m_problemLabel;
+
+    QString m_problem;
+    bool m_running = false;
+    bool m_paused = false;
+    QString m_runDevice;  // device of the running trainer (after switches)
+};
+
+}  // namespace batchpilot::ui

@@ -1,0 +1,166 @@
+#include "ui/run_status.h"
+
+#include <algorithm>
+
+#include <QLabel>
+#include <QProgressBar>
+#include <QStatusBar>
+
+#include "core/byte_size.h"
+
+namespace batchpilot::ui {
+
+namespace {
+
+/// Steps at or above this count mean "no limit" (the GUI's way to ask for an open-ended run).
+constexpr qint64 kUnlimitedSteps = 1'000'000'000;
+
+QString duration(double seconds)
+{
+    const auto s = static_cast<qint64>(seconds + 0.5);
+    if (s >= 3600)
+        return QStringLiteral("%1:%2:%3")
+            .arg(s / 3600).arg((s / 60) % 60, 2, 10, QLatin1Char('0')).arg(s % 60, 2, 10, QLatin1Char('0'));
+    return QStringLiteral("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QLatin1Char('0'));
+}
+
+QLabel* field(QStatusBar* bar, const QString& name, const QString& tip)
+{
+    auto* label = new QLabel;
+    label->setObjectName(name);
+    label->setToolTip(tip);
+    label->setContentsMargins(4, 0, 4, 0);
+    bar->addWidget(label);
+    return label;
+}
+
+}  // namespace
+
+RunStatus::RunStatus(QStatusBar* bar, QObject* parent) : QObject(parent)
+{
+    m_state = field(bar, QStringLiteral("statusState"), tr("Run state"));
+    m_device = field(bar, QStringLiteral("statusDevice"), tr("Device the trainer runs on"));
+    m_plan = field(bar, QStringLiteral("statusPlan"),
+                   tr("Micro-batch × accumulation steps = target batch"));
+    m_step = field(bar, QStringLiteral("statusStep"), tr("Optimizer step and epoch"));
+    m_rate = field(bar, QStringLiteral("statusRate"), tr("Training throughput"));
+    m_memory = field(bar, QStringLiteral("statusMemory"),
+                     tr("Peak device memory of the last step against the device's capacity"));
+    m_progress = new QProgressBar;
+    m_progress->setObjectName(QStringLiteral("statusProgress"));
+    m_progress->setMaximumWidth(160);
+    m_progress->setMaximumHeight(16);
+    m_progress->setRange(0, 100);
+    bar->addPermanentWidget(m_progress);
+    m_eta = new QLabel;
+    m_eta->setObjectName(QStringLiteral("statusEta"));
+    m_eta->setToolTip(tr("Estimated time until the step limit"));
+    bar->addPermanentWidget(m_eta);
+    clear();
+}
+
+void RunStatus::handle(const core::Event& event)
+{
+    if (const auto* state = std::get_if<core::RunStateChanged>(&event)) {
+        m_runState = state->state;
+    } else if (const auto* metrics = std::get_if<core::StepMetrics>(&event)) {
+        m_microBatch = metrics->microBatch;
+        m_accumulation = metrics->accumulationSteps;
+        m_target = metrics->targetBatch;
+        m_stepNumber = metrics->step;
+        m_epoch = metrics->epoch;
+        m_totalSteps = metrics->totalSteps;
+        m_samplesPerSecond = metrics->samplesPerSecond;
+        m_stepSeconds = metrics->stepSeconds;
+        m_peak = metrics->peakBytes;
+        m_time = metrics->time;
+        if (m_firstStepTime < 0) {
+            m_firstStepTime = metrics->time;
+            m_firstStep = metrics->step;
+        }
+    } else if (const auto* probe = std::get_if<core::ProbeFinished>(&event)) {
+        m_microBatch = probe->microBatch;
+        m_accumulation = probe->accumulationSteps;
+        m_target = probe->targetBatch;
+    } else if (const auto* probeStart = std::get_if<core::ProbeStarted>(&event)) {
+        m_deviceName = QString::fromStdString(probeStart->device);
+    } else if (const auto* sample = std::get_if<core::MemorySample>(&event)) {
+        m_capacity = sample->capacityBytes;
+    } else if (const auto* switched = std::get_if<core::DeviceSwitched>(&event)) {
+        m_deviceName = QString::fromStdString(switched->to);
+    } else if (const auto* changed = std::get_if<core::TargetBatchChanged>(&event)) {
+        m_target = changed->newTarget;
+    }
+}
+
+QString RunStatus::stateText() const
+{
+    return QString::fromLatin1(core::toString(m_runState));
+}
+
+QString RunStatus::planText() const
+{
+    if (m_microBatch <= 0)
+        return tr("micro-batch —");
+    return tr("%1 × %2 = %3").arg(m_microBatch).arg(m_accumulation).arg(m_target);
+}
+
+QString RunStatus::memoryText() const
+{
+    if (m_capacity <= 0)
+        return tr("peak —");
+    return tr("peak %1 / %2")
+        .arg(QString::fromStdString(core::formatBytes(m_peak)),
+             QString::fromStdString(core::formatBytes(m_capacity)));
+}
+
+int RunStatus::progressPercent() const
+{
+    return m_progress->isVisible() || m_totalSteps > 0 ? m_progress->value() : 0;
+}
+
+void RunStatus::refresh()
+{
+    QString state = stateText();
+    state[0] = state[0].toUpper();
+    m_state->setText(QStringLiteral("<b>%1</b>").arg(state));
+    m_device->setText(m_deviceName.isEmpty() ? tr("no device") : m_deviceName);
+    m_plan->setText(planText());
+    m_step->setText(tr("step %1 · epoch %2").arg(m_stepNumber).arg(m_epoch));
+    m_rate->setText(tr("%1 samples/s").arg(m_samplesPerSecond, 0, 'f', 0));
+    m_memory->setText(memoryText());
+    const bool bounded = m_totalSteps > 0 && m_totalSteps < kUnlimitedSteps;
+    m_progress->setVisible(bounded);
+    m_eta->setVisible(bounded);
+    if (bounded) {
+        m_progress->setValue(static_cast<int>(100 * std::min(m_stepNumber, m_totalSteps) / m_totalSteps));
+        m_progress->setFormat(tr("%1 / %2 steps").arg(m_stepNumber).arg(m_totalSteps));
+        const qint64 done = m_stepNumber - m_firstStep;
+        const qint64 left = m_totalSteps - m_stepNumber;
+        if (done > 0 && left > 0) {
+            const double perStep = (m_time - m_firstStepTime) / static_cast<double>(done);
+            m_eta->setText(tr("ETA %1").arg(duration(perStep * static_cast<double>(left))));
+        } else {
+            m_eta->setText(left <= 0 ? tr("done") : tr("ETA —"));
+        }
+    }
+}
+
+void RunStatus::clear()
+{
+    m_runState = core::RunState::Idle;
+    m_microBatch = m_accumulation = m_target = m_stepNumber = m_epoch = m_totalSteps = 0;
+    m_samplesPerSecond = m_stepSeconds = m_time = 0;
+    m_firstStepTime = -1;
+    m_firstStep = 0;
+    m_peak = m_capacity = 0;
+    refresh();
+}
+
+void RunStatus::setDevice(const QString& device)
+{
+    m_deviceName = device;
+    refresh();
+}
+
+}  // namespace batchpilot::ui

@@ -1,0 +1,60 @@
+#pragma once
+
+#include <QElapsedTimer>
+#include <QObject>
+
+#include "core/events.h"
+
+class QLabel;
+class QProgressBar;
+class QStatusBar;
+
+namespace batchpilot::ui {
+
+/// Fills the window's status bar: state, device, micro-batch × accumulation = target,
+/// step/epoch, samples/s, peak memory against capacity, and a progress bar with an ETA when the
+/// run has a step limit. Updated from events; cheap per event, text set once per batch.
+class RunStatus : public QObject {
+    Q_OBJECT
+public:
+    explicit RunStatus(QStatusBar* bar, QObject* parent = nullptr);
+
+    void handle(const core::Event& event);
+    /// Applies the texts after a batch of events.
+    void refresh();
+    void clear();
+    void setDevice(const QString& device);
+
+    QString stateText() const;
+    QString planText() const;
+    QString memoryText() const;
+    int progressPercent() const;
+
+private:
+    QLabel* m_state;
+    QLabel* m_device;
+    QLabel* m_plan;
+    QLabel* m_step;
+    QLabel* m_rate;
+    QLabel* m_memory;
+    QProgressBar* m_progress;
+    QLabel* m_eta;
+
+    core::RunState m_runState = core::RunState::Idle;
+    QString m_deviceName;
+    qint64 m_microBatch = 0;
+    qint64 m_accumulation = 0;
+    qint64 m_target = 0;
+    qint64 m_stepNumber = 0;
+    qint64 m_epoch = 0;
+    qint64 m_totalSteps = 0;
+    double m_samplesPerSecond = 0;
+    double m_stepSeconds = 0;
+    double m_time = 0;
+    double m_firstStepTime = -1;
+    qint64 m_firstStep = 0;
+    qint64 m_peak = 0;
+    qint64 m_capacity = 0;
+};
+
+}  // namespace batchpilot::ui

@@ -1,0 +1,86 @@
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <QList>
+#include <QMetaType>
+#include <QObject>
+#include <QStringList>
+
+#include "core/events.h"
+#include "core/options.h"
+#include "core/trainer.h"
+
+class QThread;
+class QTimer;
+
+Q_DECLARE_METATYPE(batchpilot::core::Event)
+Q_DECLARE_METATYPE(batchpilot::core::RunResult)
+Q_DECLARE_METATYPE(batchpilot::core::TrainerOptions)
+
+namespace batchpilot::ui {
+
+class EventQueue;
+class TrainerWorker;
+
+/// Runs a core::Trainer on a worker thread and hands its events to the GUI.
+///
+/// The worker thread is a QThread owned by the controller (moveToThread, not a subclass); it
+/// constructs the Trainer and blocks in run(). The trainer's events land in a mutex-protected
+/// queue; a ~30 Hz timer on the GUI thread drains it and emits them as one batch, so the GUI does
+/// the same small amount of work per frame however many thousand events per second arrive.
+/// Commands go straight to the Trainer's thread-safe methods and never block.
+///
+/// Thread rules: create and use on the GUI thread. The destructor stops a running trainer and
+/// waits for the worker thread.
+class TrainerController : public QObject {
+    Q_OBJECT
+public:
+    explicit TrainerController(QObject* parent = nullptr);
+    ~TrainerController() override;
+
+    /// Starts a run; false (and nothing happens) while one is still running.
+    bool start(const core::TrainerOptions& options);
+    bool isRunning() const { return m_running; }
+    bool isPaused() const { return m_paused; }
+
+    void pause();
+    void resume();
+    void stop();
+    void setTargetBatch(qint64 target, core::LrScaling rule);
+    void reprobe();
+    void switchDevice(const QString& device);
+
+    /// Milliseconds between drains of the event queue (default 33).
+    void setDrainInterval(int milliseconds);
+    /// Events dropped because the GUI fell far behind (memory samples and micro-batch events
+    /// only; nothing else is ever dropped).
+    qint64 droppedEvents() const;
+
+    /// Names of the built-in models ("mlp", "cnn", ...).
+    static QStringList builtinModelNames();
+
+Q_SIGNALS:
+    /// A batch of events in the order the trainer sent them (GUI thread, at most ~30 per second).
+    void eventsReceived(const QList<batchpilot::core::Event>& events);
+    void runStarted();
+    /// The run ended; every event it sent has been delivered before this signal.
+    void runFinished(const batchpilot::core::RunResult& result);
+    void pausedChanged(bool paused);
+
+private:
+    void drain();
+    void onWorkerFinished(const core::RunResult& result);
+
+    QThread* m_thread;
+    TrainerWorker* m_worker;
+    QTimer* m_drainTimer;
+    std::shared_ptr<EventQueue> m_queue;
+    bool m_running = false;
+    bool m_paused = false;
+};
+
+}  // namespace batchpilot::ui
