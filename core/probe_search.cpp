@@ -2,8 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace batchpilot::core {
+namespace {
+
+constexpr int64_t kMaxJump = 8;
+
+}  // namespace
 
 int64_t MemoryModel::largestWithin(int64_t usableBytes) const {
     if (bytesPerSample <= 0) {
@@ -42,24 +48,26 @@ bool ProbeSearch::converged() const {
 }
 
 std::optional<MemoryModel> ProbeSearch::memoryModel() const {
-    // Least squares over every size that physically fit (also above the headroom line).
-    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-    std::set<int64_t> sizes;
+    // Least squares over the three largest sizes that physically fit (also above the headroom
+    // line): memory per sample at small sizes often differs (kernel workspaces, allocator
+    // rounding), and the largest fits are the closest to the limit being predicted.
+    std::map<int64_t, int64_t> peaks;  // size → peak, largest sizes last
     for (const TrialOutcome& t : m_history) {
-        if (!t.fit || t.peakBytes <= 0) {
-            continue;
-        }
-        const auto x = static_cast<double>(t.size);
-        const auto y = static_cast<double>(t.peakBytes);
+        if (t.fit && t.peakBytes > 0) peaks[t.size] = t.peakBytes;
+    }
+    if (peaks.size() < 2) {
+        return std::nullopt;
+    }
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int used = 0;
+    for (auto it = peaks.rbegin(); it != peaks.rend() && used < 3; ++it, ++used) {
+        const auto x = static_cast<double>(it->first);
+        const auto y = static_cast<double>(it->second);
         n += 1;
         sx += x;
         sy += y;
         sxx += x * x;
         sxy += x * y;
-        sizes.insert(t.size);
-    }
-    if (sizes.size() < 2) {
-        return std::nullopt;
     }
     const double denominator = n * sxx - sx * sx;
     if (denominator <= 0) {
@@ -85,6 +93,11 @@ std::optional<int64_t> ProbeSearch::candidate() const {
     }
     if (const auto model = memoryModel()) {
         const int64_t predicted = snap(std::min(model->largestWithin(m_usable), m_upperBound));
+        // Extrapolating far from the measured sizes is unreliable: jump at most kMaxJump times
+        // the largest fit and measure again.
+        if (predicted > m_lo * kMaxJump && usable(m_lo * kMaxJump)) {
+            return m_lo * kMaxJump;
+        }
         if (usable(predicted)) {
             return predicted;
         }

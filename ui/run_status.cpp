@@ -116,7 +116,7 @@ QString RunStatus::memoryText() const
 
 int RunStatus::progressPercent() const
 {
-    return m_progress->isVisible() || m_totalSteps > 0 ? m_progress->value() : 0;
+    return m_progress->value();
 }
 
 void RunStatus::refresh()

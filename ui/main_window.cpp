@@ -1,0 +1,407 @@
+#include "ui/main_window.h"
+
+#include <QAction>
+#include <QActionGroup>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QScrollArea>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTextBrowser>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include "ui/accumulation_view.h"
+#include "ui/charts/charts_panel.h"
+#include "ui/demo_options.h"
+#include "ui/event_log.h"
+#include "ui/help_text.h"
+#include "ui/run_panel.h"
+#include "ui/run_status.h"
+#include "ui/trainer_controller.h"
+
+namespace batchpilot::ui {
+
+MainWindow::MainWindow(QWidget* parent)
+    : QMainWindow(parent),
+      m_controller(new TrainerController(this)),
+      m_runPanel(new RunPanel),
+      m_charts(new ChartsPanel),
+      m_accumulation(new AccumulationView),
+      m_eventLog(new EventLog)
+{
+    setWindowTitle(tr("BatchPilot"));
+    setObjectName(QStringLiteral("mainWindow"));
+    setDockOptions(QMainWindow::AnimatedDocks | QMainWindow::AllowNestedDocks);
+
+    // Centre: an error banner (hidden until the engine reports a problem) above the charts.
+    m_errorBox = new QWidget;
+    m_errorBox->setObjectName(QStringLiteral("errorBox"));
+    m_errorBox->setAutoFillBackground(true);
+    m_errorBox->setStyleSheet(QStringLiteral(
+        "#errorBox { background: #fde2e1; border: 1px solid #d62728; border-radius: 3px; }"
+        "#errorBox QLabel { color: #7a0c0c; }"));
+    m_errorBanner = new QLabel;
+    m_errorBanner->setObjectName(QStringLiteral("errorBanner"));
+    m_errorBanner->setWordWrap(true);
+    m_errorBanner->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* dismiss = new QToolButton;
+    dismiss->setText(tr("Dismiss"));
+    dismiss->setAutoRaise(true);
+    connect(dismiss, &QToolButton::clicked, m_errorBox, &QWidget::hide);
+    auto* errorLayout = new QHBoxLayout(m_errorBox);
+    errorLayout->setContentsMargins(8, 4, 4, 4);
+    errorLayout->addWidget(m_errorBanner, 1);
+    errorLayout->addWidget(dismiss, 0, Qt::AlignTop);
+    m_errorBox->hide();
+
+    auto* centre = new QWidget;
+    auto* centreLayout = new QVBoxLayout(centre);
+    centreLayout->setContentsMargins(4, 4, 4, 0);
+    centreLayout->setSpacing(4);
+    centreLayout->addWidget(m_errorBox);
+    centreLayout->addWidget(m_charts, 1);
+    setCentralWidget(centre);
+
+    auto* scroll = new QScrollArea;
+    scroll->setWidget(m_runPanel);
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    scroll->setMinimumWidth(m_runPanel->sizeHint().width() + 16);
+    m_runDock = new QDockWidget(tr("Run"));
+    m_runDock->setObjectName(QStringLiteral("runDock"));
+    m_runDock->setWidget(scroll);
+    m_runDock->setFeatures(QDockWidget::DockWidgetClosable | QDockWidget::DockWidgetMovable);
+    addDockWidget(Qt::LeftDockWidgetArea, m_runDock);
+
+    m_batchDock = new QDockWidget(tr("Training batch"));
+    m_batchDock->setObjectName(QStringLiteral("batchDock"));
+    m_batchDock->setWidget(m_accumulation);
+    m_batchDock->setFeatures(QDockWidget::DockWidgetClosable | QDockWidget::DockWidgetMovable);
+    addDockWidget(Qt::BottomDockWidgetArea, m_batchDock);
+
+    m_logDock = new QDockWidget(tr("Event log"));
+    m_logDock->setObjectName(QStringLiteral("logDock"));
+    m_logDock->setWidget(m_eventLog);
+    m_logDock->setFeatures(QDockWidget::DockWidgetClosable | QDockWidget::DockWidgetMovable);
+    addDockWidget(Qt::BottomDockWidgetArea, m_logDock);
+    splitDockWidget(m_batchDock, m_logDock, Qt::Vertical);
+    resizeDocks({m_batchDock, m_logDock}, {64, 150}, Qt::Vertical);
+
+    m_status = new RunStatus(statusBar(), this);
+
+    connect(m_controller, &TrainerController::eventsReceived, this, &MainWindow::onEvents);
+    connect(m_controller, &TrainerController::runFinished, this, &MainWindow::onRunFinished);
+    connect(m_controller, &TrainerController::pausedChanged, this, [this](bool paused) {
+        m_runPanel->setRunState(m_controller->isRunning(), paused);
+        updateActions();
+    });
+
+    connect(m_runPanel, &RunPanel::startRequested, this, &MainWindow::start);
+    connect(m_runPanel, &RunPanel::pauseRequested, this, [this] {
+        m_controller->pause();
+        note(tr("pause (within one micro-batch)"));
+    });
+    connect(m_runPanel, &RunPanel::resumeRequested, this, [this] {
+        m_controller->resume();
+        note(tr("resume"));
+    });
+    connect(m_runPanel, &RunPanel::stopRequested, this, [this] {
+        m_controller->stop();
+        note(tr("stop (within one micro-batch)"));
+    });
+    connect(m_runPanel, &RunPanel::reprobeRequested, this, [this] {
+        m_controller->reprobe();
+        note(tr("re-probe on the current device (at the next training batch)"));
+    });
+    connect(m_runPanel, &RunPanel::targetBatchChanged, this,
+            [this](qint64 target, core::LrScaling rule) {
+                m_controller->setTargetBatch(target, rule);
+                note(tr("target batch → %1 (at the next training batch)").arg(target));
+            });
+    connect(m_runPanel, &RunPanel::deviceChanged, this, [this](const QString& device) {
+        m_controller->switchDevice(device);
+        note(tr("switch device → %1 (at the next training batch)").arg(device));
+    });
+    connect(m_runPanel, &RunPanel::validityChanged, this, [this] { updateActions(); });
+
+    createMenus();
+    loadSettings();
+    updateActions();
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::createMenus()
+{
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("Export &metrics as CSV…"), QKeySequence(tr("Ctrl+E")), this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export metrics"),
+                                                          QStringLiteral("metrics.csv"),
+                                                          tr("CSV files (*.csv)"));
+        if (!path.isEmpty())
+            exportMetricsCsv(path);
+    });
+    file->addAction(tr("Export &events as JSON Lines…"), this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export events"),
+                                                          QStringLiteral("events.jsonl"),
+                                                          tr("JSON Lines (*.jsonl)"));
+        if (!path.isEmpty())
+            exportEventsJsonl(path);
+    });
+    file->addAction(tr("Export all &charts as PNG…"), this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Export charts to"));
+        if (!dir.isEmpty())
+            exportCharts(dir);
+    });
+    file->addSeparator();
+    QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
+    quit->setShortcut(QKeySequence::Quit);
+    quit->setMenuRole(QAction::QuitRole);
+
+    QMenu* run = menuBar()->addMenu(tr("&Run"));
+    m_startAction = run->addAction(tr("&Start"), this, &MainWindow::start);
+    m_startAction->setShortcut(QKeySequence(Qt::Key_F5));
+    m_pauseAction = run->addAction(tr("&Pause"), this, [this] {
+        m_controller->isPaused() ? m_runPanel->resumeRequested() : m_runPanel->pauseRequested();
+    });
+    m_pauseAction->setShortcut(QKeySequence(Qt::Key_F6));
+    m_stopAction = run->addAction(tr("S&top"), this, [this] { Q_EMIT m_runPanel->stopRequested(); });
+    m_stopAction->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F5));
+    m_reprobeAction = run->addAction(tr("&Re-probe"), this,
+                                     [this] { Q_EMIT m_runPanel->reprobeRequested(); });
+    m_reprobeAction->setShortcut(QKeySequence(tr("Ctrl+R")));
+    run->addSeparator();
+    run->addAction(tr("Start the &demo"), QKeySequence(tr("Ctrl+D")), this,
+                   &MainWindow::startDemo);
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    QAction* runPanel = m_runDock->toggleViewAction();
+    runPanel->setText(tr("Run &panel"));
+    view->addAction(runPanel);
+    QAction* batch = m_batchDock->toggleViewAction();
+    batch->setText(tr("&Training batch"));
+    view->addAction(batch);
+    QAction* log = m_logDock->toggleViewAction();
+    log->setText(tr("&Event log"));
+    view->addAction(log);
+    view->addSeparator();
+    m_followAction = view->addAction(tr("&Follow live"));
+    m_followAction->setCheckable(true);
+    m_followAction->setChecked(true);
+    m_followAction->setShortcut(QKeySequence(tr("Ctrl+L")));
+    m_followAction->setToolTip(tr("Keep every chart showing the whole run as it grows"));
+    connect(m_followAction, &QAction::toggled, m_charts, &ChartsPanel::setFollowLive);
+    connect(m_charts, &ChartsPanel::followLiveChanged, this, [this](bool following) {
+        const QSignalBlocker blocker(m_followAction);
+        m_followAction->setChecked(following);
+    });
+    QMenu* theme = view->addMenu(tr("&Colours"));
+    auto* themeGroup = new QActionGroup(this);
+    const QList<std::pair<QString, Theme>> themes = {
+        {tr("&System"), Theme::System}, {tr("&Light"), Theme::Light}, {tr("&Dark"), Theme::Dark}};
+    for (const auto& [name, value] : themes) {
+        QAction* action = theme->addAction(name);
+        action->setCheckable(true);
+        action->setData(static_cast<int>(value));
+        themeGroup->addAction(action);
+        connect(action, &QAction::triggered, this, [this, value = value] { setTheme(value); });
+        m_themeActions << action;
+    }
+
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&How this works"), QKeySequence::HelpContents, this,
+                    &MainWindow::showHowItWorks);
+    help->addAction(tr("&About BatchPilot"), this, &MainWindow::showAbout);
+}
+
+bool MainWindow::start()
+{
+    if (m_controller->isRunning())
+        return false;
+    if (!m_runPanel->isValid()) {
+        showError(tr("Cannot start: %1").arg(m_runPanel->problem()));
+        return false;
+    }
+    const core::TrainerOptions options = m_runPanel->options();
+    m_errorBox->hide();
+    m_charts->clear();
+    m_accumulation->clear();
+    m_eventLog->clear();
+    m_status->clear();
+    m_record.clear();
+    m_status->setDevice(QString::fromStdString(options.device));
+    saveSettings();
+    if (!m_controller->start(options))
+        return false;
+    note(tr("start: %1 on %2, target batch %3")
+             .arg(QString::fromStdString(options.model.name),
+                  QString::fromStdString(options.device))
+             .arg(options.targetBatch));
+    m_runPanel->setRunState(true, false);
+    updateActions();
+    return true;
+}
+
+bool MainWindow::startDemo()
+{
+    if (m_controller->isRunning())
+        return false;
+    m_runPanel->setOptions(demoOptions());
+    return start();
+}
+
+void MainWindow::onEvents(const QList<core::Event>& events)
+{
+    for (const core::Event& event : events) {
+        m_charts->handle(event);
+        m_accumulation->handle(event);
+        m_status->handle(event);
+        m_record.handle(event);
+        if (const auto* error = std::get_if<core::ErrorEvent>(&event))
+            showError(QString::fromStdString(error->message));
+    }
+    m_eventLog->addEvents(events);
+    m_status->refresh();
+}
+
+void MainWindow::onRunFinished(const core::RunResult& result)
+{
+    m_runPanel->setRunState(false, false);
+    updateActions();
+    if (result.state == core::RunState::Failed) {
+        if (!result.error.empty() && errorText().isEmpty())
+            showError(QString::fromStdString(result.error));
+        note(tr("run failed after %1 steps").arg(result.steps));
+    } else {
+        note(result.stopped ? tr("stopped after %1 steps").arg(result.steps)
+                            : tr("finished after %1 steps").arg(result.steps));
+    }
+}
+
+void MainWindow::updateActions()
+{
+    const bool running = m_controller->isRunning();
+    const bool paused = m_controller->isPaused();
+    m_startAction->setEnabled(!running && m_runPanel->isValid());
+    m_startAction->setToolTip(m_runPanel->isValid()
+                                  ? tr("Start training")
+                                  : tr("Cannot start: %1").arg(m_runPanel->problem()));
+    m_pauseAction->setEnabled(running);
+    m_pauseAction->setText(paused ? tr("&Resume") : tr("&Pause"));
+    m_stopAction->setEnabled(running);
+    m_reprobeAction->setEnabled(running && !paused);
+}
+
+void MainWindow::showError(const QString& message)
+{
+    m_errorBanner->setText(message);
+    m_errorBox->show();
+}
+
+QString MainWindow::errorText() const
+{
+    return m_errorBox->isVisible() || !m_errorBox->isHidden() ? m_errorBanner->text() : QString();
+}
+
+void MainWindow::note(const QString& details)
+{
+    m_eventLog->addNote(tr("command"), details);
+}
+
+bool MainWindow::exportMetricsCsv(const QString& path)
+{
+    QString error;
+    if (!m_record.writeMetricsCsv(path, &error)) {
+        showError(tr("Could not write %1: %2").arg(path, error));
+        return false;
+    }
+    statusBar()->showMessage(tr("Metrics written to %1").arg(path), 4000);
+    return true;
+}
+
+bool MainWindow::exportEventsJsonl(const QString& path)
+{
+    QString error;
+    if (!m_record.writeEventsJsonl(path, &error)) {
+        showError(tr("Could not write %1: %2").arg(path, error));
+        return false;
+    }
+    statusBar()->showMessage(tr("Events written to %1").arg(path), 4000);
+    return true;
+}
+
+QStringList MainWindow::exportCharts(const QString& directory)
+{
+    const QStringList written = m_charts->exportAll(directory);
+    if (written.size() != m_charts->charts().size())
+        showError(tr("Could not write every chart to %1").arg(directory));
+    return written;
+}
+
+void MainWindow::setTheme(Theme theme)
+{
+    m_theme = theme;
+    const bool dark = applyTheme(theme);
+    m_charts->setDarkTheme(dark);
+    for (QAction* action : std::as_const(m_themeActions))
+        action->setChecked(action->data().toInt() == static_cast<int>(theme));
+    m_errorBox->setStyleSheet(
+        dark ? QStringLiteral("#errorBox { background: #4a1c1c; border: 1px solid #ff5c5c; "
+                              "border-radius: 3px; } #errorBox QLabel { color: #ffd6d6; }")
+             : QStringLiteral("#errorBox { background: #fde2e1; border: 1px solid #d62728; "
+                              "border-radius: 3px; } #errorBox QLabel { color: #7a0c0c; }"));
+}
+
+void MainWindow::showHowItWorks()
+{
+    auto* dialog = new QDialog(this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    dialog->setWindowTitle(tr("How BatchPilot works"));
+    auto* text = new QTextBrowser;
+    text->setHtml(howItWorksHtml());
+    auto* layout = new QVBoxLayout(dialog);
+    layout->addWidget(text);
+    dialog->resize(640, 560);
+    dialog->show();
+}
+
+void MainWindow::showAbout()
+{
+    QMessageBox::about(this, tr("About BatchPilot"), aboutHtml());
+}
+
+void MainWindow::saveSettings()
+{
+    QSettings settings;
+    settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+    settings.setValue(QStringLiteral("window/state"), saveState());
+    settings.setValue(QStringLiteral("window/theme"), static_cast<int>(m_theme));
+    m_runPanel->saveSettings(settings);
+}
+
+void MainWindow::loadSettings()
+{
+    QSettings settings;
+    if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray()))
+        resize(1280, 800);
+    restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
+    m_runPanel->loadSettings(settings);
+    setTheme(static_cast<Theme>(settings.value(QStringLiteral("window/theme"), 0).toInt()));
+}
+
+void MainWindow::closeEvent(QCloseEvent* event)
+{
+    saveSettings();
+    m_controller->stop();  // the controller's destructor waits for the worker
+    event->accept();
+}
+
+}  // namespace batchpilot::ui

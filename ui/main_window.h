@@ -1,0 +1,89 @@
+#pragma once
+
+#include <QList>
+#include <QMainWindow>
+
+#include "core/events.h"
+#include "core/trainer.h"
+#include "ui/run_record.h"
+#include "ui/theme.h"
+
+class QAction;
+class QLabel;
+class QDockWidget;
+
+namespace batchpilot::ui {
+
+class AccumulationView;
+class ChartsPanel;
+class EventLog;
+class RunPanel;
+class RunStatus;
+class TrainerController;
+
+/// The BatchPilot window: run panel (left), the four live charts (centre), the training batch
+/// being accumulated and the event log (bottom), status bar, menus. Owns the TrainerController.
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    /// Starts a run with the run panel's values; false when they are invalid or a run is going.
+    bool start();
+    /// Loads the built-in demo configuration into the run panel and starts it.
+    bool startDemo();
+    void setTheme(Theme theme);
+
+    bool exportMetricsCsv(const QString& path);
+    bool exportEventsJsonl(const QString& path);
+    QStringList exportCharts(const QString& directory);
+
+    RunPanel* runPanel() const { return m_runPanel; }
+    ChartsPanel* chartsPanel() const { return m_charts; }
+    AccumulationView* accumulationView() const { return m_accumulation; }
+    EventLog* eventLog() const { return m_eventLog; }
+    RunStatus* runStatus() const { return m_status; }
+    TrainerController* controller() const { return m_controller; }
+    const RunRecord& record() const { return m_record; }
+    /// The error message shown above the charts (empty when none).
+    QString errorText() const;
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+
+private:
+    void createMenus();
+    void onEvents(const QList<core::Event>& events);
+    void onRunFinished(const core::RunResult& result);
+    void updateActions();
+    void showError(const QString& message);
+    void note(const QString& details);
+    void saveSettings();
+    void loadSettings();
+    void showHowItWorks();
+    void showAbout();
+
+    TrainerController* m_controller;
+    RunPanel* m_runPanel;
+    ChartsPanel* m_charts;
+    AccumulationView* m_accumulation;
+    EventLog* m_eventLog;
+    RunStatus* m_status;
+    QLabel* m_errorBanner;
+    QWidget* m_errorBox;
+    QDockWidget* m_runDock;
+    QDockWidget* m_batchDock;
+    QDockWidget* m_logDock;
+    RunRecord m_record;
+    Theme m_theme = Theme::System;
+
+    QAction* m_startAction = nullptr;
+    QAction* m_pauseAction = nullptr;
+    QAction* m_stopAction = nullptr;
+    QAction* m_reprobeAction = nullptr;
+    QAction* m_followAction = nullptr;
+    QList<QAction*> m_themeActions;
+};
+
+}  // namespace batchpilot::ui
