@@ -108,12 +108,12 @@ std::optional<int64_t> ProbeSearch::candidate() const {
         };
         // The model overestimates (its prediction failed): step down from the failure, by a
         // step that doubles with every further failure, instead of bisecting a wide bracket.
-        if (predicted >= hi && m_failSeen) {
+        if (predicted >= hi && m_failSeen && !m_modelMissed) {
             const int64_t below = snap(hi - widen(hi, m_failStreak));
             if (usable(below)) return below;
         }
         // The model says we are at the limit: step up from the largest fit to close the bracket.
-        if (predicted <= m_lo) {
+        if (predicted <= m_lo && !m_modelMissed) {
             const int64_t above = m_lo + widen(m_lo, m_fitStreak);
             if (usable(above)) return above;
         }
@@ -161,6 +161,9 @@ void ProbeSearch::record(const TrialOutcome& outcome) {
     const bool accepted = outcome.fit && outcome.peakBytes <= m_usable;
     if (modelled) {
         // Streaks since the memory model exists size the steps around its prediction.
+        // A fit after failures (or a failure after fits) means the prediction was bracketed:
+        // from then on bisection is the faster way to close the gap.
+        if ((accepted && m_failStreak > 0) || (!accepted && m_fitStreak > 0 && m_failSeen)) m_modelMissed = true;
         m_fitStreak = accepted ? m_fitStreak + 1 : 0;
         m_failStreak = accepted ? 0 : m_failStreak + 1;
     }

@@ -74,6 +74,7 @@ private:
     bool m_failSeen = false;
     int m_fitStreak = 0;
     int m_failStreak = 0;
+    bool m_modelMissed = false;
     bool m_finished = false;
     bool m_hitTrialLimit = false;
     std::vector<TrialOutcome> m_history;

@@ -1,7 +1,5 @@
 #include "ui/event_text.h"
 
-#include <type_traits>
-
 #include <QCoreApplication>
 
 #include "core/byte_size.h"
@@ -28,16 +26,6 @@ QString str(const std::string& text)
 QString latin(const char* text)
 {
     return QString::fromLatin1(text);
-}
-
-/// JSON value of a field; int64_t (long) is not one of QJsonValue's integer types.
-template <class T>
-QJsonValue J(const T& value)
-{
-    if constexpr (std::is_same_v<T, int64_t>)
-        return QJsonValue(static_cast<qint64>(value));
-    else
-        return QJsonValue(value);
 }
 
 template <class... Ts>
@@ -168,128 +156,6 @@ EventRow describeEvent(const core::Event& event)
             },
         },
         event);
-}
-
-QJsonObject eventToJson(const core::Event& event)
-{
-    QJsonObject o = std::visit(
-        Overloaded{
-            [](const core::RunStateChanged& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("state"), latin(core::toString(e.state))},
-                                   {QStringLiteral("detail"), str(e.detail)}};
-            },
-            [](const core::ProbeStarted& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("sequence"), J(e.sequence)},
-                                   {QStringLiteral("reason"), latin(core::toString(e.reason))},
-                                   {QStringLiteral("device"), str(e.device)},
-                                   {QStringLiteral("upper_bound"), J(e.upperBound)},
-                                   {QStringLiteral("usable_bytes"), J(e.usableBytes)},
-                                   {QStringLiteral("reserved_bytes"), J(e.reservedBytes)}};
-            },
-            [](const core::ProbeTrial& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("sequence"), J(e.sequence)},
-                                   {QStringLiteral("trial"), J(e.trial)},
-                                   {QStringLiteral("micro_batch"), J(e.microBatch)},
-                                   {QStringLiteral("fit"), J(e.fit)},
-                                   {QStringLiteral("within_headroom"), J(e.withinHeadroom)},
-                                   {QStringLiteral("peak_bytes"), J(e.peakBytes)},
-                                   {QStringLiteral("failed_allocation_bytes"), J(e.failedAllocationBytes)},
-                                   {QStringLiteral("seconds"), J(e.seconds)}};
-            },
-            [](const core::ProbeFinished& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("sequence"), J(e.sequence)},
-                                   {QStringLiteral("micro_batch"), J(e.microBatch)},
-                                   {QStringLiteral("accumulation_steps"), J(e.accumulationSteps)},
-                                   {QStringLiteral("target_batch"), J(e.targetBatch)},
-                                   {QStringLiteral("trials"), J(e.trials)},
-                                   {QStringLiteral("seconds"), J(e.seconds)},
-                                   {QStringLiteral("hit_trial_limit"), J(e.hitTrialLimit)},
-                                   {QStringLiteral("fixed_bytes"), J(e.fixedBytes)},
-                                   {QStringLiteral("bytes_per_sample"), J(e.bytesPerSample)}};
-            },
-            [](const core::OomEvent& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("step"), J(e.step)},
-                                   {QStringLiteral("phase"), latin(core::toString(e.phase))},
-                                   {QStringLiteral("micro_batch"), J(e.microBatch)},
-                                   {QStringLiteral("requested_bytes"), J(e.requestedBytes)},
-                                   {QStringLiteral("message"), str(e.message)},
-                                   {QStringLiteral("recovered"), J(e.recovered)},
-                                   {QStringLiteral("new_micro_batch"), J(e.newMicroBatch)}};
-            },
-            [](const core::MemorySample& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("allocated_bytes"), J(e.allocatedBytes)},
-                                   {QStringLiteral("reserved_bytes"), J(e.reservedBytes)},
-                                   {QStringLiteral("peak_bytes"), J(e.peakBytes)},
-                                   {QStringLiteral("capacity_bytes"), J(e.capacityBytes)},
-                                   {QStringLiteral("headroom_bytes"), J(e.headroomBytes)}};
-            },
-            [](const core::StepMetrics& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("step"), J(e.step)},
-                                   {QStringLiteral("epoch"), J(e.epoch)},
-                                   {QStringLiteral("samples_seen"), J(e.samplesSeen)},
-                                   {QStringLiteral("loss"), J(e.loss)},
-                                   {QStringLiteral("micro_batch"), J(e.microBatch)},
-                                   {QStringLiteral("accumulation_steps"), J(e.accumulationSteps)},
-                                   {QStringLiteral("target_batch"), J(e.targetBatch)},
-                                   {QStringLiteral("learning_rate"), J(e.learningRate)},
-                                   {QStringLiteral("samples_per_second"), J(e.samplesPerSecond)},
-                                   {QStringLiteral("step_seconds"), J(e.stepSeconds)},
-                                   {QStringLiteral("peak_bytes"), J(e.peakBytes)},
-                                   {QStringLiteral("total_steps"), J(e.totalSteps)}};
-            },
-            [](const core::MicroBatchDone& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("step"), J(e.step)},
-                                   {QStringLiteral("index"), J(e.index)},
-                                   {QStringLiteral("offset"), J(e.offset)},
-                                   {QStringLiteral("size"), J(e.size)},
-                                   {QStringLiteral("target_batch"), J(e.targetBatch)},
-                                   {QStringLiteral("loss_weight"), J(e.lossWeight)},
-                                   {QStringLiteral("loss"), J(e.loss)},
-                                   {QStringLiteral("probe_trial"), J(e.probeTrial)}};
-            },
-            [](const core::OptimizerStepped& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("step"), J(e.step)},
-                                   {QStringLiteral("micro_batches"), J(e.microBatches)}};
-            },
-            [](const core::TargetBatchChanged& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("old_target"), J(e.oldTarget)},
-                                   {QStringLiteral("new_target"), J(e.newTarget)},
-                                   {QStringLiteral("old_learning_rate"), J(e.oldLearningRate)},
-                                   {QStringLiteral("new_learning_rate"), J(e.newLearningRate)}};
-            },
-            [](const core::DeviceSwitched& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("from"), str(e.from)},
-                                   {QStringLiteral("to"), str(e.to)}};
-            },
-            [](const core::Warning& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("message"), str(e.message)}};
-            },
-            [](const core::CheckpointSaved& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("step"), J(e.step)},
-                                   {QStringLiteral("path"), str(e.path)}};
-            },
-            [](const core::ErrorEvent& e) {
-                return QJsonObject{{QStringLiteral("time"), J(e.time)},
-                                   {QStringLiteral("message"), str(e.message)},
-                                   {QStringLiteral("where"), str(e.where)}};
-            },
-        },
-        event);
-    o.insert(QStringLiteral("event"), latin(core::eventName(event)));
-    return o;
 }
 
 QString planCaption(qint64 targetBatch, qint64 microBatch)

@@ -1,6 +1,5 @@
 #pragma once
 
-#include <QJsonObject>
 #include <QString>
 
 #include "core/events.h"
@@ -21,9 +20,6 @@ bool isLogged(const core::Event& event);
 
 /// Describes an event for the log.
 EventRow describeEvent(const core::Event& event);
-
-/// An event as a JSON object with its name in "event" (the same names as the CLI's JSON Lines).
-QJsonObject eventToJson(const core::Event& event);
 
 /// Text for a plan: "4096 = 32 × 128 (micro-batch 128, 32 accumulation steps)" or, when the
 /// target does not divide evenly, "1000 = 10 × 91 + 1 × 90 (micro-batch 96, 11 accumulation

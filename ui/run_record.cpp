@@ -1,10 +1,9 @@
 #include "ui/run_record.h"
 
 #include <QFile>
-#include <QJsonDocument>
 #include <QTextStream>
 
-#include "ui/event_text.h"
+#include "core/event_json.h"
 
 namespace batchpilot::ui {
 
@@ -66,8 +65,9 @@ bool RunRecord::writeEventsJsonl(const QString& path, QString* error) const
         return false;
     }
     for (const core::Event& event : m_events) {
-        file.write(QJsonDocument(eventToJson(event)).toJson(QJsonDocument::Compact));
-        file.write("\n");
+        // The same records as the CLI's --events file.
+        const std::string line = core::toJsonLine(event) + '\n';
+        file.write(line.data(), static_cast<qint64>(line.size()));
     }
     return file.error() == QFileDevice::NoError;
 }

@@ -1,0 +1,45 @@
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "core/events.h"
+
+namespace batchpilot::tests {
+
+/// Keeps every event (thread-safe) and lets a test react to events on the trainer thread.
+class RecordingSink final : public core::EventSink {
+public:
+    std::function<void(const core::Event&)> onEach;
+
+    void onEvent(const core::Event& event) override {
+        {
+            std::lock_guard lock(m_mutex);
+            m_events.push_back(event);
+        }
+        if (onEach) onEach(event);
+    }
+
+    std::vector<core::Event> events() const {
+        std::lock_guard lock(m_mutex);
+        return m_events;
+    }
+
+    /// All events of type T, in order.
+    template <typename T>
+    std::vector<T> all() const {
+        std::vector<T> out;
+        std::lock_guard lock(m_mutex);
+        for (const auto& e : m_events) {
+            if (const auto* typed = std::get_if<T>(&e)) out.push_back(*typed);
+        }
+        return out;
+    }
+
+private:
+    mutable std::mutex m_mutex;
+    std::vector<core::Event> m_events;
+};
+
+}  // namespace batchpilot::tests

@@ -1,0 +1,295 @@
+#include <QtTest>
+
+#include <QApplication>
+#include <QClipboard>
+#include <QImage>
+#include <QTemporaryDir>
+
+#include "core/events.h"
+#include "ui/accumulation_view.h"
+#include "ui/charts/charts_panel.h"
+#include "ui/charts/loss_chart.h"
+#include "ui/charts/memory_chart.h"
+#include "ui/charts/probe_chart.h"
+#include "ui/charts/throughput_chart.h"
+#include "ui/event_log.h"
+#include "ui/event_text.h"
+
+using namespace batchpilot;
+
+namespace {
+
+constexpr int64_t kMiB = 1024 * 1024;
+
+core::StepMetrics step(int64_t n, double loss)
+{
+    core::StepMetrics m;
+    m.time = 0.1 * static_cast<double>(n);
+    m.step = n;
+    m.samplesSeen = n * 256;
+    m.loss = loss;
+    m.microBatch = 64;
+    m.accumulationSteps = 4;
+    m.targetBatch = 256;
+    m.samplesPerSecond = 2000;
+    m.peakBytes = 40 * kMiB;
+    return m;
+}
+
+/// A probe sequence: 1, 2, 4 ... fit, `oomAt` runs out of memory.
+QList<core::Event> probe(int sequence, int64_t oomAt, double t0)
+{
+    QList<core::Event> events;
+    events.append(core::ProbeStarted{t0, sequence, core::ProbeReason::Initial, "virtual:64MiB",
+                                      256, 60 * kMiB, 0});
+    int trial = 0;
+    for (int64_t n = 1; n <= oomAt; n *= 2) {
+        core::ProbeTrial t;
+        t.time = t0 + 0.01 * ++trial;
+        t.sequence = sequence;
+        t.trial = trial;
+        t.microBatch = n;
+        t.fit = n < oomAt;
+        t.withinHeadroom = t.fit;
+        t.peakBytes = n * kMiB;
+        t.failedAllocationBytes = t.fit ? 0 : 3 * kMiB;
+        events.append(t);
+    }
+    events.append(core::ProbeFinished{t0 + 0.5, sequence, oomAt / 2, 256 / (oomAt / 2), 256, trial,
+                                      0.5, false, 0, 0});
+    return events;
+}
+
+}  // namespace
+
+class TestWidgets : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void planCaption_data();
+    void planCaption();
+    void lossChartDrawsRawAndSmoothed();
+    void lossChartAxesAndScale();
+    void probeChartShowsSequences();
+    void memoryChartMarksOoms();
+    void zoomPausesFollowLive();
+    void chartsExportPng();
+    void accumulationFillsAndReplays();
+    void eventLogFiltersAndCopies();
+};
+
+void TestWidgets::planCaption_data()
+{
+    QTest::addColumn<qint64>("target");
+    QTest::addColumn<qint64>("micro");
+    QTest::addColumn<QString>("caption");
+    QTest::newRow("even") << qint64(4096) << qint64(128)
+                          << QStringLiteral("4096 = 32 × 128 (micro-batch 128, 32 accumulation steps)");
+    QTest::newRow("uneven split evenly") << qint64(100) << qint64(32)
+                          << QStringLiteral("100 = 4 × 25 (micro-batch 32, 4 accumulation steps)");
+    QTest::newRow("sizes differ by one") << qint64(1000) << qint64(96)
+                          << QStringLiteral("1000 = 10 × 91 + 1 × 90 (micro-batch 96, 11 accumulation steps)");
+    QTest::newRow("fits at once") << qint64(64) << qint64(64)
+                          << QStringLiteral("64 = 1 × 64 (micro-batch 64, 1 accumulation steps)");
+}
+
+void TestWidgets::planCaption()
+{
+    QFETCH(qint64, target);
+    QFETCH(qint64, micro);
+    QFETCH(QString, caption);
+    QCOMPARE(ui::planCaption(target, micro), caption);
+}
+
+void TestWidgets::lossChartDrawsRawAndSmoothed()
+{
+    ui::LossChart chart;
+    chart.resize(600, 400);
+    chart.show();
+    for (int i = 1; i <= 5000; ++i)
+        chart.handle(step(i, 2.0 / std::sqrt(i) + (i % 2 ? 0.2 : -0.2)));
+    chart.redraw();
+    QCOMPARE(chart.rawStore().rawCount(), std::size_t(5000));
+    QCOMPARE(chart.smoothedStore().rawCount(), std::size_t(5000));
+    // Thinned to about two points per pixel column, not 5000.
+    QVERIFY(chart.drawnPointCount() > 50);
+    QVERIFY2(chart.drawnPointCount() < 2 * 600 + 4, qPrintable(QString::number(chart.drawnPointCount())));
+    // The smoothed line is computed on raw data: much less noisy than the ±0.2 alternation.
+    const auto& smooth = chart.smoothedStore().points();
+    const double jump = std::abs(smooth[4000].y() - smooth[4001].y());
+    QVERIFY2(jump < 0.1, qPrintable(QString::number(jump)));
+    chart.setSmoothing(0.0);  // recomputed from the raw values
+    const auto& raw = chart.smoothedStore().points();
+    QCOMPARE(raw[4000].y(), chart.rawStore().points()[4000].y());
+}
+
+void TestWidgets::lossChartAxesAndScale()
+{
+    ui::LossChart chart;
+    chart.resize(600, 400);
+    chart.show();
+    for (int i = 1; i <= 100; ++i)
+        chart.handle(step(i, 1.0 / i));
+    chart.setXAxis(ui::LossChart::XAxis::Samples);
+    QCOMPARE(chart.rawStore().maxX(), 100.0 * 256);
+    chart.setXAxis(ui::LossChart::XAxis::WallTime);
+    QCOMPARE(chart.rawStore().maxX(), 10.0);
+    chart.setLogScale(true);
+    QVERIFY(chart.logScale());
+    chart.redraw();
+    chart.setLogScale(false);
+    chart.redraw();
+    QCOMPARE(chart.smoothedStore().rawCount(), std::size_t(100));
+}
+
+void TestWidgets::probeChartShowsSequences()
+{
+    ui::ProbeChart chart;
+    chart.resize(600, 400);
+    chart.show();
+    for (const auto& e : probe(1, 64, 0))
+        chart.handle(e);
+    QCOMPARE(chart.sequenceCount(), 1);
+    QCOMPARE(chart.trialCount(), 7);  // 1, 2, 4, ..., 64
+    QCOMPARE(chart.chosenMicroBatch(), qint64(32));
+    for (const auto& e : probe(2, 128, 5))
+        chart.handle(e);
+    chart.redraw();
+    QCOMPARE(chart.sequenceCount(), 2);
+    QCOMPARE(chart.trialCount(), 15);
+    QCOMPARE(chart.chosenMicroBatch(), qint64(64));
+    chart.setXAxis(ui::ProbeChart::XAxis::WallTime);
+    chart.redraw();
+    chart.clear();
+    QCOMPARE(chart.trialCount(), 0);
+}
+
+void TestWidgets::memoryChartMarksOoms()
+{
+    ui::MemoryChart chart;
+    chart.resize(600, 400);
+    chart.show();
+    for (int i = 0; i < 2000; ++i)
+        chart.handle(core::MemorySample{i * 0.01, (10 + i % 40) * kMiB, (10 + i % 40) * kMiB,
+                                        (12 + i % 40) * kMiB, 64 * kMiB, 60 * kMiB});
+    core::OomEvent oom;
+    oom.time = 7.5;
+    oom.step = 12;
+    oom.phase = core::Phase::Backward;
+    oom.microBatch = 48;
+    oom.requestedBytes = 6 * kMiB;
+    oom.recovered = true;
+    oom.newMicroBatch = 32;
+    chart.handle(oom);
+    chart.redraw();
+    QCOMPARE(chart.allocatedStore().rawCount(), std::size_t(2000));
+    QCOMPARE(chart.oomMarkerCount(), 1);
+    const QString tip = chart.oomText(0);
+    QVERIFY2(tip.contains(QLatin1String("backward")), qPrintable(tip));
+    QVERIFY(tip.contains(QLatin1String("micro-batch 48")));
+    QVERIFY(tip.contains(QLatin1String("6.0 MiB")) || tip.contains(QLatin1String("6.00 MiB")));
+}
+
+void TestWidgets::zoomPausesFollowLive()
+{
+    ui::ChartsPanel panel;
+    panel.resize(1000, 700);
+    panel.show();
+    for (int i = 1; i <= 200; ++i)
+        panel.handle(step(i, 1.0 / i));
+    panel.redrawNow();
+    QVERIFY(panel.followLive());
+    QSignalSpy spy(&panel, &ui::ChartsPanel::followLiveChanged);
+    panel.lossChart()->zoomTo(QRectF(QPointF(10, 0), QPointF(50, 1)));
+    QVERIFY(!panel.lossChart()->followLive());
+    QVERIFY(!panel.followLive());
+    QCOMPARE(spy.count(), 1);
+    QCOMPARE(spy.last().first().toBool(), false);
+    // More data does not move a paused chart.
+    for (int i = 201; i <= 400; ++i)
+        panel.handle(step(i, 1.0 / i));
+    panel.redrawNow();
+    // The button (and View > Follow live) resumes.
+    panel.setFollowLive(true);
+    QVERIFY(panel.followLive());
+    QCOMPARE(spy.last().first().toBool(), true);
+}
+
+void TestWidgets::chartsExportPng()
+{
+    ui::ChartsPanel panel;
+    panel.resize(1000, 700);
+    panel.show();
+    for (int i = 1; i <= 50; ++i)
+        panel.handle(step(i, 1.0 / i));
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QStringList files = panel.exportAll(dir.path());
+    QCOMPARE(files.size(), 4);
+    for (const QString& file : files) {
+        QImage image(file);
+        QVERIFY2(!image.isNull(), qPrintable(file));
+        QVERIFY(image.width() > 100);
+    }
+}
+
+void TestWidgets::accumulationFillsAndReplays()
+{
+    ui::AccumulationView view;
+    view.resize(800, 80);
+    view.show();
+    view.handle(core::ProbeFinished{0, 1, 64, 4, 256, 5, 0.1, false, 0, 0});
+    QCOMPARE(view.caption(),
+             QStringLiteral("Training batch: 256 = 4 × 64 (micro-batch 64, 4 accumulation steps)"));
+    const auto micro = [](int64_t stepNumber, int64_t index, int64_t offset, int64_t size) {
+        core::MicroBatchDone m;
+        m.step = stepNumber;
+        m.index = index;
+        m.offset = offset;
+        m.size = size;
+        m.targetBatch = 256;
+        return m;
+    };
+    view.handle(micro(1, 0, 0, 64));
+    view.handle(micro(1, 1, 64, 64));
+    QCOMPARE(view.filledSamples(), qint64(128));
+    core::OomEvent oom;
+    oom.step = 1;
+    oom.microBatch = 64;
+    oom.recovered = true;
+    oom.newMicroBatch = 32;
+    view.handle(oom);
+    view.handle(micro(1, 0, 0, 32));  // replay from the start at the smaller size
+    QCOMPARE(view.replays(), 1);
+    QCOMPARE(view.filledSamples(), qint64(32));
+    view.handle(core::OptimizerStepped{1, 1, 8});
+    view.handle(micro(2, 0, 0, 32));
+    QCOMPARE(view.replays(), 0);
+    view.repaint();
+}
+
+void TestWidgets::eventLogFiltersAndCopies()
+{
+    ui::EventLog log;
+    QList<core::Event> events = probe(1, 16, 0);
+    events.append(core::MemorySample{});  // not logged
+    events.append(core::DeviceSwitched{1.0, "virtual:64MiB", "virtual:256MiB"});
+    events.append(core::ErrorEvent{2.0, "the model does not fit", "setup"});
+    log.addEvents(events);
+    QCOMPARE(log.model()->rowCount(), 5 + 2 + 2);  // 5 trials, start/finish, switch, error
+    log.setKindFilter(QStringLiteral("OOM"));
+    QCOMPARE(log.visibleRowCount(), 0);
+    log.setKindFilter(QStringLiteral("probe trial"));
+    QCOMPARE(log.visibleRowCount(), 5);
+    log.setKindFilter(QString());
+    log.setFilterText(QStringLiteral("256MiB"));
+    QCOMPARE(log.visibleRowCount(), 1);
+    log.copySelection();
+    const QString copied = QApplication::clipboard()->text();
+    QVERIFY2(copied.contains(QLatin1String("device switch\tvirtual:64MiB → virtual:256MiB")),
+             qPrintable(copied));
+    log.setFilterText(QString());
+    QCOMPARE(log.visibleRowCount(), 9);
+}
+
+QTEST_MAIN(TestWidgets)
+#include "tst_widgets.moc"
