@@ -46,6 +46,7 @@ public:
     RunStatus* runStatus() const { return m_status; }
     TrainerController* controller() const { return m_controller; }
     const RunRecord& record() const { return m_record; }
+    QAction* startAction() const { return m_startAction; }
     /// The error message shown above the charts (empty when none).
     QString errorText() const;
 

@@ -18,6 +18,8 @@ public:
 
     std::size_t stepCount() const { return m_steps.size(); }
     std::size_t eventCount() const { return m_events.size(); }
+    const std::deque<core::Event>& events() const { return m_events; }
+    const std::deque<core::StepMetrics>& steps() const { return m_steps; }
 
     /// One row per optimizer step; the header names the columns and their units.
     bool writeMetricsCsv(const QString& path, QString* error = nullptr) const;

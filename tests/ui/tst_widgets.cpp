@@ -285,7 +285,7 @@ void TestWidgets::eventLogFiltersAndCopies()
     QCOMPARE(log.visibleRowCount(), 1);
     log.copySelection();
     const QString copied = QApplication::clipboard()->text();
-    QVERIFY2(copied.contains(QLatin1String("device switch\tvirtual:64MiB → virtual:256MiB")),
+    QVERIFY2(copied.contains(QStringLiteral("device switch\tvirtual:64MiB → virtual:256MiB")),
              qPrintable(copied));
     log.setFilterText(QString());
     QCOMPARE(log.visibleRowCount(), 9);

@@ -1,0 +1,254 @@
+#include <QtTest>
+
+#include <QAction>
+#include <QDir>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSettings>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QTemporaryDir>
+
+#include "core/events.h"
+#include "ui/accumulation_view.h"
+#include "ui/charts/charts_panel.h"
+#include "ui/charts/loss_chart.h"
+#include "ui/charts/memory_chart.h"
+#include "ui/charts/probe_chart.h"
+#include "ui/demo_options.h"
+#include "ui/event_log.h"
+#include "ui/main_window.h"
+#include "ui/run_panel.h"
+#include "ui/trainer_controller.h"
+
+using namespace batchpilot;
+
+namespace {
+
+constexpr int kTimeout = 120'000;  // ms; the trainer runs on the CPU of a test machine
+
+/// The most recent ProbeFinished the window received, or nullopt.
+std::optional<core::ProbeFinished> lastProbe(const ui::MainWindow& w)
+{
+    const auto& events = w.record().events();
+    for (auto it = events.rbegin(); it != events.rend(); ++it)
+        if (const auto* p = std::get_if<core::ProbeFinished>(&*it))
+            return *p;
+    return std::nullopt;
+}
+
+bool hasEvent(const ui::MainWindow& w, auto predicate)
+{
+    for (const auto& event : w.record().events())
+        if (predicate(event))
+            return true;
+    return false;
+}
+
+QString screenshotPath(const QString& name)
+{
+    // The build tree, next to the test executable, so a person can open it after a run.
+    return QDir(QCoreApplication::applicationDirPath()).filePath(name);
+}
+
+}  // namespace
+
+class TestMainWindow : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase();
+    void demoEndToEnd();
+    void modelTooBigKeepsWindowUsable();
+    void invalidInputsDisableStart();
+    void exportsFiles();
+
+private:
+    static void startDemo(ui::MainWindow& w, int64_t steps = 100000)
+    {
+        core::TrainerOptions options = ui::demoOptions();
+        options.steps = steps;
+        w.runPanel()->setOptions(options);
+        QVERIFY2(w.runPanel()->isValid(), qPrintable(w.runPanel()->problem()));
+        QTest::mouseClick(w.runPanel()->startButton(), Qt::LeftButton);
+        QVERIFY(w.controller()->isRunning());
+    }
+};
+
+void TestMainWindow::initTestCase()
+{
+    QStandardPaths::setTestModeEnabled(true);  // keep the user's settings out of it
+    QCoreApplication::setOrganizationName(QStringLiteral("BatchPilotTests"));
+    QCoreApplication::setApplicationName(QStringLiteral("tst_main_window"));
+    QSettings().clear();
+}
+
+void TestMainWindow::demoEndToEnd()
+{
+    ui::MainWindow w;
+    w.resize(1280, 800);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QSignalSpy batches(w.controller(), &ui::TrainerController::eventsReceived);
+    QElapsedTimer clock;
+    clock.start();
+
+    startDemo(w);
+    auto* charts = w.chartsPanel();
+    // Loss, probe and memory charts fill, and the caption states the plan.
+    QTRY_VERIFY_WITH_TIMEOUT(charts->lossChart()->rawStore().rawCount() >= 3, kTimeout);
+    QVERIFY(charts->probeChart()->trialCount() > 0);
+    QVERIFY(!charts->memoryChart()->allocatedStore().isEmpty());
+    QVERIFY2(w.accumulationView()->caption().contains(QLatin1String("accumulation steps")),
+             qPrintable(w.accumulationView()->caption()));
+    // The demo is chosen so the probe runs out of memory and the target needs accumulation.
+    const auto first = lastProbe(w);
+    QVERIFY(first.has_value());
+    QVERIFY2(first->accumulationSteps > 1, qPrintable(QString::number(first->accumulationSteps)));
+    QVERIFY2(charts->memoryChart()->oomMarkerCount() > 0, "the demo probe hit no OOM");
+    QVERIFY(w.eventLog()->model()->rowCount() > 0);
+
+    // Re-probe: a new probe sequence appears, the run goes on.
+    const int sequences = charts->probeChart()->sequenceCount();
+    QTest::mouseClick(w.runPanel()->reprobeButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(charts->probeChart()->sequenceCount() > sequences, kTimeout);
+    QTRY_VERIFY_WITH_TIMEOUT(lastProbe(w)->sequence > first->sequence, kTimeout);
+    QVERIFY(hasEvent(w, [](const core::Event& e) {
+        const auto* p = std::get_if<core::ProbeStarted>(&e);
+        return p && p->reason == core::ProbeReason::UserRequest;
+    }));
+
+    // A larger virtual GPU mid-run: the micro-batch grows, accumulation steps shrink.
+    const auto before = *lastProbe(w);
+    w.runPanel()->virtualSizeEdit()->setText(QStringLiteral("512MiB"));
+    Q_EMIT w.runPanel()->virtualSizeEdit()->editingFinished();
+    QTRY_VERIFY_WITH_TIMEOUT(hasEvent(w, [](const core::Event& e) {
+                                 const auto* s = std::get_if<core::DeviceSwitched>(&e);
+                                 return s && s->to == "virtual:512MiB";
+                             }),
+                             kTimeout);
+    QTRY_VERIFY_WITH_TIMEOUT(lastProbe(w)->sequence > before.sequence, kTimeout);
+    const auto after = *lastProbe(w);
+    QVERIFY2(after.microBatch > before.microBatch,
+             qPrintable(QStringLiteral("%1 -> %2").arg(before.microBatch).arg(after.microBatch)));
+    QVERIFY(after.accumulationSteps < before.accumulationSteps);
+    const std::size_t stepsBefore = charts->lossChart()->rawStore().rawCount();
+    QTRY_VERIFY_WITH_TIMEOUT(charts->lossChart()->rawStore().rawCount() > stepsBefore + 1, kTimeout);
+    QTRY_VERIFY_WITH_TIMEOUT(w.accumulationView()->caption().contains(
+                                 QStringLiteral("micro-batch %1,").arg(after.microBatch)),
+                             kTimeout);
+
+    // Mid-run screenshots at 1280×800, light and dark, for a person to look at.
+    charts->redrawNow();
+    QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-light.png"))));
+    w.setTheme(ui::Theme::Dark);
+    charts->redrawNow();
+    QTest::qWait(100);
+    QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-dark.png"))));
+    w.setTheme(ui::Theme::Light);
+
+    // Coalescing: the GUI got the events in a few batches per frame, not one call per event.
+    const double seconds = clock.elapsed() / 1000.0;
+    qsizetype events = 0;
+    for (const auto& args : std::as_const(batches))
+        events += args.first().value<QList<core::Event>>().size();
+    QVERIFY2(batches.size() <= seconds * 40 + 10,
+             qPrintable(QStringLiteral("%1 batches in %2 s").arg(batches.size()).arg(seconds)));
+    QVERIFY(events > batches.size());
+
+    // Stop, and start again.
+    QTest::mouseClick(w.runPanel()->stopButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
+    QVERIFY(w.runPanel()->startButton()->isEnabled());
+    QVERIFY(hasEvent(w, [](const core::Event& e) {
+        const auto* s = std::get_if<core::RunStateChanged>(&e);
+        return s && s->state == core::RunState::Finished;
+    }));
+    QVERIFY(w.errorText().isEmpty());
+    QTest::mouseClick(w.runPanel()->startButton(), Qt::LeftButton);
+    QVERIFY(w.controller()->isRunning());
+    QTRY_VERIFY_WITH_TIMEOUT(charts->lossChart()->rawStore().rawCount() >= 1, kTimeout);
+    QTest::mouseClick(w.runPanel()->stopButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
+}
+
+void TestMainWindow::modelTooBigKeepsWindowUsable()
+{
+    ui::MainWindow w;
+    w.resize(1280, 800);
+    w.show();
+    core::TrainerOptions options = ui::demoOptions();
+    options.device = "virtual:256KiB";
+    w.runPanel()->setOptions(options);
+    QVERIFY2(w.runPanel()->isValid(), qPrintable(w.runPanel()->problem()));
+    QVERIFY(w.start());
+    QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
+    QVERIFY2(w.errorText().contains(QLatin1String("does not fit")), qPrintable(w.errorText()));
+    w.eventLog()->setKindFilter(QStringLiteral("error"));
+    QVERIFY(w.eventLog()->visibleRowCount() >= 1);
+    w.eventLog()->setKindFilter(QString());
+    QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-error.png"))));
+
+    // Still usable: a run on a budget that fits starts and trains.
+    QVERIFY(w.runPanel()->startButton()->isEnabled());
+    w.runPanel()->virtualSizeEdit()->setText(QStringLiteral("64MiB"));
+    QVERIFY(w.start());
+    QVERIFY(w.errorText().isEmpty());
+    QTRY_VERIFY_WITH_TIMEOUT(w.chartsPanel()->lossChart()->rawStore().rawCount() >= 1, kTimeout);
+    w.controller()->stop();
+    QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
+}
+
+void TestMainWindow::invalidInputsDisableStart()
+{
+    ui::MainWindow w;
+    w.show();
+    w.runPanel()->setOptions(ui::demoOptions());
+    QVERIFY(w.startAction()->isEnabled());
+    w.runPanel()->targetBatchBox()->setValue(0);
+    QVERIFY(!w.startAction()->isEnabled());
+    QVERIFY(!w.runPanel()->startButton()->isEnabled());
+    QVERIFY2(w.startAction()->toolTip().contains(QLatin1String("Target batch")),
+             qPrintable(w.startAction()->toolTip()));
+    QVERIFY(!w.start());  // F5 does nothing either
+    QVERIFY(!w.controller()->isRunning());
+    w.runPanel()->targetBatchBox()->setValue(256);
+    w.runPanel()->virtualSizeEdit()->setText(QStringLiteral("abc"));
+    QVERIFY(!w.startAction()->isEnabled());
+    QVERIFY2(w.runPanel()->startButton()->toolTip().contains(QLatin1String("abc")),
+             qPrintable(w.runPanel()->startButton()->toolTip()));
+    w.runPanel()->virtualSizeEdit()->setText(QStringLiteral("64MiB"));
+    QVERIFY(w.startAction()->isEnabled());
+}
+
+void TestMainWindow::exportsFiles()
+{
+    ui::MainWindow w;
+    w.resize(1280, 800);
+    w.show();
+    startDemo(w, /*steps=*/3);
+    QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
+    QCOMPARE(w.record().stepCount(), std::size_t(3));
+    QTemporaryDir dir;
+    const QString csv = dir.filePath(QStringLiteral("metrics.csv"));
+    const QString jsonl = dir.filePath(QStringLiteral("events.jsonl"));
+    QVERIFY(w.exportMetricsCsv(csv));
+    QVERIFY(w.exportEventsJsonl(jsonl));
+    QFile csvFile(csv);
+    QVERIFY(csvFile.open(QIODevice::ReadOnly));
+    const QList<QByteArray> rows = csvFile.readAll().trimmed().split('\n');
+    QCOMPARE(rows.size(), 4);  // header + 3 steps
+    QVERIFY(rows[0].startsWith("step,epoch,time_s"));
+    QFile jsonFile(jsonl);
+    QVERIFY(jsonFile.open(QIODevice::ReadOnly));
+    const QList<QByteArray> lines = jsonFile.readAll().trimmed().split('\n');
+    QVERIFY(lines.size() >= 5);
+    for (const QByteArray& line : lines) {
+        QJsonParseError error;
+        QJsonDocument::fromJson(line, &error);
+        QCOMPARE(error.error, QJsonParseError::NoError);
+    }
+    QCOMPARE(w.exportCharts(dir.path()).size(), 4);
+}
+
+QTEST_MAIN(TestMainWindow)
+#include "tst_main_window.moc"

@@ -1,0 +1,153 @@
+#include <QtTest>
+
+#include <QComboBox>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSettings>
+#include <QSpinBox>
+#include <QTemporaryDir>
+
+#include "ui/demo_options.h"
+#include "ui/run_panel.h"
+
+using namespace batchpilot;
+
+class TestRunPanel : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void defaultsAreValid();
+    void invalidInputDisablesStart_data();
+    void invalidInputDisablesStart();
+    void optionsRoundTrip();
+    void settingsRoundTrip();
+    void runLocksStartOnlyFields();
+    void midRunChangesAreSignalled();
+
+private:
+    static void selectVirtual(ui::RunPanel& panel, const QString& size)
+    {
+        panel.deviceBox()->setCurrentIndex(panel.deviceBox()->findData(QStringLiteral("virtual")));
+        panel.virtualSizeEdit()->setText(size);
+    }
+};
+
+void TestRunPanel::defaultsAreValid()
+{
+    ui::RunPanel panel;
+    QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
+    QVERIFY(panel.startButton()->isEnabled());
+    QVERIFY(!panel.stopButton()->isEnabled());
+}
+
+void TestRunPanel::invalidInputDisablesStart_data()
+{
+    QTest::addColumn<int>("target");
+    QTest::addColumn<QString>("budget");
+    QTest::addColumn<QString>("reason");
+    QTest::newRow("target batch 0") << 0 << QStringLiteral("64MiB") << QStringLiteral("Target batch");
+    QTest::newRow("budget abc") << 256 << QStringLiteral("abc") << QStringLiteral("abc");
+    QTest::newRow("budget empty") << 256 << QString() << QStringLiteral("budget");
+    QTest::newRow("budget negative") << 256 << QStringLiteral("-5MiB") << QStringLiteral("budget");
+}
+
+void TestRunPanel::invalidInputDisablesStart()
+{
+    QFETCH(int, target);
+    QFETCH(QString, budget);
+    QFETCH(QString, reason);
+    ui::RunPanel panel;
+    panel.show();
+    QSignalSpy validity(&panel, &ui::RunPanel::validityChanged);
+    selectVirtual(panel, budget);
+    panel.targetBatchBox()->setValue(target);
+    QVERIFY(!panel.isValid());
+    QVERIFY(!panel.startButton()->isEnabled());
+    QVERIFY2(panel.problem().contains(reason, Qt::CaseInsensitive), qPrintable(panel.problem()));
+    // Start's tooltip says why.
+    QVERIFY2(panel.startButton()->toolTip().contains(panel.problem()),
+             qPrintable(panel.startButton()->toolTip()));
+    QVERIFY(!validity.isEmpty());
+    QCOMPARE(validity.last().first().toBool(), false);
+    // The offending field is marked.
+    QWidget* field = target < 1 ? static_cast<QWidget*>(panel.targetBatchBox())
+                                : static_cast<QWidget*>(panel.virtualSizeEdit());
+    QVERIFY(field->property("invalid").toBool());
+
+    // Fixing it enables Start again.
+    panel.targetBatchBox()->setValue(256);
+    panel.virtualSizeEdit()->setText(QStringLiteral("128MiB"));
+    QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
+    QVERIFY(panel.startButton()->isEnabled());
+    QVERIFY(!field->property("invalid").toBool());
+    QCOMPARE(validity.last().first().toBool(), true);
+}
+
+void TestRunPanel::optionsRoundTrip()
+{
+    ui::RunPanel panel;
+    const core::TrainerOptions demo = ui::demoOptions();
+    panel.setOptions(demo);
+    const core::TrainerOptions back = panel.options();
+    QCOMPARE(back.model.name, demo.model.name);
+    QCOMPARE(back.device, demo.device);
+    QCOMPARE(back.targetBatch, demo.targetBatch);
+    QCOMPARE(back.data.samples, demo.data.samples);
+    QCOMPARE(back.probe.headroom, demo.probe.headroom);
+    QCOMPARE(back.steps, demo.steps);
+    QCOMPARE(back.optimizer.learningRate, demo.optimizer.learningRate);
+    QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
+}
+
+void TestRunPanel::settingsRoundTrip()
+{
+    QTemporaryDir dir;
+    QSettings settings(dir.filePath(QStringLiteral("settings.ini")), QSettings::IniFormat);
+    {
+        ui::RunPanel panel;
+        selectVirtual(panel, QStringLiteral("96MiB"));
+        panel.targetBatchBox()->setValue(4096);
+        panel.saveSettings(settings);
+    }
+    ui::RunPanel restored;
+    restored.loadSettings(settings);
+    QCOMPARE(restored.deviceId(), QStringLiteral("virtual:96MiB"));
+    QCOMPARE(restored.targetBatchBox()->value(), 4096);
+}
+
+void TestRunPanel::runLocksStartOnlyFields()
+{
+    ui::RunPanel panel;
+    panel.setRunState(true, false);
+    QVERIFY(!panel.startButton()->isEnabled());
+    QVERIFY(panel.stopButton()->isEnabled());
+    QVERIFY(panel.reprobeButton()->isEnabled());
+    QVERIFY(panel.targetBatchBox()->isEnabled());  // applies at the next batch
+    QVERIFY(panel.deviceBox()->isEnabled());
+    panel.setRunState(true, true);
+    QCOMPARE(panel.pauseButton()->text(), QStringLiteral("Resume"));
+    panel.setRunState(false, false);
+    QVERIFY(panel.startButton()->isEnabled());
+}
+
+void TestRunPanel::midRunChangesAreSignalled()
+{
+    ui::RunPanel panel;
+    selectVirtual(panel, QStringLiteral("64MiB"));
+    QSignalSpy target(&panel, &ui::RunPanel::targetBatchChanged);
+    QSignalSpy device(&panel, &ui::RunPanel::deviceChanged);
+    panel.targetBatchBox()->setValue(512);
+    QCOMPARE(target.count(), 0);  // not running: nothing to apply to
+    panel.setRunState(true, false);
+    panel.targetBatchBox()->setValue(2048);
+    QCOMPARE(target.count(), 1);
+    QCOMPARE(target.first().first().toLongLong(), 2048);
+    panel.virtualSizeEdit()->setText(QStringLiteral("256MiB"));
+    Q_EMIT panel.virtualSizeEdit()->editingFinished();
+    QCOMPARE(device.count(), 1);
+    QCOMPARE(device.first().first().toString(), QStringLiteral("virtual:256MiB"));
+    Q_EMIT panel.virtualSizeEdit()->editingFinished();  // same device again: nothing new
+    QCOMPARE(device.count(), 1);
+}
+
+QTEST_MAIN(TestRunPanel)
+#include "tst_run_panel.moc"
