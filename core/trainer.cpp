@@ -22,6 +22,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// OOMs in a row at micro-batch 1 before the model is declared too big for the device.
+constexpr int kSingleSampleRetries = 2;
+
 /// A run-ending error with a message for the user (not retried).
 struct FatalError {
     std::string message;
@@ -80,7 +83,8 @@ struct Trainer::Impl {
     Clock::time_point probeStart;
     int64_t step = 0;
     int64_t samplesSeen = 0;
-    int cleanStepsSinceShrink = -1;  ///< -1: no shrink pending a regrow
+    int cleanStepsSinceShrink = -1;
+    int singleSampleOoms = 0;  ///< consecutive OOMs at micro-batch 1  ///< -1: no shrink pending a regrow
     double lastMemorySample = -1;
     RunState state = RunState::Idle;
 
@@ -441,6 +445,14 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
         const double weight = static_cast<double>(size) / static_cast<double>(batchSize);
         MicroResult r = runMicroBatch(slice, weight);
         stepPeak = std::max(stepPeak, r.peakBytes);
+        if (!r.ok && r.failure.outOfMemory && size == 1 && singleSampleOoms < kSingleSampleRetries) {
+            // Memory can be taken by others for a moment; retry a single sample before declaring
+            // that the model does not fit at all.
+            ++singleSampleOoms;
+            emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, 1});
+            continue;
+        }
+        if (r.ok) singleSampleOoms = 0;
         if (trial) {
             const bool fit = r.ok;
             if (fit || r.failure.outOfMemory) {

@@ -92,9 +92,11 @@ void AccumulationBar::paintEvent(QPaintEvent*)
     }
     // The optimizer step flash.
     if (v.m_flashLevel > 0) {
-        QColor flash = dark ? QColor(0xff, 0xff, 0xff) : QColor(0xff, 0xd7, 0x40);
-        flash.setAlphaF(0.55 * v.m_flashLevel);
-        p.setPen(Qt::NoPen);
+        QColor flash(Qt::white);
+        flash.setAlphaF(0.6 * v.m_flashLevel);
+        QColor edge(0xff, 0xc1, 0x07);
+        edge.setAlphaF(v.m_flashLevel);
+        p.setPen(QPen(edge, 3));
         p.setBrush(flash);
         p.drawRoundedRect(bar, 3, 3);
     }

@@ -39,6 +39,8 @@ MainWindow::MainWindow(QWidget* parent)
     setWindowTitle(tr("BatchPilot"));
     setObjectName(QStringLiteral("mainWindow"));
     setDockOptions(QMainWindow::AnimatedDocks | QMainWindow::AllowNestedDocks);
+    // The run panel is tall: give it the whole left side, the bottom docks sit under the charts.
+    setCorner(Qt::BottomLeftCorner, Qt::LeftDockWidgetArea);
 
     // Centre: an error banner (hidden until the engine reports a problem) above the charts.
     m_errorBox = new QWidget;

@@ -31,6 +31,10 @@ ChartsPanel::ChartsPanel(QWidget* parent)
     grid->addWidget(m_probe, 0, 1);
     grid->addWidget(m_memory, 1, 0);
     grid->addWidget(m_throughput, 1, 1);
+    grid->setColumnStretch(0, 1);
+    grid->setColumnStretch(1, 1);
+    grid->setRowStretch(0, 1);
+    grid->setRowStretch(1, 1);
     for (LiveChart* chart : charts())
         connect(chart, &LiveChart::followLiveChanged, this,
                 [this] { Q_EMIT followLiveChanged(followLive()); });

@@ -180,8 +180,7 @@ void LiveChart::setDarkTheme(bool dark)
     titleFont.setBold(true);
     m_chart->setTitleFont(titleFont);
     m_colors = ChartColors::forTheme(dark);
-    // The theme resets series pens and axis formats: apply ours again.
-    m_xAxis->setLabelFormat(QStringLiteral("%g"));
+    // The theme resets series pens: apply ours again.
     applyColors(m_colors);
     m_dirty = true;
 }
@@ -224,8 +223,13 @@ void LiveChart::setPaddedRange(QAbstractAxis* axis, double lo, double hi, bool f
     double span = hi - lo;
     if (span <= 0)
         span = std::max(std::abs(hi), 1.0);
-    const double pad = span * 0.05;
+    const double pad = span * 0.04;
     axis->setRange(fromZero && lo >= 0 ? lo : lo - pad, hi + pad);
+    // Round ticks (0, 250, 500 …) instead of the raw data range's odd values.
+    if (auto* value = qobject_cast<QValueAxis*>(axis)) {
+        value->setTickCount(5);
+        value->applyNiceNumbers();
+    }
 }
 
 void LiveChart::showTipsFor(QXYSeries* series, std::function<QString(const QPointF&)> format)

@@ -20,7 +20,7 @@ LossChart::LossChart(QWidget* parent) : LiveChart(tr("Loss per optimizer step"),
     m_rawSeries = new QLineSeries;
     m_rawSeries->setName(tr("raw"));
     m_smoothSeries = new QLineSeries;
-    m_smoothSeries->setName(tr("smoothed (EMA)"));
+    m_smoothSeries->setName(tr("smoothed"));
     chart()->addSeries(m_rawSeries);
     chart()->addSeries(m_smoothSeries);
     m_rawSeries->attachAxis(xAxis());
@@ -164,7 +164,7 @@ void LossChart::setLogScale(bool on)
         axis->setLabelFormat(QStringLiteral("%.3g"));
         m_yAxis = axis;
     }
-    m_yAxis->setTitleText(tr("loss (cross-entropy)"));
+    m_yAxis->setTitleText(tr("loss"));
     chart()->addAxis(m_yAxis, Qt::AlignLeft);
     m_rawSeries->attachAxis(m_yAxis);
     m_smoothSeries->attachAxis(m_yAxis);

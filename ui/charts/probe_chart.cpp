@@ -43,7 +43,7 @@ ProbeChart::ProbeChart(QWidget* parent) : LiveChart(tr("Probe: micro-batch trial
     m_yAxis = new QLogValueAxis;
     m_yAxis->setBase(2);
     m_yAxis->setLabelFormat(QStringLiteral("%g"));
-    m_yAxis->setTitleText(tr("micro-batch (samples, log₂)"));
+    m_yAxis->setTitleText(tr("micro-batch"));
     m_yAxis->setRange(0.5, 64);
     chart()->addAxis(m_yAxis, Qt::AlignLeft);
     xAxis()->setTitleText(tr("trial number"));
@@ -52,15 +52,15 @@ ProbeChart::ProbeChart(QWidget* parent) : LiveChart(tr("Probe: micro-batch trial
     m_chosen = new QLineSeries;
     m_chosen->setName(tr("chosen"));
     m_fits = new QScatterSeries;
-    m_fits->setName(tr("fits"));
+    m_fits->setName(tr("fit"));
     m_fits->setMarkerShape(QScatterSeries::MarkerShapeCircle);
     m_fits->setMarkerSize(9);
     m_tight = new QScatterSeries;
-    m_tight->setName(tr("fits, past headroom"));
+    m_tight->setName(tr("past headroom"));
     m_tight->setMarkerShape(QScatterSeries::MarkerShapeTriangle);
     m_tight->setMarkerSize(10);
     m_ooms = new QScatterSeries;
-    m_ooms->setName(tr("out of memory"));
+    m_ooms->setName(tr("OOM"));
     m_ooms->setMarkerShape(QScatterSeries::MarkerShapeRectangle);
     m_ooms->setMarkerSize(9);
     for (QXYSeries* series : {static_cast<QXYSeries*>(m_chosen), static_cast<QXYSeries*>(m_fits),
@@ -258,7 +258,7 @@ void ProbeChart::refresh(bool follow)
 
     if (follow) {
         if (m_xKind == XAxis::Trial)
-            xAxis()->setRange(0.5, std::max<double>(m_trials.size(), 4) + 0.5);
+            setPaddedRange(xAxis(), 0, std::max<double>(m_trials.size(), 4), /*fromZero=*/true);
         else
             setPaddedRange(xAxis(), 0, std::max(m_lastTime, 1.0), /*fromZero=*/true);
         double top = 2;

@@ -17,7 +17,7 @@ ThroughputChart::ThroughputChart(QWidget* parent)
     m_rateAxis->setTitleText(tr("samples / s"));
     m_rateAxis->setLabelFormat(QStringLiteral("%.0f"));
     m_planAxis = new QValueAxis;
-    m_planAxis->setTitleText(tr("micro-batch, accumulation steps"));
+    m_planAxis->setTitleText(tr("micro-batch, steps"));
     m_planAxis->setLabelFormat(QStringLiteral("%.0f"));
     chart()->addAxis(m_rateAxis, Qt::AlignLeft);
     chart()->addAxis(m_planAxis, Qt::AlignRight);
@@ -28,7 +28,7 @@ ThroughputChart::ThroughputChart(QWidget* parent)
     m_microBatchSeries = new QLineSeries;
     m_microBatchSeries->setName(tr("micro-batch"));
     m_accumulationSeries = new QLineSeries;
-    m_accumulationSeries->setName(tr("accumulation steps"));
+    m_accumulationSeries->setName(tr("accumulation"));
     chart()->addSeries(m_throughputSeries);
     chart()->addSeries(m_microBatchSeries);
     chart()->addSeries(m_accumulationSeries);
