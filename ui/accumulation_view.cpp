@@ -115,6 +115,9 @@ AccumulationView::AccumulationView(QWidget* parent)
     bold.setBold(true);
     m_caption->setFont(bold);
     m_status->setAlignment(Qt::AlignRight | Qt::AlignVCenter);
+    // A long caption gives way (it has a tooltip); the step count stays whole.
+    m_caption->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+    m_status->setSizePolicy(QSizePolicy::Minimum, QSizePolicy::Preferred);
     setToolTip(tr("The current training batch. Each block is a micro-batch whose backward pass "
                   "finished; its gradients add up until the whole target batch is done, then the "
                   "optimizer steps once (the bar flashes). Red lines: out-of-memory errors; red "
@@ -220,6 +223,7 @@ void AccumulationView::updateCaption()
         return;
     }
     m_caption->setText(tr("Training batch: %1").arg(planCaption(m_target, m_microBatch)));
+    m_caption->setToolTip(m_caption->text());
     QString status = tr("step %1: %2 / %3 samples").arg(m_step).arg(filledSamples()).arg(m_target);
     if (m_replays > 0)
         status += tr(", replayed ×%1 after OOM").arg(m_replays);

@@ -10,7 +10,6 @@
 #include <QFileDialog>
 #include <QGraphicsLayout>
 #include <QHBoxLayout>
-#include <QLogValueAxis>
 #include <QMouseEvent>
 #include <QToolButton>
 #include <QToolTip>
@@ -191,10 +190,14 @@ int LiveChart::plotColumns() const
 }
 
 void LiveChart::replaceThinned(QXYSeries* series, const SeriesStore& store, double xMin,
-                               double xMax, int columns, double* yMin, double* yMax)
+                               double xMax, int columns, double* yMin, double* yMax,
+                               double (*transform)(double))
 {
     const auto& points = store.points();
     std::vector<QPointF> thinned = thinMinMax(points, xMin, xMax, columns);
+    if (transform)
+        for (QPointF& p : thinned)
+            p.setY(transform(p.y()));
     if (yMin && yMax) {
         for (const QPointF& p : thinned) {
             if (p.x() < xMin || p.x() > xMax || !std::isfinite(p.y()))
@@ -211,12 +214,6 @@ void LiveChart::setPaddedRange(QAbstractAxis* axis, double lo, double hi, bool f
     if (!(lo <= hi) || !std::isfinite(lo) || !std::isfinite(hi)) {
         lo = 0;
         hi = 1;
-    }
-    if (auto* log = qobject_cast<QLogValueAxis*>(axis)) {
-        lo = std::max(lo, 1e-6);
-        hi = std::max(hi, lo * 1.5);
-        log->setRange(lo / 1.3, hi * 1.3);
-        return;
     }
     if (fromZero)
         lo = std::min(lo, 0.0);

@@ -1,6 +1,7 @@
 #include "ui/charts/loss_chart.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include <QChart>
@@ -9,7 +10,6 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineSeries>
-#include <QLogValueAxis>
 #include <QSlider>
 #include <QValueAxis>
 
@@ -58,10 +58,12 @@ LossChart::LossChart(QWidget* parent) : LiveChart(tr("Loss per optimizer step"),
     m_sliderLabel->setText(QString::number(m_smoothing, 'f', 2));
 
     showTipsFor(m_rawSeries, [this](const QPointF& p) {
-        return tr("%1 %2\nloss %3").arg(xTitle()).arg(p.x(), 0, 'g', 6).arg(p.y(), 0, 'g', 4);
+        const double loss = m_log ? std::pow(10.0, p.y()) : p.y();
+        return tr("%1 %2\nloss %3").arg(xTitle()).arg(p.x(), 0, 'g', 6).arg(loss, 0, 'g', 4);
     });
     showTipsFor(m_smoothSeries, [this](const QPointF& p) {
-        return tr("%1 %2\nsmoothed loss %3").arg(xTitle()).arg(p.x(), 0, 'g', 6).arg(p.y(), 0, 'g', 4);
+        const double loss = m_log ? std::pow(10.0, p.y()) : p.y();
+        return tr("%1 %2\nsmoothed loss %3").arg(xTitle()).arg(p.x(), 0, 'g', 6).arg(loss, 0, 'g', 4);
     });
     applyColors(colors());
 }
@@ -147,27 +149,17 @@ void LossChart::setLogScale(bool on)
         const QSignalBlocker blocker(m_logBox);
         m_logBox->setChecked(on);
     }
-    if (m_yAxis) {
-        m_rawSeries->detachAxis(m_yAxis);
-        m_smoothSeries->detachAxis(m_yAxis);
-        chart()->removeAxis(m_yAxis);
-        delete m_yAxis;
-    }
-    if (on) {
-        auto* axis = new QLogValueAxis;
-        axis->setBase(10);
-        axis->setLabelFormat(QStringLiteral("%g"));
-        axis->setMinorTickCount(-1);
-        m_yAxis = axis;
-    } else {
+    // Log scale draws log10(loss) on a plain value axis: Qt 6.4's QLogValueAxis elides its labels
+    // to "…" once its range changes after the chart is shown.
+    if (!m_yAxis) {
         auto* axis = new QValueAxis;
-        axis->setLabelFormat(QStringLiteral("%.3g"));
         m_yAxis = axis;
+        chart()->addAxis(m_yAxis, Qt::AlignLeft);
+        m_rawSeries->attachAxis(m_yAxis);
+        m_smoothSeries->attachAxis(m_yAxis);
     }
-    m_yAxis->setTitleText(tr("loss"));
-    chart()->addAxis(m_yAxis, Qt::AlignLeft);
-    m_rawSeries->attachAxis(m_yAxis);
-    m_smoothSeries->attachAxis(m_yAxis);
+    m_yAxis->setTitleText(on ? tr("log₁₀ loss") : tr("loss"));
+    setFollowLive(true);
     markDirty();
     redraw();
 }
@@ -180,15 +172,17 @@ void LossChart::refresh(bool follow)
     if (follow) {
         x0 = raw.isEmpty() ? 0 : raw.minX();
         x1 = raw.isEmpty() ? 1 : raw.maxX();
-        setPaddedRange(xAxis(), x0, x1);
+        setPaddedRange(xAxis(), x0, x1, /*fromZero=*/true);
         x0 = xAxis()->min();
         x1 = xAxis()->max();
     }
     double yMin = std::numeric_limits<double>::infinity();
     double yMax = -yMin;
     const int columns = plotColumns();
-    replaceThinned(m_rawSeries, raw, x0, x1, columns, &yMin, &yMax);
-    replaceThinned(m_smoothSeries, m_smoothed, x0, x1, columns);
+    const auto log10 = [](double y) { return std::log10(std::max(y, 1e-12)); };
+    double (*transform)(double) = m_log ? +log10 : nullptr;
+    replaceThinned(m_rawSeries, raw, x0, x1, columns, &yMin, &yMax, transform);
+    replaceThinned(m_smoothSeries, m_smoothed, x0, x1, columns, nullptr, nullptr, transform);
     if (follow && !raw.isEmpty())
         setPaddedRange(m_yAxis, yMin, yMax, /*fromZero=*/!m_log);
 }
@@ -207,7 +201,7 @@ void LossChart::applyColors(const ChartColors& c)
     bold.setWidthF(2.0);
     m_smoothSeries->setPen(bold);
     if (auto* axis = qobject_cast<QValueAxis*>(m_yAxis))
-        axis->setLabelFormat(QStringLiteral("%.3g"));
+        axis->setLabelFormat(QStringLiteral("%.3g"));  // also fine for log10 values
 }
 
 }  // namespace batchpilot::ui

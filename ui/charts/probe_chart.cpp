@@ -9,7 +9,6 @@
 #include <QHBoxLayout>
 #include <QLegendMarker>
 #include <QLineSeries>
-#include <QLogValueAxis>
 #include <QScatterSeries>
 #include <QValueAxis>
 
@@ -40,12 +39,11 @@ QString bytes(qint64 value)
 
 ProbeChart::ProbeChart(QWidget* parent) : LiveChart(tr("Probe: micro-batch trials"), parent)
 {
-    m_yAxis = new QLogValueAxis;
-    m_yAxis->setBase(2);
-    m_yAxis->setLabelFormat(QStringLiteral("%g"));
+    m_yAxis = new QValueAxis;
     m_yAxis->setTitleText(tr("micro-batch"));
-    m_yAxis->setRange(0.5, 64);
+    m_yAxis->setLabelFormat(QStringLiteral("%.0f"));
     chart()->addAxis(m_yAxis, Qt::AlignLeft);
+    setPaddedRange(m_yAxis, 0, 64, /*fromZero=*/true);
     xAxis()->setTitleText(tr("trial number"));
     xAxis()->setLabelFormat(QStringLiteral("%d"));
 
@@ -76,7 +74,7 @@ ProbeChart::ProbeChart(QWidget* parent) : LiveChart(tr("Probe: micro-batch trial
     showTipsFor(m_fits, tip);
     showTipsFor(m_tight, tip);
     showTipsFor(m_ooms, tip);
-    showTipsFor(m_chosen, [this](const QPointF& p) {
+    showTipsFor(m_chosen, [](const QPointF& p) {
         return tr("chosen micro-batch: %1 samples").arg(std::llround(p.y()));
     });
 
@@ -194,9 +192,9 @@ void ProbeChart::setXAxis(XAxis axis)
 void ProbeChart::refresh(bool follow)
 {
     QList<QPointF> fits, tight, ooms, chosen;
-    double yMax = 1;
+    double yMax = 0;
     for (const Trial& t : m_trials) {
-        const QPointF p(xOf(t), static_cast<double>(std::max<qint64>(t.microBatch, 1)));
+        const QPointF p(xOf(t), static_cast<double>(t.microBatch));
         yMax = std::max(yMax, p.y());
         if (!t.fit)
             ooms.append(p);
@@ -233,7 +231,7 @@ void ProbeChart::refresh(bool follow)
             const int number = m_sequences[seqIndex].number;
             for (const Trial& t : m_trials)
                 if (t.sequence == number)
-                    points.append(QPointF(xOf(t), static_cast<double>(std::max<qint64>(t.microBatch, 1))));
+                    points.append(QPointF(xOf(t), static_cast<double>(t.microBatch)));
         }
         m_paths[i]->replace(points);
     }
@@ -250,9 +248,10 @@ void ProbeChart::refresh(bool follow)
         if (i + 1 < m_sequences.size())
             to = m_xKind == XAxis::Trial ? m_sequences[i + 1].firstGlobal - 0.5
                                          : m_sequences[i + 1].startTime;
-        chosen.append(QPointF(from, static_cast<double>(s.chosen)));
-        chosen.append(QPointF(std::max(from, to), static_cast<double>(s.chosen)));
-        yMax = std::max(yMax, static_cast<double>(s.chosen));
+        const double y = static_cast<double>(s.chosen);
+        chosen.append(QPointF(from, y));
+        chosen.append(QPointF(std::max(from, to), y));
+        yMax = std::max(yMax, y);
     }
     m_chosen->replace(chosen);
 
@@ -261,10 +260,7 @@ void ProbeChart::refresh(bool follow)
             setPaddedRange(xAxis(), 0, std::max<double>(m_trials.size(), 4), /*fromZero=*/true);
         else
             setPaddedRange(xAxis(), 0, std::max(m_lastTime, 1.0), /*fromZero=*/true);
-        double top = 2;
-        while (top < yMax * 1.5)
-            top *= 2;
-        m_yAxis->setRange(0.5, top);
+        setPaddedRange(m_yAxis, 0, std::max(yMax, 4.0), /*fromZero=*/true);
     }
 }
 
@@ -275,9 +271,9 @@ const ProbeChart::Trial* ProbeChart::nearestTrial(const QPointF& point) const
     const double xSpan = std::max(xAxis()->max() - xAxis()->min(), 1e-9);
     for (const Trial& t : m_trials) {
         const double dx = (xOf(t) - point.x()) / xSpan;
-        const double dy = std::log2(std::max<double>(t.microBatch, 1)) -
-                          std::log2(std::max(point.y(), 1e-9));
-        const double distance = dx * dx * 400 + dy * dy;
+        const double ySpan = std::max(m_yAxis->max() - m_yAxis->min(), 1e-9);
+        const double dy = (static_cast<double>(t.microBatch) - point.y()) / ySpan;
+        const double distance = dx * dx + dy * dy;
         if (distance < bestDistance) {
             bestDistance = distance;
             best = &t;
@@ -324,7 +320,7 @@ void ProbeChart::applyColors(const ChartColors& c)
         pen.setWidthF(1.0);
         path->setPen(pen);
     }
-    m_yAxis->setLabelFormat(QStringLiteral("%g"));
+    m_yAxis->setLabelFormat(QStringLiteral("%.0f"));
 }
 
 }  // namespace batchpilot::ui

@@ -8,7 +8,7 @@
 
 class QComboBox;
 class QLineSeries;
-class QLogValueAxis;
+class QValueAxis;
 class QScatterSeries;
 
 namespace batchpilot::ui {
@@ -77,7 +77,9 @@ private:
     QScatterSeries* m_ooms = nullptr;
     QLineSeries* m_chosen = nullptr;
     QList<QLineSeries*> m_paths;
-    QLogValueAxis* m_yAxis = nullptr;
+    // Linear: QLogValueAxis and QCategoryAxis in Qt 6.4 elide their labels to "…" once their
+    // range changes after the chart is shown.
+    QValueAxis* m_yAxis = nullptr;
     QComboBox* m_xCombo = nullptr;
 };
 
