@@ -64,6 +64,7 @@ std::string DeviceSpec::name() const {
         constexpr int64_t kMiB = 1024 * 1024;
         if (budgetBytes % (1024 * kMiB) == 0) return "virtual:" + std::to_string(budgetBytes / (1024 * kMiB)) + "GiB";
         if (budgetBytes % kMiB == 0) return "virtual:" + std::to_string(budgetBytes / kMiB) + "MiB";
+        if (budgetBytes % 1024 == 0) return "virtual:" + std::to_string(budgetBytes / 1024) + "KiB";
         return "virtual:" + std::to_string(budgetBytes);
     }
     }

@@ -335,7 +335,7 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(inputs), targets);
         result.loss = loss.item<double>();
         if (!std::isfinite(result.loss)) {
-            throw NonFiniteLoss("the loss is " + std::to_string(result.loss) +
+            throw NonFiniteLoss(std::string("the loss became ") + (std::isnan(result.loss) ? "NaN" : "infinite") +
                                 "; lower the learning rate or check the data for invalid values");
         }
         result.phase = Phase::Backward;

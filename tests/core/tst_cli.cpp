@@ -1,0 +1,112 @@
+#include <QtTest>
+
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+
+namespace {
+
+struct Run {
+    int exitCode;
+    QString out;
+    QString err;
+};
+
+Run runCli(const QStringList& args) {
+    QProcess process;
+    process.start(QStringLiteral(BATCHPILOT_CLI_PATH), args);
+    if (!process.waitForFinished(120000)) {
+        process.kill();
+        return {-1, {}, QStringLiteral("timed out")};
+    }
+    return {process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -2,
+            QString::fromUtf8(process.readAllStandardOutput()), QString::fromUtf8(process.readAllStandardError())};
+}
+
+}  // namespace
+
+class TestCli : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void badInputIsOneClearLine_data() {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<int>("exitCode");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("unknown model") << QStringList{QStringLiteral("--model"), QStringLiteral("gpt5")} << 2
+                                       << QStringLiteral("unknown model \"gpt5\": choose mlp, cnn or resnet");
+        QTest::newRow("target 0") << QStringList{QStringLiteral("--target-batch"), QStringLiteral("0")} << 2
+                                  << QStringLiteral("--target-batch must be at least 1, got 0");
+        QTest::newRow("target negative") << QStringList{QStringLiteral("--target-batch=-5")} << 2
+                                         << QStringLiteral("--target-batch must be at least 1");
+        QTest::newRow("target not integer") << QStringList{QStringLiteral("--target-batch"), QStringLiteral("12.5")} << 2
+                                            << QStringLiteral("--target-batch expects a whole number, got \"12.5\"");
+        QTest::newRow("no such device") << QStringList{QStringLiteral("--device"), QStringLiteral("cuda:99")} << 2
+                                        << QStringLiteral("\"cuda:99\" does not exist");
+        QTest::newRow("bad budget") << QStringList{QStringLiteral("--device"), QStringLiteral("virtual:abc")} << 2
+                                    << QStringLiteral("invalid memory size \"abc\"");
+        QTest::newRow("unknown flag") << QStringList{QStringLiteral("--turbo")} << 2 << QStringLiteral("unknown flag \"--turbo\"");
+        QTest::newRow("missing value") << QStringList{QStringLiteral("--steps")} << 2 << QStringLiteral("--steps needs a value");
+        QTest::newRow("budget too small") << QStringList{QStringLiteral("--model"), QStringLiteral("resnet"), QStringLiteral("--device"),
+                                                         QStringLiteral("virtual:1MiB"), QStringLiteral("--steps"), QStringLiteral("1")}
+                                          << 1 << QStringLiteral("does not fit on virtual:1MiB");
+    }
+    void badInputIsOneClearLine() {
+        QFETCH(QStringList, args);
+        QFETCH(int, exitCode);
+        QFETCH(QString, message);
+        const Run run = runCli(args);
+        QCOMPARE(run.exitCode, exitCode);
+        QVERIFY2(run.err.contains(message), qPrintable(run.err));
+        QCOMPARE(run.err.trimmed().count(QLatin1Char('\n')), 0);
+        QVERIFY(run.err.startsWith(QStringLiteral("batchpilot-cli: ")));
+    }
+
+    void helpDocumentsEveryFlag() {
+        const Run run = runCli({QStringLiteral("--help")});
+        QCOMPARE(run.exitCode, 0);
+        for (const auto* flag : {"--model", "--device", "--target-batch", "--steps", "--events", "--headroom", "--multiple-of",
+                                 "--max-micro-batch", "--optimizer", "--lr", "--seed", "--image-size", "--norm"}) {
+            QVERIFY2(run.out.contains(QLatin1String(flag)), flag);
+        }
+    }
+
+    void shortRunWritesJsonLines() {
+        QTemporaryDir dir;
+        const QString events = dir.filePath(QStringLiteral("run.jsonl"));
+        const Run run = runCli({QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--device"),
+                                QStringLiteral("virtual:8MiB"), QStringLiteral("--target-batch"), QStringLiteral("1024"),
+                                QStringLiteral("--steps"), QStringLiteral("3"), QStringLiteral("--image-size"),
+                                QStringLiteral("3x16x16"), QStringLiteral("--events"), events});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        // Piped output: plain lines, one per step, no carriage returns.
+        QVERIFY(!run.out.contains(QLatin1Char('\r')));
+        QVERIFY(run.out.contains(QStringLiteral("trial  1: micro-batch      1  fit")));
+        QVERIFY(run.out.contains(QStringLiteral("accumulation steps = target batch 1024")));
+        QVERIFY(run.out.contains(QStringLiteral("step 3/3")));
+        QFile file(events);
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        QMap<QString, int> types;
+        int lines = 0;
+        while (!file.atEnd()) {
+            const QByteArray line = file.readLine().trimmed();
+            QJsonParseError error;
+            const QJsonDocument doc = QJsonDocument::fromJson(line, &error);
+            QVERIFY2(error.error == QJsonParseError::NoError, line.constData());
+            QVERIFY(doc.isObject());
+            const QJsonObject object = doc.object();
+            QVERIFY(object.contains(QStringLiteral("time")));
+            ++types[object.value(QStringLiteral("type")).toString()];
+            ++lines;
+        }
+        QVERIFY(lines > 10);
+        QCOMPARE(types.value(QStringLiteral("step")), 3);
+        QCOMPARE(types.value(QStringLiteral("probe_finished")), 1);
+        QVERIFY(types.value(QStringLiteral("probe_trial")) >= 3);
+        QVERIFY(types.value(QStringLiteral("oom")) >= 1);
+        QVERIFY(types.value(QStringLiteral("memory")) >= 1);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "tst_cli.moc"

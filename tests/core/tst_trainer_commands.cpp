@@ -1,0 +1,208 @@
+#include <QtTest>
+
+#include <atomic>
+#include <thread>
+
+#include "core/counting_allocator.h"
+#include "core/trainer.h"
+#include "recording_sink.h"
+
+using namespace batchpilot::core;
+using batchpilot::tests::RecordingSink;
+
+namespace {
+
+TrainerOptions small() {
+    TrainerOptions o;
+    o.model.name = "cnn";
+    o.model.width = 8;
+    o.data.samples = 512;
+    o.data.height = o.data.width = 12;
+    o.device = "virtual:8MiB";
+    o.targetBatch = 256;
+    o.steps = 6;
+    return o;
+}
+
+/// Index of the first event matching `pred` after position `from`, or -1.
+template <typename T, typename Pred>
+int indexOf(const std::vector<Event>& events, size_t from, Pred pred) {
+    for (size_t i = from; i < events.size(); ++i) {
+        if (const auto* e = std::get_if<T>(&events[i]); e && pred(*e)) return int(i);
+    }
+    return -1;
+}
+
+}  // namespace
+
+class TestTrainerCommands : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void stopActsWithinOneMicroBatch() {
+        RecordingSink sink;
+        Trainer trainer(small(), sink);
+        int microBatches = 0;
+        sink.onEach = [&](const Event& e) {
+            if (std::holds_alternative<MicroBatchDone>(e) && ++microBatches == 5) trainer.stop();
+        };
+        const RunResult result = trainer.run();
+        QVERIFY(result.stopped);
+        QCOMPARE(result.state, RunState::Finished);
+        QCOMPARE(int(sink.all<MicroBatchDone>().size()), 5);
+        QCOMPARE(sink.all<RunStateChanged>().back().detail, std::string("stopped"));
+    }
+
+    void pauseAndResumeFromAnotherThread() {
+        RecordingSink sink;
+        Trainer trainer(small(), sink);
+        std::atomic<int> microBatches{0};
+        std::atomic<int> whilePaused{0};
+        std::atomic<bool> paused{false};
+        sink.onEach = [&](const Event& e) {
+            if (std::holds_alternative<MicroBatchDone>(e)) {
+                if (paused) ++whilePaused;
+                if (++microBatches == 3) trainer.pause();
+            }
+            if (const auto* s = std::get_if<RunStateChanged>(&e)) {
+                if (s->state == RunState::Paused) paused = true;
+                else if (paused) paused = false;
+            }
+        };
+        RunResult result;
+        std::thread worker([&] { result = trainer.run(); });
+        QTRY_VERIFY_WITH_TIMEOUT(paused.load(), 20000);
+        // Paused right after the micro-batch that asked for it.
+        QCOMPARE(microBatches.load(), 3);
+        QTest::qWait(200);
+        QCOMPARE(microBatches.load(), 3);
+        trainer.resume();
+        worker.join();
+        QCOMPARE(whilePaused.load(), 0);
+        QCOMPARE(result.state, RunState::Finished);
+        QCOMPARE(result.steps, qint64(6));
+    }
+
+    void stopWhilePaused() {
+        RecordingSink sink;
+        Trainer trainer(small(), sink);
+        sink.onEach = [&](const Event& e) {
+            if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Paused) trainer.stop();
+            if (std::holds_alternative<OptimizerStepped>(e)) trainer.pause();
+        };
+        const RunResult result = trainer.run();
+        QVERIFY(result.stopped);
+        QCOMPARE(result.steps, qint64(1));
+    }
+
+    void targetBatchChangeAppliesAtNextBatch() {
+        RecordingSink sink;
+        TrainerOptions o = small();
+        o.device = "virtual:64MiB";
+        Trainer trainer(o, sink);
+        sink.onEach = [&](const Event& e) {
+            if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 2) trainer.setTargetBatch(64, LrScaling::Linear);
+        };
+        QCOMPARE(trainer.run().state, RunState::Finished);
+        const auto steps = sink.all<StepMetrics>();
+        QCOMPARE(steps[1].targetBatch, qint64(256));
+        QCOMPARE(steps[2].targetBatch, qint64(64));
+        QCOMPARE(steps[2].samplesSeen - steps[1].samplesSeen, qint64(64));
+        const auto changes = sink.all<TargetBatchChanged>();
+        QCOMPARE(changes.size(), size_t(1));
+        QCOMPARE(changes.front().newLearningRate, changes.front().oldLearningRate * 0.25);
+        QCOMPARE(steps[2].learningRate, changes.front().newLearningRate);
+        const auto probes = sink.all<ProbeStarted>();
+        QCOMPARE(probes.size(), size_t(2));
+        QCOMPARE(probes[1].reason, ProbeReason::TargetBatchChange);
+        QCOMPARE(probes[1].upperBound, qint64(64));
+    }
+
+    void deviceSwitchGrowsMicroBatch() {
+        RecordingSink sink;
+        TrainerOptions o = small();
+        o.targetBatch = 2048;  // more than fits in 8 MiB
+        o.data.samples = 4096;
+        Trainer trainer(o, sink);
+        sink.onEach = [&](const Event& e) {
+            if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 2) trainer.switchDevice("virtual:128MiB");
+        };
+        QCOMPARE(trainer.run().state, RunState::Finished);
+        const auto switches = sink.all<DeviceSwitched>();
+        QCOMPARE(switches.size(), size_t(1));
+        QCOMPARE(switches.front().from, std::string("virtual:8MiB"));
+        QCOMPARE(switches.front().to, std::string("virtual:128MiB"));
+        const auto probes = sink.all<ProbeFinished>();
+        QCOMPARE(probes.size(), size_t(2));
+        QVERIFY2(probes[1].microBatch > probes[0].microBatch,
+                 qPrintable(QStringLiteral("%1 → %2").arg(probes[0].microBatch).arg(probes[1].microBatch)));
+        QVERIFY(probes[1].accumulationSteps < probes[0].accumulationSteps);
+        QCOMPARE(sink.all<ProbeStarted>()[1].reason, ProbeReason::DeviceSwitch);
+        const auto steps = sink.all<StepMetrics>();
+        QCOMPARE(steps.size(), size_t(6));
+        QVERIFY(steps.back().microBatch > steps.front().microBatch);
+    }
+
+    void badDeviceSwitchIsIgnoredWithWarning() {
+        RecordingSink sink;
+        Trainer trainer(small(), sink);
+        sink.onEach = [&](const Event& e) {
+            if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 1) {
+                trainer.switchDevice("virtual:abc");
+                trainer.switchDevice("virtual:1KiB");  // the later request replaces the earlier one
+            }
+        };
+        QCOMPARE(trainer.run().state, RunState::Finished);
+        QVERIFY(sink.all<DeviceSwitched>().empty());
+        const auto warnings = sink.all<Warning>();
+        QCOMPARE(warnings.size(), size_t(1));
+        QVERIFY2(QString::fromStdString(warnings.front().message).contains(QStringLiteral("cannot switch to virtual:1KiB")),
+                 warnings.front().message.c_str());
+    }
+
+    void reprobeRunsNewSequence() {
+        RecordingSink sink;
+        Trainer trainer(small(), sink);
+        sink.onEach = [&](const Event& e) {
+            if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 3) trainer.reprobe();
+        };
+        QCOMPARE(trainer.run().state, RunState::Finished);
+        const auto probes = sink.all<ProbeFinished>();
+        QCOMPARE(probes.size(), size_t(2));
+        QCOMPARE(probes[1].sequence, 2);
+        QCOMPARE(sink.all<ProbeStarted>()[1].reason, ProbeReason::UserRequest);
+        // Same device, same memory: the same answer within the probe's tolerance.
+        QVERIFY(std::abs(double(probes[1].microBatch - probes[0].microBatch)) <= 0.03 * double(probes[0].microBatch));
+    }
+
+    void regrowsAfterTransientOom() {
+        installCountingAllocator();
+        RecordingSink sink;
+        TrainerOptions o = small();
+        o.steps = 8;
+        o.regrowAfterSteps = 2;
+        Trainer trainer(o, sink);
+        bool injected = false;
+        sink.onEach = [&](const Event& e) {
+            // Once training runs at the probed size, make one allocation fail (memory taken by
+            // someone else for a moment).
+            if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 2 && !injected) {
+                injected = true;
+                CountingAllocator::instance().failAfter(5);
+            }
+        };
+        QCOMPARE(trainer.run().state, RunState::Finished);
+        const auto ooms = sink.all<OomEvent>();
+        const auto shrink = std::find_if(ooms.begin(), ooms.end(), [](const OomEvent& e) { return e.step == 3; });
+        QVERIFY(shrink != ooms.end());
+        QVERIFY(shrink->recovered);
+        QVERIFY(shrink->newMicroBatch < shrink->microBatch);
+        const auto probes = sink.all<ProbeStarted>();
+        QVERIFY(std::any_of(probes.begin(), probes.end(), [](const ProbeStarted& p) { return p.reason == ProbeReason::Regrow; }));
+        const auto finished = sink.all<ProbeFinished>();
+        QVERIFY(finished.back().microBatch > shrink->newMicroBatch);
+        QCOMPARE(sink.all<StepMetrics>().size(), size_t(8));
+    }
+};
+
+QTEST_APPLESS_MAIN(TestTrainerCommands)
+#include "tst_trainer_commands.moc"
