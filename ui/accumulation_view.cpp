@@ -228,6 +228,7 @@ void AccumulationView::updateCaption()
     if (m_replays > 0)
         status += tr(", replayed ×%1 after OOM").arg(m_replays);
     m_status->setText(status);
+    m_status->setMinimumWidth(m_status->sizeHint().width());
 }
 
 }  // namespace batchpilot::ui

@@ -48,7 +48,7 @@ RunStatus::RunStatus(QStatusBar* bar, QObject* parent) : QObject(parent)
                      tr("Peak device memory of the last step against the device's capacity"));
     m_progress = new QProgressBar;
     m_progress->setObjectName(QStringLiteral("statusProgress"));
-    m_progress->setMaximumWidth(160);
+    m_progress->setMaximumWidth(130);
     m_progress->setMaximumHeight(16);
     m_progress->setRange(0, 100);
     bar->addPermanentWidget(m_progress);

@@ -117,6 +117,15 @@ void TestMainWindow::demoEndToEnd()
         return p && p->reason == core::ProbeReason::UserRequest;
     }));
 
+    // Mid-run screenshot at 1280×800 on the demo's small GPU (OOMs, accumulation), for a person
+    // to look at; the README's screenshot is this one.
+    {
+        const std::size_t now = charts->lossChart()->rawStore().rawCount();
+        QTRY_VERIFY_WITH_TIMEOUT(charts->lossChart()->rawStore().rawCount() >= now + 3, kTimeout);
+    }
+    charts->redrawNow();
+    QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-light.png"))));
+
     // A larger virtual GPU mid-run: the micro-batch grows, accumulation steps shrink.
     const auto before = *lastProbe(w);
     w.runPanel()->virtualSizeEdit()->setText(QStringLiteral("512MiB"));
@@ -137,9 +146,7 @@ void TestMainWindow::demoEndToEnd()
                                  QStringLiteral("micro-batch %1,").arg(after.microBatch)),
                              kTimeout);
 
-    // Mid-run screenshots at 1280×800, light and dark, for a person to look at.
-    charts->redrawNow();
-    QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-light.png"))));
+    // The same window in the dark palette, after the switch.
     w.setTheme(ui::Theme::Dark);
     charts->redrawNow();
     QTest::qWait(100);
