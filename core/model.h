@@ -58,9 +58,6 @@ private:
     Forward m_forward;
 };
 
-/// Names accepted by makeBuiltinModel, for help texts and GUI lists.
-std::vector<std::string> builtinModelNames();
-
 /// Builds "mlp", "cnn" or "resnet" for inputs of shape [C, H, W] and `classes` outputs. The
 /// current torch seed decides the initial weights. Unknown names are an error listing the valid
 /// ones.

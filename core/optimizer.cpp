@@ -19,15 +19,11 @@ Optimizer::Optimizer(const OptimizerOptions& options, std::vector<torch::Tensor>
 
 int64_t Optimizer::stateBytes() const {
     int64_t total = 0;
-    int64_t largest = 0;
-    for (const auto& p : m_parameters) {
-        total += bytesOf(p);
-        largest = std::max(largest, bytesOf(p));
-    }
+    for (const auto& p : m_parameters) total += bytesOf(p);
     switch (m_options.kind) {
     case OptimizerKind::Sgd: return m_options.momentum > 0 ? total : 0;
     case OptimizerKind::Adam:
-    case OptimizerKind::AdamW: return 2 * total + largest;
+    case OptimizerKind::AdamW: return 2 * total;
     }
     return 0;
 }

@@ -20,8 +20,9 @@ class Optimizer {
 public:
     Optimizer(const OptimizerOptions& options, std::vector<torch::Tensor> parameters);
 
-    /// Bytes of state the optimizer holds once prepared (momentum, moments, scratch). Used to
-    /// reserve memory during the first probe, before the state exists.
+    /// Bytes of state the optimizer keeps between steps (momentum, moments). Used to reserve
+    /// memory during the first probe, before the state exists. The per-step scratch is not
+    /// included: it only exists during the step, when no activations are alive.
     int64_t stateBytes() const;
     /// True once prepare() succeeded at least once.
     bool stateReady() const { return m_ready; }

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <tl/expected.hpp>
 
@@ -44,6 +45,9 @@ struct ProbeOptions {
     int maxTrials = 24;
     double tolerance = 0.02;        ///< stop when the bracket is within this fraction (or adjacent)
 };
+
+/// Names of the built-in models ("mlp", "cnn", "resnet"), for help texts and GUI lists.
+std::vector<std::string> builtinModelNames();
 
 struct ModelOptions {
     std::string name = "cnn";       ///< "mlp", "cnn" or "resnet"

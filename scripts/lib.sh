@@ -8,7 +8,7 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 PACKAGES=(
   cmake g++ ninja-build ccache pkg-config
   libtorch-dev
-  qt6-base-dev qt6-charts-dev libgl-dev
+  qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
   nlohmann-json3-dev libexpected-dev libstb-dev
   fonts-dejavu-core
 )
@@ -35,6 +35,8 @@ configure_and_build() {
   # The precompiled torch header makes ccache need these to reuse results.
   export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
   export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
+  # Relative paths in the cache keys: a fresh clone in another folder still hits the cache.
+  export CCACHE_BASEDIR="$ROOT"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
   cmake --build "$BUILD_DIR" -j "$(nproc)"
 }

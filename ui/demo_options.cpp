@@ -12,8 +12,9 @@ core::TrainerOptions demoOptions()
     o.targetBatch = 1024;
     o.probe.initialMicroBatch = 1;
     o.probe.headroom = 0.05;
-    o.optimizer.kind = core::OptimizerKind::Sgd;
-    o.optimizer.learningRate = 0.05;
+    // Adam makes the loss fall visibly within the first minute on two CPU cores.
+    o.optimizer.kind = core::OptimizerKind::Adam;
+    o.optimizer.learningRate = 0.003;
     o.steps = 400;
     o.seed = 1;
     return o;

@@ -6,8 +6,7 @@
 #include <QThread>
 #include <QTimer>
 
-// The bridge: the one ui/ file that includes a header with LibTorch in it (for the model list).
-#include "core/model.h"
+// The bridge: the one ui/ file that runs the core trainer (on its own thread).
 
 namespace batchpilot::ui {
 
