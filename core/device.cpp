@@ -47,6 +47,10 @@ public:
     int64_t lastFailedAllocation() const override {
         return CountingAllocator::instance().lastFailedRequest();
     }
+    int64_t lastFailureNeed() const override {
+        const auto& allocator = CountingAllocator::instance();
+        return allocator.allocatedAtLastFailure() + allocator.lastFailedRequest();
+    }
 
 private:
     int64_t m_budget;

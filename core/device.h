@@ -63,6 +63,8 @@ public:
     virtual void releaseCache() {}
     /// Size of the allocation that failed most recently, 0 when unknown.
     virtual int64_t lastFailedAllocation() const { return 0; }
+    /// Bytes that would have been in use had that allocation succeeded, 0 when unknown.
+    virtual int64_t lastFailureNeed() const { return 0; }
 };
 
 /// Opens the meter for a device and makes the device the active one: for a virtual device this

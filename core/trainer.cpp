@@ -125,7 +125,7 @@ struct Trainer::Impl {
     MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight);
     void optimizerStep();
     void switchTo(const DeviceSpec& next);
-    [[noreturn]] void doesNotFit(int64_t requested);
+    [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false);
 };
 
 void Trainer::Impl::setup() {
@@ -144,6 +144,7 @@ void Trainer::Impl::setup() {
     }
     if (data->size() <= 0) throw FatalError{"the dataset \"" + data->name() + "\" is empty", "dataset"};
     meter = openMeter(device);
+    meter->resetPeak();
     target = options.targetBatch;
     sampler.emplace(data->size(), options.seed);
     try {
@@ -164,7 +165,7 @@ void Trainer::Impl::setup() {
         throw;
     } catch (const std::exception&) {
         const FailureInfo failure = classifyFailure(std::current_exception());
-        if (failure.outOfMemory) doesNotFit(failure.requestedBytes);
+        if (failure.outOfMemory) doesNotFit(failure.requestedBytes, /*duringSetup=*/true);
         throw FatalError{"could not build the model: " + failure.message, "model"};
     }
     if (model->usesBatchStatistics()) {
@@ -174,12 +175,15 @@ void Trainer::Impl::setup() {
     }
 }
 
-void Trainer::Impl::doesNotFit(int64_t requested) {
-    const int64_t needed = meter->peak() + std::max(requested, meter->lastFailedAllocation());
-    throw FatalError{"the model does not fit on " + device.name() + " even at micro-batch 1: needs ≈ " +
-                         formatBytes(needed) + ", has " + formatBytes(meter->capacity()) +
+void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup) {
+    // The peak since the last reset already includes everything that stayed allocated.
+    const int64_t needed = std::max(meter->peak() + std::max(requested, meter->lastFailedAllocation()),
+                                    meter->lastFailureNeed());
+    const std::string what = duringSetup ? "the model's parameters and gradients do not fit on " + device.name()
+                                         : "the model does not fit on " + device.name() + " even at micro-batch 1";
+    throw FatalError{what + ": needs ≈ " + formatBytes(needed) + ", has " + formatBytes(meter->capacity()) +
                          "; choose a larger device or budget, a smaller model or smaller inputs",
-                     "step " + std::to_string(step + 1)};
+                     duringSetup ? "setup" : "step " + std::to_string(step + 1)};
 }
 
 void Trainer::Impl::sampleMemory(bool force) {

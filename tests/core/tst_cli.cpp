@@ -49,7 +49,7 @@ private Q_SLOTS:
         QTest::newRow("missing value") << QStringList{QStringLiteral("--steps")} << 2 << QStringLiteral("--steps needs a value");
         QTest::newRow("budget too small") << QStringList{QStringLiteral("--model"), QStringLiteral("resnet"), QStringLiteral("--device"),
                                                          QStringLiteral("virtual:1MiB"), QStringLiteral("--steps"), QStringLiteral("1")}
-                                          << 1 << QStringLiteral("does not fit on virtual:1MiB");
+                                          << 1 << QStringLiteral("fit on virtual:1MiB: needs ≈");
     }
     void badInputIsOneClearLine() {
         QFETCH(QStringList, args);
