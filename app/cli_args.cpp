@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <sstream>
 
+#include "core/dataset.h"
 #include "core/device.h"
 #include "core/model.h"
+#include "core/model_factory.h"
 
 namespace batchpilot::app {
 namespace {
@@ -76,12 +79,17 @@ accumulates gradients exactly up to the target batch, and recovers from out-of-m
 without losing or repeating a sample.
 
 Model and data
-  --model NAME            mlp, cnn or resnet (default cnn)
+  --model NAME            mlp, cnn or resnet (default cnn), or a TorchScript file (.pt/.pth)
+                          exported from Python: see README, "Your own model and data"
   --norm KIND             resnet normalisation: group (exact under accumulation) or batch
                           (default group)
   --width N               channels of the first stage / hidden-unit scale (default 32)
-  --data NAME             synthetic (default): learnable generated images
-  --image-size CxHxW      sample shape (default 3x32x32; 3x224x224 works)
+  --data NAME             synthetic (default): learnable generated images; mnist (IDX files),
+                          image-folder (one subfolder per class) or csv (a table)
+  --data-path PATH        the MNIST folder, image folder or CSV file to read
+  --target-column NAME    csv: the column to predict (the others are numeric features)
+  --image-size CxHxW      sample shape (default 3x32x32; 3x224x224 works); image-folder
+                          resizes to it (C: 3 for RGB, 1 for grey)
   --classes N             number of classes (default 10)
   --samples N             dataset size (default 4096)
   --data-seed N           seed of the generated data (default 1)
@@ -103,6 +111,8 @@ Optimisation
   --lr F                  learning rate (default 0.05)
   --momentum F            SGD momentum (default 0.9)
   --weight-decay F        L2 (sgd, adam) or decoupled (adamw) weight decay (default 0)
+  --loss NAME             cross-entropy (classification, default) or mse (regression; with
+                          csv the target column holds the values to predict)
   --steps N               optimizer steps to run (default 100 unless --epochs is given)
   --epochs N              passes over the data (used when --steps is not given)
   --seed N                model initialisation and sample order (default 0)
@@ -128,6 +138,9 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
         {"--norm", [&](const std::string& v) { return store(core::parseNormKind(v), o.model.norm); }},
         {"--width", [&](const std::string& v) { return store(parseInteger("--width", v, 8), o.model.width); }},
         {"--data", [&](const std::string& v) -> tl::expected<void, std::string> { o.data.name = v; return {}; }},
+        {"--data-path", [&](const std::string& v) -> tl::expected<void, std::string> { o.data.path = v; return {}; }},
+        {"--target-column", [&](const std::string& v) -> tl::expected<void, std::string> { o.data.targetColumn = v; return {}; }},
+        {"--loss", [&](const std::string& v) { return store(core::parseLossKind(v), o.loss); }},
         {"--image-size", [&](const std::string& v) { return parseImageSize(v, o.data); }},
         {"--classes", [&](const std::string& v) { return store(parseInteger("--classes", v, 2), o.data.classes); }},
         {"--samples", [&](const std::string& v) { return store(parseInteger("--samples", v, 1), o.data.samples); }},
@@ -203,11 +216,25 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
     if (o.steps == 0 && o.epochs == 0) o.steps = 100;
     const auto models = core::builtinModelNames();
     if (std::find(models.begin(), models.end(), o.model.name) == models.end()) {
-        return tl::unexpected("unknown model \"" + o.model.name + "\": choose mlp, cnn or resnet");
+        if (!core::isModelFile(o.model.name)) {
+            return tl::unexpected("unknown model \"" + o.model.name +
+                                  "\": choose mlp, cnn or resnet, or give a TorchScript file (.pt or .pth)");
+        }
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(o.model.name, ec)) {
+            return tl::unexpected("model file " + o.model.name + " does not exist");
+        }
     }
-    if (o.data.name != "synthetic") {
-        return tl::unexpected("unknown dataset \"" + o.data.name + "\": the built-in one is synthetic");
+    const auto datasets = core::datasetNames();
+    if (std::find(datasets.begin(), datasets.end(), o.data.name) == datasets.end()) {
+        return tl::unexpected("unknown dataset \"" + o.data.name + "\": choose synthetic, mnist, image-folder or csv");
     }
+    if (o.data.name != "synthetic" && o.data.path.empty()) {
+        return tl::unexpected("--data " + o.data.name + " needs --data-path (the " +
+                              (o.data.name == "csv" ? "CSV file" : "folder") + " to read)");
+    }
+    // A CSV trained with MSE predicts the target column's values rather than classes.
+    if (o.data.name == "csv" && o.loss == core::LossKind::Mse) o.data.regression = true;
     if (auto ok = core::validate(o); !ok) return tl::unexpected(ok.error());
     return request;
 }

@@ -2,6 +2,11 @@
 
 #include <cmath>
 #include <numbers>
+#include <sstream>
+
+#include "core/csv_dataset.h"
+#include "core/image_folder_dataset.h"
+#include "core/mnist_dataset.h"
 
 namespace batchpilot::core {
 namespace {
@@ -90,11 +95,28 @@ Batch SyntheticImages::get(const std::vector<int64_t>& indices) const {
     return batch;
 }
 
+std::vector<std::string> datasetNames() { return {"synthetic", "mnist", "image-folder", "csv"}; }
+
 tl::expected<std::shared_ptr<Dataset>, std::string> makeDataset(const DataOptions& options) {
-    if (options.name != "synthetic") {
-        return tl::unexpected("unknown dataset \"" + options.name + "\": the built-in one is \"synthetic\"");
+    using Made = tl::expected<std::shared_ptr<Dataset>, std::string>;
+    const auto widen = [](auto loaded) -> Made {
+        if (!loaded) return tl::unexpected(loaded.error());
+        return std::shared_ptr<Dataset>(*loaded);
+    };
+    if (options.name == "synthetic") return std::make_shared<SyntheticImages>(options);
+    const bool known = options.name == "mnist" || options.name == "image-folder" || options.name == "csv";
+    if (known && options.path.empty()) {
+        return tl::unexpected("dataset \"" + options.name + "\" needs a path: give --data-path (the " +
+                              (options.name == "csv" ? "CSV file" : "folder") + " to read)");
     }
-    return std::make_shared<SyntheticImages>(options);
+    if (options.name == "mnist") return widen(MnistDataset::load(options.path));
+    if (options.name == "image-folder") return widen(ImageFolderDataset::load(options));
+    if (options.name == "csv") {
+        return widen(CsvDataset::load(options.path, options.targetColumn, options.regression));
+    }
+    std::ostringstream names;
+    for (const auto& n : datasetNames()) names << (names.tellp() > 0 ? ", " : "") << n;
+    return tl::unexpected("unknown dataset \"" + options.name + "\": choose one of " + names.str());
 }
 
 }  // namespace batchpilot::core

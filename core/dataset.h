@@ -10,7 +10,8 @@
 
 namespace batchpilot::core {
 
-/// A batch of samples on the host: inputs [N, ...] float, targets [N] int64 class labels.
+/// A batch of samples on the host: inputs [N, ...] float; targets [N] int64 class labels, or
+/// float [N, T] values for regression data (a CSV loaded with DataOptions::regression).
 struct Batch {
     torch::Tensor inputs;
     torch::Tensor targets;
@@ -29,6 +30,12 @@ public:
     virtual int64_t classes() const = 0;
     /// The samples at `indices` (each in [0, size())), stacked in that order.
     virtual Batch get(const std::vector<int64_t>& indices) const = 0;
+    /// Problems met while loading that did not stop it (e.g. unreadable images that were
+    /// skipped), one human sentence each; the trainer reports them as Warning events.
+    virtual std::vector<std::string> warnings() const { return {}; }
+    /// Class names in class-id order where the data names its classes (image-folder subfolders,
+    /// CSV string labels); empty otherwise.
+    virtual std::vector<std::string> classNames() const { return {}; }
 };
 
 /// Synthetic image classification: every class has a smooth random prototype image, and a sample
@@ -51,7 +58,13 @@ private:
     torch::Tensor m_prototypes;  ///< [classes, C, H, W]
 };
 
-/// Builds the dataset named in `options` ("synthetic").
+/// Names makeDataset() accepts: "synthetic", "mnist", "image-folder", "csv".
+std::vector<std::string> datasetNames();
+
+/// Builds the dataset named in `options`: "synthetic" (generated), "mnist" (IDX files in
+/// `options.path`, see mnist_dataset.h), "image-folder" (see image_folder_dataset.h) or "csv"
+/// (see csv_dataset.h). Reads files on the calling thread; the message of a failure names the
+/// file or value and says what to do. Unknown names are an error listing the valid ones.
 tl::expected<std::shared_ptr<Dataset>, std::string> makeDataset(const DataOptions& options);
 
 }  // namespace batchpilot::core

@@ -70,6 +70,21 @@ tl::expected<NormKind, std::string> parseNormKind(const std::string& text) {
     return tl::unexpected("unknown normalisation \"" + text + "\": choose group or batch");
 }
 
+const char* toString(LossKind kind) {
+    switch (kind) {
+    case LossKind::CrossEntropy: return "cross-entropy";
+    case LossKind::Mse: return "mse";
+    }
+    return "unknown";
+}
+
+tl::expected<LossKind, std::string> parseLossKind(const std::string& text) {
+    const std::string name = lower(text);
+    if (name == "cross-entropy" || name == "crossentropy" || name == "ce") return LossKind::CrossEntropy;
+    if (name == "mse") return LossKind::Mse;
+    return tl::unexpected("unknown loss \"" + text + "\": choose cross-entropy (classification) or mse (regression)");
+}
+
 tl::expected<void, std::string> validate(const TrainerOptions& o) {
     if (o.targetBatch <= 0) {
         return tl::unexpected(outOfRange("target batch", o.targetBatch, "a positive number of samples"));

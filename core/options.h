@@ -18,13 +18,18 @@ class Dataset;
 enum class OptimizerKind { Sgd, Adam, AdamW };
 enum class LrScaling { None, Linear, Sqrt };
 enum class NormKind { Group, Batch };
+/// Training loss: cross-entropy over class logits [N, classes] (classification) or mean squared
+/// error against float targets of the output's shape (regression). See core/loss.h.
+enum class LossKind { CrossEntropy, Mse };
 
 const char* toString(OptimizerKind kind);
 const char* toString(LrScaling rule);
 const char* toString(NormKind kind);
+const char* toString(LossKind kind);
 tl::expected<OptimizerKind, std::string> parseOptimizerKind(const std::string& text);
 tl::expected<LrScaling, std::string> parseLrScaling(const std::string& text);
 tl::expected<NormKind, std::string> parseNormKind(const std::string& text);
+tl::expected<LossKind, std::string> parseLossKind(const std::string& text);
 
 struct OptimizerOptions {
     OptimizerKind kind = OptimizerKind::Sgd;
@@ -50,19 +55,28 @@ struct ProbeOptions {
 std::vector<std::string> builtinModelNames();
 
 struct ModelOptions {
-    std::string name = "cnn";       ///< "mlp", "cnn" or "resnet"
+    std::string name = "cnn";       ///< "mlp", "cnn", "resnet", or a TorchScript file (.pt/.pth)
     NormKind norm = NormKind::Group;  ///< normalisation layers of the ResNet-style model
     int64_t width = 32;             ///< channels of the first stage / hidden units scale
 };
 
+/// Which data to train on. "synthetic" uses samples, classes and the image size; "mnist",
+/// "image-folder" and "csv" read `path` (see core/dataset.h for each format). The image size
+/// (channels, height, width) is also what "image-folder" resizes to.
 struct DataOptions {
-    std::string name = "synthetic";
-    int64_t samples = 4096;         ///< dataset size
-    int64_t channels = 3;
+    std::string name = "synthetic";  ///< "synthetic", "mnist", "image-folder" or "csv"
+    int64_t samples = 4096;         ///< dataset size (synthetic only)
+    int64_t channels = 3;           ///< synthetic and image-folder: 3 (RGB) or 1 (grey)
     int64_t height = 32;
     int64_t width = 32;
-    int64_t classes = 10;
+    int64_t classes = 10;           ///< synthetic only; file datasets count their classes
     uint64_t seed = 1;
+    std::string path;               ///< MNIST folder, image-folder root or CSV file
+    std::string targetColumn;       ///< CSV: the column holding the label or value
+    bool regression = false;        ///< CSV: float targets [N, 1] for MSE instead of class ids
+    /// image-folder: decoded images are kept in host memory up to this many bytes; a larger
+    /// folder is decoded again from disk in each get().
+    int64_t imageCacheBytes = int64_t{1} << 30;
 };
 
 /// Builds the model on the trainer thread (so its parameters count against the device).
@@ -77,6 +91,7 @@ struct TrainerOptions {
     int64_t targetBatch = 64;
     ProbeOptions probe;
     OptimizerOptions optimizer;
+    LossKind loss = LossKind::CrossEntropy;
     int64_t steps = 0;              ///< optimizer steps to run; 0 with epochs == 0 means 100
     int64_t epochs = 0;             ///< whole passes over the data; used when steps == 0
     uint64_t seed = 0;              ///< model initialisation and sampler order

@@ -9,7 +9,7 @@ PACKAGES=(
   cmake g++ ninja-build ccache pkg-config
   libtorch-dev
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
-  nlohmann-json3-dev libexpected-dev libstb-dev
+  nlohmann-json3-dev libexpected-dev libstb-dev zlib1g-dev
   fonts-dejavu-core
 )
 

@@ -1,0 +1,20 @@
+#pragma once
+
+#include <torch/torch.h>
+
+#include "core/options.h"
+
+namespace batchpilot::core {
+
+/// The mean training loss of one micro-batch, as a scalar with autograd history.
+///
+/// CrossEntropy: `output` [N, classes] logits, `target` int64 [N] class ids (or float [N, classes]
+/// class probabilities). Mse: `target` float of the output's shape (a [N, 1] target also serves an
+/// [N] output); int64 class ids [N] against [N, classes] outputs are one-hot encoded first.
+/// A mismatch (e.g. float regression targets with cross-entropy) throws std::invalid_argument
+/// whose message names both shapes and the loss to use; the trainer reports it as an error.
+///
+/// Thread rules: none of its own; call on the thread that owns the tensors.
+torch::Tensor computeLoss(LossKind kind, const torch::Tensor& output, const torch::Tensor& target);
+
+}  // namespace batchpilot::core

@@ -1,0 +1,27 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <tl/expected.hpp>
+
+#include "core/model.h"
+#include "core/options.h"
+
+namespace batchpilot::core {
+
+class Dataset;
+
+/// True when `name` means a TorchScript file rather than a built-in model: it is not a built-in
+/// name and it ends with ".pt" or ".pth" or names an existing file. Built-in names win.
+bool isModelFile(const std::string& name);
+
+/// The model `options` names, shaped for `data`: a built-in model ("mlp", "cnn", "resnet") for
+/// the data's sample shape and classes, or the TorchScript file loaded and checked against one
+/// sample (see loadTorchScriptModel). The current torch seed decides built-in initial weights.
+/// Unknown names are an error listing the valid ones.
+///
+/// Thread rules: call on the trainer thread (the model's memory counts against its device).
+tl::expected<std::shared_ptr<Model>, std::string> makeModel(const ModelOptions& options, const Dataset& data);
+
+}  // namespace batchpilot::core

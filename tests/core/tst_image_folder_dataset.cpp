@@ -1,0 +1,241 @@
+#include <QtTest>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <torch/torch.h>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wpedantic"
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#include <stb/stb_image_write.h>
+#pragma GCC diagnostic pop
+
+#include "core/dataset.h"
+#include "core/image_folder_dataset.h"
+
+using namespace batchpilot::core;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Rgb {
+    uint8_t r, g, b;
+};
+
+/// A solid-colour RGB image of w x h pixels, written in the format the extension names.
+void writeImage(const fs::path& path, int w, int h, Rgb colour) {
+    fs::create_directories(path.parent_path());
+    std::vector<uint8_t> pixels;
+    for (int i = 0; i < w * h; ++i) pixels.insert(pixels.end(), {colour.r, colour.g, colour.b});
+    const std::string ext = path.extension().string();
+    int ok = 0;
+    if (ext == ".png") ok = stbi_write_png(path.c_str(), w, h, 3, pixels.data(), w * 3);
+    if (ext == ".bmp") ok = stbi_write_bmp(path.c_str(), w, h, 3, pixels.data());
+    if (ext == ".jpg") ok = stbi_write_jpg(path.c_str(), w, h, 3, pixels.data(), /*quality=*/95);
+    QVERIFY2(ok != 0, path.c_str());
+}
+
+void writeBytes(const fs::path& path, const std::string& bytes) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path, std::ios::binary) << bytes;
+}
+
+float normalised(int value, int channel) {
+    return (static_cast<float>(value) / 255.0F - ImageFolderDataset::kMean[static_cast<size_t>(channel)]) /
+           ImageFolderDataset::kStd[static_cast<size_t>(channel)];
+}
+
+/// Inverts the normalisation of channel `c` of sample `i` at pixel (y, x) back to 0..255.
+float pixel(const Batch& batch, int64_t i, int64_t c, int64_t y, int64_t x) {
+    const float v = batch.inputs[i][c][y][x].item<float>();
+    return (v * ImageFolderDataset::kStd[static_cast<size_t>(c)] + ImageFolderDataset::kMean[static_cast<size_t>(c)]) * 255.0F;
+}
+
+/// root/cat: 2 PNGs (one 4x4, one 9x7 to be resized), a JPEG and a BMP; root/dog: 1 PNG, a broken
+/// "PNG", a truncated PNG and a text file; root/.hidden/x.png is not a class.
+void writeFolder(const fs::path& root) {
+    writeImage(root / "cat" / "a.png", 4, 4, {255, 0, 10});
+    writeImage(root / "cat" / "b.png", 9, 7, {0, 200, 0});
+    writeImage(root / "cat" / "nested" / "c.jpg", 4, 4, {30, 60, 90});
+    writeImage(root / "cat" / "d.bmp", 4, 4, {1, 2, 3});
+    writeImage(root / "dog" / "e.png", 4, 4, {100, 100, 100});
+    writeBytes(root / "dog" / "broken.png", "this is not a png at all");
+    writeImage(root / "dog" / "cut.png", 16, 16, {5, 5, 5});
+    const auto cut = root / "dog" / "cut.png";
+    fs::resize_file(cut, fs::file_size(cut) / 2);
+    writeBytes(root / "dog" / "notes.txt", "hello");
+    writeImage(root / ".hidden" / "x.png", 4, 4, {0, 0, 0});
+    writeImage(root / "dog" / ".thumb.png", 4, 4, {0, 0, 0});
+}
+
+DataOptions folderOptions(const fs::path& root, int64_t channels = 3) {
+    DataOptions options;
+    options.name = "image-folder";
+    options.path = root.string();
+    options.channels = channels;
+    options.height = 4;
+    options.width = 4;
+    return options;
+}
+
+}  // namespace
+
+class TestImageFolderDataset : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void decodesResizesAndSkipsUnreadable_data() {
+        QTest::addColumn<bool>("cached");
+        QTest::newRow("cached") << true;
+        QTest::newRow("decoded per get") << false;
+    }
+    void decodesResizesAndSkipsUnreadable() {
+        QFETCH(bool, cached);
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        writeFolder(root);
+        DataOptions options = folderOptions(root);
+        if (!cached) options.imageCacheBytes = 0;
+        auto made = makeDataset(options);
+        QVERIFY2(made, made ? "" : made.error().c_str());
+        const auto& data = dynamic_cast<const ImageFolderDataset&>(**made);
+        QCOMPARE(data.cached(), cached);
+        QCOMPARE(data.classNames(), (std::vector<std::string>{"cat", "dog"}));
+        QCOMPARE(data.classes(), int64_t{2});
+        QCOMPARE(data.size(), int64_t{5});
+        QCOMPARE(data.sampleShape(), (std::vector<int64_t>{3, 4, 4}));
+        std::vector<std::string> names;
+        for (const auto& file : data.files()) names.push_back(fs::relative(file, root).string());
+        QCOMPARE(names, (std::vector<std::string>{"cat/a.png", "cat/b.png", "cat/d.bmp", "cat/nested/c.jpg", "dog/e.png"}));
+        QCOMPARE(data.labels(), (std::vector<int64_t>{0, 0, 0, 0, 1}));
+
+        const auto warnings = data.warnings();
+        QCOMPARE(warnings.size(), size_t{2});
+        const QString skipped = QString::fromStdString(warnings[0]);
+        QVERIFY2(skipped.startsWith(QStringLiteral("2 of 7 image files")), qPrintable(skipped));
+        QVERIFY2(skipped.contains(QStringLiteral("broken.png")) && skipped.contains(QStringLiteral("cut.png")),
+                 qPrintable(skipped));
+        QVERIFY2(QString::fromStdString(warnings[1]).contains(QStringLiteral("notes.txt")), warnings[1].c_str());
+
+        const Batch batch = data.get({0, 1, 2, 3, 4, 0});
+        QCOMPARE(batch.inputs.sizes().vec(), (std::vector<int64_t>{6, 3, 4, 4}));
+        QVERIFY(torch::equal(batch.targets, torch::tensor({0, 0, 0, 0, 1, 0}, torch::kInt64)));
+        // Lossless formats at the target size decode exactly.
+        QCOMPARE(batch.inputs[0][0][1][2].item<float>(), normalised(255, 0));
+        QCOMPARE(batch.inputs[0][2][3][3].item<float>(), normalised(10, 2));
+        QCOMPARE(batch.inputs[2][1][0][0].item<float>(), normalised(2, 1));
+        QCOMPARE(batch.inputs[4][1][2][2].item<float>(), normalised(100, 1));
+        // A solid image stays solid when resized; JPEG is close.
+        for (int64_t y = 0; y < 4; ++y) {
+            for (int64_t x = 0; x < 4; ++x) {
+                QVERIFY(std::abs(pixel(batch, 1, 1, y, x) - 200.0F) < 1.01F);
+                QVERIFY(std::abs(pixel(batch, 1, 0, y, x)) < 1.01F);
+                QVERIFY(std::abs(pixel(batch, 3, 2, y, x) - 90.0F) < 4.0F);
+            }
+        }
+        QVERIFY(torch::equal(batch.inputs[0], batch.inputs[5]));
+    }
+
+    void greyscale() {
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        writeImage(root / "0" / "a.png", 4, 4, {90, 90, 90});
+        writeImage(root / "1" / "b.bmp", 4, 4, {200, 200, 200});
+        auto data = ImageFolderDataset::load(folderOptions(root, /*channels=*/1));
+        QVERIFY2(data, data ? "" : data.error().c_str());
+        const Batch batch = (*data)->get({1, 0});
+        QCOMPARE(batch.inputs.sizes().vec(), (std::vector<int64_t>{2, 1, 4, 4}));
+        QVERIFY(batch.inputs[0][0][0][0].item<float>() > batch.inputs[1][0][0][0].item<float>());
+        QVERIFY((*data)->warnings().empty());
+    }
+
+    void concurrentUncachedGets() {
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        for (int i = 0; i < 8; ++i) {
+            writeImage(root / (i % 2 ? "odd" : "even") / (std::to_string(i) + ".png"), 6, 5,
+                       {static_cast<uint8_t>(30 * i), 7, static_cast<uint8_t>(255 - 30 * i)});
+        }
+        DataOptions options = folderOptions(root);
+        options.imageCacheBytes = 0;
+        auto data = ImageFolderDataset::load(options);
+        QVERIFY(data);
+        const std::vector<int64_t> all = {0, 1, 2, 3, 4, 5, 6, 7};
+        const Batch expected = (*data)->get(all);
+        std::atomic<int> mismatches = 0;
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 4; ++t) {
+            threads.emplace_back([&] {
+                for (int i = 0; i < 20; ++i) {
+                    if (!torch::equal((*data)->get(all).inputs, expected.inputs)) ++mismatches;
+                }
+            });
+        }
+        for (auto& thread : threads) thread.join();
+        QCOMPARE(mismatches.load(), 0);
+    }
+
+    void badFoldersAreClearErrors_data() {
+        QTest::addColumn<QString>("layout");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("missing") << QStringLiteral("missing") << QStringLiteral("does not exist");
+        QTest::newRow("empty") << QStringLiteral("empty") << QStringLiteral("has no class subfolders: put the images");
+        QTest::newRow("loose images") << QStringLiteral("loose") << QStringLiteral("has no class subfolders (it holds 2 images directly)");
+        QTest::newRow("a file") << QStringLiteral("file") << QStringLiteral("is not a folder");
+        QTest::newRow("no images") << QStringLiteral("no-images") << QStringLiteral("has 2 class subfolder(s) but no image files");
+        QTest::newRow("all broken") << QStringLiteral("broken") << QStringLiteral("none of the 2 image files");
+        QTest::newRow("two channels") << QStringLiteral("channels") << QStringLiteral("1 (grey) or 3 (RGB) channels, not 2");
+    }
+    void badFoldersAreClearErrors() {
+        QFETCH(QString, layout);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        fs::path root = fs::path(dir.path().toStdString()) / "images";
+        DataOptions options = folderOptions(root);
+        if (layout == QLatin1String("empty")) fs::create_directories(root);
+        if (layout == QLatin1String("loose")) {
+            writeImage(root / "a.png", 4, 4, {1, 1, 1});
+            writeImage(root / "b.png", 4, 4, {1, 1, 1});
+        }
+        if (layout == QLatin1String("file")) writeBytes(root, "x");
+        if (layout == QLatin1String("no-images")) {
+            writeBytes(root / "a" / "readme.txt", "x");
+            fs::create_directories(root / "b");
+        }
+        if (layout == QLatin1String("broken")) {
+            writeBytes(root / "a" / "1.png", "garbage");
+            writeBytes(root / "b" / "2.jpg", "garbage");
+        }
+        if (layout == QLatin1String("channels")) {
+            writeImage(root / "a" / "1.png", 4, 4, {1, 1, 1});
+            options.channels = 2;
+        }
+        auto data = ImageFolderDataset::load(options);
+        QVERIFY(!data);
+        const QString error = QString::fromStdString(data.error());
+        QVERIFY2(error.contains(message), qPrintable(error));
+        if (layout != QLatin1String("channels")) QVERIFY2(error.contains(QString::fromStdString(root.string())), qPrintable(error));
+    }
+
+    void removedFileIsAnErrorNotACrash() {
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        writeImage(root / "a" / "1.png", 4, 4, {1, 1, 1});
+        writeImage(root / "b" / "2.png", 4, 4, {2, 2, 2});
+        DataOptions options = folderOptions(root);
+        options.imageCacheBytes = 0;
+        auto data = ImageFolderDataset::load(options);
+        QVERIFY(data);
+        fs::remove(root / "b" / "2.png");
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, (*data)->get({1}));
+        QCOMPARE((*data)->get({0}).targets[0].item<int64_t>(), int64_t{0});
+    }
+};
+
+QTEST_APPLESS_MAIN(TestImageFolderDataset)
+#include "tst_image_folder_dataset.moc"
