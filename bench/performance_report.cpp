@@ -1,0 +1,339 @@
+// batchpilot-bench-report: turns the benchmarks' JSON results into docs/PERFORMANCE.md: the
+// machine, one table per benchmark with a paragraph on what it shows, and each goal stated as
+// met or not with the measured value.
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "bench/bench_util.h"
+
+namespace {
+
+using nlohmann::json;
+using batchpilot::bench::fixed;
+
+json load(const std::string& dir, const std::string& file) {
+    std::ifstream in(dir + "/" + file);
+    if (!in) return json();
+    return json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+std::string pct(double ratio) { return fixed(100.0 * ratio, 1) + "%"; }
+std::string mib(double bytes) { return fixed(bytes / (1024.0 * 1024.0), 1) + " MiB"; }
+std::string verdict(bool met) { return met ? "**met**" : "**not met**"; }
+
+struct Args {
+    std::string in = "docs/bench";
+    std::string out = "docs/PERFORMANCE.md";
+    std::string cores = "?";
+    std::string torchPackage = "";  ///< the Debian package version
+    std::string benchSeconds = "?";
+};
+
+void probeSection(std::ostream& md, const json& probe) {
+    md << "## 1. Probe accuracy and cost\n\n";
+    if (probe.is_null()) {
+        md << "_probe.json is missing: the probe benchmark did not run._\n\n";
+        return;
+    }
+    const json& configs = probe["configs"];
+    std::vector<std::string> names;
+    for (const json& s : configs[0]["strategies"]) names.push_back(s["name"]);
+
+    md << "Every setup is a model on a virtual GPU (`virtual:<budget>`). The **true maximum** is "
+          "found by bisection over [1, upper bound] with real trials, then the three sizes above it "
+          "are tried as well; every size any strategy tried agrees with it ("
+       << "truth consistent in every setup: ";
+    bool consistent = true;
+    for (const json& c : configs) consistent = consistent && c["truth_consistent"].get<bool>();
+    md << (consistent ? "yes" : "**no**, see probe.json") << "). A **trial** is the same measured "
+          "operation for every strategy: one forward + backward pass of *n* samples on the virtual "
+          "GPU with the model's parameters, the gradient accumulators and the optimizer state "
+          "(SGD momentum, held back as the trainer's first probe does) present — each trial is a "
+          "`core::Trainer` run whose target batch, initial and maximum micro-batch are all *n*, "
+          "read from its first `ProbeTrial` event. Outcomes are cached per (setup, *n*), so all "
+          "strategies see identical trials; *probe s* is the sum of the measured durations of the "
+          "trials a strategy ran. BatchPilot's rows run `core::ProbeSearch` (default options, and "
+          "headroom 0) against the same trials; the strategies below it are baselines written in "
+          "`bench/probe_strategies.cpp`.\n\n";
+
+    md << "### Found micro-batch (% of the true maximum)\n\n| setup | budget | upper bound | true max |";
+    for (const auto& n : names) md << ' ' << n << " |";
+    md << "\n|---|---:|---:|---:|";
+    for (size_t i = 0; i < names.size(); ++i) md << "---:|";
+    md << '\n';
+    for (const json& c : configs) {
+        md << "| " << c["setup"].get<std::string>() << " | " << mib(c["budget_bytes"].get<double>()) << " | "
+           << c["upper_bound"] << " | " << c["true_max"] << " |";
+        for (const json& s : c["strategies"]) {
+            md << ' ' << s["found"] << " (" << fixed(100.0 * s["found_over_true"].get<double>(), 0) << "%"
+               << (s["fits"].get<bool>() ? "" : ", **OOM**") << ") |";
+        }
+        md << '\n';
+    }
+    md << "\n_OOM: the size is above the true maximum, so training at it would run out of memory._\n\n";
+
+    md << "### Trials (OOMs) per setup\n\n| setup | budget |";
+    for (const auto& n : names) md << ' ' << n << " |";
+    md << "\n|---|---:|";
+    for (size_t i = 0; i < names.size(); ++i) md << "---:|";
+    md << '\n';
+    for (const json& c : configs) {
+        md << "| " << c["setup"].get<std::string>() << " | " << mib(c["budget_bytes"].get<double>()) << " |";
+        for (const json& s : c["strategies"]) md << ' ' << s["trials"] << " (" << s["ooms"] << ") |";
+        md << '\n';
+    }
+
+    md << "\n### Summary per strategy (all " << configs.size() << " setups)\n\n"
+          "| strategy | mean found/true | min found/true | sizes that OOM | mean trials | OOMs | mean probe s | samples discarded |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+    std::map<std::string, double> meanTrials, minRatio;
+    int64_t batchPilotDiscarded = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+        double sumRatio = 0, minR = 1e9, trials = 0, seconds = 0;
+        int invalid = 0, ooms = 0;
+        int64_t discarded = 0;
+        for (const json& c : configs) {
+            const json& s = c["strategies"][i];
+            const double r = s["found_over_true"].get<double>();
+            sumRatio += r;
+            minR = std::min(minR, r);
+            trials += s["trials"].get<double>();
+            seconds += s["seconds"].get<double>();
+            invalid += s["fits"].get<bool>() ? 0 : 1;
+            ooms += s["ooms"].get<int>();
+            discarded += s["samples_discarded"].get<int64_t>();
+        }
+        const double n = static_cast<double>(configs.size());
+        meanTrials[names[i]] = trials / n;
+        minRatio[names[i]] = minR;
+        if (names[i].rfind("BatchPilot", 0) == 0) batchPilotDiscarded += discarded;
+        md << "| " << names[i] << " | " << pct(sumRatio / n) << " | " << pct(minR) << " | " << invalid << " | "
+           << fixed(trials / n, 1) << " | " << ooms << " | " << fixed(seconds / n, 2) << " | " << discarded << " |\n";
+    }
+
+    md << "\n### BatchPilot's probe inside the real trainer\n\n"
+          "The same probe run by `core::Trainer` itself (target batch = upper bound, stopped when "
+          "the probe finished): found size, trials, OOMs, the probe's own seconds "
+          "(`ProbeFinished`), and samples discarded counted from the trainer's events (a fitting "
+          "trial must appear as a probe micro-batch in `MicroBatchDone`; an OOM trial's samples "
+          "must start the next micro-batch at the same offset).\n\n"
+          "| setup | budget | true max | default: found (trials, OOMs, s) | headroom 0: found (trials, OOMs, s) | samples discarded |\n"
+          "|---|---:|---:|---:|---:|---:|\n";
+    for (const json& c : configs) {
+        const json& d = c["trainer_default"];
+        const json& z = c["trainer_headroom0"];
+        md << "| " << c["setup"].get<std::string>() << " | " << mib(c["budget_bytes"].get<double>()) << " | "
+           << c["true_max"] << " | " << d["found"] << " (" << pct(d["found_over_true"].get<double>()) << "; "
+           << d["trials"] << ", " << d["ooms"] << ", " << fixed(d["seconds"].get<double>(), 2) << ") | " << z["found"] << " ("
+           << pct(z["found_over_true"].get<double>()) << "; " << z["trials"] << ", " << z["ooms"] << ", "
+           << fixed(z["seconds"].get<double>(), 2) << ") | "
+           << d["samples_discarded"].get<int64_t>() + z["samples_discarded"].get<int64_t>() << " |\n";
+        batchPilotDiscarded += d["samples_discarded"].get<int64_t>() + z["samples_discarded"].get<int64_t>();
+    }
+
+    const double minDefault = minRatio["BatchPilot (default)"];
+    const double minZero = minRatio["BatchPilot (headroom 0)"];
+    const double bisect = meanTrials["double, then bisect"];
+    md << "\n**What it shows.** Each baseline's row says how much of the device it leaves unused and "
+          "what it pays for the answer; BatchPilot's rows show the same for its probe. Doubling "
+          "recipes land on a power of two (up to half the memory unused); the fixed-start recipes "
+          "never grow past 128 and pay an OOM per step down; double-then-bisect reaches the "
+          "maximum but spends the most trials; the linear fit stops at its 60% target by design. "
+          "The default probe keeps 5% of the memory free as headroom (for fragmentation and "
+          "variable shapes), so it stops below the true maximum by about that much of the "
+          "per-sample memory.\n\n"
+       << "**Goals.** ≥ 97% of the true maximum everywhere: default options " << verdict(minDefault >= 0.97)
+       << " (minimum " << pct(minDefault) << "), headroom 0 " << verdict(minZero >= 0.97) << " (minimum "
+       << pct(minZero) << "). Fewer trials than double-then-bisect on average: default "
+       << verdict(meanTrials["BatchPilot (default)"] < bisect) << " (" << fixed(meanTrials["BatchPilot (default)"], 1)
+       << " vs " << fixed(bisect, 1) << "), headroom 0 " << verdict(meanTrials["BatchPilot (headroom 0)"] < bisect) << " ("
+       << fixed(meanTrials["BatchPilot (headroom 0)"], 1) << " vs " << fixed(bisect, 1)
+       << "). Zero samples discarded: " << verdict(batchPilotDiscarded == 0) << " (" << batchPilotDiscarded
+       << ", replays and real trainer runs together).\n\n";
+}
+
+void accumulationSection(std::ostream& md, const json& acc) {
+    md << "## 2. Accumulation overhead\n\n";
+    if (acc.is_null()) {
+        md << "_accumulation.json is missing: the accumulation benchmark did not run._\n\n";
+        return;
+    }
+    const json& w = acc["workload"];
+    md << "Workload: `" << w["model"].get<std::string>() << "` (width " << w["width"] << ") on "
+       << w["input"].get<std::string>() << " synthetic images, device `" << w["device"].get<std::string>()
+       << "`, target batch " << w["target_batch"] << ", micro-batch " << w["micro_batch"] << " ("
+       << w["accumulation_steps"] << " accumulation steps), SGD with momentum. BatchPilot's trainer "
+          "(probe finished after its single trial, accumulation active, every event — "
+       << w["events_stored_per_run"] << " per run — stored by the sink) against a bare LibTorch loop "
+          "in the benchmark: same model and seed, same data and sample order, same micro-batch "
+          "split, loss × n_i/T, `backward()`, `torch::optim::SGD` step every k micro-batches, on the "
+          "same counting allocator and budget (its cost is section 3). "
+       << w["repetitions"] << " interleaved repetitions (alternating which goes first) of "
+       << w["steps_per_run"] << " steps each; samples/s over steps 2..N.\n\n"
+       << "| variant | median samples/s | runs |\n|---|---:|---|\n";
+    const auto runs = [](const json& values) {
+        std::ostringstream out;
+        for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << fixed(values[i].get<double>(), 0);
+        return out.str();
+    };
+    md << "| BatchPilot trainer | " << fixed(acc["trainer_median"].get<double>(), 1) << " | "
+       << runs(acc["trainer_samples_per_s"]) << " |\n"
+       << "| bare LibTorch loop | " << fixed(acc["bare_median"].get<double>(), 1) << " | "
+       << runs(acc["bare_samples_per_s"]) << " |\n\n";
+    const double ratio = acc["ratio_of_medians"].get<double>();
+    md << "Ratio trainer / bare loop: **" << fixed(ratio, 3) << "** (ratio of medians; median of the "
+       << "per-repetition ratios " << fixed(acc["median_paired_ratio"].get<double>(), 3) << "). Goal ≥ 0.98: "
+       << verdict(ratio >= 0.98) << ".\n\n"
+       << "### Samples/s by micro-batch at target batch " << w["target_batch"] << "\n\n"
+       << "| micro-batch | accumulation steps | samples/s | vs micro-batch 1 |\n|---:|---:|---:|---:|\n";
+    for (const json& row : acc["sweep"]) {
+        md << "| " << row["micro_batch"] << (row["micro_batch"] == acc["probed_micro_batch"] ? " (probe's choice)" : "")
+           << " | " << row["accumulation_steps"] << " | " << fixed(row["samples_per_s"].get<double>(), 1) << " | "
+           << fixed(row["speedup_vs_1"].get<double>(), 2) << "× |\n";
+    }
+    md << "\n**What it shows.** The first table is the price of BatchPilot's bookkeeping "
+          "(gradients into fresh tensors added to the accumulators only after a whole backward, "
+          "buffer snapshots, the loss read back, memory samples and events) over the loop a user "
+          "would write. The second shows why the largest micro-batch is worth finding: at the same "
+          "target batch, and so the same optimizer steps and the same gradients, throughput rises "
+          "with the micro-batch because per-call overhead is paid once per micro-batch.\n\n";
+}
+
+void meterSection(std::ostream& md, const json& meter) {
+    md << "## 3. Memory meter cost\n\n";
+    if (meter.is_null()) {
+        md << "_meter.json is missing: the meter benchmark did not run._\n\n";
+        return;
+    }
+    const json& w = meter["workload"];
+    md << "The same training run (`cnn` on 3x32x32, target batch " << w["target_batch"] << ", micro-batch "
+       << w["micro_batch"] << ", " << w["steps_per_run"] << " steps, samples/s over steps 2..N) with BatchPilot's "
+          "counting allocator installed as LibTorch's CPU allocator and counting the trainer thread "
+          "(on `cpu`, and on a virtual GPU with a budget), against LibTorch's default CPU allocator "
+          "swapped back in (`c10::SetCPUAllocator`) — the meter off. "
+       << w["repetitions"] << " interleaved repetitions, the order rotated each time.\n\n"
+       << "| variant | median samples/s | vs default allocator |\n|---|---:|---:|\n";
+    const double off = meter["variants"][1]["median_samples_per_s"].get<double>();
+    for (const json& v : meter["variants"]) {
+        const double value = v["median_samples_per_s"].get<double>();
+        md << "| " << v["name"].get<std::string>() << " | " << fixed(value, 1) << " | " << fixed(value / off, 3) << " |\n";
+    }
+    const double ratio = meter["ratio_on_off"].get<double>();
+    md << "\nRatio on / off: **" << fixed(ratio, 3) << "** (median of the per-repetition ratios "
+       << fixed(meter["median_paired_ratio_on_off"].get<double>(), 3) << "). Goal ≥ 0.99: " << verdict(ratio >= 0.99)
+       << ".\n\n**What it shows.** Counting every allocation of the trainer thread (two atomic adds, a "
+          "peak update and a 64-byte header per block) is what makes a virtual GPU and the per-trial "
+          "peaks possible; this table is its price on a real workload. Differences of a percent or "
+          "two are within the run-to-run noise of a shared 2-core machine; the raw runs are in "
+          "`bench/meter.csv`.\n\n";
+}
+
+void guiSection(std::ostream& md, const json& gui) {
+    md << "## 4. GUI under load\n\n";
+    if (gui.is_null()) {
+        md << "_gui.json is missing: the GUI benchmark did not run (it needs a build with BATCHPILOT_GUI)._\n\n";
+        return;
+    }
+    md << "The real `MainWindow` (1280×800, Qt " << gui["qt_version"].get<std::string>() << ", platform `"
+       << gui["platform"].get<std::string>() << "`) is fed a synthetic run: a producer thread plays the "
+          "trainer (per optimizer step: 8 micro-batches done, 2 memory samples, the step, its "
+          "metrics) into a mutex-protected queue, and a 33 ms timer on the GUI thread drains it and "
+          "emits `TrainerController::eventsReceived` — the signal the controller's own drain emits "
+          "and the window handles. Latency is the lateness of a 10 ms precise single-shot timer "
+          "re-armed every time it fires; repaints are paint events of the chart views.\n\n"
+          "| events/s | events | latency p50 | p99 | max | loss chart repaints/s | chart repaints/s (per chart) | loss points stored | RSS before → after |\n"
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+    double p99At5000 = -1;
+    for (const json& r : gui["rates"]) {
+        const double rate = r["events_per_second"].get<double>();
+        if (rate == 5000) p99At5000 = r["latency_p99_ms"].get<double>();
+        md << "| " << fixed(rate, 0) << " | " << r["events"] << " | " << fixed(r["latency_p50_ms"].get<double>(), 2)
+           << " ms | " << fixed(r["latency_p99_ms"].get<double>(), 2) << " ms | " << fixed(r["latency_max_ms"].get<double>(), 2)
+           << " ms | " << fixed(r["loss_chart_repaints_per_second"].get<double>(), 1) << " | "
+           << fixed(r["chart_repaints_per_second"].get<double>(), 1) << " | " << r["loss_store_points"] << " | "
+           << mib(r["rss_before_bytes"].get<double>()) << " → " << mib(r["rss_after_bytes"].get<double>()) << " |\n";
+    }
+    const json& m = gui["million"];
+    const double growth = m["rss_growth_bytes"].get<double>();
+    md << "\n### A million loss points\n\n"
+          "One million `StepMetrics` events (one loss point each) through the same signal in "
+          "batches of 10,000, in a fresh window.\n\n"
+          "| loss points | ingest | store: points (capacity, raw points per pair) | drawn points | run record: steps, events (≈ bytes) | RSS growth | redraw (thin + replace) | repaint of the loss chart |\n"
+          "|---:|---:|---|---:|---|---:|---:|---:|\n"
+       << "| " << m["points"] << " | " << fixed(m["ingest_seconds"].get<double>(), 1) << " s ("
+       << fixed(m["points_per_second"].get<double>() / 1000.0, 0) << "k/s) | " << m["store_points"] << " ("
+       << m["store_capacity"] << ", " << m["store_group_size"] << ") = " << mib(m["store_bytes"].get<double>()) << " | "
+       << m["drawn_points"] << " | " << m["record_steps"] << ", " << m["record_events"] << " (≈ "
+       << mib(m["record_bytes_estimate"].get<double>()) << ") | " << mib(growth) << " | "
+       << fixed(m["redraw_ms_median"].get<double>(), 2) << " ms (max " << fixed(m["redraw_ms_max"].get<double>(), 2)
+       << ") | " << fixed(m["paint_ms_median"].get<double>(), 2) << " ms (max " << fixed(m["paint_ms_max"].get<double>(), 2)
+       << ") |\n\n"
+       << "**Goals.** p99 latency < 50 ms at 5,000 events/s: " << verdict(p99At5000 >= 0 && p99At5000 < 50) << " ("
+       << fixed(p99At5000, 2) << " ms). Memory growth < 50 MB for a million points: "
+       << verdict(growth < 50e6) << " (" << fixed(growth / 1e6, 1) << " MB).\n\n"
+       << "**What it shows.** Events reach the window in ~30 batches per second whatever the rate, "
+          "and charts are redrawn on their own ~30 Hz timer, so the event loop stays responsive as "
+          "the rate grows; the chart stores are bounded (min/max decimation), so a long run costs a "
+          "fixed amount of chart memory and a redraw costs the same at a million points as at a "
+          "thousand. The memory growth includes everything the window keeps per step, not only the "
+          "charts: the run record keeps every step's metrics (for the CSV export) and every "
+          "non-high-rate event (for the JSON Lines export), shown in the table with its estimated "
+          "size.\n\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Args args;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string key = argv[i];
+        const std::string value = argv[i + 1];
+        if (key == "--in") args.in = value;
+        else if (key == "--out") args.out = value;
+        else if (key == "--cores") args.cores = value;
+        else if (key == "--torch-package") args.torchPackage = value;
+        else if (key == "--bench-seconds") args.benchSeconds = value;
+        else {
+            std::fprintf(stderr, "usage: batchpilot-bench-report [--in DIR] [--out FILE] [--cores N] [--torch-package VERSION] [--bench-seconds S]\n");
+            return 2;
+        }
+    }
+    const json probe = load(args.in, "probe.json");
+    const json acc = load(args.in, "accumulation.json");
+    const json meter = load(args.in, "meter.json");
+    const json gui = load(args.in, "gui.json");
+    json machine;
+    std::string torch = "?";
+    for (const json* j : {&probe, &acc, &meter, &gui}) {
+        if (!j->is_null() && j->contains("machine")) machine = (*j)["machine"];
+        if (!j->is_null() && j->contains("torch_version")) torch = (*j)["torch_version"];
+    }
+    std::ostringstream md;
+    md << "# Performance\n\n"
+          "Generated by `scripts/bench` from the raw results in [`bench/`](bench/) (CSV and JSON). "
+          "Every comparison below was measured side by side in the same run, with interleaved "
+          "repetitions where timing is compared; medians and ratios are of those runs.\n\n"
+          "## Machine\n\n"
+       << "| | |\n|---|---|\n"
+       << "| CPU cores (`nproc`) | " << args.cores << " |\n"
+       << "| CPU | " << (machine.contains("cpu") ? machine["cpu"].get<std::string>() : "?") << " |\n"
+       << "| memory | " << (machine.contains("memory_bytes") ? fixed(machine["memory_bytes"].get<double>() / (1 << 30), 1) + " GiB" : "?") << " |\n"
+       << "| LibTorch | " << torch << " (`TORCH_VERSION`; Debian `libtorch-dev` " << args.torchPackage << ", CPU only) |\n"
+       << "| Qt | " << (gui.is_null() ? "not built" : gui["qt_version"].get<std::string>()) << " |\n"
+       << "| benchmarks' wall time | " << args.benchSeconds << " s |\n\n";
+    probeSection(md, probe);
+    accumulationSection(md, acc);
+    meterSection(md, meter);
+    guiSection(md, gui);
+    std::ofstream out(args.out);
+    if (!out) {
+        std::fprintf(stderr, "batchpilot-bench-report: cannot write %s\n", args.out.c_str());
+        return 1;
+    }
+    out << md.str();
+    std::printf("wrote %s\n", args.out.c_str());
+    return 0;
+}

@@ -1,0 +1,67 @@
+#include "bench/trainer_workload.h"
+
+#include <stdexcept>
+#include <vector>
+
+#include "core/trainer.h"
+
+namespace batchpilot::bench {
+namespace {
+
+class StoringSink final : public core::EventSink {
+public:
+    void onEvent(const core::Event& event) override { events.push_back(event); }
+    std::vector<core::Event> events;
+};
+
+}  // namespace
+
+core::TrainerOptions cnnWorkload(const std::string& device, int64_t targetBatch, int64_t microBatch, int64_t steps) {
+    core::TrainerOptions options;
+    options.model.name = "cnn";
+    options.model.width = 32;
+    options.data.samples = 8192;
+    options.data.height = 32;
+    options.data.width = 32;
+    options.device = device;
+    options.targetBatch = targetBatch;
+    options.steps = steps;
+    options.seed = 1;
+    options.optimizer.kind = core::OptimizerKind::Sgd;
+    options.optimizer.learningRate = 0.05;
+    options.optimizer.momentum = 0.9;
+    if (microBatch > 0) {
+        options.probe.initialMicroBatch = microBatch;
+        options.probe.maxMicroBatch = microBatch;
+    }
+    return options;
+}
+
+Throughput runTrainer(const core::TrainerOptions& options) {
+    StoringSink sink;
+    core::Trainer trainer(options, sink);
+    const core::RunResult result = trainer.run();
+    if (result.state == core::RunState::Failed) throw std::runtime_error("benchmark run failed: " + result.error);
+    double firstEnd = -1, lastEnd = 0;
+    int64_t firstSeen = 0, samples = 0;
+    Throughput out;
+    for (const core::Event& event : sink.events) {
+        const auto* metrics = std::get_if<core::StepMetrics>(&event);
+        if (!metrics) continue;
+        if (metrics->step == 1) {
+            firstEnd = metrics->time;
+            firstSeen = metrics->samplesSeen;
+            continue;
+        }
+        samples = metrics->samplesSeen - firstSeen;
+        lastEnd = metrics->time;
+        out.accumulationSteps = metrics->accumulationSteps;
+    }
+    if (firstEnd < 0 || samples == 0) throw std::runtime_error("benchmark run made fewer than two steps");
+    out.samplesPerSecond = static_cast<double>(samples) / (lastEnd - firstEnd);
+    out.microBatch = result.microBatch;
+    out.events = static_cast<int64_t>(sink.events.size());
+    return out;
+}
+
+}  // namespace batchpilot::bench

@@ -1,0 +1,80 @@
+#include "bench/trial_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <vector>
+
+#include "core/trainer.h"
+
+namespace batchpilot::bench {
+namespace {
+
+/// Keeps the first probe trial and stops the run right after it.
+class FirstTrialSink final : public core::EventSink {
+public:
+    void onEvent(const core::Event& event) override {
+        if (const auto* trial = std::get_if<core::ProbeTrial>(&event); trial && !first) {
+            first = *trial;
+            if (trainer) trainer->stop();
+        }
+    }
+    std::optional<core::ProbeTrial> first;
+    core::Trainer* trainer = nullptr;
+};
+
+}  // namespace
+
+std::string ProbeSetup::device() const { return "virtual:" + std::to_string(budgetBytes); }
+
+core::TrainerOptions ProbeSetup::trainerOptions() const {
+    core::TrainerOptions options;
+    options.model = model;
+    options.data = data;
+    options.device = device();
+    options.steps = 1;
+    options.seed = 1;
+    options.optimizer.kind = core::OptimizerKind::Sgd;
+    options.optimizer.momentum = 0.9;
+    return options;
+}
+
+const Trial& TrialRunner::run(int64_t size) {
+    if (auto it = m_cache.find(size); it != m_cache.end()) return it->second;
+    core::TrainerOptions options = m_setup.trainerOptions();
+    options.targetBatch = size;
+    options.data.samples = size;
+    options.probe.initialMicroBatch = size;
+    options.probe.maxMicroBatch = size;
+    options.probe.headroom = 0;
+    const auto started = std::chrono::steady_clock::now();
+    FirstTrialSink sink;
+    core::Trainer trainer(options, sink);
+    sink.trainer = &trainer;
+    trainer.run();
+    m_measuredSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    // No trial event: the model, its gradients and optimizer state alone exceed the budget.
+    Trial trial{size, false, 0, 0};
+    if (sink.first) trial = {size, sink.first->fit, sink.first->peakBytes, sink.first->seconds};
+    return m_cache.emplace(size, trial).first->second;
+}
+
+TrueMaximum findTrueMaximum(TrialRunner& runner, int confirmAbove) {
+    const int64_t bound = runner.setup().upperBound;
+    TrueMaximum truth;
+    int64_t lo = 0;
+    int64_t hi = bound + 1;
+    while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        ++truth.checks;
+        (runner.run(mid).fit ? lo : hi) = mid;
+    }
+    for (int64_t n = lo + 1; n <= std::min(lo + confirmAbove, bound); ++n) {
+        ++truth.checks;
+        if (runner.run(n).fit) lo = n;
+    }
+    truth.size = lo;
+    return truth;
+}
+
+}  // namespace batchpilot::bench
