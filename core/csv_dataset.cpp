@@ -201,23 +201,43 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
 
     dataset->m_targets = torch::empty({rows}, torch::kInt64);
     int64_t* t = dataset->m_targets.data_ptr<int64_t>();
-    const bool wholeNumbers = std::all_of(labels.begin(), labels.end(), [](const std::string& label) {
-        const auto value = parseWhole(label);
-        return value && *value >= 0;
-    });
+    const bool wholeNumbers = std::all_of(labels.begin(), labels.end(),
+                                          [](const std::string& label) { return parseWhole(label).has_value(); });
     if (wholeNumbers) {
-        int64_t largest = 0;
-        for (int64_t r = 0; r < rows; ++r) {
-            t[r] = *parseWhole(labels[static_cast<size_t>(r)]);
-            largest = std::max(largest, t[r]);
+        std::vector<int64_t> values(labels.size());
+        std::transform(labels.begin(), labels.end(), values.begin(), [](const std::string& label) { return *parseWhole(label); });
+        const auto [smallest, largest] = std::minmax_element(values.begin(), values.end());
+        if (*smallest >= 0) {
+            if (*largest >= 1'000'000) {
+                return tl::unexpected("CSV file " + path + ": the target \"" + targetColumn + "\" has class id " +
+                                      std::to_string(*largest) + "; class ids must be 0..classes-1 (to predict "
+                                      "numeric values use regression: --loss mse)");
+            }
+            std::copy(values.begin(), values.end(), t);
+            dataset->m_classes = std::max<int64_t>(2, *largest + 1);
+            return dataset;
         }
-        if (largest >= 1'000'000) {
-            return tl::unexpected("CSV file " + path + ": the target \"" + targetColumn + "\" has class id " +
-                                  std::to_string(largest) + "; class ids must be 0..classes-1 (for numeric "
-                                  "values to predict use regression: --loss mse)");
+        // Signed labels such as -1/1: ids in numeric order.
+        std::map<int64_t, int64_t> ids;
+        for (int64_t value : values) ids.emplace(value, 0);
+        int64_t next = 0;
+        for (auto& [value, id] : ids) {
+            id = next++;
+            dataset->m_classNames.push_back(std::to_string(value));
         }
-        dataset->m_classes = std::max<int64_t>(2, largest + 1);
+        for (int64_t r = 0; r < rows; ++r) t[r] = ids.at(values[static_cast<size_t>(r)]);
+        dataset->m_classes = std::max<int64_t>(2, next);
         return dataset;
+    }
+    // Fractional numbers as labels are almost always a regression target given to a classifier.
+    const bool allNumbers = std::all_of(labels.begin(), labels.end(),
+                                        [](const std::string& label) { return parseDouble(label).has_value(); });
+    if (allNumbers) {
+        const auto fractional = std::find_if(labels.begin(), labels.end(),
+                                             [](const std::string& label) { return !parseWhole(label); });
+        return tl::unexpected("CSV file " + path + ": the target \"" + targetColumn + "\" holds numbers such as " +
+                              *fractional + ", not class ids or names; to predict the values use regression "
+                              "(--loss mse)");
     }
     std::map<std::string, int64_t> ids;
     for (const auto& label : labels) ids.emplace(label, 0);

@@ -19,8 +19,9 @@ namespace batchpilot::core {
 /// One named column is the target; every other column is a numeric feature, standardised over
 /// the file (zero mean, unit variance per column; a constant column becomes 0), so inputs are
 /// [F] floats. Classification: when every target is a whole number ≥ 0 it is the class id
-/// (classes() = largest + 1); otherwise the targets are labels mapped to ids in sorted order
-/// (classNames() gives the mapping). Regression: targets are float [1] values, for MSE.
+/// (classes() = largest + 1); signed whole numbers (-1/1) map to ids in numeric order, names to
+/// ids in sorted order (classNames() gives the mapping); fractional numbers are an error that
+/// points to regression. Regression: targets are float [1] values, for MSE.
 ///
 /// Thread rules: immutable after load(); get() may be called from any thread, also concurrently.
 class CsvDataset : public Dataset {

@@ -67,6 +67,15 @@ private Q_SLOTS:
         QVERIFY2(name.contains(QStringLiteral("setosa=0, versicolor=1, virginica=2")), qPrintable(name));
     }
 
+    void signedLabelsMapInNumericOrder() {
+        QTemporaryDir dir;
+        const auto path = write(dir, "svm.csv", "x,y\n1,1\n2,-1\n3,-10\n4,1\n");
+        auto data = CsvDataset::load(path, "y", false);
+        QVERIFY2(data, data ? "" : data.error().c_str());
+        QCOMPARE((*data)->classNames(), (std::vector<std::string>{"-10", "-1", "1"}));
+        QVERIFY(torch::equal((*data)->get({0, 1, 2, 3}).targets, torch::tensor({2, 1, 0, 2}, torch::kInt64)));
+    }
+
     void quotedFields() {
         QTemporaryDir dir;
         const auto path = write(dir, "q.csv", "\"x, the first\",\"kind\"\n\" 1.5\",\"a \"\"quoted\"\" b\"\n-2e1,plain\n");
@@ -116,6 +125,8 @@ private Q_SLOTS:
                                       << QStringLiteral("line 2: the target \"b\" is empty");
         QTest::newRow("regression label") << QStringLiteral("a,b\n1,2\n3,cat\n") << QStringLiteral("b") << true
                                           << QStringLiteral("line 3: the target \"cat\" is not a finite number");
+        QTest::newRow("values as classes") << QStringLiteral("a,b\n1,2\n3,0.5\n") << QStringLiteral("b") << false
+                                           << QStringLiteral("holds numbers such as 0.5, not class ids");
         QTest::newRow("empty file") << QString() << QStringLiteral("b") << false << QStringLiteral("is empty");
         QTest::newRow("header only") << QStringLiteral("a,b\n") << QStringLiteral("b") << false
                                      << QStringLiteral("has a header but no data rows");
