@@ -131,8 +131,12 @@ tl::expected<std::shared_ptr<MnistDataset>, std::string> MnistDataset::load(cons
         return corrupt(pair->labels, "starts with " + hex(labelsMagic) + ", not the labels magic number " +
                                          hex(kLabelsMagic) + (labelsMagic == kImagesMagic ? " (it is an images file)" : ""));
     }
-    if (images->size() < 16) return corrupt(pair->images, "is " + std::to_string(images->size()) + " bytes, shorter than the 16-byte IDX header");
-    if (labels->size() < 8) return corrupt(pair->labels, "is " + std::to_string(labels->size()) + " bytes, shorter than the 8-byte IDX header");
+    if (images->size() < 16) {
+        return corrupt(pair->images, "is " + std::to_string(images->size()) + " bytes, shorter than the 16-byte IDX header");
+    }
+    if (labels->size() < 8) {
+        return corrupt(pair->labels, "is " + std::to_string(labels->size()) + " bytes, shorter than the 8-byte IDX header");
+    }
     const uint64_t count = bigEndian32(images->data() + 4);
     const uint32_t rows = bigEndian32(images->data() + 8);
     const uint32_t cols = bigEndian32(images->data() + 12);
