@@ -11,6 +11,7 @@
 #include "core/device.h"
 #include "core/model.h"
 #include "core/model_factory.h"
+#include "core/run_config.h"
 
 namespace batchpilot::app {
 namespace {
@@ -118,6 +119,17 @@ Optimisation
   --seed N                model initialisation and sample order (default 0)
   --threads N             CPU threads for LibTorch (default: library default)
 
+Configuration
+  --config FILE           read a JSON run configuration (see README); flags given too override it
+  --save-config FILE      write the configuration these flags describe to FILE and exit
+
+Checkpoints
+  --checkpoint-dir DIR    save model, optimizer and trainer state to DIR/checkpoint.pt when the run
+                          ends or is stopped (written atomically: a crash never corrupts it)
+  --checkpoint-every N    also every N optimizer steps
+  --resume DIR            continue exactly where the checkpoint in DIR left off (same model,
+                          optimizer and data options); the step limit counts from the start
+
 Output
   --events FILE           write every event as JSON Lines to FILE
   --quiet                 print only the final summary
@@ -131,7 +143,17 @@ Exit status: 0 on success, 1 when training failed, 2 on bad input.
 tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& args) {
     CliRequest request;
     TrainerOptions& o = request.options;
-    o.steps = 0;
+    // A configuration file is read first; flags given with it override its values.
+    for (size_t i = 0; i < args.size(); ++i) {
+        std::string path;
+        if (args[i] == "--config" && i + 1 < args.size()) path = args[i + 1];
+        if (args[i].rfind("--config=", 0) == 0) path = args[i].substr(9);
+        if (!path.empty()) {
+            auto loaded = core::loadRunConfig(path);
+            if (!loaded) return tl::unexpected(loaded.error());
+            o = *loaded;
+        }
+    }
     using Handler = std::function<tl::expected<void, std::string>(const std::string&)>;
     const std::map<std::string, Handler> withValue = {
         {"--model", [&](const std::string& v) -> tl::expected<void, std::string> { o.model.name = v; return {}; }},
@@ -192,6 +214,15 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
              return {};
          }},
         {"--events", [&](const std::string& v) -> tl::expected<void, std::string> { request.eventsPath = v; return {}; }},
+        {"--config", [&](const std::string&) -> tl::expected<void, std::string> { return {}; }},
+        {"--checkpoint-dir", [&](const std::string& v) -> tl::expected<void, std::string> { o.checkpoint.directory = v; return {}; }},
+        {"--checkpoint-every", [&](const std::string& v) { return store(parseInteger("--checkpoint-every", v, 1), o.checkpoint.everySteps); }},
+        {"--resume", [&](const std::string& v) -> tl::expected<void, std::string> {
+             o.resumeFrom = v;
+             if (o.checkpoint.directory.empty()) o.checkpoint.directory = v;
+             return {};
+         }},
+        {"--save-config", [&](const std::string& v) -> tl::expected<void, std::string> { request.saveConfigPath = v; return {}; }},
     };
     for (size_t i = 0; i < args.size(); ++i) {
         std::string flag = args[i];

@@ -13,6 +13,7 @@ namespace batchpilot::app {
 struct CliRequest {
     core::TrainerOptions options;
     std::string eventsPath;  ///< --events FILE, empty when not asked
+    std::string saveConfigPath;  ///< --save-config FILE: write the configuration and exit
     bool help = false;
     bool listDevices = false;
     bool quiet = false;

@@ -11,6 +11,7 @@
 #include "core/byte_size.h"
 #include "core/counting_allocator.h"
 #include "core/device.h"
+#include "core/run_config.h"
 #include "core/trainer.h"
 
 namespace {
@@ -38,6 +39,14 @@ int main(int argc, char** argv) {
             std::printf("%-10s %s\n", device.id.c_str(), device.description.c_str());
         }
         std::printf("%-10s %s\n", "virtual:<size>", "a simulated GPU with a memory budget, e.g. virtual:512MiB");
+        return 0;
+    }
+    if (!request->saveConfigPath.empty()) {
+        if (auto saved = core::saveRunConfig(request->saveConfigPath, request->options); !saved) {
+            std::fprintf(stderr, "batchpilot-cli: %s\n", saved.error().c_str());
+            return 2;
+        }
+        std::printf("wrote %s\n", request->saveConfigPath.c_str());
         return 0;
     }
     app::ConsoleReporter reporter(stdout, isatty(fileno(stdout)) != 0, request->quiet);

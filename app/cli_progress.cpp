@@ -64,7 +64,9 @@ void ConsoleReporter::onEvent(const core::Event& event) {
         [&](const auto& e) {
             using T = std::decay_t<decltype(e)>;
             if constexpr (std::is_same_v<T, RunStateChanged>) {
-                if (e.state == RunState::Starting) line("starting on " + e.detail);
+                if (e.state == RunState::Starting) {
+                    line(e.detail.rfind("resumed", 0) == 0 ? e.detail : "starting on " + e.detail);
+                }
                 if (e.state == RunState::Paused) line("paused");
             } else if constexpr (std::is_same_v<T, ProbeStarted>) {
                 line(format("probe #%d (%s) on %s: up to %" PRId64 " samples, usable memory %s%s", e.sequence,
@@ -111,6 +113,8 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                             e.oldLearningRate, e.newLearningRate));
             } else if constexpr (std::is_same_v<T, DeviceSwitched>) {
                 line("device " + e.from + " → " + e.to);
+            } else if constexpr (std::is_same_v<T, CheckpointSaved>) {
+                if (!m_interactive) line("checkpoint saved at step " + std::to_string(e.step) + ": " + e.path);
             } else if constexpr (std::is_same_v<T, Warning>) {
                 line("warning: " + e.message);
             } else if constexpr (std::is_same_v<T, ErrorEvent>) {

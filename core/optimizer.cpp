@@ -105,6 +105,13 @@ void Optimizer::apply(std::vector<torch::Tensor>& gradients) {
     }
 }
 
+void Optimizer::restore(std::vector<torch::Tensor> first, std::vector<torch::Tensor> second, int64_t steps) {
+    m_first = std::move(first);
+    m_second = std::move(second);
+    m_steps = steps;
+    m_ready = false;  // prepare() still makes the per-step scratch
+}
+
 void Optimizer::to(const torch::Device& device, std::vector<torch::Tensor> parameters) {
     m_parameters = std::move(parameters);
     for (auto& t : m_first) t = t.to(device);

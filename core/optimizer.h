@@ -43,6 +43,9 @@ public:
     /// The state tensors (momentum buffers or first and second moments), for tests and moves.
     const std::vector<torch::Tensor>& firstState() const { return m_first; }
     const std::vector<torch::Tensor>& secondState() const { return m_second; }
+    /// Replaces the state with saved tensors (shapes must match the parameters) and step count.
+    void restore(std::vector<torch::Tensor> first, std::vector<torch::Tensor> second, int64_t steps);
+    OptimizerKind kind() const { return m_options.kind; }
 
 private:
     OptimizerOptions m_options;

@@ -129,6 +129,12 @@ tl::expected<void, std::string> validate(const TrainerOptions& o) {
             return tl::unexpected(std::string("image size must be positive in every dimension (e.g. 3x32x32)"));
         }
     }
+    if (o.checkpoint.everySteps < 0) {
+        return tl::unexpected(outOfRange("checkpoint interval", o.checkpoint.everySteps, "0 (only at the end) or more steps"));
+    }
+    if (o.checkpoint.everySteps > 0 && o.checkpoint.directory.empty()) {
+        return tl::unexpected(std::string("a checkpoint interval needs a checkpoint directory"));
+    }
     if (o.regrowAfterSteps < 0) {
         return tl::unexpected(outOfRange("regrow-after steps", o.regrowAfterSteps, "0 (never) or more"));
     }

@@ -84,6 +84,12 @@ using ModelFactory =
     std::function<tl::expected<std::shared_ptr<Model>, std::string>(const Dataset& data)>;
 using DatasetFactory = std::function<tl::expected<std::shared_ptr<Dataset>, std::string>()>;
 
+/// When and where checkpoints are written (see checkpoint.h).
+struct CheckpointOptions {
+    std::string directory;          ///< empty: no checkpoints
+    int64_t everySteps = 0;         ///< also every N optimizer steps; 0: only when the run ends or stops
+};
+
 struct TrainerOptions {
     ModelOptions model;
     DataOptions data;
@@ -100,6 +106,8 @@ struct TrainerOptions {
     double memorySampleInterval = 0.05;  ///< seconds between memory samples (at most)
     bool reportSampleIndices = false;    ///< fill MicroBatchDone::sampleIndices (tests)
     int intraOpThreads = 0;         ///< LibTorch CPU threads; 0 keeps the library default
+    CheckpointOptions checkpoint;
+    std::string resumeFrom;         ///< checkpoint directory to continue from; empty: fresh start
 
     /// Optional overrides of the built-in model and dataset (tests, user models).
     ModelFactory modelFactory;

@@ -22,6 +22,13 @@ void Sampler::shuffle() {
     m_position = 0;
 }
 
+void Sampler::restore(int64_t epoch, int64_t position) {
+    m_epoch = epoch;
+    m_batchEpoch = epoch;
+    shuffle();
+    m_position = std::clamp<int64_t>(position, 0, m_size);
+}
+
 std::vector<int64_t> Sampler::next(int64_t target) {
     if (m_position >= m_size) {
         ++m_epoch;

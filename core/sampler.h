@@ -19,6 +19,10 @@ public:
     int64_t epoch() const { return m_batchEpoch; }
     /// Epochs fully consumed.
     int64_t completedEpochs() const { return m_epoch + (m_position >= m_size ? 1 : 0); }
+    /// Position within the current epoch's order (samples handed out).
+    int64_t position() const { return m_position; }
+    /// Continues from a saved (epoch, position): the order is rebuilt from the seed.
+    void restore(int64_t epoch, int64_t position);
 
 private:
     void shuffle();

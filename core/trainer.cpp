@@ -8,12 +8,16 @@
 
 #include "core/accumulation_plan.h"
 #include "core/byte_size.h"
+#include "core/checkpoint.h"
 #include "core/counting_allocator.h"
 #include "core/dataset.h"
 #include "core/device.h"
+#include "core/loss.h"
 #include "core/model.h"
+#include "core/model_factory.h"
 #include "core/oom.h"
 #include "core/optimizer.h"
+#include "core/prefetcher.h"
 #include "core/probe_search.h"
 #include "core/sampler.h"
 
@@ -67,6 +71,7 @@ struct Trainer::Impl {
     // Run state: touched by the run thread only.
     Clock::time_point start = Clock::now();
     std::shared_ptr<Dataset> data;
+    std::unique_ptr<Prefetcher> prefetcher;  ///< loads the next micro-batch during this one
     std::shared_ptr<Model> model;
     std::unique_ptr<Optimizer> optimizer;
     DeviceSpec device;
@@ -125,6 +130,7 @@ struct Trainer::Impl {
     MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight);
     void optimizerStep();
     void switchTo(const DeviceSpec& next);
+    void writeCheckpoint();
     [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false);
 };
 
@@ -143,14 +149,15 @@ void Trainer::Impl::setup() {
         data = *made;
     }
     if (data->size() <= 0) throw FatalError{"the dataset \"" + data->name() + "\" is empty", "dataset"};
+    for (const std::string& warning : data->warnings()) emit(Warning{now(), warning});
+    prefetcher = std::make_unique<Prefetcher>(data);
     meter = openMeter(device);
     meter->resetPeak();
     target = options.targetBatch;
     sampler.emplace(data->size(), options.seed);
     try {
         torch::manual_seed(options.seed);
-        auto made = options.modelFactory ? options.modelFactory(*data)
-                                         : makeBuiltinModel(options.model, data->sampleShape(), data->classes());
+        auto made = options.modelFactory ? options.modelFactory(*data) : makeModel(options.model, *data);
         if (!made) throw FatalError{made.error(), "model"};
         model = *made;
         model->to(device.kind == DeviceKind::Cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.index))
@@ -167,6 +174,21 @@ void Trainer::Impl::setup() {
         const FailureInfo failure = classifyFailure(std::current_exception());
         if (failure.outOfMemory) doesNotFit(failure.requestedBytes, /*duringSetup=*/true);
         throw FatalError{"could not build the model: " + failure.message, "model"};
+    }
+    if (!options.resumeFrom.empty()) {
+        auto resumed = loadCheckpoint(options.resumeFrom, *model, *optimizer);
+        if (!resumed) throw FatalError{resumed.error(), "resume"};
+        step = resumed->step;
+        samplesSeen = resumed->samplesSeen;
+        sampler->restore(resumed->samplerEpoch, resumed->samplerPosition);
+        target = resumed->targetBatch;
+        if (resumed->device == device.name()) {
+            // Known to fit here: continue without probing; an OOM would still shrink it.
+            microBatch = std::min(resumed->microBatch, upperBound());
+            probedMicroBatch = microBatch;
+        }
+        emit(RunStateChanged{now(), RunState::Starting,
+                             "resumed from step " + std::to_string(step) + " of " + options.resumeFrom});
     }
     if (model->usesBatchStatistics()) {
         emit(Warning{now(), "the model uses BatchNorm: each micro-batch is normalised with its own "
@@ -233,6 +255,22 @@ void Trainer::Impl::finishProbe() {
     probe.reset();
     emit(done);
     setState(RunState::Training, "micro-batch " + std::to_string(found));
+}
+
+void Trainer::Impl::writeCheckpoint() {
+    TrainerState saved{step, samplesSeen, sampler->epoch(), sampler->position(), target, microBatch,
+                       optimizer->learningRate(), device.name(), model->name()};
+    // A batch that ended an epoch leaves the position at its end: the next one starts a new epoch.
+    if (sampler->position() >= data->size()) {
+        saved.samplerEpoch = sampler->completedEpochs();
+        saved.samplerPosition = 0;
+    }
+    auto written = saveCheckpoint(options.checkpoint.directory, *model, *optimizer, saved);
+    if (written) {
+        emit(CheckpointSaved{now(), step, *written});
+    } else {
+        emit(Warning{now(), "checkpoint not saved: " + written.error()});
+    }
 }
 
 void Trainer::Impl::switchTo(const DeviceSpec& next) {
@@ -323,11 +361,7 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
     std::vector<torch::Tensor> savedBuffers;
     std::exception_ptr error;
     try {
-        Batch host;
-        {
-            CountingScope hostSide(false);
-            host = data->get(indices);
-        }
+        Batch host = prefetcher->take(indices);
         const torch::Device where = parameters.front().device();
         // The copy to the device is where its memory is first used: on the CPU and virtual
         // devices a counted clone stands for it.
@@ -336,7 +370,7 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         host = Batch{};
         result.phase = Phase::Forward;
         for (const auto& b : model->buffers()) savedBuffers.push_back(b.clone());
-        torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(inputs), targets);
+        torch::Tensor loss = computeLoss(options.loss, model->forward(inputs), targets);
         result.loss = loss.item<double>();
         if (!std::isfinite(result.loss)) {
             throw NonFiniteLoss(std::string("the loss became ") + (std::isnan(result.loss) ? "NaN" : "infinite") +
@@ -446,6 +480,11 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
             size = plan.front();
         }
         const std::vector<int64_t> slice(indices.begin() + offset, indices.begin() + offset + size);
+        if (!trial && plan.size() >= 2) {
+            // The next micro-batch is known: load it while this one computes.
+            const int64_t nextOffset = offset + size;
+            prefetcher->request({indices.begin() + nextOffset, indices.begin() + nextOffset + plan[1]});
+        }
         const double weight = static_cast<double>(size) / static_cast<double>(batchSize);
         MicroResult r = runMicroBatch(slice, weight);
         stepPeak = std::max(stepPeak, r.peakBytes);
@@ -505,6 +544,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                      optimizer->learningRate(), seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0, seconds,
                      stepPeak, totalSteps()});
     sampleMemory(true);
+    if (options.checkpoint.everySteps > 0 && step % options.checkpoint.everySteps == 0) writeCheckpoint();
     if (cleanStepsSinceShrink >= 0 && !probe && ++cleanStepsSinceShrink >= options.regrowAfterSteps &&
         options.regrowAfterSteps > 0) {
         cleanStepsSinceShrink = -1;
@@ -527,7 +567,11 @@ RunResult Trainer::run() {
     try {
         d.setup();
         d.sampleMemory(true);
-        d.startProbe(ProbeReason::Initial, d.options.probe.initialMicroBatch, 0);
+        if (d.microBatch == 0) {
+            d.startProbe(ProbeReason::Initial, d.options.probe.initialMicroBatch, 0);
+        } else {
+            d.setState(RunState::Training, "micro-batch " + std::to_string(d.microBatch));
+        }
         while (!d.limitReached()) {
             if (!d.applyCommands() || !d.waitWhilePaused()) break;
             d.trainBatch(d.sampler->next(d.target));
@@ -540,6 +584,8 @@ RunResult Trainer::run() {
         }
         if (result.stopped) d.setState(RunState::Stopping);
         d.reservation = torch::Tensor();
+        const bool savedThisStep = d.options.checkpoint.everySteps > 0 && d.step % d.options.checkpoint.everySteps == 0;
+        if (!d.options.checkpoint.directory.empty() && d.step > 0 && !savedThisStep) d.writeCheckpoint();
         result.state = RunState::Finished;
         d.setState(RunState::Finished, result.stopped ? "stopped" : "done");
     } catch (const FatalError& e) {

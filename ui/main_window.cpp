@@ -4,8 +4,12 @@
 #include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QMimeData>
 #include <QDockWidget>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QMenuBar>
@@ -17,6 +21,7 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include "core/run_config.h"
 #include "ui/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/demo_options.h"
@@ -134,6 +139,7 @@ MainWindow::MainWindow(QWidget* parent)
     });
     connect(m_runPanel, &RunPanel::validityChanged, this, [this] { updateActions(); });
 
+    setAcceptDrops(true);
     createMenus();
     loadSettings();
     updateActions();
@@ -144,6 +150,25 @@ MainWindow::~MainWindow() = default;
 void MainWindow::createMenus()
 {
     QMenu* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("&Open configuration…"), QKeySequence::Open, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Open run configuration"), QString(),
+                                                          tr("Run configurations (*.json)"));
+        if (!path.isEmpty())
+            openConfiguration(path);
+    });
+    file->addAction(tr("&Save configuration…"), QKeySequence::Save, this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, tr("Save run configuration"),
+                                                          QStringLiteral("run.json"),
+                                                          tr("Run configurations (*.json)"));
+        if (!path.isEmpty())
+            saveConfiguration(path);
+    });
+    file->addAction(tr("&Resume from checkpoint…"), this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Resume from the checkpoint in"));
+        if (!dir.isEmpty())
+            resumeFrom(dir);
+    });
+    file->addSeparator();
     file->addAction(tr("Export &metrics as CSV…"), QKeySequence(tr("Ctrl+E")), this, [this] {
         const QString path = QFileDialog::getSaveFileName(this, tr("Export metrics"),
                                                           QStringLiteral("metrics.csv"),
@@ -232,7 +257,13 @@ bool MainWindow::start()
         showError(tr("Cannot start: %1").arg(m_runPanel->problem()));
         return false;
     }
-    const core::TrainerOptions options = m_runPanel->options();
+    return startWith(m_runPanel->options());
+}
+
+bool MainWindow::startWith(const core::TrainerOptions& options)
+{
+    if (m_controller->isRunning())
+        return false;
     m_errorBox->hide();
     m_charts->clear();
     m_accumulation->clear();
@@ -300,6 +331,75 @@ void MainWindow::updateActions()
     m_pauseAction->setText(paused ? tr("&Resume") : tr("&Pause"));
     m_stopAction->setEnabled(running);
     m_reprobeAction->setEnabled(running && !paused);
+}
+
+bool MainWindow::openConfiguration(const QString& path)
+{
+    auto loaded = core::loadRunConfig(path.toStdString(), m_runPanel->options());
+    if (!loaded) {
+        showError(QString::fromStdString(loaded.error()));
+        return false;
+    }
+    m_runPanel->setOptions(*loaded);
+    m_errorBox->hide();
+    note(tr("configuration loaded from %1").arg(path));
+    return true;
+}
+
+bool MainWindow::saveConfiguration(const QString& path)
+{
+    auto saved = core::saveRunConfig(path.toStdString(), m_runPanel->options());
+    if (!saved) {
+        showError(QString::fromStdString(saved.error()));
+        return false;
+    }
+    note(tr("configuration saved to %1").arg(path));
+    return true;
+}
+
+bool MainWindow::openDroppedFile(const QString& path)
+{
+    const QString suffix = QFileInfo(path).suffix().toLower();
+    if (suffix == QLatin1String("pt") || suffix == QLatin1String("pth")) {
+        if (m_controller->isRunning()) {
+            showError(tr("Stop the run before choosing another model."));
+            return false;
+        }
+        m_runPanel->setModelFile(path);
+        note(tr("model file %1").arg(path));
+        return true;
+    }
+    if (suffix == QLatin1String("json"))
+        return openConfiguration(path);
+    showError(tr("Cannot open %1: drop a TorchScript model (.pt, .pth) or a run configuration (.json).").arg(path));
+    return false;
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event)
+{
+    if (event->mimeData()->hasUrls())
+        event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event)
+{
+    for (const QUrl& url : event->mimeData()->urls()) {
+        if (url.isLocalFile())
+            openDroppedFile(url.toLocalFile());
+    }
+    event->acceptProposedAction();
+}
+
+bool MainWindow::resumeFrom(const QString& directory)
+{
+    if (!m_runPanel->isValid()) {
+        showError(tr("Cannot resume: %1").arg(m_runPanel->problem()));
+        return false;
+    }
+    core::TrainerOptions options = m_runPanel->options();
+    options.resumeFrom = directory.toStdString();
+    options.checkpoint.directory = directory.toStdString();
+    return startWith(options);
 }
 
 void MainWindow::showError(const QString& message)

@@ -31,9 +31,22 @@ public:
 
     /// Starts a run with the run panel's values; false when they are invalid or a run is going.
     bool start();
+    /// Starts a run with the given options (the run panel's, possibly with resume settings).
+    bool startWith(const core::TrainerOptions& options);
     /// Loads the built-in demo configuration into the run panel and starts it.
     bool startDemo();
     void setTheme(Theme theme);
+
+    /// Loads a JSON run configuration into the run panel; a bad file is shown as an error and
+    /// leaves the panel as it was.
+    bool openConfiguration(const QString& path);
+    /// Writes the run panel's values as a JSON run configuration.
+    bool saveConfiguration(const QString& path);
+    /// Starts a run that continues from the checkpoint in `directory` (and keeps saving there).
+    bool resumeFrom(const QString& directory);
+    /// What a file dropped on the window does: a TorchScript model (.pt, .pth) becomes the model,
+    /// a run configuration (.json) is opened; anything else is an error message.
+    bool openDroppedFile(const QString& path);
 
     bool exportMetricsCsv(const QString& path);
     bool exportEventsJsonl(const QString& path);
@@ -52,6 +65,8 @@ public:
 
 protected:
     void closeEvent(QCloseEvent* event) override;
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
 
 private:
     void createMenus();

@@ -2,6 +2,9 @@
 
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QToolButton>
 #include <QFormLayout>
 #include <QGridLayout>
 #include <QGroupBox>
@@ -46,12 +49,22 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
 {
     m_model = new QComboBox;
     m_model->addItems(TrainerController::builtinModelNames());
-    m_model->setToolTip(tr("Built-in model to train"));
+    m_model->setToolTip(tr("Model to train: a built-in one, or a TorchScript file exported from "
+                           "Python with torch.jit.script(model).save(\"model.pt\") — choose it "
+                           "with the … button or drop it on the window"));
 
     m_dataset = new QComboBox;
     m_dataset->addItem(tr("Synthetic images (3×32×32, 10 classes)"), QStringLiteral("synthetic"));
-    m_dataset->setToolTip(tr("Images generated from class prototypes plus noise: learnable, "
-                             "deterministic, nothing to download"));
+    m_dataset->addItem(tr("MNIST (IDX files in a folder)"), QStringLiteral("mnist"));
+    m_dataset->addItem(tr("Image folder (one subfolder per class)"), QStringLiteral("image-folder"));
+    m_dataset->addItem(tr("CSV table (header row, target column)"), QStringLiteral("csv"));
+    m_dataset->setToolTip(tr("Synthetic images are generated from class prototypes plus noise: "
+                             "learnable, deterministic, nothing to download. The others read the "
+                             "data path."));
+    m_dataPath = new QLineEdit;
+    m_dataPath->setPlaceholderText(tr("folder or file of the dataset"));
+    m_dataPath->setToolTip(tr("MNIST: the folder with train-images-idx3-ubyte(.gz); image folder: "
+                              "its root; CSV: the file"));
     m_samples = spin(1, 10'000'000, 4096, tr("Number of samples in the dataset"));
 
     m_device = new QComboBox;
@@ -105,8 +118,34 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
 
     auto* data = new QGroupBox(tr("Model and data"));
     auto* dataForm = new QFormLayout(data);
-    dataForm->addRow(tr("Model"), m_model);
+    auto* browseModel = new QToolButton;
+    browseModel->setText(QStringLiteral("…"));
+    browseModel->setToolTip(tr("Choose a TorchScript model file (.pt, .pth)"));
+    connect(browseModel, &QToolButton::clicked, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("TorchScript model"), QString(),
+                                                          tr("TorchScript models (*.pt *.pth)"));
+        if (!path.isEmpty())
+            setModelFile(path);
+    });
+    auto* modelRow = new QHBoxLayout;
+    modelRow->addWidget(m_model, 1);
+    modelRow->addWidget(browseModel);
+    auto* browseData = new QToolButton;
+    browseData->setText(QStringLiteral("…"));
+    browseData->setToolTip(tr("Choose the dataset's folder (MNIST, image folder) or file (CSV)"));
+    connect(browseData, &QToolButton::clicked, this, [this] {
+        const bool file = m_dataset->currentData().toString() == QLatin1String("csv");
+        const QString path = file ? QFileDialog::getOpenFileName(this, tr("CSV data"), QString(), tr("CSV files (*.csv)"))
+                                  : QFileDialog::getExistingDirectory(this, tr("Dataset folder"));
+        if (!path.isEmpty())
+            m_dataPath->setText(path);
+    });
+    auto* dataRow = new QHBoxLayout;
+    dataRow->addWidget(m_dataPath, 1);
+    dataRow->addWidget(browseData);
+    dataForm->addRow(tr("Model"), modelRow);
     dataForm->addRow(tr("Dataset"), m_dataset);
+    dataForm->addRow(tr("Data path"), dataRow);
     dataForm->addRow(tr("Samples"), m_samples);
 
     auto* device = new QGroupBox(tr("Device"));
@@ -188,6 +227,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
         commitDevice();
     });
     connect(m_virtualSize, &QLineEdit::textChanged, this, changed);
+    connect(m_dataPath, &QLineEdit::textChanged, this, changed);
     connect(m_virtualSize, &QLineEdit::editingFinished, this, &RunPanel::commitDevice);
     connect(m_target, &QSpinBox::valueChanged, this, [this](int value) {
         if (m_running && value > 0)
@@ -210,9 +250,10 @@ QString RunPanel::deviceId() const
 
 core::TrainerOptions RunPanel::options() const
 {
-    core::TrainerOptions o;
+    core::TrainerOptions o = m_base;
     o.model.name = m_model->currentText().toStdString();
     o.data.name = m_dataset->currentData().toString().toStdString();
+    o.data.path = m_dataPath->text().trimmed().toStdString();
     o.data.samples = m_samples->value();
     o.device = deviceId().toStdString();
     o.targetBatch = m_target->value();
@@ -228,11 +269,29 @@ core::TrainerOptions RunPanel::options() const
     return o;
 }
 
+void RunPanel::setModelFile(const QString& path)
+{
+    if (m_model->findText(path) < 0)
+        m_model->addItem(path);
+    m_model->setCurrentIndex(m_model->findText(path));
+    revalidate();
+}
+
+void RunPanel::setDataPath(const QString& path)
+{
+    m_dataPath->setText(path);
+    revalidate();
+}
+
 void RunPanel::setOptions(const core::TrainerOptions& o)
 {
+    m_base = o;
+    if (m_model->findText(str(o.model.name)) < 0 && !o.model.name.empty())
+        m_model->addItem(str(o.model.name));  // a model file
     const int model = m_model->findText(str(o.model.name));
     if (model >= 0)
         m_model->setCurrentIndex(model);
+    m_dataPath->setText(str(o.data.path));
     const int dataset = m_dataset->findData(str(o.data.name));
     if (dataset >= 0)
         m_dataset->setCurrentIndex(dataset);
@@ -309,7 +368,18 @@ void RunPanel::revalidate()
                           : QString());
     check(m_learningRate, m_learningRate->value() <= 0
                               ? tr("Learning rate must be above 0.") : QString());
-    check(m_model, m_model->count() == 0 ? tr("No model available.") : QString());
+    const QString modelName = m_model->currentText();
+    const bool builtin = TrainerController::builtinModelNames().contains(modelName);
+    check(m_model, m_model->count() == 0 ? tr("No model available.")
+                   : !builtin && !QFileInfo::exists(modelName)
+                       ? tr("Model file %1 does not exist: choose a TorchScript file with the … button.").arg(modelName)
+                       : QString());
+    const QString datasetName = m_dataset->currentData().toString();
+    const QString dataPath = m_dataPath->text().trimmed();
+    check(m_dataPath, datasetName == QLatin1String("synthetic") ? QString()
+                      : dataPath.isEmpty() ? tr("The %1 dataset needs a data path.").arg(m_dataset->currentText())
+                      : !QFileInfo::exists(dataPath) ? tr("Data path %1 does not exist.").arg(dataPath)
+                                                     : QString());
 
     // The engine's own check has the last word (ranges it knows about and the GUI does not).
     if (problems.isEmpty()) {
@@ -355,7 +425,7 @@ void RunPanel::setRunState(bool running, bool paused)
     m_stop->setEnabled(running);
     m_reprobe->setEnabled(running && !paused);
     for (QWidget* field : std::initializer_list<QWidget*>{
-             m_model, m_dataset, m_samples, m_initialMicro, m_maxMicro, m_headroom, m_multiple,
+             m_model, m_dataset, m_dataPath, m_samples, m_initialMicro, m_maxMicro, m_headroom, m_multiple,
              m_optimizer, m_learningRate, m_seed, m_steps})
         field->setEnabled(!running);
     m_virtualSize->setEnabled(m_device->currentData().toString() == QLatin1String(kVirtual));

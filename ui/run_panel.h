@@ -27,7 +27,13 @@ public:
     explicit RunPanel(QWidget* parent = nullptr);
 
     core::TrainerOptions options() const;
+    /// Shows `options`; values the panel has no field for (checkpoints, loss, CSV columns, image
+    /// size) are kept and returned by options() unchanged.
     void setOptions(const core::TrainerOptions& options);
+    /// Selects a TorchScript model file (a .pt or .pth exported from Python) as the model.
+    void setModelFile(const QString& path);
+    /// Selects the dataset `name` ("mnist", "image-folder", "csv") read from `path`.
+    void setDataPath(const QString& path);
     /// Why the current values cannot start a run; empty when they can.
     QString problem() const { return m_problem; }
     bool isValid() const { return m_problem.isEmpty(); }
@@ -45,7 +51,11 @@ public:
     QPushButton* stopButton() const { return m_stop; }
     QPushButton* reprobeButton() const { return m_reprobe; }
     QSpinBox* targetBatchBox() const { return m_target; }
+    QSpinBox* stepLimitBox() const { return m_steps; }
     QComboBox* deviceBox() const { return m_device; }
+    QComboBox* modelBox() const { return m_model; }
+    QComboBox* datasetBox() const { return m_dataset; }
+    QLineEdit* dataPathEdit() const { return m_dataPath; }
     QLineEdit* virtualSizeEdit() const { return m_virtualSize; }
 
 Q_SIGNALS:
@@ -67,6 +77,8 @@ private:
 
     QComboBox* m_model;
     QComboBox* m_dataset;
+    QLineEdit* m_dataPath;
+    core::TrainerOptions m_base;  ///< values without a field, kept from setOptions()
     QSpinBox* m_samples;
     QComboBox* m_device;
     QLineEdit* m_virtualSize;

@@ -5,6 +5,9 @@
 #include <QProcess>
 #include <QTemporaryDir>
 
+#include <csignal>
+#include <sys/types.h>
+
 namespace {
 
 struct Run {
@@ -69,6 +72,52 @@ private Q_SLOTS:
                                  "--max-micro-batch", "--optimizer", "--lr", "--seed", "--image-size", "--norm"}) {
             QVERIFY2(run.out.contains(QLatin1String(flag)), flag);
         }
+    }
+
+    void configFileWithOverridingFlags() {
+        QTemporaryDir dir;
+        const QString config = dir.filePath(QStringLiteral("run.json"));
+        const Run saved = runCli({QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--target-batch"),
+                                  QStringLiteral("48"), QStringLiteral("--image-size"), QStringLiteral("3x8x8"),
+                                  QStringLiteral("--steps"), QStringLiteral("50"), QStringLiteral("--save-config"), config});
+        QVERIFY2(saved.exitCode == 0, qPrintable(saved.err));
+        QVERIFY(QFile::exists(config));
+        // The flag given after the file wins: 2 steps, not the 50 in the file.
+        const Run run = runCli({QStringLiteral("--config"), config, QStringLiteral("--steps"), QStringLiteral("2")});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        QVERIFY(run.out.contains(QStringLiteral("step 2/2")));
+        QVERIFY(run.out.contains(QStringLiteral("target batch 48")));
+        const Run bad = runCli({QStringLiteral("--config"), dir.filePath(QStringLiteral("missing.json"))});
+        QCOMPARE(bad.exitCode, 2);
+        QVERIFY(bad.err.contains(QStringLiteral("cannot read the configuration")));
+    }
+
+    void resumesAfterSigkill() {
+        QTemporaryDir dir;
+        const QString checkpoints = dir.filePath(QStringLiteral("ckpt"));
+        const QStringList common{QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--image-size"),
+                                 QStringLiteral("3x16x16"), QStringLiteral("--target-batch"), QStringLiteral("128"),
+                                 QStringLiteral("--device"), QStringLiteral("virtual:16MiB"), QStringLiteral("--optimizer"),
+                                 QStringLiteral("adam")};
+        QProcess process;
+        process.start(QStringLiteral(BATCHPILOT_CLI_PATH),
+                      common + QStringList{QStringLiteral("--steps"), QStringLiteral("100000"), QStringLiteral("--checkpoint-dir"),
+                                           checkpoints, QStringLiteral("--checkpoint-every"), QStringLiteral("1")});
+        QVERIFY(process.waitForStarted());
+        QString out;
+        while (!out.contains(QStringLiteral("checkpoint saved at step 3"))) {
+            QVERIFY2(process.waitForReadyRead(60000), "no checkpoint within a minute");
+            out += QString::fromUtf8(process.readAllStandardOutput());
+        }
+        ::kill(pid_t(process.processId()), SIGKILL);  // no chance to clean up
+        process.waitForFinished();
+        QCOMPARE(process.exitStatus(), QProcess::CrashExit);
+
+        const Run resumed = runCli(common + QStringList{QStringLiteral("--steps"), QStringLiteral("6"), QStringLiteral("--resume"), checkpoints});
+        QVERIFY2(resumed.exitCode == 0, qPrintable(resumed.err));
+        QVERIFY2(resumed.out.contains(QStringLiteral("resumed from step ")), qPrintable(resumed.out));
+        QVERIFY(resumed.out.contains(QStringLiteral("done after 6 steps")));
+        QVERIFY(!resumed.out.contains(QStringLiteral("step 1/6")));
     }
 
     void shortRunWritesJsonLines() {

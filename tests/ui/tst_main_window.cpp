@@ -1,6 +1,7 @@
 #include <QtTest>
 
 #include <QAction>
+#include <QComboBox>
 #include <QDir>
 #include <QLineEdit>
 #include <QPushButton>
@@ -61,6 +62,7 @@ private Q_SLOTS:
     void modelTooBigKeepsWindowUsable();
     void invalidInputsDisableStart();
     void exportsFiles();
+    void configurationsAndResume();
 
 private:
     static void startDemo(ui::MainWindow& w, int64_t steps = 100000)
@@ -255,6 +257,60 @@ void TestMainWindow::exportsFiles()
         QCOMPARE(error.error, QJsonParseError::NoError);
     }
     QCOMPARE(w.exportCharts(dir.path()).size(), 4);
+}
+
+void TestMainWindow::configurationsAndResume()
+{
+    ui::MainWindow w;
+    w.show();
+    QTemporaryDir dir;
+    core::TrainerOptions options = ui::demoOptions();
+    options.targetBatch = 96;
+    options.steps = 2;
+    w.runPanel()->setOptions(options);
+    const QString config = dir.filePath(QStringLiteral("run.json"));
+    QVERIFY(w.saveConfiguration(config));
+
+    // A different panel, then the file brings the saved values back.
+    w.runPanel()->targetBatchBox()->setValue(512);
+    QVERIFY(w.openConfiguration(config));
+    QCOMPARE(w.runPanel()->options().targetBatch, qint64(96));
+
+    // A broken file is an error in the window; the panel keeps its values.
+    QFile broken(dir.filePath(QStringLiteral("broken.json")));
+    QVERIFY(broken.open(QIODevice::WriteOnly));
+    broken.write(R"({"probe": {"headroom": 3}})");
+    broken.close();
+    QVERIFY(!w.openConfiguration(broken.fileName()));
+    QVERIFY2(w.errorText().contains(QLatin1String("probe.headroom")), qPrintable(w.errorText()));
+    QCOMPARE(w.runPanel()->options().targetBatch, qint64(96));
+
+    // Resume: a run that saved a checkpoint is continued from it.
+    const QString checkpoints = dir.filePath(QStringLiteral("ckpt"));
+    core::TrainerOptions first = w.runPanel()->options();
+    first.checkpoint.directory = checkpoints.toStdString();
+    QVERIFY(w.startWith(first));
+    QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
+    QVERIFY(QFile::exists(checkpoints + QStringLiteral("/checkpoint.pt")));
+    w.runPanel()->stepLimitBox()->setValue(3);
+    QVERIFY(w.resumeFrom(checkpoints));
+    QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
+    QVERIFY2(w.errorText().isEmpty(), qPrintable(w.errorText()));
+    QCOMPARE(w.record().stepCount(), std::size_t(1));  // step 3 only: 1 and 2 came from the checkpoint
+
+    // Dropped files: a model file that does not exist disables Start with the reason; a file of
+    // another kind is refused with a message.
+    QVERIFY(w.openDroppedFile(dir.filePath(QStringLiteral("gone.pt"))));
+    QVERIFY(!w.startAction()->isEnabled());
+    QVERIFY2(w.runPanel()->problem().contains(QLatin1String("gone.pt")), qPrintable(w.runPanel()->problem()));
+    QVERIFY(!w.openDroppedFile(dir.filePath(QStringLiteral("notes.txt"))));
+    QVERIFY(w.errorText().contains(QLatin1String("TorchScript model")));
+    w.runPanel()->modelBox()->setCurrentText(QStringLiteral("cnn"));
+    QVERIFY(w.startAction()->isEnabled());
+    // A dataset that reads files needs an existing path.
+    w.runPanel()->datasetBox()->setCurrentIndex(w.runPanel()->datasetBox()->findData(QStringLiteral("csv")));
+    QVERIFY(!w.startAction()->isEnabled());
+    QVERIFY(w.runPanel()->problem().contains(QLatin1String("needs a data path")));
 }
 
 QTEST_MAIN(TestMainWindow)

@@ -1,0 +1,41 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <tl/expected.hpp>
+
+namespace batchpilot::core {
+
+class Model;
+class Optimizer;
+
+/// What the trainer needs, besides model and optimizer, to continue exactly where it stopped.
+struct TrainerState {
+    int64_t step = 0;
+    int64_t samplesSeen = 0;
+    int64_t samplerEpoch = 0;
+    int64_t samplerPosition = 0;
+    int64_t targetBatch = 0;
+    int64_t microBatch = 0;     ///< micro-batch known to fit on `device`
+    double learningRate = 0;
+    std::string device;
+    std::string modelName;
+};
+
+/// File name of the latest checkpoint inside a checkpoint directory.
+inline constexpr const char* kCheckpointFile = "checkpoint.pt";
+
+/// Writes model parameters and buffers, optimizer state and trainer state to
+/// `directory`/checkpoint.pt. Written to a temporary file, synced, then renamed over the old one,
+/// so a crash during a save never leaves a corrupt latest checkpoint.
+/// Thread rules: call on the trainer thread.
+tl::expected<std::string, std::string> saveCheckpoint(const std::string& directory, const Model& model,
+                                                      const Optimizer& optimizer, const TrainerState& state);
+
+/// Loads `directory`/checkpoint.pt into `model` and `optimizer` (already built the same way) and
+/// returns the trainer state. A missing, corrupt or mismatched checkpoint (other model, other
+/// parameter shapes, other optimizer) is an error saying which.
+tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& directory, Model& model, Optimizer& optimizer);
+
+}  // namespace batchpilot::core

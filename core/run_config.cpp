@@ -1,0 +1,230 @@
+#include "core/run_config.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "core/device.h"
+
+namespace batchpilot::core {
+namespace {
+
+using nlohmann::json;
+
+const char* typeName(const json& value) {
+    if (value.is_boolean()) return "a boolean";
+    if (value.is_number_integer() || value.is_number_unsigned()) return "an integer";
+    if (value.is_number()) return "a number";
+    if (value.is_string()) return "a string";
+    if (value.is_array()) return "an array";
+    if (value.is_object()) return "an object";
+    return "null";
+}
+
+std::string shown(const json& value) {
+    std::string text = value.dump();
+    return text.size() > 40 ? text.substr(0, 37) + "..." : text;
+}
+
+/// Thrown inside the parser only, turned into the returned message.
+struct ConfigError {
+    std::string message;
+};
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) { throw ConfigError{path + ": " + what}; }
+
+int64_t integer(const json& v, const std::string& path, int64_t minimum, int64_t maximum = std::numeric_limits<int64_t>::max()) {
+    if (!v.is_number_integer() && !v.is_number_unsigned()) {
+        fail(path, std::string("expected an integer, got ") + typeName(v) + " " + shown(v));
+    }
+    const auto n = v.get<int64_t>();
+    if (n < minimum || n > maximum) {
+        fail(path, "expected an integer from " + std::to_string(minimum) +
+                       (maximum == std::numeric_limits<int64_t>::max() ? " up" : " to " + std::to_string(maximum)) +
+                       ", got " + std::to_string(n));
+    }
+    return n;
+}
+
+double number(const json& v, const std::string& path, double minimum, double maximum, bool openMaximum = false) {
+    if (!v.is_number()) fail(path, std::string("expected a number, got ") + typeName(v) + " " + shown(v));
+    const auto x = v.get<double>();
+    if (!std::isfinite(x) || x < minimum || x > maximum || (openMaximum && x >= maximum)) {
+        std::ostringstream range;
+        range << "expected a number in [" << minimum << ", " << maximum << (openMaximum ? ")" : "]") << ", got " << x;
+        fail(path, range.str());
+    }
+    return x;
+}
+
+std::string text(const json& v, const std::string& path) {
+    if (!v.is_string()) fail(path, std::string("expected a string, got ") + typeName(v) + " " + shown(v));
+    return v.get<std::string>();
+}
+
+template <typename T>
+T parsed(tl::expected<T, std::string> result, const std::string& path) {
+    if (!result) fail(path, result.error());
+    return *result;
+}
+
+using Field = std::function<void(const json&, const std::string&)>;
+
+/// Applies `fields` to the members of `object`; any other key is an error listing the known ones.
+void readObject(const json& object, const std::string& path, const std::map<std::string, Field>& fields) {
+    if (!object.is_object()) {
+        fail(path.empty() ? "configuration" : path, std::string("expected an object, got ") + typeName(object));
+    }
+    for (const auto& [key, value] : object.items()) {
+        const std::string where = path.empty() ? key : path + "." + key;
+        const auto field = fields.find(key);
+        if (field == fields.end()) {
+            std::string known;
+            for (const auto& [name, unused] : fields) known += (known.empty() ? "" : ", ") + name;
+            fail(where, "unknown key; known keys here: " + known);
+        }
+        field->second(value, where);
+    }
+}
+
+}  // namespace
+
+tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, TrainerOptions base) {
+    TrainerOptions o = std::move(base);
+    try {
+        readObject(config, "", {
+            {"model", [&](const json& v, const std::string& p) {
+                 readObject(v, p, {
+                     {"name", [&](const json& x, const std::string& q) { o.model.name = text(x, q); }},
+                     {"norm", [&](const json& x, const std::string& q) { o.model.norm = parsed(parseNormKind(text(x, q)), q); }},
+                     {"width", [&](const json& x, const std::string& q) { o.model.width = integer(x, q, 8, 4096); }},
+                 });
+             }},
+            {"data", [&](const json& v, const std::string& p) {
+                 readObject(v, p, {
+                     {"name", [&](const json& x, const std::string& q) { o.data.name = text(x, q); }},
+                     {"samples", [&](const json& x, const std::string& q) { o.data.samples = integer(x, q, 1); }},
+                     {"classes", [&](const json& x, const std::string& q) { o.data.classes = integer(x, q, 2); }},
+                     {"seed", [&](const json& x, const std::string& q) { o.data.seed = static_cast<uint64_t>(integer(x, q, 0)); }},
+                     {"path", [&](const json& x, const std::string& q) { o.data.path = text(x, q); }},
+                     {"target_column", [&](const json& x, const std::string& q) { o.data.targetColumn = text(x, q); }},
+                     {"regression", [&](const json& x, const std::string& q) {
+                          if (!x.is_boolean()) fail(q, std::string("expected true or false, got ") + typeName(x) + " " + shown(x));
+                          o.data.regression = x.get<bool>();
+                      }},
+                     {"image_size", [&](const json& x, const std::string& q) {
+                          if (!x.is_array() || x.size() != 3) fail(q, "expected [channels, height, width], e.g. [3, 32, 32], got " + shown(x));
+                          o.data.channels = integer(x[0], q + "[0]", 1, 4096);
+                          o.data.height = integer(x[1], q + "[1]", 1, 16384);
+                          o.data.width = integer(x[2], q + "[2]", 1, 16384);
+                      }},
+                 });
+             }},
+            {"device", [&](const json& v, const std::string& p) { o.device = parsed(parseDevice(text(v, p)), p).name(); }},
+            {"target_batch", [&](const json& v, const std::string& p) { o.targetBatch = integer(v, p, 1); }},
+            {"probe", [&](const json& v, const std::string& p) {
+                 readObject(v, p, {
+                     {"initial_micro_batch", [&](const json& x, const std::string& q) { o.probe.initialMicroBatch = integer(x, q, 1); }},
+                     {"max_micro_batch", [&](const json& x, const std::string& q) { o.probe.maxMicroBatch = integer(x, q, 0); }},
+                     {"headroom", [&](const json& x, const std::string& q) { o.probe.headroom = number(x, q, 0.0, 0.9); }},
+                     {"multiple_of", [&](const json& x, const std::string& q) { o.probe.multipleOf = integer(x, q, 1); }},
+                     {"max_trials", [&](const json& x, const std::string& q) { o.probe.maxTrials = static_cast<int>(integer(x, q, 1, 1000)); }},
+                     {"tolerance", [&](const json& x, const std::string& q) { o.probe.tolerance = number(x, q, 0.0, 0.5); }},
+                 });
+             }},
+            {"optimizer", [&](const json& v, const std::string& p) {
+                 readObject(v, p, {
+                     {"kind", [&](const json& x, const std::string& q) { o.optimizer.kind = parsed(parseOptimizerKind(text(x, q)), q); }},
+                     {"learning_rate", [&](const json& x, const std::string& q) {
+                          o.optimizer.learningRate = number(x, q, 0.0, 1e6);
+                          if (o.optimizer.learningRate <= 0) fail(q, "expected a positive number, got 0");
+                      }},
+                     {"momentum", [&](const json& x, const std::string& q) { o.optimizer.momentum = number(x, q, 0.0, 1.0, true); }},
+                     {"weight_decay", [&](const json& x, const std::string& q) { o.optimizer.weightDecay = number(x, q, 0.0, 1e6); }},
+                     {"beta1", [&](const json& x, const std::string& q) { o.optimizer.beta1 = number(x, q, 0.0, 1.0, true); }},
+                     {"beta2", [&](const json& x, const std::string& q) { o.optimizer.beta2 = number(x, q, 0.0, 1.0, true); }},
+                     {"epsilon", [&](const json& x, const std::string& q) { o.optimizer.epsilon = number(x, q, 0.0, 1.0); }},
+                 });
+             }},
+            {"steps", [&](const json& v, const std::string& p) { o.steps = integer(v, p, 0); }},
+            {"epochs", [&](const json& v, const std::string& p) { o.epochs = integer(v, p, 0); }},
+            {"seed", [&](const json& v, const std::string& p) { o.seed = static_cast<uint64_t>(integer(v, p, 0)); }},
+            {"lr_scaling", [&](const json& v, const std::string& p) { o.lrScaling = parsed(parseLrScaling(text(v, p)), p); }},
+            {"loss", [&](const json& v, const std::string& p) { o.loss = parsed(parseLossKind(text(v, p)), p); }},
+            {"regrow_after_steps", [&](const json& v, const std::string& p) { o.regrowAfterSteps = static_cast<int>(integer(v, p, 0, 1000000)); }},
+            {"threads", [&](const json& v, const std::string& p) { o.intraOpThreads = static_cast<int>(integer(v, p, 0, 1024)); }},
+            {"checkpoint", [&](const json& v, const std::string& p) {
+                 readObject(v, p, {
+                     {"directory", [&](const json& x, const std::string& q) { o.checkpoint.directory = text(x, q); }},
+                     {"every_steps", [&](const json& x, const std::string& q) { o.checkpoint.everySteps = integer(x, q, 0); }},
+                 });
+             }},
+        });
+    } catch (const ConfigError& e) {
+        return tl::unexpected(e.message);
+    }
+    // As on the command line: a CSV trained with MSE is a regression table.
+    if (o.data.name == "csv" && o.loss == LossKind::Mse) o.data.regression = true;
+    if (auto ok = validate(o); !ok) return tl::unexpected(ok.error());
+    return o;
+}
+
+tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path, TrainerOptions base) {
+    std::ifstream in(path);
+    if (!in) return tl::unexpected("cannot read the configuration \"" + path + "\": check that the file exists");
+    json config;
+    try {
+        config = json::parse(in, /*cb=*/nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+    } catch (const json::parse_error& e) {
+        return tl::unexpected("configuration \"" + path + "\" is not valid JSON: " + e.what());
+    }
+    auto options = parseRunConfig(config, std::move(base));
+    if (!options) return tl::unexpected("configuration \"" + path + "\": " + options.error());
+    return options;
+}
+
+json toRunConfig(const TrainerOptions& o) {
+    return {
+        {"model", {{"name", o.model.name}, {"norm", toString(o.model.norm)}, {"width", o.model.width}}},
+        {"data", {{"name", o.data.name}, {"samples", o.data.samples}, {"classes", o.data.classes}, {"seed", o.data.seed},
+                  {"image_size", {o.data.channels, o.data.height, o.data.width}}, {"path", o.data.path},
+                  {"target_column", o.data.targetColumn}, {"regression", o.data.regression}}},
+        {"device", o.device},
+        {"target_batch", o.targetBatch},
+        {"probe", {{"initial_micro_batch", o.probe.initialMicroBatch}, {"max_micro_batch", o.probe.maxMicroBatch},
+                   {"headroom", o.probe.headroom}, {"multiple_of", o.probe.multipleOf}, {"max_trials", o.probe.maxTrials},
+                   {"tolerance", o.probe.tolerance}}},
+        {"optimizer", {{"kind", toString(o.optimizer.kind)}, {"learning_rate", o.optimizer.learningRate},
+                       {"momentum", o.optimizer.momentum}, {"weight_decay", o.optimizer.weightDecay},
+                       {"beta1", o.optimizer.beta1}, {"beta2", o.optimizer.beta2}, {"epsilon", o.optimizer.epsilon}}},
+        {"steps", o.steps},
+        {"epochs", o.epochs},
+        {"seed", o.seed},
+        {"lr_scaling", toString(o.lrScaling)},
+        {"loss", toString(o.loss)},
+        {"regrow_after_steps", o.regrowAfterSteps},
+        {"threads", o.intraOpThreads},
+        {"checkpoint", {{"directory", o.checkpoint.directory}, {"every_steps", o.checkpoint.everySteps}}},
+    };
+}
+
+tl::expected<void, std::string> saveRunConfig(const std::string& path, const TrainerOptions& options) {
+    const std::string temporary = path + ".tmp";
+    {
+        std::ofstream out(temporary, std::ios::trunc);
+        if (!out) return tl::unexpected("cannot write the configuration \"" + path + "\": check the folder exists and is writable");
+        out << toRunConfig(options).dump(2) << '\n';
+        if (!out) return tl::unexpected("writing the configuration \"" + path + "\" failed (disk full?)");
+    }
+    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+        std::remove(temporary.c_str());
+        return tl::unexpected("cannot replace the configuration \"" + path + "\"");
+    }
+    return {};
+}
+
+}  // namespace batchpilot::core

@@ -1,0 +1,147 @@
+#include <QtTest>
+
+#include <QTemporaryDir>
+
+#include <torch/torch.h>
+
+#include "core/checkpoint.h"
+#include "core/trainer.h"
+#include "core/model.h"
+#include "recording_sink.h"
+
+using namespace batchpilot::core;
+using batchpilot::tests::RecordingSink;
+
+namespace {
+
+TrainerOptions options(const QString& directory = {}) {
+    TrainerOptions o;
+    o.model.name = "cnn";
+    o.model.width = 8;
+    o.data.samples = 200;  // 200 = 3 × 64 + 8: epochs end on a short batch
+    o.data.height = o.data.width = 10;
+    o.device = "virtual:4MiB";  // micro-batches below the target: accumulation is active
+    o.targetBatch = 64;
+    o.steps = 9;
+    o.seed = 4;
+    o.optimizer.kind = OptimizerKind::Adam;
+    o.optimizer.learningRate = 0.01;
+    o.checkpoint.directory = directory.toStdString();
+    return o;
+}
+
+std::map<int64_t, double> losses(const RecordingSink& sink) {
+    std::map<int64_t, double> out;
+    for (const auto& s : sink.all<StepMetrics>()) out[s.step] = s.loss;
+    return out;
+}
+
+}  // namespace
+
+class TestCheckpoint : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void resumeReproducesUninterruptedRun() {
+        RecordingSink straight;
+        Trainer reference(options(), straight);
+        QCOMPARE(reference.run().steps, qint64(9));
+        const auto expected = losses(straight);
+
+        QTemporaryDir dir;
+        RecordingSink first;
+        Trainer interrupted(options(dir.path()), first);
+        first.onEach = [&](const Event& e) {
+            if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 4) interrupted.stop();
+        };
+        const RunResult stopped = interrupted.run();
+        QVERIFY(stopped.stopped);
+        QCOMPARE(stopped.steps, qint64(4));
+        QCOMPARE(first.all<CheckpointSaved>().size(), size_t(1));
+
+        TrainerOptions again = options(dir.path());
+        again.resumeFrom = dir.path().toStdString();
+        RecordingSink second;
+        Trainer resumed(again, second);
+        const RunResult result = resumed.run();
+        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+        QCOMPARE(result.steps, qint64(9));
+        const auto got = losses(second);
+        QCOMPARE(got.begin()->first, qint64(5));
+        for (const auto& [step, loss] : got) {
+            QVERIFY2(std::abs(loss - expected.at(step)) <= 1e-6,
+                     qPrintable(QStringLiteral("step %1: %2 vs %3").arg(step).arg(loss).arg(expected.at(step))));
+        }
+        // No probe on resume: the saved micro-batch is known to fit this device.
+        QVERIFY(second.all<ProbeStarted>().empty());
+        const auto a = reference.model()->parameters();
+        const auto b = resumed.model()->parameters();
+        for (size_t i = 0; i < a.size(); ++i) QVERIFY((a[i] - b[i]).abs().max().item<double>() <= 1e-6);
+    }
+
+    void savesEveryNStepsAtomically() {
+        QTemporaryDir dir;
+        TrainerOptions o = options(dir.path());
+        o.checkpoint.everySteps = 2;
+        o.steps = 5;
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        QCOMPARE(trainer.run().steps, qint64(5));
+        std::vector<int64_t> steps;
+        for (const auto& c : sink.all<CheckpointSaved>()) steps.push_back(c.step);
+        QCOMPARE(steps, (std::vector<int64_t>{2, 4, 5}));
+        QVERIFY(QFile::exists(dir.filePath(QStringLiteral("checkpoint.pt"))));
+        QVERIFY(!QFile::exists(dir.filePath(QStringLiteral("checkpoint.pt.tmp"))));
+        // A half-written temporary file left by a crash does not affect resuming.
+        QFile partial(dir.filePath(QStringLiteral("checkpoint.pt.tmp")));
+        QVERIFY(partial.open(QIODevice::WriteOnly));
+        partial.write("PK\x03\x04 half a zip");
+        partial.close();
+        TrainerOptions again = options(dir.path());
+        again.resumeFrom = dir.path().toStdString();
+        again.steps = 6;
+        RecordingSink resumed;
+        Trainer next(again, resumed);
+        const RunResult result = next.run();
+        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+        QCOMPARE(resumed.all<StepMetrics>().size(), size_t(1));
+    }
+
+    void rejectsBadCheckpoints_data() {
+        QTest::addColumn<QString>("change");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("corrupt") << QStringLiteral("corrupt") << QStringLiteral("is corrupt or not a BatchPilot checkpoint");
+        QTest::newRow("missing") << QStringLiteral("missing") << QStringLiteral("no checkpoint to resume from");
+        QTest::newRow("other model") << QStringLiteral("model") << QStringLiteral("was written for model \"cnn\", but this run builds \"mlp\"");
+        QTest::newRow("other optimizer") << QStringLiteral("optimizer") << QStringLiteral("written with the adam optimizer, but this run uses sgd");
+        QTest::newRow("other width") << QStringLiteral("width") << QStringLiteral("does not match this model's parameters");
+    }
+    void rejectsBadCheckpoints() {
+        QFETCH(QString, change);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        TrainerOptions o = options(dir.path());
+        o.steps = 1;
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        QCOMPARE(trainer.run().steps, qint64(1));
+        TrainerOptions again = options(dir.path());
+        again.resumeFrom = dir.path().toStdString();
+        if (change == QStringLiteral("corrupt")) {
+            QFile file(dir.filePath(QStringLiteral("checkpoint.pt")));
+            QVERIFY(file.open(QIODevice::WriteOnly | QIODevice::Truncate));
+            file.write("not a checkpoint at all");
+        }
+        if (change == QStringLiteral("missing")) again.resumeFrom = dir.filePath(QStringLiteral("elsewhere")).toStdString();
+        if (change == QStringLiteral("model")) again.model.name = "mlp";
+        if (change == QStringLiteral("optimizer")) again.optimizer.kind = OptimizerKind::Sgd;
+        if (change == QStringLiteral("width")) again.model.width = 16;
+        RecordingSink failed;
+        Trainer next(again, failed);
+        const RunResult result = next.run();
+        QCOMPARE(result.state, RunState::Failed);
+        QVERIFY2(QString::fromStdString(result.error).contains(message), result.error.c_str());
+    }
+};
+
+QTEST_APPLESS_MAIN(TestCheckpoint)
+#include "tst_checkpoint.moc"

@@ -1,0 +1,118 @@
+#include <QtTest>
+
+#include <QTemporaryDir>
+
+#include "core/run_config.h"
+
+using namespace batchpilot::core;
+using nlohmann::json;
+
+class TestRunConfig : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void readsEveryKey() {
+        const json config = json::parse(R"({
+          "model": {"name": "resnet", "norm": "batch", "width": 16},
+          "data": {"name": "synthetic", "samples": 1000, "image_size": [3, 224, 224], "classes": 5, "seed": 7},
+          "device": "virtual:2GiB",
+          "target_batch": 4096,
+          "probe": {"initial_micro_batch": 4, "max_micro_batch": 512, "headroom": 0.1, "multiple_of": 8,
+                    "max_trials": 30, "tolerance": 0.01},
+          "optimizer": {"kind": "adamw", "learning_rate": 0.001, "momentum": 0.5, "weight_decay": 0.01,
+                        "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6},
+          "steps": 200, "epochs": 0, "seed": 3, "lr_scaling": "sqrt", "regrow_after_steps": 5, "threads": 2
+        })");
+        const auto o = parseRunConfig(config);
+        QVERIFY2(o.has_value(), o ? "" : o.error().c_str());
+        QCOMPARE(o->model.name, std::string("resnet"));
+        QCOMPARE(o->model.norm, NormKind::Batch);
+        QCOMPARE(o->data.height, qint64(224));
+        QCOMPARE(o->data.classes, qint64(5));
+        QCOMPARE(o->device, std::string("virtual:2GiB"));
+        QCOMPARE(o->targetBatch, qint64(4096));
+        QCOMPARE(o->probe.multipleOf, qint64(8));
+        QCOMPARE(o->probe.headroom, 0.1);
+        QCOMPARE(o->optimizer.kind, OptimizerKind::AdamW);
+        QCOMPARE(o->optimizer.beta2, 0.99);
+        QCOMPARE(o->lrScaling, LrScaling::Sqrt);
+        QCOMPARE(o->regrowAfterSteps, 5);
+        QCOMPARE(o->intraOpThreads, 2);
+        // Round trip: what is written reads back the same.
+        const auto again = parseRunConfig(toRunConfig(*o));
+        QVERIFY(again.has_value());
+        QCOMPARE(toRunConfig(*again), toRunConfig(*o));
+    }
+
+    void missingKeysKeepBase() {
+        TrainerOptions base;
+        base.targetBatch = 77;
+        base.device = "virtual:64MiB";
+        const auto o = parseRunConfig(json::parse(R"({"steps": 5})"), base);
+        QVERIFY(o.has_value());
+        QCOMPARE(o->targetBatch, qint64(77));
+        QCOMPARE(o->device, std::string("virtual:64MiB"));
+        QCOMPARE(o->steps, qint64(5));
+    }
+
+    void errorsNameTheKeyPath_data() {
+        QTest::addColumn<QString>("config");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("unknown key") << QStringLiteral(R"({"probe": {"headrom": 0.1}})")
+                                     << QStringLiteral("probe.headrom: unknown key; known keys here: headroom");
+        QTest::newRow("wrong type") << QStringLiteral(R"({"target_batch": "big"})")
+                                    << QStringLiteral("target_batch: expected an integer, got a string \"big\"");
+        QTest::newRow("fraction as integer type") << QStringLiteral(R"({"target_batch": 12.5})")
+                                                  << QStringLiteral("target_batch: expected an integer, got a number 12.5");
+        QTest::newRow("out of range") << QStringLiteral(R"({"probe": {"headroom": 1.5}})")
+                                      << QStringLiteral("probe.headroom: expected a number in [0, 0.9], got 1.5");
+        QTest::newRow("zero target") << QStringLiteral(R"({"target_batch": 0})")
+                                     << QStringLiteral("target_batch: expected an integer from 1 up, got 0");
+        QTest::newRow("bad device") << QStringLiteral(R"({"device": "virtual:lots"})")
+                                    << QStringLiteral("device: device \"virtual:lots\": invalid memory size");
+        QTest::newRow("bad optimizer") << QStringLiteral(R"({"optimizer": {"kind": "lion"}})")
+                                       << QStringLiteral("optimizer.kind: unknown optimizer \"lion\"");
+        QTest::newRow("image size shape") << QStringLiteral(R"({"data": {"image_size": [32, 32]}})")
+                                          << QStringLiteral("data.image_size: expected [channels, height, width]");
+        QTest::newRow("image size element") << QStringLiteral(R"({"data": {"image_size": [3, 0, 32]}})")
+                                            << QStringLiteral("data.image_size[1]: expected an integer from 1");
+        QTest::newRow("not an object") << QStringLiteral(R"([1, 2])") << QStringLiteral("configuration: expected an object");
+        QTest::newRow("momentum open range") << QStringLiteral(R"({"optimizer": {"momentum": 1.0}})")
+                                             << QStringLiteral("optimizer.momentum: expected a number in [0, 1)");
+    }
+    void errorsNameTheKeyPath() {
+        QFETCH(QString, config);
+        QFETCH(QString, message);
+        const auto o = parseRunConfig(json::parse(config.toStdString()));
+        QVERIFY(!o.has_value());
+        QVERIFY2(QString::fromStdString(o.error()).contains(message), o.error().c_str());
+    }
+
+    void filesRoundTripAndReportProblems() {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath(QStringLiteral("run.json")).toStdString();
+        TrainerOptions o;
+        o.targetBatch = 2048;
+        o.device = "virtual:512MiB";
+        o.optimizer.kind = OptimizerKind::Adam;
+        QVERIFY(saveRunConfig(path, o).has_value());
+        const auto loaded = loadRunConfig(path);
+        QVERIFY2(loaded.has_value(), loaded ? "" : loaded.error().c_str());
+        QCOMPARE(loaded->targetBatch, qint64(2048));
+        QCOMPARE(loaded->optimizer.kind, OptimizerKind::Adam);
+
+        const auto missing = loadRunConfig(dir.filePath(QStringLiteral("none.json")).toStdString());
+        QVERIFY(!missing && QString::fromStdString(missing.error()).contains(QStringLiteral("cannot read the configuration")));
+
+        QFile broken(dir.filePath(QStringLiteral("broken.json")));
+        QVERIFY(broken.open(QIODevice::WriteOnly));
+        broken.write("{\"steps\": 5,");
+        broken.close();
+        const auto bad = loadRunConfig(broken.fileName().toStdString());
+        QVERIFY(!bad);
+        QVERIFY2(QString::fromStdString(bad.error()).contains(QStringLiteral("is not valid JSON")), bad.error().c_str());
+        QVERIFY(QString::fromStdString(bad.error()).contains(QStringLiteral("broken.json")));
+    }
+};
+
+QTEST_APPLESS_MAIN(TestRunConfig)
+#include "tst_run_config.moc"
