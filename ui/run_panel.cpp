@@ -122,6 +122,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     browseModel->setText(QStringLiteral("…"));
     browseModel->setToolTip(tr("Choose a TorchScript model file (.pt, .pth)"));
     connect(browseModel, &QToolButton::clicked, this, [this] {
+        if (m_running)
+            return;  // the model is fixed while a run uses it
         const QString path = QFileDialog::getOpenFileName(this, tr("TorchScript model"), QString(),
                                                           tr("TorchScript models (*.pt *.pth)"));
         if (!path.isEmpty())
@@ -134,6 +136,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     browseData->setText(QStringLiteral("…"));
     browseData->setToolTip(tr("Choose the dataset's folder (MNIST, image folder) or file (CSV)"));
     connect(browseData, &QToolButton::clicked, this, [this] {
+        if (m_running)
+            return;
         const bool file = m_dataset->currentData().toString() == QLatin1String("csv");
         const QString path = file ? QFileDialog::getOpenFileName(this, tr("CSV data"), QString(), tr("CSV files (*.csv)"))
                                   : QFileDialog::getExistingDirectory(this, tr("Dataset folder"));
