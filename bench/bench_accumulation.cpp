@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kTarget = 256;
 constexpr int64_t kMicroBatch = 32;
 /// A virtual GPU on which the CNN's largest micro-batch is well below the target batch.
-constexpr const char* kDevice = "virtual:96MiB";
+constexpr const char* kDevice = "virtual:40MiB";
 
 /// The loop a user writes without BatchPilot: forward, loss scaled by n_i / T, backward into
 /// .grad, one optimizer step every k micro-batches. Same model, seed, data order, micro-batch
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
     core::installCountingAllocator();
     const auto started = Clock::now();
     const int reps = args.quick ? 2 : 7;
-    const int64_t steps = args.quick ? 3 : 5;
+    const int64_t steps = args.quick ? 3 : 9;
     const core::TrainerOptions options = bench::cnnWorkload(kDevice, kTarget, kMicroBatch, steps);
 
     // Part 1: interleaved repetitions, alternating which variant goes first.
@@ -103,17 +103,20 @@ int main(int argc, char** argv) {
     }
 
     // Part 2: micro-batch sweep at the same target batch; the last size is the probe's choice.
-    const int64_t probed = bench::runTrainer(bench::cnnWorkload(kDevice, kTarget, 0, 2)).microBatch;
+    // The probe's trials take the first training batches; a few steps let it finish.
+    const int64_t probed = bench::runTrainer(bench::cnnWorkload(kDevice, kTarget, 0, 6)).microBatch;
+    if (probed <= 0) {
+        std::fprintf(stderr, "batchpilot-bench-accumulation: the probe did not finish in 6 steps\n");
+        return 1;
+    }
     std::vector<int64_t> sizes;
     for (int64_t m = 1; m < probed; m *= 2) sizes.push_back(m);
     sizes.push_back(probed);
-    const int sweepReps = args.quick ? 1 : 2;
+    const int sweepReps = args.quick ? 1 : 3;
     std::vector<std::vector<double>> sweep(sizes.size());
     for (int rep = 0; rep < sweepReps; ++rep) {
         for (size_t i = 0; i < sizes.size(); ++i) {
-            // Fewer steps at the smallest sizes: they are the slow ones.
-            const int64_t sweepSteps = sizes[i] < 4 ? 2 : 3;
-            sweep[i].push_back(bench::runTrainer(bench::cnnWorkload(kDevice, kTarget, sizes[i], sweepSteps)).samplesPerSecond);
+            sweep[i].push_back(bench::runTrainer(bench::cnnWorkload(kDevice, kTarget, sizes[i], 3)).samplesPerSecond);
         }
     }
     nlohmann::json report;

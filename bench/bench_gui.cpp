@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include <QApplication>
 #include <QElapsedTimer>
 #include <QEventLoop>
@@ -178,6 +180,14 @@ void spin(int milliseconds) {
     loop.exec();
 }
 
+/// CPU seconds this process has used (all threads).
+double cpuSeconds() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 double toMiB(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 std::unique_ptr<ui::MainWindow> openWindow() {
@@ -296,7 +306,8 @@ int main(int argc, char** argv) {
     QObject::connect(&drain, &QTimer::timeout, [&] { deliver(*window, source.take()); });
     drain.start();
     int64_t nextIndex = 0;
-    for (const double rate : {1000.0, 5000.0, 20000.0}) {
+    // Rate 0 first: the latency floor of the idle window on this machine.
+    for (const double rate : {0.0, 1000.0, 5000.0, 20000.0}) {
         spin(500);
         const int64_t rssBefore = bench::residentBytes();
         paints.total = paints.lossPaints = 0;
@@ -304,12 +315,14 @@ int main(int argc, char** argv) {
         latency.arm();
         QElapsedTimer phase;
         phase.start();
+        const double cpuBefore = cpuSeconds();
         source.start(rate, nextIndex);
         spin(seconds * 1000);
         const int64_t produced = source.stop();
         latency.stop();
         deliver(*window, source.take());
         const double elapsed = static_cast<double>(phase.nsecsElapsed()) / 1e9;
+        const double cpuShare = (cpuSeconds() - cpuBefore) / elapsed;
         nextIndex += produced;
         const int64_t rssAfter = bench::residentBytes();
         for (double ms : latency.samples) latencyRows.push_back(bench::fixed(rate, 0) + "," + bench::fixed(ms, 3));
@@ -323,6 +336,7 @@ int main(int argc, char** argv) {
                                    {"events", produced},
                                    {"achieved_events_per_second", static_cast<double>(produced) / elapsed},
                                    {"latency_samples", latency.samples.size()},
+                                   {"process_cpu_share", cpuShare},
                                    {"latency_p50_ms", p50},
                                    {"latency_p99_ms", p99},
                                    {"latency_max_ms", max},
@@ -334,16 +348,18 @@ int main(int argc, char** argv) {
                                    {"dropped_events", window->controller()->droppedEvents()}});
         rows.push_back(bench::fixed(rate, 0) + "," + std::to_string(produced) + "," + bench::fixed(p50, 2) + "," +
                        bench::fixed(p99, 2) + "," + bench::fixed(max, 2) + "," + bench::fixed(lossPaintsPerSecond, 1) +
-                       "," + bench::fixed(toMiB(rssBefore), 1) + "," + bench::fixed(toMiB(rssAfter), 1));
-        std::printf("%6.0f events/s: latency p50 %.2f ms, p99 %.2f ms, max %.2f ms; loss chart %.1f repaints/s; RSS %.1f -> %.1f MiB\n",
-                    rate, p50, p99, max, lossPaintsPerSecond, toMiB(rssBefore), toMiB(rssAfter));
+                       "," + bench::fixed(cpuShare, 2) + "," + bench::fixed(toMiB(rssBefore), 1) + "," +
+                       bench::fixed(toMiB(rssAfter), 1));
+        std::printf("%6.0f events/s: latency p50 %.2f ms, p99 %.2f ms, max %.2f ms (%zu samples); loss chart %.1f repaints/s; "
+                    "CPU %.2f cores; RSS %.1f -> %.1f MiB\n",
+                    rate, p50, p99, max, latency.samples.size(), lossPaintsPerSecond, cpuShare, toMiB(rssBefore), toMiB(rssAfter));
         std::fflush(stdout);
     }
     drain.stop();
     report["seconds"] = std::chrono::duration<double>(Clock::now() - started).count();
     bench::writeJson(args.outDir, "gui.json", report);
     bench::writeCsv(args.outDir, "gui.csv",
-                    "events_per_s,events,latency_p50_ms,latency_p99_ms,latency_max_ms,loss_chart_repaints_per_s,rss_before_mib,rss_after_mib",
+                    "events_per_s,events,latency_p50_ms,latency_p99_ms,latency_max_ms,loss_chart_repaints_per_s,process_cpu_cores,rss_before_mib,rss_after_mib",
                     rows);
     bench::writeCsv(args.outDir, "gui_million.csv", "loss_points,store_points,rss_growth_mib,redraw_ms,paint_ms", millionRows);
     bench::writeCsv(args.outDir, "gui_latency.csv", "events_per_second,lateness_ms", latencyRows);
