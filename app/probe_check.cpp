@@ -53,11 +53,15 @@ int main(int argc, char** argv) {
     options.data.samples = std::max(options.data.samples, options.targetBatch);
 
     Collect probe;
-    core::Trainer trainer(options, probe);
-    const auto result = trainer.run();
-    if (result.state == core::RunState::Failed) {
-        std::fprintf(stderr, "batchpilot-probe-check: %s\n", result.error.c_str());
-        return 1;
+    {
+        // Its own scope: the probe run's model and optimizer state must be gone before the
+        // true-maximum search, or they would keep counting against the device.
+        core::Trainer trainer(options, probe);
+        const auto result = trainer.run();
+        if (result.state == core::RunState::Failed) {
+            std::fprintf(stderr, "batchpilot-probe-check: %s\n", result.error.c_str());
+            return 1;
+        }
     }
     const double probeSeconds = probe.finished.seconds;
 
