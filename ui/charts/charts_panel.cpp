@@ -38,8 +38,8 @@ ChartsPanel::ChartsPanel(QWidget* parent)
     for (LiveChart* chart : charts())
         connect(chart, &LiveChart::followLiveChanged, this,
                 [this] { Q_EMIT followLiveChanged(followLive()); });
-    m_timer->setInterval(33);
-    connect(m_timer, &QTimer::timeout, this, &ChartsPanel::redrawNow);
+    m_timer->setInterval(16);
+    connect(m_timer, &QTimer::timeout, this, &ChartsPanel::redrawNext);
     m_timer->start();
 }
 
@@ -66,6 +66,19 @@ void ChartsPanel::redrawNow()
 {
     for (LiveChart* chart : charts())
         chart->redraw();
+}
+
+void ChartsPanel::redrawNext()
+{
+    const QList<LiveChart*> all = charts();
+    for (int i = 0; i < all.size(); ++i) {
+        const int index = (m_nextChart + i) % all.size();
+        if (all[index]->isDirty()) {
+            all[index]->redraw();
+            m_nextChart = (index + 1) % all.size();
+            return;
+        }
+    }
 }
 
 void ChartsPanel::setFollowLive(bool follow)

@@ -27,6 +27,9 @@ public:
     void clear();
     /// Redraws every chart whose data or range changed now (the timer does it otherwise).
     void redrawNow();
+    /// Redraws the next chart that has new data (round robin): one chart per timer tick keeps
+    /// each pass of the event loop short while every chart still updates ~15 times a second.
+    void redrawNext();
     void setFollowLive(bool follow);
     bool followLive() const;
     void setDarkTheme(bool dark);
@@ -49,6 +52,7 @@ private:
     MemoryChart* m_memory;
     ThroughputChart* m_throughput;
     QTimer* m_timer;
+    int m_nextChart = 0;
 };
 
 }  // namespace batchpilot::ui

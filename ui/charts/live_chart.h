@@ -39,6 +39,8 @@ public:
 
     /// Redraws when data or the visible range changed since the last call. Called by a timer.
     void redraw();
+    /// True when data arrived since the last redraw.
+    bool isDirty() const { return m_dirty; }
     bool followLive() const { return m_followLive; }
     void setFollowLive(bool follow);
     /// Shows the x range [x0, x1] and the y range [y0, y1] and pauses following, as a user's
