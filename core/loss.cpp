@@ -4,9 +4,7 @@
 #include <stdexcept>
 
 namespace batchpilot::core {
-namespace {
-
-std::string shape(const torch::Tensor& t) {
+std::string shapeText(const torch::Tensor& t) {
     std::ostringstream out;
     out << '[';
     for (int64_t d = 0; d < t.dim(); ++d) out << (d ? ", " : "") << t.size(d);
@@ -14,17 +12,15 @@ std::string shape(const torch::Tensor& t) {
     return out.str();
 }
 
-}  // namespace
-
 torch::Tensor computeLoss(LossKind kind, const torch::Tensor& output, const torch::Tensor& target) {
     if (kind == LossKind::CrossEntropy) {
         if (target.is_floating_point() && !target.sizes().equals(output.sizes())) {
-            throw std::invalid_argument("cross-entropy needs class ids, but the targets are float values " + shape(target) +
+            throw std::invalid_argument("cross-entropy needs class ids, but the targets are float values " + shapeText(target) +
                                         " (regression data): use the mse loss");
         }
         if (!target.is_floating_point() && (output.dim() != 2 || target.dim() != 1 || output.size(0) != target.size(0))) {
             throw std::invalid_argument("cross-entropy needs outputs [N, classes] and class ids [N]; the model gave " +
-                                        shape(output) + " for targets " + shape(target) +
+                                        shapeText(output) + " for targets " + shapeText(target) +
                                         ": make the model output one score per class");
         }
         return torch::nn::functional::cross_entropy(output, target);
@@ -32,14 +28,14 @@ torch::Tensor computeLoss(LossKind kind, const torch::Tensor& output, const torc
     torch::Tensor expected = target;
     if (!target.is_floating_point()) {
         if (output.dim() != 2 || target.dim() != 1 || output.size(0) != target.size(0)) {
-            throw std::invalid_argument("mse with class-id targets " + shape(target) + " needs outputs [N, classes]; the model gave " +
-                                        shape(output));
+            throw std::invalid_argument("mse with class-id targets " + shapeText(target) + " needs outputs [N, classes]; the model gave " +
+                                        shapeText(output));
         }
         expected = torch::one_hot(target, output.size(1)).to(output.scalar_type());
     } else if (!target.sizes().equals(output.sizes())) {
         if (target.numel() != output.numel() || output.dim() == 0 || output.size(0) != target.size(0)) {
-            throw std::invalid_argument("mse needs outputs of the targets' shape " + shape(target) + "; the model gave " +
-                                        shape(output) + ": make the model output one value per target");
+            throw std::invalid_argument("mse needs outputs of the targets' shape " + shapeText(target) + "; the model gave " +
+                                        shapeText(output) + ": make the model output one value per target");
         }
         expected = target.reshape(output.sizes());
     }

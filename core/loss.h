@@ -1,5 +1,7 @@
 #pragma once
 
+#include <string>
+
 #include <torch/torch.h>
 
 #include "core/options.h"
@@ -16,5 +18,8 @@ namespace batchpilot::core {
 ///
 /// Thread rules: none of its own; call on the thread that owns the tensors.
 torch::Tensor computeLoss(LossKind kind, const torch::Tensor& output, const torch::Tensor& target);
+
+/// A tensor's shape for messages: "[32, 10]".
+std::string shapeText(const torch::Tensor& tensor);
 
 }  // namespace batchpilot::core

@@ -5,20 +5,13 @@
 #include <stdexcept>
 
 #include "core/dataset.h"
+#include "core/loss.h"
 #include "core/oom.h"
 
 namespace batchpilot::core {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string shape(const torch::Tensor& t) {
-    std::ostringstream out;
-    out << '[';
-    for (int64_t d = 0; d < t.dim(); ++d) out << (d ? ", " : "") << t.size(d);
-    out << ']';
-    return out.str();
-}
 
 /// The line of an exception message that says what went wrong: TorchScript interpreter errors
 /// end with "RuntimeError: <reason>" after a traceback; other errors say it first.
@@ -137,7 +130,7 @@ tl::expected<std::shared_ptr<Model>, std::string> loadTorchScriptModel(const std
     const bool twoSamples = data.size() >= 2;
     const Batch sample = data.get(twoSamples ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0});
     const int64_t n = sample.inputs.size(0);
-    const std::string input = "input " + shape(sample.inputs.narrow(0, 0, 1));
+    const std::string input = "input " + shapeText(sample.inputs.narrow(0, 0, 1));
     torch::jit::IValue output;
     try {
         torch::NoGradGuard noGrad;
@@ -159,17 +152,17 @@ tl::expected<std::shared_ptr<Model>, std::string> loadTorchScriptModel(const std
                               ", but the loss needs floating-point outputs");
     }
     if (out.dim() == 0 || out.size(0) != n) {
-        return tl::unexpected(file + " returns " + shape(out) + " for a batch of " + std::to_string(n) +
+        return tl::unexpected(file + " returns " + shapeText(out) + " for a batch of " + std::to_string(n) +
                               " samples: the first dimension of the output must be the batch");
     }
     if (sample.targets.is_floating_point()) {
         const torch::Tensor& target = sample.targets;
         if (out.numel() != target.numel()) {
-            return tl::unexpected(file + " returns " + shape(out.narrow(0, 0, 1)) + " for one sample, but the data's target is " +
-                                  shape(target.narrow(0, 0, 1)) + ": make it output one value per target");
+            return tl::unexpected(file + " returns " + shapeText(out.narrow(0, 0, 1)) + " for one sample, but the data's target is " +
+                                  shapeText(target.narrow(0, 0, 1)) + ": make it output one value per target");
         }
     } else if (out.dim() != 2 || out.size(1) != data.classes()) {
-        return tl::unexpected(file + " returns " + shape(out.narrow(0, 0, 1)) + " for one sample; the data has " +
+        return tl::unexpected(file + " returns " + shapeText(out.narrow(0, 0, 1)) + " for one sample; the data has " +
                               std::to_string(data.classes()) + " classes, so [1, " + std::to_string(data.classes()) +
                               "] is expected: give the model's last layer " + std::to_string(data.classes()) + " outputs");
     }

@@ -26,6 +26,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// The torch device a DeviceSpec's tensors live on (virtual devices are the CPU).
+torch::Device torchDevice(const DeviceSpec& device) {
+    return device.kind == DeviceKind::Cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.index))
+                                           : torch::Device(torch::kCPU);
+}
+
 /// OOMs in a row at micro-batch 1 before the model is declared too big for the device.
 constexpr int kSingleSampleRetries = 2;
 
@@ -160,8 +166,7 @@ void Trainer::Impl::setup() {
         auto made = options.modelFactory ? options.modelFactory(*data) : makeModel(options.model, *data);
         if (!made) throw FatalError{made.error(), "model"};
         model = *made;
-        model->to(device.kind == DeviceKind::Cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.index))
-                                                  : torch::Device(torch::kCPU));
+        model->to(torchDevice(device));
         model->train(true);
         parameters = model->parameters();
         if (parameters.empty()) throw FatalError{"the model has no trainable parameters", "model"};
@@ -283,9 +288,7 @@ void Trainer::Impl::switchTo(const DeviceSpec& next) {
     const bool moves = (next.kind == DeviceKind::Cuda) != (device.kind == DeviceKind::Cuda) ||
                        (next.kind == DeviceKind::Cuda && next.index != device.index);
     if (moves) {
-        const torch::Device target_device = next.kind == DeviceKind::Cuda
-                                                ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(next.index))
-                                                : torch::Device(torch::kCPU);
+        const torch::Device target_device = torchDevice(next);
         model->to(target_device);
         parameters = model->parameters();
         optimizer->to(target_device, parameters);
