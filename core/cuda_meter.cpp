@@ -5,6 +5,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
+#include <utility>
+
 #include "core/byte_size.h"
 
 namespace batchpilot::core {
@@ -27,18 +29,25 @@ public:
         return driverFree() + reserved();
     }
     int64_t free() const override { return std::max<int64_t>(0, capacity() - allocated()); }
+    int64_t total() const override { return driverInfo().second; }
+    int64_t otherProcesses() const override {
+        const auto [freeBytes, totalBytes] = driverInfo();
+        return std::max<int64_t>(0, totalBytes - freeBytes - reserved());
+    }
     void releaseCache() override { alloc::emptyCache(); }
 
 private:
     alloc::DeviceStats stats() const { return alloc::getDeviceStats(m_index); }
-    int64_t driverFree() const {
+    int64_t driverFree() const { return driverInfo().first; }
+    /// The driver's free and total bytes of the device (0, 0 when it cannot tell).
+    std::pair<int64_t, int64_t> driverInfo() const {
         size_t freeBytes = 0;
         size_t totalBytes = 0;
         c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(m_index));
         if (cudaMemGetInfo(&freeBytes, &totalBytes) != cudaSuccess) {
-            return 0;
+            return {0, 0};
         }
-        return static_cast<int64_t>(freeBytes);
+        return {static_cast<int64_t>(freeBytes), static_cast<int64_t>(totalBytes)};
     }
     int m_index;
 };

@@ -59,6 +59,10 @@ public:
     virtual int64_t capacity() const = 0;
     /// capacity() minus what is in use (never negative).
     virtual int64_t free() const = 0;
+    /// The device's whole memory: capacity() plus what other processes hold (CUDA).
+    virtual int64_t total() const { return capacity(); }
+    /// Memory other processes hold on the device (CUDA: total − driver free − reserved), 0 elsewhere.
+    virtual int64_t otherProcesses() const { return 0; }
     /// Returns cached, unused memory to the device after an OOM (CUDA); no-op elsewhere.
     virtual void releaseCache() {}
     /// Size of the allocation that failed most recently, 0 when unknown.

@@ -86,6 +86,9 @@ json fields(const MicroBatchDone& e) {
     if (!e.sampleIndices.empty()) {
         j["sample_indices"] = e.sampleIndices;
     }
+    if (e.gradientNorm > 0) {
+        j["gradient_norm"] = e.gradientNorm;
+    }
     return j;
 }
 json fields(const OptimizerStepped& e) {
@@ -107,6 +110,70 @@ json fields(const CheckpointSaved& e) {
 }
 json fields(const ErrorEvent& e) {
     return {{"time", e.time}, {"message", e.message}, {"where", e.where}};
+}
+json fields(const RunSummary& e) {
+    return {{"time", e.time},
+            {"device", e.device},
+            {"model", e.model},
+            {"parameter_count", e.parameterCount},
+            {"parameter_tensors", e.parameterTensors},
+            {"dataset", e.dataset},
+            {"dataset_size", e.datasetSize},
+            {"input_shape", e.inputShape},
+            {"optimizer", e.optimizer},
+            {"loss", e.loss},
+            {"target_batch", e.targetBatch},
+            {"batch_statistics", e.batchStatistics}};
+}
+json fields(const MemoryBreakdown& e) {
+    return {{"time", e.time},
+            {"step", e.step},
+            {"device", e.device},
+            {"total_bytes", e.totalBytes},
+            {"capacity_bytes", e.capacityBytes},
+            {"usable_bytes", e.usableBytes},
+            {"parameter_bytes", e.parameterBytes},
+            {"gradient_bytes", e.gradientBytes},
+            {"optimizer_state_bytes", e.optimizerStateBytes},
+            {"optimizer_state_reserved", e.optimizerStateReserved},
+            {"activation_bytes", e.activationBytes},
+            {"activation_micro_batch", e.activationMicroBatch},
+            {"resident_bytes", e.residentBytes},
+            {"peak_bytes", e.peakBytes},
+            {"cache_bytes", e.cacheBytes},
+            {"other_process_bytes", e.otherProcessBytes},
+            {"free_bytes", e.freeBytes}};
+}
+json fields(const StepModeWaiting& e) {
+    return {{"time", e.time},       {"step", e.step},          {"index", e.index},
+            {"offset", e.offset},   {"size", e.size},          {"target_batch", e.targetBatch},
+            {"probe_trial", e.probeTrial}};
+}
+json fields(const TensorDifference& d) {
+    return {{"name", d.name},
+            {"elements", d.elements},
+            {"max_abs_difference", d.maxAbsDifference},
+            {"relative_difference", d.relativeDifference},
+            {"cosine_similarity", d.cosineSimilarity}};
+}
+json fields(const EquivalenceChecked& e) {
+    json tensors = json::array();
+    for (const TensorDifference& d : e.tensors) tensors.push_back(fields(d));
+    json j = {{"time", e.time},
+              {"step", e.step},
+              {"samples", e.samples},
+              {"micro_batch_sizes", e.microBatchSizes},
+              {"tensors", tensors},
+              {"overall", fields(e.overall)},
+              {"batch_statistics", e.batchStatistics},
+              {"full_pass_outside_budget", e.fullPassOutsideBudget},
+              {"explanation", e.explanation},
+              {"seconds", e.seconds}};
+    if (e.runningStatisticsRelativeDifference >= 0) {
+        j["running_statistics_relative_difference"] = e.runningStatisticsRelativeDifference;
+    }
+    if (!e.error.empty()) j["error"] = e.error;
+    return j;
 }
 
 }  // namespace

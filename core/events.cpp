@@ -57,7 +57,11 @@ const char* eventName(const Event& event) {
             else if constexpr (std::is_same_v<T, DeviceSwitched>) return "device_switch";
             else if constexpr (std::is_same_v<T, Warning>) return "warning";
             else if constexpr (std::is_same_v<T, CheckpointSaved>) return "checkpoint";
-            else return "error";
+            else if constexpr (std::is_same_v<T, ErrorEvent>) return "error";
+            else if constexpr (std::is_same_v<T, RunSummary>) return "run_summary";
+            else if constexpr (std::is_same_v<T, MemoryBreakdown>) return "memory_breakdown";
+            else if constexpr (std::is_same_v<T, StepModeWaiting>) return "step_mode_waiting";
+            else return "equivalence";
         },
         event);
 }

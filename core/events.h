@@ -112,7 +112,97 @@ struct MicroBatchDone {
     double lossWeight = 0;      ///< n_i / T applied to this micro-batch's mean loss
     double loss = 0;            ///< this micro-batch's mean loss (unweighted)
     bool probeTrial = false;    ///< the micro-batch was a probe trial whose gradients were kept
-    std::vector<int64_t> sampleIndices;  ///< only when TrainerOptions::reportSampleIndices
+    std::vector<int64_t> sampleIndices;  ///< when TrainerOptions::reportSampleIndices or step mode
+    /// L2 norm of the batch's accumulated gradient after this micro-batch was added (it grows
+    /// towards the full-batch gradient's norm); 0 unless TrainerOptions::reportGradientNorm or
+    /// step mode.
+    double gradientNorm = 0;
+};
+
+/// What the run trains, reported once after setup (and again after a device switch).
+struct RunSummary {
+    double time = 0;
+    std::string device;
+    std::string model;
+    int64_t parameterCount = 0;    ///< trainable scalars
+    int64_t parameterTensors = 0;
+    std::string dataset;
+    int64_t datasetSize = 0;
+    std::vector<int64_t> inputShape;  ///< one sample, e.g. {3, 32, 32}
+    std::string optimizer;         ///< e.g. "adam, learning rate 0.003"
+    std::string loss;              ///< "cross-entropy" or "mse"
+    int64_t targetBatch = 0;
+    bool batchStatistics = false;  ///< the model has BatchNorm layers
+};
+
+/// Where the device memory goes, in bytes, measured by the meter at well-defined points:
+/// parameters when the model was loaded onto the device, gradient accumulators when they were
+/// created, optimizer state around the first optimizer step (or the reservation held for it
+/// before that step), and per micro-batch the peak minus the memory resident when it started.
+/// Reported after setup and after every optimizer step.
+struct MemoryBreakdown {
+    double time = 0;
+    int64_t step = 0;               ///< optimizer steps done (0: after setup)
+    std::string device;
+    int64_t totalBytes = 0;         ///< the device's whole memory (virtual: its budget)
+    int64_t capacityBytes = 0;      ///< what this run may use (CUDA: total minus other processes)
+    int64_t usableBytes = 0;        ///< capacity minus the probe's headroom
+    int64_t parameterBytes = 0;     ///< parameters and buffers (BatchNorm statistics)
+    int64_t gradientBytes = 0;      ///< the batch's gradient accumulators
+    int64_t optimizerStateBytes = 0;
+    bool optimizerStateReserved = false;  ///< state not created yet: the bytes held back for it
+    int64_t activationBytes = 0;    ///< largest micro-batch peak minus the resident memory before it
+    int64_t activationMicroBatch = 0;  ///< size of the micro-batch that peak belongs to
+    int64_t residentBytes = 0;      ///< measured before that micro-batch (between micro-batches)
+    int64_t peakBytes = 0;          ///< measured peak of that micro-batch (resident + activations)
+    int64_t cacheBytes = 0;         ///< allocator cache above the peak (CUDA), 0 elsewhere
+    int64_t otherProcessBytes = 0;  ///< CUDA: total − driver free − reserved; 0 elsewhere
+    int64_t freeBytes = 0;          ///< total − peak − cache − other processes (never negative)
+
+    /// Parameters + gradients + optimizer state + activations: what the parts explain of the
+    /// peak. It equals peakBytes when nothing else stayed resident.
+    int64_t attributedBytes() const {
+        return parameterBytes + gradientBytes + optimizerStateBytes + activationBytes;
+    }
+};
+
+/// The next micro-batch in step-by-step mode: the trainer waits until advanced.
+struct StepModeWaiting {
+    double time = 0;
+    int64_t step = 0;           ///< the optimizer step the micro-batch belongs to (1-based)
+    int64_t index = 0;          ///< micro-batches of this batch already committed
+    int64_t offset = 0;         ///< first sample's position within the training batch
+    int64_t size = 0;           ///< samples it will hold
+    int64_t targetBatch = 0;
+    bool probeTrial = false;    ///< it is a probe trial (it may run out of memory)
+};
+
+/// Accumulated against full-batch gradient for one parameter tensor, or all of them.
+struct TensorDifference {
+    std::string name;
+    int64_t elements = 0;
+    double maxAbsDifference = 0;
+    double relativeDifference = 0;  ///< ‖accumulated − full‖ / ‖full‖
+    double cosineSimilarity = 1;
+};
+
+/// Result of an equivalence check: the gradient of one batch computed by accumulating its
+/// micro-batches with weights n_i / T, and in one full pass, compared tensor by tensor.
+struct EquivalenceChecked {
+    double time = 0;
+    int64_t step = 0;                    ///< optimizer steps done when it ran
+    int64_t samples = 0;                 ///< the check batch
+    std::vector<int64_t> microBatchSizes;
+    std::vector<TensorDifference> tensors;
+    TensorDifference overall;
+    bool batchStatistics = false;        ///< the model has BatchNorm: differences are expected
+    /// BatchNorm models only: the overall relative difference of the same check with the
+    /// running statistics (eval mode), where samples are normalised independently.
+    double runningStatisticsRelativeDifference = -1;
+    bool fullPassOutsideBudget = false;  ///< the full pass did not fit the virtual budget and ran in host memory
+    std::string explanation;             ///< what the numbers mean, in plain words
+    std::string error;                   ///< non-empty: the check could not run, and why
+    double seconds = 0;
 };
 
 struct OptimizerStepped {
@@ -155,7 +245,8 @@ struct ErrorEvent {
 using Event = std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent,
                            MemorySample, StepMetrics, MicroBatchDone, OptimizerStepped,
                            TargetBatchChanged, DeviceSwitched, Warning, CheckpointSaved,
-                           ErrorEvent>;
+                           ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting,
+                           EquivalenceChecked>;
 
 /// Name of the event type as written in JSON Lines ("probe_trial", "oom", ...).
 const char* eventName(const Event& event);

@@ -17,10 +17,22 @@ int64_t Model::parameterBytes() const {
     return bytes;
 }
 
+std::vector<std::string> Model::parameterNames() const {
+    std::vector<std::string> names;
+    const size_t count = parameters().size();
+    for (size_t i = 0; i < count; ++i) names.push_back("parameter " + std::to_string(i));
+    return names;
+}
+
 ModuleModel::ModuleModel(std::string name, std::shared_ptr<nn::Module> module, Forward forward)
     : m_name(std::move(name)), m_module(std::move(module)), m_forward(std::move(forward)) {}
 
 std::vector<torch::Tensor> ModuleModel::parameters() const { return m_module->parameters(); }
+std::vector<std::string> ModuleModel::parameterNames() const {
+    std::vector<std::string> names;
+    for (const auto& item : m_module->named_parameters(/*recurse=*/true)) names.push_back(item.key());
+    return names;
+}
 std::vector<torch::Tensor> ModuleModel::buffers() const { return m_module->buffers(); }
 void ModuleModel::to(const torch::Device& device) { m_module->to(device); }
 void ModuleModel::train(bool on) { m_module->train(on); }

@@ -25,6 +25,9 @@ public:
     virtual torch::Tensor forward(const torch::Tensor& input) = 0;
     /// Trainable parameters, in a stable order.
     virtual std::vector<torch::Tensor> parameters() const = 0;
+    /// A name per parameter, in the order of parameters() ("fc1.weight"); by default
+    /// "parameter 0", "parameter 1", ...
+    virtual std::vector<std::string> parameterNames() const;
     /// Non-trainable state updated by forward (BatchNorm running statistics).
     virtual std::vector<torch::Tensor> buffers() const = 0;
     virtual void to(const torch::Device& device) = 0;
@@ -47,6 +50,7 @@ public:
     std::string name() const override { return m_name; }
     torch::Tensor forward(const torch::Tensor& input) override { return m_forward(input); }
     std::vector<torch::Tensor> parameters() const override;
+    std::vector<std::string> parameterNames() const override;
     std::vector<torch::Tensor> buffers() const override;
     void to(const torch::Device& device) override;
     void train(bool on) override;

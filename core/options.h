@@ -104,7 +104,9 @@ struct TrainerOptions {
     LrScaling lrScaling = LrScaling::None;  ///< applied when the target batch changes
     int regrowAfterSteps = 20;      ///< clean steps after an OOM shrink before trying to grow
     double memorySampleInterval = 0.05;  ///< seconds between memory samples (at most)
-    bool reportSampleIndices = false;    ///< fill MicroBatchDone::sampleIndices (tests)
+    bool reportSampleIndices = false;    ///< fill MicroBatchDone::sampleIndices (tests, step mode)
+    bool reportGradientNorm = false;     ///< fill MicroBatchDone::gradientNorm (one norm per micro-batch)
+    bool stepMode = false;               ///< start in step-by-step mode (see Trainer::setStepMode)
     int intraOpThreads = 0;         ///< LibTorch CPU threads; 0 keeps the library default
     CheckpointOptions checkpoint;
     std::string resumeFrom;         ///< checkpoint directory to continue from; empty: fresh start

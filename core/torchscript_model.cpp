@@ -57,6 +57,14 @@ std::vector<torch::Tensor> TorchScriptModel::parameters() const {
     return out;
 }
 
+std::vector<std::string> TorchScriptModel::parameterNames() const {
+    std::vector<std::string> names;
+    for (const auto& item : m_module.named_parameters(/*recurse=*/true)) {
+        if (item.value.requires_grad()) names.push_back(item.name);
+    }
+    return names;
+}
+
 std::vector<torch::Tensor> TorchScriptModel::buffers() const {
     std::vector<torch::Tensor> out;
     for (const auto& b : m_module.buffers(/*recurse=*/true)) out.push_back(b);

@@ -31,6 +31,7 @@ public:
     /// Throws std::runtime_error when forward returns something other than a tensor.
     torch::Tensor forward(const torch::Tensor& input) override;
     std::vector<torch::Tensor> parameters() const override;
+    std::vector<std::string> parameterNames() const override;
     std::vector<torch::Tensor> buffers() const override;
     void to(const torch::Device& device) override;
     void train(bool on) override;

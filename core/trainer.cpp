@@ -1,6 +1,8 @@
 #include "core/trainer.h"
 
 #include <chrono>
+#include <cstdio>
+#include <functional>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
@@ -12,6 +14,7 @@
 #include "core/counting_allocator.h"
 #include "core/dataset.h"
 #include "core/device.h"
+#include "core/equivalence.h"
 #include "core/loss.h"
 #include "core/model.h"
 #include "core/model_factory.h"
@@ -54,13 +57,24 @@ struct MicroResult {
     Phase phase = Phase::Copy;
     double loss = 0;
     int64_t peakBytes = 0;
+    int64_t residentBytes = 0;  ///< allocated when the micro-batch started
     double seconds = 0;
+};
+
+/// The micro-batch with the highest peak in a step, for the memory breakdown.
+struct PeakRecord {
+    int64_t resident = 0;
+    int64_t peak = 0;
+    int64_t size = 0;
+    void offer(int64_t residentBytes, int64_t peakBytes, int64_t microBatch) {
+        if (peakBytes > peak) *this = {residentBytes, peakBytes, microBatch};
+    }
 };
 
 }  // namespace
 
 struct Trainer::Impl {
-    Impl(TrainerOptions o, EventSink& s) : options(std::move(o)), sink(s) {}
+    Impl(TrainerOptions o, EventSink& s) : options(std::move(o)), sink(s) { stepMode = options.stepMode; }
 
     TrainerOptions options;
     EventSink& sink;
@@ -73,6 +87,10 @@ struct Trainer::Impl {
     std::optional<std::pair<int64_t, LrScaling>> pendingTarget;
     bool pendingReprobe = false;
     std::optional<std::string> pendingDevice;
+    bool stepMode = false;           ///< step-by-step: wait before each micro-batch
+    int64_t advanceTokens = 0;       ///< micro-batches the user allowed to run
+    bool finishingBatch = false;     ///< run the rest of the current batch without waiting
+    std::optional<int64_t> pendingEquivalence;
 
     // Run state: touched by the run thread only.
     Clock::time_point start = Clock::now();
@@ -98,6 +116,12 @@ struct Trainer::Impl {
     int singleSampleOoms = 0;  ///< consecutive OOMs at micro-batch 1  ///< -1: no shrink pending a regrow
     double lastMemorySample = -1;
     RunState state = RunState::Idle;
+    std::vector<int64_t> lastBatch;  ///< indices of the last committed training batch
+    // Memory breakdown, measured by the meter at the points named in MemoryBreakdown.
+    int64_t parameterBytes = 0;
+    int64_t gradientBytes = 0;
+    int64_t optimizerStateBytes = 0;
+    PeakRecord lastPeak;             ///< the last step's highest micro-batch peak
 
     double now() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
     void emit(Event event) { sink.onEvent(event); }
@@ -128,6 +152,22 @@ struct Trainer::Impl {
 
     void setup();
     void sampleMemory(bool force);
+    void reportBreakdown();
+    void reportSummary();
+    bool waitForAdvance(const StepModeWaiting& next);
+    bool stepModeOn() {
+        std::lock_guard lock(mutex);
+        return stepMode;
+    }
+    void checkEquivalence(int64_t samples);
+    /// L2 norm of the accumulated gradients (uncounted: a few scalars).
+    double gradientNorm() const {
+        torch::NoGradGuard noGrad;
+        CountingScope scalars(false);
+        torch::Tensor sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(gradients.front().device()));
+        for (const auto& g : gradients) sum += g.to(torch::kDouble).square().sum();
+        return std::sqrt(sum.item<double>());
+    }
     void startProbe(ProbeReason reason, int64_t initial, int64_t knownFit);
     void finishProbe();
     bool applyCommands();
@@ -163,6 +203,8 @@ void Trainer::Impl::setup() {
     sampler.emplace(data->size(), options.seed);
     try {
         torch::manual_seed(options.seed);
+        // Parameters and gradient accumulators are measured as what they add on the device.
+        const int64_t beforeModel = meter->allocated();
         auto made = options.modelFactory ? options.modelFactory(*data) : makeModel(options.model, *data);
         if (!made) throw FatalError{made.error(), "model"};
         model = *made;
@@ -170,8 +212,10 @@ void Trainer::Impl::setup() {
         model->train(true);
         parameters = model->parameters();
         if (parameters.empty()) throw FatalError{"the model has no trainable parameters", "model"};
+        parameterBytes = meter->allocated() - beforeModel;
         gradients.clear();
         for (const auto& p : parameters) gradients.push_back(torch::zeros_like(p));
+        gradientBytes = meter->allocated() - beforeModel - parameterBytes;
         optimizer = std::make_unique<Optimizer>(options.optimizer, parameters);
     } catch (const FatalError&) {
         throw;
@@ -181,8 +225,10 @@ void Trainer::Impl::setup() {
         throw FatalError{"could not build the model: " + failure.message, "model"};
     }
     if (!options.resumeFrom.empty()) {
+        const int64_t beforeState = meter->allocated();
         auto resumed = loadCheckpoint(options.resumeFrom, *model, *optimizer);
         if (!resumed) throw FatalError{resumed.error(), "resume"};
+        if (optimizer->stateReady()) optimizerStateBytes = std::max<int64_t>(0, meter->allocated() - beforeState);
         step = resumed->step;
         samplesSeen = resumed->samplesSeen;
         sampler->restore(resumed->samplerEpoch, resumed->samplerPosition);
@@ -218,6 +264,69 @@ void Trainer::Impl::sampleMemory(bool force) {
     if (!force && t - lastMemorySample < options.memorySampleInterval) return;
     lastMemorySample = t;
     emit(MemorySample{t, meter->allocated(), meter->reserved(), meter->peak(), meter->capacity(), usableBytes()});
+}
+
+void Trainer::Impl::reportBreakdown() {
+    MemoryBreakdown b;
+    b.time = now();
+    b.step = step;
+    b.device = device.name();
+    b.totalBytes = meter->total();
+    b.capacityBytes = meter->capacity();
+    b.usableBytes = usableBytes();
+    b.parameterBytes = parameterBytes;
+    b.gradientBytes = gradientBytes;
+    b.optimizerStateReserved = !optimizer->stateReady() && reservation.defined();
+    b.optimizerStateBytes = optimizer->stateReady() ? optimizerStateBytes
+                                                    : (reservation.defined() ? optimizer->stateBytes() : 0);
+    if (lastPeak.size > 0) {
+        b.residentBytes = lastPeak.resident;
+        b.peakBytes = lastPeak.peak;
+        b.activationBytes = std::max<int64_t>(0, lastPeak.peak - lastPeak.resident);
+        b.activationMicroBatch = lastPeak.size;
+    } else {
+        // Before any micro-batch: what is resident is the whole story.
+        b.residentBytes = meter->allocated();
+        b.peakBytes = b.residentBytes;
+    }
+    b.cacheBytes = std::max<int64_t>(0, meter->reserved() - std::max(b.peakBytes, meter->allocated()));
+    b.otherProcessBytes = meter->otherProcesses();
+    b.freeBytes = std::max<int64_t>(0, b.totalBytes - b.peakBytes - b.cacheBytes - b.otherProcessBytes);
+    emit(std::move(b));
+}
+
+void Trainer::Impl::reportSummary() {
+    RunSummary summary;
+    summary.time = now();
+    summary.device = device.name();
+    summary.model = model->name();
+    summary.parameterCount = model->parameterCount();
+    summary.parameterTensors = static_cast<int64_t>(parameters.size());
+    summary.dataset = data->name();
+    summary.datasetSize = data->size();
+    summary.inputShape = data->sampleShape();
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%g", optimizer->learningRate());
+    summary.optimizer = std::string(toString(options.optimizer.kind)) + ", learning rate " + rate;
+    summary.loss = toString(options.loss);
+    summary.targetBatch = target;
+    summary.batchStatistics = model->usesBatchStatistics();
+    emit(std::move(summary));
+}
+
+bool Trainer::Impl::waitForAdvance(const StepModeWaiting& next) {
+    std::unique_lock lock(mutex);
+    if (!stepMode || finishingBatch || stopRequested) return !stopRequested;
+    if (advanceTokens > 0) {
+        --advanceTokens;
+        return true;
+    }
+    lock.unlock();
+    emit(next);
+    lock.lock();
+    wake.wait(lock, [&] { return !stepMode || advanceTokens > 0 || finishingBatch || stopRequested; });
+    if (stepMode && !finishingBatch && advanceTokens > 0) --advanceTokens;
+    return !stopRequested;
 }
 
 void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t knownFit) {
@@ -262,6 +371,98 @@ void Trainer::Impl::finishProbe() {
     setState(RunState::Training, "micro-batch " + std::to_string(found));
 }
 
+void Trainer::Impl::checkEquivalence(int64_t requested) {
+    EquivalenceChecked r;
+    r.step = step;
+    const auto started = Clock::now();
+    const auto finish = [&] {
+        r.time = now();
+        r.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+        meter->releaseCache();
+        emit(std::move(r));
+    };
+    std::vector<int64_t> indices = lastBatch;
+    if (indices.empty()) {
+        Sampler peek = *sampler;  // before the first step: the batch about to be trained
+        indices = peek.next(target);
+    }
+    if (requested > 0 && requested < static_cast<int64_t>(indices.size())) indices.resize(static_cast<size_t>(requested));
+    const auto n = static_cast<int64_t>(indices.size());
+    r.samples = n;
+    r.batchStatistics = model->usesBatchStatistics();
+    const int64_t micro = microBatch > 0 ? microBatch : (probe ? probe->result() : 0);
+    if (micro <= 0) {
+        r.error = "no micro-batch size is known yet: check again once the probe has chosen one";
+        return finish();
+    }
+    // The current plan; a check batch no larger than the micro-batch is split in up to four
+    // micro-batches so that accumulation has something to show.
+    r.microBatchSizes = AccumulationPlan::split(n, micro < n ? micro : std::max<int64_t>(1, (n + 3) / 4));
+
+    /// Restores training mode whatever happens in the BatchNorm comparison.
+    struct TrainModeGuard {
+        Model& model;
+        ~TrainModeGuard() { model.train(true); }
+    };
+    const torch::Device where = parameters.front().device();
+    try {
+        Batch host;
+        {
+            CountingScope uncounted(false);
+            host = data->get(indices);
+        }
+        const torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs;
+        const torch::Tensor targets = where.is_cuda() ? host.targets.to(where) : host.targets;
+        // A pass that runs out of memory on a host device (cpu, virtual) is repeated outside the
+        // budget: the budget simulates a GPU, and the check is not training. On a GPU it is an
+        // error with advice.
+        const auto guarded = [&](const std::function<std::vector<torch::Tensor>()>& pass, bool* outside) {
+            std::exception_ptr error;
+            try {
+                return pass();
+            } catch (const std::exception&) {
+                error = std::current_exception();
+            }
+            const FailureInfo failure = classifyFailure(error);
+            meter->releaseCache();
+            if (!failure.outOfMemory) std::rethrow_exception(error);
+            if (where.is_cuda()) {
+                throw std::runtime_error("the check batch of " + std::to_string(n) + " samples does not fit on " +
+                                         device.name() + " in one pass next to the training state; choose a check "
+                                         "batch of at most about " + std::to_string(micro) +
+                                         " samples (the micro-batch that fits)");
+            }
+            if (outside != nullptr) *outside = true;
+            CountingScope uncounted(false);
+            return pass();
+        };
+        const auto compare = [&](EquivalenceChecked& into) {
+            auto accumulated = guarded(
+                [&] { return accumulatedGradient(*model, inputs, targets, into.microBatchSizes, options.loss); }, nullptr);
+            auto full = guarded([&] { return fullBatchGradient(*model, inputs, targets, options.loss); },
+                                &into.fullPassOutsideBudget);
+            compareGradients(model->parameterNames(), accumulated, full, into);
+        };
+        compare(r);
+        if (r.batchStatistics) {
+            // Evaluation mode normalises each sample with the running statistics: no sample
+            // depends on its neighbours, which isolates what the batch statistics cause.
+            TrainModeGuard restore{*model};
+            model->train(false);
+            EquivalenceChecked running;
+            running.microBatchSizes = r.microBatchSizes;
+            compare(running);
+            r.runningStatisticsRelativeDifference = running.overall.relativeDifference;
+        }
+        r.explanation = explainEquivalence(r);
+    } catch (const std::exception&) {
+        const FailureInfo failure = classifyFailure(std::current_exception());
+        r.tensors.clear();
+        r.error = "the equivalence check could not run: " + failure.message;
+    }
+    finish();
+}
+
 void Trainer::Impl::writeCheckpoint() {
     TrainerState saved{step, samplesSeen, sampler->epoch(), sampler->position(), target, microBatch,
                        optimizer->learningRate(), device.name(), model->name()};
@@ -299,6 +500,7 @@ void Trainer::Impl::switchTo(const DeviceSpec& next) {
     device = next;
     meter = openMeter(device);
     emit(DeviceSwitched{now(), from, device.name()});
+    reportSummary();
 }
 
 bool Trainer::Impl::waitWhilePaused() {
@@ -319,13 +521,17 @@ bool Trainer::Impl::waitWhilePaused() {
 bool Trainer::Impl::applyCommands() {
     std::optional<std::pair<int64_t, LrScaling>> newTarget;
     std::optional<std::string> newDevice;
+    std::optional<int64_t> equivalence;
     bool reprobe = false;
     {
         std::lock_guard lock(mutex);
         newTarget.swap(pendingTarget);
         newDevice.swap(pendingDevice);
+        equivalence.swap(pendingEquivalence);
         std::swap(reprobe, pendingReprobe);
     }
+    // Checked before the commands below change the micro-batch plan it compares against.
+    if (equivalence) checkEquivalence(*equivalence);
     if (newDevice) {
         if (auto next = parseDevice(*newDevice)) {
             const std::string before = device.name();
@@ -360,6 +566,7 @@ bool Trainer::Impl::applyCommands() {
 MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, double weight) {
     MicroResult result;
     const auto started = Clock::now();
+    result.residentBytes = meter->allocated();
     meter->resetPeak();
     std::vector<torch::Tensor> savedBuffers;
     std::exception_ptr error;
@@ -415,6 +622,8 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
 void Trainer::Impl::optimizerStep() {
     constexpr int kAttempts = 3;
     if (reservation.defined()) reservation = torch::Tensor();
+    const bool firstStep = !optimizer->stateReady();
+    const int64_t beforeState = meter->allocated();
     for (int attempt = 1;; ++attempt) {
         std::exception_ptr error;
         try {
@@ -437,6 +646,8 @@ void Trainer::Impl::optimizerStep() {
     }
     optimizer->apply(gradients);
     optimizer->releaseScratch();
+    // The state the optimizer created in its first step is what stays allocated after it.
+    if (firstStep) optimizerStateBytes = std::max<int64_t>(0, meter->allocated() - beforeState);
     torch::NoGradGuard noGrad;
     CountingScope inPlace(false);
     for (auto& g : gradients) g.zero_();
@@ -449,6 +660,8 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
     int64_t committed = 0;
     int64_t largestUsed = 0;
     int64_t stepPeak = 0;
+    PeakRecord trainingPeak;  // committed micro-batches of the plan
+    PeakRecord trialPeak;     // probe trials that fit (used when the step had only those)
     double lossSum = 0;
     std::vector<int64_t> plan;  // remaining micro-batch sizes when not probing
     const auto stepLabel = [&] { return "step " + std::to_string(step + 1); };
@@ -483,6 +696,12 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
             size = plan.front();
         }
         const std::vector<int64_t> slice(indices.begin() + offset, indices.begin() + offset + size);
+        if (!waitForAdvance(StepModeWaiting{now(), step + 1, committed, offset, size, batchSize, trial})) {
+            // Stopped while waiting in step-by-step mode: as for a stop mid-batch.
+            CountingScope inPlace(false);
+            for (auto& g : gradients) g.zero_();
+            return;
+        }
         if (!trial && plan.size() >= 2) {
             // The next micro-batch is known: load it while this one computes.
             const int64_t nextOffset = offset + size;
@@ -527,8 +746,11 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
             continue;
         }
         if (!trial && !plan.empty()) plan.erase(plan.begin());
+        (trial ? trialPeak : trainingPeak).offer(r.residentBytes, r.peakBytes, size);
+        const bool teaching = stepModeOn();
         MicroBatchDone done{now(), step + 1, committed, offset, size, batchSize, weight, r.loss, trial, {}};
-        if (options.reportSampleIndices) done.sampleIndices = slice;
+        if (options.reportSampleIndices || teaching) done.sampleIndices = slice;
+        if (options.reportGradientNorm || teaching) done.gradientNorm = gradientNorm();
         emit(std::move(done));
         lossSum += r.loss * weight;
         largestUsed = std::max(largestUsed, size);
@@ -537,6 +759,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
         sampleMemory(false);
     }
     if (probe && !probe->next()) finishProbe();
+    lastPeak = trainingPeak.size > 0 ? trainingPeak : trialPeak;
     optimizerStep();
     ++step;
     samplesSeen += batchSize;
@@ -547,6 +770,12 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                      optimizer->learningRate(), seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0, seconds,
                      stepPeak, totalSteps()});
     sampleMemory(true);
+    reportBreakdown();
+    lastBatch = indices;
+    {
+        std::lock_guard lock(mutex);
+        finishingBatch = false;
+    }
     if (options.checkpoint.everySteps > 0 && step % options.checkpoint.everySteps == 0) writeCheckpoint();
     if (cleanStepsSinceShrink >= 0 && !probe && ++cleanStepsSinceShrink >= options.regrowAfterSteps &&
         options.regrowAfterSteps > 0) {
@@ -569,7 +798,9 @@ RunResult Trainer::run() {
     d.setState(RunState::Starting, d.options.device);
     try {
         d.setup();
+        d.reportSummary();
         d.sampleMemory(true);
+        d.reportBreakdown();
         if (d.microBatch == 0) {
             d.startProbe(ProbeReason::Initial, d.options.probe.initialMicroBatch, 0);
         } else {
@@ -645,6 +876,39 @@ void Trainer::reprobe() {
 void Trainer::switchDevice(const std::string& device) {
     std::lock_guard lock(m_impl->mutex);
     m_impl->pendingDevice = device;
+}
+
+void Trainer::setStepMode(bool on) {
+    {
+        std::lock_guard lock(m_impl->mutex);
+        m_impl->stepMode = on;
+        m_impl->advanceTokens = 0;
+    }
+    m_impl->wake.notify_all();
+}
+
+void Trainer::advance() {
+    {
+        std::lock_guard lock(m_impl->mutex);
+        if (!m_impl->stepMode) return;
+        ++m_impl->advanceTokens;
+    }
+    m_impl->wake.notify_all();
+}
+
+void Trainer::finishBatch() {
+    {
+        std::lock_guard lock(m_impl->mutex);
+        if (!m_impl->stepMode) return;
+        m_impl->finishingBatch = true;
+        m_impl->advanceTokens = 0;
+    }
+    m_impl->wake.notify_all();
+}
+
+void Trainer::checkEquivalence(int64_t samples) {
+    std::lock_guard lock(m_impl->mutex);
+    m_impl->pendingEquivalence = std::max<int64_t>(0, samples);
 }
 
 std::shared_ptr<Model> Trainer::model() const { return m_impl->model; }

@@ -51,6 +51,22 @@ public:
     /// re-probes. An invalid or too small device is reported as a Warning and ignored.
     void switchDevice(const std::string& device);
 
+    /// Step-by-step mode, for teaching: before each micro-batch the trainer reports
+    /// StepModeWaiting and waits for advance() or finishBatch(). Turning it off lets the run go on.
+    /// Sample indices and the running gradient norm are reported while it is on.
+    void setStepMode(bool on);
+    /// Step-by-step mode: runs exactly one more micro-batch (a probe trial that runs out of memory
+    /// counts as one).
+    void advance();
+    /// Step-by-step mode: runs the rest of the current training batch and its optimizer step,
+    /// then waits before the next batch's first micro-batch.
+    void finishBatch();
+    /// At the next training-batch boundary, checks that accumulation gives the full-batch
+    /// gradient (reported as EquivalenceChecked): the last training batch, or its first `samples`
+    /// samples when 0 < samples < its size, is split as the current micro-batch plan splits it and
+    /// compared with one full pass. Training state is not changed.
+    void checkEquivalence(int64_t samples = 0);
+
     /// The trained model (valid after run() started; use from the run() thread or after run()).
     std::shared_ptr<Model> model() const;
 

@@ -1,6 +1,7 @@
 #include "ui/event_text.h"
 
 #include <QCoreApplication>
+#include <QLocale>
 
 #include "core/byte_size.h"
 
@@ -40,7 +41,8 @@ bool isLogged(const core::Event& event)
     return !std::holds_alternative<core::MemorySample>(event) &&
            !std::holds_alternative<core::MicroBatchDone>(event) &&
            !std::holds_alternative<core::OptimizerStepped>(event) &&
-           !std::holds_alternative<core::StepMetrics>(event);
+           !std::holds_alternative<core::StepMetrics>(event) &&
+           !std::holds_alternative<core::MemoryBreakdown>(event);
 }
 
 EventRow describeEvent(const core::Event& event)
@@ -153,6 +155,43 @@ EventRow describeEvent(const core::Event& event)
                 if (!e.where.empty())
                     details += tr(" (%1)").arg(str(e.where));
                 return EventRow{e.time, tr("error"), details, true};
+            },
+            [](const core::RunSummary& e) {
+                return EventRow{e.time, tr("run"),
+                                tr("%1 (%2 parameters) on %3, %4 (%5 samples), %6, %7 loss")
+                                    .arg(str(e.model), QLocale().toString(e.parameterCount), str(e.device),
+                                         str(e.dataset), QLocale().toString(e.datasetSize),
+                                         str(e.optimizer), str(e.loss)),
+                                false};
+            },
+            [](const core::MemoryBreakdown& e) {
+                return EventRow{e.time, tr("memory breakdown"),
+                                tr("step %1: parameters %2, gradients %3, optimizer state %4, "
+                                   "activations %5 (micro-batch %6), peak %7 of %8")
+                                    .arg(e.step)
+                                    .arg(bytes(e.parameterBytes), bytes(e.gradientBytes),
+                                         bytes(e.optimizerStateBytes), bytes(e.activationBytes))
+                                    .arg(e.activationMicroBatch)
+                                    .arg(bytes(e.peakBytes), bytes(e.totalBytes)),
+                                false};
+            },
+            [](const core::StepModeWaiting& e) {
+                return EventRow{e.time, tr("step by step"),
+                                tr("step %1: waiting before micro-batch %2 (%3 samples from position %4)")
+                                    .arg(e.step).arg(e.index + 1).arg(e.size).arg(e.offset),
+                                false};
+            },
+            [](const core::EquivalenceChecked& e) {
+                if (!e.error.empty())
+                    return EventRow{e.time, tr("equivalence"), str(e.error), true};
+                return EventRow{e.time, tr("equivalence"),
+                                tr("%1 samples in %2 micro-batches against one pass: relative "
+                                   "difference %3, cosine %4")
+                                    .arg(e.samples)
+                                    .arg(static_cast<qint64>(e.microBatchSizes.size()))
+                                    .arg(e.overall.relativeDifference, 0, 'g', 3)
+                                    .arg(e.overall.cosineSimilarity, 0, 'f', 9),
+                                e.batchStatistics};
             },
         },
         event);

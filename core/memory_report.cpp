@@ -1,0 +1,204 @@
+#include "core/memory_report.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "core/accumulation_plan.h"
+#include "core/byte_size.h"
+
+namespace batchpilot::core {
+namespace {
+
+std::string format(const char* pattern, auto... values) {
+    char buffer[512];
+    std::snprintf(buffer, sizeof buffer, pattern, values...);
+    return buffer;
+}
+
+/// "3.1 MiB", "512 KiB", "1.20 GiB": two or three significant digits, the unit that fits.
+std::string approximate(double bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int unit = 0;
+    double value = std::abs(bytes);
+    while (value >= 1024.0 && unit < 4) {
+        value /= 1024.0;
+        ++unit;
+    }
+    const char* sign = bytes < 0 ? "−" : "";
+    if (value >= 100 || unit == 0) return format("%s%.0f %s", sign, value, units[unit]);
+    if (value >= 10) return format("%s%.1f %s", sign, value, units[unit]);
+    return format("%s%.2f %s", sign, value, units[unit]);
+}
+
+std::string withThousands(int64_t value) {
+    std::string digits = std::to_string(value < 0 ? -value : value);
+    for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<size_t>(i), ",");
+    return (value < 0 ? "-" : "") + digits;
+}
+
+}  // namespace
+
+std::string describeMemoryModel(const MemoryModel& model) {
+    if (model.fixedBytes < 0) {
+        return "≈ " + approximate(model.bytesPerSample) + " per sample (" + approximate(model.fixedBytes) +
+               " at zero: the smallest sizes need more per sample)";
+    }
+    return "≈ " + approximate(model.fixedBytes) + " fixed + " + approximate(model.bytesPerSample) + " per sample";
+}
+
+std::optional<MemoryModel> fitMemoryModel(const std::vector<TrialOutcome>& trials) {
+    std::map<int64_t, int64_t> peaks;
+    for (const TrialOutcome& t : trials) {
+        if (t.fit && t.peakBytes > 0) peaks[t.size] = t.peakBytes;
+    }
+    if (peaks.size() < 2) return std::nullopt;
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto& [size, peak] : peaks) {
+        const auto x = static_cast<double>(size);
+        const auto y = static_cast<double>(peak);
+        n += 1;
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
+    }
+    const double denominator = n * sxx - sx * sx;
+    if (denominator <= 0) return std::nullopt;
+    MemoryModel model;
+    model.bytesPerSample = (n * sxy - sx * sy) / denominator;
+    model.fixedBytes = (sy - model.bytesPerSample * sx) / n;
+    if (model.bytesPerSample <= 0) return std::nullopt;
+    return model;
+}
+
+WhatIf predictWhatIf(const MemoryModel& model, int64_t microBatch, int64_t targetBatch, int64_t usableBytes,
+                     int64_t capacityBytes) {
+    WhatIf w;
+    w.microBatch = std::max<int64_t>(1, microBatch);
+    w.predictedPeakBytes = model.fixedBytes + model.bytesPerSample * static_cast<double>(w.microBatch);
+    if (targetBatch > 0) {
+        w.split = AccumulationPlan::split(targetBatch, std::min(w.microBatch, targetBatch));
+        w.accumulationSteps = static_cast<int64_t>(w.split.size());
+    }
+    w.fitsCapacity = w.predictedPeakBytes <= static_cast<double>(capacityBytes);
+    w.fitsUsable = w.predictedPeakBytes <= static_cast<double>(usableBytes);
+    return w;
+}
+
+std::vector<MemoryPart> memoryParts(const MemoryBreakdown& b) {
+    std::vector<MemoryPart> parts;
+    parts.push_back({"parameters", b.parameterBytes,
+                     "The model's weights (and BatchNorm statistics): they stay on the device for the whole run."});
+    parts.push_back({"gradients", b.gradientBytes,
+                     "One gradient per weight, summed over the micro-batches of a training batch until the optimizer "
+                     "step: the same size as the parameters."});
+    parts.push_back({b.optimizerStateReserved ? "optimizer state (reserved)" : "optimizer state", b.optimizerStateBytes,
+                     b.optimizerStateReserved
+                         ? "Held back for the optimizer's state (Adam keeps two numbers per weight), which it creates at "
+                           "its first step; reserving it now keeps the probe honest."
+                         : "What the optimizer remembers between steps: Adam keeps two numbers per weight, SGD with "
+                           "momentum one, plain SGD none."});
+    parts.push_back({"activations (micro-batch " + std::to_string(b.activationMicroBatch) + ")", b.activationBytes,
+                     "What one micro-batch needs while it runs: its inputs, every layer's outputs kept for the backward "
+                     "pass, and its own gradients before they are added. It grows with the micro-batch size, which is "
+                     "why a smaller micro-batch fits."});
+    if (b.cacheBytes > 0 || b.otherProcessBytes > 0 || b.device.rfind("cuda", 0) == 0) {
+        parts.push_back({"allocator cache", b.cacheBytes,
+                         "Memory the CUDA caching allocator keeps reserved to reuse quickly; free for this run, not "
+                         "for other processes."});
+        parts.push_back({"other processes", b.otherProcessBytes,
+                         "Memory used on this GPU by other programs (total minus free minus this run's reserved)."});
+    }
+    parts.push_back({"free", b.freeBytes, "Memory not used even at this run's peak."});
+    return parts;
+}
+
+void MemoryReport::handle(const Event& event) {
+    if (const auto* summary = std::get_if<RunSummary>(&event)) {
+        m_summary = *summary;
+        m_haveSummary = true;
+    } else if (const auto* started = std::get_if<ProbeStarted>(&event)) {
+        m_started = *started;
+        m_trials.clear();
+        m_haveProbe = false;
+    } else if (const auto* trial = std::get_if<ProbeTrial>(&event)) {
+        m_trials.push_back(*trial);
+    } else if (const auto* finished = std::get_if<ProbeFinished>(&event)) {
+        m_finished = *finished;
+        m_haveProbe = true;
+        m_waitingForStep = true;
+    } else if (const auto* breakdown = std::get_if<MemoryBreakdown>(&event)) {
+        m_breakdown = *breakdown;
+        m_haveBreakdown = true;
+        if (m_waitingForStep && breakdown->step > 0) {
+            m_waitingForStep = false;
+            m_due = true;
+        }
+    }
+}
+
+std::string MemoryReport::take() {
+    m_due = false;
+    return text();
+}
+
+std::string MemoryReport::text() const {
+    std::string out = "Memory report";
+    if (m_haveSummary) {
+        out += " — " + m_summary.model + " (" + withThousands(m_summary.parameterCount) + " parameters) on " +
+               m_summary.device + ", target batch " + std::to_string(m_summary.targetBatch);
+    }
+    out += "\n\n";
+    if (m_haveProbe || !m_trials.empty()) {
+        out += format("Probe %d (%s): %zu trial(s), usable %s of the device (capacity minus headroom)\n",
+                      m_started.sequence, toString(m_started.reason), m_trials.size(),
+                      formatBytes(m_started.usableBytes).c_str());
+        out += "  trial  micro-batch  result                    peak\n";
+        for (const ProbeTrial& t : m_trials) {
+            const char* result = t.fit ? (t.withinHeadroom ? "fits" : "fits, past headroom") : "out of memory";
+            std::string peak = t.fit ? formatBytes(t.peakBytes)
+                                     : (t.failedAllocationBytes > 0 ? "failed to get " + formatBytes(t.failedAllocationBytes)
+                                                                    : std::string("-"));
+            out += format("  %5d  %11" PRId64 "  %-20s  %10s\n", t.trial, t.microBatch, result, peak.c_str());
+        }
+    }
+    if (m_haveProbe) {
+        if (m_finished.bytesPerSample > 0) {
+            const MemoryModel model{m_finished.fixedBytes, m_finished.bytesPerSample};
+            out += "Memory model: " + describeMemoryModel(model) + "\n";
+            out += format("  predicts %" PRId64 " samples at most within the usable %s\n",
+                          model.largestWithin(m_started.usableBytes), formatBytes(m_started.usableBytes).c_str());
+        } else {
+            out += "Memory model: not fitted (fewer than two sizes fit)\n";
+        }
+        const auto split = AccumulationPlan::split(m_finished.targetBatch, m_finished.microBatch);
+        out += format("Chosen micro-batch %" PRId64 ": target %" PRId64 " = %zu micro-batch(es) of %" PRId64,
+                      m_finished.microBatch, m_finished.targetBatch, split.size(), split.front());
+        if (split.back() != split.front()) out += format(" or %" PRId64, split.back());
+        out += "\n\n";
+    }
+    if (m_haveBreakdown) {
+        const MemoryBreakdown& b = m_breakdown;
+        out += format("Where the memory goes on %s after step %" PRId64 " (peak of a %" PRId64 "-sample micro-batch)\n",
+                      b.device.c_str(), b.step, b.activationMicroBatch);
+        out += "  part                              MiB    share\n";
+        const double total = static_cast<double>(std::max<int64_t>(1, b.totalBytes));
+        for (const MemoryPart& part : memoryParts(b)) {
+            out += format("  %-30s %8.2f  %6.1f%%\n", part.name.c_str(), toMiB(part.bytes),
+                          100.0 * static_cast<double>(part.bytes) / total);
+        }
+        out += format("  %-30s %8.2f  %6.1f%%\n", "total", toMiB(b.totalBytes), 100.0);
+        const double explained = b.peakBytes > 0 ? 100.0 * static_cast<double>(b.attributedBytes()) /
+                                                       static_cast<double>(b.peakBytes)
+                                                 : 0.0;
+        out += format("  measured peak %.2f MiB; parameters + gradients + optimizer state + activations = %.2f MiB "
+                      "(%.1f%% of it)\n",
+                      toMiB(b.peakBytes), toMiB(b.attributedBytes()), explained);
+    }
+    return out;
+}
+
+}  // namespace batchpilot::core

@@ -1,0 +1,73 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/events.h"
+#include "core/probe_search.h"
+
+namespace batchpilot::core {
+
+/// Reading the probe's memory model and the memory breakdown for people: the CLI's
+/// --memory-report and the GUI's memory views share this. Torch-free.
+
+/// "≈ 210 MiB fixed + 3.1 MiB per sample" (sizes scaled to their own units).
+std::string describeMemoryModel(const MemoryModel& model);
+
+/// Least squares fit of peak = a + b·n over the given fits (the probe's own fit uses its three
+/// largest fits; this one is for trials collected elsewhere). Empty when fewer than two distinct
+/// sizes fit.
+std::optional<MemoryModel> fitMemoryModel(const std::vector<TrialOutcome>& trials);
+
+/// What a micro-batch of `microBatch` samples would mean, by the fitted model.
+struct WhatIf {
+    int64_t microBatch = 0;
+    double predictedPeakBytes = 0;
+    int64_t accumulationSteps = 0;   ///< micro-batches per training batch of `targetBatch`
+    std::vector<int64_t> split;      ///< their sizes (differ by at most one)
+    bool fitsCapacity = false;       ///< predicted peak ≤ capacity
+    bool fitsUsable = false;         ///< predicted peak ≤ capacity minus headroom
+};
+WhatIf predictWhatIf(const MemoryModel& model, int64_t microBatch, int64_t targetBatch, int64_t usableBytes,
+                     int64_t capacityBytes);
+
+/// One line of the breakdown: a part of the device memory.
+struct MemoryPart {
+    std::string name;         ///< "parameters", "activations (micro-batch 256)", ...
+    int64_t bytes = 0;
+    std::string explanation;  ///< one sentence for a student
+};
+/// The parts of a breakdown, in the order they stack: parameters, gradients, optimizer state,
+/// activations, allocator cache, other processes, free. Parts that cannot exist on the device
+/// (allocator cache, other processes on virtual and cpu) are left out; the rest always appear.
+std::vector<MemoryPart> memoryParts(const MemoryBreakdown& breakdown);
+
+/// Collects a run's events and writes the memory report: the probe's trials, the fitted model in
+/// words, the chosen micro-batch and its plan, and where the memory goes at a step after the
+/// probe. Feed it every event; reportDue() says when a new report is complete.
+class MemoryReport {
+public:
+    void handle(const Event& event);
+    /// A probe has finished and a step after it has reported its breakdown, and that report has
+    /// not been taken yet.
+    bool reportDue() const { return m_due; }
+    /// The report text (plain text table, ends with a newline); clears reportDue().
+    std::string take();
+    /// The report of what has been seen so far (also before reportDue()).
+    std::string text() const;
+
+private:
+    RunSummary m_summary;
+    bool m_haveSummary = false;
+    ProbeStarted m_started;
+    std::vector<ProbeTrial> m_trials;
+    ProbeFinished m_finished;
+    bool m_haveProbe = false;
+    bool m_waitingForStep = false;
+    MemoryBreakdown m_breakdown;
+    bool m_haveBreakdown = false;
+    bool m_due = false;
+};
+
+}  // namespace batchpilot::core
