@@ -133,6 +133,12 @@ Checkpoints
 Output
   --events FILE           write every event as JSON Lines to FILE
   --quiet                 print only the final summary
+  --memory-report         after each probe, print where the device memory goes: the probe's
+                          trials, the fitted memory model, and parameters, gradients, optimizer
+                          state and activations at the next step
+  --check-equivalence N   after the first step, check that accumulating the micro-batches gives
+                          the gradient of one full pass over the first N samples of that batch
+                          (0: the whole batch) and print the differences per parameter tensor
   --list-devices          print the devices of this machine and exit
   --help                  print this help and exit
 
@@ -223,6 +229,7 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
              return {};
          }},
         {"--save-config", [&](const std::string& v) -> tl::expected<void, std::string> { request.saveConfigPath = v; return {}; }},
+        {"--check-equivalence", [&](const std::string& v) { return store(parseInteger("--check-equivalence", v, 0), request.checkEquivalence); }},
     };
     for (size_t i = 0; i < args.size(); ++i) {
         std::string flag = args[i];
@@ -234,6 +241,7 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
         if (flag == "--help" || flag == "-h") { request.help = true; continue; }
         if (flag == "--list-devices") { request.listDevices = true; continue; }
         if (flag == "--quiet") { request.quiet = true; continue; }
+        if (flag == "--memory-report") { request.memoryReport = true; continue; }
         const auto handler = withValue.find(flag);
         if (handler == withValue.end()) {
             return tl::unexpected("unknown flag \"" + flag + "\"; see --help for the flags");

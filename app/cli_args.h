@@ -17,6 +17,8 @@ struct CliRequest {
     bool help = false;
     bool listDevices = false;
     bool quiet = false;
+    bool memoryReport = false;       ///< --memory-report: print the memory report after each probe
+    int64_t checkEquivalence = -1;   ///< --check-equivalence N: samples to check after step 1 (0: whole batch)
 };
 
 /// Parses argv (without the program name). Every flag is documented in cliHelp(). A bad flag

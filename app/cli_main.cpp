@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
     }
     core::Trainer trainer(request->options, reporter);
     reporter.watchInterrupt(&trainer, &g_interrupted);
+    reporter.setMemoryReport(request->memoryReport);
+    if (request->checkEquivalence >= 0) reporter.requestEquivalenceCheck(request->checkEquivalence);
     std::signal(SIGINT, onInterrupt);
     std::signal(SIGTERM, onInterrupt);
     const core::RunResult result = trainer.run();

@@ -60,10 +60,29 @@ void ConsoleReporter::onEvent(const core::Event& event) {
         m_trainer->stop();
         line("interrupted: stopping after the current micro-batch");
     }
+    if (m_memoryReport) {
+        m_report.handle(event);
+        if (m_report.reportDue()) {
+            // The report is printed even with --quiet: the user asked for it.
+            if (m_openLine) std::fputc('\n', m_out);
+            m_openLine = false;
+            std::fprintf(m_out, "\n%s\n", m_report.take().c_str());
+            std::fflush(m_out);
+        }
+    }
     std::visit(
         [&](const auto& e) {
             using T = std::decay_t<decltype(e)>;
-            if constexpr (std::is_same_v<T, RunStateChanged>) {
+            if constexpr (std::is_same_v<T, OptimizerStepped>) {
+                if (m_checkSamples >= 0 && !m_checkSent && m_trainer) {
+                    m_checkSent = true;
+                    m_trainer->checkEquivalence(m_checkSamples);
+                }
+            } else if constexpr (std::is_same_v<T, EquivalenceChecked>) {
+                m_equivalence = e;
+                m_haveEquivalence = true;
+                printEquivalence(e);
+            } else if constexpr (std::is_same_v<T, RunStateChanged>) {
                 if (e.state == RunState::Starting) {
                     line(e.detail.rfind("resumed", 0) == 0 ? e.detail : "starting on " + e.detail);
                 }
@@ -122,6 +141,32 @@ void ConsoleReporter::onEvent(const core::Event& event) {
             }
         },
         event);
+}
+
+void ConsoleReporter::printEquivalence(const core::EquivalenceChecked& r) {
+    if (m_openLine) std::fputc('\n', m_out);
+    m_openLine = false;
+    if (!r.error.empty()) {
+        std::fprintf(m_out, "equivalence check: %s\n", r.error.c_str());
+        std::fflush(m_out);
+        return;
+    }
+    std::string sizes;
+    for (size_t i = 0; i < r.microBatchSizes.size(); ++i) {
+        sizes += (i > 0 ? " + " : "") + std::to_string(r.microBatchSizes[i]);
+    }
+    std::fprintf(m_out, "\nEquivalence check after step %" PRId64 ": %" PRId64 " samples accumulated as %s, against one pass\n",
+                 r.step, r.samples, sizes.c_str());
+    std::fprintf(m_out, "  %-32s %10s  %12s  %12s  %14s\n", "parameter tensor", "elements", "max |diff|", "relative",
+                 "cosine");
+    auto row = [&](const core::TensorDifference& d) {
+        std::fprintf(m_out, "  %-32s %10" PRId64 "  %12.3g  %12.3g  %14.10f\n", d.name.c_str(), d.elements,
+                     d.maxAbsDifference, d.relativeDifference, d.cosineSimilarity);
+    };
+    for (const auto& d : r.tensors) row(d);
+    row(r.overall);
+    std::fprintf(m_out, "%s\n\n", r.explanation.c_str());
+    std::fflush(m_out);
 }
 
 }  // namespace batchpilot::app

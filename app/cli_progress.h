@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/events.h"
+#include "core/memory_report.h"
 
 namespace batchpilot::core {
 class Trainer;
@@ -24,6 +25,13 @@ public:
     bool openEvents(const std::string& path, std::string& error);
     /// Lets Ctrl-C stop the run cleanly: checked on every event.
     void watchInterrupt(core::Trainer* trainer, const std::atomic<bool>* interrupted);
+    /// Prints the memory report (probe trials, memory model, breakdown) after each probe.
+    void setMemoryReport(bool on) { m_memoryReport = on; }
+    /// Asks the trainer (set by watchInterrupt) for an equivalence check of `samples` samples
+    /// after the first optimizer step (0: the whole batch), and prints its result.
+    void requestEquivalenceCheck(int64_t samples) { m_checkSamples = samples; }
+    /// The equivalence check's result, when one ran.
+    const core::EquivalenceChecked* equivalence() const { return m_haveEquivalence ? &m_equivalence : nullptr; }
 
     void onEvent(const core::Event& event) override;
 
@@ -33,6 +41,7 @@ public:
 
 private:
     void line(const std::string& text);
+    void printEquivalence(const core::EquivalenceChecked& result);
 
     std::FILE* m_out;
     bool m_interactive;
@@ -44,6 +53,12 @@ private:
     bool m_stopSent = false;
     core::StepMetrics m_lastStep;
     int m_ooms = 0;
+    bool m_memoryReport = false;
+    core::MemoryReport m_report;
+    int64_t m_checkSamples = -1;
+    bool m_checkSent = false;
+    core::EquivalenceChecked m_equivalence;
+    bool m_haveEquivalence = false;
 };
 
 }  // namespace batchpilot::app

@@ -128,7 +128,7 @@ std::string explainEquivalence(const EquivalenceChecked& r) {
         text = "The check batch fits in one micro-batch, so both ways run the same computation (relative difference " +
                rel + "). Choose a check batch larger than the micro-batch to see accumulation at work. ";
     } else if (!r.batchStatistics) {
-        if (r.overall.relativeDifference <= kRoundingTolerance) {
+        if (r.equalUpToRounding()) {
             text = "Accumulating " + std::to_string(r.samples) + " samples in " + parts +
                    " gives the full-batch gradient: the relative difference is " + rel +
                    ", which is float32 rounding (sums taken in a different order), and the directions agree "

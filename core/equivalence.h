@@ -35,9 +35,6 @@ std::vector<torch::Tensor> fullBatchGradient(Model& model, const torch::Tensor& 
 void compareGradients(const std::vector<std::string>& names, const std::vector<torch::Tensor>& accumulated,
                       const std::vector<torch::Tensor>& full, EquivalenceChecked& result);
 
-/// Relative difference below which two float32 gradients are "the same up to rounding".
-constexpr double kRoundingTolerance = 1e-5;
-
 /// Plain-language reading of a finished check (sets nothing; returns the text).
 std::string explainEquivalence(const EquivalenceChecked& result);
 

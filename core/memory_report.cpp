@@ -18,7 +18,7 @@ std::string format(const char* pattern, auto... values) {
     return buffer;
 }
 
-/// "3.1 MiB", "512 KiB", "1.20 GiB": two or three significant digits, the unit that fits.
+/// "3.1 MiB", "512 KiB", "210 MiB": two or three significant digits, in the unit that fits.
 std::string approximate(double bytes) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int unit = 0;
@@ -28,9 +28,8 @@ std::string approximate(double bytes) {
         ++unit;
     }
     const char* sign = bytes < 0 ? "−" : "";
-    if (value >= 100 || unit == 0) return format("%s%.0f %s", sign, value, units[unit]);
-    if (value >= 10) return format("%s%.1f %s", sign, value, units[unit]);
-    return format("%s%.2f %s", sign, value, units[unit]);
+    if (value >= 10 || unit == 0) return format("%s%.0f %s", sign, value, units[unit]);
+    return format("%s%.1f %s", sign, value, units[unit]);
 }
 
 std::string withThousands(int64_t value) {
@@ -124,16 +123,28 @@ void MemoryReport::handle(const Event& event) {
         m_started = *started;
         m_trials.clear();
         m_haveProbe = false;
+        m_probing = true;
     } else if (const auto* trial = std::get_if<ProbeTrial>(&event)) {
         m_trials.push_back(*trial);
     } else if (const auto* finished = std::get_if<ProbeFinished>(&event)) {
         m_finished = *finished;
         m_haveProbe = true;
+        m_probing = false;
         m_waitingForStep = true;
+        // The probe ended inside step m_stepsDone + 1; the step after it is all plan.
+        m_reportAfterStep = m_stepsDone + 2;
+    } else if (const auto* stepped = std::get_if<OptimizerStepped>(&event)) {
+        m_stepsDone = stepped->step;
     } else if (const auto* breakdown = std::get_if<MemoryBreakdown>(&event)) {
         m_breakdown = *breakdown;
         m_haveBreakdown = true;
-        if (m_waitingForStep && breakdown->step > 0) {
+        if (m_waitingForStep && !m_probing && breakdown->step >= m_reportAfterStep) {
+            m_waitingForStep = false;
+            m_due = true;
+        }
+    } else if (const auto* state = std::get_if<RunStateChanged>(&event)) {
+        const bool ended = state->state == RunState::Finished || state->state == RunState::Failed;
+        if (ended && m_waitingForStep && m_haveBreakdown && m_breakdown.step > 0) {
             m_waitingForStep = false;
             m_due = true;
         }

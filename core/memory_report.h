@@ -44,13 +44,14 @@ struct MemoryPart {
 std::vector<MemoryPart> memoryParts(const MemoryBreakdown& breakdown);
 
 /// Collects a run's events and writes the memory report: the probe's trials, the fitted model in
-/// words, the chosen micro-batch and its plan, and where the memory goes at a step after the
-/// probe. Feed it every event; reportDue() says when a new report is complete.
+/// words, the chosen micro-batch and its plan, and where the memory goes in the first whole step
+/// after the probe (the step the probe ended in also ran its trials). Feed it every event;
+/// reportDue() says when a new report is complete: after that step, or when the run ends first.
+/// A run without a probe (resumed) reports after its first step.
 class MemoryReport {
 public:
     void handle(const Event& event);
-    /// A probe has finished and a step after it has reported its breakdown, and that report has
-    /// not been taken yet.
+    /// A report is complete and has not been taken yet.
     bool reportDue() const { return m_due; }
     /// The report text (plain text table, ends with a newline); clears reportDue().
     std::string take();
@@ -64,7 +65,10 @@ private:
     std::vector<ProbeTrial> m_trials;
     ProbeFinished m_finished;
     bool m_haveProbe = false;
-    bool m_waitingForStep = false;
+    bool m_probing = false;
+    bool m_waitingForStep = true;
+    int64_t m_reportAfterStep = 1;  ///< the breakdown of this step (or a later one) completes it
+    int64_t m_stepsDone = 0;
     MemoryBreakdown m_breakdown;
     bool m_haveBreakdown = false;
     bool m_due = false;

@@ -812,10 +812,14 @@ RunResult Trainer::run() {
             std::lock_guard lock(d.mutex);
             if (d.stopRequested) break;
         }
+        std::optional<int64_t> equivalence;
         {
             std::lock_guard lock(d.mutex);
             result.stopped = d.stopRequested;
+            equivalence.swap(d.pendingEquivalence);
         }
+        // A check asked for during the last batch still runs: the user is waiting for it.
+        if (equivalence && !result.stopped) d.checkEquivalence(*equivalence);
         if (result.stopped) d.setState(RunState::Stopping);
         d.reservation = torch::Tensor();
         const bool savedThisStep = d.options.checkpoint.everySteps > 0 && d.step % d.options.checkpoint.everySteps == 0;
@@ -834,10 +838,11 @@ RunResult Trainer::run() {
         d.emit(ErrorEvent{d.now(), failure.message, "step " + std::to_string(d.step + 1)});
         d.setState(RunState::Failed, failure.message);
     }
+    result.steps = d.step;
+    // A run that ended while probing reports the largest size that fit so far.
+    result.microBatch = d.microBatch > 0 || !d.probe ? d.microBatch : d.probe->result();
     d.probe.reset();
     d.reservation = torch::Tensor();
-    result.steps = d.step;
-    result.microBatch = d.microBatch;
     return result;
 }
 

@@ -3,6 +3,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 
 #include <csignal>
@@ -69,7 +70,8 @@ private Q_SLOTS:
         const Run run = runCli({QStringLiteral("--help")});
         QCOMPARE(run.exitCode, 0);
         for (const auto* flag : {"--model", "--device", "--target-batch", "--steps", "--events", "--headroom", "--multiple-of",
-                                 "--max-micro-batch", "--optimizer", "--lr", "--seed", "--image-size", "--norm"}) {
+                                 "--max-micro-batch", "--optimizer", "--lr", "--seed", "--image-size", "--norm",
+                                 "--memory-report", "--check-equivalence"}) {
             QVERIFY2(run.out.contains(QLatin1String(flag)), flag);
         }
     }
@@ -154,6 +156,38 @@ private Q_SLOTS:
         QVERIFY(types.value(QStringLiteral("probe_trial")) >= 3);
         QVERIFY(types.value(QStringLiteral("oom")) >= 1);
         QVERIFY(types.value(QStringLiteral("memory")) >= 1);
+        QCOMPARE(types.value(QStringLiteral("memory_breakdown")), 1 + 3);
+        QCOMPARE(types.value(QStringLiteral("run_summary")), 1);
+    }
+
+    void memoryReportAndEquivalenceCheck() {
+        const Run run = runCli({QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--device"),
+                                QStringLiteral("virtual:16MiB"), QStringLiteral("--target-batch"), QStringLiteral("512"),
+                                QStringLiteral("--optimizer"), QStringLiteral("adam"), QStringLiteral("--steps"),
+                                QStringLiteral("4"), QStringLiteral("--quiet"), QStringLiteral("--memory-report"),
+                                QStringLiteral("--check-equivalence"), QStringLiteral("0")});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        // Printed even with --quiet, because it was asked for.
+        for (const char* expected :
+             {"Memory report — cnn (", "trial  micro-batch  result", "fits", "Memory model: ≈ ", " per sample",
+              "Chosen micro-batch ", "Where the memory goes on virtual:16MiB after step ", "parameters", "gradients",
+              "optimizer state", "activations (micro-batch ", "free", "measured peak",
+              "Equivalence check after step 1: 512 samples accumulated as ", "conv1.weight", "all parameters",
+              "float32 rounding", "does not fit in the virtual device's budget"}) {
+            QVERIFY2(run.out.contains(QString::fromUtf8(expected)), qPrintable(run.out + QStringLiteral("\nmissing: ") +
+                                                                              QString::fromUtf8(expected)));
+        }
+        // The parts explain the measured peak (within 2%).
+        const QRegularExpression share(QStringLiteral("\\(([0-9.]+)% of it\\)"));
+        const auto match = share.match(run.out);
+        QVERIFY(match.hasMatch());
+        QVERIFY2(qAbs(match.captured(1).toDouble() - 100.0) <= 2.0, qPrintable(match.captured(0)));
+        // The overall relative difference is float32 rounding (8 micro-batches of 64 on a net
+        // without normalisation: about 1e-5).
+        const QRegularExpression overall(QStringLiteral("all parameters\\s+\\d+\\s+(\\S+)\\s+(\\S+)"));
+        const auto row = overall.match(run.out);
+        QVERIFY(row.hasMatch());
+        QVERIFY2(row.captured(2).toDouble() <= 1e-4, qPrintable(row.captured(0)));
     }
 };
 

@@ -1,0 +1,145 @@
+#include <QtTest>
+
+#include "core/memory_report.h"
+
+using namespace batchpilot::core;
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+/// The events of a small run: a probe with a fit, an OOM and one past the headroom line, then
+/// the breakdowns of the step the probe ended in and of the next one.
+std::vector<Event> probeAndSteps() {
+    RunSummary summary;
+    summary.device = "virtual:64MiB";
+    summary.model = "cnn";
+    summary.parameterCount = 24234;
+    summary.targetBatch = 1024;
+    ProbeStarted started{0.1, 1, ProbeReason::Initial, "virtual:64MiB", 1024, int64_t(60.8 * kMiB), 0};
+    std::vector<Event> events{summary, started};
+    events.push_back(ProbeTrial{0.2, 1, 1, 16, true, true, int64_t(4 * kMiB), 0, 0.01});
+    events.push_back(ProbeTrial{0.3, 1, 2, 128, true, true, int64_t(29 * kMiB), 0, 0.05});
+    events.push_back(ProbeTrial{0.4, 1, 3, 292, false, false, int64_t(60 * kMiB), int64_t(4.6 * kMiB), 0.1});
+    events.push_back(ProbeTrial{0.5, 1, 4, 276, true, false, int64_t(62 * kMiB), 0, 0.1});
+    events.push_back(ProbeFinished{0.6, 1, 271, 4, 1024, 4, 0.5, false, 0.44 * kMiB, 0.223 * kMiB});
+    MemoryBreakdown first;
+    first.step = 1;
+    first.device = "virtual:64MiB";
+    first.totalBytes = first.capacityBytes = int64_t(64 * kMiB);
+    first.activationMicroBatch = 165;
+    events.push_back(OptimizerStepped{0.7, 1, 6});
+    events.push_back(first);
+    MemoryBreakdown second = first;
+    second.step = 2;
+    second.parameterBytes = int64_t(0.09 * kMiB);
+    second.gradientBytes = int64_t(0.09 * kMiB);
+    second.optimizerStateBytes = int64_t(0.18 * kMiB);
+    second.activationBytes = int64_t(57.08 * kMiB);
+    second.activationMicroBatch = 256;
+    second.peakBytes = second.attributedBytes();
+    second.freeBytes = second.totalBytes - second.peakBytes;
+    events.push_back(OptimizerStepped{0.8, 2, 4});
+    events.push_back(second);
+    return events;
+}
+
+}  // namespace
+
+class TestMemoryReport : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void fitInWords() {
+        QCOMPARE(describeMemoryModel({210 * kMiB, 3.1 * kMiB}), std::string("≈ 210 MiB fixed + 3.1 MiB per sample"));
+        QCOMPARE(describeMemoryModel({453 * 1024.0, 228 * 1024.0}), std::string("≈ 453 KiB fixed + 228 KiB per sample"));
+        QCOMPARE(describeMemoryModel({1.5 * 1024 * kMiB, 12 * kMiB}), std::string("≈ 1.5 GiB fixed + 12 MiB per sample"));
+        // A negative intercept is said plainly rather than printed as "fixed".
+        QVERIFY(describeMemoryModel({-2 * kMiB, 1 * kMiB}).find("at zero") != std::string::npos);
+    }
+
+    void fitFromTrials() {
+        // Exactly linear peaks: 10 MiB + 2 MiB per sample; the OOM is ignored.
+        const std::vector<TrialOutcome> trials{{1, true, int64_t(12 * kMiB)},
+                                               {4, true, int64_t(18 * kMiB)},
+                                               {8, true, int64_t(26 * kMiB)},
+                                               {64, false, 0}};
+        const auto model = fitMemoryModel(trials);
+        QVERIFY(model);
+        QCOMPARE(qRound(model->fixedBytes / kMiB), 10);
+        QCOMPARE(qRound(model->bytesPerSample / kMiB), 2);
+        QVERIFY(!fitMemoryModel({{4, true, int64_t(18 * kMiB)}, {8, false, 0}}));
+    }
+
+    void whatIf() {
+        const MemoryModel model{10 * kMiB, 2 * kMiB};
+        const auto usable = int64_t(95 * kMiB);
+        const auto capacity = int64_t(100 * kMiB);
+        const WhatIf fits = predictWhatIf(model, 40, 1000, usable, capacity);  // 90 MiB
+        QCOMPARE(fits.predictedPeakBytes, 90 * kMiB);
+        QCOMPARE(fits.accumulationSteps, int64_t{25});
+        QCOMPARE(fits.split, std::vector<int64_t>(25, 40));
+        QVERIFY(fits.fitsUsable && fits.fitsCapacity);
+        const WhatIf pastHeadroom = predictWhatIf(model, 44, 1000, usable, capacity);  // 98 MiB
+        QVERIFY(pastHeadroom.fitsCapacity && !pastHeadroom.fitsUsable);
+        QCOMPARE(pastHeadroom.accumulationSteps, int64_t{23});  // 1000 = 11 × 44 + 12 × 43
+        QCOMPARE(pastHeadroom.split.front() - pastHeadroom.split.back(), int64_t{1});
+        const WhatIf tooBig = predictWhatIf(model, 100, 1000, usable, capacity);
+        QVERIFY(!tooBig.fitsCapacity && !tooBig.fitsUsable);
+        QCOMPARE(tooBig.accumulationSteps, int64_t{10});
+    }
+
+    void partsStackInOrder() {
+        MemoryBreakdown b;
+        b.device = "virtual:64MiB";
+        b.activationMicroBatch = 32;
+        auto parts = memoryParts(b);
+        QCOMPARE(int(parts.size()), 5);  // no cache or other processes on a virtual device
+        QCOMPARE(parts[0].name, std::string("parameters"));
+        QCOMPARE(parts[3].name, std::string("activations (micro-batch 32)"));
+        QCOMPARE(parts[4].name, std::string("free"));
+        for (const auto& part : parts) QVERIFY(!part.explanation.empty());
+        b.device = "cuda:0";
+        b.optimizerStateReserved = true;
+        parts = memoryParts(b);
+        QCOMPARE(int(parts.size()), 7);
+        QCOMPARE(parts[2].name, std::string("optimizer state (reserved)"));
+        QCOMPARE(parts[5].name, std::string("other processes"));
+    }
+
+    void reportAfterTheFirstWholeStep() {
+        MemoryReport report;
+        const auto events = probeAndSteps();
+        for (size_t i = 0; i + 1 < events.size(); ++i) {
+            report.handle(events[i]);
+            // The step the probe ended in also ran its trials: not representative.
+            QVERIFY(!report.reportDue());
+        }
+        report.handle(events.back());
+        QVERIFY(report.reportDue());
+        const std::string text = report.take();
+        QVERIFY(!report.reportDue());
+        for (const char* expected : {"cnn (24,234 parameters) on virtual:64MiB", "out of memory", "fits, past headroom",
+                                     "failed to get 4.6", "≈ 451 KiB fixed + 228 KiB per sample",
+                                     "Chosen micro-batch 271: target 1024 = 4 micro-batch(es) of 256",
+                                     "after step 2", "activations (micro-batch 256)", "optimizer state", "(100.0% of it)"}) {
+            QVERIFY2(text.find(expected) != std::string::npos, (text + "\nmissing: " + expected).c_str());
+        }
+        // One row per trial, in order.
+        QVERIFY(text.find("     16") < text.find("    128"));
+        QVERIFY(text.find("    292") < text.find("    276"));
+    }
+
+    void runEndingEarlyStillReports() {
+        MemoryReport report;
+        auto events = probeAndSteps();
+        events.resize(events.size() - 2);  // the run ended after step 1
+        for (const auto& e : events) report.handle(e);
+        QVERIFY(!report.reportDue());
+        report.handle(RunStateChanged{1.0, RunState::Finished, "done"});
+        QVERIFY(report.reportDue());
+        QVERIFY(report.take().find("after step 1") != std::string::npos);
+    }
+};
+
+QTEST_APPLESS_MAIN(TestMemoryReport)
+#include "tst_memory_report.moc"
