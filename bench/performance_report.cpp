@@ -34,6 +34,13 @@ double spreadPct(const json& runs) {
     return 100.0 * (*hi - *lo) / batchpilot::bench::median(values);
 }
 
+/// Median of a list of runs.
+double median(const json& runs) {
+    std::vector<double> values;
+    for (const json& v : runs) values.push_back(v.get<double>());
+    return values.empty() ? 0.0 : batchpilot::bench::median(values);
+}
+
 struct Args {
     std::string in = "docs/bench";
     std::string out = "docs/PERFORMANCE.md";
@@ -322,6 +329,57 @@ void guiSection(std::ostream& md, const json& gui) {
           "its estimated size is in the table.\n\n";
 }
 
+void insightSection(std::ostream& md, const json& insight) {
+    md << "## 5. Memory insight and teaching mode\n\n";
+    if (insight.is_null()) {
+        md << "_insight.json is missing: the insight benchmark did not run._\n\n";
+        return;
+    }
+    const json& inst = insight["instrumentation"];
+    const double ratio = inst["ratio_of_medians"].get<double>();
+    md << "**Teaching instrumentation.** The GUI asks the trainer for the running gradient norm and "
+          "the sample indices of every micro-batch (the accumulation view shows them). Workload: "
+       << inst["workload"].get<std::string>() << "; " << inst["off_samples_per_s"].size()
+       << " interleaved repetitions each, samples/s over steps 2..N.\n\n"
+       << "| instrumentation | median samples/s | spread |\n|---|---:|---:|\n"
+       << "| off (CLI default) | " << fixed(median(inst["off_samples_per_s"]), 1) << " | "
+       << fixed(spreadPct(inst["off_samples_per_s"]), 0) << "% |\n"
+       << "| on (GUI) | " << fixed(median(inst["on_samples_per_s"]), 1) << " | "
+       << fixed(spreadPct(inst["on_samples_per_s"]), 0) << "% |\n\n"
+       << "Ratio on / off: **" << fixed(ratio, 3) << "** (median of paired ratios "
+       << fixed(inst["median_paired_ratio"].get<double>(), 3) << "). Goal ≥ 0.97: " << verdict(ratio >= 0.97)
+       << ". The memory breakdown itself is a few meter reads per step and is always on.\n\n";
+    const json& eq = insight["equivalence"];
+    md << "**Equivalence check.** " << eq["workload"].get<std::string>() << ": one check (the batch "
+          "accumulated again plus one full pass) costs **" << fixed(eq["median_check_in_steps"].get<double>(), 2)
+       << "** training steps of the same batch (median of " << eq["check_in_steps"].size()
+       << "), as expected for two passes over the batch. It runs only when asked.\n\n";
+    md << "**What-if prediction.** The probe's memory model (a line fitted to its trials) against the "
+          "peak measured when training at a quarter, half, one and two times the chosen micro-batch "
+          "(on a 4 GiB virtual device so every size runs), and how much of that measured peak the "
+          "breakdown's parts (parameters, gradients, optimizer state, activations — each measured on "
+          "its own) explain.\n\n"
+       << "| setup | fit | micro-batch | predicted | measured | error | parts / peak |\n"
+          "|---|---|---:|---:|---:|---:|---:|\n";
+    for (const json& entry : insight["what_if"]) {
+        const std::string fit = fixed(entry["fixed_bytes"].get<double>() / 1048576.0, 2) + " MiB + " +
+                                fixed(entry["bytes_per_sample"].get<double>() / 1024.0, 1) + " KiB/sample";
+        for (const json& row : entry["sizes"]) {
+            md << "| " << entry["setup"].get<std::string>() << " | " << fit << " | " << row["micro_batch"] << " (×"
+               << fixed(row["factor"].get<double>(), 2) << ") | "
+               << fixed(row["predicted_peak_bytes"].get<double>() / 1048576.0, 2) << " MiB | "
+               << fixed(row["measured_peak_bytes"].get<double>() / 1048576.0, 2) << " MiB | "
+               << fixed(100 * row["prediction_error"].get<double>(), 1) << "% | "
+               << fixed(100 * row["parts_over_peak"].get<double>(), 1) << "% |\n";
+        }
+    }
+    const double worst = insight["worst_prediction_error"].get<double>();
+    const double parts = insight["worst_parts_deviation"].get<double>();
+    md << "\nWorst prediction error " << fixed(100 * worst, 1) << "% (goal ≤ 5% from ¼× to 2× the chosen size: "
+       << verdict(worst <= 0.05) << "); the parts explain the measured peak to within " << fixed(100 * parts, 1)
+       << "% (goal ≤ 2%: " << verdict(parts <= 0.02) << ").\n\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -344,6 +402,7 @@ int main(int argc, char** argv) {
     const json acc = load(args.in, "accumulation.json");
     const json meter = load(args.in, "meter.json");
     const json gui = load(args.in, "gui.json");
+    const json insight = load(args.in, "insight.json");
     json machine;
     std::string torch = "?";
     for (const json* j : {&probe, &acc, &meter, &gui}) {
@@ -368,6 +427,7 @@ int main(int argc, char** argv) {
     accumulationSection(md, acc);
     meterSection(md, meter);
     guiSection(md, gui);
+    insightSection(md, insight);
     std::ofstream out(args.out);
     if (!out) {
         std::fprintf(stderr, "batchpilot-bench-report: cannot write %s\n", args.out.c_str());

@@ -164,9 +164,11 @@ struct Trainer::Impl {
     double gradientNorm() const {
         torch::NoGradGuard noGrad;
         CountingScope scalars(false);
-        torch::Tensor sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(gradients.front().device()));
-        for (const auto& g : gradients) sum += g.to(torch::kDouble).square().sum();
-        return std::sqrt(sum.item<double>());
+        // One norm per tensor, then the norm of those: no copies, one synchronisation.
+        std::vector<torch::Tensor> norms;
+        norms.reserve(gradients.size());
+        for (const auto& g : gradients) norms.push_back(g.norm());
+        return torch::stack(norms).norm().item<double>();
     }
     void startProbe(ProbeReason reason, int64_t initial, int64_t knownFit);
     void finishProbe();
