@@ -9,6 +9,7 @@
 #include <QVariantAnimation>
 
 #include "ui/event_text.h"
+#include "ui/micro_batch_table.h"
 
 namespace batchpilot::ui {
 
@@ -90,6 +91,12 @@ void AccumulationBar::paintEvent(QPaintEvent*)
         const double x = bar.left() + std::clamp<double>(offset * scale, 0, bar.width());
         p.drawLine(QPointF(x, bar.top()), QPointF(x, bar.bottom()));
     }
+    // The micro-batch the trainer waits to run (step-by-step mode), dashed.
+    if (v.m_pending && (v.m_pending->step == v.m_step || v.m_segments.empty())) {
+        p.setPen(QPen(pal.color(QPalette::Highlight), 2, Qt::DashLine));
+        p.setBrush(Qt::NoBrush);
+        p.drawRect(span(v.m_pending->offset, v.m_pending->size).adjusted(1, 2, -1, -2));
+    }
     // The optimizer step flash.
     if (v.m_flashLevel > 0) {
         QColor flash(Qt::white);
@@ -106,9 +113,21 @@ AccumulationView::AccumulationView(QWidget* parent)
     : QWidget(parent),
       m_caption(new QLabel),
       m_status(new QLabel),
+      m_badge(new QLabel),
       m_flash(new QVariantAnimation(this))
 {
     m_bar = new AccumulationBar(this);
+    m_table = new MicroBatchTable(this);
+    m_badge->setObjectName(QStringLiteral("optimizerStepBadge"));
+    m_badge->setStyleSheet(QStringLiteral("background: #ffc107; color: #202020; border-radius: 3px; "
+                                          "padding: 1px 6px; font-weight: bold;"));
+    m_badge->setToolTip(tr("The optimizer changed the weights once, with the gradient summed over "
+                           "every micro-batch of this batch: one step per target batch, however "
+                           "many micro-batches it took."));
+    m_badge->hide();
+    m_status->setToolTip(tr("Which optimizer step is being accumulated, how many of the target "
+                            "batch's samples are done, and the length of the gradient summed so "
+                            "far."));
     m_caption->setObjectName(QStringLiteral("accumulationCaption"));
     m_caption->setTextInteractionFlags(Qt::TextSelectableByMouse);
     QFont bold = m_caption->font();
@@ -127,12 +146,14 @@ AccumulationView::AccumulationView(QWidget* parent)
     auto* top = new QHBoxLayout;
     top->setContentsMargins(0, 0, 0, 0);
     top->addWidget(m_caption, 1);
+    top->addWidget(m_badge);
     top->addWidget(m_status);
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, 4, 6, 4);
     layout->setSpacing(3);
     layout->addLayout(top);
     layout->addWidget(m_bar);
+    layout->addWidget(m_table, 1);
 
     m_flash->setStartValue(1.0);
     m_flash->setEndValue(0.0);
@@ -157,6 +178,11 @@ qint64 AccumulationView::filledSamples() const
     return filled;
 }
 
+QString AccumulationView::stepBadge() const
+{
+    return m_badge->isHidden() ? QString() : m_badge->text();
+}
+
 void AccumulationView::startBatch(qint64 step)
 {
     m_step = step;
@@ -164,6 +190,11 @@ void AccumulationView::startBatch(qint64 step)
     m_lost.clear();
     m_oomOffsets.clear();
     m_replays = 0;
+    m_gradientNorm = 0;
+    m_badge->hide();
+    m_table->tableModel()->clear();
+    if (m_pending)
+        m_table->tableModel()->setPending(m_pending, true);
 }
 
 void AccumulationView::handle(const core::Event& event)
@@ -180,14 +211,28 @@ void AccumulationView::handle(const core::Event& event)
         if (done->targetBatch > 0)
             m_target = done->targetBatch;
         m_segments.push_back({done->offset, done->size, done->probeTrial});
+        m_pending.reset();
+        m_gradientNorm = done->gradientNorm;
+        m_table->tableModel()->addMicroBatch(*done);
     } else if (const auto* oom = std::get_if<core::OomEvent>(&event)) {
+        m_pending.reset();
+        m_table->tableModel()->setPending(std::nullopt, true);
         if (oom->step != m_step)
             startBatch(oom->step);
         m_oomOffsets.push_back(filledSamples());
     } else if (const auto* stepped = std::get_if<core::OptimizerStepped>(&event)) {
         m_lastCommitted = stepped->step;
+        m_pending.reset();
+        m_table->tableModel()->setPending(std::nullopt, true);
+        m_badge->setText(tr("✓ optimizer step %1 (%2 micro-batches)").arg(stepped->step).arg(stepped->microBatches));
+        m_badge->show();
         m_flash->stop();
         m_flash->start();
+    } else if (const auto* waiting = std::get_if<core::StepModeWaiting>(&event)) {
+        m_pending = *waiting;
+        if (waiting->targetBatch > 0 && m_segments.empty())
+            m_target = waiting->targetBatch;
+        m_table->tableModel()->setPending(m_pending, waiting->step == m_step || m_segments.empty());
     } else if (const auto* finished = std::get_if<core::ProbeFinished>(&event)) {
         m_target = finished->targetBatch;
         m_microBatch = finished->microBatch;
@@ -207,6 +252,7 @@ void AccumulationView::handle(const core::Event& event)
 
 void AccumulationView::clear()
 {
+    m_pending.reset();
     startBatch(0);
     m_target = m_microBatch = m_accumulation = 0;
     m_lastCommitted = 0;
@@ -227,6 +273,8 @@ void AccumulationView::updateCaption()
     QString status = tr("step %1: %2 / %3 samples").arg(m_step).arg(filledSamples()).arg(m_target);
     if (m_replays > 0)
         status += tr(", replayed ×%1 after OOM").arg(m_replays);
+    if (m_gradientNorm > 0)
+        status += tr(", gradient norm %1").arg(m_gradientNorm, 0, 'g', 4);
     m_status->setText(status);
     m_status->setMinimumWidth(m_status->sizeHint().width());
 }

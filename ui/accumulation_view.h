@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include <QWidget>
@@ -11,11 +12,18 @@ class QVariantAnimation;
 
 namespace batchpilot::ui {
 
+class MicroBatchTable;
+
 /// The training batch being built: a bar as wide as the target batch, split into its
 /// micro-batches, filling as each micro-batch's backward pass completes. An out-of-memory error
 /// is marked where it hit; the work it threw away stays as a red hatched ghost while the batch is
 /// replayed with the smaller micro-batch. The bar flashes when the optimizer steps. A caption
 /// states the plan, e.g. "1024 = 16 × 64 (micro-batch 64, 16 accumulation steps)".
+///
+/// Under the bar, a table lists the batch's committed micro-batches: size, loss weight n_i/T,
+/// samples and the running gradient norm. In step-by-step mode the micro-batch the trainer waits
+/// to run is drawn dashed ("next"), on the bar and in the table. After the optimizer step a badge
+/// "optimizer step N" stays until the next batch starts.
 class AccumulationView : public QWidget {
     Q_OBJECT
 public:
@@ -29,6 +37,14 @@ public:
     qint64 filledSamples() const;
     qint64 targetBatch() const { return m_target; }
     int replays() const { return m_replays; }
+    /// "optimizer step N (k micro-batches)" from the optimizer step until the next batch starts;
+    /// empty otherwise.
+    QString stepBadge() const;
+    /// The micro-batch the trainer waits to run (step-by-step mode).
+    std::optional<core::StepModeWaiting> pending() const { return m_pending; }
+    /// Gradient norm after the latest committed micro-batch (0 when not reported).
+    double gradientNorm() const { return m_gradientNorm; }
+    MicroBatchTable* table() const { return m_table; }
 
 private:
     struct Segment {
@@ -41,7 +57,9 @@ private:
 
     QLabel* m_caption;
     QLabel* m_status;
+    QLabel* m_badge;
     QWidget* m_bar;
+    MicroBatchTable* m_table;
     QVariantAnimation* m_flash;
     qint64 m_target = 0;
     qint64 m_microBatch = 0;
@@ -53,6 +71,8 @@ private:
     std::vector<Segment> m_lost;       // work thrown away by an OOM, replayed
     std::vector<qint64> m_oomOffsets;  // sample positions where an OOM hit
     double m_flashLevel = 0;
+    std::optional<core::StepModeWaiting> m_pending;
+    double m_gradientNorm = 0;
 
     friend class AccumulationBar;
 };

@@ -164,6 +164,10 @@ EventLog::EventLog(QWidget* parent)
                                                      QHeaderView::ResizeToContents);
     m_view->setColumnWidth(EventLogModel::KindColumn, 110);
     m_view->setContextMenuPolicy(Qt::ActionsContextMenu);
+    m_view->setToolTip(tr("Everything that happened in the run, in order: probe trials, "
+                          "out-of-memory errors and how they were recovered, steps you took by "
+                          "hand, equivalence checks and your own commands. Red rows are problems. "
+                          "Select rows and press Ctrl+C to copy them."));
 
     auto* copy = new QAction(tr("Copy"), m_view);
     copy->setShortcut(QKeySequence::Copy);
@@ -180,14 +184,18 @@ EventLog::EventLog(QWidget* parent)
     m_filter->setPlaceholderText(tr("Filter…"));
     m_filter->setClearButtonEnabled(true);
     m_filter->setObjectName(QStringLiteral("eventFilter"));
+    m_filter->setToolTip(tr("Show only rows whose kind or details contain this text, e.g. a "
+                            "micro-batch size or \"OOM\"."));
     connect(m_filter, &QLineEdit::textChanged, this, &EventLog::setFilterText);
 
     m_kind->addItem(tr("All kinds"), QString());
     for (const QString& kind : {tr("state"), tr("probe started"), tr("probe trial"),
                                 tr("probe finished"), tr("OOM"), tr("target batch"),
                                 tr("device switch"), tr("checkpoint"), tr("warning"), tr("error"),
-                                tr("command")})
+                                tr("command"), tr("step by step"), tr("equivalence")})
         m_kind->addItem(kind, kind);
+    m_kind->setToolTip(tr("Show one kind of event only, e.g. the probe's trials or the "
+                          "out-of-memory errors."));
     connect(m_kind, &QComboBox::currentIndexChanged, this,
             [this] { static_cast<EventFilter*>(m_proxy)->setKind(m_kind->currentData().toString()); });
 

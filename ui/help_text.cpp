@@ -1,16 +1,200 @@
 #include "ui/help_text.h"
 
 #include <QCoreApplication>
+#include <QLocale>
+
+#include "core/byte_size.h"
+#include "core/memory_report.h"
+#include "ui/charts/charts_panel.h"
+#include "ui/charts/live_chart.h"
+#include "ui/charts/loss_chart.h"
+#include "ui/charts/memory_chart.h"
+#include "ui/charts/probe_chart.h"
+#include "ui/charts/throughput_chart.h"
+#include "ui/event_text.h"
+#include "ui/micro_batch_table.h"
 
 namespace batchpilot::ui {
 
-QString howItWorksHtml()
+namespace {
+
+QString tr(const char* text)
 {
-    return QCoreApplication::translate("HelpText", R"(
+    return QCoreApplication::translate("HelpText", text);
+}
+
+QString str(const std::string& text)
+{
+    return QString::fromStdString(text);
+}
+
+QString bytes(double value)
+{
+    return str(core::formatBytes(static_cast<int64_t>(value)));
+}
+
+/// A paragraph about the user's own run, set apart from the general text.
+QString yourRun(const QString& text)
+{
+    return QStringLiteral("<blockquote><b>%1</b> %2</blockquote>").arg(tr("In your run:"), text);
+}
+
+QString targetPart(const RunFacts& f)
+{
+    if (!f.hasRun() || f.targetBatch <= 0)
+        return {};
+    QString text = tr("the target batch is <b>T = %1</b> samples").arg(f.targetBatch);
+    if (!f.model.isEmpty())
+        text += tr(", the model is %1 with %2 trainable numbers")
+                    .arg(f.model.toHtmlEscaped(), QLocale().toString(f.parameterCount));
+    if (!f.device.isEmpty())
+        text += tr(", and it trains on <b>%1</b>").arg(f.device.toHtmlEscaped());
+    return yourRun(text + QStringLiteral("."));
+}
+
+QString probePart(const RunFacts& f)
+{
+    if (f.trials.empty() && !f.probe)
+        return {};
+    QStringList tried;
+    for (const RunFacts::Trial& t : f.trials)
+        tried << QStringLiteral("%1 %2").arg(t.microBatch).arg(t.fit ? QStringLiteral("✓") : QStringLiteral("✗ (out of memory)"));
+    QString text = tr("the latest probe ran %1 trials: %2.").arg(f.trials.size()).arg(tried.join(QStringLiteral(", ")));
+    if (f.probe) {
+        text += tr(" It chose a micro-batch of <b>%1</b> samples").arg(f.probe->microBatch);
+        if (f.usableBytes > 0)
+            text += tr(" for %1 of usable memory").arg(bytes(static_cast<double>(f.usableBytes)));
+        text += QStringLiteral(".");
+        if (f.probe->bytesPerSample > 0) {
+            const core::MemoryModel model{f.probe->fixedBytes, f.probe->bytesPerSample};
+            text += tr(" The memory it measured fits the line %1: the fixed part is the weights, "
+                       "their gradients and the optimizer state, the part per sample is the "
+                       "activations kept for the backward pass.")
+                        .arg(str(core::describeMemoryModel(model)).toHtmlEscaped());
+        }
+        if (f.probe->hitTrialLimit)
+            text += tr(" It stopped at its trial limit.");
+    } else {
+        text += tr(" It is still searching.");
+    }
+    return yourRun(text);
+}
+
+QString accumulationPart(const RunFacts& f)
+{
+    if (!f.probe || f.probe->microBatch <= 0 || f.probe->targetBatch <= 0)
+        return {};
+    const qint64 target = f.probe->targetBatch;
+    const qint64 micro = f.probe->microBatch;
+    const qint64 k = (target + micro - 1) / micro;
+    const qint64 base = target / k;
+    const qint64 larger = target % k;
+    QString weights = lossWeightText(larger > 0 ? base + 1 : base, target);
+    if (larger > 0)
+        weights += tr(" for the larger ones and %1 for the others").arg(lossWeightText(base, target));
+    QString text = tr("%1. Each micro-batch's mean loss is multiplied by <b>%2</b>; the weights "
+                      "add up to 1, and the optimizer steps once per %3 samples.")
+                       .arg(planCaption(target, micro), weights)
+                       .arg(target);
+    if (k == 1)
+        text += tr(" The whole batch fits at once, so there is nothing to accumulate: lower Max "
+                   "micro-batch or the device budget to see accumulation.");
+    if (f.steps > 0)
+        text += tr(" %1 optimizer steps so far.").arg(f.steps);
+    return yourRun(text);
+}
+
+QString oomPart(const RunFacts& f)
+{
+    if (!f.hasRun())
+        return {};
+    if (f.trainingOoms == 0)
+        return yourRun(tr("no out-of-memory error has happened while training so far (the probe's "
+                          "own failed trials do not count: they are how it finds the limit)."));
+    return yourRun(tr("%1 out-of-memory errors happened while training and all were recovered: "
+                      "%2 samples of the failed micro-batches were run again in smaller "
+                      "micro-batches, none lost and none counted twice.")
+                       .arg(f.trainingOoms)
+                       .arg(f.samplesReplayed));
+}
+
+QString equivalencePart(const RunFacts& f)
+{
+    if (!f.hasRun())
+        return {};
+    if (!f.equivalence)
+        return yourRun(tr("no check yet: press <i>Check equivalence</i> in the run panel."));
+    const core::EquivalenceChecked& e = *f.equivalence;
+    if (!e.error.empty())
+        return yourRun(tr("the last check could not run: %1").arg(str(e.error).toHtmlEscaped()));
+    QStringList sizes;
+    for (int64_t size : e.microBatchSizes)
+        sizes << QString::number(size);
+    return yourRun(tr("the last check split %1 samples as %2 and found a relative difference of "
+                      "<b>%3</b> (cosine similarity %4). %5")
+                       .arg(e.samples)
+                       .arg(sizes.join(QStringLiteral(" + ")))
+                       .arg(e.overall.relativeDifference, 0, 'g', 3)
+                       .arg(e.overall.cosineSimilarity, 0, 'f', 9)
+                       .arg(str(e.explanation).toHtmlEscaped()));
+}
+
+}  // namespace
+
+void RunFacts::handle(const core::Event& event)
+{
+    if (const auto* summary = std::get_if<core::RunSummary>(&event)) {
+        device = str(summary->device);
+        model = str(summary->model);
+        parameterCount = summary->parameterCount;
+        batchStatistics = summary->batchStatistics;
+        targetBatch = summary->targetBatch;
+    } else if (const auto* started = std::get_if<core::ProbeStarted>(&event)) {
+        trials.clear();
+        usableBytes = started->usableBytes;
+        if (!started->device.empty())
+            device = str(started->device);
+    } else if (const auto* trial = std::get_if<core::ProbeTrial>(&event)) {
+        trials.push_back({trial->microBatch, trial->fit});
+        m_trialFailed = !trial->fit;
+    } else if (const auto* finished = std::get_if<core::ProbeFinished>(&event)) {
+        m_trialFailed = false;
+        probe = *finished;
+        targetBatch = finished->targetBatch;
+        ++probes;
+    } else if (const auto* oom = std::get_if<core::OomEvent>(&event)) {
+        if (m_trialFailed) {
+            m_trialFailed = false;  // the probe's own trial: how it finds the limit
+        } else if (oom->recovered) {
+            ++trainingOoms;
+            if (oom->phase != core::Phase::OptimizerStep)
+                samplesReplayed += oom->microBatch;
+        }
+    } else if (const auto* stepped = std::get_if<core::OptimizerStepped>(&event)) {
+        steps = stepped->step;
+    } else if (const auto* changed = std::get_if<core::TargetBatchChanged>(&event)) {
+        targetBatch = changed->newTarget;
+    } else if (const auto* switched = std::get_if<core::DeviceSwitched>(&event)) {
+        device = str(switched->to);
+    } else if (const auto* checked = std::get_if<core::EquivalenceChecked>(&event)) {
+        equivalence = *checked;
+    }
+}
+
+QString howItWorksHtml(const RunFacts& f)
+{
+    QString html;
+    if (!f.hasRun())
+        html += tr("<p><i>Start a run and open this again: every part will then also show what "
+                   "happened in your run, with its own numbers.</i></p>");
+    html += tr(R"(
 <h3>The target batch</h3>
 <p>You choose how many samples the optimizer should see per step: the <b>target batch</b>, say
 1024. Whether 1024 images fit in the device's memory at once depends on the model and the
 device, so BatchPilot does not try to push them through in one go.</p>
+)");
+    html += targetPart(f);
+    html += tr(R"(
 <h3>Probing: the largest micro-batch that fits</h3>
 <p>BatchPilot runs real forward and backward passes on growing <b>micro-batches</b>: 1, 2, 4, 8…
 until one runs out of memory. After two successes it fits a straight line through the measured
@@ -19,22 +203,44 @@ between the largest size that fit and the smallest that did not. A part of memor
 <b>headroom</b>, is kept free. Trials that fit are not wasted: their gradients count toward the
 first training batch. The <i>Probe</i> chart shows every trial: green circles fit, red squares ran
 out of memory, the dashed line is the size chosen.</p>
+)");
+    html += probePart(f);
+    html += tr(R"(
 <h3>Accumulation: reaching the target exactly</h3>
 <p>With micro-batch <i>m</i> the target <i>T</i> is split into <i>k = ⌈T/m⌉</i> micro-batches of
-nearly equal size. Each one's loss is weighted by its share of the batch, its gradients are added
-up, and the optimizer steps once, after the last one. The result equals one big batch of
-<i>T</i>, up to rounding. The <i>Training batch</i> bar fills with each micro-batch and flashes on
-the optimizer step.</p>
+nearly equal size. Each one's loss is weighted by its share of the batch, <i>n<sub>i</sub>/T</i>
+(for example 32/1024 = 0.03125), its gradients are added up, and the optimizer steps once, after
+the last one. The result equals one big batch of <i>T</i>, up to rounding. The <i>Training
+batch</i> bar fills with each micro-batch and flashes on the optimizer step; the table under it
+lists each micro-batch's weight, its samples and the gradient summed so far.</p>
+)");
+    html += accumulationPart(f);
+    html += tr(R"(
 <h3>Out of memory while training</h3>
-<p>Memory can run out later too (another process, a larger input). BatchPilot then drops the
-gradients of the unfinished batch, frees memory, picks a smaller micro-batch and replays the same
-samples from the start, so no sample is lost or counted twice. Red lines on the memory chart and
-the training-batch bar mark where it happened. After some clean steps it tries to grow again.</p>
+<p>Memory can run out later too (another process, a larger input). BatchPilot then throws away
+the failed micro-batch's unfinished work, frees memory, picks a smaller micro-batch and runs the
+same samples again, so no sample is lost or counted twice. Red lines on the memory chart and the
+training-batch bar mark where it happened. After some clean steps it tries to grow again.</p>
+)");
+    html += oomPart(f);
+    html += tr(R"(
+<h3>Seeing it step by step, and checking it</h3>
+<p>Turn on <b>Step by step</b> in the run panel and the trainer waits before every micro-batch:
+<i>Next micro-batch</i> (N) runs one, <i>Finish batch</i> (F) runs the rest of the batch and the
+optimizer step. <b>Check equivalence</b> computes the last batch's gradient both ways, summed
+over the micro-batches and in one full pass, and compares them. Without BatchNorm they agree up
+to float rounding (a relative difference around 1e-7). BatchNorm normalises each micro-batch
+with its own mean and variance, so there the two differ: that is the model, not the
+accumulation.</p>
+)");
+    html += equivalencePart(f);
+    html += tr(R"(
 <h3>Virtual GPUs</h3>
 <p>A <b>virtual GPU</b> is the CPU with a hard memory budget: allocations past the budget fail
 exactly like a GPU running out of memory. It lets you watch all of the above on any computer.
 Switch the budget during a run and the trainer moves there at the next batch and probes again.</p>
 )");
+    return html;
 }
 
 QString aboutHtml()
@@ -47,6 +253,29 @@ QString aboutHtml()
                                        "errors without losing a sample.</p>"
                                        "<p>Built with LibTorch and Qt %2.</p>")
         .arg(QCoreApplication::applicationVersion(), QString::fromLatin1(qVersion()));
+}
+
+void explainCharts(ChartsPanel& charts)
+{
+    const auto explain = [](LiveChart* chart, const QString& tip) {
+        if (chart != nullptr && chart->toolTip().isEmpty())
+            chart->setToolTip(tip);
+    };
+    explain(charts.lossChart(),
+            tr("The training loss after every optimizer step: how wrong the model still is on "
+               "its batch. Faint: each step's value; bold: smoothed, so the trend shows through "
+               "the noise."));
+    explain(charts.probeChart(),
+            tr("Every micro-batch size the probe tried and the memory it needed: green fit, red "
+               "ran out of memory. The dashed line is the size chosen, the largest that fits with "
+               "headroom to spare."));
+    explain(charts.memoryChart(),
+            tr("Device memory over time: what is allocated now, the peak of each micro-batch, and "
+               "the device's limit. Red lines mark out-of-memory errors, which the trainer "
+               "recovered from."));
+    explain(charts.throughputChart(),
+            tr("Samples trained per second, and the micro-batch plan in use. Larger micro-batches "
+               "usually train faster, which is why the probe looks for the largest that fits."));
 }
 
 }  // namespace batchpilot::ui

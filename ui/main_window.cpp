@@ -29,6 +29,7 @@
 #include "ui/help_text.h"
 #include "ui/run_panel.h"
 #include "ui/run_status.h"
+#include "ui/teaching_tools.h"
 #include "ui/trainer_controller.h"
 
 namespace batchpilot::ui {
@@ -100,9 +101,12 @@ MainWindow::MainWindow(QWidget* parent)
     m_logDock->setFeatures(QDockWidget::DockWidgetClosable | QDockWidget::DockWidgetMovable);
     addDockWidget(Qt::BottomDockWidgetArea, m_logDock);
     splitDockWidget(m_batchDock, m_logDock, Qt::Vertical);
-    resizeDocks({m_batchDock, m_logDock}, {64, 150}, Qt::Vertical);
+    resizeDocks({m_batchDock, m_logDock}, {170, 120}, Qt::Vertical);
 
     m_status = new RunStatus(statusBar(), this);
+    m_teaching = new TeachingTools(m_controller, m_runPanel, this);
+    connect(m_teaching, &TeachingTools::note, this, &MainWindow::note);
+    explainCharts(*m_charts);
 
     connect(m_controller, &TrainerController::eventsReceived, this, &MainWindow::onEvents);
     connect(m_controller, &TrainerController::runFinished, this, &MainWindow::onRunFinished);
@@ -188,6 +192,13 @@ void MainWindow::createMenus()
         if (!dir.isEmpty())
             exportCharts(dir);
     });
+    file->addAction(tr("Save re&port…"), this, [this] {
+        const QString path = QFileDialog::getSaveFileName(
+            this, tr("Save report"), QStringLiteral("batchpilot-report.html"),
+            tr("HTML report (*.html);;PDF report (*.pdf)"));
+        if (!path.isEmpty())
+            saveReport(path);
+    });
     file->addSeparator();
     QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
@@ -208,6 +219,8 @@ void MainWindow::createMenus()
     run->addSeparator();
     run->addAction(tr("Start the &demo"), QKeySequence(tr("Ctrl+D")), this,
                    &MainWindow::startDemo);
+    run->addSeparator();
+    m_teaching->addActions(run);
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     QAction* runPanel = m_runDock->toggleViewAction();
@@ -270,6 +283,7 @@ bool MainWindow::startWith(const core::TrainerOptions& options)
     m_eventLog->clear();
     m_status->clear();
     m_record.clear();
+    m_report.clear();
     m_status->setDevice(QString::fromStdString(options.device));
     saveSettings();
     if (!m_controller->start(options))
@@ -296,8 +310,10 @@ void MainWindow::onEvents(const QList<core::Event>& events)
     for (const core::Event& event : events) {
         m_charts->handle(event);
         m_accumulation->handle(event);
+        m_teaching->handle(event);
         m_status->handle(event);
         m_record.handle(event);
+        m_report.handle(event);
         if (const auto* error = std::get_if<core::ErrorEvent>(&event))
             showError(QString::fromStdString(error->message));
     }
@@ -448,6 +464,19 @@ QStringList MainWindow::exportCharts(const QString& directory)
     return written;
 }
 
+bool MainWindow::saveReport(const QString& path)
+{
+    const ReportWriter::Images images{m_charts->memoryFitImage(), m_charts->breakdownImage(),
+                                      m_charts->lossImage()};
+    QString error;
+    if (!m_report.write(path, images, &error)) {
+        showError(tr("Could not write %1: %2").arg(path, error));
+        return false;
+    }
+    statusBar()->showMessage(tr("Report written to %1").arg(path), 4000);
+    return true;
+}
+
 void MainWindow::setTheme(Theme theme)
 {
     m_theme = theme;
@@ -468,7 +497,8 @@ void MainWindow::showHowItWorks()
     dialog->setAttribute(Qt::WA_DeleteOnClose);
     dialog->setWindowTitle(tr("How BatchPilot works"));
     auto* text = new QTextBrowser;
-    text->setHtml(howItWorksHtml());
+    text->setObjectName(QStringLiteral("howItWorksText"));
+    text->setHtml(howItWorksHtml(m_teaching->facts()));
     auto* layout = new QVBoxLayout(dialog);
     layout->addWidget(text);
     dialog->resize(640, 560);

@@ -5,6 +5,7 @@
 
 #include "core/events.h"
 #include "core/trainer.h"
+#include "ui/report_writer.h"
 #include "ui/run_record.h"
 #include "ui/theme.h"
 
@@ -19,6 +20,7 @@ class ChartsPanel;
 class EventLog;
 class RunPanel;
 class RunStatus;
+class TeachingTools;
 class TrainerController;
 
 /// The BatchPilot window: run panel (left), the four live charts (centre), the training batch
@@ -51,6 +53,9 @@ public:
     bool exportMetricsCsv(const QString& path);
     bool exportEventsJsonl(const QString& path);
     QStringList exportCharts(const QString& directory);
+    /// Writes the run report: self-contained HTML, or PDF when `path` ends in ".pdf". A file
+    /// that cannot be written is shown as an error and returns false.
+    bool saveReport(const QString& path);
 
     RunPanel* runPanel() const { return m_runPanel; }
     ChartsPanel* chartsPanel() const { return m_charts; }
@@ -58,6 +63,8 @@ public:
     EventLog* eventLog() const { return m_eventLog; }
     RunStatus* runStatus() const { return m_status; }
     TrainerController* controller() const { return m_controller; }
+    /// Step by step, Check equivalence and the run's facts for Help > How this works.
+    TeachingTools* teaching() const { return m_teaching; }
     const RunRecord& record() const { return m_record; }
     QAction* startAction() const { return m_startAction; }
     /// The error message shown above the charts (empty when none).
@@ -86,12 +93,14 @@ private:
     AccumulationView* m_accumulation;
     EventLog* m_eventLog;
     RunStatus* m_status;
+    TeachingTools* m_teaching;
     QLabel* m_errorBanner;
     QWidget* m_errorBox;
     QDockWidget* m_runDock;
     QDockWidget* m_batchDock;
     QDockWidget* m_logDock;
     RunRecord m_record;
+    ReportWriter m_report;
     Theme m_theme = Theme::System;
 
     QAction* m_startAction = nullptr;

@@ -1,5 +1,6 @@
 #include "ui/run_panel.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
@@ -65,7 +66,9 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_dataPath->setPlaceholderText(tr("folder or file of the dataset"));
     m_dataPath->setToolTip(tr("MNIST: the folder with train-images-idx3-ubyte(.gz); image folder: "
                               "its root; CSV: the file"));
-    m_samples = spin(1, 10'000'000, 4096, tr("Number of samples in the dataset"));
+    m_samples = spin(1, 10'000'000, 4096,
+                     tr("Number of samples in the synthetic dataset. One pass over all of them is "
+                        "an epoch; after it the samples are shuffled and used again."));
 
     m_device = new QComboBox;
     m_device->setObjectName(QStringLiteral("deviceCombo"));
@@ -77,7 +80,10 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
                             "allocations past it fail exactly like a GPU running out of memory."));
     m_virtualSize = new QLineEdit(QStringLiteral("64MiB"));
     m_virtualSize->setObjectName(QStringLiteral("virtualSize"));
-    m_virtualSize->setToolTip(tr("Memory budget of the virtual GPU, e.g. 64MiB, 512MiB, 2GiB"));
+    m_virtualSize->setToolTip(tr("Memory budget of the virtual GPU, e.g. 64MiB, 512MiB, 2GiB. A "
+                                 "smaller budget forces smaller micro-batches and more "
+                                 "accumulation steps; change it during a run to watch the probe "
+                                 "adapt."));
     m_deviceInfo = new QLabel;
     m_deviceInfo->setWordWrap(true);
     m_deviceInfo->setEnabled(false);
@@ -87,33 +93,54 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
                        "not fit the device at once. Changes apply at the next training batch."));
     m_target->setObjectName(QStringLiteral("targetBatch"));
     m_target->setKeyboardTracking(false);  // commit on Enter or focus change, not per digit
-    m_initialMicro = spin(1, 10'000'000, 1, tr("First micro-batch size the probe tries"));
-    m_maxMicro = spin(0, 10'000'000, 0, tr("Largest micro-batch the probe may choose"));
+    m_initialMicro = spin(1, 10'000'000, 1,
+                          tr("First micro-batch size the probe tries; it doubles from there "
+                             "until memory runs out. Start higher when you know small sizes fit."));
+    m_maxMicro = spin(0, 10'000'000, 0,
+                      tr("Largest micro-batch the probe may choose, even if more would fit. Set "
+                         "it below the target batch to see accumulation at work on a big "
+                         "device."));
     m_maxMicro->setSpecialValueText(tr("no limit"));
     m_headroom = new QDoubleSpinBox;
     m_headroom->setRange(0, 90);
     m_headroom->setDecimals(1);
     m_headroom->setSuffix(QStringLiteral(" %"));
     m_headroom->setValue(5);
-    m_headroom->setToolTip(tr("Memory kept free for fragmentation and variable shapes"));
-    m_multiple = spin(1, 4096, 1, tr("Round the micro-batch down to a multiple of this (8 suits "
-                                     "tensor cores)"));
+    m_headroom->setToolTip(tr("Share of the device memory the probe keeps free. Memory gets "
+                              "fragmented and inputs can vary in size, so a micro-batch that "
+                              "just fits once might not fit the next time."));
+    m_multiple = spin(1, 4096, 1,
+                      tr("Round the micro-batch down to a multiple of this. GPUs compute some "
+                         "sizes faster (multiples of 8 suit tensor cores)."));
 
     m_optimizer = new QComboBox;
     for (auto kind : {core::OptimizerKind::Sgd, core::OptimizerKind::Adam, core::OptimizerKind::AdamW})
         m_optimizer->addItem(QString::fromLatin1(core::toString(kind)), static_cast<int>(kind));
+    m_optimizer->setToolTip(tr("How the weights move along the gradient once per training batch. "
+                               "Adam and AdamW keep two extra numbers per weight, which costs "
+                               "memory the probe has to leave free."));
     m_learningRate = new QDoubleSpinBox;
     m_learningRate->setDecimals(5);
     m_learningRate->setRange(0, 10);
     m_learningRate->setSingleStep(0.001);
     m_learningRate->setValue(0.05);
+    m_learningRate->setToolTip(tr("How far the optimizer moves the weights in one step. Too "
+                                  "large and the loss jumps around; too small and it falls "
+                                  "slowly."));
     m_lrScaling = new QComboBox;
     m_lrScaling->addItem(tr("none"), static_cast<int>(core::LrScaling::None));
     m_lrScaling->addItem(tr("linear"), static_cast<int>(core::LrScaling::Linear));
     m_lrScaling->addItem(tr("square root"), static_cast<int>(core::LrScaling::Sqrt));
-    m_lrScaling->setToolTip(tr("How the learning rate follows a change of the target batch"));
-    m_seed = spin(0, 1'000'000'000, 0, tr("Seed of the initial weights and the sample order"));
-    m_steps = spin(0, 100'000'000, 500, tr("Optimizer steps to run"));
+    m_lrScaling->setToolTip(tr("How the learning rate follows a change of the target batch "
+                               "during a run: a larger batch gives a less noisy gradient, which "
+                               "can take a proportionally (linear) or more cautiously (square "
+                               "root) larger step."));
+    m_seed = spin(0, 1'000'000'000, 0,
+                  tr("Seed of the random initial weights and the sample order. The same seed "
+                     "gives the same run, so two runs can be compared."));
+    m_steps = spin(0, 100'000'000, 500,
+                   tr("Optimizer steps to run before the run ends by itself. One step = one "
+                      "whole target batch."));
     m_steps->setSpecialValueText(tr("no limit"));
 
     auto* data = new QGroupBox(tr("Model and data"));
@@ -189,7 +216,13 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_reprobe = new QPushButton(tr("Re-probe"));
     m_reprobe->setObjectName(QStringLiteral("reprobeButton"));
     m_reprobe->setToolTip(tr("Search the largest micro-batch again on the current device, "
-                             "without stopping (at the next training batch)"));
+                             "without stopping (at the next training batch). Useful when memory "
+                             "was freed or taken by something else."));
+    m_pause->setToolTip(tr("Pause training after the current micro-batch (F6); nothing is lost, "
+                           "Resume goes on with the same batch."));
+    m_stop->setToolTip(tr("End the run after the current micro-batch (Shift+F5). The unfinished "
+                          "batch is dropped, so the model keeps its last complete optimizer "
+                          "step."));
     m_start->setDefault(true);
     connect(m_start, &QPushButton::clicked, this, &RunPanel::startRequested);
     connect(m_pause, &QPushButton::clicked, this,
@@ -213,6 +246,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     layout->setSpacing(4);
     layout->addLayout(buttons);
     layout->addWidget(m_problemLabel);
+    layout->addWidget(createTeachingGroup());
     layout->addWidget(device);
     layout->addWidget(batch);
     layout->addWidget(data);
@@ -416,8 +450,11 @@ void RunPanel::commitDevice()
 
 void RunPanel::setRunState(bool running, bool paused)
 {
-    if (running && !m_running)
+    if (running && !m_running) {
         m_runDevice = deviceId();
+        // Start was just pressed: in step mode, Next takes the focus at the first wait.
+        m_refocusNext = m_stepMode->isChecked();
+    }
     m_running = running;
     m_paused = paused;
     const bool valid = m_problem.isEmpty();
@@ -428,11 +465,115 @@ void RunPanel::setRunState(bool running, bool paused)
     m_pause->setText(paused ? tr("Resume") : tr("Pause"));
     m_stop->setEnabled(running);
     m_reprobe->setEnabled(running && !paused);
+    const bool stepping = running && m_stepMode->isChecked();
+    m_next->setEnabled(stepping && m_stepWaiting);
+    m_finish->setEnabled(stepping && m_stepWaiting);
+    m_check->setEnabled(running);
+    if (!m_stepMode->isChecked())
+        m_stepInfo->setText(tr("Off: training runs on by itself."));
+    else if (!running)
+        m_stepInfo->setText(tr("The next run waits before its first micro-batch."));
+    else if (!m_stepWaiting)
+        m_stepInfo->setText(tr("Running…"));
+    else
+        m_stepInfo->setText(tr("Waiting to run %1.").arg(m_stepNext));
     for (QWidget* field : std::initializer_list<QWidget*>{
              m_model, m_dataset, m_dataPath, m_samples, m_initialMicro, m_maxMicro, m_headroom, m_multiple,
              m_optimizer, m_learningRate, m_seed, m_steps})
         field->setEnabled(!running);
     m_virtualSize->setEnabled(m_device->currentData().toString() == QLatin1String(kVirtual));
+}
+
+QWidget* RunPanel::createTeachingGroup()
+{
+    m_stepMode = new QCheckBox(tr("Step by step"));
+    m_stepMode->setObjectName(QStringLiteral("stepModeBox"));
+    m_stepMode->setToolTip(tr("Run one micro-batch at a time (Ctrl+T). Training stops before "
+                              "each micro-batch so you can watch its gradients being added to "
+                              "the batch; turn it off to let training run on."));
+    m_next = new QPushButton(tr("Next micro-batch"));
+    m_next->setObjectName(QStringLiteral("nextMicroBatchButton"));
+    m_next->setToolTip(tr("Run exactly one more micro-batch (N): its forward and backward pass, "
+                          "its gradients weighted by n_i/T and added to the batch's sum."));
+    m_finish = new QPushButton(tr("Finish batch"));
+    m_finish->setObjectName(QStringLiteral("finishBatchButton"));
+    m_finish->setToolTip(tr("Run the rest of this training batch and the optimizer step (F), "
+                            "then wait again before the next batch."));
+    m_stepInfo = new QLabel;
+    m_stepInfo->setObjectName(QStringLiteral("stepInfo"));
+    m_stepInfo->setWordWrap(true);
+    m_stepInfo->setToolTip(tr("What the trainer will do when you press Next micro-batch: which "
+                              "micro-batch of which step, and how many samples it holds."));
+    m_checkBatch = spin(0, 100'000'000, 0,
+                        tr("How many samples of the last training batch the check uses. Whole "
+                           "batch compares the full target batch; choose fewer when the whole "
+                           "batch cannot fit in one pass on a real GPU."));
+    m_checkBatch->setObjectName(QStringLiteral("checkBatch"));
+    m_checkBatch->setSpecialValueText(tr("whole batch"));
+    m_checkBatch->setSuffix(tr(" samples"));
+    m_check = new QPushButton(tr("Check equivalence"));
+    m_check->setObjectName(QStringLiteral("checkEquivalenceButton"));
+    m_check->setToolTip(tr("Prove that accumulation is exact (Ctrl+G): the gradient of the last "
+                           "batch summed over its micro-batches is compared with the gradient of "
+                           "one pass over the whole batch. Runs at the end of the current batch."));
+
+    connect(m_stepMode, &QCheckBox::toggled, this, [this](bool on) {
+        setRunState(m_running, m_paused);
+        Q_EMIT stepModeChanged(on);
+    });
+    // One click, one micro-batch: the buttons stay disabled until the trainer waits again. A
+    // disabled button loses the keyboard focus (to the Check batch box, which would swallow the
+    // N and F shortcuts as typing), so Next gets it back when the trainer waits again.
+    connect(m_next, &QPushButton::clicked, this, [this] {
+        m_refocusNext = true;
+        setStepWaiting(false);
+        Q_EMIT nextMicroBatchRequested();
+    });
+    connect(m_finish, &QPushButton::clicked, this, [this] {
+        m_refocusNext = true;
+        setStepWaiting(false);
+        Q_EMIT finishBatchRequested();
+    });
+    connect(m_check, &QPushButton::clicked, this,
+            [this] { Q_EMIT equivalenceRequested(m_checkBatch->value()); });
+
+    auto* group = new QGroupBox(tr("Teaching"));
+    group->setToolTip(tr("Slow training down to one micro-batch at a time, and check that "
+                         "accumulating micro-batches gives the same gradient as one big batch."));
+    auto* grid = new QGridLayout(group);
+    grid->setContentsMargins(6, 4, 6, 4);
+    grid->setVerticalSpacing(3);
+    grid->addWidget(m_stepMode, 0, 0, 1, 2);
+    grid->addWidget(m_next, 1, 0);
+    grid->addWidget(m_finish, 1, 1);
+    grid->addWidget(m_stepInfo, 2, 0, 1, 2);
+    auto* checkLabel = new QLabel(tr("Check batch"));
+    checkLabel->setBuddy(m_checkBatch);
+    grid->addWidget(checkLabel, 3, 0);
+    grid->addWidget(m_checkBatch, 3, 1);
+    grid->addWidget(m_check, 4, 0, 1, 2);
+    return group;
+}
+
+bool RunPanel::stepMode() const
+{
+    return m_stepMode->isChecked();
+}
+
+void RunPanel::setStepMode(bool on)
+{
+    m_stepMode->setChecked(on);
+}
+
+void RunPanel::setStepWaiting(bool waiting, const QString& next)
+{
+    m_stepWaiting = waiting;
+    m_stepNext = next;
+    setRunState(m_running, m_paused);
+    if (waiting && m_refocusNext && m_next->isEnabled()) {
+        m_refocusNext = false;
+        m_next->setFocus();
+    }
 }
 
 void RunPanel::saveSettings(QSettings& s) const

@@ -5,6 +5,7 @@
 
 #include "core/options.h"
 
+class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
@@ -15,7 +16,8 @@ class QSpinBox;
 
 namespace batchpilot::ui {
 
-/// The run configuration form and the run buttons (Start, Pause/Resume, Stop, Re-probe).
+/// The run configuration form and the run buttons (Start, Pause/Resume, Stop, Re-probe), and the
+/// teaching controls: step by step (Next micro-batch, Finish batch) and Check equivalence.
 ///
 /// Every field is checked as it changes: an invalid one gets a red frame and a tooltip, and Start
 /// is disabled with a tooltip saying why. During a run the fields that only matter at start are
@@ -42,6 +44,13 @@ public:
 
     /// Locks and unlocks fields and buttons for the run state.
     void setRunState(bool running, bool paused);
+    /// Step-by-step mode: whether the trainer waits for Next micro-batch or Finish batch, and
+    /// what it waits to run (shown under the buttons). Next and Finish are enabled only while it
+    /// waits and step mode is on.
+    void setStepWaiting(bool waiting, const QString& next = {});
+    bool isStepWaiting() const { return m_stepWaiting; }
+    bool stepMode() const;
+    void setStepMode(bool on);
 
     void saveSettings(QSettings& settings) const;
     void loadSettings(const QSettings& settings);
@@ -57,6 +66,12 @@ public:
     QComboBox* datasetBox() const { return m_dataset; }
     QLineEdit* dataPathEdit() const { return m_dataPath; }
     QLineEdit* virtualSizeEdit() const { return m_virtualSize; }
+    QCheckBox* stepModeBox() const { return m_stepMode; }
+    QPushButton* nextMicroBatchButton() const { return m_next; }
+    QPushButton* finishBatchButton() const { return m_finish; }
+    QPushButton* checkEquivalenceButton() const { return m_check; }
+    /// Samples of the equivalence check; 0 means the whole training batch.
+    QSpinBox* checkBatchBox() const { return m_checkBatch; }
 
 Q_SIGNALS:
     void startRequested();
@@ -69,11 +84,17 @@ Q_SIGNALS:
     /// The device fields were committed to a valid, different device while a run is going on.
     void deviceChanged(const QString& device);
     void validityChanged(bool valid, const QString& problem);
+    void stepModeChanged(bool on);
+    void nextMicroBatchRequested();
+    void finishBatchRequested();
+    /// Check equivalence was pressed: `samples` of the last batch (0: all of it).
+    void equivalenceRequested(qint64 samples);
 
 private:
     void revalidate();
     void markField(QWidget* field, const QString& problem);
     void commitDevice();
+    QWidget* createTeachingGroup();
 
     QComboBox* m_model;
     QComboBox* m_dataset;
@@ -98,10 +119,19 @@ private:
     QPushButton* m_stop;
     QPushButton* m_reprobe;
     QLabel* m_problemLabel;
+    QCheckBox* m_stepMode;
+    QPushButton* m_next;
+    QPushButton* m_finish;
+    QLabel* m_stepInfo;
+    QPushButton* m_check;
+    QSpinBox* m_checkBatch;
 
     QString m_problem;
     bool m_running = false;
     bool m_paused = false;
+    bool m_stepWaiting = false;
+    bool m_refocusNext = false;  // give Next the focus when the trainer waits again
+    QString m_stepNext;  // what the trainer waits to run, e.g. "micro-batch 3 of step 2"
     QString m_runDevice;  // device of the running trainer (after switches)
 };
 

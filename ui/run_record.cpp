@@ -14,8 +14,10 @@ void RunRecord::handle(const core::Event& event)
         if (m_steps.size() > kMaxSteps)
             m_steps.pop_front();
     }
+    // Per-step and per-micro-batch: the metrics CSV and the charts already hold these.
     if (std::holds_alternative<core::MemorySample>(event) ||
-        std::holds_alternative<core::MicroBatchDone>(event))
+        std::holds_alternative<core::MicroBatchDone>(event) ||
+        std::holds_alternative<core::MemoryBreakdown>(event))
         return;
     m_events.push_back(event);
     if (m_events.size() > kMaxEvents)

@@ -9,8 +9,8 @@
 namespace batchpilot::ui {
 
 /// What a run said, kept for the File menu's exports: every step's metrics (metrics CSV) and
-/// every event but the high-rate memory and micro-batch ones (events JSONL). Bounded: the
-/// oldest entries go first past the limits.
+/// every event but the high-rate memory (samples and per-step breakdowns) and micro-batch ones
+/// (events JSONL). Bounded: the oldest entries go first past the limits.
 class RunRecord {
 public:
     void handle(const core::Event& event);

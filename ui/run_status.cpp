@@ -38,14 +38,24 @@ QLabel* field(QStatusBar* bar, const QString& name, const QString& tip)
 
 RunStatus::RunStatus(QStatusBar* bar, QObject* parent) : QObject(parent)
 {
-    m_state = field(bar, QStringLiteral("statusState"), tr("Run state"));
-    m_device = field(bar, QStringLiteral("statusDevice"), tr("Device the trainer runs on"));
+    m_state = field(bar, QStringLiteral("statusState"),
+                    tr("What the trainer is doing: probing for the largest micro-batch, "
+                       "training, paused or finished."));
+    m_device = field(bar, QStringLiteral("statusDevice"),
+                     tr("The device the trainer runs on. Its memory decides how many samples fit "
+                        "in one micro-batch."));
     m_plan = field(bar, QStringLiteral("statusPlan"),
-                   tr("Micro-batch × accumulation steps = target batch"));
-    m_step = field(bar, QStringLiteral("statusStep"), tr("Optimizer step and epoch"));
-    m_rate = field(bar, QStringLiteral("statusRate"), tr("Training throughput"));
+                   tr("Micro-batch × accumulation steps = target batch: how the batch you asked "
+                      "for is split into pieces that fit in memory."));
+    m_step = field(bar, QStringLiteral("statusStep"),
+                   tr("Optimizer steps done (one per target batch) and the epoch: how many times "
+                      "the whole dataset has been seen."));
+    m_rate = field(bar, QStringLiteral("statusRate"),
+                   tr("Training throughput in samples per second. Larger micro-batches usually "
+                      "use the device better."));
     m_memory = field(bar, QStringLiteral("statusMemory"),
-                     tr("Peak device memory of the last step against the device's capacity"));
+                     tr("Peak device memory of the last step against the device's capacity: how "
+                        "close training runs to the limit."));
     m_progress = new QProgressBar;
     m_progress->setObjectName(QStringLiteral("statusProgress"));
     m_progress->setMaximumWidth(130);
@@ -54,7 +64,8 @@ RunStatus::RunStatus(QStatusBar* bar, QObject* parent) : QObject(parent)
     bar->addPermanentWidget(m_progress);
     m_eta = new QLabel;
     m_eta->setObjectName(QStringLiteral("statusEta"));
-    m_eta->setToolTip(tr("Estimated time until the step limit"));
+    m_eta->setToolTip(tr("Estimated time until the step limit, from the recent speed."));
+    m_progress->setToolTip(tr("Share of the step limit done."));
     bar->addPermanentWidget(m_eta);
     clear();
 }

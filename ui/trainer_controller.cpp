@@ -1,6 +1,7 @@
 #include "ui/trainer_controller.h"
 
 #include <exception>
+#include <optional>
 #include <utility>
 
 #include <QThread>
@@ -17,10 +18,13 @@ public:
     {
         const std::lock_guard lock(m_mutex);
         // If the GUI falls far behind (it is busy or blocked), shed the high-rate events that are
-        // only drawn, never the ones that tell the story (probe, OOM, steps, errors).
+        // only drawn, never the ones that tell the story (probe, OOM, steps, errors). Step-by-step
+        // micro-batches (the ones that carry their sample indices) are the story: a click waits
+        // for each one.
+        const auto* micro = std::get_if<core::MicroBatchDone>(&event);
         if (m_events.size() >= kMaxPending &&
             (std::holds_alternative<core::MemorySample>(event) ||
-             std::holds_alternative<core::MicroBatchDone>(event))) {
+             (micro != nullptr && micro->sampleIndices.empty()))) {
             ++m_dropped;
             return;
         }
@@ -65,7 +69,13 @@ public:
             m_trainer->stop();
         if (m_trainer && m_pendingPause)
             m_trainer->pause();
+        if (m_trainer && m_pendingStepMode)
+            m_trainer->setStepMode(*m_pendingStepMode);
+        if (m_trainer && m_pendingEquivalence)
+            m_trainer->checkEquivalence(*m_pendingEquivalence);
         m_pendingStop = m_pendingPause = false;
+        m_pendingStepMode.reset();
+        m_pendingEquivalence.reset();
     }
 
     core::Trainer* trainer()
@@ -90,10 +100,32 @@ public:
         }
     }
 
+    void requestStepMode(bool on)
+    {
+        // One lock for both cases: a toggle cannot fall between the trainer's creation and its
+        // pending commands.
+        const std::lock_guard lock(m_trainerMutex);
+        if (m_trainer)
+            m_trainer->setStepMode(on);
+        else
+            m_pendingStepMode = on;
+    }
+
+    void requestEquivalence(qint64 samples)
+    {
+        const std::lock_guard lock(m_trainerMutex);
+        if (m_trainer)
+            m_trainer->checkEquivalence(samples);
+        else
+            m_pendingEquivalence = samples;
+    }
+
     void resetPending()
     {
         const std::lock_guard lock(m_trainerMutex);
         m_pendingStop = m_pendingPause = false;
+        m_pendingStepMode.reset();
+        m_pendingEquivalence.reset();
     }
 
 private:
@@ -105,6 +137,8 @@ private:
     std::unique_ptr<core::Trainer> m_trainer;
     bool m_pendingStop = false;
     bool m_pendingPause = false;
+    std::optional<bool> m_pendingStepMode;  // toggled after start() but before the trainer existed
+    std::optional<qint64> m_pendingEquivalence;  // asked for in that moment too
 };
 
 /// Lives on the worker thread: builds the trainer and runs it.
@@ -179,7 +213,12 @@ bool TrainerController::start(const core::TrainerOptions& options)
     m_queue->resetPending();
     m_queue->take();  // anything left from a previous run was delivered already
     m_drainTimer->start();
-    QMetaObject::invokeMethod(m_worker, [worker = m_worker, options] { worker->run(options); },
+    core::TrainerOptions runOptions = options;
+    runOptions.stepMode = m_stepMode;
+    // One norm over the accumulated gradients per micro-batch: small next to the micro-batch's
+    // forward and backward pass, and it lets the accumulation view show the gradient growing.
+    runOptions.reportGradientNorm = true;
+    QMetaObject::invokeMethod(m_worker, [worker = m_worker, runOptions] { worker->run(runOptions); },
                               Qt::QueuedConnection);
     Q_EMIT runStarted();
     return true;
@@ -230,6 +269,29 @@ void TrainerController::switchDevice(const QString& device)
 {
     const std::string id = device.toStdString();
     m_queue->withTrainer([&](core::Trainer& t) { t.switchDevice(id); });
+}
+
+void TrainerController::setStepMode(bool on)
+{
+    m_stepMode = on;
+    if (m_running)
+        m_queue->requestStepMode(on);
+}
+
+void TrainerController::advance()
+{
+    m_queue->withTrainer([](core::Trainer& t) { t.advance(); });
+}
+
+void TrainerController::finishBatch()
+{
+    m_queue->withTrainer([](core::Trainer& t) { t.finishBatch(); });
+}
+
+void TrainerController::checkEquivalence(qint64 samples)
+{
+    if (m_running)
+        m_queue->requestEquivalence(samples);
 }
 
 void TrainerController::setDrainInterval(int milliseconds)

@@ -42,7 +42,9 @@ public:
     explicit TrainerController(QObject* parent = nullptr);
     ~TrainerController() override;
 
-    /// Starts a run; false (and nothing happens) while one is still running.
+    /// Starts a run; false (and nothing happens) while one is still running. GUI runs report the
+    /// running gradient norm of every micro-batch (for the accumulation view) and start in step
+    /// mode when setStepMode(true) was called.
     bool start(const core::TrainerOptions& options);
     bool isRunning() const { return m_running; }
     bool isPaused() const { return m_paused; }
@@ -54,10 +56,22 @@ public:
     void reprobe();
     void switchDevice(const QString& device);
 
+    /// Step-by-step mode (teaching): the trainer waits before each micro-batch. The setting is
+    /// remembered: a run started while it is on starts in step mode.
+    void setStepMode(bool on);
+    bool stepMode() const { return m_stepMode; }
+    /// Step-by-step mode: runs exactly one more micro-batch.
+    void advance();
+    /// Step-by-step mode: runs the rest of the current batch and its optimizer step.
+    void finishBatch();
+    /// Compares accumulation with one full pass at the next training-batch boundary (the last
+    /// batch, or its first `samples` samples when 0 < samples < its size).
+    void checkEquivalence(qint64 samples);
+
     /// Milliseconds between drains of the event queue (default 33).
     void setDrainInterval(int milliseconds);
     /// Events dropped because the GUI fell far behind (memory samples and micro-batch events
-    /// only; nothing else is ever dropped).
+    /// outside step-by-step mode only; nothing else is ever dropped).
     qint64 droppedEvents() const;
 
     /// Names of the built-in models ("mlp", "cnn", ...).
@@ -81,6 +95,7 @@ private:
     std::shared_ptr<EventQueue> m_queue;
     bool m_running = false;
     bool m_paused = false;
+    bool m_stepMode = false;
 };
 
 }  // namespace batchpilot::ui

@@ -1,14 +1,20 @@
 #include "ui/charts/charts_panel.h"
 
+#include <QChartView>
 #include <QDir>
 #include <QGridLayout>
+#include <QHBoxLayout>
+#include <QTabWidget>
 #include <QTimer>
+#include <QVBoxLayout>
 
 #include "ui/charts/live_chart.h"
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
+#include "ui/charts/memory_fit_chart.h"
 #include "ui/charts/probe_chart.h"
 #include "ui/charts/throughput_chart.h"
+#include "ui/memory_breakdown_bar.h"
 
 namespace batchpilot::ui {
 
@@ -18,23 +24,44 @@ ChartsPanel::ChartsPanel(QWidget* parent)
       m_probe(new ProbeChart),
       m_memory(new MemoryChart),
       m_throughput(new ThroughputChart),
+      m_memoryFit(new MemoryFitChart),
+      m_breakdownBar(new MemoryBreakdownBar),
+      m_tabs(new QTabWidget),
       m_timer(new QTimer(this))
 {
     m_loss->setObjectName(QStringLiteral("lossChart"));
     m_probe->setObjectName(QStringLiteral("probeChart"));
     m_memory->setObjectName(QStringLiteral("memoryChart"));
     m_throughput->setObjectName(QStringLiteral("throughputChart"));
-    auto* grid = new QGridLayout(this);
+    m_memoryFit->setObjectName(QStringLiteral("memoryFitChart"));
+    m_breakdownBar->setObjectName(QStringLiteral("memoryBreakdownBar"));
+    auto* live = new QWidget;
+    auto* grid = new QGridLayout(live);
     grid->setContentsMargins(0, 0, 0, 0);
     grid->setSpacing(4);
     grid->addWidget(m_loss, 0, 0);
     grid->addWidget(m_probe, 0, 1);
-    grid->addWidget(m_memory, 1, 0);
+    // The breakdown bar next to the memory chart: the same memory, over time and split by use.
+    auto* memoryRow = new QHBoxLayout;
+    memoryRow->setContentsMargins(0, 0, 0, 0);
+    memoryRow->setSpacing(2);
+    memoryRow->addWidget(m_memory, 1);
+    memoryRow->addWidget(m_breakdownBar);
+    grid->addLayout(memoryRow, 1, 0);
     grid->addWidget(m_throughput, 1, 1);
     grid->setColumnStretch(0, 1);
     grid->setColumnStretch(1, 1);
     grid->setRowStretch(0, 1);
     grid->setRowStretch(1, 1);
+    m_tabs->setDocumentMode(true);
+    m_tabs->addTab(live, tr("Live"));
+    m_tabs->addTab(m_memoryFit, tr("Memory fit && what-if"));
+    m_tabs->setTabToolTip(0, tr("Loss, probe trials, device memory with its breakdown, throughput"));
+    m_tabs->setTabToolTip(1, tr("Peak memory against micro-batch for the latest probe, the fitted "
+                                "line, and a slider to ask what another micro-batch would need"));
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(m_tabs);
     for (LiveChart* chart : charts())
         connect(chart, &LiveChart::followLiveChanged, this,
                 [this] { Q_EMIT followLiveChanged(followLive()); });
@@ -48,29 +75,36 @@ QList<LiveChart*> ChartsPanel::charts() const
     return {m_loss, m_probe, m_memory, m_throughput};
 }
 
+QList<LiveChart*> ChartsPanel::drawnCharts() const
+{
+    return {m_loss, m_probe, m_memory, m_throughput, m_memoryFit};
+}
+
 void ChartsPanel::handle(const core::Event& event)
 {
-    for (LiveChart* chart : charts())
+    for (LiveChart* chart : drawnCharts())
         chart->handle(event);
+    m_breakdownBar->handle(event);
 }
 
 void ChartsPanel::clear()
 {
-    for (LiveChart* chart : charts()) {
+    for (LiveChart* chart : drawnCharts()) {
         chart->clear();
         chart->setFollowLive(true);
     }
+    m_breakdownBar->clear();
 }
 
 void ChartsPanel::redrawNow()
 {
-    for (LiveChart* chart : charts())
+    for (LiveChart* chart : drawnCharts())
         chart->redraw();
 }
 
 void ChartsPanel::redrawNext()
 {
-    const QList<LiveChart*> all = charts();
+    const QList<LiveChart*> all = drawnCharts();
     for (int i = 0; i < all.size(); ++i) {
         const int index = (m_nextChart + i) % all.size();
         if (all[index]->isDirty()) {
@@ -97,8 +131,26 @@ bool ChartsPanel::followLive() const
 
 void ChartsPanel::setDarkTheme(bool dark)
 {
-    for (LiveChart* chart : charts())
+    for (LiveChart* chart : drawnCharts())
         chart->setDarkTheme(dark);
+    m_breakdownBar->setDarkTheme(dark);
+}
+
+QImage ChartsPanel::lossImage()
+{
+    m_loss->redraw();
+    return m_loss->chartView()->grab().toImage();
+}
+
+QImage ChartsPanel::memoryFitImage()
+{
+    m_memoryFit->redraw();
+    return m_memoryFit->chartView()->grab().toImage();
+}
+
+QImage ChartsPanel::breakdownImage()
+{
+    return m_breakdownBar->grab().toImage();
 }
 
 QStringList ChartsPanel::exportAll(const QString& directory)

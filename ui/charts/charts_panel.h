@@ -1,21 +1,27 @@
 #pragma once
 
+#include <QImage>
 #include <QList>
 #include <QWidget>
 
 #include "core/events.h"
 
+class QTabWidget;
 class QTimer;
 
 namespace batchpilot::ui {
 
 class LiveChart;
 class LossChart;
+class MemoryBreakdownBar;
 class MemoryChart;
+class MemoryFitChart;
 class ProbeChart;
 class ThroughputChart;
 
-/// The four live charts in a grid, redrawn one at a time on a 16 ms timer (each ~15 Hz).
+/// Two tabs: "Live" with the four live charts in a grid and the memory breakdown bar next to the
+/// memory chart, and "Memory fit" with the latest probe's memory against micro-batch and its
+/// what-if slider. Charts redraw one at a time on a 16 ms timer (each ~15 Hz).
 /// Everything outside ui/charts/ talks to the charts through this class, so Qt Charts stays swappable.
 class ChartsPanel : public QWidget {
     Q_OBJECT
@@ -40,17 +46,33 @@ public:
     ProbeChart* probeChart() const { return m_probe; }
     MemoryChart* memoryChart() const { return m_memory; }
     ThroughputChart* throughputChart() const { return m_throughput; }
+    MemoryFitChart* memoryFitChart() const { return m_memoryFit; }
+    MemoryBreakdownBar* breakdownBar() const { return m_breakdownBar; }
+    QTabWidget* tabs() const { return m_tabs; }
+    /// The four live charts (follow live, Export all charts).
     QList<LiveChart*> charts() const;
+
+    /// Images for the saved report: the loss chart, the memory-fit chart (without its what-if
+    /// row) and the breakdown bar, as they look now (drawn even when their tab is hidden).
+    QImage lossImage();
+    QImage memoryFitImage();
+    QImage breakdownImage();
 
 Q_SIGNALS:
     /// Some chart started or stopped following live.
     void followLiveChanged(bool allFollowing);
 
 private:
+    /// Every chart the timer redraws: the four live ones and the memory fit.
+    QList<LiveChart*> drawnCharts() const;
+
     LossChart* m_loss;
     ProbeChart* m_probe;
     MemoryChart* m_memory;
     ThroughputChart* m_throughput;
+    MemoryFitChart* m_memoryFit;
+    MemoryBreakdownBar* m_breakdownBar;
+    QTabWidget* m_tabs;
     QTimer* m_timer;
     int m_nextChart = 0;
 };

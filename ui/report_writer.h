@@ -1,0 +1,55 @@
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include <QImage>
+#include <QString>
+
+#include "core/events.h"
+
+namespace batchpilot::ui {
+
+/// File → Save report: one self-contained HTML file (charts embedded as PNG data URIs), or a PDF
+/// when the file name ends in ".pdf". It keeps only the latest of what it reports (run summary,
+/// the latest probe's trials and result, memory breakdown, equivalence check, step metrics), so
+/// feeding it every event of a long run costs nothing that grows with the run.
+///
+/// Thread rules: GUI thread only (QTextDocument and QPdfWriter).
+class ReportWriter {
+public:
+    /// Chart images, as the window shows them now; a null image leaves its place out.
+    struct Images {
+        QImage memoryFit;
+        QImage memoryBreakdown;
+        QImage loss;
+    };
+
+    void handle(const core::Event& event);
+    void clear();
+
+    /// The report as HTML. With `embedImages`, images are data: URIs (a self-contained file);
+    /// without, they refer to the resource names imageName() gives (for QTextDocument).
+    QString html(const Images& images, bool embedImages = true) const;
+    /// Writes HTML, or PDF when `path` ends in ".pdf" (any case). On failure returns false and
+    /// sets `error` to what went wrong.
+    bool write(const QString& path, const Images& images, QString* error = nullptr) const;
+
+    /// Resource names of the images in the non-embedded HTML.
+    static QString imageName(int index);
+
+    bool hasSummary() const { return m_summary.has_value(); }
+    int trialCount() const { return static_cast<int>(m_trials.size()); }
+
+private:
+    std::optional<core::RunSummary> m_summary;
+    std::optional<core::ProbeStarted> m_probeStarted;
+    std::vector<core::ProbeTrial> m_trials;
+    std::optional<core::ProbeFinished> m_probeFinished;
+    std::optional<core::MemoryBreakdown> m_breakdown;
+    std::optional<core::EquivalenceChecked> m_equivalence;
+    std::optional<core::StepMetrics> m_lastStep;
+    std::optional<core::RunStateChanged> m_lastState;
+};
+
+}  // namespace batchpilot::ui
