@@ -77,7 +77,7 @@ core::TrainerOptions model(const std::string& name, int64_t width, int64_t side,
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
     const auto args = bench::parseArgs(argc, argv, "batchpilot-bench-insight",
                                        "Cost of the teaching instrumentation and the equivalence check; what-if accuracy.");
     core::installCountingAllocator();
@@ -206,4 +206,7 @@ int main(int argc, char** argv) {
                 report["instrumentation"]["ratio_of_medians"].get<double>(), bench::median(checkInSteps),
                 100 * worstPrediction, report["seconds"].get<double>());
     return 0;
+} catch (const std::exception& e) {
+    std::fprintf(stderr, "batchpilot-bench-insight: %s\n", e.what());
+    return 1;
 }

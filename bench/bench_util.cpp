@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -59,6 +60,8 @@ BenchArgs parseArgs(int argc, char** argv, const char* name, const char* what) {
 namespace {
 
 std::ofstream openOutput(const std::string& outDir, const std::string& file) {
+    std::error_code ignored;  // a failure shows as the file that cannot be opened below
+    std::filesystem::create_directories(outDir, ignored);
     const std::string path = outDir + "/" + file;
     std::ofstream out(path);
     if (!out) throw std::runtime_error("cannot write " + path);

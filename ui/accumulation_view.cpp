@@ -224,7 +224,13 @@ void AccumulationView::handle(const core::Event& event)
         m_lastCommitted = stepped->step;
         m_pending.reset();
         m_table->tableModel()->setPending(std::nullopt, true);
-        m_badge->setText(tr("✓ optimizer step %1 (%2 micro-batches)").arg(stepped->step).arg(stepped->microBatches));
+        // Short, so the plan caption keeps its room; the micro-batch count is in the tooltip.
+        m_badge->setText(tr("✓ optimizer step %1").arg(stepped->step));
+        m_badge->setToolTip(tr("Optimizer step %1 used the gradient summed over %2 micro-batches. The "
+                               "optimizer changes the weights once per target batch, however many "
+                               "micro-batches it took.")
+                                .arg(stepped->step)
+                                .arg(stepped->microBatches));
         m_badge->show();
         m_flash->stop();
         m_flash->start();
@@ -270,7 +276,7 @@ void AccumulationView::updateCaption()
     }
     m_caption->setText(tr("Training batch: %1").arg(planCaption(m_target, m_microBatch)));
     m_caption->setToolTip(m_caption->text());
-    QString status = tr("step %1: %2 / %3 samples").arg(m_step).arg(filledSamples()).arg(m_target);
+    QString status = tr("step %1: %2/%3 samples").arg(m_step).arg(filledSamples()).arg(m_target);
     if (m_replays > 0)
         status += tr(", replayed ×%1 after OOM").arg(m_replays);
     if (m_gradientNorm > 0)

@@ -4,6 +4,7 @@
 #include <QWidget>
 
 #include "core/options.h"
+#include "ui/teaching_box.h"
 
 class QCheckBox;
 class QComboBox;
@@ -47,10 +48,10 @@ public:
     /// Step-by-step mode: whether the trainer waits for Next micro-batch or Finish batch, and
     /// what it waits to run (shown under the buttons). Next and Finish are enabled only while it
     /// waits and step mode is on.
-    void setStepWaiting(bool waiting, const QString& next = {});
-    bool isStepWaiting() const { return m_stepWaiting; }
-    bool stepMode() const;
-    void setStepMode(bool on);
+    void setStepWaiting(bool waiting, const QString& next = {}) { m_teaching->setStepWaiting(waiting, next); }
+    bool isStepWaiting() const { return m_teaching->isStepWaiting(); }
+    bool stepMode() const { return m_teaching->stepMode(); }
+    void setStepMode(bool on) { m_teaching->setStepMode(on); }
 
     void saveSettings(QSettings& settings) const;
     void loadSettings(const QSettings& settings);
@@ -66,12 +67,13 @@ public:
     QComboBox* datasetBox() const { return m_dataset; }
     QLineEdit* dataPathEdit() const { return m_dataPath; }
     QLineEdit* virtualSizeEdit() const { return m_virtualSize; }
-    QCheckBox* stepModeBox() const { return m_stepMode; }
-    QPushButton* nextMicroBatchButton() const { return m_next; }
-    QPushButton* finishBatchButton() const { return m_finish; }
-    QPushButton* checkEquivalenceButton() const { return m_check; }
+    TeachingBox* teachingBox() const { return m_teaching; }
+    QCheckBox* stepModeBox() const { return m_teaching->stepModeBox(); }
+    QPushButton* nextMicroBatchButton() const { return m_teaching->nextMicroBatchButton(); }
+    QPushButton* finishBatchButton() const { return m_teaching->finishBatchButton(); }
+    QPushButton* checkEquivalenceButton() const { return m_teaching->checkEquivalenceButton(); }
     /// Samples of the equivalence check; 0 means the whole training batch.
-    QSpinBox* checkBatchBox() const { return m_checkBatch; }
+    QSpinBox* checkBatchBox() const { return m_teaching->checkBatchBox(); }
 
 Q_SIGNALS:
     void startRequested();
@@ -94,7 +96,6 @@ private:
     void revalidate();
     void markField(QWidget* field, const QString& problem);
     void commitDevice();
-    QWidget* createTeachingGroup();
 
     QComboBox* m_model;
     QComboBox* m_dataset;
@@ -119,19 +120,11 @@ private:
     QPushButton* m_stop;
     QPushButton* m_reprobe;
     QLabel* m_problemLabel;
-    QCheckBox* m_stepMode;
-    QPushButton* m_next;
-    QPushButton* m_finish;
-    QLabel* m_stepInfo;
-    QPushButton* m_check;
-    QSpinBox* m_checkBatch;
+    TeachingBox* m_teaching;
 
     QString m_problem;
     bool m_running = false;
     bool m_paused = false;
-    bool m_stepWaiting = false;
-    bool m_refocusNext = false;  // give Next the focus when the trainer waits again
-    QString m_stepNext;  // what the trainer waits to run, e.g. "micro-batch 3 of step 2"
     QString m_runDevice;  // device of the running trainer (after switches)
 };
 
