@@ -4,7 +4,6 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
-#include <map>
 
 #include "core/accumulation_plan.h"
 #include "core/byte_size.h"
@@ -46,31 +45,6 @@ std::string describeMemoryModel(const MemoryModel& model) {
                " at zero: the smallest sizes need more per sample)";
     }
     return "≈ " + approximate(model.fixedBytes) + " fixed + " + approximate(model.bytesPerSample) + " per sample";
-}
-
-std::optional<MemoryModel> fitMemoryModel(const std::vector<TrialOutcome>& trials) {
-    std::map<int64_t, int64_t> peaks;
-    for (const TrialOutcome& t : trials) {
-        if (t.fit && t.peakBytes > 0) peaks[t.size] = t.peakBytes;
-    }
-    if (peaks.size() < 2) return std::nullopt;
-    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (const auto& [size, peak] : peaks) {
-        const auto x = static_cast<double>(size);
-        const auto y = static_cast<double>(peak);
-        n += 1;
-        sx += x;
-        sy += y;
-        sxx += x * x;
-        sxy += x * y;
-    }
-    const double denominator = n * sxx - sx * sx;
-    if (denominator <= 0) return std::nullopt;
-    MemoryModel model;
-    model.bytesPerSample = (n * sxy - sx * sy) / denominator;
-    model.fixedBytes = (sy - model.bytesPerSample * sx) / n;
-    if (model.bytesPerSample <= 0) return std::nullopt;
-    return model;
 }
 
 WhatIf predictWhatIf(const MemoryModel& model, int64_t microBatch, int64_t targetBatch, int64_t usableBytes,

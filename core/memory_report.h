@@ -15,11 +15,6 @@ namespace batchpilot::core {
 /// "≈ 210 MiB fixed + 3.1 MiB per sample" (sizes scaled to their own units).
 std::string describeMemoryModel(const MemoryModel& model);
 
-/// Least squares fit of peak = a + b·n over the given fits (the probe's own fit uses its three
-/// largest fits; this one is for trials collected elsewhere). Empty when fewer than two distinct
-/// sizes fit.
-std::optional<MemoryModel> fitMemoryModel(const std::vector<TrialOutcome>& trials);
-
 /// What a micro-batch of `microBatch` samples would mean, by the fitted model.
 struct WhatIf {
     int64_t microBatch = 0;

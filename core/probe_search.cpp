@@ -47,20 +47,17 @@ bool ProbeSearch::converged() const {
            static_cast<double>(gap) <= m_options.tolerance * static_cast<double>(m_lo);
 }
 
-std::optional<MemoryModel> ProbeSearch::memoryModel() const {
-    // Least squares over the three largest sizes that physically fit (also above the headroom
-    // line): memory per sample at small sizes often differs (kernel workspaces, allocator
-    // rounding), and the largest fits are the closest to the limit being predicted.
+std::optional<MemoryModel> fitMemoryModel(const std::vector<TrialOutcome>& trials, size_t largest) {
     std::map<int64_t, int64_t> peaks;  // size → peak, largest sizes last
-    for (const TrialOutcome& t : m_history) {
+    for (const TrialOutcome& t : trials) {
         if (t.fit && t.peakBytes > 0) peaks[t.size] = t.peakBytes;
     }
     if (peaks.size() < 2) {
         return std::nullopt;
     }
     double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-    int used = 0;
-    for (auto it = peaks.rbegin(); it != peaks.rend() && used < 3; ++it, ++used) {
+    size_t used = 0;
+    for (auto it = peaks.rbegin(); it != peaks.rend() && (largest == 0 || used < largest); ++it, ++used) {
         const auto x = static_cast<double>(it->first);
         const auto y = static_cast<double>(it->second);
         n += 1;
@@ -80,6 +77,13 @@ std::optional<MemoryModel> ProbeSearch::memoryModel() const {
         return std::nullopt;
     }
     return model;
+}
+
+std::optional<MemoryModel> ProbeSearch::memoryModel() const {
+    // The three largest sizes that physically fit (also above the headroom line): memory per
+    // sample at small sizes often differs (kernel workspaces, allocator rounding), and the
+    // largest fits are the closest to the limit being predicted.
+    return fitMemoryModel(m_history, /*largest=*/3);
 }
 
 std::optional<int64_t> ProbeSearch::candidate() const {

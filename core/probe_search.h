@@ -24,6 +24,11 @@ struct MemoryModel {
     int64_t largestWithin(int64_t usableBytes) const;
 };
 
+/// Least squares fit of peak = a + b·n over the trials that fit (one point per size, the last
+/// measured), using only the `largest` largest sizes when it is not 0. Empty when fewer than two
+/// distinct sizes fit or the slope is not positive.
+std::optional<MemoryModel> fitMemoryModel(const std::vector<TrialOutcome>& trials, size_t largest = 0);
+
 /// The search for the largest micro-batch that fits, as a pure state machine: it proposes sizes,
 /// the caller runs them and records the outcome. No tensors, so it is tested with synthetic
 /// memory curves and reused by the benchmark.

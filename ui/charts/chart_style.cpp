@@ -1,5 +1,8 @@
 #include "ui/charts/chart_style.h"
 
+#include <QCoreApplication>
+#include <QScatterSeries>
+
 namespace batchpilot::ui {
 
 ChartColors ChartColors::forTheme(bool dark)
@@ -29,6 +32,20 @@ ChartColors ChartColors::forTheme(bool dark)
         c.chosen = QColor(0x1f, 0x5f, 0xbf);
     }
     return c;
+}
+
+TrialMarkers TrialMarkers::create()
+{
+    const auto marker = [](const QString& name, QScatterSeries::MarkerShape shape, qreal size) {
+        auto* series = new QScatterSeries;
+        series->setName(name);
+        series->setMarkerShape(shape);
+        series->setMarkerSize(size);
+        return series;
+    };
+    return {marker(QCoreApplication::translate("TrialMarkers", "fit"), QScatterSeries::MarkerShapeCircle, 9),
+            marker(QCoreApplication::translate("TrialMarkers", "past headroom"), QScatterSeries::MarkerShapeTriangle, 10),
+            marker(QCoreApplication::translate("TrialMarkers", "OOM"), QScatterSeries::MarkerShapeRectangle, 9)};
 }
 
 }  // namespace batchpilot::ui

@@ -2,6 +2,8 @@
 
 #include <QColor>
 
+class QScatterSeries;
+
 namespace batchpilot::ui {
 
 /// Colours shared by the charts, picked to read well on the light and the dark chart theme.
@@ -18,6 +20,17 @@ struct ChartColors {
     QColor chosen;      ///< chosen micro-batch
 
     static ChartColors forTheme(bool dark);
+};
+
+/// The three markers of probe trials, named for the legend, the same in every chart: fit (circle),
+/// fit but past the headroom line (triangle), out of memory (square). The caller adds them to
+/// its chart, which owns them from then on.
+struct TrialMarkers {
+    QScatterSeries* fits;
+    QScatterSeries* tight;
+    QScatterSeries* ooms;
+
+    static TrialMarkers create();
 };
 
 }  // namespace batchpilot::ui

@@ -49,18 +49,10 @@ ProbeChart::ProbeChart(QWidget* parent) : LiveChart(tr("Probe: micro-batch trial
 
     m_chosen = new QLineSeries;
     m_chosen->setName(tr("chosen"));
-    m_fits = new QScatterSeries;
-    m_fits->setName(tr("fit"));
-    m_fits->setMarkerShape(QScatterSeries::MarkerShapeCircle);
-    m_fits->setMarkerSize(9);
-    m_tight = new QScatterSeries;
-    m_tight->setName(tr("past headroom"));
-    m_tight->setMarkerShape(QScatterSeries::MarkerShapeTriangle);
-    m_tight->setMarkerSize(10);
-    m_ooms = new QScatterSeries;
-    m_ooms->setName(tr("OOM"));
-    m_ooms->setMarkerShape(QScatterSeries::MarkerShapeRectangle);
-    m_ooms->setMarkerSize(9);
+    const TrialMarkers markers = TrialMarkers::create();
+    m_fits = markers.fits;
+    m_tight = markers.tight;
+    m_ooms = markers.ooms;
     for (QXYSeries* series : {static_cast<QXYSeries*>(m_chosen), static_cast<QXYSeries*>(m_fits),
                               static_cast<QXYSeries*>(m_tight), static_cast<QXYSeries*>(m_ooms)}) {
         chart()->addSeries(series);
