@@ -256,7 +256,7 @@ void TestMainWindow::exportsFiles()
         QJsonDocument::fromJson(line, &error);
         QCOMPARE(error.error, QJsonParseError::NoError);
     }
-    QCOMPARE(w.exportCharts(dir.path()).size(), 4);
+    QCOMPARE(w.exportCharts(dir.path()).size(), 6);
 }
 
 void TestMainWindow::configurationsAndResume()

@@ -168,6 +168,16 @@ QStringList ChartsPanel::exportAll(const QString& directory)
         if (chart->exportPng(path))
             written << path;
     }
+    // The memory views too: the fit with its what-if marker, and the breakdown bar.
+    const QList<std::pair<QImage, QString>> images = {
+        {memoryFitImage(), QStringLiteral("memory-fit.png")},
+        {breakdownImage(), QStringLiteral("memory-breakdown.png")},
+    };
+    for (const auto& [image, name] : images) {
+        const QString path = dir.filePath(name);
+        if (!image.isNull() && image.save(path))
+            written << path;
+    }
     return written;
 }
 

@@ -39,7 +39,8 @@ public:
     void setFollowLive(bool follow);
     bool followLive() const;
     void setDarkTheme(bool dark);
-    /// Saves every chart as `<directory>/<name>.png`; returns the files written.
+    /// Saves the four live charts, the memory fit and the breakdown bar as `<directory>/<name>.png`;
+    /// returns the files written.
     QStringList exportAll(const QString& directory);
 
     LossChart* lossChart() const { return m_loss; }
