@@ -250,8 +250,7 @@ nlohmann::json millionPoints(std::vector<std::string>& rows) {
         {"drawn_points", charts->lossChart()->drawnPointCount()},
         {"record_steps", window->record().stepCount()},
         {"record_events", window->record().eventCount()},
-        {"record_bytes_estimate", window->record().stepCount() * sizeof(core::StepMetrics) +
-                                      window->record().eventCount() * sizeof(core::Event)},
+        {"record_bytes_estimate", window->record().memoryBytes()},
         {"rss_before_bytes", rssBefore},
         {"rss_after_bytes", rssAfter},
         {"rss_growth_bytes", rssAfter - rssBefore},

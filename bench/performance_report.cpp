@@ -300,7 +300,7 @@ void guiSection(std::ostream& md, const json& gui) {
     md << "\n### A million loss points\n\n"
           "One million `StepMetrics` events (one loss point each) through the same signal in "
           "batches of 10,000, in a fresh window.\n\n"
-          "| loss points | ingest | store: points (capacity, raw points per pair) | drawn points | run record: steps, events (≈ bytes) | RSS growth | redraw (thin + replace) | repaint of the loss chart |\n"
+          "| loss points | ingest | store: points (capacity, raw points per pair) | drawn points | run record: steps, events (memory) | RSS growth | redraw (thin + replace) | repaint of the loss chart |\n"
           "|---:|---:|---|---:|---|---:|---:|---:|\n"
        << "| " << m["points"] << " | " << fixed(m["ingest_seconds"].get<double>(), 1) << " s ("
        << fixed(m["points_per_second"].get<double>() / 1000.0, 0) << "k/s) | " << m["store_points"] << " ("
@@ -323,10 +323,9 @@ void guiSection(std::ostream& md, const json& gui) {
           "a few percent in BatchPilot's own event handling, so the cost is drawing, not the event "
           "path. Chart redraws thin to ~2 points per pixel column (drawn points), so a redraw costs "
           "about the same at a million points as at a thousand. Memory: the loss chart's store is "
-          "bounded (min/max decimation, shown above), but the window's growth for a million points "
-          "is dominated by the run record, which keeps every step's metrics (for the CSV export, up "
-          "to 2,000,000) and every non-high-rate event (for the JSON Lines export, up to 500,000); "
-          "its estimated size is in the table.\n\n";
+          "bounded (min/max decimation, shown above), and the run record kept for the exports "
+          "writes every step's metrics to a temporary file as it arrives (104 bytes a step on disk) "
+          "and keeps only the other, rarer events in memory (its memory is in the table).\n\n";
 }
 
 void insightSection(std::ostream& md, const json& insight) {
