@@ -1,5 +1,7 @@
 #include "ui/charts/chart_style.h"
 
+#include <utility>
+
 #include <QCoreApplication>
 #include <QScatterSeries>
 
@@ -32,6 +34,22 @@ ChartColors ChartColors::forTheme(bool dark)
         c.chosen = QColor(0x1f, 0x5f, 0xbf);
     }
     return c;
+}
+
+QPen linePen(const QColor& color, qreal width, Qt::PenStyle style)
+{
+    QPen pen(color);
+    pen.setWidthF(width);
+    pen.setStyle(style);
+    return pen;
+}
+
+void TrialMarkers::applyColors(const ChartColors& c) const
+{
+    for (const auto& [series, color] : {std::pair{fits, c.fit}, std::pair{tight, c.tight}, std::pair{ooms, c.oom}}) {
+        series->setColor(color);
+        series->setBorderColor(color.darker(130));
+    }
 }
 
 TrialMarkers TrialMarkers::create()

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <QColor>
+#include <QPen>
 
 class QScatterSeries;
 
@@ -22,6 +23,9 @@ struct ChartColors {
     static ChartColors forTheme(bool dark);
 };
 
+/// A pen for a chart line: `color`, `width` pixels, `style`.
+QPen linePen(const QColor& color, qreal width, Qt::PenStyle style = Qt::SolidLine);
+
 /// The three markers of probe trials, named for the legend, the same in every chart: fit (circle),
 /// fit but past the headroom line (triangle), out of memory (square). The caller adds them to
 /// its chart, which owns them from then on.
@@ -31,6 +35,8 @@ struct TrialMarkers {
     QScatterSeries* ooms;
 
     static TrialMarkers create();
+    /// Fills each marker with its colour and a darker border.
+    void applyColors(const ChartColors& colors) const;
 };
 
 }  // namespace batchpilot::ui

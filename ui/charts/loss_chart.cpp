@@ -194,12 +194,8 @@ int LossChart::drawnPointCount() const
 
 void LossChart::applyColors(const ChartColors& c)
 {
-    QPen faint(c.faint);
-    faint.setWidthF(1.0);
-    m_rawSeries->setPen(faint);
-    QPen bold(c.primary);
-    bold.setWidthF(2.0);
-    m_smoothSeries->setPen(bold);
+    m_rawSeries->setPen(linePen(c.faint, 1.0));
+    m_smoothSeries->setPen(linePen(c.primary, 2.0));
     if (auto* axis = qobject_cast<QValueAxis*>(m_yAxis))
         axis->setLabelFormat(QStringLiteral("%.3g"));  // also fine for log10 values
 }

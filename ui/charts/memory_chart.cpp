@@ -226,9 +226,7 @@ void MemoryChart::placeMarkers()
         hit->setBrush(Qt::transparent);
         hit->setZValue(5);
         auto* line = new QGraphicsLineItem(hit);
-        QPen pen(colors().oom);
-        pen.setWidthF(1.5);
-        line->setPen(pen);
+        line->setPen(linePen(colors().oom, 1.5));
         chart()->scene()->addItem(hit);
         m_markerItems.append(hit);
     }
@@ -242,9 +240,7 @@ void MemoryChart::placeMarkers()
         hit->setRect(px - 3, plot.top(), 6, plot.height());
         auto* line = static_cast<QGraphicsLineItem*>(hit->childItems().first());
         line->setLine(px, plot.top(), px, plot.bottom());
-        QPen pen(colors().oom);
-        pen.setWidthF(1.5);
-        line->setPen(pen);
+        line->setPen(linePen(colors().oom, 1.5));
         hit->setToolTip(columns[i].second->text);
         hit->setVisible(true);
     }
@@ -252,17 +248,11 @@ void MemoryChart::placeMarkers()
 
 void MemoryChart::applyColors(const ChartColors& c)
 {
-    const auto pen = [](const QColor& color, double width, Qt::PenStyle style = Qt::SolidLine) {
-        QPen p(color);
-        p.setWidthF(width);
-        p.setStyle(style);
-        return p;
-    };
-    m_allocatedSeries->setPen(pen(c.primary, 2.0));
-    m_peakSeries->setPen(pen(c.secondary, 1.2));
-    m_reservedSeries->setPen(pen(c.tertiary, 1.2));
-    m_capacitySeries->setPen(pen(c.limit, 1.5));
-    m_headroomSeries->setPen(pen(c.headroom, 1.2, Qt::DashLine));
+    m_allocatedSeries->setPen(linePen(c.primary, 2.0));
+    m_peakSeries->setPen(linePen(c.secondary, 1.2));
+    m_reservedSeries->setPen(linePen(c.tertiary, 1.2));
+    m_capacitySeries->setPen(linePen(c.limit, 1.5));
+    m_headroomSeries->setPen(linePen(c.headroom, 1.2, Qt::DashLine));
     m_oomSeries->setColor(c.oom);
     m_oomSeries->setBorderColor(c.oom.darker(130));
     if (auto* axis = qobject_cast<QValueAxis*>(m_yAxis))

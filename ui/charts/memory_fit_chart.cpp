@@ -411,31 +411,13 @@ QString MemoryFitChart::describe(const Trial& t) const
 
 void MemoryFitChart::applyColors(const ChartColors& c)
 {
-    m_fits->setColor(c.fit);
-    m_fits->setBorderColor(c.fit.darker(130));
-    m_tight->setColor(c.tight);
-    m_tight->setBorderColor(c.tight.darker(130));
-    m_ooms->setColor(c.oom);
-    m_ooms->setBorderColor(c.oom.darker(130));
-    QPen capacity(c.limit);
-    capacity.setWidthF(1.5);
-    m_capacityLine->setPen(capacity);
-    QPen usable(c.headroom);
-    usable.setWidthF(1.5);
-    usable.setStyle(Qt::DashLine);
-    m_usableLine->setPen(usable);
-    QPen fit(c.primary);
-    fit.setWidthF(2.0);
-    m_fitLine->setPen(fit);
+    TrialMarkers{m_fits, m_tight, m_ooms}.applyColors(c);
+    m_capacityLine->setPen(linePen(c.limit, 1.5));
+    m_usableLine->setPen(linePen(c.headroom, 1.5, Qt::DashLine));
+    m_fitLine->setPen(linePen(c.primary, 2.0));
     // Green like the fits: the chosen size is the largest that fit under the headroom line.
-    QPen chosen(c.fit);
-    chosen.setWidthF(1.5);
-    chosen.setStyle(Qt::DashLine);
-    m_chosenLine->setPen(chosen);
-    QPen whatIf(c.tertiary);
-    whatIf.setWidthF(1.5);
-    whatIf.setStyle(Qt::DotLine);
-    m_whatIfLine->setPen(whatIf);
+    m_chosenLine->setPen(linePen(c.fit, 1.5, Qt::DashLine));
+    m_whatIfLine->setPen(linePen(c.tertiary, 1.5, Qt::DotLine));
     m_whatIfPoint->setColor(c.tertiary);
     m_whatIfPoint->setBorderColor(c.tertiary.darker(130));
     m_yAxis->setLabelFormat(QStringLiteral("%.0f"));

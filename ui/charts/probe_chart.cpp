@@ -205,9 +205,7 @@ void ProbeChart::refresh(bool follow)
         chart()->addSeries(path);
         path->attachAxis(xAxis());
         path->attachAxis(m_yAxis);
-        QPen pen(colors().headroom);
-        pen.setWidthF(1.0);
-        path->setPen(pen);
+        path->setPen(linePen(colors().headroom, 1.0));
         const auto markers = chart()->legend()->markers(path);
         for (QLegendMarker* marker : markers)
             marker->setVisible(false);
@@ -297,21 +295,10 @@ QString ProbeChart::describe(const Trial& t) const
 
 void ProbeChart::applyColors(const ChartColors& c)
 {
-    m_fits->setColor(c.fit);
-    m_fits->setBorderColor(c.fit.darker(130));
-    m_tight->setColor(c.tight);
-    m_tight->setBorderColor(c.tight.darker(130));
-    m_ooms->setColor(c.oom);
-    m_ooms->setBorderColor(c.oom.darker(130));
-    QPen chosen(c.chosen);
-    chosen.setWidthF(2.0);
-    chosen.setStyle(Qt::DashLine);
-    m_chosen->setPen(chosen);
-    for (QLineSeries* path : std::as_const(m_paths)) {
-        QPen pen(c.headroom);
-        pen.setWidthF(1.0);
-        path->setPen(pen);
-    }
+    TrialMarkers{m_fits, m_tight, m_ooms}.applyColors(c);
+    m_chosen->setPen(linePen(c.chosen, 2.0, Qt::DashLine));
+    for (QLineSeries* path : std::as_const(m_paths))
+        path->setPen(linePen(c.headroom, 1.0));
     m_yAxis->setLabelFormat(QStringLiteral("%.0f"));
 }
 

@@ -98,16 +98,9 @@ void ThroughputChart::refresh(bool follow)
 
 void ThroughputChart::applyColors(const ChartColors& c)
 {
-    QPen rate(c.primary);
-    rate.setWidthF(2.0);
-    m_throughputSeries->setPen(rate);
-    QPen micro(c.secondary);
-    micro.setWidthF(1.5);
-    m_microBatchSeries->setPen(micro);
-    QPen accumulation(c.tertiary);
-    accumulation.setWidthF(1.5);
-    accumulation.setStyle(Qt::DashLine);
-    m_accumulationSeries->setPen(accumulation);
+    m_throughputSeries->setPen(linePen(c.primary, 2.0));
+    m_microBatchSeries->setPen(linePen(c.secondary, 1.5));
+    m_accumulationSeries->setPen(linePen(c.tertiary, 1.5, Qt::DashLine));
     m_rateAxis->setLabelFormat(QStringLiteral("%.0f"));
     m_planAxis->setLabelFormat(QStringLiteral("%.0f"));
 }
