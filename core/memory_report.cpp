@@ -89,20 +89,33 @@ std::vector<MemoryPart> memoryParts(const MemoryBreakdown& b) {
     return parts;
 }
 
-void MemoryReport::handle(const Event& event) {
-    if (const auto* summary = std::get_if<RunSummary>(&event)) {
-        m_summary = *summary;
-        m_haveSummary = true;
+void RunDigest::handle(const Event& event) {
+    if (const auto* s = std::get_if<RunSummary>(&event)) {
+        summary = *s;
     } else if (const auto* started = std::get_if<ProbeStarted>(&event)) {
-        m_started = *started;
-        m_trials.clear();
-        m_haveProbe = false;
-        m_probing = true;
+        probeStarted = *started;
+        trials.clear();
+        probeFinished.reset();
     } else if (const auto* trial = std::get_if<ProbeTrial>(&event)) {
-        m_trials.push_back(*trial);
+        if (trials.size() < kMaxTrials) trials.push_back(*trial);
     } else if (const auto* finished = std::get_if<ProbeFinished>(&event)) {
-        m_finished = *finished;
-        m_haveProbe = true;
+        probeFinished = *finished;
+    } else if (const auto* b = std::get_if<MemoryBreakdown>(&event)) {
+        breakdown = *b;
+    } else if (const auto* check = std::get_if<EquivalenceChecked>(&event)) {
+        equivalence = *check;
+    } else if (const auto* metrics = std::get_if<StepMetrics>(&event)) {
+        lastStep = *metrics;
+    } else if (const auto* state = std::get_if<RunStateChanged>(&event)) {
+        lastState = *state;
+    }
+}
+
+void MemoryReport::handle(const Event& event) {
+    m_digest.handle(event);
+    if (std::holds_alternative<ProbeStarted>(event)) {
+        m_probing = true;
+    } else if (std::holds_alternative<ProbeFinished>(event)) {
         m_probing = false;
         m_waitingForStep = true;
         // The probe ended inside step m_stepsDone + 1; the step after it is all plan.
@@ -110,15 +123,13 @@ void MemoryReport::handle(const Event& event) {
     } else if (const auto* stepped = std::get_if<OptimizerStepped>(&event)) {
         m_stepsDone = stepped->step;
     } else if (const auto* breakdown = std::get_if<MemoryBreakdown>(&event)) {
-        m_breakdown = *breakdown;
-        m_haveBreakdown = true;
         if (m_waitingForStep && !m_probing && breakdown->step >= m_reportAfterStep) {
             m_waitingForStep = false;
             m_due = true;
         }
     } else if (const auto* state = std::get_if<RunStateChanged>(&event)) {
         const bool ended = state->state == RunState::Finished || state->state == RunState::Failed;
-        if (ended && m_waitingForStep && m_haveBreakdown && m_breakdown.step > 0) {
+        if (ended && m_waitingForStep && m_digest.breakdown && m_digest.breakdown->step > 0) {
             m_waitingForStep = false;
             m_due = true;
         }
@@ -131,18 +142,20 @@ std::string MemoryReport::take() {
 }
 
 std::string MemoryReport::text() const {
+    const RunDigest& d = m_digest;
+    const ProbeStarted started = d.probeStarted.value_or(ProbeStarted{});
     std::string out = "Memory report";
-    if (m_haveSummary) {
-        out += " — " + m_summary.model + " (" + withThousands(m_summary.parameterCount) + " parameters) on " +
-               m_summary.device + ", target batch " + std::to_string(m_summary.targetBatch);
+    if (d.summary) {
+        out += " — " + d.summary->model + " (" + withThousands(d.summary->parameterCount) + " parameters) on " +
+               d.summary->device + ", target batch " + std::to_string(d.summary->targetBatch);
     }
     out += "\n\n";
-    if (m_haveProbe || !m_trials.empty()) {
+    if (d.probeFinished || !d.trials.empty()) {
         out += format("Probe %d (%s): %zu trial(s), usable %s of the device (capacity minus headroom)\n",
-                      m_started.sequence, toString(m_started.reason), m_trials.size(),
-                      formatBytes(m_started.usableBytes).c_str());
+                      started.sequence, toString(started.reason), d.trials.size(),
+                      formatBytes(started.usableBytes).c_str());
         out += "  trial  micro-batch  result                    peak\n";
-        for (const ProbeTrial& t : m_trials) {
+        for (const ProbeTrial& t : d.trials) {
             const char* result = t.fit ? (t.withinHeadroom ? "fits" : "fits, past headroom") : "out of memory";
             std::string peak = t.fit ? formatBytes(t.peakBytes)
                                      : (t.failedAllocationBytes > 0 ? "failed to get " + formatBytes(t.failedAllocationBytes)
@@ -150,23 +163,24 @@ std::string MemoryReport::text() const {
             out += format("  %5d  %11" PRId64 "  %-20s  %10s\n", t.trial, t.microBatch, result, peak.c_str());
         }
     }
-    if (m_haveProbe) {
-        if (m_finished.bytesPerSample > 0) {
-            const MemoryModel model{m_finished.fixedBytes, m_finished.bytesPerSample};
+    if (d.probeFinished) {
+        const ProbeFinished& finished = *d.probeFinished;
+        if (finished.bytesPerSample > 0) {
+            const MemoryModel model{finished.fixedBytes, finished.bytesPerSample};
             out += "Memory model: " + describeMemoryModel(model) + "\n";
             out += format("  predicts %" PRId64 " samples at most within the usable %s\n",
-                          model.largestWithin(m_started.usableBytes), formatBytes(m_started.usableBytes).c_str());
+                          model.largestWithin(started.usableBytes), formatBytes(started.usableBytes).c_str());
         } else {
             out += "Memory model: not fitted (fewer than two sizes fit)\n";
         }
-        const auto split = AccumulationPlan::split(m_finished.targetBatch, m_finished.microBatch);
+        const auto split = AccumulationPlan::split(finished.targetBatch, finished.microBatch);
         out += format("Chosen micro-batch %" PRId64 ": target %" PRId64 " = %zu micro-batch(es) of %" PRId64,
-                      m_finished.microBatch, m_finished.targetBatch, split.size(), split.front());
+                      finished.microBatch, finished.targetBatch, split.size(), split.front());
         if (split.back() != split.front()) out += format(" or %" PRId64, split.back());
         out += "\n\n";
     }
-    if (m_haveBreakdown) {
-        const MemoryBreakdown& b = m_breakdown;
+    if (d.breakdown) {
+        const MemoryBreakdown& b = *d.breakdown;
         out += format("Where the memory goes on %s after step %" PRId64 " (peak of a %" PRId64 "-sample micro-batch)\n",
                       b.device.c_str(), b.step, b.activationMicroBatch);
         out += "  part                              MiB    share\n";

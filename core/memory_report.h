@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,25 @@ struct MemoryPart {
 /// (allocator cache, other processes on virtual and cpu) are left out; the rest always appear.
 std::vector<MemoryPart> memoryParts(const MemoryBreakdown& breakdown);
 
+/// The latest of what a run reported that a report of it needs: the summary, the latest probe
+/// (its start, trials and result), memory breakdown, equivalence check, step metrics and state.
+/// Feed it every event; the memory report and the desktop app's saved report both read it.
+struct RunDigest {
+    std::optional<RunSummary> summary;
+    std::optional<ProbeStarted> probeStarted;
+    std::vector<ProbeTrial> trials;                ///< of the latest probe, in order
+    std::optional<ProbeFinished> probeFinished;    ///< of the latest probe (reset when one starts)
+    std::optional<MemoryBreakdown> breakdown;
+    std::optional<EquivalenceChecked> equivalence;
+    std::optional<StepMetrics> lastStep;
+    std::optional<RunStateChanged> lastState;
+
+    /// Trials kept per probe at most (a probe makes a few dozen).
+    static constexpr size_t kMaxTrials = 10'000;
+
+    void handle(const Event& event);
+};
+
 /// Collects a run's events and writes the memory report: the probe's trials, the fitted model in
 /// words, the chosen micro-batch and its plan, and where the memory goes in the first whole step
 /// after the probe (the step the probe ended in also ran its trials). Feed it every event;
@@ -54,18 +74,11 @@ public:
     std::string text() const;
 
 private:
-    RunSummary m_summary;
-    bool m_haveSummary = false;
-    ProbeStarted m_started;
-    std::vector<ProbeTrial> m_trials;
-    ProbeFinished m_finished;
-    bool m_haveProbe = false;
+    RunDigest m_digest;
     bool m_probing = false;
     bool m_waitingForStep = true;
     int64_t m_reportAfterStep = 1;  ///< the breakdown of this step (or a later one) completes it
     int64_t m_stepsDone = 0;
-    MemoryBreakdown m_breakdown;
-    bool m_haveBreakdown = false;
     bool m_due = false;
 };
 

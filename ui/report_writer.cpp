@@ -86,35 +86,6 @@ QString probeReason(core::ProbeReason reason)
 
 }  // namespace
 
-void ReportWriter::handle(const core::Event& event)
-{
-    if (const auto* summary = std::get_if<core::RunSummary>(&event)) {
-        m_summary = *summary;
-    } else if (const auto* started = std::get_if<core::ProbeStarted>(&event)) {
-        m_probeStarted = *started;
-        m_trials.clear();
-        m_probeFinished.reset();
-    } else if (const auto* trial = std::get_if<core::ProbeTrial>(&event)) {
-        if (m_trials.size() < 10000)  // a probe makes a few dozen at most
-            m_trials.push_back(*trial);
-    } else if (const auto* finished = std::get_if<core::ProbeFinished>(&event)) {
-        m_probeFinished = *finished;
-    } else if (const auto* breakdown = std::get_if<core::MemoryBreakdown>(&event)) {
-        m_breakdown = *breakdown;
-    } else if (const auto* check = std::get_if<core::EquivalenceChecked>(&event)) {
-        m_equivalence = *check;
-    } else if (const auto* metrics = std::get_if<core::StepMetrics>(&event)) {
-        m_lastStep = *metrics;
-    } else if (const auto* state = std::get_if<core::RunStateChanged>(&event)) {
-        m_lastState = *state;
-    }
-}
-
-void ReportWriter::clear()
-{
-    *this = ReportWriter();
-}
-
 QString ReportWriter::imageName(int index)
 {
     static const char* names[] = {"memory-fit.png", "memory-breakdown.png", "loss.png"};
@@ -137,8 +108,8 @@ QString ReportWriter::html(const Images& images, bool embedImages) const
 
     // The run.
     h += QStringLiteral("<h2>%1</h2>\n").arg(tr("Run"));
-    if (m_summary) {
-        const core::RunSummary& s = *m_summary;
+    if (m_digest.summary) {
+        const core::RunSummary& s = *m_digest.summary;
         h += tableStart();
         h += row({tr("device"), esc(s.device)});
         h += row({tr("model"), esc(s.model)});
@@ -158,18 +129,18 @@ QString ReportWriter::html(const Images& images, bool embedImages) const
 
     // The probe.
     h += QStringLiteral("<h2>%1</h2>\n").arg(tr("Probe: the largest micro-batch that fits"));
-    if (m_probeStarted || !m_trials.empty()) {
-        if (m_probeStarted)
+    if (m_digest.probeStarted || !m_digest.trials.empty()) {
+        if (m_digest.probeStarted)
             h += QStringLiteral("<p>%1</p>\n")
                      .arg(esc(tr("Probe %1 (%2) on %3: usable %4 (capacity minus headroom), micro-batch at most %5.")
-                                  .arg(m_probeStarted->sequence)
-                                  .arg(probeReason(m_probeStarted->reason),
-                                       QString::fromStdString(m_probeStarted->device),
-                                       QString::fromStdString(core::formatBytes(m_probeStarted->usableBytes)))
-                                  .arg(m_probeStarted->upperBound)));
+                                  .arg(m_digest.probeStarted->sequence)
+                                  .arg(probeReason(m_digest.probeStarted->reason),
+                                       QString::fromStdString(m_digest.probeStarted->device),
+                                       QString::fromStdString(core::formatBytes(m_digest.probeStarted->usableBytes)))
+                                  .arg(m_digest.probeStarted->upperBound)));
         h += tableStart();
         h += row({tr("trial"), tr("micro-batch"), tr("result"), tr("peak")}, /*header=*/true);
-        for (const core::ProbeTrial& t : m_trials) {
+        for (const core::ProbeTrial& t : m_digest.trials) {
             const QString result = !t.fit ? tr("out of memory")
                                    : t.withinHeadroom ? tr("fits")
                                                       : tr("fits, past headroom");
@@ -180,15 +151,15 @@ QString ReportWriter::html(const Images& images, bool embedImages) const
         }
         h += QStringLiteral("</table>\n");
     }
-    if (m_probeFinished) {
-        const core::ProbeFinished& f = *m_probeFinished;
+    if (m_digest.probeFinished) {
+        const core::ProbeFinished& f = *m_digest.probeFinished;
         QString model;
         if (f.bytesPerSample > 0) {
             model = tr("Memory model: %1.").arg(QString::fromStdString(
                         core::describeMemoryModel(core::MemoryModel{f.fixedBytes, f.bytesPerSample})));
         } else {
             std::vector<core::TrialOutcome> outcomes;
-            for (const core::ProbeTrial& t : m_trials)
+            for (const core::ProbeTrial& t : m_digest.trials)
                 outcomes.push_back({t.microBatch, t.fit, t.peakBytes});
             if (const auto fitted = core::fitMemoryModel(outcomes))
                 model = tr("Memory model (fitted to the trials): %1.").arg(QString::fromStdString(core::describeMemoryModel(*fitted)));
@@ -201,15 +172,15 @@ QString ReportWriter::html(const Images& images, bool embedImages) const
                               .arg(f.trials)
                               .arg(f.seconds, 0, 'f', 2)),
                       esc(model));
-    } else if (!m_probeStarted) {
+    } else if (!m_digest.probeStarted) {
         h += QStringLiteral("<p>%1</p>\n").arg(esc(tr("No probe has run.")));
     }
     h += imageTag(images.memoryFit, 0, embedImages, tr("peak memory against micro-batch"));
 
     // Where the memory goes.
     h += QStringLiteral("<h2>%1</h2>\n").arg(tr("Where the memory goes"));
-    if (m_breakdown) {
-        const core::MemoryBreakdown& b = *m_breakdown;
+    if (m_digest.breakdown) {
+        const core::MemoryBreakdown& b = *m_digest.breakdown;
         h += QStringLiteral("<p>%1</p>\n")
                  .arg(esc(tr("On %1 after step %2, at the peak of a %3-sample micro-batch.")
                               .arg(QString::fromStdString(b.device))
@@ -237,24 +208,24 @@ QString ReportWriter::html(const Images& images, bool embedImages) const
     // The accumulation plan: the latest step says what the run actually used.
     h += QStringLiteral("<h2>%1</h2>\n").arg(tr("Accumulation plan"));
     QString plan;
-    if (m_lastStep && (!m_probeFinished || m_lastStep->time >= m_probeFinished->time))
-        plan = planCaption(m_lastStep->targetBatch, m_lastStep->microBatch);
-    else if (m_probeFinished)
-        plan = planCaption(m_probeFinished->targetBatch, m_probeFinished->microBatch);
+    if (m_digest.lastStep && (!m_digest.probeFinished || m_digest.lastStep->time >= m_digest.probeFinished->time))
+        plan = planCaption(m_digest.lastStep->targetBatch, m_digest.lastStep->microBatch);
+    else if (m_digest.probeFinished)
+        plan = planCaption(m_digest.probeFinished->targetBatch, m_digest.probeFinished->microBatch);
     h += QStringLiteral("<p>%1</p>\n").arg(plan.isEmpty() ? esc(tr("No plan yet: the probe has not finished."))
                                                           : QStringLiteral("<b>%1</b>").arg(esc(plan)));
 
     // The equivalence check.
     h += QStringLiteral("<h2>%1</h2>\n").arg(tr("Accumulation against one full pass"));
-    if (!m_equivalence) {
+    if (!m_digest.equivalence) {
         h += QStringLiteral("<p>%1</p>\n")
                  .arg(esc(tr("Not run. Run it from the Run menu while a run trains (it compares the "
                              "gradient accumulated over the micro-batches with one full pass over the "
                              "same samples), or with the command line's --check-equivalence N.")));
-    } else if (!m_equivalence->error.empty()) {
-        h += QStringLiteral("<p>%1</p>\n").arg(esc(tr("The check could not run: %1").arg(QString::fromStdString(m_equivalence->error))));
+    } else if (!m_digest.equivalence->error.empty()) {
+        h += QStringLiteral("<p>%1</p>\n").arg(esc(tr("The check could not run: %1").arg(QString::fromStdString(m_digest.equivalence->error))));
     } else {
-        const core::EquivalenceChecked& e = *m_equivalence;
+        const core::EquivalenceChecked& e = *m_digest.equivalence;
         QStringList sizes;
         for (int64_t n : e.microBatchSizes)
             sizes << QString::number(n);
@@ -288,8 +259,8 @@ QString ReportWriter::html(const Images& images, bool embedImages) const
 
     // Training.
     h += QStringLiteral("<h2>%1</h2>\n").arg(tr("Training"));
-    if (m_lastStep) {
-        const core::StepMetrics& m = *m_lastStep;
+    if (m_digest.lastStep) {
+        const core::StepMetrics& m = *m_digest.lastStep;
         h += QStringLiteral("<p>%1</p>\n")
                  .arg(esc(tr("Last step %1 (epoch %2, %3 samples seen): loss %4, %5 samples/s.")
                               .arg(m.step)
@@ -300,13 +271,13 @@ QString ReportWriter::html(const Images& images, bool embedImages) const
     } else {
         h += QStringLiteral("<p>%1</p>\n").arg(esc(tr("No optimizer step yet.")));
     }
-    if (m_lastState)
+    if (m_digest.lastState)
         h += QStringLiteral("<p class=\"note\">%1</p>\n")
                  .arg(esc(tr("Run state: %1%2")
-                              .arg(QString::fromLatin1(core::toString(m_lastState->state)),
-                                   m_lastState->detail.empty()
+                              .arg(QString::fromLatin1(core::toString(m_digest.lastState->state)),
+                                   m_digest.lastState->detail.empty()
                                        ? QString()
-                                       : QStringLiteral(" (%1)").arg(QString::fromStdString(m_lastState->detail)))));
+                                       : QStringLiteral(" (%1)").arg(QString::fromStdString(m_digest.lastState->detail)))));
     h += imageTag(images.loss, 2, embedImages, tr("loss per optimizer step"));
     h += QStringLiteral("</body></html>\n");
     return h;

@@ -1,12 +1,10 @@
 #pragma once
 
-#include <optional>
-#include <vector>
-
 #include <QImage>
 #include <QString>
 
 #include "core/events.h"
+#include "core/memory_report.h"
 
 namespace batchpilot::ui {
 
@@ -25,8 +23,8 @@ public:
         QImage loss;
     };
 
-    void handle(const core::Event& event);
-    void clear();
+    void handle(const core::Event& event) { m_digest.handle(event); }
+    void clear() { m_digest = {}; }
 
     /// The report as HTML. With `embedImages`, images are data: URIs (a self-contained file);
     /// without, they refer to the resource names imageName() gives (for QTextDocument).
@@ -38,18 +36,11 @@ public:
     /// Resource names of the images in the non-embedded HTML.
     static QString imageName(int index);
 
-    bool hasSummary() const { return m_summary.has_value(); }
-    int trialCount() const { return static_cast<int>(m_trials.size()); }
+    bool hasSummary() const { return m_digest.summary.has_value(); }
+    int trialCount() const { return static_cast<int>(m_digest.trials.size()); }
 
 private:
-    std::optional<core::RunSummary> m_summary;
-    std::optional<core::ProbeStarted> m_probeStarted;
-    std::vector<core::ProbeTrial> m_trials;
-    std::optional<core::ProbeFinished> m_probeFinished;
-    std::optional<core::MemoryBreakdown> m_breakdown;
-    std::optional<core::EquivalenceChecked> m_equivalence;
-    std::optional<core::StepMetrics> m_lastStep;
-    std::optional<core::RunStateChanged> m_lastState;
+    core::RunDigest m_digest;
 };
 
 }  // namespace batchpilot::ui
