@@ -6,23 +6,20 @@
 
 #include "core/byte_size.h"
 #include "core/event_json.h"
+#include "core/text_format.h"
 #include "core/trainer.h"
 
 namespace batchpilot::app {
 namespace {
 
-std::string format(const char* pattern, auto... values) {
-    char buffer[512];
-    std::snprintf(buffer, sizeof buffer, pattern, values...);
-    return buffer;
-}
+using core::formatText;
 
 std::string duration(double seconds) {
     if (!std::isfinite(seconds) || seconds < 0) return "?";
     const auto total = static_cast<int64_t>(seconds + 0.5);
-    if (total >= 3600) return format("%" PRId64 "h%02" PRId64 "m", total / 3600, total % 3600 / 60);
-    if (total >= 60) return format("%" PRId64 "m%02" PRId64 "s", total / 60, total % 60);
-    return format("%" PRId64 "s", total);
+    if (total >= 3600) return formatText("%" PRId64 "h%02" PRId64 "m", total / 3600, total % 3600 / 60);
+    if (total >= 60) return formatText("%" PRId64 "m%02" PRId64 "s", total / 60, total % 60);
+    return formatText("%" PRId64 "s", total);
 }
 
 }  // namespace
@@ -88,25 +85,25 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                 }
                 if (e.state == RunState::Paused) line("paused");
             } else if constexpr (std::is_same_v<T, ProbeStarted>) {
-                line(format("probe #%d (%s) on %s: up to %" PRId64 " samples, usable memory %s%s", e.sequence,
+                line(formatText("probe #%d (%s) on %s: up to %" PRId64 " samples, usable memory %s%s", e.sequence,
                             toString(e.reason), e.device.c_str(), e.upperBound, formatBytes(e.usableBytes).c_str(),
                             e.reservedBytes > 0 ? (", holding " + formatBytes(e.reservedBytes) + " for optimizer state").c_str() : ""));
             } else if constexpr (std::is_same_v<T, ProbeTrial>) {
-                line(format("  trial %2d: micro-batch %6" PRId64 "  %-4s peak %9.1f MiB%s", e.trial, e.microBatch,
+                line(formatText("  trial %2d: micro-batch %6" PRId64 "  %-4s peak %9.1f MiB%s", e.trial, e.microBatch,
                             e.fit ? "fit" : "OOM", toMiB(e.peakBytes),
                             e.fit && !e.withinHeadroom ? "  (over the headroom line)" : ""));
             } else if constexpr (std::is_same_v<T, ProbeFinished>) {
                 std::string model;
                 if (e.bytesPerSample > 0) {
-                    model = format("; memory ≈ %.1f MiB + %.3f MiB per sample", e.fixedBytes / 1048576.0,
+                    model = formatText("; memory ≈ %.1f MiB + %.3f MiB per sample", e.fixedBytes / 1048576.0,
                                    e.bytesPerSample / 1048576.0);
                 }
-                line(format("probe #%d done in %d trials, %.2f s: micro-batch %" PRId64 " × %" PRId64
+                line(formatText("probe #%d done in %d trials, %.2f s: micro-batch %" PRId64 " × %" PRId64
                             " accumulation steps = target batch %" PRId64 "%s",
                             e.sequence, e.trials, e.seconds, e.microBatch, e.accumulationSteps, e.targetBatch, model.c_str()));
             } else if constexpr (std::is_same_v<T, OomEvent>) {
                 ++m_ooms;
-                line(format("  OOM in %s at micro-batch %" PRId64 " (%s requested): %s", toString(e.phase), e.microBatch,
+                line(formatText("  OOM in %s at micro-batch %" PRId64 " (%s requested): %s", toString(e.phase), e.microBatch,
                             formatBytes(e.requestedBytes).c_str(),
                             e.recovered ? ("recovered, continuing at " + std::to_string(e.newMicroBatch)).c_str() : "not recovered"));
             } else if constexpr (std::is_same_v<T, StepMetrics>) {
@@ -115,7 +112,7 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                 const double eta = e.totalSteps > 0 && e.step > 0
                                        ? e.time / static_cast<double>(e.step) * static_cast<double>(e.totalSteps - e.step)
                                        : NAN;
-                const std::string text = format(
+                const std::string text = formatText(
                     "step %" PRId64 "/%" PRId64 "  epoch %" PRId64 "  loss %.4f  %.1f samples/s  micro-batch %" PRId64
                     " × %" PRId64 "  peak %.1f MiB  ETA %s",
                     e.step, e.totalSteps, e.epoch, e.loss, e.samplesPerSecond, e.microBatch, e.accumulationSteps,
@@ -128,7 +125,7 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                     line(text);
                 }
             } else if constexpr (std::is_same_v<T, TargetBatchChanged>) {
-                line(format("target batch %" PRId64 " → %" PRId64 ", learning rate %g → %g", e.oldTarget, e.newTarget,
+                line(formatText("target batch %" PRId64 " → %" PRId64 ", learning rate %g → %g", e.oldTarget, e.newTarget,
                             e.oldLearningRate, e.newLearningRate));
             } else if constexpr (std::is_same_v<T, DeviceSwitched>) {
                 line("device " + e.from + " → " + e.to);

@@ -1,10 +1,10 @@
 #include "core/equivalence.h"
 
 #include <cmath>
-#include <cstdio>
 
 #include "core/loss.h"
 #include "core/model.h"
+#include "core/text_format.h"
 
 namespace batchpilot::core {
 namespace {
@@ -38,12 +38,6 @@ std::vector<torch::Tensor> gradientOf(Model& model, const torch::Tensor& inputs,
         if (!grads[i].defined()) grads[i] = torch::zeros_like(parameters[i]);
     }
     return grads;
-}
-
-std::string number(const char* format, double value) {
-    char text[64];
-    std::snprintf(text, sizeof text, format, value);
-    return text;
 }
 
 }  // namespace
@@ -120,7 +114,7 @@ void compareGradients(const std::vector<std::string>& names, const std::vector<t
 }
 
 std::string explainEquivalence(const EquivalenceChecked& r) {
-    const std::string rel = number("%.2g", r.overall.relativeDifference);
+    const std::string rel = formatText("%.2g", r.overall.relativeDifference);
     const std::string parts = std::to_string(r.microBatchSizes.size()) + " micro-batch" +
                               (r.microBatchSizes.size() == 1 ? "" : "es");
     std::string text;
@@ -132,12 +126,12 @@ std::string explainEquivalence(const EquivalenceChecked& r) {
             text = "Accumulating " + std::to_string(r.samples) + " samples in " + parts +
                    " gives the full-batch gradient: the relative difference is " + rel +
                    ", which is float32 rounding (sums taken in a different order), and the directions agree "
-                   "(cosine " + number("%.9f", r.overall.cosineSimilarity) +
+                   "(cosine " + formatText("%.9f", r.overall.cosineSimilarity) +
                    "). Each micro-batch's mean loss is weighted by its share n_i / T of the batch, so the weighted "
                    "sum of the micro-batch gradients is exactly the gradient of the batch's mean loss. ";
         } else {
             text = "The accumulated gradient differs from the full-batch one by " + rel +
-                   ", more than float32 rounding explains (" + number("%.0e", kRoundingTolerance) +
+                   ", more than float32 rounding explains (" + formatText("%.0e", kRoundingTolerance) +
                    "). The model has no BatchNorm, so look for randomness in its forward pass (dropout) or layers "
                    "that mix samples of a batch. ";
         }
@@ -145,11 +139,11 @@ std::string explainEquivalence(const EquivalenceChecked& r) {
         text = "The model uses BatchNorm: in training mode each micro-batch is normalised with its own mean and "
                "variance, so a sample's output depends on which other samples share its micro-batch. The accumulated "
                "gradient therefore differs from the full-batch gradient (relative difference " + rel +
-               ", cosine " + number("%.6f", r.overall.cosineSimilarity) +
+               ", cosine " + formatText("%.6f", r.overall.cosineSimilarity) +
                "). This is a property of the model, not an error of accumulation";
         if (r.runningStatisticsRelativeDifference >= 0) {
             text += ": with the running statistics instead (evaluation mode, every sample normalised on its own) "
-                    "the same check gives " + number("%.2g", r.runningStatisticsRelativeDifference);
+                    "the same check gives " + formatText("%.2g", r.runningStatisticsRelativeDifference);
         }
         text += ". For exact accumulation use GroupNorm or LayerNorm (built-in models: --norm group). ";
     }

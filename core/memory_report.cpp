@@ -3,19 +3,13 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
-#include <cstdio>
 
 #include "core/accumulation_plan.h"
 #include "core/byte_size.h"
+#include "core/text_format.h"
 
 namespace batchpilot::core {
 namespace {
-
-std::string format(const char* pattern, auto... values) {
-    char buffer[512];
-    std::snprintf(buffer, sizeof buffer, pattern, values...);
-    return buffer;
-}
 
 /// "3.1 MiB", "512 KiB", "210 MiB": two or three significant digits, in the unit that fits.
 std::string approximate(double bytes) {
@@ -27,8 +21,8 @@ std::string approximate(double bytes) {
         ++unit;
     }
     const char* sign = bytes < 0 ? "−" : "";
-    if (value >= 10 || unit == 0) return format("%s%.0f %s", sign, value, units[unit]);
-    return format("%s%.1f %s", sign, value, units[unit]);
+    if (value >= 10 || unit == 0) return formatText("%s%.0f %s", sign, value, units[unit]);
+    return formatText("%s%.1f %s", sign, value, units[unit]);
 }
 
 std::string withThousands(int64_t value) {
@@ -151,7 +145,7 @@ std::string MemoryReport::text() const {
     }
     out += "\n\n";
     if (d.probeFinished || !d.trials.empty()) {
-        out += format("Probe %d (%s): %zu trial(s), usable %s of the device (capacity minus headroom)\n",
+        out += formatText("Probe %d (%s): %zu trial(s), usable %s of the device (capacity minus headroom)\n",
                       started.sequence, toString(started.reason), d.trials.size(),
                       formatBytes(started.usableBytes).c_str());
         out += "  trial  micro-batch  result                    peak\n";
@@ -160,7 +154,7 @@ std::string MemoryReport::text() const {
             std::string peak = t.fit ? formatBytes(t.peakBytes)
                                      : (t.failedAllocationBytes > 0 ? "failed to get " + formatBytes(t.failedAllocationBytes)
                                                                     : std::string("-"));
-            out += format("  %5d  %11" PRId64 "  %-20s  %10s\n", t.trial, t.microBatch, result, peak.c_str());
+            out += formatText("  %5d  %11" PRId64 "  %-20s  %10s\n", t.trial, t.microBatch, result, peak.c_str());
         }
     }
     if (d.probeFinished) {
@@ -168,32 +162,32 @@ std::string MemoryReport::text() const {
         if (finished.bytesPerSample > 0) {
             const MemoryModel model{finished.fixedBytes, finished.bytesPerSample};
             out += "Memory model: " + describeMemoryModel(model) + "\n";
-            out += format("  predicts %" PRId64 " samples at most within the usable %s\n",
+            out += formatText("  predicts %" PRId64 " samples at most within the usable %s\n",
                           model.largestWithin(started.usableBytes), formatBytes(started.usableBytes).c_str());
         } else {
             out += "Memory model: not fitted (fewer than two sizes fit)\n";
         }
         const auto split = AccumulationPlan::split(finished.targetBatch, finished.microBatch);
-        out += format("Chosen micro-batch %" PRId64 ": target %" PRId64 " = %zu micro-batch(es) of %" PRId64,
+        out += formatText("Chosen micro-batch %" PRId64 ": target %" PRId64 " = %zu micro-batch(es) of %" PRId64,
                       finished.microBatch, finished.targetBatch, split.size(), split.front());
-        if (split.back() != split.front()) out += format(" or %" PRId64, split.back());
+        if (split.back() != split.front()) out += formatText(" or %" PRId64, split.back());
         out += "\n\n";
     }
     if (d.breakdown) {
         const MemoryBreakdown& b = *d.breakdown;
-        out += format("Where the memory goes on %s after step %" PRId64 " (peak of a %" PRId64 "-sample micro-batch)\n",
+        out += formatText("Where the memory goes on %s after step %" PRId64 " (peak of a %" PRId64 "-sample micro-batch)\n",
                       b.device.c_str(), b.step, b.activationMicroBatch);
         out += "  part                              MiB    share\n";
         const double total = static_cast<double>(std::max<int64_t>(1, b.totalBytes));
         for (const MemoryPart& part : memoryParts(b)) {
-            out += format("  %-30s %8.2f  %6.1f%%\n", part.name.c_str(), toMiB(part.bytes),
+            out += formatText("  %-30s %8.2f  %6.1f%%\n", part.name.c_str(), toMiB(part.bytes),
                           100.0 * static_cast<double>(part.bytes) / total);
         }
-        out += format("  %-30s %8.2f  %6.1f%%\n", "total", toMiB(b.totalBytes), 100.0);
+        out += formatText("  %-30s %8.2f  %6.1f%%\n", "total", toMiB(b.totalBytes), 100.0);
         const double explained = b.peakBytes > 0 ? 100.0 * static_cast<double>(b.attributedBytes()) /
                                                        static_cast<double>(b.peakBytes)
                                                  : 0.0;
-        out += format("  measured peak %.2f MiB; parameters + gradients + optimizer state + activations = %.2f MiB "
+        out += formatText("  measured peak %.2f MiB; parameters + gradients + optimizer state + activations = %.2f MiB "
                       "(%.1f%% of it)\n",
                       toMiB(b.peakBytes), toMiB(b.attributedBytes()), explained);
     }

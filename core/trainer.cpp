@@ -1,7 +1,6 @@
 #include "core/trainer.h"
 
 #include <chrono>
-#include <cstdio>
 #include <functional>
 #include <cmath>
 #include <condition_variable>
@@ -23,6 +22,7 @@
 #include "core/prefetcher.h"
 #include "core/probe_search.h"
 #include "core/sampler.h"
+#include "core/text_format.h"
 
 namespace batchpilot::core {
 namespace {
@@ -307,9 +307,8 @@ void Trainer::Impl::reportSummary() {
     summary.dataset = data->name();
     summary.datasetSize = data->size();
     summary.inputShape = data->sampleShape();
-    char rate[32];
-    std::snprintf(rate, sizeof rate, "%g", optimizer->learningRate());
-    summary.optimizer = std::string(toString(options.optimizer.kind)) + ", learning rate " + rate;
+    summary.optimizer = std::string(toString(options.optimizer.kind)) + ", learning rate " +
+                        formatText("%g", optimizer->learningRate());
     summary.loss = toString(options.loss);
     summary.targetBatch = target;
     summary.batchStatistics = model->usesBatchStatistics();
