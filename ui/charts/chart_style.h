@@ -1,9 +1,14 @@
 #pragma once
 
-#include <QColor>
-#include <QPen>
+#include <algorithm>
+#include <limits>
 
-class QScatterSeries;
+#include <QColor>
+#include <QList>
+#include <QPen>
+#include <QPointF>
+#include <QScatterSeries>
+#include <QValueAxis>
 
 namespace batchpilot::ui {
 
@@ -37,6 +42,44 @@ struct TrialMarkers {
     static TrialMarkers create();
     /// Fills each marker with its colour and a darker border.
     void applyColors(const ChartColors& colors) const;
+
+    /// Shows every trial at `pointOf(trial)` with the marker of its outcome (trials have `fit`
+    /// and `withinHeadroom`).
+    template <typename Trials, typename PointOf>
+    void show(const Trials& trials, PointOf pointOf) const
+    {
+        QList<QPointF> fitPoints, tightPoints, oomPoints;
+        for (const auto& t : trials) {
+            const QPointF p = pointOf(t);
+            (!t.fit ? oomPoints : t.withinHeadroom ? fitPoints : tightPoints).append(p);
+        }
+        fits->replace(fitPoints);
+        tight->replace(tightPoints);
+        ooms->replace(oomPoints);
+    }
 };
+
+/// The item drawn nearest to `point` (chart coordinates), distances measured in fractions of
+/// each axis' range so both axes count alike; nullptr when `items` is empty.
+template <typename Items, typename PointOf>
+const typename Items::value_type* nearestOnChart(const Items& items, PointOf pointOf, const QPointF& point,
+                                                 const QValueAxis* x, const QValueAxis* y)
+{
+    const typename Items::value_type* best = nullptr;
+    double bestDistance = std::numeric_limits<double>::infinity();
+    const double xSpan = std::max(x->max() - x->min(), 1e-9);
+    const double ySpan = std::max(y->max() - y->min(), 1e-9);
+    for (const auto& item : items) {
+        const QPointF p = pointOf(item);
+        const double dx = (p.x() - point.x()) / xSpan;
+        const double dy = (p.y() - point.y()) / ySpan;
+        const double distance = dx * dx + dy * dy;
+        if (distance < bestDistance) {
+            bestDistance = distance;
+            best = &item;
+        }
+    }
+    return best;
+}
 
 }  // namespace batchpilot::ui

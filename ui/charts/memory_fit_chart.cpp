@@ -309,23 +309,14 @@ QPointF MemoryFitChart::pointOf(const Trial& t) const
 
 void MemoryFitChart::refresh(bool follow)
 {
-    QList<QPointF> fits, tight, ooms;
     double xMax = 4;
     double yMax = mib(static_cast<double>(std::max(m_capacity, m_usable)));
     for (const Trial& t : m_trials) {
         const QPointF p = pointOf(t);
         xMax = std::max(xMax, p.x());
         yMax = std::max(yMax, p.y());
-        if (!t.fit)
-            ooms.append(p);
-        else if (t.withinHeadroom)
-            fits.append(p);
-        else
-            tight.append(p);
     }
-    m_fits->replace(fits);
-    m_tight->replace(tight);
-    m_ooms->replace(ooms);
+    TrialMarkers{m_fits, m_tight, m_ooms}.show(m_trials, [this](const Trial& t) { return pointOf(t); });
 
     const bool haveWhatIf = m_model.has_value() && !m_trials.empty();
     const double whatIfX = static_cast<double>(whatIf());
@@ -374,21 +365,7 @@ void MemoryFitChart::refresh(bool follow)
 
 const MemoryFitChart::Trial* MemoryFitChart::nearestTrial(const QPointF& point) const
 {
-    const Trial* best = nullptr;
-    double bestDistance = std::numeric_limits<double>::infinity();
-    const double xSpan = std::max(xAxis()->max() - xAxis()->min(), 1e-9);
-    const double ySpan = std::max(m_yAxis->max() - m_yAxis->min(), 1e-9);
-    for (const Trial& t : m_trials) {
-        const QPointF p = pointOf(t);
-        const double dx = (p.x() - point.x()) / xSpan;
-        const double dy = (p.y() - point.y()) / ySpan;
-        const double distance = dx * dx + dy * dy;
-        if (distance < bestDistance) {
-            bestDistance = distance;
-            best = &t;
-        }
-    }
-    return best;
+    return nearestOnChart(m_trials, [this](const Trial& t) { return pointOf(t); }, point, xAxis(), m_yAxis);
 }
 
 QString MemoryFitChart::describe(const Trial& t) const

@@ -183,21 +183,11 @@ void ProbeChart::setXAxis(XAxis axis)
 
 void ProbeChart::refresh(bool follow)
 {
-    QList<QPointF> fits, tight, ooms, chosen;
+    QList<QPointF> chosen;
     double yMax = 0;
-    for (const Trial& t : m_trials) {
-        const QPointF p(xOf(t), static_cast<double>(t.microBatch));
-        yMax = std::max(yMax, p.y());
-        if (!t.fit)
-            ooms.append(p);
-        else if (t.withinHeadroom)
-            fits.append(p);
-        else
-            tight.append(p);
-    }
-    m_fits->replace(fits);
-    m_tight->replace(tight);
-    m_ooms->replace(ooms);
+    for (const Trial& t : m_trials)
+        yMax = std::max(yMax, static_cast<double>(t.microBatch));
+    TrialMarkers{m_fits, m_tight, m_ooms}.show(m_trials, [this](const Trial& t) { return pointOf(t); });
 
     // One faint path per probe so a re-probe reads as a new sequence.
     while (m_paths.size() < std::min<int>(static_cast<int>(m_sequences.size()), kMaxPathSeries)) {
@@ -254,22 +244,14 @@ void ProbeChart::refresh(bool follow)
     }
 }
 
+QPointF ProbeChart::pointOf(const Trial& t) const
+{
+    return {xOf(t), static_cast<double>(t.microBatch)};
+}
+
 const ProbeChart::Trial* ProbeChart::nearestTrial(const QPointF& point) const
 {
-    const Trial* best = nullptr;
-    double bestDistance = std::numeric_limits<double>::infinity();
-    const double xSpan = std::max(xAxis()->max() - xAxis()->min(), 1e-9);
-    for (const Trial& t : m_trials) {
-        const double dx = (xOf(t) - point.x()) / xSpan;
-        const double ySpan = std::max(m_yAxis->max() - m_yAxis->min(), 1e-9);
-        const double dy = (static_cast<double>(t.microBatch) - point.y()) / ySpan;
-        const double distance = dx * dx + dy * dy;
-        if (distance < bestDistance) {
-            bestDistance = distance;
-            best = &t;
-        }
-    }
-    return best;
+    return nearestOnChart(m_trials, [this](const Trial& t) { return pointOf(t); }, point, xAxis(), m_yAxis);
 }
 
 QString ProbeChart::describe(const Trial& t) const

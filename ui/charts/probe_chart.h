@@ -61,6 +61,8 @@ private:
         double finishedTime = 0;
     };
     double xOf(const Trial& trial) const;
+    /// Where a trial is drawn: (trial number or time, micro-batch).
+    QPointF pointOf(const Trial& trial) const;
     const Trial* nearestTrial(const QPointF& point) const;
     QString describe(const Trial& trial) const;
 
