@@ -72,6 +72,13 @@ std::vector<MemoryPart> memoryParts(const MemoryBreakdown& b) {
                      "What one micro-batch needs while it runs: its inputs, every layer's outputs kept for the backward "
                      "pass, and its own gradients before they are added. It grows with the micro-batch size, which is "
                      "why a smaller micro-batch fits."});
+    if (b.peakBytes > b.attributedBytes()) {
+        // Without it the parts would fall short of the device's memory by that much.
+        parts.push_back({"other resident", b.peakBytes - b.attributedBytes(),
+                         "Memory in use at the peak that the parts below do not explain: tensors that stayed "
+                         "allocated between micro-batches besides the model, its gradients and the optimizer "
+                         "state (on a GPU also the allocator's rounding)."});
+    }
     if (b.cacheBytes > 0 || b.otherProcessBytes > 0 || b.device.rfind("cuda", 0) == 0) {
         parts.push_back({"allocator cache", b.cacheBytes,
                          "Memory the CUDA caching allocator keeps reserved to reuse quickly; free for this run, not "

@@ -35,8 +35,9 @@ struct MemoryPart {
     std::string explanation;  ///< one sentence for a student
 };
 /// The parts of a breakdown, in the order they stack: parameters, gradients, optimizer state,
-/// activations, allocator cache, other processes, free. Parts that cannot exist on the device
-/// (allocator cache, other processes on virtual and cpu) are left out; the rest always appear.
+/// activations, other resident (only when the peak holds more than those four), allocator cache,
+/// other processes, free; together they make the device's total. Parts that cannot exist on the
+/// device (allocator cache, other processes on virtual and cpu) are left out.
 std::vector<MemoryPart> memoryParts(const MemoryBreakdown& breakdown);
 
 /// The latest of what a run reported that a report of it needs: the summary, the latest probe

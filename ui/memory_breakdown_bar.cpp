@@ -71,25 +71,8 @@ void MemoryBreakdownBar::setBreakdown(const core::MemoryBreakdown& breakdown)
     m_breakdown = breakdown;
     m_have = true;
     m_segments.clear();
-    const std::vector<core::MemoryPart> parts = core::memoryParts(breakdown);
-    // What the peak holds beyond the four parts (tensors that stayed allocated between
-    // micro-batches): without it the stack would fall short of the device's memory by that much.
-    const qint64 unexplained = std::max<int64_t>(0, breakdown.peakBytes - breakdown.attributedBytes());
-    bool unexplainedAdded = unexplained == 0;
-    for (const core::MemoryPart& part : parts) {
-        const QString name = QString::fromStdString(part.name);
-        // It belongs on top of the activations, under the cache, other processes and free.
-        if (!unexplainedAdded && (name.startsWith(QLatin1String("allocator cache"))
-                                  || name == QLatin1String("free"))) {
-            unexplainedAdded = true;
-            m_segments.append({tr("other resident"), unexplained,
-                               tr("Memory in use at the peak that the parts below do not explain: "
-                                  "tensors that stayed allocated between micro-batches besides the "
-                                  "model, its gradients and the optimizer state (on a GPU also the "
-                                  "allocator's rounding).")});
-        }
-        m_segments.append({name, part.bytes, QString::fromStdString(part.explanation)});
-    }
+    for (const core::MemoryPart& part : core::memoryParts(breakdown))
+        m_segments.append({QString::fromStdString(part.name), part.bytes, QString::fromStdString(part.explanation)});
     layoutSegments();
     update();
 }

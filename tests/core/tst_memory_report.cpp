@@ -104,6 +104,25 @@ private Q_SLOTS:
         QCOMPARE(int(parts.size()), 7);
         QCOMPARE(parts[2].name, std::string("optimizer state (reserved)"));
         QCOMPARE(parts[5].name, std::string("other processes"));
+
+        // A peak that holds more than the four parts: the rest is its own part, on top of the
+        // activations, so the parts still make the device's total.
+        b.totalBytes = 100;
+        b.parameterBytes = 10;
+        b.gradientBytes = 10;
+        b.optimizerStateBytes = 20;
+        b.activationBytes = 30;
+        b.peakBytes = 75;
+        b.cacheBytes = 5;
+        b.otherProcessBytes = 10;
+        b.freeBytes = 10;
+        parts = memoryParts(b);
+        QCOMPARE(int(parts.size()), 8);
+        QCOMPARE(parts[4].name, std::string("other resident"));
+        QCOMPARE(parts[4].bytes, int64_t{5});
+        int64_t sum = 0;
+        for (const auto& part : parts) sum += part.bytes;
+        QCOMPARE(sum, b.totalBytes);
     }
 
     void reportAfterTheFirstWholeStep() {
