@@ -13,20 +13,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// The line of an exception message that says what went wrong: TorchScript interpreter errors
-/// end with "RuntimeError: <reason>" after a traceback; other errors say it first.
-std::string reason(const std::exception& error) {
-    const auto* c10Error = dynamic_cast<const c10::Error*>(&error);
-    const std::string text = c10Error != nullptr ? c10Error->what_without_backtrace() : error.what();
-    const std::string marker = "RuntimeError: ";
-    if (const auto at = text.rfind(marker); at != std::string::npos) {
-        const std::string rest = text.substr(at + marker.size());
-        return rest.substr(0, rest.find('\n'));
-    }
-    const auto start = text.find_first_not_of(" \n");
-    if (start == std::string::npos) return "unknown error";
-    return text.substr(start, text.find('\n', start) - start);
-}
+/// What went wrong, in one line: for an interpreter error, the original error at the end of its
+/// traceback.
+std::string reason() { return classifyFailure(std::current_exception()).message; }
 
 /// Out-of-memory is the trainer's to classify and report; everything else is the model's fault.
 void rethrowIfOutOfMemory() {
@@ -91,9 +80,9 @@ tl::expected<std::shared_ptr<Model>, std::string> loadTorchScriptModel(const std
     torch::jit::Module module;
     try {
         module = torch::jit::load(path, torch::Device(torch::kCPU));
-    } catch (const std::exception& error) {
+    } catch (const std::exception&) {
         rethrowIfOutOfMemory();
-        return tl::unexpected(file + " is not a TorchScript file (" + reason(error) +
+        return tl::unexpected(file + " is not a TorchScript file (" + reason() +
                               "); export the model from Python with torch.jit.script(model).save(\"model.pt\") — "
                               "a state_dict saved with torch.save cannot be loaded");
     }
@@ -145,9 +134,9 @@ tl::expected<std::shared_ptr<Model>, std::string> loadTorchScriptModel(const std
         module.eval();
         output = module.forward({sample.inputs});
         module.train(true);
-    } catch (const std::exception& error) {
+    } catch (const std::exception&) {
         rethrowIfOutOfMemory();
-        return tl::unexpected(file + " fails on a sample of " + data.name() + " (" + input + "): " + reason(error) +
+        return tl::unexpected(file + " fails on a sample of " + data.name() + " (" + input + "): " + reason() +
                               "; the model must accept inputs of the data's shape");
     }
     if (!output.isTensor()) {
