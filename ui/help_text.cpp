@@ -4,6 +4,7 @@
 #include <QLocale>
 
 #include "core/byte_size.h"
+#include "core/math_libraries.h"
 #include "core/memory_report.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/live_chart.h"
@@ -245,14 +246,19 @@ Switch the budget during a run and the trainer moves there at the next batch and
 
 QString aboutHtml()
 {
+    const core::MathLibraries math = core::mathLibraries();
+    const std::string warning = core::referenceBlasWarning(math);
     return QCoreApplication::translate("HelpText",
                                        "<h3>BatchPilot %1</h3>"
                                        "<p>Train at the batch you want on the device you get: "
                                        "finds the largest micro-batch that fits, accumulates to "
                                        "the target batch exactly, and survives out-of-memory "
                                        "errors without losing a sample.</p>"
-                                       "<p>Built with LibTorch and Qt %2.</p>")
-        .arg(QCoreApplication::applicationVersion(), QString::fromLatin1(qVersion()));
+                                       "<p>Built with Qt %2. Computes with %3.</p>%4")
+        .arg(QCoreApplication::applicationVersion(), QString::fromLatin1(qVersion()),
+             QString::fromStdString(core::describe(math)).toHtmlEscaped(),
+             warning.empty() ? QString()
+                             : QStringLiteral("<p><b>%1</b></p>").arg(QString::fromStdString(warning).toHtmlEscaped()));
 }
 
 void explainCharts(ChartsPanel& charts)

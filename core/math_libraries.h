@@ -1,0 +1,32 @@
+#pragma once
+
+#include <string>
+
+namespace batchpilot::core {
+
+/// Which LibTorch and which math libraries this process computes with: what decides how fast a
+/// linear layer runs on the CPU. Debian's LibTorch calls the system BLAS (libblas.so.3, chosen by
+/// update-alternatives: the slow reference BLAS unless an optimised one is installed); the LibTorch
+/// inside PyPI's torch has Intel MKL built in.
+struct MathLibraries {
+    std::string torchVersion;  ///< e.g. "1.13.1" or "2.15.0"
+    bool torchCuda = false;    ///< LibTorch was built with CUDA
+    std::string blas;          ///< e.g. "OpenBLAS (pthreads)", "reference BLAS", "Intel MKL (in LibTorch)"
+    std::string blasLibrary;   ///< the shared library's resolved path, when one is loaded
+    bool referenceBlas = false;  ///< the unoptimised reference implementation: expect slow linear layers
+    int intraOpThreads = 0;    ///< LibTorch's intra-op threads (at::get_num_threads)
+    int interOpThreads = 0;
+};
+
+/// Reads it from LibTorch's build configuration and the libraries loaded into this process.
+/// Call after LibTorch is loaded (any time in a program linked with it). Thread-safe.
+MathLibraries mathLibraries();
+
+/// One line for people, e.g. "LibTorch 1.13.1 (CPU), BLAS: OpenBLAS (pthreads), 2 threads".
+std::string describe(const MathLibraries& libraries);
+
+/// The warning to show when the reference BLAS is in use (empty otherwise): what it costs and
+/// what to install.
+std::string referenceBlasWarning(const MathLibraries& libraries);
+
+}  // namespace batchpilot::core
