@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -34,26 +35,25 @@ tl::expected<double, std::string> parseNumber(const std::string& flag, const std
     try {
         size_t used = 0;
         const double value = std::stod(text, &used);
-        if (used == text.size()) return value;
+        if (used == text.size() && std::isfinite(value)) return value;
+        if (used == text.size()) return tl::unexpected(flag + " expects a finite number, got \"" + text + "\"");
     } catch (const std::exception&) {
     }
     return tl::unexpected(flag + " expects a number, got \"" + text + "\"");
 }
 
-/// "3x32x32" → channels, height, width.
+/// "3x32x32" → channels, height, width; exactly three positive whole numbers.
 tl::expected<void, std::string> parseImageSize(const std::string& text, core::DataOptions& data) {
+    const std::string usage = "--image-size expects CxHxW such as 3x32x32, got \"" + text + "\"";
     int64_t parts[3] = {0, 0, 0};
-    std::istringstream in(text);
-    std::string piece;
-    int count = 0;
-    while (std::getline(in, piece, 'x')) {
-        if (count == 3) break;
-        auto value = parseInteger("--image-size", piece, 1);
-        if (!value) return tl::unexpected("--image-size expects CxHxW such as 3x32x32, got \"" + text + "\"");
-        parts[count++] = *value;
-    }
-    if (count != 3 || in.rdbuf()->in_avail() > 0) {
-        return tl::unexpected("--image-size expects CxHxW such as 3x32x32, got \"" + text + "\"");
+    size_t start = 0;
+    for (int i = 0; i < 3; ++i) {
+        const size_t end = text.find('x', start);
+        if ((i < 2) != (end != std::string::npos)) return tl::unexpected(usage);
+        auto value = parseInteger("--image-size", text.substr(start, end == std::string::npos ? std::string::npos : end - start), 1);
+        if (!value) return tl::unexpected(usage);
+        parts[i] = *value;
+        start = end + 1;
     }
     data.channels = parts[0];
     data.height = parts[1];
@@ -216,7 +216,10 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
         {"--threads", [&](const std::string& v) -> tl::expected<void, std::string> {
              auto n = parseInteger("--threads", v, 1);
              if (!n) return tl::unexpected(n.error());
-             o.intraOpThreads = static_cast<int>(std::min<int64_t>(*n, 1024));
+             if (*n > core::kMaxThreads) {
+                 return tl::unexpected("--threads must be at most " + std::to_string(core::kMaxThreads) + ", got " + v);
+             }
+             o.intraOpThreads = static_cast<int>(*n);
              return {};
          }},
         {"--events", [&](const std::string& v) -> tl::expected<void, std::string> { request.eventsPath = v; return {}; }},

@@ -33,7 +33,18 @@ bool ConsoleReporter::openEvents(const std::string& path, std::string& error) {
         error = "cannot write the events file \"" + path + "\": check the folder exists and is writable";
         return false;
     }
+    m_eventsPath = path;
     return true;
+}
+
+std::string ConsoleReporter::closeEvents() {
+    if (m_events.is_open()) {
+        m_events.flush();
+        if (!m_events && m_eventsError.empty()) m_eventsError = "writing the events file \"" + m_eventsPath + "\" failed (disk full?)";
+        m_events.close();
+        if (m_events.fail() && m_eventsError.empty()) m_eventsError = "closing the events file \"" + m_eventsPath + "\" failed (disk full?)";
+    }
+    return m_eventsError;
 }
 
 void ConsoleReporter::watchInterrupt(core::Trainer* trainer, const std::atomic<bool>* interrupted) {
@@ -51,7 +62,16 @@ void ConsoleReporter::line(const std::string& text) {
 
 void ConsoleReporter::onEvent(const core::Event& event) {
     using namespace core;
-    if (m_events.is_open()) m_events << toJsonLine(event) << '\n';
+    if (m_events.is_open() && m_eventsError.empty()) {
+        m_events << toJsonLine(event) << '\n';
+        // Each step is pushed to the file, so that a write error shows while the run goes on.
+        if (std::holds_alternative<StepMetrics>(event)) m_events.flush();
+        if (!m_events) {
+            m_eventsError = "writing the events file \"" + m_eventsPath + "\" failed (disk full?); the run goes on, "
+                            "but its events from here on are lost";
+            std::fprintf(stderr, "\nbatchpilot-cli: error: %s\n", m_eventsError.c_str());
+        }
+    }
     if (m_interrupted && m_trainer && !m_stopSent && m_interrupted->load()) {
         m_stopSent = true;
         m_trainer->stop();
@@ -103,9 +123,12 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                             e.sequence, e.trials, e.seconds, e.microBatch, e.accumulationSteps, e.targetBatch, model.c_str()));
             } else if constexpr (std::is_same_v<T, OomEvent>) {
                 ++m_ooms;
+                // newMicroBatch 0: the probe is still searching and chooses the next size itself.
+                const std::string outcome = !e.recovered         ? "not recovered"
+                                            : e.newMicroBatch > 0 ? "recovered, continuing at " + std::to_string(e.newMicroBatch)
+                                                                  : "recovered; the probe tries a smaller size";
                 line(formatText("  OOM in %s at micro-batch %" PRId64 " (%s requested): %s", toString(e.phase), e.microBatch,
-                            formatBytes(e.requestedBytes).c_str(),
-                            e.recovered ? ("recovered, continuing at " + std::to_string(e.newMicroBatch)).c_str() : "not recovered"));
+                            formatBytes(e.requestedBytes).c_str(), outcome.c_str()));
             } else if constexpr (std::is_same_v<T, StepMetrics>) {
                 m_lastStep = e;
                 if (m_quiet) return;

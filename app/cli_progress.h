@@ -23,7 +23,10 @@ public:
 
     /// Opens the JSON Lines file; returns false with `error` set when it cannot.
     bool openEvents(const std::string& path, std::string& error);
-    /// Lets Ctrl-C stop the run cleanly: checked on every event.
+    /// Flushes and closes the events file; returns what went wrong while writing it (empty: all
+    /// written).
+    std::string closeEvents();
+    /// Lets Ctrl-C stop the run cleanly: checked on every event (`interrupted` may be null).
     void watchInterrupt(core::Trainer* trainer, const std::atomic<bool>* interrupted);
     /// Prints the memory report (probe trials, memory model, breakdown) after each probe.
     void setMemoryReport(bool on) { m_memoryReport = on; }
@@ -48,6 +51,8 @@ private:
     bool m_quiet;
     bool m_openLine = false;
     std::ofstream m_events;
+    std::string m_eventsPath;
+    std::string m_eventsError;  ///< the first write error, reported once
     core::Trainer* m_trainer = nullptr;
     const std::atomic<bool>* m_interrupted = nullptr;
     bool m_stopSent = false;

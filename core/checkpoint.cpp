@@ -1,11 +1,18 @@
 #include "core/checkpoint.h"
 
-#include <cstdio>
-#include <filesystem>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include <torch/torch.h>
+#include <zlib.h>
 
 #include "core/counting_allocator.h"
 #include "core/model.h"
@@ -20,9 +27,64 @@ constexpr int64_t kFormat = 1;
 
 std::string indexed(const char* prefix, size_t i) { return std::string(prefix) + std::to_string(i); }
 
-/// Makes the renamed file's contents durable before it replaces the previous checkpoint.
-void syncFile(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
+/// The file: this header, then LibTorch's archive (a zip). The CRC-32 covers the archive, whose
+/// own zip reader does not check its records, so any damaged byte is found before it is used.
+constexpr char kMagic[16] = {'B', 'A', 'T', 'C', 'H', 'P', 'I', 'L', 'O', 'T', '-', 'C', 'K', 'P', 'T', '\n'};
+constexpr size_t kHeaderBytes = sizeof(kMagic) + 8 + 4;
+
+void putLittleEndian(char* out, uint64_t value, int bytes) {
+    for (int i = 0; i < bytes; ++i) out[i] = static_cast<char>((value >> (8 * i)) & 0xff);
+}
+uint64_t getLittleEndian(const char* in, int bytes) {
+    uint64_t value = 0;
+    for (int i = 0; i < bytes; ++i) value |= uint64_t(static_cast<unsigned char>(in[i])) << (8 * i);
+    return value;
+}
+uint32_t crc32Of(const std::string& bytes) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (size_t done = 0; done < bytes.size();) {
+        const auto chunk = static_cast<uInt>(std::min<size_t>(bytes.size() - done, 1u << 30));
+        crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), chunk);
+        done += chunk;
+    }
+    return static_cast<uint32_t>(crc);
+}
+
+/// Writes all of `bytes` to a new file and syncs it; false with errno's text in `error` otherwise.
+bool writeDurably(const std::string& path, const std::string& header, const std::string& bytes, std::string& error) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        error = std::strerror(errno);
+        return false;
+    }
+    bool ok = true;
+    for (const std::string* part : {&header, &bytes}) {
+        for (size_t done = 0; ok && done < part->size();) {
+            const ssize_t n = ::write(fd, part->data() + done, part->size() - done);
+            if (n > 0) {
+                done += static_cast<size_t>(n);
+            } else if (n < 0 && errno == EINTR) {
+                continue;
+            } else {
+                error = n < 0 ? std::strerror(errno) : "short write";
+                ok = false;
+            }
+        }
+    }
+    if (ok && ::fsync(fd) != 0) {
+        error = std::strerror(errno);
+        ok = false;
+    }
+    if (::close(fd) != 0 && ok) {
+        error = std::strerror(errno);
+        ok = false;
+    }
+    return ok;
+}
+
+/// Makes a rename inside `directory` durable.
+void syncDirectory(const std::string& directory) {
+    const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
         ::fsync(fd);
         ::close(fd);
@@ -50,6 +112,25 @@ int64_t readInt(torch::serialize::InputArchive& archive, const std::string& key)
 
 }  // namespace
 
+tl::expected<void, std::string> checkCheckpointDirectory(const std::string& directory) {
+    const std::string named = "the checkpoint folder \"" + directory + "\"";
+    std::error_code error;
+    fs::create_directories(directory, error);
+    if (error) return tl::unexpected("cannot create " + named + ": " + error.message() + "; choose a writable folder");
+    if (!fs::is_directory(directory, error)) return tl::unexpected(named + " is not a folder; choose a folder for --checkpoint-dir");
+    std::string probe = (fs::path(directory) / ".batchpilot-write-check.XXXXXX").string();
+    const int fd = ::mkstemp(probe.data());
+    if (fd < 0) return tl::unexpected("cannot write in " + named + ": " + std::strerror(errno) + "; choose a writable folder");
+    // One block, synced: a full disk shows now rather than at the first save.
+    const std::string block(4096, '\0');
+    const bool ok = ::write(fd, block.data(), block.size()) == static_cast<ssize_t>(block.size()) && ::fsync(fd) == 0;
+    const int writeErrno = errno;
+    ::close(fd);
+    ::unlink(probe.c_str());
+    if (!ok) return tl::unexpected("cannot write in " + named + ": " + std::strerror(writeErrno) + "; free some space or choose another folder");
+    return {};
+}
+
 tl::expected<std::string, std::string> saveCheckpoint(const std::string& directory, const Model& model,
                                                       const Optimizer& optimizer, const TrainerState& state) {
     // Host-side copies for the file: they do not use the device's memory.
@@ -59,6 +140,7 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
     if (error) return tl::unexpected("cannot create the checkpoint directory \"" + directory + "\": " + error.message());
     const std::string path = (fs::path(directory) / kCheckpointFile).string();
     const std::string temporary = path + ".tmp";
+    std::ostringstream payload;
     try {
         torch::serialize::OutputArchive archive;
         archive.write("format", c10::IValue(kFormat));
@@ -77,14 +159,29 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
         writeTensors(archive, "buffer", model.buffers());
         writeTensors(archive, "first", optimizer.firstState());
         writeTensors(archive, "second", optimizer.secondState());
-        archive.save_to(temporary);
+        archive.save_to(payload);
     } catch (const std::exception& e) {
-        std::remove(temporary.c_str());
         return tl::unexpected("could not write the checkpoint \"" + path + "\": " + e.what());
     }
-    syncFile(temporary);
+    const std::string bytes = std::move(payload).str();
+    std::string header(kHeaderBytes, '\0');
+    std::memcpy(header.data(), kMagic, sizeof(kMagic));
+    putLittleEndian(header.data() + sizeof(kMagic), bytes.size(), 8);
+    putLittleEndian(header.data() + sizeof(kMagic) + 8, crc32Of(bytes), 4);
+    // A temporary left by a crash is never read; replace it.
+    std::remove(temporary.c_str());
+    std::string why;
+    if (!writeDurably(temporary, header, bytes, why)) {
+        std::remove(temporary.c_str());
+        return tl::unexpected("could not write the checkpoint \"" + path + "\": " + why +
+                              "; the previous checkpoint, if any, is unchanged");
+    }
     fs::rename(temporary, path, error);
-    if (error) return tl::unexpected("could not replace the checkpoint \"" + path + "\": " + error.message());
+    if (error) {
+        std::remove(temporary.c_str());
+        return tl::unexpected("could not replace the checkpoint \"" + path + "\": " + error.message());
+    }
+    syncDirectory(directory);
     return path;
 }
 
@@ -97,10 +194,38 @@ tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& direct
     std::vector<torch::Tensor> parameters, buffers, first, second;
     int64_t optimizerKind = 0;
     int64_t optimizerSteps = 0;
+    const auto corrupt = [&](const std::string& why) {
+        return tl::unexpected("checkpoint \"" + path + "\" is corrupt or not a BatchPilot checkpoint (" + why +
+                              "); resume from an intact one or start afresh");
+    };
+    std::error_code sizeError;
+    const auto fileBytes = fs::file_size(path, sizeError);
+    if (sizeError || !fs::is_regular_file(path)) return corrupt("not a readable regular file");
+    if (fileBytes < kHeaderBytes) return corrupt("the file is only " + std::to_string(fileBytes) + " bytes");
+    std::string bytes;
+    {
+        std::ifstream in(path, std::ios::binary);
+        std::string header(kHeaderBytes, '\0');
+        in.read(header.data(), static_cast<std::streamsize>(header.size()));
+        if (!in || std::memcmp(header.data(), kMagic, sizeof(kMagic)) != 0) return corrupt("no BatchPilot checkpoint header");
+        const uint64_t length = getLittleEndian(header.data() + sizeof(kMagic), 8);
+        const auto expectedCrc = static_cast<uint32_t>(getLittleEndian(header.data() + sizeof(kMagic) + 8, 4));
+        // The length the header claims must be what the file holds: nothing is allocated for a
+        // size the file does not have.
+        if (length != fileBytes - kHeaderBytes) {
+            return corrupt("the header says " + std::to_string(length) + " bytes follow, the file holds " +
+                           std::to_string(fileBytes - kHeaderBytes) + "; it was cut short or altered");
+        }
+        bytes.resize(length);
+        in.read(bytes.data(), static_cast<std::streamsize>(length));
+        if (!in) return corrupt("reading it failed");
+        if (crc32Of(bytes) != expectedCrc) return corrupt("its CRC-32 checksum does not match: the file was damaged");
+    }
     try {
         CountingScope host(false);
         torch::serialize::InputArchive archive;
-        archive.load_from(path);
+        std::istringstream payload(std::move(bytes));
+        archive.load_from(payload);
         if (readInt(archive, "format") != kFormat) {
             return tl::unexpected("checkpoint \"" + path + "\" has an unknown format version");
         }

@@ -28,10 +28,15 @@ inline constexpr const char* kCheckpointFile = "checkpoint.pt";
 
 /// Writes model parameters and buffers, optimizer state and trainer state to
 /// `directory`/checkpoint.pt. Written to a temporary file, synced, then renamed over the old one,
-/// so a crash during a save never leaves a corrupt latest checkpoint.
+/// so a crash during a save never leaves a corrupt latest checkpoint. The file starts with a
+/// header holding the archive's length and CRC-32, checked before anything is loaded.
 /// Thread rules: call on the trainer thread.
 tl::expected<std::string, std::string> saveCheckpoint(const std::string& directory, const Model& model,
                                                       const Optimizer& optimizer, const TrainerState& state);
+
+/// Creates `directory` if needed and checks that a file can be written in it (by creating and
+/// removing a temporary one), so that a run learns before training that it could not save.
+tl::expected<void, std::string> checkCheckpointDirectory(const std::string& directory);
 
 /// Loads `directory`/checkpoint.pt into `model` and `optimizer` (already built the same way) and
 /// returns the trainer state. A missing, corrupt or mismatched checkpoint (other model, other

@@ -14,7 +14,7 @@ std::string lower(std::string text) {
 }
 
 template <typename T>
-std::string outOfRange(const char* field, T value, const char* range) {
+std::string outOfRange(const char* field, T value, const std::string& range) {
     return std::string(field) + " is " + std::to_string(value) + ", but must be " + range;
 }
 
@@ -86,11 +86,16 @@ tl::expected<LossKind, std::string> parseLossKind(const std::string& text) {
 }
 
 tl::expected<void, std::string> validate(const TrainerOptions& o) {
-    if (o.targetBatch <= 0) {
-        return tl::unexpected(outOfRange("target batch", o.targetBatch, "a positive number of samples"));
+    // Upper limits keep every later size computation (samples × steps, bytes per sample) far from
+    // overflow, and refuse before anything is allocated.
+    if (o.targetBatch <= 0 || o.targetBatch > kMaxTargetBatch) {
+        return tl::unexpected(outOfRange("target batch", o.targetBatch, "from 1 to " + std::to_string(kMaxTargetBatch) + " samples"));
     }
-    if (o.steps < 0) return tl::unexpected(outOfRange("steps", o.steps, "0 or more"));
-    if (o.epochs < 0) return tl::unexpected(outOfRange("epochs", o.epochs, "0 or more"));
+    if (o.steps < 0 || o.steps > kMaxSteps) return tl::unexpected(outOfRange("steps", o.steps, "from 0 to " + std::to_string(kMaxSteps)));
+    if (o.epochs < 0 || o.epochs > kMaxEpochs) return tl::unexpected(outOfRange("epochs", o.epochs, "from 0 to " + std::to_string(kMaxEpochs)));
+    if (o.intraOpThreads < 0 || o.intraOpThreads > kMaxThreads) {
+        return tl::unexpected(outOfRange("threads", o.intraOpThreads, "from 0 (library default) to " + std::to_string(kMaxThreads)));
+    }
     const ProbeOptions& p = o.probe;
     if (p.initialMicroBatch <= 0) {
         return tl::unexpected(outOfRange("initial micro-batch", p.initialMicroBatch, "at least 1"));
@@ -109,8 +114,8 @@ tl::expected<void, std::string> validate(const TrainerOptions& o) {
         return tl::unexpected(outOfRange("probe tolerance", p.tolerance, "between 0 and 0.5"));
     }
     const OptimizerOptions& opt = o.optimizer;
-    if (!(opt.learningRate > 0.0)) {
-        return tl::unexpected(outOfRange("learning rate", opt.learningRate, "positive"));
+    if (!(opt.learningRate > 0.0 && opt.learningRate <= 1e6)) {
+        return tl::unexpected(outOfRange("learning rate", opt.learningRate, "positive and at most 1e6"));
     }
     if (!(opt.momentum >= 0.0 && opt.momentum < 1.0)) {
         return tl::unexpected(outOfRange("momentum", opt.momentum, "in [0, 1)"));
@@ -123,10 +128,21 @@ tl::expected<void, std::string> validate(const TrainerOptions& o) {
     }
     if (!o.datasetFactory) {
         const DataOptions& d = o.data;
-        if (d.samples <= 0) return tl::unexpected(outOfRange("dataset samples", d.samples, "at least 1"));
-        if (d.classes < 2) return tl::unexpected(outOfRange("classes", d.classes, "at least 2"));
+        if (d.samples <= 0 || d.samples > kMaxSamples) {
+            return tl::unexpected(outOfRange("dataset samples", d.samples, "from 1 to " + std::to_string(kMaxSamples)));
+        }
+        if (d.classes < 2 || d.classes > kMaxClasses) {
+            return tl::unexpected(outOfRange("classes", d.classes, "from 2 to " + std::to_string(kMaxClasses)));
+        }
         if (d.channels <= 0 || d.height <= 0 || d.width <= 0) {
             return tl::unexpected(std::string("image size must be positive in every dimension (e.g. 3x32x32)"));
+        }
+        if (d.channels > 4096 || d.height > 65536 || d.width > 65536 ||
+            d.channels * d.height * d.width > kMaxSampleElements) {
+            return tl::unexpected("image size " + std::to_string(d.channels) + "x" + std::to_string(d.height) + "x" +
+                                  std::to_string(d.width) + " is too large: at most " +
+                                  std::to_string(kMaxSampleElements) + " values per sample (e.g. 3x4096x4096), "
+                                  "4096 channels and 65536 pixels a side");
         }
     }
     if (o.checkpoint.everySteps < 0) {

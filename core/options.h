@@ -116,6 +116,15 @@ struct TrainerOptions {
     DatasetFactory datasetFactory;
 };
 
+/// Limits every front end shares (the CLI, the configuration file, the GUI).
+inline constexpr int64_t kMaxTargetBatch = int64_t{1} << 31;
+inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
+inline constexpr int64_t kMaxEpochs = 1'000'000;
+inline constexpr int kMaxThreads = 256;
+inline constexpr int64_t kMaxSamples = 100'000'000;  ///< synthetic data set
+inline constexpr int64_t kMaxClasses = 1'000'000;
+inline constexpr int64_t kMaxSampleElements = int64_t{3} << 24;  ///< values per sample (3x4096x4096)
+
 /// Checks ranges and names; the message names the field, the value and the valid range.
 tl::expected<void, std::string> validate(const TrainerOptions& options);
 

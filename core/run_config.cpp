@@ -1,7 +1,12 @@
 #include "core/run_config.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -14,6 +19,11 @@ namespace batchpilot::core {
 namespace {
 
 using nlohmann::json;
+
+/// A run configuration is a few KiB; a larger file is not one (and is never echoed in full).
+constexpr size_t kMaxConfigBytes = size_t{1} << 20;
+/// Deeper nesting is refused while parsing (the configuration's own depth is 3).
+constexpr int kMaxConfigDepth = 32;
 
 const char* typeName(const json& value) {
     if (value.is_boolean()) return "a boolean";
@@ -40,6 +50,11 @@ struct ConfigError {
 int64_t integer(const json& v, const std::string& path, int64_t minimum, int64_t maximum = std::numeric_limits<int64_t>::max()) {
     if (!v.is_number_integer() && !v.is_number_unsigned()) {
         fail(path, std::string("expected an integer, got ") + typeName(v) + " " + shown(v));
+    }
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        fail(path, "expected an integer from " + std::to_string(minimum) +
+                       (maximum == std::numeric_limits<int64_t>::max() ? " up" : " to " + std::to_string(maximum)) +
+                       ", got " + std::to_string(v.get<uint64_t>()));
     }
     const auto n = v.get<int64_t>();
     if (n < minimum || n > maximum) {
@@ -156,7 +171,7 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
             {"lr_scaling", [&](const json& v, const std::string& p) { o.lrScaling = parsed(parseLrScaling(text(v, p)), p); }},
             {"loss", [&](const json& v, const std::string& p) { o.loss = parsed(parseLossKind(text(v, p)), p); }},
             {"regrow_after_steps", [&](const json& v, const std::string& p) { o.regrowAfterSteps = static_cast<int>(integer(v, p, 0, 1000000)); }},
-            {"threads", [&](const json& v, const std::string& p) { o.intraOpThreads = static_cast<int>(integer(v, p, 0, 1024)); }},
+            {"threads", [&](const json& v, const std::string& p) { o.intraOpThreads = static_cast<int>(integer(v, p, 0, kMaxThreads)); }},
             {"checkpoint", [&](const json& v, const std::string& p) {
                  readObject(v, p, {
                      {"directory", [&](const json& x, const std::string& q) { o.checkpoint.directory = text(x, q); }},
@@ -174,16 +189,50 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
 }
 
 tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path, TrainerOptions base) {
-    std::ifstream in(path);
-    if (!in) return tl::unexpected("cannot read the configuration \"" + path + "\": check that the file exists");
+    const std::string named = "the configuration \"" + path + "\"";
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(status)) return tl::unexpected("cannot read " + named + ": check that the file exists");
+    // A folder, a FIFO or a device is never read: reading could fail late or block forever.
+    if (!std::filesystem::is_regular_file(status)) {
+        return tl::unexpected(named + " is not a regular file (" +
+                              (std::filesystem::is_directory(status) ? std::string("a folder") : std::string("a FIFO, socket or device")) +
+                              "); give the path of a .json file");
+    }
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec && size > kMaxConfigBytes) {
+        return tl::unexpected(named + " is " + std::to_string(size) + " bytes; a run configuration is a few KiB (at most " +
+                              std::to_string(kMaxConfigBytes) + " bytes): is this the right file?");
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return tl::unexpected("cannot read " + named + ": check that it is readable");
+    std::string content;
+    content.resize(kMaxConfigBytes + 1);
+    in.read(content.data(), static_cast<std::streamsize>(content.size()));
+    if (in.bad()) return tl::unexpected("reading " + named + " failed");
+    content.resize(static_cast<size_t>(in.gcount()));
+    if (content.size() > kMaxConfigBytes) {
+        return tl::unexpected(named + " is larger than " + std::to_string(kMaxConfigBytes) + " bytes: is this the right file?");
+    }
     json config;
+    bool tooDeep = false;
+    // Deeper values are dropped while parsing (the parser itself does not recurse), so nothing
+    // later walks a structure deep enough to overflow the stack.
+    const json::parser_callback_t depthLimit = [&](int depth, json::parse_event_t, json&) {
+        if (depth > kMaxConfigDepth) tooDeep = true;
+        return depth <= kMaxConfigDepth;
+    };
     try {
-        config = json::parse(in, /*cb=*/nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+        config = json::parse(content, depthLimit, /*allow_exceptions=*/true, /*ignore_comments=*/true);
     } catch (const json::parse_error& e) {
-        return tl::unexpected("configuration \"" + path + "\" is not valid JSON: " + e.what());
+        return tl::unexpected(named + " is not valid JSON: " + e.what());
+    }
+    if (tooDeep) {
+        return tl::unexpected(named + " nests values more than " + std::to_string(kMaxConfigDepth) +
+                              " levels deep; a run configuration has at most 3");
     }
     auto options = parseRunConfig(config, std::move(base));
-    if (!options) return tl::unexpected("configuration \"" + path + "\": " + options.error());
+    if (!options) return tl::unexpected(named + ": " + options.error());
     return options;
 }
 
@@ -213,16 +262,42 @@ json toRunConfig(const TrainerOptions& o) {
 }
 
 tl::expected<void, std::string> saveRunConfig(const std::string& path, const TrainerOptions& options) {
-    const std::string temporary = path + ".tmp";
-    {
-        std::ofstream out(temporary, std::ios::trunc);
-        if (!out) return tl::unexpected("cannot write the configuration \"" + path + "\": check the folder exists and is writable");
-        out << toRunConfig(options).dump(2) << '\n';
-        if (!out) return tl::unexpected("writing the configuration \"" + path + "\" failed (disk full?)");
+    namespace fs = std::filesystem;
+    const std::string named = "the configuration \"" + path + "\"";
+    std::error_code ec;
+    // Only a regular file is ever replaced: a symlink, FIFO or device at the path stays as it is.
+    const auto status = fs::symlink_status(path, ec);
+    if (!ec && fs::exists(status) && !fs::is_regular_file(status)) {
+        return tl::unexpected("not writing " + named + ": the path is " +
+                              (fs::is_symlink(status) ? std::string("a symbolic link")
+                               : fs::is_directory(status) ? std::string("a folder")
+                                                          : std::string("a FIFO, socket or device")) +
+                              ", and only a regular file is replaced; choose another path");
     }
+    const fs::path target(path);
+    const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
+    // A unique temporary beside the target (never an existing file), renamed over it when complete.
+    std::string temporary = (folder / ("." + target.filename().string() + ".XXXXXX")).string();
+    const int fd = ::mkstemp(temporary.data());
+    if (fd < 0) return tl::unexpected("cannot write " + named + ": check the folder exists and is writable");
+    const std::string text = toRunConfig(options).dump(2) + "\n";
+    bool written = true;
+    for (size_t done = 0; done < text.size() && written;) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n > 0) done += static_cast<size_t>(n);
+        else if (n < 0 && errno == EINTR) continue;
+        else written = false;
+    }
+    written = ::fsync(fd) == 0 && written;
+    written = ::close(fd) == 0 && written;
+    if (!written) {
+        std::remove(temporary.c_str());
+        return tl::unexpected("writing " + named + " failed (disk full?); the previous file, if any, is unchanged");
+    }
+    ::chmod(temporary.c_str(), 0644);
     if (std::rename(temporary.c_str(), path.c_str()) != 0) {
         std::remove(temporary.c_str());
-        return tl::unexpected("cannot replace the configuration \"" + path + "\"");
+        return tl::unexpected("cannot replace " + named);
     }
     return {};
 }

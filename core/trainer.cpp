@@ -179,6 +179,7 @@ struct Trainer::Impl {
     void optimizerStep();
     void switchTo(const DeviceSpec& next);
     void writeCheckpoint();
+    std::string checkpointError;  ///< the last failed save's message
     [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false);
 };
 
@@ -197,6 +198,12 @@ void Trainer::Impl::setup() {
         data = *made;
     }
     if (data->size() <= 0) throw FatalError{"the dataset \"" + data->name() + "\" is empty", "dataset"};
+    if (!options.checkpoint.directory.empty()) {
+        // Found out now, not after hours of training: a checkpoint folder that cannot be written.
+        if (auto writable = checkCheckpointDirectory(options.checkpoint.directory); !writable) {
+            throw FatalError{writable.error(), "checkpoint"};
+        }
+    }
     for (const std::string& warning : data->warnings()) emit(Warning{now(), warning});
     prefetcher = std::make_unique<Prefetcher>(data);
     meter = openMeter(device);
@@ -476,6 +483,7 @@ void Trainer::Impl::writeCheckpoint() {
     if (written) {
         emit(CheckpointSaved{now(), step, *written});
     } else {
+        checkpointError = written.error();
         emit(Warning{now(), "checkpoint not saved: " + written.error()});
     }
 }
@@ -830,6 +838,8 @@ RunResult Trainer::run() {
     } catch (const FatalError& e) {
         result.state = RunState::Failed;
         result.error = e.message;
+        result.badInput = e.where == "configuration" || e.where == "dataset" || e.where == "model" ||
+                          e.where == "resume" || e.where == "checkpoint";
         d.emit(ErrorEvent{d.now(), e.message, e.where});
         d.setState(RunState::Failed, e.message);
     } catch (const std::exception& e) {
@@ -840,6 +850,7 @@ RunResult Trainer::run() {
         d.setState(RunState::Failed, failure.message);
     }
     result.steps = d.step;
+    result.checkpointError = d.checkpointError;
     // A run that ended while probing reports the largest size that fit so far.
     result.microBatch = d.microBatch > 0 || !d.probe ? d.microBatch : d.probe->result();
     d.probe.reset();

@@ -19,6 +19,11 @@ struct RunResult {
     std::string error;                    ///< Failed only: what went wrong and what to do
     int64_t steps = 0;                    ///< optimizer steps committed
     int64_t microBatch = 0;               ///< micro-batch size in use at the end
+    /// Failed only: the cause was the user's input (options, the data or model file, the
+    /// checkpoint to resume from or the checkpoint folder), not training itself.
+    bool badInput = false;
+    /// A checkpoint could not be written (the last failure's message); empty when every save worked.
+    std::string checkpointError;
 };
 
 /// Trains a model at a target batch: probes the largest micro-batch that fits the device,
