@@ -106,6 +106,8 @@ Device and batch
   --max-trials N          probe trial limit (default 24)
   --regrow-after N        clean steps after an OOM before trying a larger micro-batch
                           (default 20, 0 = never)
+  --cuda-memory-fraction F  cuda:N only: let this process use at most F (0..1] of the GPU's
+                          memory, so that a large GPU runs out of memory like a small one
 
 Optimisation
   --optimizer NAME        sgd (with momentum), adam or adamw (default sgd)
@@ -117,7 +119,7 @@ Optimisation
   --steps N               optimizer steps to run (default 100 unless --epochs is given)
   --epochs N              passes over the data (used when --steps is not given)
   --seed N                model initialisation and sample order (default 0)
-  --threads N             CPU threads for LibTorch (default: library default)
+  --threads N             CPU threads for LibTorch, 1..256 (default: library default)
 
 Configuration
   --config FILE           read a JSON run configuration (see README); flags given too override it
@@ -188,6 +190,8 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
         {"--initial-micro-batch", [&](const std::string& v) { return store(parseInteger("--initial-micro-batch", v, 1), o.probe.initialMicroBatch); }},
         {"--max-micro-batch", [&](const std::string& v) { return store(parseInteger("--max-micro-batch", v, 1), o.probe.maxMicroBatch); }},
         {"--headroom", [&](const std::string& v) { return store(parseNumber("--headroom", v), o.probe.headroom); }},
+        {"--cuda-memory-fraction",
+         [&](const std::string& v) { return store(parseNumber("--cuda-memory-fraction", v), o.cudaMemoryFraction); }},
         {"--multiple-of", [&](const std::string& v) { return store(parseInteger("--multiple-of", v, 1), o.probe.multipleOf); }},
         {"--max-trials", [&](const std::string& v) -> tl::expected<void, std::string> {
              auto n = parseInteger("--max-trials", v, 1);

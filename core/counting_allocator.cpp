@@ -34,7 +34,7 @@ CountingAllocator& CountingAllocator::instance() {
     return allocator;
 }
 
-c10::DataPtr CountingAllocator::allocate(size_t bytes) const {
+c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST {
     const auto size = static_cast<int64_t>(bytes);
     const bool counted = t_counting;
     if (counted) {
@@ -59,6 +59,7 @@ c10::DataPtr CountingAllocator::allocate(size_t bytes) const {
             }
             C10_THROW_ERROR(OutOfMemoryError, message);
         }
+        m_countedBytes.fetch_add(size);
         int64_t peak = m_peak.load();
         while (before + size > peak && !m_peak.compare_exchange_weak(peak, before + size)) {
         }
@@ -92,6 +93,12 @@ void CountingAllocator::release(void* data) {
 }
 
 c10::DeleterFnPtr CountingAllocator::raw_deleter() const { return &CountingAllocator::release; }
+
+#if BATCHPILOT_ALLOCATOR_HAS_COPY_DATA
+void CountingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+    default_copy_data(dest, src, count);
+}
+#endif
 
 void installCountingAllocator() {
     static std::once_flag once;

@@ -5,6 +5,8 @@
 
 #include <c10/core/Allocator.h>
 
+#include "core/torch_compat.h"
+
 namespace batchpilot::core {
 
 /// The CPU allocator BatchPilot installs with c10::SetCPUAllocator. It counts the bytes allocated
@@ -22,8 +24,11 @@ public:
     /// The process-wide instance, installed as the CPU allocator on first use.
     static CountingAllocator& instance();
 
-    c10::DataPtr allocate(size_t bytes) const override;
+    c10::DataPtr allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST override;
     c10::DeleterFnPtr raw_deleter() const override;
+#if BATCHPILOT_ALLOCATOR_HAS_COPY_DATA
+    void copy_data(void* dest, const void* src, std::size_t count) const override;
+#endif
 
     /// Counted bytes may not exceed `bytes`; 0 removes the budget.
     void setBudget(int64_t bytes) { m_budget.store(bytes); }
@@ -33,6 +38,8 @@ public:
     /// Highest allocated() since the last resetPeak().
     int64_t peak() const { return m_peak.load(); }
     void resetPeak() { m_peak.store(m_allocated.load()); }
+    /// Bytes of all successful counted allocations since start-up (never decreases).
+    int64_t countedBytes() const { return m_countedBytes.load(); }
     /// Number of counted allocations since start-up (successful or not).
     int64_t countedAllocations() const { return m_count.load(); }
     /// Makes the `n`-th counted allocation from now fail with an OOM (once); 0 cancels.
@@ -49,6 +56,7 @@ private:
     mutable std::atomic<int64_t> m_allocated{0};
     mutable std::atomic<int64_t> m_peak{0};
     mutable std::atomic<int64_t> m_count{0};
+    mutable std::atomic<int64_t> m_countedBytes{0};
     mutable std::atomic<int64_t> m_failAt{0};
     mutable std::atomic<int64_t> m_lastFailed{0};
     mutable std::atomic<int64_t> m_allocatedAtFailure{0};

@@ -13,4 +13,8 @@ DeviceInfo describeCudaDevice(int index) {
     throw std::logic_error("cuda:" + std::to_string(index) + " described in a build without CUDA");
 }
 
+void setCudaMemoryFraction(int index, double) {
+    throw std::logic_error("cuda:" + std::to_string(index) + " memory capped in a build without CUDA");
+}
+
 }  // namespace batchpilot::core

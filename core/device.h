@@ -54,6 +54,14 @@ public:
     virtual int64_t reserved() const = 0;
     /// Highest allocated() since the last resetPeak().
     virtual int64_t peak() const = 0;
+    /// Highest reserved() since the last resetPeak(): what the allocator really held at the peak
+    /// (CUDA: allocated plus the unused parts of its cached blocks, i.e. fragmentation). The probe
+    /// plans with it, so a chosen size cannot fail later for fragmentation. peak() elsewhere.
+    virtual int64_t peakReserved() const { return peak(); }
+    /// Since start-up, how often the allocator had to free its cache and retry an allocation
+    /// (CUDA: a sign of fragmentation); 0 elsewhere.
+    virtual int64_t allocatorRetries() const { return 0; }
+    /// Resets peak() and peakReserved() to the current values.
     virtual void resetPeak() = 0;
     /// Memory this process may use on the device.
     virtual int64_t capacity() const = 0;

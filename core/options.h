@@ -108,6 +108,9 @@ struct TrainerOptions {
     bool reportGradientNorm = false;     ///< fill MicroBatchDone::gradientNorm (one norm per micro-batch)
     bool stepMode = false;               ///< start in step-by-step mode (see Trainer::setStepMode)
     int intraOpThreads = 0;         ///< LibTorch CPU threads; 0 keeps the library default
+    /// cuda:N only: cap this process's share of the GPU's memory (0 < f <= 1) through the
+    /// caching allocator, so that a large GPU runs out of memory like a small one; 0: no cap.
+    double cudaMemoryFraction = 0.0;
     CheckpointOptions checkpoint;
     std::string resumeFrom;         ///< checkpoint directory to continue from; empty: fresh start
 

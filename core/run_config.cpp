@@ -172,6 +172,7 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
             {"loss", [&](const json& v, const std::string& p) { o.loss = parsed(parseLossKind(text(v, p)), p); }},
             {"regrow_after_steps", [&](const json& v, const std::string& p) { o.regrowAfterSteps = static_cast<int>(integer(v, p, 0, 1000000)); }},
             {"threads", [&](const json& v, const std::string& p) { o.intraOpThreads = static_cast<int>(integer(v, p, 0, kMaxThreads)); }},
+            {"cuda_memory_fraction", [&](const json& v, const std::string& p) { o.cudaMemoryFraction = number(v, p, 0.0, 1.0); }},
             {"checkpoint", [&](const json& v, const std::string& p) {
                  readObject(v, p, {
                      {"directory", [&](const json& x, const std::string& q) { o.checkpoint.directory = text(x, q); }},
@@ -257,6 +258,7 @@ json toRunConfig(const TrainerOptions& o) {
         {"loss", toString(o.loss)},
         {"regrow_after_steps", o.regrowAfterSteps},
         {"threads", o.intraOpThreads},
+        {"cuda_memory_fraction", o.cudaMemoryFraction},
         {"checkpoint", {{"directory", o.checkpoint.directory}, {"every_steps", o.checkpoint.everySteps}}},
     };
 }

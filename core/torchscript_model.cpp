@@ -4,6 +4,12 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/versions.h>
+#include <torch/csrc/jit/python/update_graph_executor_opt.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/version.h>
+
 #include "core/dataset.h"
 #include "core/loss.h"
 #include "core/oom.h"
@@ -16,6 +22,24 @@ namespace fs = std::filesystem;
 /// What went wrong, in one line: for an interpreter error, the original error at the end of its
 /// traceback.
 std::string reason() { return classifyFailure(std::current_exception()).message; }
+
+/// When a model file does not load: which file-format version wrote it, against the newest this
+/// LibTorch reads, so that a file from a newer PyTorch says so (empty when the file is no archive).
+std::string formatVersionNote(const std::string& path) {
+    try {
+        caffe2::serialize::PyTorchStreamReader reader(path);
+        const uint64_t written = reader.version();
+        const uint64_t readable = caffe2::serialize::kMaxSupportedFileFormatVersion;
+        if (written <= readable) return {};
+        return "; the file has TorchScript format version " + std::to_string(written) + ", but LibTorch " + TORCH_VERSION +
+               " reads up to version " + std::to_string(readable) +
+               ": it was written by a newer PyTorch than this build's LibTorch — export it with PyTorch " +
+               std::string(TORCH_VERSION).substr(0, std::string(TORCH_VERSION).rfind('.')) +
+               " (e.g. Debian's python3-torch), or build BatchPilot against the current LibTorch (scripts/demo --torch pip)";
+    } catch (const std::exception&) {
+        return {};
+    }
+}
 
 /// Out-of-memory is the trainer's to classify and report; everything else is the model's fault.
 void rethrowIfOutOfMemory() {
@@ -30,6 +54,11 @@ TorchScriptModel::TorchScriptModel(std::string path, torch::jit::Module module)
 std::string TorchScriptModel::name() const { return "TorchScript " + fs::path(m_path).filename().string(); }
 
 torch::Tensor TorchScriptModel::forward(const torch::Tensor& input) {
+    // The graph executor's optimisation (profiling runs, then a graph specialised to the shapes
+    // seen) makes a model's memory differ from one call and one shape to the next: the probe's
+    // trials, the memory model and fault recovery rely on the same micro-batch needing the same
+    // memory every time. Unoptimised execution is the same interpreter without that (thread-local).
+    torch::jit::GraphOptimizerEnabledGuard unoptimised(false);
     torch::jit::IValue output = m_module.forward({input});
     if (!output.isTensor()) {
         throw std::runtime_error("the TorchScript model " + m_path + " returned a " + output.tagKind() +
@@ -82,7 +111,11 @@ tl::expected<std::shared_ptr<Model>, std::string> loadTorchScriptModel(const std
         module = torch::jit::load(path, torch::Device(torch::kCPU));
     } catch (const std::exception&) {
         rethrowIfOutOfMemory();
-        return tl::unexpected(file + " is not a TorchScript file (" + reason() +
+        const std::string why = reason();
+        if (const std::string version = formatVersionNote(path); !version.empty()) {
+            return tl::unexpected(file + " could not be loaded (" + why + ")" + version);
+        }
+        return tl::unexpected(file + " is not a TorchScript file (" + why +
                               "); export the model from Python with torch.jit.script(model).save(\"model.pt\") — "
                               "a state_dict saved with torch.save cannot be loaded");
     }
@@ -131,6 +164,7 @@ tl::expected<std::shared_ptr<Model>, std::string> loadTorchScriptModel(const std
     torch::jit::IValue output;
     try {
         torch::NoGradGuard noGrad;
+        torch::jit::GraphOptimizerEnabledGuard unoptimised(false);
         module.eval();
         output = module.forward({sample.inputs});
         module.train(true);

@@ -10,6 +10,7 @@
 #include "core/accumulation_plan.h"
 #include "core/byte_size.h"
 #include "core/checkpoint.h"
+#include "core/cuda_meter.h"
 #include "core/counting_allocator.h"
 #include "core/dataset.h"
 #include "core/device.h"
@@ -179,7 +180,9 @@ struct Trainer::Impl {
     void optimizerStep();
     void switchTo(const DeviceSpec& next);
     void writeCheckpoint();
+    void releaseFailedBackward();
     std::string checkpointError;  ///< the last failed save's message
+    int64_t allocatorRetriesSeen = 0;  ///< the meter's allocator retries already reported
     [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false);
 };
 
@@ -206,8 +209,12 @@ void Trainer::Impl::setup() {
     }
     for (const std::string& warning : data->warnings()) emit(Warning{now(), warning});
     prefetcher = std::make_unique<Prefetcher>(data);
+    if (device.kind == DeviceKind::Cuda && options.cudaMemoryFraction > 0) {
+        setCudaMemoryFraction(device.index, options.cudaMemoryFraction);
+    }
     meter = openMeter(device);
     meter->resetPeak();
+    allocatorRetriesSeen = meter->allocatorRetries();
     target = options.targetBatch;
     sampler.emplace(data->size(), options.seed);
     try {
@@ -608,15 +615,16 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
             }
         }
         result.ok = true;
-        result.peakBytes = meter->peak();
+        result.peakBytes = meter->peakReserved();
     } catch (const std::exception&) {
         error = std::current_exception();
     }
     if (error) {
         // Outside the catch block, every tensor of the failed micro-batch is gone.
         result.failure = classifyFailure(error);
-        result.peakBytes = meter->peak();
+        result.peakBytes = meter->peakReserved();
         if (result.failure.outOfMemory) {
+            releaseFailedBackward();
             torch::NoGradGuard noGrad;
             auto buffers = model->buffers();
             for (size_t i = 0; i < savedBuffers.size() && i < buffers.size(); ++i) buffers[i].copy_(savedBuffers[i]);
@@ -626,6 +634,17 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
     return result;
+}
+
+void Trainer::Impl::releaseFailedBackward() {
+    // LibTorch 2.x leaves the node tasks of a backward pass that threw in the autograd engine's
+    // ready queue, holding the failed micro-batch's saved activations and partial gradients
+    // until a later backward pops them. A tiny backward here pops them now, so the retry starts
+    // with the memory it had before the failed micro-batch.
+    // On a GPU the tasks wait in that device's queue: the tiny backward runs there too.
+    CountingScope uncounted(false);
+    auto x = torch::zeros({1}, torch::TensorOptions().device(parameters.front().device()).requires_grad(true));
+    (void)torch::autograd::grad({(x * 2).sum()}, {x});
 }
 
 void Trainer::Impl::optimizerStep() {
@@ -780,6 +799,13 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                      stepPeak, totalSteps()});
     sampleMemory(true);
     reportBreakdown();
+    if (const int64_t retries = meter->allocatorRetries(); retries > allocatorRetriesSeen) {
+        emit(Warning{now(), "the CUDA caching allocator had to free its cache and retry " +
+                                std::to_string(retries - allocatorRetriesSeen) + " allocation(s) during step " +
+                                std::to_string(step) + ": device memory is fragmented; a larger --headroom leaves "
+                                "it room (each retry costs time)"});
+        allocatorRetriesSeen = retries;
+    }
     lastBatch = indices;
     {
         std::lock_guard lock(mutex);

@@ -1,34 +1,101 @@
 # Shared by scripts/test, scripts/demo and scripts/bench: install what is missing, configure, build.
 # Debian 12; run as root (or with sudo available) on a fresh machine.
+#
+# Two LibTorch builds from one code base (see README, "GPU workstation"):
+#   debian  Debian's libtorch-dev (1.13, CPU): the default where no NVIDIA GPU is present.
+#   pip     the LibTorch inside PyPI's torch (2.x, built with CUDA), installed with pip into
+#           .venv-torch/ in the checkout: the default where `nvidia-smi` reports a GPU.
+# `--torch debian|pip` (or BATCHPILOT_TORCH) chooses; each build has its own folder
+# (build/ and build-pip/, or BUILD_DIR).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+VENV="$ROOT/.venv-torch"
+# The PyPI torch the pip build is tested with; torchvision is the release made for it.
+PIP_TORCH="${BATCHPILOT_PIP_TORCH:-torch==2.15.0}"
 
 PACKAGES=(
   cmake g++ ninja-build ccache pkg-config
-  libtorch-dev
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
   nlohmann-json3-dev libexpected-dev libstb-dev zlib1g-dev
   fonts-dejavu-core
 )
+# Debian's LibTorch, its Python twin (the tests export torchvision models with it) and an
+# optimised BLAS: without one, LibTorch's linear layers run on the reference BLAS (docs/PERFORMANCE.md).
+DEBIAN_TORCH_PACKAGES=(libtorch-dev python3-torch python3-torchvision libopenblas0-pthread)
+PIP_TORCH_PACKAGES=(python3-venv python3-pip)
+
+# Reads --torch debian|pip from the arguments; the others are left in REST_ARGS.
+TORCH_BUILD="${BATCHPILOT_TORCH:-auto}"
+REST_ARGS=()
+parse_torch_flag() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --torch) [ $# -ge 2 ] || { echo "error: --torch needs a value: debian or pip" >&2; exit 2; }
+               TORCH_BUILD="$2"; shift 2 ;;
+      --torch=*) TORCH_BUILD="${1#--torch=}"; shift ;;
+      *) REST_ARGS+=("$1"); shift ;;
+    esac
+  done
+  if [ "$TORCH_BUILD" = auto ]; then
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+      TORCH_BUILD=pip
+      echo "An NVIDIA GPU is present: building against the CUDA LibTorch from PyPI (--torch debian for Debian's)."
+    else
+      TORCH_BUILD=debian
+    fi
+  fi
+  case "$TORCH_BUILD" in
+    debian) BUILD_DIR="${BUILD_DIR:-$ROOT/build}" ;;
+    pip) BUILD_DIR="${BUILD_DIR:-$ROOT/build-pip}" ;;
+    *) echo "error: --torch must be debian or pip, not \"$TORCH_BUILD\"" >&2; exit 2 ;;
+  esac
+}
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then
+    "$@"
+  else
+    command -v sudo >/dev/null || { echo "error: installing packages needs root; run as root or install: ${*: -1}" >&2; exit 1; }
+    sudo "$@"
+  fi
+}
 
 install_missing() {
+  local wanted=("${PACKAGES[@]}")
+  if [ "${TORCH_BUILD:-debian}" = pip ]; then
+    wanted+=("${PIP_TORCH_PACKAGES[@]}")
+  else
+    wanted+=("${DEBIAN_TORCH_PACKAGES[@]}")
+  fi
   local missing=()
-  for package in "${PACKAGES[@]}"; do
+  for package in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
   done
-  if [ ${#missing[@]} -eq 0 ]; then
-    return 0
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "Installing: ${missing[*]}"
+    as_root apt-get update -q
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q --no-install-recommends "${missing[@]}"
   fi
-  echo "Installing: ${missing[*]}"
-  local sudo=""
-  if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null || { echo "error: installing packages needs root; run as root or install: ${missing[*]}" >&2; exit 1; }
-    sudo="sudo"
+  if [ "${TORCH_BUILD:-debian}" = pip ]; then
+    install_pip_torch
   fi
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# The Python interpreter of the pip build's virtual environment, with torch and torchvision.
+install_pip_torch() {
+  # Debian's python3 (python3-venv is installed for it), whatever else is first on PATH.
+  local python=/usr/bin/python3
+  [ -x "$python" ] || python="$(command -v python3)"
+  if [ ! -x "$VENV/bin/python" ]; then
+    echo "Creating $VENV with $python"
+    "$python" -m venv "$VENV"
+  fi
+  if ! "$VENV/bin/python" -c 'import torch, torchvision' 2>/dev/null ||
+     [ "$("$VENV/bin/python" -c 'import torch; print("torch==" + torch.__version__.split("+")[0])')" != "$PIP_TORCH" ]; then
+    echo "Installing $PIP_TORCH and torchvision from PyPI into $VENV (about 5 GB with CUDA's libraries)"
+    "$VENV/bin/python" -m pip install -q --upgrade "$PIP_TORCH" torchvision
+  fi
 }
 
 configure_and_build() {
@@ -37,6 +104,22 @@ configure_and_build() {
   export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
   # Relative paths in the cache keys: a fresh clone in another folder still hits the cache.
   export CCACHE_BASEDIR="$ROOT"
-  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+  local torch_args=()
+  if [ "${TORCH_BUILD:-debian}" = pip ]; then
+    local prefix torch_root
+    prefix="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+    torch_root="$(dirname "$(dirname "$prefix")")"
+    # The torch folder itself comes first, so that its lib/ is searched before the system's: where
+    # Debian's libtorch-dev is installed too, LibTorch's CMake files would otherwise link
+    # /usr/lib's libtorch.so with the wheel's headers.
+    torch_args=(-DCMAKE_PREFIX_PATH="$torch_root;$prefix" -DBATCHPILOT_TEST_PYTHON="$VENV/bin/python")
+    # LibTorch's CMake files look for the CUDA toolkit; the wheel's own copies are not a toolkit.
+    if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+      export PATH="/usr/local/cuda/bin:$PATH"
+    fi
+  else
+    torch_args=(-DBATCHPILOT_TEST_PYTHON=/usr/bin/python3)
+  fi
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${torch_args[@]}" "$@"
   cmake --build "$BUILD_DIR" -j "$(nproc)"
 }

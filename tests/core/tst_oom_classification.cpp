@@ -18,7 +18,7 @@ FailureInfo classify(E error) {
     return classifyFailure(std::make_exception_ptr(std::move(error)));
 }
 
-c10::Error c10Error(const std::string& message) { return c10::Error(message, ""); }
+c10::Error c10Error(const std::string& message) { return c10::Error(c10::SourceLocation{"f", "file", 1}, message); }
 
 }  // namespace
 
