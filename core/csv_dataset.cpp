@@ -123,6 +123,10 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
         return tl::unexpected("CSV file " + path + " has no column \"" + targetColumn + "\"; the columns are " +
                               quoteList(header));
     }
+    if (std::count(header.begin(), header.end(), targetColumn) > 1) {
+        return tl::unexpected("CSV file " + path + " has " + std::to_string(std::count(header.begin(), header.end(), targetColumn)) +
+                              " columns named \"" + targetColumn + "\": the target column must be unique; rename the others");
+    }
     if (header.size() < 2) {
         return tl::unexpected("CSV file " + path + " has only the target column: it needs at least one feature column");
     }

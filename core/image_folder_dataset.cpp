@@ -1,6 +1,7 @@
 #include "core/image_folder_dataset.h"
 
 #include <algorithm>
+#include <set>
 #include <cctype>
 #include <cstring>
 #include <filesystem>
@@ -104,16 +105,39 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
 
     std::vector<Candidate> candidates;
     std::vector<std::string> otherFiles;
+    // Symbolic links to folders are followed, but every folder and file is taken once: a link
+    // back up the tree (a loop) or a second way to the same image would repeat samples, and an
+    // image reached from two class folders would get two labels.
+    std::set<std::string> seenFiles;
+    std::vector<std::string> loops;
+    size_t repeatedFiles = 0;
     for (size_t label = 0; label < classDirs.size(); ++label) {
         std::vector<std::string> files;
         const fs::path dir = fs::path(root) / classDirs[label];
+        std::set<std::string> seenDirs{fs::weakly_canonical(dir, ec).string()};
         const auto walkOptions = fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied;
         for (fs::recursive_directory_iterator it(dir, walkOptions, ec), end; !ec && it != end; it.increment(ec)) {
             if (isHidden(it->path())) {
                 if (it->is_directory(ec)) it.disable_recursion_pending();
                 continue;
             }
+            if (it->is_directory(ec)) {
+                std::error_code canonicalError;
+                const std::string real = fs::canonical(it->path(), canonicalError).string();
+                if (canonicalError || !seenDirs.insert(real).second ||
+                    fs::weakly_canonical(dir, canonicalError).string().starts_with(real + "/")) {
+                    it.disable_recursion_pending();
+                    loops.push_back(it->path().string());
+                }
+                continue;
+            }
             if (!it->is_regular_file(ec)) continue;
+            std::error_code canonicalError;
+            const std::string real = fs::canonical(it->path(), canonicalError).string();
+            if (!canonicalError && !seenFiles.insert(real).second) {
+                ++repeatedFiles;
+                continue;
+            }
             if (isImageName(it->path())) {
                 files.push_back(it->path().string());
             } else {
@@ -130,6 +154,14 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
     }
 
     auto dataset = std::shared_ptr<ImageFolderDataset>(new ImageFolderDataset());
+    if (!loops.empty()) {
+        dataset->m_warnings.push_back(std::to_string(loops.size()) + " linked folder(s) lead back to a folder already read "
+                                      "and were skipped (e.g. " + loops.front() + "): each image is used once");
+    }
+    if (repeatedFiles > 0) {
+        dataset->m_warnings.push_back(std::to_string(repeatedFiles) + " file(s) were reached a second time through a "
+                                      "symbolic link and were used only once");
+    }
     dataset->m_root = root;
     dataset->m_channels = options.channels;
     dataset->m_height = options.height;

@@ -77,7 +77,7 @@ tl::expected<Pair, std::string> locate(const std::string& path) {
 
 }  // namespace
 
-tl::expected<std::vector<uint8_t>, std::string> readMaybeGzipped(const std::string& path) {
+tl::expected<std::vector<uint8_t>, std::string> readMaybeGzipped(const std::string& path, uint64_t maxBytes) {
     std::error_code ec;
     if (!fs::is_regular_file(path, ec)) return tl::unexpected("file " + path + " does not exist or is not a regular file");
     // gzread reads plain files unchanged ("transparent" mode), so one path serves both.
@@ -86,10 +86,14 @@ tl::expected<std::vector<uint8_t>, std::string> readMaybeGzipped(const std::stri
     gzbuffer(file, 1 << 17);
     std::vector<uint8_t> bytes;
     constexpr unsigned kChunk = 1U << 20;
+    // Memory grows with what the file holds, never past maxBytes + 1 (one byte more tells the
+    // caller that there was more): never with what a header claims.
     for (;;) {
         const size_t used = bytes.size();
-        bytes.resize(used + kChunk);
-        const int got = gzread(file, bytes.data() + used, kChunk);
+        if (used > maxBytes) break;
+        const auto chunk = static_cast<unsigned>(std::min<uint64_t>(kChunk - 1, maxBytes - used) + 1);
+        bytes.resize(used + chunk);
+        const int got = gzread(file, bytes.data() + used, chunk);
         if (got < 0) break;
         bytes.resize(used + static_cast<size_t>(got));
         if (got == 0) break;
@@ -112,9 +116,10 @@ MnistDataset::MnistDataset(std::string imagesPath, torch::Tensor images, torch::
 tl::expected<std::shared_ptr<MnistDataset>, std::string> MnistDataset::load(const std::string& path) {
     const auto pair = locate(path);
     if (!pair) return tl::unexpected(pair.error());
-    const auto images = readMaybeGzipped(pair->images);
+    // The headers first (16 and 8 bytes): the rest is read only up to the size they declare.
+    auto images = readMaybeGzipped(pair->images, 16);
     if (!images) return tl::unexpected(images.error());
-    const auto labels = readMaybeGzipped(pair->labels);
+    auto labels = readMaybeGzipped(pair->labels, 8);
     if (!labels) return tl::unexpected(labels.error());
 
     const auto corrupt = [](const std::string& file, const std::string& what) {
@@ -147,6 +152,19 @@ tl::expected<std::shared_ptr<MnistDataset>, std::string> MnistDataset::load(cons
     }
     if (count == 0) return corrupt(pair->images, "declares 0 images");
     const uint64_t expectedImages = 16 + count * rows * cols;
+    images = readMaybeGzipped(pair->images, expectedImages);
+    if (!images) return tl::unexpected(images.error());
+    labels = readMaybeGzipped(pair->labels, 8 + labelCount);
+    if (!labels) return tl::unexpected(labels.error());
+    if (images->size() > expectedImages) {
+        return corrupt(pair->images, "holds more than the " + std::to_string(expectedImages) + " bytes its header declares (" +
+                                         std::to_string(count) + " images of " + std::to_string(rows) + "x" +
+                                         std::to_string(cols) + ")");
+    }
+    if (labels->size() > 8 + labelCount) {
+        return corrupt(pair->labels, "holds more than the " + std::to_string(8 + labelCount) +
+                                         " bytes its header declares (" + std::to_string(labelCount) + " labels)");
+    }
     if (images->size() != expectedImages) {
         return corrupt(pair->images, "is " + std::to_string(images->size()) + " bytes, but its header declares " +
                                          std::to_string(count) + " images of " + std::to_string(rows) + "x" +

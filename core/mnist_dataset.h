@@ -50,6 +50,8 @@ private:
 
 /// Reads a whole file, gunzipping it when it is gzip-compressed (plain files are read as they
 /// are). A missing, unreadable or truncated file is an error naming it.
-tl::expected<std::vector<uint8_t>, std::string> readMaybeGzipped(const std::string& path);
+/// Reads at most `maxBytes` + 1 bytes: one more than asked tells the caller the file holds more.
+tl::expected<std::vector<uint8_t>, std::string> readMaybeGzipped(const std::string& path,
+                                                                 uint64_t maxBytes = UINT64_MAX);
 
 }  // namespace batchpilot::core

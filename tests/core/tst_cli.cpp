@@ -6,8 +6,12 @@
 #include <QRegularExpression>
 #include <QTemporaryDir>
 
+#include <cmath>
 #include <csignal>
+#include <map>
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 namespace {
 
@@ -32,6 +36,8 @@ Run runCli(const QStringList& args) {
 
 class TestCli : public QObject {
     Q_OBJECT
+    QTemporaryDir m_dir;
+
 private Q_SLOTS:
     void badInputIsOneClearLine_data() {
         QTest::addColumn<QStringList>("args");
@@ -64,6 +70,144 @@ private Q_SLOTS:
         QVERIFY2(run.err.contains(message), qPrintable(run.err));
         QCOMPARE(run.err.trimmed().count(QLatin1Char('\n')), 0);
         QVERIFY(run.err.startsWith(QStringLiteral("batchpilot-cli: ")));
+    }
+
+    /// Found by trying hostile input (issue 11): each gives one clear message, the documented
+    /// exit status, and leaves what the user named as it was.
+    void hostileInput_data() {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<int>("exitCode");
+        QTest::addColumn<QString>("message");
+        const auto base = [](QStringList more) {
+            QStringList args{QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--device"), QStringLiteral("virtual:64MiB"),
+                             QStringLiteral("--target-batch"), QStringLiteral("64"), QStringLiteral("--steps"), QStringLiteral("2"),
+                             QStringLiteral("--threads"), QStringLiteral("1")};
+            return args + more;
+        };
+        const QString dir = m_dir.path();
+        QTest::newRow("config is a folder") << base({QStringLiteral("--config"), dir}) << 2 << QStringLiteral("is not a regular file (a folder)");
+        QTest::newRow("config is a FIFO") << base({QStringLiteral("--config"), dir + QStringLiteral("/fifo")}) << 2
+                                          << QStringLiteral("a FIFO, socket or device");
+        QTest::newRow("config nested 100,000 deep") << base({QStringLiteral("--config"), dir + QStringLiteral("/deep.json")}) << 2
+                                                    << QStringLiteral("nests values more than 32 levels deep");
+        QTest::newRow("config value 2^63") << base({QStringLiteral("--config"), dir + QStringLiteral("/huge.json")}) << 2
+                                           << QStringLiteral("got 9223372036854775808");
+        QTest::newRow("checkpoint folder is a file") << base({QStringLiteral("--checkpoint-dir"), dir + QStringLiteral("/file")}) << 2
+                                                     << QStringLiteral("cannot create the checkpoint folder");
+        QTest::newRow("checkpoint folder is /dev/full") << base({QStringLiteral("--checkpoint-dir"), QStringLiteral("/dev/full")}) << 2
+                                                        << QStringLiteral("the checkpoint folder \"/dev/full\"");
+        QTest::newRow("events to /dev/full") << base({QStringLiteral("--events"), QStringLiteral("/dev/full"), QStringLiteral("--quiet")}) << 4
+                                             << QStringLiteral("writing the events file \"/dev/full\" failed");
+        QTest::newRow("save-config over a symlink") << base({QStringLiteral("--save-config"), dir + QStringLiteral("/link.json")}) << 2
+                                                    << QStringLiteral("the path is a symbolic link");
+        QTest::newRow("save-config over a FIFO") << base({QStringLiteral("--save-config"), dir + QStringLiteral("/fifo")}) << 2
+                                                 << QStringLiteral("a FIFO, socket or device");
+        QTest::newRow("threads 100000") << base({QStringLiteral("--threads"), QStringLiteral("100000")}) << 2
+                                        << QStringLiteral("--threads must be at most 256");
+        QTest::newRow("image size with four parts") << base({QStringLiteral("--image-size"), QStringLiteral("3x32x32x5")}) << 2
+                                                    << QStringLiteral("--image-size expects CxHxW");
+        QTest::newRow("image size too large") << base({QStringLiteral("--image-size"), QStringLiteral("3x100000x100000"), QStringLiteral("--samples"), QStringLiteral("10")})
+                                              << 2 << QStringLiteral("is too large");
+        QTest::newRow("lr inf") << base({QStringLiteral("--lr"), QStringLiteral("inf")}) << 2 << QStringLiteral("--lr expects a finite number");
+        QTest::newRow("lr 1e300") << base({QStringLiteral("--lr"), QStringLiteral("1e300")}) << 2 << QStringLiteral("learning rate is");
+        QTest::newRow("classes 2^63-1") << base({QStringLiteral("--classes"), QStringLiteral("9223372036854775807")}) << 2
+                                        << QStringLiteral("classes is 9223372036854775807, but must be from 2 to 1000000");
+        QTest::newRow("samples 2^63-1") << base({QStringLiteral("--samples"), QStringLiteral("9223372036854775807")}) << 2
+                                        << QStringLiteral("dataset samples is 9223372036854775807");
+        QTest::newRow("epochs 2^63-1") << QStringList{QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--epochs"),
+                                                      QStringLiteral("9223372036854775807")}
+                                       << 2 << QStringLiteral("epochs is 9223372036854775807");
+    }
+    void hostileInput() {
+        QFETCH(QStringList, args);
+        QFETCH(int, exitCode);
+        QFETCH(QString, message);
+        const Run run = runCli(args);
+        QVERIFY2(run.exitCode == exitCode, qPrintable(QStringLiteral("exit %1: %2").arg(run.exitCode).arg(run.err)));
+        QVERIFY2(run.err.contains(message), qPrintable(run.err));
+        // What the user named is still what it was.
+        QFileInfo link(m_dir.filePath(QStringLiteral("link.json")));
+        QVERIFY(link.isSymLink());
+        struct stat fifo {};
+        QVERIFY(::stat(QFile::encodeName(m_dir.filePath(QStringLiteral("fifo"))).constData(), &fifo) == 0 && S_ISFIFO(fifo.st_mode));
+        QVERIFY(QFileInfo(m_dir.filePath(QStringLiteral("file"))).isFile());
+    }
+
+    /// A checkpoint with 256 bytes changed in the middle is refused as corrupt (exit 2), however
+    /// the change lands: in tensor data or in the archive's structure.
+    void damagedCheckpointIsRefused_data() {
+        QTest::addColumn<double>("where");
+        QTest::newRow("middle") << 0.5;
+        QTest::newRow("near the end") << 0.97;
+        QTest::newRow("near the start") << 0.02;
+    }
+    void damagedCheckpointIsRefused() {
+        QFETCH(double, where);
+        QTemporaryDir dir;
+        const QStringList args{QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--device"), QStringLiteral("virtual:64MiB"),
+                               QStringLiteral("--target-batch"), QStringLiteral("64"), QStringLiteral("--steps"), QStringLiteral("2"),
+                               QStringLiteral("--threads"), QStringLiteral("1")};
+        const Run first = runCli(args + QStringList{QStringLiteral("--checkpoint-dir"), dir.path()});
+        QVERIFY2(first.exitCode == 0, qPrintable(first.err));
+        QFile file(dir.filePath(QStringLiteral("checkpoint.pt")));
+        QVERIFY(file.open(QIODevice::ReadWrite));
+        const qint64 at = qint64(where * double(file.size()));
+        QVERIFY(file.seek(at));
+        QByteArray bytes = file.read(256);
+        for (auto& b : bytes) b = char(b ^ 0x5a);
+        QVERIFY(file.seek(at));
+        QCOMPARE(file.write(bytes), qint64(bytes.size()));
+        file.close();
+        const QByteArray damaged = [&] { QFile f(file.fileName()); f.open(QIODevice::ReadOnly); return f.readAll(); }();
+        const Run resumed = runCli(args + QStringList{QStringLiteral("--resume"), dir.path(), QStringLiteral("--steps"), QStringLiteral("4")});
+        QVERIFY2(resumed.exitCode == 2, qPrintable(QStringLiteral("exit %1: %2").arg(resumed.exitCode).arg(resumed.err)));
+        QVERIFY2(resumed.err.contains(QStringLiteral("is corrupt")), qPrintable(resumed.err));
+        // The damaged file is left for the user to inspect, not overwritten.
+        QFile after(file.fileName());
+        QVERIFY(after.open(QIODevice::ReadOnly));
+        QCOMPARE(after.readAll(), damaged);
+    }
+
+    /// Ctrl-C during training stops after the current micro-batch, saves, and says so in the exit
+    /// status (128 + SIGINT).
+    void interruptedRunSaysSo() {
+        QTemporaryDir dir;
+        QProcess process;
+        process.start(QStringLiteral(BATCHPILOT_CLI_PATH),
+                      {QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--device"), QStringLiteral("virtual:64MiB"),
+                       QStringLiteral("--target-batch"), QStringLiteral("64"), QStringLiteral("--steps"), QStringLiteral("100000"),
+                       QStringLiteral("--threads"), QStringLiteral("1"), QStringLiteral("--checkpoint-dir"), dir.path()});
+        QVERIFY(process.waitForStarted());
+        // Training has begun once the first step line is out.
+        QTRY_VERIFY_WITH_TIMEOUT((process.waitForReadyRead(100), process.peek(1 << 20).contains("step ")), 60000);
+        ::kill(pid_t(process.processId()), SIGINT);
+        QVERIFY(process.waitForFinished(60000));
+        const QString err = QString::fromUtf8(process.readAllStandardError());
+        QCOMPARE(process.exitStatus(), QProcess::NormalExit);
+        QVERIFY2(process.exitCode() == 128 + SIGINT, qPrintable(QStringLiteral("exit %1: %2").arg(process.exitCode()).arg(err)));
+        QVERIFY2(err.contains(QStringLiteral("stopped by signal 2")), qPrintable(err));
+        QVERIFY(QFile::exists(dir.filePath(QStringLiteral("checkpoint.pt"))));
+    }
+
+    void initTestCase() {
+        QVERIFY(m_dir.isValid());
+        QVERIFY(::mkfifo(QFile::encodeName(m_dir.filePath(QStringLiteral("fifo"))).constData(), 0644) == 0);
+        QFile target(m_dir.filePath(QStringLiteral("target.json")));
+        QVERIFY(target.open(QIODevice::WriteOnly));
+        target.write("{}");
+        target.close();
+        QVERIFY(QFile::link(target.fileName(), m_dir.filePath(QStringLiteral("link.json"))));
+        QFile file(m_dir.filePath(QStringLiteral("file")));
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        file.close();
+        QFile deep(m_dir.filePath(QStringLiteral("deep.json")));
+        QVERIFY(deep.open(QIODevice::WriteOnly));
+        deep.write("{\"steps\": " + QByteArray(100000, '[') + QByteArray(100000, ']') + "}");
+        deep.close();
+        QFile huge(m_dir.filePath(QStringLiteral("huge.json")));
+        QVERIFY(huge.open(QIODevice::WriteOnly));
+        huge.write("{\"steps\": 9223372036854775808}");
+        huge.close();
     }
 
     void helpDocumentsEveryFlag() {
@@ -115,11 +259,43 @@ private Q_SLOTS:
         process.waitForFinished();
         QCOMPARE(process.exitStatus(), QProcess::CrashExit);
 
-        const Run resumed = runCli(common + QStringList{QStringLiteral("--steps"), QStringLiteral("6"), QStringLiteral("--resume"), checkpoints});
+        // The checkpoint holds some step ≥ 3 (later saves may have landed before the kill): resume
+        // from it to step 8 and compare each step's loss with a run that was never interrupted.
+        const QString resumedEvents = dir.filePath(QStringLiteral("resumed.jsonl"));
+        const Run resumed = runCli(common + QStringList{QStringLiteral("--steps"), QStringLiteral("8"), QStringLiteral("--resume"),
+                                                        checkpoints, QStringLiteral("--events"), resumedEvents});
         QVERIFY2(resumed.exitCode == 0, qPrintable(resumed.err));
-        QVERIFY2(resumed.out.contains(QStringLiteral("resumed from step ")), qPrintable(resumed.out));
-        QVERIFY(resumed.out.contains(QStringLiteral("done after 6 steps")));
-        QVERIFY(!resumed.out.contains(QStringLiteral("step 1/6")));
+        const QRegularExpression from(QStringLiteral("resumed from step (\\d+)"));
+        const auto match = from.match(resumed.out);
+        QVERIFY2(match.hasMatch(), qPrintable(resumed.out));
+        const int resumedFrom = match.captured(1).toInt();
+        QVERIFY2(resumedFrom >= 3 && resumedFrom < 8, qPrintable(resumed.out));
+        QVERIFY(resumed.out.contains(QStringLiteral("done after 8 steps")));
+
+        const QString straightEvents = dir.filePath(QStringLiteral("straight.jsonl"));
+        const Run straight = runCli(common + QStringList{QStringLiteral("--steps"), QStringLiteral("8"), QStringLiteral("--events"), straightEvents});
+        QVERIFY2(straight.exitCode == 0, qPrintable(straight.err));
+        const auto losses = [](const QString& path) {
+            std::map<int, double> out;
+            QFile file(path);
+            if (!file.open(QIODevice::ReadOnly)) return out;
+            while (!file.atEnd()) {
+                const QJsonObject e = QJsonDocument::fromJson(file.readLine()).object();
+                if (e.value(QStringLiteral("type")).toString() == QStringLiteral("step")) {
+                    out[e.value(QStringLiteral("step")).toInt()] = e.value(QStringLiteral("loss")).toDouble();
+                }
+            }
+            return out;
+        };
+        const auto after = losses(resumedEvents);
+        const auto reference = losses(straightEvents);
+        QCOMPARE(int(reference.size()), 8);
+        QCOMPARE(int(after.size()), 8 - resumedFrom);
+        for (const auto& [step, loss] : after) {
+            QVERIFY(step > resumedFrom);
+            QVERIFY2(std::abs(loss - reference.at(step)) <= 1e-6,
+                     qPrintable(QStringLiteral("step %1: %2 resumed vs %3").arg(step).arg(loss, 0, 'g', 10).arg(reference.at(step), 0, 'g', 10)));
+        }
     }
 
     void shortRunWritesJsonLines() {

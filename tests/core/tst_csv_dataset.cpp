@@ -127,6 +127,8 @@ private Q_SLOTS:
                                           << QStringLiteral("line 3: the target \"cat\" is not a finite number");
         QTest::newRow("values as classes") << QStringLiteral("a,b\n1,2\n3,0.5\n") << QStringLiteral("b") << false
                                            << QStringLiteral("holds numbers such as 0.5, not class ids");
+        QTest::newRow("target column twice") << QStringLiteral("a,y,y\n1,0,1\n2,1,0\n") << QStringLiteral("y") << false
+                                             << QStringLiteral("has 2 columns named \"y\"");
         QTest::newRow("empty file") << QString() << QStringLiteral("b") << false << QStringLiteral("is empty");
         QTest::newRow("header only") << QStringLiteral("a,b\n") << QStringLiteral("b") << false
                                      << QStringLiteral("has a header but no data rows");

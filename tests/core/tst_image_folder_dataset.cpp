@@ -154,6 +154,28 @@ private Q_SLOTS:
         QVERIFY((*data)->warnings().empty());
     }
 
+    /// A link back up the tree (cat/loop -> ..) and a second way to the same images: each image is
+    /// one sample with its own label, and a warning says what was skipped.
+    void symlinkLoopsAndRepeatsAreReadOnce() {
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        for (int i = 0; i < 4; ++i) {
+            writeImage(root / "cat" / ("c" + std::to_string(i) + ".png"), 4, 4, {200, 0, 0});
+            writeImage(root / "dog" / ("d" + std::to_string(i) + ".png"), 4, 4, {0, 0, 200});
+        }
+        fs::create_directory_symlink("..", root / "cat" / "loop");
+        fs::create_directory_symlink(root / "dog", root / "dog" / "again");
+        auto data = ImageFolderDataset::load(folderOptions(root));
+        QVERIFY2(data, data ? "" : data.error().c_str());
+        QCOMPARE((*data)->size(), qint64(8));
+        const Batch batch = (*data)->get({0, 1, 2, 3, 4, 5, 6, 7});
+        QCOMPARE(batch.targets.sum().item<int64_t>(), qint64(4));  // four cats (0), four dogs (1)
+        const auto warnings = (*data)->warnings();
+        QVERIFY(!warnings.empty());
+        QVERIFY2(QString::fromStdString(warnings.front()).contains(QStringLiteral("lead back to a folder already read")),
+                 warnings.front().c_str());
+    }
+
     void concurrentUncachedGets() {
         QTemporaryDir dir;
         const fs::path root = dir.path().toStdString();

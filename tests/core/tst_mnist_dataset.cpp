@@ -117,6 +117,30 @@ private Q_SLOTS:
         QCOMPARE((*data)->get({0}).targets[0].item<int64_t>(), int64_t{1});
     }
 
+    /// A gzip stream that holds far more than its header declares (a "zip bomb": 10 images of
+    /// 28x28, then 256 MiB of zeros) is refused after reading one byte past the declared size,
+    /// never decompressed whole.
+    void gzipHoldingMoreThanDeclaredStopsEarly() {
+        QTemporaryDir dir;
+        const QString images = dir.filePath(QStringLiteral("train-images-idx3-ubyte.gz"));
+        gzFile file = gzopen(images.toLocal8Bit().constData(), "wb9");
+        QVERIFY(file != nullptr);
+        const auto header = idxImages(10, 28, 28);
+        QCOMPARE(gzwrite(file, header.data(), static_cast<unsigned>(header.size())), static_cast<int>(header.size()));
+        const std::vector<uint8_t> zeros(1 << 20, 0);
+        for (int i = 0; i < 256; ++i) QCOMPARE(gzwrite(file, zeros.data(), static_cast<unsigned>(zeros.size())), 1 << 20);
+        QCOMPARE(gzclose(file), Z_OK);
+        writePlain(dir.filePath(QStringLiteral("train-labels-idx1-ubyte")), idxLabels({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+        // What the reader may hold is bounded by the declared size, whatever the stream holds.
+        const auto capped = readMaybeGzipped(images.toStdString(), 16 + 10 * 28 * 28);
+        QVERIFY(capped);
+        QCOMPARE(capped->size(), size_t(16 + 10 * 28 * 28 + 1));
+        const auto data = MnistDataset::load(dir.path().toStdString());
+        QVERIFY(!data);
+        QVERIFY2(QString::fromStdString(data.error()).contains(QStringLiteral("holds more than the 7856 bytes its header declares")),
+                 data.error().c_str());
+    }
+
     void concurrentGetsAgree() {
         QTemporaryDir dir;
         writePlain(dir.filePath(QStringLiteral("train-images-idx3-ubyte")), idxImages(6, 28, 28));
@@ -152,7 +176,7 @@ private Q_SLOTS:
         QTest::newRow("truncated images") << QStringLiteral("truncated") << QStringLiteral("train-images-idx3-ubyte")
                                           << QStringLiteral("header declares 6 images of 28x28 = 4720 bytes (truncated)");
         QTest::newRow("extra bytes") << QStringLiteral("extra") << QStringLiteral("train-labels-idx1-ubyte")
-                                     << QStringLiteral("is 15 bytes, but its header declares 6 labels = 14 bytes");
+                                     << QStringLiteral("holds more than the 14 bytes its header declares (6 labels)");
         QTest::newRow("short header") << QStringLiteral("short") << QStringLiteral("train-images-idx3-ubyte")
                                       << QStringLiteral("shorter than the 16-byte IDX header");
         QTest::newRow("truncated gzip") << QStringLiteral("truncated-gz") << QStringLiteral("train-images-idx3-ubyte.gz")
