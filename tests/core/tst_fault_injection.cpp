@@ -1,5 +1,6 @@
 #include <QtTest>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -18,31 +19,31 @@ namespace {
 
 constexpr int64_t kSamples = 64;
 constexpr int64_t kTarget = 24;  // 64 = 24 + 24 + 16: a short batch closes every epoch
+constexpr int64_t kSteps = 8;    // three epochs, the last one partial
 
-TrainerOptions options() {
+TrainerOptions options(OptimizerKind optimizer) {
     TrainerOptions o;
-    o.model.name = "mlp";
+    // The ResNet-style model (GroupNorm: exact under any micro-batch split) has dozens of
+    // parameter tensors, so the optimizer's allocations are many.
+    o.model.name = "resnet";
     o.model.width = 8;
     o.data.samples = kSamples;
-    o.data.height = o.data.width = 6;
+    o.data.height = o.data.width = 8;
     o.device = "virtual:1GiB";
     o.targetBatch = kTarget;
-    o.steps = 8;  // three epochs
+    o.steps = kSteps;
     o.seed = 9;
     o.regrowAfterSteps = 2;
-    o.optimizer.kind = OptimizerKind::Adam;  // allocates state and scratch in the step
-    o.optimizer.learningRate = 0.01;
+    o.probe.initialMicroBatch = 4;
+    o.optimizer.kind = optimizer;
+    // Adam divides by the root of the gradient's second moment, which scales float rounding in
+    // tiny gradient components up to the size of a step: a smaller rate keeps the weights' float
+    // rounding (a different micro-batch split after an OOM) below the 1e-6 bound.
+    o.optimizer.learningRate = optimizer == OptimizerKind::Sgd ? 0.05 : 0.001;
     o.reportSampleIndices = true;
+    o.intraOpThreads = 1;
     return o;
 }
-
-/// Counted-allocation numbers (relative to the run's start) that fall in each phase of a clean
-/// run: between micro-batches (copy, forward, backward) and inside optimizer steps.
-struct Phases {
-    std::vector<int64_t> microBatch;
-    std::vector<int64_t> optimizerStep;
-    int64_t total = 0;
-};
 
 std::vector<torch::Tensor> finalWeights(Trainer& trainer) {
     std::vector<torch::Tensor> out;
@@ -50,107 +51,158 @@ std::vector<torch::Tensor> finalWeights(Trainer& trainer) {
     return out;
 }
 
+/// Counted-allocation numbers, counted from the end of set-up (where an OOM is fatal by design:
+/// the model itself must fit), that fall inside micro-batches (copy, forward, backward) and inside
+/// optimizer steps, in a run without faults.
+struct CleanRun {
+    std::vector<int64_t> microBatch;
+    std::vector<int64_t> optimizerStep;
+    std::vector<torch::Tensor> weights;
+};
+
 }  // namespace
 
 class TestFaultInjection : public QObject {
     Q_OBJECT
 
-    std::vector<torch::Tensor> m_clean;
-    Phases m_phases;
+    std::map<OptimizerKind, CleanRun> m_clean;
 
-private Q_SLOTS:
-    void initTestCase() {
-        installCountingAllocator();
+    const CleanRun& clean(OptimizerKind kind) {
+        if (auto found = m_clean.find(kind); found != m_clean.end()) return found->second;
         auto& allocator = CountingAllocator::instance();
+        {
+            // LibTorch allocates some things once per process (kernel caches, lazy initialisation):
+            // an identical run first, so that the measured one allocates exactly as the later ones.
+            RecordingSink warmSink;
+            Trainer warm(options(kind), warmSink);
+            warm.run();
+        }
+        CleanRun run;
         RecordingSink sink;
-        int64_t start = 0;
-        int64_t lastMicro = 0;
+        int64_t start = -1;
+        int64_t last = 0;
         sink.onEach = [&](const Event& e) {
             const int64_t now = allocator.countedAllocations();
-            if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Starting) {
+            if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Probing && start < 0) {
                 start = now;
-            } else if (std::holds_alternative<MicroBatchDone>(e)) {
-                for (int64_t n = lastMicro + 1; n <= now - start; ++n) m_phases.microBatch.push_back(n);
-                lastMicro = now - start;
-            } else if (std::holds_alternative<OptimizerStepped>(e)) {
-                for (int64_t n = lastMicro + 1; n <= now - start; ++n) m_phases.optimizerStep.push_back(n);
-                lastMicro = now - start;
+            } else if (start >= 0 && std::holds_alternative<MicroBatchDone>(e)) {
+                for (int64_t n = last + 1; n <= now - start; ++n) run.microBatch.push_back(n);
+                last = now - start;
+            } else if (start >= 0 && std::holds_alternative<OptimizerStepped>(e)) {
+                for (int64_t n = last + 1; n <= now - start; ++n) run.optimizerStep.push_back(n);
+                last = now - start;
             }
         };
-        Trainer trainer(options(), sink);
+        Trainer trainer(options(kind), sink);
         const RunResult result = trainer.run();
-        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
-        QVERIFY(sink.all<OomEvent>().empty());
-        m_phases.total = allocator.countedAllocations() - start;
-        m_clean = finalWeights(trainer);
-        QVERIFY(m_phases.microBatch.size() > 100);
-        QVERIFY(!m_phases.optimizerStep.empty());
+        if (result.state != RunState::Finished || !sink.all<OomEvent>().empty()) qFatal("the clean run failed: %s", result.error.c_str());
+        run.weights = finalWeights(trainer);
+        return m_clean.emplace(kind, std::move(run)).first->second;
     }
 
+private Q_SLOTS:
+    void initTestCase() { installCountingAllocator(); }
+
+    /// For each optimizer: 40 distinct allocations inside micro-batches and 20 distinct ones inside
+    /// optimizer steps, drawn without replacement; each run recovers, ends with the clean run's
+    /// weights (≤ 1e-6), and uses every sample exactly once per epoch, the last partial one included.
     void recoversExactly_data() {
+        QTest::addColumn<int>("optimizer");
         QTest::addColumn<qint64>("failAt");
-        std::mt19937_64 random(2024);
-        for (int seed = 0; seed < 60; ++seed) {
-            // Every third seed aims at an optimizer step, the rest anywhere in micro-batches.
-            const auto& pool = seed % 3 == 2 ? m_phases.optimizerStep : m_phases.microBatch;
-            const auto n = pool[random() % pool.size()];
-            QTest::addRow("seed %d, allocation %lld", seed, static_cast<long long>(n)) << qint64(n);
+        QTest::addColumn<bool>("inStep");
+        for (OptimizerKind kind : {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW}) {
+            const CleanRun& run = clean(kind);
+            if (run.microBatch.size() < 40 || run.optimizerStep.size() < 20) qFatal("too few allocations to draw from");
+            std::mt19937_64 random(2024 + static_cast<int>(kind));
+            auto micro = run.microBatch;
+            auto step = run.optimizerStep;
+            std::shuffle(micro.begin(), micro.end(), random);
+            std::shuffle(step.begin(), step.end(), random);
+            for (int i = 0; i < 40; ++i) {
+                QTest::addRow("%s, micro-batch allocation %lld", toString(kind), static_cast<long long>(micro[i]))
+                    << static_cast<int>(kind) << qint64(micro[i]) << false;
+            }
+            for (int i = 0; i < 20; ++i) {
+                QTest::addRow("%s, optimizer allocation %lld", toString(kind), static_cast<long long>(step[i]))
+                    << static_cast<int>(kind) << qint64(step[i]) << true;
+            }
         }
     }
     void recoversExactly() {
+        QFETCH(int, optimizer);
         QFETCH(qint64, failAt);
+        QFETCH(bool, inStep);
+        const auto kind = static_cast<OptimizerKind>(optimizer);
         auto& allocator = CountingAllocator::instance();
         RecordingSink sink;
+        bool armed = false;
         sink.onEach = [&](const Event& e) {
-            if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Starting) {
+            if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Probing && !armed) {
+                armed = true;
                 allocator.failAfter(failAt);
             }
         };
-        Trainer trainer(options(), sink);
+        Trainer trainer(options(kind), sink);
         const RunResult result = trainer.run();
         allocator.failAfter(0);
         QVERIFY2(result.state == RunState::Finished, result.error.c_str());
-        QCOMPARE(result.steps, qint64(8));
+        QCOMPARE(result.steps, kSteps);
 
-        // The injected failure happened, was an OOM, and was recovered.
+        // The injected failure reached the trainer as an OOM where it was aimed and was recovered
+        // — or LibTorch absorbed it itself (LibTorch 2.x's oneDNN convolutions catch a failed
+        // scratch allocation and take another path): then the run must be undisturbed all the same.
         const auto ooms = sink.all<OomEvent>();
-        QCOMPARE(ooms.size(), size_t(1));
-        QVERIFY(ooms.front().recovered);
-        m_phasesHit.insert(ooms.front().phase);
+        QVERIFY2(ooms.size() <= 1, qPrintable(QStringLiteral("%1 OOM events for one injected failure").arg(ooms.size())));
+        if (ooms.empty()) {
+            QVERIFY2(!inStep, "an injected failure in an optimizer step must reach the trainer");
+            ++m_absorbed;
+        } else {
+            QVERIFY(ooms.front().recovered);
+            QCOMPARE(ooms.front().phase == Phase::OptimizerStep, inStep);
+            m_phasesHit[ooms.front().phase].insert({optimizer, failAt});
+        }
 
         // Same final weights as the run without a fault.
         const auto weights = finalWeights(trainer);
+        const auto& reference = clean(kind).weights;
+        QCOMPARE(weights.size(), reference.size());
         double worst = 0;
-        for (size_t i = 0; i < weights.size(); ++i) {
-            worst = std::max(worst, (weights[i] - m_clean[i]).abs().max().item<double>());
-        }
+        for (size_t i = 0; i < weights.size(); ++i) worst = std::max(worst, (weights[i] - reference[i]).abs().max().item<double>());
         QVERIFY2(worst <= 1e-6, qPrintable(QStringLiteral("max abs difference %1").arg(worst)));
 
-        // Every sample index exactly once per epoch, in committed micro-batches.
-        std::map<int64_t, std::multiset<int64_t>> perEpoch;
-        int64_t epochStep = 0;
+        // Every sample index exactly once per epoch, in committed micro-batches; the last,
+        // partial epoch holds exactly the samples of its steps, none twice.
         std::map<int64_t, int64_t> epochOfStep;
         for (const auto& s : sink.all<StepMetrics>()) epochOfStep[s.step] = s.epoch;
+        std::map<int64_t, std::multiset<int64_t>> perEpoch;
+        int64_t committed = 0;
         for (const auto& m : sink.all<MicroBatchDone>()) {
-            epochStep = epochOfStep.at(m.step);
-            perEpoch[epochStep].insert(m.sampleIndices.begin(), m.sampleIndices.end());
+            perEpoch[epochOfStep.at(m.step)].insert(m.sampleIndices.begin(), m.sampleIndices.end());
+            committed += m.size;
         }
+        const auto steps = sink.all<StepMetrics>();
+        QCOMPARE(committed, steps.back().samplesSeen);
         for (const auto& [epoch, samples] : perEpoch) {
-            if (epoch == perEpoch.rbegin()->first && samples.size() < size_t(kSamples)) continue;  // run ended mid-epoch
-            QCOMPARE(samples.size(), size_t(kSamples));
-            QCOMPARE(std::set<int64_t>(samples.begin(), samples.end()).size(), size_t(kSamples));
+            QCOMPARE(std::set<int64_t>(samples.begin(), samples.end()).size(), samples.size());
+            if (epoch != perEpoch.rbegin()->first) QCOMPARE(samples.size(), size_t(kSamples));
         }
+        const int64_t lastEpochSamples = committed - kSamples * (static_cast<int64_t>(perEpoch.size()) - 1);
+        QCOMPARE(static_cast<int64_t>(perEpoch.rbegin()->second.size()), lastEpochSamples);
     }
 
     void coveredEveryPhase() {
-        QVERIFY2(m_phasesHit.contains(Phase::Forward), "no injected OOM landed in a forward pass");
-        QVERIFY2(m_phasesHit.contains(Phase::Backward), "no injected OOM landed in a backward pass");
-        QVERIFY2(m_phasesHit.contains(Phase::OptimizerStep), "no injected OOM landed in an optimizer step");
-        QVERIFY2(m_phasesHit.contains(Phase::Copy), "no injected OOM landed in a host-to-device copy");
+        qInfo("distinct injected OOMs: copy %zu, forward %zu, backward %zu, optimizer step %zu; absorbed inside LibTorch %d",
+              m_phasesHit[Phase::Copy].size(), m_phasesHit[Phase::Forward].size(), m_phasesHit[Phase::Backward].size(),
+              m_phasesHit[Phase::OptimizerStep].size(), m_absorbed);
+        QVERIFY2(m_phasesHit[Phase::Forward].size() >= 20, "fewer than 20 distinct injected OOMs landed in forward passes");
+        QVERIFY2(m_phasesHit[Phase::Backward].size() >= 20, "fewer than 20 distinct injected OOMs landed in backward passes");
+        QVERIFY2(m_phasesHit[Phase::OptimizerStep].size() >= 60, "fewer than 60 distinct injected OOMs landed in optimizer steps");
+        QVERIFY2(!m_phasesHit[Phase::Copy].empty(), "no injected OOM landed in a host-to-device copy");
     }
 
 private:
-    std::set<Phase> m_phasesHit;
+    std::map<Phase, std::set<std::pair<int, qint64>>> m_phasesHit;
+    int m_absorbed = 0;
 };
 
 QTEST_APPLESS_MAIN(TestFaultInjection)

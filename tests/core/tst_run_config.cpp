@@ -87,6 +87,95 @@ private Q_SLOTS:
         QVERIFY2(QString::fromStdString(o.error()).contains(message), o.error().c_str());
     }
 
+    /// Every field a configuration file holds comes back as it was written, each set to a value
+    /// other than its default (so a field the writer forgets would come back as the default).
+    void everyFieldRoundTrips() {
+        TrainerOptions o;
+        o.model.name = "resnet";
+        o.model.norm = NormKind::Batch;
+        o.model.width = 24;
+        o.data.name = "csv";
+        o.data.samples = 777;
+        o.data.classes = 7;
+        o.data.seed = 99;
+        o.data.channels = 1;
+        o.data.height = 20;
+        o.data.width = 28;
+        o.data.path = "table.csv";
+        o.data.targetColumn = "label";
+        o.data.regression = true;
+        o.device = "virtual:96MiB";
+        o.targetBatch = 333;
+        o.probe.initialMicroBatch = 5;
+        o.probe.maxMicroBatch = 200;
+        o.probe.headroom = 0.125;
+        o.probe.multipleOf = 8;
+        o.probe.maxTrials = 11;
+        o.probe.tolerance = 0.25;
+        o.optimizer.kind = OptimizerKind::AdamW;
+        o.optimizer.learningRate = 0.00375;
+        o.optimizer.momentum = 0.5;
+        o.optimizer.weightDecay = 0.0625;
+        o.optimizer.beta1 = 0.8;
+        o.optimizer.beta2 = 0.99;
+        o.optimizer.epsilon = 1e-6;
+        o.steps = 17;
+        o.epochs = 3;
+        o.seed = 12345;
+        o.lrScaling = LrScaling::Sqrt;
+        o.loss = LossKind::Mse;
+        o.regrowAfterSteps = 9;
+        o.intraOpThreads = 3;
+        o.cudaMemoryFraction = 0.5;
+        o.checkpoint.directory = "ckpt";
+        o.checkpoint.everySteps = 4;
+
+        QTemporaryDir dir;
+        const std::string path = dir.filePath(QStringLiteral("all.json")).toStdString();
+        QVERIFY(saveRunConfig(path, o).has_value());
+        const auto loaded = loadRunConfig(path);
+        QVERIFY2(loaded.has_value(), loaded ? "" : loaded.error().c_str());
+        const TrainerOptions& r = *loaded;
+        QCOMPARE(r.model.name, o.model.name);
+        QCOMPARE(r.model.norm, o.model.norm);
+        QCOMPARE(r.model.width, o.model.width);
+        QCOMPARE(r.data.name, o.data.name);
+        QCOMPARE(r.data.samples, o.data.samples);
+        QCOMPARE(r.data.classes, o.data.classes);
+        QCOMPARE(r.data.seed, o.data.seed);
+        QCOMPARE(r.data.channels, o.data.channels);
+        QCOMPARE(r.data.height, o.data.height);
+        QCOMPARE(r.data.width, o.data.width);
+        QCOMPARE(r.data.path, o.data.path);
+        QCOMPARE(r.data.targetColumn, o.data.targetColumn);
+        QCOMPARE(r.data.regression, o.data.regression);
+        QCOMPARE(r.device, o.device);
+        QCOMPARE(r.targetBatch, o.targetBatch);
+        QCOMPARE(r.probe.initialMicroBatch, o.probe.initialMicroBatch);
+        QCOMPARE(r.probe.maxMicroBatch, o.probe.maxMicroBatch);
+        QCOMPARE(r.probe.headroom, o.probe.headroom);
+        QCOMPARE(r.probe.multipleOf, o.probe.multipleOf);
+        QCOMPARE(r.probe.maxTrials, o.probe.maxTrials);
+        QCOMPARE(r.probe.tolerance, o.probe.tolerance);
+        QCOMPARE(r.optimizer.kind, o.optimizer.kind);
+        QCOMPARE(r.optimizer.learningRate, o.optimizer.learningRate);
+        QCOMPARE(r.optimizer.momentum, o.optimizer.momentum);
+        QCOMPARE(r.optimizer.weightDecay, o.optimizer.weightDecay);
+        QCOMPARE(r.optimizer.beta1, o.optimizer.beta1);
+        QCOMPARE(r.optimizer.beta2, o.optimizer.beta2);
+        QCOMPARE(r.optimizer.epsilon, o.optimizer.epsilon);
+        QCOMPARE(r.steps, o.steps);
+        QCOMPARE(r.epochs, o.epochs);
+        QCOMPARE(r.seed, o.seed);
+        QCOMPARE(r.lrScaling, o.lrScaling);
+        QCOMPARE(r.loss, o.loss);
+        QCOMPARE(r.regrowAfterSteps, o.regrowAfterSteps);
+        QCOMPARE(r.intraOpThreads, o.intraOpThreads);
+        QCOMPARE(r.cudaMemoryFraction, o.cudaMemoryFraction);
+        QCOMPARE(r.checkpoint.directory, o.checkpoint.directory);
+        QCOMPARE(r.checkpoint.everySteps, o.checkpoint.everySteps);
+    }
+
     void filesRoundTripAndReportProblems() {
         QTemporaryDir dir;
         const std::string path = dir.filePath(QStringLiteral("run.json")).toStdString();
