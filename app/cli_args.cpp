@@ -119,7 +119,7 @@ Optimisation
   --steps N               optimizer steps to run (default 100 unless --epochs is given)
   --epochs N              passes over the data (used when --steps is not given)
   --seed N                model initialisation and sample order (default 0)
-  --threads N             CPU threads for LibTorch, 1..256 (default: library default)
+  --threads N             CPU threads for LibTorch, 1..256 (default: every CPU available)
 
 Configuration
   --config FILE           read a JSON run configuration (see README); flags given too override it

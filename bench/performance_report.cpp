@@ -434,6 +434,8 @@ int main(int argc, char** argv) {
     meterSection(md, meter);
     guiSection(md, gui);
     insightSection(md, insight);
+    // The roofline section comes from scripts/bench-roofline (per LibTorch build): kept as it is.
+    if (std::ifstream roofline(args.in + "/roofline.md"); roofline) md << "\n" << roofline.rdbuf();
     std::ofstream out(args.out);
     if (!out) {
         std::fprintf(stderr, "batchpilot-bench-report: cannot write %s\n", args.out.c_str());

@@ -1,6 +1,10 @@
 #include "core/math_libraries.h"
 
 #include <link.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
 
 #include <filesystem>
 #include <string_view>
@@ -41,6 +45,13 @@ std::string buildSetting(const std::string& config, const std::string& key) {
 
 }  // namespace
 
+int defaultIntraOpThreads() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 MathLibraries mathLibraries() {
     MathLibraries out;
     out.torchVersion = TORCH_VERSION;
@@ -59,7 +70,8 @@ MathLibraries mathLibraries() {
             const bool openmp = path.find("openmp") != std::string::npos;
             out.blas = std::string("OpenBLAS") + (pthreads ? " (pthreads)" : openmp ? " (OpenMP)" : "");
         } else if (path.find("blis") != std::string::npos) {
-            out.blas = "BLIS";
+            out.blas = std::string("BLIS") + (path.find("pthread") != std::string::npos ? " (pthreads)"
+                                              : path.find("openmp") != std::string::npos ? " (OpenMP)" : "");
         } else if (path.find("atlas") != std::string::npos) {
             out.blas = "ATLAS";
         } else if (path.find("mkl") != std::string::npos) {
@@ -95,7 +107,7 @@ std::string referenceBlasWarning(const MathLibraries& libraries) {
     if (!libraries.referenceBlas) return {};
     return "LibTorch is using the reference BLAS (" + libraries.blasLibrary +
            "): linear layers run up to 8x slower than this machine allows; install an optimised one with "
-           "`apt-get install libopenblas0-pthread` (scripts/demo and scripts/test do)";
+           "`apt-get install libblis4-pthread` (scripts/demo and scripts/test do)";
 }
 
 }  // namespace batchpilot::core

@@ -94,7 +94,7 @@ tl::expected<void, std::string> validate(const TrainerOptions& o) {
     if (o.steps < 0 || o.steps > kMaxSteps) return tl::unexpected(outOfRange("steps", o.steps, "from 0 to " + std::to_string(kMaxSteps)));
     if (o.epochs < 0 || o.epochs > kMaxEpochs) return tl::unexpected(outOfRange("epochs", o.epochs, "from 0 to " + std::to_string(kMaxEpochs)));
     if (o.intraOpThreads < 0 || o.intraOpThreads > kMaxThreads) {
-        return tl::unexpected(outOfRange("threads", o.intraOpThreads, "from 0 (library default) to " + std::to_string(kMaxThreads)));
+        return tl::unexpected(outOfRange("threads", o.intraOpThreads, "from 0 (every CPU this process may use) to " + std::to_string(kMaxThreads)));
     }
     if (!(o.cudaMemoryFraction >= 0.0 && o.cudaMemoryFraction <= 1.0)) {
         return tl::unexpected(outOfRange("CUDA memory fraction", o.cudaMemoryFraction, "between 0 (no cap) and 1"));

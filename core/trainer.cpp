@@ -10,6 +10,7 @@
 #include "core/accumulation_plan.h"
 #include "core/byte_size.h"
 #include "core/checkpoint.h"
+#include "core/math_libraries.h"
 #include "core/cuda_meter.h"
 #include "core/counting_allocator.h"
 #include "core/dataset.h"
@@ -192,7 +193,7 @@ void Trainer::Impl::setup() {
     auto parsed = parseDevice(options.device);
     if (!parsed) throw FatalError{parsed.error(), "configuration"};
     device = *parsed;
-    if (options.intraOpThreads > 0) torch::set_num_threads(options.intraOpThreads);
+    torch::set_num_threads(options.intraOpThreads > 0 ? options.intraOpThreads : defaultIntraOpThreads());
     {
         // The dataset lives in host memory: it does not count against the device.
         CountingScope host(false);

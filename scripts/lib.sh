@@ -21,8 +21,11 @@ PACKAGES=(
   fonts-dejavu-core
 )
 # Debian's LibTorch, its Python twin (the tests export torchvision models with it) and an
-# optimised BLAS: without one, LibTorch's linear layers run on the reference BLAS (docs/PERFORMANCE.md).
-DEBIAN_TORCH_PACKAGES=(libtorch-dev python3-torch python3-torchvision libopenblas0-pthread)
+# optimised BLAS: without one, LibTorch's linear layers run on the reference BLAS. BLIS, chosen
+# over OpenBLAS on measurement (docs/PERFORMANCE.md, roofline): 16.6x the reference BLAS on the
+# MLP against OpenBLAS's 13.8x at one thread, and its single-threaded default does not fight
+# LibTorch's own threads, where OpenBLAS's pthreads halved the MLP's speed at two.
+DEBIAN_TORCH_PACKAGES=(libtorch-dev python3-torch python3-torchvision libblis4-pthread)
 PIP_TORCH_PACKAGES=(python3-venv python3-pip)
 
 # Reads --torch debian|pip from the arguments; the others are left in REST_ARGS.

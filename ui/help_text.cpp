@@ -246,7 +246,8 @@ Switch the budget during a run and the trainer moves there at the next batch and
 
 QString aboutHtml()
 {
-    const core::MathLibraries math = core::mathLibraries();
+    core::MathLibraries math = core::mathLibraries();
+    math.intraOpThreads = core::defaultIntraOpThreads();  // what a run uses
     const std::string warning = core::referenceBlasWarning(math);
     return QCoreApplication::translate("HelpText",
                                        "<h3>BatchPilot %1</h3>"

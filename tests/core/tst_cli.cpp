@@ -210,6 +210,31 @@ private Q_SLOTS:
         huge.close();
     }
 
+    /// --list-devices says which LibTorch, BLAS and threads a run computes with, and warns when
+    /// LibTorch calls the reference BLAS (forced here for this process alone).
+    void reportsMathLibraries() {
+        QProcess process;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert(QStringLiteral("LD_LIBRARY_PATH"), QStringLiteral("/usr/lib/x86_64-linux-gnu/blas"));
+        process.setProcessEnvironment(env);
+        process.start(QStringLiteral(BATCHPILOT_CLI_PATH), {QStringLiteral("--list-devices")});
+        QVERIFY(process.waitForFinished(60000));
+        QCOMPARE(process.exitCode(), 0);
+        const QString out = QString::fromUtf8(process.readAllStandardOutput());
+        const QString err = QString::fromUtf8(process.readAllStandardError());
+        QVERIFY2(QRegularExpression(QStringLiteral("LibTorch [0-9.]+ \\((CPU|CUDA)\\), BLAS: .+, [0-9]+ intra-op threads?")).match(out).hasMatch(),
+                 qPrintable(out));
+        if (out.contains(QStringLiteral("BLAS library: "))) {
+            // Debian's LibTorch calls the system BLAS: here the reference one.
+            QVERIFY2(out.contains(QStringLiteral("BLAS: reference BLAS")), qPrintable(out));
+            QVERIFY2(err.contains(QStringLiteral("warning: LibTorch is using the reference BLAS")), qPrintable(err));
+        } else {
+            // A LibTorch with its own BLAS built in (PyPI's, with MKL): nothing to warn about.
+            QVERIFY2(out.contains(QStringLiteral("(in LibTorch)")), qPrintable(out));
+            QVERIFY2(err.isEmpty(), qPrintable(err));
+        }
+    }
+
     void helpDocumentsEveryFlag() {
         const Run run = runCli({QStringLiteral("--help")});
         QCOMPARE(run.exitCode, 0);
