@@ -10,10 +10,14 @@
 #include "core/counting_allocator.h"
 #include "core/model.h"
 #include "core/trainer.h"
+#include "clean_run.h"
 #include "recording_sink.h"
 
 using namespace batchpilot::core;
+using batchpilot::tests::CleanRun;
 using batchpilot::tests::RecordingSink;
+using batchpilot::tests::finalWeights;
+using batchpilot::tests::measureCleanRun;
 
 namespace {
 
@@ -45,21 +49,6 @@ TrainerOptions options(OptimizerKind optimizer) {
     return o;
 }
 
-std::vector<torch::Tensor> finalWeights(Trainer& trainer) {
-    std::vector<torch::Tensor> out;
-    for (const auto& p : trainer.model()->parameters()) out.push_back(p.detach().clone());
-    return out;
-}
-
-/// Counted-allocation numbers, counted from the end of set-up (where an OOM is fatal by design:
-/// the model itself must fit), that fall inside micro-batches (copy, forward, backward) and inside
-/// optimizer steps, in a run without faults.
-struct CleanRun {
-    std::vector<int64_t> microBatch;
-    std::vector<int64_t> optimizerStep;
-    std::vector<torch::Tensor> weights;
-};
-
 }  // namespace
 
 class TestFaultInjection : public QObject {
@@ -69,35 +58,7 @@ class TestFaultInjection : public QObject {
 
     const CleanRun& clean(OptimizerKind kind) {
         if (auto found = m_clean.find(kind); found != m_clean.end()) return found->second;
-        auto& allocator = CountingAllocator::instance();
-        {
-            // LibTorch allocates some things once per process (kernel caches, lazy initialisation):
-            // an identical run first, so that the measured one allocates exactly as the later ones.
-            RecordingSink warmSink;
-            Trainer warm(options(kind), warmSink);
-            warm.run();
-        }
-        CleanRun run;
-        RecordingSink sink;
-        int64_t start = -1;
-        int64_t last = 0;
-        sink.onEach = [&](const Event& e) {
-            const int64_t now = allocator.countedAllocations();
-            if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Probing && start < 0) {
-                start = now;
-            } else if (start >= 0 && std::holds_alternative<MicroBatchDone>(e)) {
-                for (int64_t n = last + 1; n <= now - start; ++n) run.microBatch.push_back(n);
-                last = now - start;
-            } else if (start >= 0 && std::holds_alternative<OptimizerStepped>(e)) {
-                for (int64_t n = last + 1; n <= now - start; ++n) run.optimizerStep.push_back(n);
-                last = now - start;
-            }
-        };
-        Trainer trainer(options(kind), sink);
-        const RunResult result = trainer.run();
-        if (result.state != RunState::Finished || !sink.all<OomEvent>().empty()) qFatal("the clean run failed: %s", result.error.c_str());
-        run.weights = finalWeights(trainer);
-        return m_clean.emplace(kind, std::move(run)).first->second;
+        return m_clean.emplace(kind, measureCleanRun(options(kind))).first->second;
     }
 
 private Q_SLOTS:
@@ -112,10 +73,10 @@ private Q_SLOTS:
         QTest::addColumn<bool>("inStep");
         for (OptimizerKind kind : {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW}) {
             const CleanRun& run = clean(kind);
-            if (run.microBatch.size() < 40 || run.optimizerStep.size() < 20) qFatal("too few allocations to draw from");
+            if (run.microBatchAllocations.size() < 40 || run.optimizerAllocations.size() < 20) qFatal("too few allocations to draw from");
             std::mt19937_64 random(2024 + static_cast<int>(kind));
-            auto micro = run.microBatch;
-            auto step = run.optimizerStep;
+            auto micro = run.microBatchAllocations;
+            auto step = run.optimizerAllocations;
             std::shuffle(micro.begin(), micro.end(), random);
             std::shuffle(step.begin(), step.end(), random);
             for (int i = 0; i < 40; ++i) {

@@ -13,10 +13,14 @@
 #include "core/counting_allocator.h"
 #include "core/model.h"
 #include "core/trainer.h"
+#include "clean_run.h"
 #include "recording_sink.h"
 
 using namespace batchpilot::core;
+using batchpilot::tests::CleanRun;
 using batchpilot::tests::RecordingSink;
+using batchpilot::tests::finalWeights;
+using batchpilot::tests::measureCleanRun;
 
 namespace {
 
@@ -48,12 +52,6 @@ TrainerOptions options(const QString& file, const std::string& device) {
     return o;
 }
 
-std::vector<torch::Tensor> finalWeights(Trainer& trainer) {
-    std::vector<torch::Tensor> out;
-    for (const auto& p : trainer.model()->parameters()) out.push_back(p.detach().clone());
-    return out;
-}
-
 double largestDifference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
     double worst = 0;
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
@@ -83,12 +81,6 @@ QString sampleUseError(const RecordingSink& sink, int64_t steps, int64_t target)
     return {};
 }
 
-struct CleanRun {
-    std::vector<torch::Tensor> weights;
-    std::vector<int64_t> microBatchAllocations;  ///< counted allocations inside micro-batches
-    std::vector<int64_t> optimizerAllocations;   ///< counted allocations inside optimizer steps
-};
-
 }  // namespace
 
 class TestUserModels : public QObject {
@@ -96,43 +88,12 @@ class TestUserModels : public QObject {
 
     std::map<QString, CleanRun> m_clean;
 
-    /// A run without faults at a fixed micro-batch of 8, with the allocation numbers (counted from
-    /// the first micro-batch on, so set-up is never a target) that fall in each phase.
-    CleanRun& clean(const QString& file) {
-        auto found = m_clean.find(file);
-        if (found != m_clean.end()) return found->second;
-        auto& allocator = CountingAllocator::instance();
-        {
-            // LibTorch allocates some things once per process (kernel caches, lazy initialisation):
-            // an identical run first, so that the measured one allocates exactly as the later ones.
-            RecordingSink warmSink;
-            Trainer warm([&] { TrainerOptions w = options(file, "virtual:4GiB"); w.probe.initialMicroBatch = w.probe.maxMicroBatch = 8; return w; }(), warmSink);
-            warm.run();
-        }
-        CleanRun run;
-        RecordingSink sink;
-        int64_t start = -1;
-        int64_t last = 0;
-        sink.onEach = [&](const Event& e) {
-            const int64_t now = allocator.countedAllocations();
-            if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Probing && start < 0) {
-                start = now;
-                last = 0;
-            } else if (start >= 0 && std::holds_alternative<MicroBatchDone>(e)) {
-                for (int64_t n = last + 1; n <= now - start; ++n) run.microBatchAllocations.push_back(n);
-                last = now - start;
-            } else if (start >= 0 && std::holds_alternative<OptimizerStepped>(e)) {
-                for (int64_t n = last + 1; n <= now - start; ++n) run.optimizerAllocations.push_back(n);
-                last = now - start;
-            }
-        };
+    /// A run without faults at a fixed micro-batch of 8 (see clean_run.h).
+    const CleanRun& clean(const QString& file) {
+        if (auto found = m_clean.find(file); found != m_clean.end()) return found->second;
         TrainerOptions o = options(file, "virtual:4GiB");
         o.probe.initialMicroBatch = o.probe.maxMicroBatch = 8;
-        Trainer trainer(o, sink);
-        const RunResult result = trainer.run();
-        if (result.state != RunState::Finished) qFatal("clean run of %s failed: %s", qPrintable(file), result.error.c_str());
-        run.weights = finalWeights(trainer);
-        return m_clean.emplace(file, std::move(run)).first->second;
+        return m_clean.emplace(file, measureCleanRun(o)).first->second;
     }
 
 private Q_SLOTS:

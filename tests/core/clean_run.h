@@ -1,0 +1,67 @@
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/counting_allocator.h"
+#include "core/trainer.h"
+#include "recording_sink.h"
+
+namespace batchpilot::tests {
+
+/// A run without faults, for fault-injection tests: its final weights, and the numbers of the
+/// counted allocations (from the first probe on, so set-up, where an OOM is fatal by design, is
+/// never a target) that fall inside micro-batches (copy, forward, backward) and inside optimizer
+/// steps. CountingAllocator::failAfter(n) armed at the first probe hits allocation n.
+struct CleanRun {
+    std::vector<int64_t> microBatchAllocations;
+    std::vector<int64_t> optimizerAllocations;
+    std::vector<torch::Tensor> weights;
+};
+
+inline std::vector<torch::Tensor> finalWeights(core::Trainer& trainer) {
+    std::vector<torch::Tensor> out;
+    for (const auto& p : trainer.model()->parameters()) out.push_back(p.detach().clone());
+    return out;
+}
+
+/// Runs `options` twice and measures the second: LibTorch allocates some things once per process
+/// (kernel caches, lazy initialisation), so the measured run allocates exactly as later ones do.
+/// Throws when the run fails or runs out of memory.
+inline CleanRun measureCleanRun(const core::TrainerOptions& options) {
+    using namespace core;
+    {
+        RecordingSink warmSink;
+        Trainer warm(options, warmSink);
+        warm.run();
+    }
+    auto& allocator = CountingAllocator::instance();
+    CleanRun run;
+    RecordingSink sink;
+    int64_t start = -1;
+    int64_t last = 0;
+    sink.onEach = [&](const Event& e) {
+        const int64_t now = allocator.countedAllocations();
+        if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Probing && start < 0) {
+            start = now;
+        } else if (start >= 0 && std::holds_alternative<MicroBatchDone>(e)) {
+            for (int64_t n = last + 1; n <= now - start; ++n) run.microBatchAllocations.push_back(n);
+            last = now - start;
+        } else if (start >= 0 && std::holds_alternative<OptimizerStepped>(e)) {
+            for (int64_t n = last + 1; n <= now - start; ++n) run.optimizerAllocations.push_back(n);
+            last = now - start;
+        }
+    };
+    Trainer trainer(options, sink);
+    const RunResult result = trainer.run();
+    if (result.state != RunState::Finished || !sink.all<OomEvent>().empty()) {
+        throw std::runtime_error("the clean run failed: " + result.error);
+    }
+    run.weights = finalWeights(trainer);
+    return run;
+}
+
+}  // namespace batchpilot::tests
