@@ -15,6 +15,7 @@
 #include <zlib.h>
 
 #include "core/counting_allocator.h"
+#include "core/durable_file.h"
 #include "core/model.h"
 #include "core/optimizer.h"
 
@@ -50,36 +51,20 @@ uint32_t crc32Of(const std::string& bytes) {
     return static_cast<uint32_t>(crc);
 }
 
-/// Writes all of `bytes` to a new file and syncs it; false with errno's text in `error` otherwise.
+/// Writes the header and the archive to a new file and syncs it; false with the reason in `error`.
 bool writeDurably(const std::string& path, const std::string& header, const std::string& bytes, std::string& error) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         error = std::strerror(errno);
         return false;
     }
-    bool ok = true;
-    for (const std::string* part : {&header, &bytes}) {
-        for (size_t done = 0; ok && done < part->size();) {
-            const ssize_t n = ::write(fd, part->data() + done, part->size() - done);
-            if (n > 0) {
-                done += static_cast<size_t>(n);
-            } else if (n < 0 && errno == EINTR) {
-                continue;
-            } else {
-                error = n < 0 ? std::strerror(errno) : "short write";
-                ok = false;
-            }
-        }
-    }
-    if (ok && ::fsync(fd) != 0) {
+    const auto written = writeAllAndSync(fd, {header, bytes});
+    if (!written) error = written.error();
+    if (::close(fd) != 0 && written) {
         error = std::strerror(errno);
-        ok = false;
+        return false;
     }
-    if (::close(fd) != 0 && ok) {
-        error = std::strerror(errno);
-        ok = false;
-    }
-    return ok;
+    return written.has_value();
 }
 
 /// Makes a rename inside `directory` durable.
@@ -123,11 +108,10 @@ tl::expected<void, std::string> checkCheckpointDirectory(const std::string& dire
     if (fd < 0) return tl::unexpected("cannot write in " + named + ": " + std::strerror(errno) + "; choose a writable folder");
     // One block, synced: a full disk shows now rather than at the first save.
     const std::string block(4096, '\0');
-    const bool ok = ::write(fd, block.data(), block.size()) == static_cast<ssize_t>(block.size()) && ::fsync(fd) == 0;
-    const int writeErrno = errno;
+    const auto written = writeAllAndSync(fd, {block});
     ::close(fd);
     ::unlink(probe.c_str());
-    if (!ok) return tl::unexpected("cannot write in " + named + ": " + std::strerror(writeErrno) + "; free some space or choose another folder");
+    if (!written) return tl::unexpected("cannot write in " + named + ": " + written.error() + "; free some space or choose another folder");
     return {};
 }
 

@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include <sstream>
 
 #include "core/device.h"
+#include "core/durable_file.h"
 
 namespace batchpilot::core {
 namespace {
@@ -283,16 +283,9 @@ tl::expected<void, std::string> saveRunConfig(const std::string& path, const Tra
     const int fd = ::mkstemp(temporary.data());
     if (fd < 0) return tl::unexpected("cannot write " + named + ": check the folder exists and is writable");
     const std::string text = toRunConfig(options).dump(2) + "\n";
-    bool written = true;
-    for (size_t done = 0; done < text.size() && written;) {
-        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-        if (n > 0) done += static_cast<size_t>(n);
-        else if (n < 0 && errno == EINTR) continue;
-        else written = false;
-    }
-    written = ::fsync(fd) == 0 && written;
-    written = ::close(fd) == 0 && written;
-    if (!written) {
+    const auto written = writeAllAndSync(fd, {text});
+    const bool closed = ::close(fd) == 0;
+    if (!written || !closed) {
         std::remove(temporary.c_str());
         return tl::unexpected("writing " + named + " failed (disk full?); the previous file, if any, is unchanged");
     }
