@@ -114,8 +114,7 @@ int main(int argc, char** argv) {
             std::printf("%-10s %s\n", device.id.c_str(), device.description.c_str());
         }
         std::printf("%-10s %s\n", "virtual:<size>", "a simulated GPU with a memory budget, e.g. virtual:512MiB");
-        core::MathLibraries math = core::mathLibraries();
-        math.intraOpThreads = core::defaultIntraOpThreads();  // what a run uses unless --threads says otherwise
+        const core::MathLibraries math = core::mathLibraries();
         std::printf("\n%s\n", core::describe(math).c_str());
         if (math.blasLibrary.size() > 0) std::printf("BLAS library: %s\n", math.blasLibrary.c_str());
         if (const std::string warning = core::referenceBlasWarning(math); !warning.empty()) {
@@ -140,8 +139,7 @@ int main(int argc, char** argv) {
         }
     }
     {
-        core::MathLibraries math = core::mathLibraries();
-        math.intraOpThreads = request->options.intraOpThreads > 0 ? request->options.intraOpThreads : core::defaultIntraOpThreads();
+        const core::MathLibraries math = core::mathLibraries(request->options.intraOpThreads);
         if (!request->quiet) std::printf("%s\n", core::describe(math).c_str());
         if (const std::string warning = core::referenceBlasWarning(math); !warning.empty()) {
             std::fprintf(stderr, "batchpilot-cli: warning: %s\n", warning.c_str());

@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
     core::installCountingAllocator();
     if (args.threads > 0) torch::set_num_threads(args.threads);
     at::addGlobalCallback(at::RecordFunctionCallback(&onOperator).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
-    const core::MathLibraries math = core::mathLibraries();
+    const core::MathLibraries math = core::mathLibraries(torch::get_num_threads());
 
     nlohmann::json out;
     out["label"] = args.label;

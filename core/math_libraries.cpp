@@ -10,7 +10,6 @@
 #include <string_view>
 #include <vector>
 
-#include <ATen/Parallel.h>
 #include <ATen/Version.h>
 #include <torch/version.h>
 
@@ -45,20 +44,20 @@ std::string buildSetting(const std::string& config, const std::string& key) {
 
 }  // namespace
 
-int defaultIntraOpThreads() {
+int intraOpThreadsFor(int requested) {
+    if (requested > 0) return requested;
     cpu_set_t set;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
     return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-MathLibraries mathLibraries() {
+MathLibraries mathLibraries(int requestedThreads) {
     MathLibraries out;
     out.torchVersion = TORCH_VERSION;
     const std::string config = at::show_config();
     out.torchCuda = buildSetting(config, "USE_CUDA") == "ON" || buildSetting(config, "USE_CUDA") == "1";
-    out.intraOpThreads = at::get_num_threads();
-    out.interOpThreads = at::get_num_interop_threads();
+    out.intraOpThreads = intraOpThreadsFor(requestedThreads);
     const std::string built = buildSetting(config, "BLAS_INFO");
     for (const std::string& library : loadedBlasLibraries()) {
         std::error_code ec;

@@ -14,19 +14,19 @@ struct MathLibraries {
     std::string blas;          ///< e.g. "BLIS (pthreads)", "reference BLAS", "Intel MKL (in LibTorch)"
     std::string blasLibrary;   ///< the shared library's resolved path, when one is loaded
     bool referenceBlas = false;  ///< the unoptimised reference implementation: expect slow linear layers
-    int intraOpThreads = 0;    ///< LibTorch's intra-op threads (at::get_num_threads)
-    int interOpThreads = 0;
+    int intraOpThreads = 0;    ///< the intra-op threads a run uses (intraOpThreadsFor)
 };
 
-/// Intra-op threads a run uses when the user sets none: every CPU this process may run on
-/// (its affinity mask). LibTorch's own default counts physical cores, which left half of a
+/// Intra-op threads a run uses: `requested` when positive, else every CPU this process may run
+/// on (its affinity mask). LibTorch's own default counts physical cores, which left half of a
 /// 2-vCPU machine idle; measured there (docs/PERFORMANCE.md, roofline), 2 threads train the
 /// convolutional models 1.5–1.7x faster than 1, and no model slower.
-int defaultIntraOpThreads();
+int intraOpThreadsFor(int requested);
 
-/// Reads it from LibTorch's build configuration and the libraries loaded into this process.
-/// Call after LibTorch is loaded (any time in a program linked with it). Thread-safe.
-MathLibraries mathLibraries();
+/// Reads it from LibTorch's build configuration and the libraries loaded into this process, for a
+/// run asking for `requestedThreads` (0: the default). Call after LibTorch is loaded (any time in
+/// a program linked with it). Thread-safe.
+MathLibraries mathLibraries(int requestedThreads = 0);
 
 /// One line for people, e.g. "LibTorch 1.13.0 (CPU), BLAS: BLIS (pthreads), 2 intra-op threads".
 std::string describe(const MathLibraries& libraries);

@@ -107,7 +107,7 @@ struct TrainerOptions {
     bool reportSampleIndices = false;    ///< fill MicroBatchDone::sampleIndices (tests, step mode)
     bool reportGradientNorm = false;     ///< fill MicroBatchDone::gradientNorm (one norm per micro-batch)
     bool stepMode = false;               ///< start in step-by-step mode (see Trainer::setStepMode)
-    int intraOpThreads = 0;         ///< LibTorch CPU threads; 0: every CPU this process may use (defaultIntraOpThreads)
+    int intraOpThreads = 0;         ///< LibTorch CPU threads; 0: every CPU this process may use (intraOpThreadsFor)
     /// cuda:N only: cap this process's share of the GPU's memory (0 < f <= 1) through the
     /// caching allocator, so that a large GPU runs out of memory like a small one; 0: no cap.
     double cudaMemoryFraction = 0.0;

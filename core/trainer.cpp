@@ -193,7 +193,7 @@ void Trainer::Impl::setup() {
     auto parsed = parseDevice(options.device);
     if (!parsed) throw FatalError{parsed.error(), "configuration"};
     device = *parsed;
-    torch::set_num_threads(options.intraOpThreads > 0 ? options.intraOpThreads : defaultIntraOpThreads());
+    torch::set_num_threads(intraOpThreadsFor(options.intraOpThreads));
     {
         // The dataset lives in host memory: it does not count against the device.
         CountingScope host(false);

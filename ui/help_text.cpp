@@ -246,8 +246,7 @@ Switch the budget during a run and the trainer moves there at the next batch and
 
 QString aboutHtml()
 {
-    core::MathLibraries math = core::mathLibraries();
-    math.intraOpThreads = core::defaultIntraOpThreads();  // what a run uses
+    const core::MathLibraries math = core::mathLibraries();
     const std::string warning = core::referenceBlasWarning(math);
     return QCoreApplication::translate("HelpText",
                                        "<h3>BatchPilot %1</h3>"
