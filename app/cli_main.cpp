@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     std::atomic<bool> training{false};
     TrainingStarted sink(reporter, training);
     core::Trainer trainer(request->options, sink);
-    reporter.watchInterrupt(&trainer, nullptr);
+    reporter.setTrainer(&trainer);
     reporter.setMemoryReport(request->memoryReport);
     if (request->checkEquivalence >= 0) reporter.requestEquivalenceCheck(request->checkEquivalence);
     std::signal(SIGINT, onSignal);

@@ -47,11 +47,6 @@ std::string ConsoleReporter::closeEvents() {
     return m_eventsError;
 }
 
-void ConsoleReporter::watchInterrupt(core::Trainer* trainer, const std::atomic<bool>* interrupted) {
-    m_trainer = trainer;
-    m_interrupted = interrupted;
-}
-
 void ConsoleReporter::line(const std::string& text) {
     if (m_quiet) return;
     if (m_openLine) std::fputc('\n', m_out);
@@ -71,11 +66,6 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                             "but its events from here on are lost";
             std::fprintf(stderr, "\nbatchpilot-cli: error: %s\n", m_eventsError.c_str());
         }
-    }
-    if (m_interrupted && m_trainer && !m_stopSent && m_interrupted->load()) {
-        m_stopSent = true;
-        m_trainer->stop();
-        line("interrupted: stopping after the current micro-batch");
     }
     if (m_memoryReport) {
         m_report.handle(event);

@@ -1,6 +1,5 @@
 #pragma once
 
-#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -26,11 +25,11 @@ public:
     /// Flushes and closes the events file; returns what went wrong while writing it (empty: all
     /// written).
     std::string closeEvents();
-    /// Lets Ctrl-C stop the run cleanly: checked on every event (`interrupted` may be null).
-    void watchInterrupt(core::Trainer* trainer, const std::atomic<bool>* interrupted);
+    /// The trainer to send the equivalence check to (see requestEquivalenceCheck).
+    void setTrainer(core::Trainer* trainer) { m_trainer = trainer; }
     /// Prints the memory report (probe trials, memory model, breakdown) after each probe.
     void setMemoryReport(bool on) { m_memoryReport = on; }
-    /// Asks the trainer (set by watchInterrupt) for an equivalence check of `samples` samples
+    /// Asks the trainer (set by setTrainer) for an equivalence check of `samples` samples
     /// after the first optimizer step (0: the whole batch), and prints its result.
     void requestEquivalenceCheck(int64_t samples) { m_checkSamples = samples; }
     /// The equivalence check's result, when one ran.
@@ -54,8 +53,6 @@ private:
     std::string m_eventsPath;
     std::string m_eventsError;  ///< the first write error, reported once
     core::Trainer* m_trainer = nullptr;
-    const std::atomic<bool>* m_interrupted = nullptr;
-    bool m_stopSent = false;
     core::StepMetrics m_lastStep;
     int m_ooms = 0;
     bool m_memoryReport = false;
