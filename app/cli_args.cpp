@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "core/dataset.h"
@@ -130,7 +131,9 @@ Checkpoints
                           ends or is stopped (written atomically: a crash never corrupts it)
   --checkpoint-every N    also every N optimizer steps
   --resume DIR            continue exactly where the checkpoint in DIR left off (same model,
-                          optimizer and data options); the step limit counts from the start
+                          optimizer and data options, and its target batch); the step limit
+                          counts from the start. Checkpoints then replace DIR/checkpoint.pt
+                          unless --checkpoint-dir names another folder
 
 Output
   --events FILE           write every event as JSON Lines to FILE
@@ -238,6 +241,7 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
         {"--save-config", [&](const std::string& v) -> tl::expected<void, std::string> { request.saveConfigPath = v; return {}; }},
         {"--check-equivalence", [&](const std::string& v) { return store(parseInteger("--check-equivalence", v, 0), request.checkEquivalence); }},
     };
+    std::set<std::string> given;  ///< flags given on the command line (not from the configuration)
     for (size_t i = 0; i < args.size(); ++i) {
         std::string flag = args[i];
         std::optional<std::string> value;
@@ -258,7 +262,15 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
             value = args[++i];
         }
         if (auto ok = handler->second(*value); !ok) return tl::unexpected(ok.error());
+        given.insert(flag);
     }
+    if (!o.resumeFrom.empty() && given.contains("--target-batch")) {
+        return tl::unexpected(std::string("--target-batch cannot be given with --resume: a resumed run continues at its "
+                                          "checkpoint's target batch, so that it goes on exactly where it stopped; drop "
+                                          "--target-batch, or start a new run without --resume"));
+    }
+    request.checkpointReplacesResumed = !o.resumeFrom.empty() && !given.contains("--checkpoint-dir") &&
+                                        o.checkpoint.directory == o.resumeFrom;
     if (o.steps == 0 && o.epochs == 0) o.steps = 100;
     const auto models = core::builtinModelNames();
     if (std::find(models.begin(), models.end(), o.model.name) == models.end()) {

@@ -19,6 +19,8 @@ struct CliRequest {
     bool quiet = false;
     bool memoryReport = false;       ///< --memory-report: print the memory report after each probe
     int64_t checkEquivalence = -1;   ///< --check-equivalence N: samples to check after step 1 (0: whole batch)
+    /// --resume DIR without --checkpoint-dir: checkpoints replace DIR/checkpoint.pt (said at start).
+    bool checkpointReplacesResumed = false;
 };
 
 /// Parses argv (without the program name). Every flag is documented in cliHelp(). A bad flag

@@ -13,6 +13,7 @@
 #include "app/cli_args.h"
 #include "app/cli_progress.h"
 #include "core/byte_size.h"
+#include "core/checkpoint.h"
 #include "core/counting_allocator.h"
 #include "core/device.h"
 #include "core/math_libraries.h"
@@ -144,6 +145,10 @@ int main(int argc, char** argv) {
         if (const std::string warning = core::referenceBlasWarning(math); !warning.empty()) {
             std::fprintf(stderr, "batchpilot-cli: warning: %s\n", warning.c_str());
         }
+    }
+    if (request->checkpointReplacesResumed && !request->quiet) {
+        std::printf("checkpoints replace %s/%s as training goes on (--checkpoint-dir DIR keeps it)\n",
+                    request->options.resumeFrom.c_str(), core::kCheckpointFile);
     }
     std::atomic<bool> training{false};
     TrainingStarted sink(reporter, training);

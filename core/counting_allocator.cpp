@@ -92,6 +92,11 @@ void CountingAllocator::release(void* data) {
     c10::free_cpu(header);
 }
 
+int64_t CountingAllocator::blockBytes(const c10::DataPtr& data) {
+    if (data.get() == nullptr || data.get_deleter() != &CountingAllocator::release) return -1;
+    return headerOf(data.get())->bytes;
+}
+
 c10::DeleterFnPtr CountingAllocator::raw_deleter() const { return &CountingAllocator::release; }
 
 #if BATCHPILOT_ALLOCATOR_HAS_COPY_DATA

@@ -30,6 +30,11 @@ public:
     void copy_data(void* dest, const void* src, std::size_t count) const override;
 #endif
 
+    /// The size asked for when `data` was allocated by this allocator; -1 for memory from
+    /// elsewhere. Lets a loader compare what a file claims with what it read (a TorchScript
+    /// file's storages are allocated here at their record's size).
+    static int64_t blockBytes(const c10::DataPtr& data);
+
     /// Counted bytes may not exceed `bytes`; 0 removes the budget.
     void setBudget(int64_t bytes) { m_budget.store(bytes); }
     int64_t budget() const { return m_budget.load(); }

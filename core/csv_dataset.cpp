@@ -1,5 +1,7 @@
 #include "core/csv_dataset.h"
 
+#include "core/cancel.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -144,7 +146,9 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
     }
     std::vector<double> values(static_cast<size_t>(rows * features));
     std::vector<std::string> labels(static_cast<size_t>(rows));
+    const std::atomic<bool>* stop = cancelFlag();
     for (int64_t r = 0; r < rows; ++r) {
+        if (r % 4096 == 0 && cancelled(stop)) return tl::unexpected(std::string(kLoadingCancelled));
         const Record& record = (*records)[static_cast<size_t>(r + 1)];
         const std::string where = "CSV file " + path + ", line " + std::to_string(record.line);
         if (record.fields.size() != header.size()) {
@@ -172,17 +176,22 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
     // Standardise each feature over the file so that columns in different units train alike.
     dataset->m_features = torch::empty({rows, features}, torch::kFloat32);
     float* out = dataset->m_features.data_ptr<float>();
+    // Computed on the column divided by its largest magnitude (the result does not depend on the
+    // scale), so that values near the double range (1e308) neither overflow the sum nor the squares.
     for (int64_t f = 0; f < features; ++f) {
+        double scale = 0;
+        for (int64_t r = 0; r < rows; ++r) scale = std::max(scale, std::fabs(values[static_cast<size_t>(r * features + f)]));
+        if (scale == 0) scale = 1;
         double sum = 0, squares = 0;
-        for (int64_t r = 0; r < rows; ++r) sum += values[static_cast<size_t>(r * features + f)];
+        for (int64_t r = 0; r < rows; ++r) sum += values[static_cast<size_t>(r * features + f)] / scale;
         const double mean = sum / static_cast<double>(rows);
         for (int64_t r = 0; r < rows; ++r) {
-            const double d = values[static_cast<size_t>(r * features + f)] - mean;
+            const double d = values[static_cast<size_t>(r * features + f)] / scale - mean;
             squares += d * d;
         }
         const double deviation = std::sqrt(squares / static_cast<double>(rows));
         for (int64_t r = 0; r < rows; ++r) {
-            const double centred = values[static_cast<size_t>(r * features + f)] - mean;
+            const double centred = values[static_cast<size_t>(r * features + f)] / scale - mean;
             out[r * features + f] = static_cast<float>(deviation > 1e-12 ? centred / deviation : 0.0);
         }
     }
@@ -196,6 +205,13 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
                 return tl::unexpected("CSV file " + path + ", line " + std::to_string((*records)[static_cast<size_t>(r + 1)].line) +
                                       ": the target \"" + labels[static_cast<size_t>(r)] +
                                       "\" is not a finite number, as regression (MSE) needs");
+            }
+            // Targets train as floats, and their squared error must stay finite too.
+            if (std::fabs(*value) > 1e18) {
+                return tl::unexpected("CSV file " + path + ", line " + std::to_string((*records)[static_cast<size_t>(r + 1)].line) +
+                                      ": the target \"" + labels[static_cast<size_t>(r)] +
+                                      "\" is too large to train on (at most 1e18 in magnitude, so that its squared error "
+                                      "stays finite); rescale the target column");
             }
             t[r] = static_cast<float>(*value);
         }

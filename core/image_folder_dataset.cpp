@@ -14,12 +14,16 @@
 #include <stb/stb_image_resize.h>
 #pragma GCC diagnostic pop
 
+#include "core/cancel.h"
+
 namespace batchpilot::core {
 namespace {
 
 namespace fs = std::filesystem;
 
 constexpr int64_t kMaxSide = 4096;
+/// Largest image decoded (8192 x 8192): bounds what one file can make BatchPilot allocate.
+constexpr int64_t kMaxDecodedPixels = int64_t{1} << 26;
 constexpr size_t kListed = 20;  // unreadable files named in the warning; the rest are counted
 
 bool isImageName(const fs::path& path) {
@@ -43,6 +47,12 @@ struct Candidate {
 tl::expected<void, std::string> decodeImage(const std::string& path, int64_t channels, int64_t height, int64_t width,
                                             uint8_t* out) {
     int w = 0, h = 0, present = 0;
+    // The size in the header first: a few bytes may claim gigapixels, and stb_image would allocate
+    // them before finding out the data is not there.
+    if (stbi_info(path.c_str(), &w, &h, &present) != 0 && int64_t{w} * h > kMaxDecodedPixels) {
+        return tl::unexpected("its header says " + std::to_string(w) + "x" + std::to_string(h) + " pixels, more than the " +
+                              std::to_string(kMaxDecodedPixels) + " BatchPilot decodes in one image");
+    }
     stbi_uc* pixels = stbi_load(path.c_str(), &w, &h, &present, static_cast<int>(channels));
     if (pixels == nullptr) {
         const char* reason = stbi_failure_reason();
@@ -101,6 +111,11 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
                               (looseImages > 0 ? " (it holds " + std::to_string(looseImages) + " images directly)" : "") +
                               ": put the images of each class in their own subfolder, e.g. " + root + "/cat/1.png");
     }
+    if (classDirs.size() == 1) {
+        return tl::unexpected("image folder " + root + " has one class subfolder (\"" + classDirs.front() +
+                              "\"): a classifier needs at least two classes, each in its own subfolder of " + root +
+                              " (root/<class>/<image>)");
+    }
     std::sort(classDirs.begin(), classDirs.end());
 
     std::vector<Candidate> candidates;
@@ -117,6 +132,7 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
         std::set<std::string> seenDirs{fs::weakly_canonical(dir, ec).string()};
         const auto walkOptions = fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied;
         for (fs::recursive_directory_iterator it(dir, walkOptions, ec), end; !ec && it != end; it.increment(ec)) {
+            if (cancelled(cancelFlag())) return tl::unexpected(std::string(kLoadingCancelled));
             if (isHidden(it->path())) {
                 if (it->is_directory(ec)) it.disable_recursion_pending();
                 continue;
@@ -176,9 +192,10 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
     torch::Tensor decoded =
         cache ? torch::empty({count, options.channels, options.height, options.width}, torch::kUInt8) : torch::Tensor();
     std::vector<std::string> errors(static_cast<size_t>(count));
+    const std::atomic<bool>* stop = cancelFlag();
     at::parallel_for(0, count, /*grain_size=*/1, [&](int64_t begin, int64_t end) {
         std::vector<uint8_t> scratch(cache ? 0 : static_cast<size_t>(perImage));
-        for (int64_t i = begin; i < end; ++i) {
+        for (int64_t i = begin; i < end && !cancelled(stop); ++i) {
             uint8_t* out = cache ? decoded.data_ptr<uint8_t>() + i * perImage : scratch.data();
             const auto ok = decodeImage(candidates[static_cast<size_t>(i)].file, options.channels, options.height,
                                         options.width, out);
@@ -186,6 +203,7 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
         }
     });
 
+    if (cancelled(stop)) return tl::unexpected(std::string(kLoadingCancelled));
     std::vector<std::string> skipped;
     std::vector<int64_t> perClass(classDirs.size(), 0);
     for (int64_t i = 0; i < count; ++i) {

@@ -7,6 +7,8 @@
 
 #include <zlib.h>
 
+#include "core/cancel.h"
+
 namespace batchpilot::core {
 namespace {
 
@@ -88,7 +90,12 @@ tl::expected<std::vector<uint8_t>, std::string> readMaybeGzipped(const std::stri
     constexpr unsigned kChunk = 1U << 20;
     // Memory grows with what the file holds, never past maxBytes + 1 (one byte more tells the
     // caller that there was more): never with what a header claims.
+    const std::atomic<bool>* stop = cancelFlag();
     for (;;) {
+        if (cancelled(stop)) {
+            gzclose(file);
+            return tl::unexpected(std::string(kLoadingCancelled));
+        }
         const size_t used = bytes.size();
         if (used > maxBytes) break;
         const auto chunk = static_cast<unsigned>(std::min<uint64_t>(kChunk - 1, maxBytes - used) + 1);

@@ -6,10 +6,13 @@
 
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/versions.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/version.h>
 
+#include "core/counting_allocator.h"
 #include "core/dataset.h"
 #include "core/loss.h"
 #include "core/oom.h"
@@ -45,6 +48,65 @@ std::string formatVersionNote(const std::string& path) {
 void rethrowIfOutOfMemory() {
     if (classifyFailure(std::current_exception()).outOfMemory) throw;
 }
+
+/// LibTorch sizes each storage of a TorchScript file by the element count its pickle claims, but
+/// reads only the bytes its zip record holds, so a file that claims more would be read past the
+/// end in forward. The records are read into CountingAllocator blocks of their real size:
+/// compare. Returns the first tensor that claims more than it holds, described, or empty.
+class StorageClaimCheck {
+public:
+    std::string firstViolation(const torch::jit::Module& module) {
+        for (const auto& attribute : module.named_attributes(/*recurse=*/true)) {
+            visit(attribute.name, attribute.value, 0);
+            if (!m_found.empty()) return m_found;
+        }
+        for (const auto& method : module.get_methods()) visitBlock(method.graph()->block(), method.name());
+        for (const auto& sub : module.modules()) {
+            for (const auto& method : sub.get_methods()) visitBlock(method.graph()->block(), method.name());
+        }
+        return m_found;
+    }
+
+private:
+    void check(const std::string& where, const at::Tensor& tensor) {
+        if (!m_found.empty() || !tensor.defined() || !tensor.unsafeGetTensorImpl()->has_storage()) return;
+        const auto& storage = tensor.storage();
+        const int64_t held = CountingAllocator::blockBytes(storage.data_ptr());
+        const auto claimed = static_cast<int64_t>(storage.nbytes());
+        if (held >= 0 && claimed > held) {
+            m_found = "tensor " + where + " claims " + std::to_string(claimed) + " bytes of data, but the file holds " +
+                      std::to_string(held) + " for it";
+        }
+    }
+    void visit(const std::string& where, const c10::IValue& value, int depth) {
+        if (!m_found.empty() || depth > 64) return;
+        if (value.isTensor()) {
+            check(where, value.toTensor());
+        } else if (value.isList()) {
+            const auto list = value.toListRef();
+            for (size_t i = 0; i < list.size(); ++i) visit(where + "[" + std::to_string(i) + "]", list[i], depth + 1);
+        } else if (value.isTuple()) {
+            const auto& elements = value.toTupleRef().elements();
+            for (size_t i = 0; i < elements.size(); ++i) visit(where + "[" + std::to_string(i) + "]", elements[i], depth + 1);
+        } else if (value.isGenericDict()) {
+            for (const auto& entry : value.toGenericDict()) visit(where + "[...]", entry.value(), depth + 1);
+        } else if (value.isObject()) {
+            const auto object = value.toObject();
+            for (size_t i = 0; i < object->slots().size(); ++i) visit(where + "." + std::to_string(i), object->getSlot(i), depth + 1);
+        }
+    }
+    void visitBlock(const torch::jit::Block* block, const std::string& method) {
+        for (const torch::jit::Node* node : block->nodes()) {
+            if (!m_found.empty()) return;
+            if (node->kind() == c10::prim::Constant && node->outputs().size() == 1 &&
+                node->output()->type()->kind() == c10::TypeKind::TensorType) {
+                if (const auto constant = torch::jit::toIValue(node->output())) visit("constant in " + method, *constant, 0);
+            }
+            for (const torch::jit::Block* inner : node->blocks()) visitBlock(inner, method);
+        }
+    }
+    std::string m_found;
+};
 
 }  // namespace
 
@@ -107,6 +169,7 @@ tl::expected<std::shared_ptr<Model>, std::string> loadTorchScriptModel(const std
     const std::string file = "model file " + path;
 
     torch::jit::Module module;
+    installCountingAllocator();  // the storage check below reads the sizes of its blocks
     try {
         module = torch::jit::load(path, torch::Device(torch::kCPU));
     } catch (const std::exception&) {
@@ -118,6 +181,12 @@ tl::expected<std::shared_ptr<Model>, std::string> loadTorchScriptModel(const std
         return tl::unexpected(file + " is not a TorchScript file (" + why +
                               "); export the model from Python with torch.jit.script(model).save(\"model.pt\") — "
                               "a state_dict saved with torch.save cannot be loaded");
+    }
+
+    if (const std::string claim = StorageClaimCheck().firstViolation(module); !claim.empty()) {
+        return tl::unexpected(file + " is damaged or was altered: its " + claim +
+                              ", so running it would read past its data; export the model again (model files run "
+                              "code: load them only from a source you trust)");
     }
 
     const auto method = module.find_method("forward");

@@ -15,6 +15,7 @@
 #include "core/counting_allocator.h"
 #include "core/dataset.h"
 #include "core/device.h"
+#include "core/cancel.h"
 #include "core/equivalence.h"
 #include "core/loss.h"
 #include "core/model.h"
@@ -75,6 +76,9 @@ struct PeakRecord {
 
 }  // namespace
 
+/// Thrown by setup when the user stopped the run while the data was loading.
+struct LoadingCancelled {};
+
 struct Trainer::Impl {
     Impl(TrainerOptions o, EventSink& s) : options(std::move(o)), sink(s) { stepMode = options.stepMode; }
 
@@ -85,6 +89,8 @@ struct Trainer::Impl {
     std::mutex mutex;
     std::condition_variable wake;
     bool stopRequested = false;
+    /// Set with stopRequested; read without the lock by the data loaders (core/cancel.h).
+    std::atomic<bool> cancelLoading{false};
     bool pauseRequested = false;
     std::optional<std::pair<int64_t, LrScaling>> pendingTarget;
     bool pendingReprobe = false;
@@ -162,6 +168,10 @@ struct Trainer::Impl {
         return stepMode;
     }
     void checkEquivalence(int64_t samples);
+    /// The gradient of `indices` accumulated by training's own code (runMicroBatch into the
+    /// accumulators) in micro-batches of `microBatchSizes`; training's state is left as it was.
+    std::vector<torch::Tensor> accumulateAsTraining(const std::vector<int64_t>& indices,
+                                                    const std::vector<int64_t>& microBatchSizes);
     /// L2 norm of the accumulated gradients (uncounted: a few scalars).
     double gradientNorm() const {
         torch::NoGradGuard noGrad;
@@ -185,6 +195,9 @@ struct Trainer::Impl {
     std::string checkpointError;  ///< the last failed save's message
     int64_t allocatorRetriesSeen = 0;  ///< the meter's allocator retries already reported
     [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false);
+    /// Why the loss is not finite: the data, the model before any update, or divergence.
+    std::string nonFiniteLossReason(double loss, const torch::Tensor& inputs, const torch::Tensor& output,
+                                    const torch::Tensor& targets) const;
 };
 
 void Trainer::Impl::setup() {
@@ -197,11 +210,26 @@ void Trainer::Impl::setup() {
     {
         // The dataset lives in host memory: it does not count against the device.
         CountingScope host(false);
+        CancelScope cancellable(cancelLoading);
         auto made = options.datasetFactory ? options.datasetFactory() : makeDataset(options.data);
+        if (!made && cancelLoading.load()) throw LoadingCancelled{};
         if (!made) throw FatalError{made.error(), "dataset"};
         data = *made;
     }
     if (data->size() <= 0) throw FatalError{"the dataset \"" + data->name() + "\" is empty", "dataset"};
+    if (options.loss == LossKind::CrossEntropy && !options.data.regression && data->classes() < 2) {
+        throw FatalError{"the data " + data->name() + " has a single class: a classifier learns nothing from it (its loss "
+                         "is 0 from the start); give data with at least two classes, or train a regression (--loss mse)",
+                         "dataset"};
+    }
+    // Resumed runs check the checkpoint's target below.
+    if (options.resumeFrom.empty() && options.targetBatch > data->size()) {
+        throw FatalError{"the target batch " + std::to_string(options.targetBatch) + " is larger than the data: " +
+                             data->name() + " has " + std::to_string(data->size()) +
+                             " samples, and a training batch uses each sample at most once; choose a target batch of at most " +
+                             std::to_string(data->size()),
+                         "configuration"};
+    }
     if (!options.checkpoint.directory.empty()) {
         // Found out now, not after hours of training: a checkpoint folder that cannot be written.
         if (auto writable = checkCheckpointDirectory(options.checkpoint.directory); !writable) {
@@ -256,7 +284,8 @@ void Trainer::Impl::setup() {
             probedMicroBatch = microBatch;
         }
         emit(RunStateChanged{now(), RunState::Starting,
-                             "resumed from step " + std::to_string(step) + " of " + options.resumeFrom});
+                             "resumed from step " + std::to_string(step) + " of " + options.resumeFrom +
+                                 ", at the checkpoint's target batch " + std::to_string(target)});
     }
     if (model->usesBatchStatistics()) {
         emit(Warning{now(), "the model uses BatchNorm: each micro-batch is normalised with its own "
@@ -265,14 +294,45 @@ void Trainer::Impl::setup() {
     }
 }
 
+std::string Trainer::Impl::nonFiniteLossReason(double loss, const torch::Tensor& inputs, const torch::Tensor& output,
+                                               const torch::Tensor& targets) const {
+    torch::NoGradGuard noGrad;
+    CountingScope uncounted(false);
+    const std::string became = std::string("the loss became ") + (std::isnan(loss) ? "NaN" : "infinite");
+    const auto allFinite = [](const torch::Tensor& t) {
+        return !t.is_floating_point() || t.isfinite().all().item<bool>();
+    };
+    if (!allFinite(inputs) || !allFinite(targets)) {
+        return became + ": the data itself holds NaN or infinite values in this micro-batch; check the data file";
+    }
+    if (!allFinite(output)) {
+        if (step == 0) {
+            return became + ": the model's output is NaN or infinite on finite inputs before any weight was updated, "
+                            "so the model itself produces it; check its weights and its forward";
+        }
+        return became + " at step " + std::to_string(step + 1) + ": the model's outputs overflowed after " +
+               std::to_string(step) + " optimizer step(s), which is how training diverges; lower the learning rate "
+               "(it is " + formatText("%g", optimizer->learningRate()) + ")";
+    }
+    return became + " on finite outputs (outputs or targets too large for the loss?); lower the learning rate or "
+                    "rescale the data";
+}
+
 void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup) {
     // The peak since the last reset already includes everything that stayed allocated.
     const int64_t needed = std::max(meter->peak() + std::max(requested, meter->lastFailedAllocation()),
                                     meter->lastFailureNeed());
     const std::string what = duringSetup ? "the model's parameters and gradients do not fit on " + device.name()
                                          : "the model does not fit on " + device.name() + " even at micro-batch 1";
-    throw FatalError{what + ": needs ≈ " + formatBytes(needed) + ", has " + formatBytes(meter->capacity()) +
-                         "; choose a larger device or budget, a smaller model or smaller inputs",
+    // With a large headroom, what fits is the usable part, not the capacity: say which stopped it.
+    const bool headroomStopsIt = needed <= meter->capacity() && options.probe.headroom > 0;
+    const std::string has = headroomStopsIt
+                                ? ", but only " + formatBytes(usableBytes()) + " of its " + formatBytes(meter->capacity()) +
+                                      " are usable with headroom " + formatText("%g", options.probe.headroom) +
+                                      "; lower the headroom (--headroom), or choose a smaller model or smaller inputs"
+                                : ", has " + formatBytes(meter->capacity()) +
+                                      "; choose a larger device or budget, a smaller model or smaller inputs";
+    throw FatalError{what + ": needs ≈ " + formatBytes(needed) + has,
                      duringSetup ? "setup" : "step " + std::to_string(step + 1)};
 }
 
@@ -453,8 +513,7 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
             return pass();
         };
         const auto compare = [&](EquivalenceChecked& into) {
-            auto accumulated = guarded(
-                [&] { return accumulatedGradient(*model, inputs, targets, into.microBatchSizes, options.loss); }, nullptr);
+            auto accumulated = guarded([&] { return accumulateAsTraining(indices, into.microBatchSizes); }, nullptr);
             auto full = guarded([&] { return fullBatchGradient(*model, inputs, targets, options.loss); },
                                 &into.fullPassOutsideBudget);
             compareGradients(model->parameterNames(), accumulated, full, into);
@@ -477,6 +536,57 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
         r.error = "the equivalence check could not run: " + failure.message;
     }
     finish();
+}
+
+std::vector<torch::Tensor> Trainer::Impl::accumulateAsTraining(const std::vector<int64_t>& indices,
+                                                              const std::vector<int64_t>& microBatchSizes) {
+    // Training's own path: runMicroBatch adds each micro-batch's weighted gradient to the
+    // accumulators, exactly as a step does. What training had there, the buffers (BatchNorm
+    // statistics) and the CPU random state are put back afterwards, so training goes on as if
+    // the check had not run.
+    std::vector<torch::Tensor> kept, buffers;
+    {
+        torch::NoGradGuard noGrad;
+        CountingScope uncounted(false);
+        for (auto& g : gradients) {
+            kept.push_back(g.clone());
+            g.zero_();
+        }
+        for (const auto& b : model->buffers()) buffers.push_back(b.clone());
+    }
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    const torch::Tensor randomState = generator.get_state();
+    struct Restore {
+        Impl& impl;
+        std::vector<torch::Tensor>& kept;
+        std::vector<torch::Tensor>& buffers;
+        at::Generator& generator;
+        const torch::Tensor& randomState;
+        ~Restore() {
+            torch::NoGradGuard noGrad;
+            for (size_t i = 0; i < kept.size(); ++i) impl.gradients[i].copy_(kept[i]);
+            auto now = impl.model->buffers();
+            for (size_t i = 0; i < buffers.size() && i < now.size(); ++i) now[i].copy_(buffers[i]);
+            generator.set_state(randomState);
+        }
+    } restore{*this, kept, buffers, generator, randomState};
+
+    const auto total = static_cast<double>(indices.size());
+    size_t offset = 0;
+    for (const int64_t size : microBatchSizes) {
+        const std::vector<int64_t> slice(indices.begin() + static_cast<std::ptrdiff_t>(offset),
+                                         indices.begin() + static_cast<std::ptrdiff_t>(offset + static_cast<size_t>(size)));
+        const MicroResult micro = runMicroBatch(slice, static_cast<double>(size) / total);
+        if (!micro.ok) {
+            if (micro.failure.outOfMemory) C10_THROW_ERROR(OutOfMemoryError, micro.failure.message);
+            throw std::runtime_error(micro.failure.message);
+        }
+        offset += static_cast<size_t>(size);
+    }
+    std::vector<torch::Tensor> accumulated;
+    CountingScope uncounted(false);
+    for (const auto& g : gradients) accumulated.push_back(g.clone());
+    return accumulated;
 }
 
 void Trainer::Impl::writeCheckpoint() {
@@ -597,12 +707,10 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         host = Batch{};
         result.phase = Phase::Forward;
         for (const auto& b : model->buffers()) savedBuffers.push_back(b.clone());
-        torch::Tensor loss = computeLoss(options.loss, model->forward(inputs), targets);
+        torch::Tensor output = model->forward(inputs);
+        torch::Tensor loss = computeLoss(options.loss, output, targets);
         result.loss = loss.item<double>();
-        if (!std::isfinite(result.loss)) {
-            throw NonFiniteLoss(std::string("the loss became ") + (std::isnan(result.loss) ? "NaN" : "infinite") +
-                                "; lower the learning rate or check the data for invalid values");
-        }
+        if (!std::isfinite(result.loss)) throw NonFiniteLoss(nonFiniteLossReason(result.loss, inputs, output, targets));
         result.phase = Phase::Backward;
         // Gradients go to fresh tensors and join the batch's accumulators only once the whole
         // backward succeeded, so an OOM half-way never leaves part of a micro-batch behind.
@@ -862,6 +970,11 @@ RunResult Trainer::run() {
         if (!d.options.checkpoint.directory.empty() && d.step > 0 && !savedThisStep) d.writeCheckpoint();
         result.state = RunState::Finished;
         d.setState(RunState::Finished, result.stopped ? "stopped" : "done");
+    } catch (const LoadingCancelled&) {
+        // Stopped while loading: nothing was trained, nothing to save.
+        result.state = RunState::Finished;
+        result.stopped = true;
+        d.setState(RunState::Finished, "stopped while loading the data");
     } catch (const FatalError& e) {
         result.state = RunState::Failed;
         result.error = e.message;
@@ -903,6 +1016,7 @@ void Trainer::stop() {
         std::lock_guard lock(m_impl->mutex);
         m_impl->stopRequested = true;
     }
+    m_impl->cancelLoading.store(true);
     m_impl->wake.notify_all();
 }
 

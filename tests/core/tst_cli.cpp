@@ -114,6 +114,16 @@ private Q_SLOTS:
                                         << QStringLiteral("classes is 9223372036854775807, but must be from 2 to 1000000");
         QTest::newRow("samples 2^63-1") << base({QStringLiteral("--samples"), QStringLiteral("9223372036854775807")}) << 2
                                         << QStringLiteral("dataset samples is 9223372036854775807");
+        QTest::newRow("headroom 0.9") << base({QStringLiteral("--headroom"), QStringLiteral("0.9")}) << 1
+                                      << QStringLiteral("are usable with headroom 0.9; lower the headroom");
+        QTest::newRow("single-class image folder")
+            << base({QStringLiteral("--data"), QStringLiteral("image-folder"), QStringLiteral("--data-path"), dir + QStringLiteral("/oneclass"),
+                     QStringLiteral("--image-size"), QStringLiteral("1x4x4")})
+            << 2 << QStringLiteral("has one class subfolder (\"cats\"): a classifier needs at least two classes");
+        QTest::newRow("target batch larger than the data") << base({QStringLiteral("--samples"), QStringLiteral("50")}) << 2
+                                                           << QStringLiteral("the target batch 64 is larger than the data");
+        QTest::newRow("target batch with resume") << base({QStringLiteral("--resume"), dir}) << 2
+                                                  << QStringLiteral("--target-batch cannot be given with --resume");
         QTest::newRow("epochs 2^63-1") << QStringList{QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--epochs"),
                                                       QStringLiteral("9223372036854775807")}
                                        << 2 << QStringLiteral("epochs is 9223372036854775807");
@@ -159,7 +169,11 @@ private Q_SLOTS:
         QCOMPARE(file.write(bytes), qint64(bytes.size()));
         file.close();
         const QByteArray damaged = [&] { QFile f(file.fileName()); f.open(QIODevice::ReadOnly); return f.readAll(); }();
-        const Run resumed = runCli(args + QStringList{QStringLiteral("--resume"), dir.path(), QStringLiteral("--steps"), QStringLiteral("4")});
+        // A resumed run takes its target batch from the checkpoint: no --target-batch.
+        QStringList resumeArgs = args;
+        resumeArgs.removeAt(resumeArgs.indexOf(QStringLiteral("--target-batch")) + 1);
+        resumeArgs.removeAll(QStringLiteral("--target-batch"));
+        const Run resumed = runCli(resumeArgs + QStringList{QStringLiteral("--resume"), dir.path(), QStringLiteral("--steps"), QStringLiteral("4")});
         QVERIFY2(resumed.exitCode == 2, qPrintable(QStringLiteral("exit %1: %2").arg(resumed.exitCode).arg(resumed.err)));
         QVERIFY2(resumed.err.contains(QStringLiteral("is corrupt")), qPrintable(resumed.err));
         // The damaged file is left for the user to inspect, not overwritten.
@@ -208,6 +222,12 @@ private Q_SLOTS:
         QVERIFY(huge.open(QIODevice::WriteOnly));
         huge.write("{\"steps\": 9223372036854775808}");
         huge.close();
+        // An image folder with a single class: one grey 2x2 PGM image in oneclass/cats/.
+        QVERIFY(QDir(m_dir.path()).mkpath(QStringLiteral("oneclass/cats")));
+        QFile image(m_dir.filePath(QStringLiteral("oneclass/cats/a.pgm")));
+        QVERIFY(image.open(QIODevice::WriteOnly));
+        image.write(QByteArray("P5\n2 2\n255\n") + QByteArray("\x10\x80\xf0\x40", 4));
+        image.close();
     }
 
     /// --list-devices says which LibTorch, BLAS and threads a run computes with, and warns when
@@ -287,9 +307,16 @@ private Q_SLOTS:
         // The checkpoint holds some step ≥ 3 (later saves may have landed before the kill): resume
         // from it to step 8 and compare each step's loss with a run that was never interrupted.
         const QString resumedEvents = dir.filePath(QStringLiteral("resumed.jsonl"));
-        const Run resumed = runCli(common + QStringList{QStringLiteral("--steps"), QStringLiteral("8"), QStringLiteral("--resume"),
-                                                        checkpoints, QStringLiteral("--events"), resumedEvents});
+        QStringList resumeArgs = common;
+        resumeArgs.removeAt(resumeArgs.indexOf(QStringLiteral("--target-batch")) + 1);
+        resumeArgs.removeAll(QStringLiteral("--target-batch"));
+        const Run resumed = runCli(resumeArgs + QStringList{QStringLiteral("--steps"), QStringLiteral("8"), QStringLiteral("--resume"),
+                                                            checkpoints, QStringLiteral("--events"), resumedEvents});
         QVERIFY2(resumed.exitCode == 0, qPrintable(resumed.err));
+        // It says where its checkpoints go (the one it resumed from is replaced) and which batch it continues at.
+        QVERIFY2(resumed.out.contains(QStringLiteral("checkpoints replace ") + checkpoints + QStringLiteral("/checkpoint.pt")),
+                 qPrintable(resumed.out));
+        QVERIFY2(resumed.out.contains(QStringLiteral("at the checkpoint's target batch 128")), qPrintable(resumed.out));
         const QRegularExpression from(QStringLiteral("resumed from step (\\d+)"));
         const auto match = from.match(resumed.out);
         QVERIFY2(match.hasMatch(), qPrintable(resumed.out));

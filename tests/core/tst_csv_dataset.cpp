@@ -1,5 +1,7 @@
 #include <QtTest>
 
+#include <cmath>
+
 #include <fstream>
 
 #include <torch/torch.h>
@@ -104,6 +106,20 @@ private Q_SLOTS:
         QVERIFY(QString::fromStdString((*made)->name()).contains(QStringLiteral("regression")));
     }
 
+    /// Features near the double range standardise like the same column at an ordinary scale
+    /// (standardising does not depend on the unit), instead of overflowing to NaN.
+    void hugeFeaturesStandardiseLikeSmallOnes() {
+        QTemporaryDir dir;
+        const auto huge = CsvDataset::load(write(dir, "huge.csv", "a,y\n1e308,0\n-1.5e308,1\n0,0\n5e307,1\n"), "y", false);
+        QVERIFY2(huge, huge ? "" : huge.error().c_str());
+        const auto got = (*huge)->get({0, 1, 2, 3}).inputs.flatten();
+        // The column is 1e308 x (1, -1.5, 0, 0.5): mean 0, standard deviation 1e308 x sqrt(0.875).
+        const double sd = std::sqrt(0.875);
+        const auto expected = torch::tensor({1.0 / sd, -1.5 / sd, 0.0, 0.5 / sd}, torch::kFloat32);
+        QVERIFY(torch::isfinite(got).all().item<bool>());
+        QVERIFY2(torch::allclose(got, expected, 1e-5, 1e-6), "standardised values differ from mean 0, unit variance");
+    }
+
     void badFilesAreClearErrors_data() {
         QTest::addColumn<QString>("content");
         QTest::addColumn<QString>("target");
@@ -134,6 +150,8 @@ private Q_SLOTS:
                                      << QStringLiteral("has a header but no data rows");
         QTest::newRow("only target") << QStringLiteral("b\n1\n") << QStringLiteral("b") << false
                                      << QStringLiteral("needs at least one feature column");
+        QTest::newRow("regression target beyond 1e18") << QStringLiteral("a,b\n1,2\n3,1e300\n") << QStringLiteral("b") << true
+                                                       << QStringLiteral("line 3: the target \"1e300\" is too large to train on");
         QTest::newRow("open quote") << QStringLiteral("a,b\n1,\"x\n2,y\n") << QStringLiteral("b") << false
                                     << QStringLiteral("the quoted field starting on line 2 is never closed");
     }

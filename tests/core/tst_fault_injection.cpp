@@ -61,12 +61,31 @@ class TestFaultInjection : public QObject {
         return m_clean.emplace(kind, measureCleanRun(options(kind))).first->second;
     }
 
+    std::map<OptimizerKind, double> m_splitNoise;
+
+    /// How far undisturbed runs that only split their batches differently (micro-batches capped at
+    /// 4, 8 and 12) end from the clean run: float sums in another order round differently. A
+    /// recovered OOM changes the split too, so this is the noise its weights may show.
+    double splitNoise(OptimizerKind kind) {
+        if (auto found = m_splitNoise.find(kind); found != m_splitNoise.end()) return found->second;
+        double noise = 0;
+        for (const int64_t cap : {4, 8, 12}) {
+            TrainerOptions o = options(kind);
+            o.probe.maxMicroBatch = cap;
+            const auto weights = measureCleanRun(o).weights;
+            const auto& reference = clean(kind).weights;
+            for (size_t i = 0; i < weights.size(); ++i) noise = std::max(noise, (weights[i] - reference[i]).abs().max().item<double>());
+        }
+        return m_splitNoise[kind] = noise;
+    }
+
 private Q_SLOTS:
     void initTestCase() { installCountingAllocator(); }
 
     /// For each optimizer: 40 distinct allocations inside micro-batches and 20 distinct ones inside
     /// optimizer steps, drawn without replacement; each run recovers, ends with the clean run's
-    /// weights (≤ 1e-6), and uses every sample exactly once per epoch, the last partial one included.
+    /// weights (≤ 1e-6, or twice the rounding another micro-batch split alone causes), and uses every
+    /// sample exactly once per epoch, the last partial one included.
     void recoversExactly_data() {
         QTest::addColumn<int>("optimizer");
         QTest::addColumn<qint64>("failAt");
@@ -129,7 +148,10 @@ private Q_SLOTS:
         QCOMPARE(weights.size(), reference.size());
         double worst = 0;
         for (size_t i = 0; i < weights.size(); ++i) worst = std::max(worst, (weights[i] - reference[i]).abs().max().item<double>());
-        QVERIFY2(worst <= 1e-6, qPrintable(QStringLiteral("max abs difference %1").arg(worst)));
+        // 1e-6, or twice what another split alone causes where a build's float sums round more
+        // (seen: 1.2e-6 with Adam under Clang and the sanitizers).
+        const double bound = std::max(1e-6, 2 * splitNoise(kind));
+        QVERIFY2(worst <= bound, qPrintable(QStringLiteral("max abs difference %1, bound %2").arg(worst).arg(bound)));
 
         // Every sample index exactly once per epoch, in committed micro-batches; the last,
         // partial epoch holds exactly the samples of its steps, none twice.

@@ -150,6 +150,34 @@ private Q_SLOTS:
         QVERIFY2(error.contains(QString::fromStdString(path)), qPrintable(error));
     }
 
+    // A file whose pickle claims a larger storage than its zip record holds: LibTorch would size
+    // the storage by the claim and read past the record's bytes in forward. The pickle is stored
+    // uncompressed and LibTorch's zip reader skips record checksums, so one byte changes the
+    // claim of w (16 x 3 = 48 floats) to 255 floats, as a damaged or crafted file would.
+    void storageClaimingMoreThanItsRecordIsRefused() {
+        QTemporaryDir dir;
+        const auto path = saveLinear(dir, "model.pt", 16, 3);
+        std::string bytes;
+        {
+            std::ifstream in(path, std::ios::binary);
+            bytes.assign(std::istreambuf_iterator<char>(in), {});
+        }
+        // ('storage', FloatStorage, key, 'cpu', 48) ends with BININT1 48, TUPLE, BINPERSID.
+        const std::string claim48{"K\x30tQ", 4};
+        const size_t at = bytes.find(claim48);
+        QVERIFY2(at != std::string::npos && bytes.find(claim48, at + 1) == std::string::npos,
+                 "the pickle no longer stores w's storage as expected: update this test");
+        bytes[at + 1] = '\xff';
+        std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+
+        SyntheticImages data(tinyData());
+        const QString error = loadError(path, data);
+        QVERIFY2(error.contains(QStringLiteral("is damaged or was altered: its tensor w claims 1020 bytes of data, but "
+                                               "the file holds 192 for it")),
+                 qPrintable(error));
+        QVERIFY2(error.contains(QStringLiteral("load them only from a source you trust")), qPrintable(error));
+    }
+
     void optionalArgumentsAreFine() {
         QTemporaryDir dir;
         const auto path = saveLinear(dir, "model.pt", 16, 3,

@@ -1,5 +1,7 @@
 #include <QtTest>
 
+#include <QTemporaryDir>
+
 #include <atomic>
 #include <thread>
 
@@ -50,6 +52,39 @@ private Q_SLOTS:
         QCOMPARE(result.state, RunState::Finished);
         QCOMPARE(int(sink.all<MicroBatchDone>().size()), 5);
         QCOMPARE(sink.all<RunStateChanged>().back().detail, std::string("stopped"));
+    }
+
+    /// Stop while the data is still loading: the image-folder loader gives up at its next file and
+    /// the run ends as stopped (not failed), with nothing trained.
+    void stopWhileLoadingCancelsTheLoad() {
+        QTemporaryDir dir;
+        for (const char* cls : {"a", "b"}) {
+            QVERIFY(QDir(dir.path()).mkpath(QString::fromLatin1(cls)));
+            for (int i = 0; i < 20; ++i) {
+                QFile image(dir.filePath(QStringLiteral("%1/%2.pgm").arg(QString::fromLatin1(cls)).arg(i)));
+                QVERIFY(image.open(QIODevice::WriteOnly));
+                image.write(QByteArray("P5\n2 2\n255\n") + QByteArray(4, char(i * 10)));
+            }
+        }
+        TrainerOptions o = small();
+        o.data.name = "image-folder";
+        o.data.path = dir.path().toStdString();
+        o.data.channels = 1;
+        o.data.height = o.data.width = 4;
+        o.targetBatch = 8;
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        // The first event comes before loading starts.
+        sink.onEach = [&](const Event& e) {
+            if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Starting) trainer.stop();
+        };
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Finished);
+        QVERIFY(result.stopped);
+        QCOMPARE(result.steps, qint64(0));
+        QVERIFY(sink.all<ErrorEvent>().empty());
+        QVERIFY(sink.all<ProbeTrial>().empty());
+        QCOMPARE(QString::fromStdString(sink.all<RunStateChanged>().back().detail), QStringLiteral("stopped while loading the data"));
     }
 
     void pauseAndResumeFromAnotherThread() {

@@ -87,12 +87,35 @@ private Q_SLOTS:
         Trainer trainer(o, sink);
         const RunResult result = trainer.run();
         QCOMPARE(result.state, RunState::Failed);
-        QVERIFY2(QString::fromStdString(result.error).contains(QStringLiteral("loss became NaN")), result.error.c_str());
+        QVERIFY2(QString::fromStdString(result.error).contains(QStringLiteral("loss became NaN: the data itself holds NaN")),
+                 result.error.c_str());
         QVERIFY(sink.all<OomEvent>().empty());
         // The weights are the initial ones: nothing of the failed batch was applied.
         const auto got = trainer.model()->parameters();
         const auto expected = reference->parameters();
         for (size_t i = 0; i < got.size(); ++i) QVERIFY(torch::equal(got[i], expected[i]));
+    }
+
+    /// A model whose output is NaN on finite data before any update is named as the cause, not the
+    /// learning rate.
+    void nanFromTheModelIsBlamedOnTheModel() {
+        TrainerOptions o = small();
+        std::shared_ptr<torch::nn::LinearImpl> layer;
+        o.modelFactory = [&](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
+            int64_t features = 1;
+            for (const int64_t d : data.sampleShape()) features *= d;
+            layer = std::make_shared<torch::nn::LinearImpl>(features, data.classes());
+            return std::make_shared<ModuleModel>("nan-model", layer, [raw = layer.get()](const torch::Tensor& x) {
+                return raw->forward(x.flatten(1)) * std::numeric_limits<float>::quiet_NaN();
+            });
+        };
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Failed);
+        const QString error = QString::fromStdString(result.error);
+        QVERIFY2(error.contains(QStringLiteral("before any weight was updated, so the model itself produces it")), qPrintable(error));
+        QVERIFY2(!error.contains(QStringLiteral("learning rate")), qPrintable(error));
     }
 
     void modelTooBigForDevice() {
