@@ -17,7 +17,7 @@ PIP_TORCH="${BATCHPILOT_PIP_TORCH:-torch==2.15.0}"
 PACKAGES=(
   cmake g++ ninja-build ccache pkg-config
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
-  nlohmann-json3-dev libexpected-dev libstb-dev zlib1g-dev
+  nlohmann-json3-dev libexpected-dev libstb-dev zlib1g-dev libpng-dev libturbojpeg0-dev
   fonts-dejavu-core
 )
 # Debian's LibTorch, its Python twin (the tests export torchvision models with it) and an
@@ -125,4 +125,44 @@ configure_and_build() {
   fi
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${torch_args[@]}" "$@"
   cmake --build "$BUILD_DIR" -j "$(nproc)"
+}
+
+# The sanitizer build shared by scripts/check and scripts/fuzz: Clang (libFuzzer is Clang's) with
+# PyPI's LibTorch (Clang cannot compile LibTorch 1.13's headers as C++20: its List.h uses
+# std::vector<IValue> while IValue is incomplete). -O1 and line tables only: the code under test
+# is ours, LibTorch itself is not instrumented, and this halves the build time of RelWithDebInfo.
+#   configure_sanitizer_build address,undefined|thread [cmake --build arguments]
+configure_sanitizer_build() {
+  local sanitize="$1"; shift
+  TORCH_BUILD=pip
+  case "$sanitize" in
+    thread) BUILD_DIR="${BUILD_DIR:-$ROOT/build-tsan}"; local fuzz=OFF ;;
+    *) BUILD_DIR="${BUILD_DIR:-$ROOT/build-asan}"; local fuzz=ON ;;
+  esac
+  PACKAGES+=(clang libclang-rt-dev)
+  install_missing
+  export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
+  export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
+  export CCACHE_BASEDIR="$ROOT"
+  local prefix torch_root
+  prefix="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+  torch_root="$(dirname "$(dirname "$prefix")")"
+  if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH="/usr/local/cuda/bin:$PATH"
+  fi
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only" \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_PREFIX_PATH="$torch_root;$prefix" -DBATCHPILOT_TEST_PYTHON="$VENV/bin/python" \
+    -DBUILD_TESTING=ON -DBATCHPILOT_GUI=OFF -DBATCHPILOT_BENCH=OFF \
+    -DBATCHPILOT_SANITIZE="$sanitize" -DBATCHPILOT_FUZZ="$fuzz"
+  cmake --build "$BUILD_DIR" -j "$(nproc)" "$@"
+}
+
+# Sanitizer run-time settings; reports from inside LibTorch or Qt are suppressed in
+# tests/sanitizers/, each suppression with its reason.
+export_sanitizer_options() {
+  local suppressions="$ROOT/tests/sanitizers"
+  export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1"
+  export LSAN_OPTIONS="suppressions=$suppressions/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$suppressions/ubsan.supp"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$suppressions/tsan.supp"
 }
