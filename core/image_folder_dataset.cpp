@@ -5,7 +5,11 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
+#include <limits>
+#include <fstream>
 #include <stdexcept>
+#include <string_view>
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpedantic"
@@ -13,6 +17,8 @@
 #include <stb/stb_image.h>
 #include <stb/stb_image_resize.h>
 #pragma GCC diagnostic pop
+#include <png.h>
+#include <turbojpeg.h>
 
 #include "core/cancel.h"
 
@@ -42,23 +48,125 @@ struct Candidate {
     int64_t label = 0;
 };
 
-}  // namespace
+/// Decoded pixels, interleaved: height x width x channels bytes.
+struct Pixels {
+    std::vector<uint8_t> bytes;
+    int width = 0;
+    int height = 0;
+};
 
-tl::expected<void, std::string> decodeImage(const std::string& path, int64_t channels, int64_t height, int64_t width,
-                                            uint8_t* out) {
-    int w = 0, h = 0, present = 0;
-    // The size in the header first: a few bytes may claim gigapixels, and stb_image would allocate
-    // them before finding out the data is not there.
-    if (stbi_info(path.c_str(), &w, &h, &present) != 0 && int64_t{w} * h > kMaxDecodedPixels) {
-        return tl::unexpected("its header says " + std::to_string(w) + "x" + std::to_string(h) + " pixels, more than the " +
-                              std::to_string(kMaxDecodedPixels) + " BatchPilot decodes in one image");
+std::string tooLarge(int64_t w, int64_t h) {
+    return "its header says " + std::to_string(w) + "x" + std::to_string(h) + " pixels, more than the " +
+           std::to_string(kMaxDecodedPixels) + " BatchPilot decodes in one image";
+}
+
+/// RGB (3 channels) or grey (1: 77 R + 150 G + 29 B over 256, stb_image's weights, so every format
+/// turns grey alike) from `rgb`, which holds `stride` bytes per pixel with R, G, B first.
+Pixels fromRgb(const uint8_t* rgb, int w, int h, int stride, int64_t channels) {
+    Pixels out{std::vector<uint8_t>(static_cast<size_t>(int64_t{w} * h * channels)), w, h};
+    const int64_t count = int64_t{w} * h;
+    for (int64_t p = 0; p < count; ++p) {
+        const uint8_t* in = rgb + p * stride;
+        if (channels == 3) {
+            std::memcpy(&out.bytes[static_cast<size_t>(p * 3)], in, 3);
+        } else {
+            out.bytes[static_cast<size_t>(p)] = static_cast<uint8_t>((in[0] * 77 + in[1] * 150 + in[2] * 29) >> 8);
+        }
     }
-    stbi_uc* pixels = stbi_load(path.c_str(), &w, &h, &present, static_cast<int>(channels));
+    return out;
+}
+
+/// PNG with libpng's simplified API: the size is checked before the pixels are allocated; a
+/// truncated or damaged file is an error, never a partial image.
+tl::expected<Pixels, std::string> decodePng(const std::string& file, int64_t channels) {
+    png_image image;
+    std::memset(&image, 0, sizeof image);
+    image.version = PNG_IMAGE_VERSION;
+    if (png_image_begin_read_from_memory(&image, file.data(), file.size()) == 0) {
+        return tl::unexpected("PNG: " + std::string(image.message));
+    }
+    struct Release {
+        png_image& image;
+        ~Release() { png_image_free(&image); }
+    } release{image};
+    if (image.width < 1 || image.height < 1) return tl::unexpected(std::string("PNG: the image has no pixels"));
+    if (int64_t{image.width} * image.height > kMaxDecodedPixels) return tl::unexpected(tooLarge(image.width, image.height));
+    image.format = PNG_FORMAT_RGBA;  // alpha is dropped below, as stb_image did
+    std::vector<uint8_t> rgba(PNG_IMAGE_SIZE(image));
+    if (png_image_finish_read(&image, /*background=*/nullptr, rgba.data(), /*row_stride=*/0, /*colormap=*/nullptr) == 0) {
+        return tl::unexpected("PNG: " + std::string(image.message));
+    }
+    return fromRgb(rgba.data(), static_cast<int>(image.width), static_cast<int>(image.height), 4, channels);
+}
+
+/// JPEG with libjpeg-turbo: the size is checked before the pixels are allocated, and a warning
+/// (a truncated or damaged file) stops decoding: an error, never a partly grey image.
+tl::expected<Pixels, std::string> decodeJpeg(const std::string& file, int64_t channels) {
+    tjhandle handle = tjInitDecompress();
+    if (handle == nullptr) return tl::unexpected(std::string("JPEG: cannot start the decoder"));
+    struct Release {
+        tjhandle handle;
+        ~Release() { tjDestroy(handle); }
+    } release{handle};
+    const auto* data = reinterpret_cast<const unsigned char*>(file.data());
+    int w = 0, h = 0, subsampling = 0, colourspace = 0;
+    if (tjDecompressHeader3(handle, data, file.size(), &w, &h, &subsampling, &colourspace) != 0) {
+        return tl::unexpected("JPEG: " + std::string(tjGetErrorStr2(handle)));
+    }
+    if (w < 1 || h < 1) return tl::unexpected(std::string("JPEG: the image has no pixels"));
+    if (int64_t{w} * h > kMaxDecodedPixels) return tl::unexpected(tooLarge(w, h));
+    std::vector<uint8_t> rgb(static_cast<size_t>(int64_t{w} * h * 3));
+    if (tjDecompress2(handle, data, file.size(), rgb.data(), w, /*pitch=*/0, h, TJPF_RGB, TJFLAG_STOPONWARNING) != 0) {
+        return tl::unexpected("JPEG: " + std::string(tjGetErrorStr2(handle)));
+    }
+    return fromRgb(rgb.data(), w, h, 3, channels);
+}
+
+/// BMP, GIF (first frame), TGA and PGM/PPM with stb_image, whose own checks let a zero side and
+/// giant sizes through: both are checked here first.
+tl::expected<Pixels, std::string> decodeWithStb(const std::string& file, int64_t channels) {
+    const auto* data = reinterpret_cast<const stbi_uc*>(file.data());
+    const int size = static_cast<int>(file.size());
+    int w = 0, h = 0, present = 0;
+    if (stbi_info_from_memory(data, size, &w, &h, &present) != 0) {
+        if (int64_t{w} * h > kMaxDecodedPixels) return tl::unexpected(tooLarge(w, h));
+        if (w < 1 || h < 1) return tl::unexpected("the image is " + std::to_string(w) + "x" + std::to_string(h) + " pixels");
+    }
+    stbi_uc* pixels = stbi_load_from_memory(data, size, &w, &h, &present, static_cast<int>(channels));
     if (pixels == nullptr) {
         const char* reason = stbi_failure_reason();
         return tl::unexpected(std::string(reason != nullptr ? reason : "cannot decode"));
     }
     std::unique_ptr<stbi_uc, void (*)(void*)> owner(pixels, stbi_image_free);
+    if (w < 1 || h < 1) return tl::unexpected("the image is " + std::to_string(w) + "x" + std::to_string(h) + " pixels");
+    Pixels out{std::vector<uint8_t>(pixels, pixels + int64_t{w} * h * channels), w, h};
+    return out;
+}
+
+}  // namespace
+
+tl::expected<void, std::string> decodeImage(const std::string& path, int64_t channels, int64_t height, int64_t width,
+                                            uint8_t* out) {
+    // The whole file, read once: memory follows what the file holds.
+    std::string bytes;
+    {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) return tl::unexpected(std::string("cannot open the file"));
+        bytes.assign(std::istreambuf_iterator<char>(in), {});
+        if (in.bad()) return tl::unexpected(std::string("cannot read the file"));
+    }
+    if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+        return tl::unexpected(std::string("the file is larger than 2 GiB"));
+    }
+    // PNG and JPEG, nearly every image folder, go to libpng and libjpeg-turbo: fuzzing found
+    // stb_image 2.27 (Debian's) writing past its Huffman tables on a crafted JPEG.
+    const auto starts = [&](std::string_view magic) { return bytes.compare(0, magic.size(), magic) == 0; };
+    tl::expected<Pixels, std::string> decoded = starts("\x89PNG\r\n\x1a\n")  ? decodePng(bytes, channels)
+                                                : starts("\xff\xd8\xff") ? decodeJpeg(bytes, channels)
+                                                                         : decodeWithStb(bytes, channels);
+    if (!decoded) return tl::unexpected(decoded.error());
+    const int w = decoded->width, h = decoded->height;
+    const uint8_t* pixels = decoded->bytes.data();
     const uint8_t* interleaved = pixels;
     std::vector<uint8_t> resized;
     if (w != width || h != height) {
@@ -70,7 +178,7 @@ tl::expected<void, std::string> decodeImage(const std::string& path, int64_t cha
         }
         interleaved = resized.data();
     }
-    // stb gives height x width x channels; the models want channels first.
+    // Decoded as height x width x channels; the models want channels first.
     const int64_t plane = height * width;
     for (int64_t c = 0; c < channels; ++c) {
         for (int64_t p = 0; p < plane; ++p) out[c * plane + p] = interleaved[p * channels + c];

@@ -14,9 +14,10 @@
 namespace batchpilot::core {
 
 /// Images in the torchvision ImageFolder layout: `root/<class>/**/<image>`, one subfolder per
-/// class, class ids in sorted subfolder-name order (as torchvision assigns them). PNG, JPEG,
-/// BMP, GIF (first frame), TGA and PGM/PPM files are decoded with stb_image; other files are
-/// ignored and counted in a warning, as are hidden ones (names starting with ".").
+/// class, class ids in sorted subfolder-name order (as torchvision assigns them). PNG files are
+/// decoded with libpng, JPEG with libjpeg-turbo, BMP, GIF (first frame), TGA and PGM/PPM with
+/// stb_image; other files are ignored and counted in a warning, as are hidden ones (names
+/// starting with "."). An image larger than 8192 x 8192 pixels is skipped before it is decoded.
 ///
 /// Every image is decoded once at load, converted to DataOptions::channels (3: RGB, 1: grey),
 /// resized (stretched) to height x width, and kept as bytes when the whole set fits
@@ -65,7 +66,7 @@ private:
 
 /// Decodes the image file at `path` into `out` (channels x height x width bytes, planar CHW),
 /// converting to `channels` (1 or 3) and resizing to height x width. Thread-safe. The error is
-/// stb_image's reason, e.g. "unknown image type" or "bad png sig".
+/// the decoder's reason, e.g. "unknown image type" or "JPEG: Premature end of JPEG file".
 tl::expected<void, std::string> decodeImage(const std::string& path, int64_t channels, int64_t height, int64_t width,
                                             uint8_t* out);
 

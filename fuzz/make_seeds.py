@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpora in fuzz/corpus/<harness>/: small valid (and a few nearly valid) inputs
-for each libFuzzer harness, so that fuzzing starts deep inside each format.
+for each libFuzzer harness, so that fuzzing starts deep inside each format. Files named
+regress-* (inputs that once crashed a harness) are kept.
 
     fuzz/make_seeds.py [--checkpoint FILE]
 
@@ -14,7 +15,6 @@ import argparse
 import gzip
 import json
 import os
-import shutil
 import struct
 import zlib
 
@@ -139,7 +139,11 @@ def main():
     args = parser.parse_args()
     for harness in ("byte_size", "device_spec", "csv", "mnist", "mnist_gz", "image_decode", "image_folder",
                     "run_config") + (("checkpoint",) if args.checkpoint else ()):
-        shutil.rmtree(os.path.join(CORPUS, harness), ignore_errors=True)
+        # Seeds are rewritten; regression inputs (regress-*, crashes found by fuzzing) are kept.
+        folder = os.path.join(CORPUS, harness)
+        for name in os.listdir(folder) if os.path.isdir(folder) else []:
+            if not name.startswith("regress-"):
+                os.remove(os.path.join(folder, name))
 
     for i, text in enumerate(["64MiB", "1.5 GiB", "512", "12KB", "0", "2 kib", "8EiB", "-1MiB", "1e3MB", "9223372036854775807"]):
         write("byte_size", f"seed{i}", text.encode())

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <thread>
 
+#include <zlib.h>
+
 #include <torch/torch.h>
 
 #pragma GCC diagnostic push
@@ -242,6 +244,46 @@ private Q_SLOTS:
         const QString error = QString::fromStdString(data.error());
         QVERIFY2(error.contains(message), qPrintable(error));
         if (layout != QLatin1String("channels")) QVERIFY2(error.contains(QString::fromStdString(root.string())), qPrintable(error));
+    }
+
+    /// Files found by fuzz/fuzz_image_decode and fuzz/fuzz_image_folder, and a size bomb: each is an
+    /// error naming what is wrong, with no crash, no undefined behaviour (the sanitizer build runs
+    /// this) and no allocation for pixels the file does not hold.
+    void hostileImagesAreRefused_data() {
+        QTest::addColumn<QByteArray>("bytes");
+        QTest::addColumn<QString>("message");
+        // A PGM whose height is 0: stb_image accepted it and the resize divided by zero.
+        QTest::newRow("PNM with a zero side") << QByteArray("P5\n4\0\0\n255\n\x00\x25JO", 15) << QStringLiteral("the image is 4x0 pixels");
+        // A JPEG Huffman table declaring 16 x 255 codes: stb_image 2.27 wrote past its tables.
+        QTest::newRow("JPEG with 4080 Huffman codes")
+            << (QByteArray("\xff\xd8\xff\xc4\x00\x13\x00", 7) + QByteArray(16, '\xff') + QByteArray(64, '\x01'))
+            << QStringLiteral("JPEG: ");
+        // A 69-byte PNG claiming 100000 x 100000 pixels (40 GB as RGBA).
+        QByteArray ihdr("IHDR", 4);
+        for (const quint32 side : {100000U, 100000U}) {
+            for (int shift = 24; shift >= 0; shift -= 8) ihdr.append(char((side >> shift) & 0xFF));
+        }
+        ihdr.append(QByteArray("\x08\x02\x00\x00\x00", 5));
+        QByteArray png("\x89PNG\r\n\x1a\n\x00\x00\x00\x0d", 12);
+        png += ihdr;
+        const quint32 crc = quint32(crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(ihdr.constData()), uInt(ihdr.size())));
+        for (int shift = 24; shift >= 0; shift -= 8) png.append(char((crc >> shift) & 0xFF));
+        png += QByteArray("\x00\x00\x00\x00IDAT\x35\xaf\x06\x1e", 12);  // no pixel data at all
+        png += QByteArray("\x00\x00\x00\x00IEND\xae\x42\x60\x82", 12);
+        QTest::newRow("PNG claiming 10^10 pixels") << png << QStringLiteral("its header says 100000x100000 pixels, more than the 67108864");
+    }
+    void hostileImagesAreRefused() {
+        QFETCH(QByteArray, bytes);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        const std::string path = dir.filePath(QStringLiteral("image")).toStdString();
+        writeBytes(path, bytes.toStdString());
+        for (const int64_t channels : {1, 3}) {
+            std::vector<uint8_t> out(static_cast<size_t>(channels * 8 * 8));
+            const auto decoded = decodeImage(path, channels, 8, 8, out.data());
+            QVERIFY(!decoded);
+            QVERIFY2(QString::fromStdString(decoded.error()).contains(message), decoded.error().c_str());
+        }
     }
 
     void removedFileIsAnErrorNotACrash() {
