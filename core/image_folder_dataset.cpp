@@ -122,8 +122,59 @@ tl::expected<Pixels, std::string> decodeJpeg(const std::string& file, int64_t ch
     return fromRgb(rgb.data(), w, h, 3, channels);
 }
 
-/// BMP, GIF (first frame), TGA and PGM/PPM with stb_image, whose own checks let a zero side and
-/// giant sizes through: both are checked here first.
+/// Binary PGM (P5, grey) and PPM (P6, RGB), 8 or 16 bits per sample, read here: stb_image 2.27
+/// overflows its buffer on a short 16-bit PPM (found by fuzz/fuzz_image_folder). Header: the
+/// magic, width, height and maximum value as decimals separated by whitespace ('#' comments to
+/// the end of a line), one whitespace byte, then the samples (big-endian when the maximum > 255).
+tl::expected<Pixels, std::string> decodePnm(const std::string& file, int64_t channels) {
+    const int samplesPerPixel = file[1] == '6' ? 3 : 1;
+    size_t pos = 2;
+    const auto number = [&]() -> int64_t {
+        while (pos < file.size()) {
+            if (file[pos] == '#') {
+                while (pos < file.size() && file[pos] != '\n') ++pos;
+            } else if (std::isspace(static_cast<unsigned char>(file[pos])) != 0) {
+                ++pos;
+            } else {
+                break;
+            }
+        }
+        int64_t value = 0;
+        int digits = 0;
+        while (pos < file.size() && std::isdigit(static_cast<unsigned char>(file[pos])) != 0 && digits < 10) {
+            value = value * 10 + (file[pos++] - '0');
+            ++digits;
+        }
+        return digits == 0 ? -1 : value;
+    };
+    const int64_t w = number(), h = number(), maximum = number();
+    if (w < 1 || h < 1 || maximum < 1 || maximum > 65535 || pos >= file.size() ||
+        std::isspace(static_cast<unsigned char>(file[pos])) == 0) {
+        return tl::unexpected(std::string("PNM: the header is not \"P5|P6 width height maximum\" with positive numbers"));
+    }
+    // Each side first: two 10-digit sides would overflow their product (found by fuzzing).
+    if (w > kMaxDecodedPixels || h > kMaxDecodedPixels || w * h > kMaxDecodedPixels) return tl::unexpected(tooLarge(w, h));
+    ++pos;
+    const int bytesPerSample = maximum > 255 ? 2 : 1;
+    const int64_t needed = w * h * samplesPerPixel * bytesPerSample;
+    if (static_cast<int64_t>(file.size() - pos) < needed) {
+        return tl::unexpected("PNM: the file holds " + std::to_string(file.size() - pos) + " bytes of pixels, its header needs " +
+                              std::to_string(needed));
+    }
+    const auto* raster = reinterpret_cast<const unsigned char*>(file.data()) + pos;
+    std::vector<uint8_t> rgb(static_cast<size_t>(w * h * 3));
+    for (int64_t p = 0; p < w * h; ++p) {
+        for (int c = 0; c < 3; ++c) {
+            const int64_t sample = p * samplesPerPixel + (samplesPerPixel == 3 ? c : 0);
+            const int64_t value = bytesPerSample == 1 ? raster[sample] : (raster[2 * sample] << 8) | raster[2 * sample + 1];
+            rgb[static_cast<size_t>(p * 3 + c)] = static_cast<uint8_t>((std::min(value, maximum) * 255 + maximum / 2) / maximum);
+        }
+    }
+    return fromRgb(rgb.data(), static_cast<int>(w), static_cast<int>(h), 3, channels);
+}
+
+/// BMP, GIF (first frame) and TGA with stb_image, whose own checks let a zero side and giant
+/// sizes through: both are checked here first.
 tl::expected<Pixels, std::string> decodeWithStb(const std::string& file, int64_t channels) {
     const auto* data = reinterpret_cast<const stbi_uc*>(file.data());
     const int size = static_cast<int>(file.size());
@@ -131,11 +182,19 @@ tl::expected<Pixels, std::string> decodeWithStb(const std::string& file, int64_t
     if (stbi_info_from_memory(data, size, &w, &h, &present) != 0) {
         if (int64_t{w} * h > kMaxDecodedPixels) return tl::unexpected(tooLarge(w, h));
         if (w < 1 || h < 1) return tl::unexpected("the image is " + std::to_string(w) + "x" + std::to_string(h) + " pixels");
+        // stb_image fills what a truncated file lacks with zeros, so a 27-byte TGA could make it
+        // decode (and us resize) 64 megapixels. No BMP, GIF or TGA packs more than 4096 pixels in
+        // a byte (GIF's LZW at best ~2730, RLE 128): a claim beyond that is not in the file.
+        if (int64_t{w} * h > int64_t{4096} * size) {
+            return tl::unexpected("its header says " + std::to_string(w) + "x" + std::to_string(h) +
+                                  " pixels, more than a file of " + std::to_string(size) + " bytes can hold");
+        }
     }
     stbi_uc* pixels = stbi_load_from_memory(data, size, &w, &h, &present, static_cast<int>(channels));
     if (pixels == nullptr) {
+        // stb_image may fail without a reason (a GIF without a frame leaves it empty).
         const char* reason = stbi_failure_reason();
-        return tl::unexpected(std::string(reason != nullptr ? reason : "cannot decode"));
+        return tl::unexpected(std::string(reason != nullptr && *reason != '\0' ? reason : "cannot decode the image"));
     }
     std::unique_ptr<stbi_uc, void (*)(void*)> owner(pixels, stbi_image_free);
     if (w < 1 || h < 1) return tl::unexpected("the image is " + std::to_string(w) + "x" + std::to_string(h) + " pixels");
@@ -158,12 +217,14 @@ tl::expected<void, std::string> decodeImage(const std::string& path, int64_t cha
     if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
         return tl::unexpected(std::string("the file is larger than 2 GiB"));
     }
-    // PNG and JPEG, nearly every image folder, go to libpng and libjpeg-turbo: fuzzing found
-    // stb_image 2.27 (Debian's) writing past its Huffman tables on a crafted JPEG.
+    // PNG and JPEG, nearly every image folder, go to libpng and libjpeg-turbo, PGM/PPM to the
+    // reader above: fuzzing found stb_image 2.27 (Debian's) writing past its Huffman tables on a
+    // crafted JPEG and past its buffer on a short 16-bit PPM.
     const auto starts = [&](std::string_view magic) { return bytes.compare(0, magic.size(), magic) == 0; };
     tl::expected<Pixels, std::string> decoded = starts("\x89PNG\r\n\x1a\n")  ? decodePng(bytes, channels)
                                                 : starts("\xff\xd8\xff") ? decodeJpeg(bytes, channels)
-                                                                         : decodeWithStb(bytes, channels);
+                                                : starts("P5") || starts("P6") ? decodePnm(bytes, channels)
+                                                                              : decodeWithStb(bytes, channels);
     if (!decoded) return tl::unexpected(decoded.error());
     const int w = decoded->width, h = decoded->height;
     const uint8_t* pixels = decoded->bytes.data();

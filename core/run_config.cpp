@@ -227,6 +227,9 @@ tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path,
         config = json::parse(content, depthLimit, /*allow_exceptions=*/true, /*ignore_comments=*/true);
     } catch (const json::parse_error& e) {
         return tl::unexpected(named + " is not valid JSON: " + e.what());
+    } catch (const json::exception& e) {
+        // E.g. a number beyond the double range (1e400): found by fuzz/fuzz_run_config.
+        return tl::unexpected(named + " cannot be read: " + e.what());
     }
     if (tooDeep) {
         return tl::unexpected(named + " nests values more than " + std::to_string(kMaxConfigDepth) +

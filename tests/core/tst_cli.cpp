@@ -90,6 +90,8 @@ private Q_SLOTS:
                                           << QStringLiteral("a FIFO, socket or device");
         QTest::newRow("config nested 100,000 deep") << base({QStringLiteral("--config"), dir + QStringLiteral("/deep.json")}) << 2
                                                     << QStringLiteral("nests values more than 32 levels deep");
+        QTest::newRow("config number beyond double") << base({QStringLiteral("--config"), dir + QStringLiteral("/overflow.json")}) << 2
+                                                     << QStringLiteral("cannot be read: [json.exception.out_of_range.406]");
         QTest::newRow("config value 2^63") << base({QStringLiteral("--config"), dir + QStringLiteral("/huge.json")}) << 2
                                            << QStringLiteral("got 9223372036854775808");
         QTest::newRow("checkpoint folder is a file") << base({QStringLiteral("--checkpoint-dir"), dir + QStringLiteral("/file")}) << 2
@@ -222,6 +224,11 @@ private Q_SLOTS:
         QVERIFY(huge.open(QIODevice::WriteOnly));
         huge.write("{\"steps\": 9223372036854775808}");
         huge.close();
+        // Found by fuzz/fuzz_run_config: a number the JSON reader cannot hold ended in std::terminate.
+        QFile overflow(m_dir.filePath(QStringLiteral("overflow.json")));
+        QVERIFY(overflow.open(QIODevice::WriteOnly));
+        overflow.write("{\"steps\": 5555555555385860867772E204483}");
+        overflow.close();
         // An image folder with a single class: one grey 2x2 PGM image in oneclass/cats/.
         QVERIFY(QDir(m_dir.path()).mkpath(QStringLiteral("oneclass/cats")));
         QFile image(m_dir.filePath(QStringLiteral("oneclass/cats/a.pgm")));

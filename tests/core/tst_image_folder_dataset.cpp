@@ -253,7 +253,7 @@ private Q_SLOTS:
         QTest::addColumn<QByteArray>("bytes");
         QTest::addColumn<QString>("message");
         // A PGM whose height is 0: stb_image accepted it and the resize divided by zero.
-        QTest::newRow("PNM with a zero side") << QByteArray("P5\n4\0\0\n255\n\x00\x25JO", 15) << QStringLiteral("the image is 4x0 pixels");
+        QTest::newRow("PNM with a zero side") << QByteArray("P5\n4\0\0\n255\n\x00\x25JO", 15) << QStringLiteral("PNM: the header is not \"P5|P6 width height maximum\" with positive numbers");
         // A JPEG Huffman table declaring 16 x 255 codes: stb_image 2.27 wrote past its tables.
         QTest::newRow("JPEG with 4080 Huffman codes")
             << (QByteArray("\xff\xd8\xff\xc4\x00\x13\x00", 7) + QByteArray(16, '\xff') + QByteArray(64, '\x01'))
@@ -270,6 +270,21 @@ private Q_SLOTS:
         for (int shift = 24; shift >= 0; shift -= 8) png.append(char((crc >> shift) & 0xFF));
         png += QByteArray("\x00\x00\x00\x00IDAT\x35\xaf\x06\x1e", 12);  // no pixel data at all
         png += QByteArray("\x00\x00\x00\x00IEND\xae\x42\x60\x82", 12);
+        // A 16-bit PPM holding fewer samples than its header says: stb_image overflowed its buffer.
+        QTest::newRow("short 16-bit PPM") << QByteArray("P6\n2 2\n256\n\x00\x35j%Z", 16)
+                                          << QStringLiteral("PNM: the file holds 5 bytes of pixels, its header needs 24");
+        // A GIF whose image block holds no frame: stb_image failed with an empty reason.
+        QTest::newRow("GIF without a frame")
+            << QByteArray("GIF89a\x02\x00\x02\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff,\x00\x00\x00\x00\x02\x00\x02\x00\x00" "B\x02" "D\x01\x00;", 35)
+            << QStringLiteral("cannot decode the image");
+        // A 28-byte TGA claiming 8000 x 8000 pixels: stb_image decoded 64 megapixels of zeros (a
+        // fuzzing timeout: time and memory followed the claim, not the file).
+        QTest::newRow("TGA claiming more than it holds")
+            << (QByteArray("\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x40\x1f\x40\x1f\x18\x00", 18) + QByteArray(10, '\x7f'))
+            << QStringLiteral("its header says 8000x8000 pixels, more than a file of 28 bytes can hold");
+        // Found by fuzzing the PPM reader that replaced stb_image's: sides whose product overflows.
+        QTest::newRow("PPM with 10-digit sides") << QByteArray("P6\n4444444444 4444444444\n255\n\x00\xff", 31)
+                                                 << QStringLiteral("its header says 4444444444x4444444444 pixels");
         QTest::newRow("PNG claiming 10^10 pixels") << png << QStringLiteral("its header says 100000x100000 pixels, more than the 67108864");
     }
     void hostileImagesAreRefused() {
@@ -284,6 +299,20 @@ private Q_SLOTS:
             QVERIFY(!decoded);
             QVERIFY2(QString::fromStdString(decoded.error()).contains(message), decoded.error().c_str());
         }
+    }
+
+    /// PGM/PPM are read by BatchPilot: 8- and 16-bit samples scale to 0..255, comments are skipped.
+    void pnmSamplesScaleToBytes() {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath(QStringLiteral("a.pgm")).toStdString();
+        writeBytes(path, std::string("P5\n# a comment\n2 1\n1000\n\x00\x00\x03\xe8", 28));  // 0 and 1000 of 1000
+        std::vector<uint8_t> grey(2);
+        QVERIFY(decodeImage(path, 1, 1, 2, grey.data()));
+        QCOMPARE(grey, (std::vector<uint8_t>{0, 255}));
+        writeBytes(path, std::string("P6 1 1 255 \x0a\x14\x1e", 14));  // one RGB pixel (10, 20, 30)
+        std::vector<uint8_t> rgb(3);
+        QVERIFY(decodeImage(path, 3, 1, 1, rgb.data()));
+        QCOMPARE(rgb, (std::vector<uint8_t>{10, 20, 30}));
     }
 
     void removedFileIsAnErrorNotACrash() {
