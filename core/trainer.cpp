@@ -671,6 +671,12 @@ bool Trainer::Impl::applyCommands() {
             emit(Warning{now(), "device switch ignored: " + next.error()});
         }
     }
+    if (newTarget && newTarget->first > data->size()) {
+        emit(Warning{now(), "target batch " + std::to_string(newTarget->first) + " ignored: the data has " +
+                                std::to_string(data->size()) + " samples, and a training batch uses each at most once; "
+                                "training continues at " + std::to_string(target)});
+        newTarget.reset();
+    }
     if (newTarget && newTarget->first != target) {
         const double ratio = static_cast<double>(newTarget->first) / static_cast<double>(target);
         const double oldRate = optimizer->learningRate();

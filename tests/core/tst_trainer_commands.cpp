@@ -152,6 +152,26 @@ private Q_SLOTS:
         QCOMPARE(probes[1].upperBound, qint64(64));
     }
 
+    /// A target batch beyond the data (512 samples) is not capped silently: it is refused with a
+    /// warning and training goes on at the target it had.
+    void targetBatchLargerThanTheDataIsRefused() {
+        RecordingSink sink;
+        TrainerOptions o = small();
+        o.device = "virtual:64MiB";
+        Trainer trainer(o, sink);
+        sink.onEach = [&](const Event& e) {
+            if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 2) trainer.setTargetBatch(513, LrScaling::Linear);
+        };
+        QCOMPARE(trainer.run().state, RunState::Finished);
+        QVERIFY(sink.all<TargetBatchChanged>().empty());
+        for (const auto& step : sink.all<StepMetrics>()) QCOMPARE(step.targetBatch, qint64(256));
+        bool warned = false;
+        for (const auto& w : sink.all<Warning>()) {
+            warned = warned || QString::fromStdString(w.message).contains(QStringLiteral("target batch 513 ignored: the data has 512 samples"));
+        }
+        QVERIFY(warned);
+    }
+
     void deviceSwitchGrowsMicroBatch() {
         RecordingSink sink;
         TrainerOptions o = small();
