@@ -15,9 +15,11 @@ namespace batchpilot::core {
 
 /// Images in the torchvision ImageFolder layout: `root/<class>/**/<image>`, one subfolder per
 /// class, class ids in sorted subfolder-name order (as torchvision assigns them). PNG files are
-/// decoded with libpng, JPEG with libjpeg-turbo, BMP, GIF (first frame), TGA and PGM/PPM with
-/// stb_image; other files are ignored and counted in a warning, as are hidden ones (names
-/// starting with "."). An image larger than 8192 x 8192 pixels is skipped before it is decoded.
+/// decoded with libpng, JPEG with libjpeg-turbo, binary PGM/PPM (8 or 16 bits) by BatchPilot,
+/// BMP, GIF (first frame) and TGA with stb_image; other files are ignored and counted in a
+/// warning, as are hidden ones (names starting with "."). An image larger than 8192 x 8192
+/// pixels, or a BMP/GIF/TGA claiming more pixels than its file can hold, is skipped before it is
+/// decoded.
 ///
 /// Every image is decoded once at load, converted to DataOptions::channels (3: RGB, 1: grey),
 /// resized (stretched) to height x width, and kept as bytes when the whole set fits
