@@ -55,9 +55,15 @@ struct Pixels {
     int height = 0;
 };
 
-std::string tooLarge(int64_t w, int64_t h) {
-    return "its header says " + std::to_string(w) + "x" + std::to_string(h) + " pixels, more than the " +
-           std::to_string(kMaxDecodedPixels) + " BatchPilot decodes in one image";
+/// Why an image of w x h pixels is not decoded (a side below 1, or more than kMaxDecodedPixels,
+/// each side checked before the product so that it cannot overflow); empty when it is fine.
+std::string sizeProblem(int64_t w, int64_t h) {
+    if (w < 1 || h < 1) return "the image is " + std::to_string(w) + "x" + std::to_string(h) + " pixels";
+    if (w > kMaxDecodedPixels || h > kMaxDecodedPixels || w * h > kMaxDecodedPixels) {
+        return "its header says " + std::to_string(w) + "x" + std::to_string(h) + " pixels, more than the " +
+               std::to_string(kMaxDecodedPixels) + " BatchPilot decodes in one image";
+    }
+    return {};
 }
 
 /// RGB (3 channels) or grey (1: 77 R + 150 G + 29 B over 256, stb_image's weights, so every format
@@ -89,8 +95,7 @@ tl::expected<Pixels, std::string> decodePng(const std::string& file, int64_t cha
         png_image& image;
         ~Release() { png_image_free(&image); }
     } release{image};
-    if (image.width < 1 || image.height < 1) return tl::unexpected(std::string("PNG: the image has no pixels"));
-    if (int64_t{image.width} * image.height > kMaxDecodedPixels) return tl::unexpected(tooLarge(image.width, image.height));
+    if (const std::string problem = sizeProblem(image.width, image.height); !problem.empty()) return tl::unexpected(problem);
     image.format = PNG_FORMAT_RGBA;  // alpha is dropped below, as stb_image did
     std::vector<uint8_t> rgba(PNG_IMAGE_SIZE(image));
     if (png_image_finish_read(&image, /*background=*/nullptr, rgba.data(), /*row_stride=*/0, /*colormap=*/nullptr) == 0) {
@@ -113,8 +118,7 @@ tl::expected<Pixels, std::string> decodeJpeg(const std::string& file, int64_t ch
     if (tjDecompressHeader3(handle, data, file.size(), &w, &h, &subsampling, &colourspace) != 0) {
         return tl::unexpected("JPEG: " + std::string(tjGetErrorStr2(handle)));
     }
-    if (w < 1 || h < 1) return tl::unexpected(std::string("JPEG: the image has no pixels"));
-    if (int64_t{w} * h > kMaxDecodedPixels) return tl::unexpected(tooLarge(w, h));
+    if (const std::string problem = sizeProblem(w, h); !problem.empty()) return tl::unexpected(problem);
     std::vector<uint8_t> rgb(static_cast<size_t>(int64_t{w} * h * 3));
     if (tjDecompress2(handle, data, file.size(), rgb.data(), w, /*pitch=*/0, h, TJPF_RGB, TJFLAG_STOPONWARNING) != 0) {
         return tl::unexpected("JPEG: " + std::string(tjGetErrorStr2(handle)));
@@ -152,8 +156,8 @@ tl::expected<Pixels, std::string> decodePnm(const std::string& file, int64_t cha
         std::isspace(static_cast<unsigned char>(file[pos])) == 0) {
         return tl::unexpected(std::string("PNM: the header is not \"P5|P6 width height maximum\" with positive numbers"));
     }
-    // Each side first: two 10-digit sides would overflow their product (found by fuzzing).
-    if (w > kMaxDecodedPixels || h > kMaxDecodedPixels || w * h > kMaxDecodedPixels) return tl::unexpected(tooLarge(w, h));
+    // sizeProblem checks each side first: two 10-digit sides would overflow their product (found by fuzzing).
+    if (const std::string problem = sizeProblem(w, h); !problem.empty()) return tl::unexpected(problem);
     ++pos;
     const int bytesPerSample = maximum > 255 ? 2 : 1;
     const int64_t needed = w * h * samplesPerPixel * bytesPerSample;
@@ -180,8 +184,7 @@ tl::expected<Pixels, std::string> decodeWithStb(const std::string& file, int64_t
     const int size = static_cast<int>(file.size());
     int w = 0, h = 0, present = 0;
     if (stbi_info_from_memory(data, size, &w, &h, &present) != 0) {
-        if (int64_t{w} * h > kMaxDecodedPixels) return tl::unexpected(tooLarge(w, h));
-        if (w < 1 || h < 1) return tl::unexpected("the image is " + std::to_string(w) + "x" + std::to_string(h) + " pixels");
+        if (const std::string problem = sizeProblem(w, h); !problem.empty()) return tl::unexpected(problem);
         // stb_image fills what a truncated file lacks with zeros, so a 27-byte TGA could make it
         // decode (and us resize) 64 megapixels. No BMP, GIF or TGA packs more than 4096 pixels in
         // a byte (GIF's LZW at best ~2730, RLE 128): a claim beyond that is not in the file.
@@ -197,7 +200,7 @@ tl::expected<Pixels, std::string> decodeWithStb(const std::string& file, int64_t
         return tl::unexpected(std::string(reason != nullptr && *reason != '\0' ? reason : "cannot decode the image"));
     }
     std::unique_ptr<stbi_uc, void (*)(void*)> owner(pixels, stbi_image_free);
-    if (w < 1 || h < 1) return tl::unexpected("the image is " + std::to_string(w) + "x" + std::to_string(h) + " pixels");
+    if (const std::string problem = sizeProblem(w, h); !problem.empty()) return tl::unexpected(problem);
     Pixels out{std::vector<uint8_t>(pixels, pixels + int64_t{w} * h * channels), w, h};
     return out;
 }
