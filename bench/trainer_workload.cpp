@@ -37,15 +37,11 @@ core::TrainerOptions cnnWorkload(const std::string& device, int64_t targetBatch,
     return options;
 }
 
-Throughput runTrainer(const core::TrainerOptions& options) {
-    StoringSink sink;
-    core::Trainer trainer(options, sink);
-    const core::RunResult result = trainer.run();
-    if (result.state == core::RunState::Failed) throw std::runtime_error("benchmark run failed: " + result.error);
+Throughput throughputOf(const std::vector<core::Event>& events, int64_t microBatch) {
     double firstEnd = -1, lastEnd = 0;
     int64_t firstSeen = 0, samples = 0;
     Throughput out;
-    for (const core::Event& event : sink.events) {
+    for (const core::Event& event : events) {
         const auto* metrics = std::get_if<core::StepMetrics>(&event);
         if (!metrics) continue;
         if (metrics->step == 1) {
@@ -59,9 +55,17 @@ Throughput runTrainer(const core::TrainerOptions& options) {
     }
     if (firstEnd < 0 || samples == 0) throw std::runtime_error("benchmark run made fewer than two steps");
     out.samplesPerSecond = static_cast<double>(samples) / (lastEnd - firstEnd);
-    out.microBatch = result.microBatch;
-    out.events = static_cast<int64_t>(sink.events.size());
+    out.microBatch = microBatch;
+    out.events = static_cast<int64_t>(events.size());
     return out;
+}
+
+Throughput runTrainer(const core::TrainerOptions& options) {
+    StoringSink sink;
+    core::Trainer trainer(options, sink);
+    const core::RunResult result = trainer.run();
+    if (result.state == core::RunState::Failed) throw std::runtime_error("benchmark run failed: " + result.error);
+    return throughputOf(sink.events, result.microBatch);
 }
 
 }  // namespace batchpilot::bench

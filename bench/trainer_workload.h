@@ -2,7 +2,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "core/events.h"
 #include "core/options.h"
 
 /// The training workload the accumulation and meter benchmarks time, and how they time it.
@@ -20,6 +22,10 @@ struct Throughput {
     int64_t accumulationSteps = 0;
     int64_t events = 0;           ///< events the sink stored
 };
+
+/// Throughput over steps 2..N of the events of one run (its StepMetrics events; `microBatch` is
+/// the run's final one). Throws when the run made fewer than two steps.
+Throughput throughputOf(const std::vector<core::Event>& events, int64_t microBatch);
 
 /// Runs a Trainer with `options` (steps ≥ 2); events go to a sink that stores every one of
 /// them, as the CLI's JSON Lines writer or the GUI's queue would. Throws on a failed run.

@@ -44,20 +44,21 @@ std::string buildSetting(const std::string& config, const std::string& key) {
 
 }  // namespace
 
-int intraOpThreadsFor(int requested) {
+int intraOpThreadsFor(int requested, int reserved) {
     if (requested > 0) return requested;
     cpu_set_t set;
     CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                                : static_cast<int>(std::thread::hardware_concurrency());
+    return std::max(1, cpus - std::max(0, reserved));
 }
 
-MathLibraries mathLibraries(int requestedThreads) {
+MathLibraries mathLibraries(int requestedThreads, int reservedCpus) {
     MathLibraries out;
     out.torchVersion = TORCH_VERSION;
     const std::string config = at::show_config();
     out.torchCuda = buildSetting(config, "USE_CUDA") == "ON" || buildSetting(config, "USE_CUDA") == "1";
-    out.intraOpThreads = intraOpThreadsFor(requestedThreads);
+    out.intraOpThreads = intraOpThreadsFor(requestedThreads, reservedCpus);
     const std::string built = buildSetting(config, "BLAS_INFO");
     for (const std::string& library : loadedBlasLibraries()) {
         std::error_code ec;

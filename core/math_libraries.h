@@ -18,15 +18,18 @@ struct MathLibraries {
 };
 
 /// Intra-op threads a run uses: `requested` when positive, else every CPU this process may run
-/// on (its affinity mask). LibTorch's own default counts physical cores, which left half of a
-/// 2-vCPU machine idle; measured there (docs/PERFORMANCE.md, roofline), 2 threads train the
-/// convolutional models 1.5–1.7x faster than 1, and no model slower.
-int intraOpThreadsFor(int requested);
+/// on (its affinity mask) less `reserved` for other busy threads, at least 1. LibTorch's own
+/// default counts physical cores, which left half of a 2-vCPU machine idle. Measured there
+/// (docs/PERFORMANCE.md, roofline and threads): headless, 2 threads train the convolutional models
+/// 1.5x faster than 1; in the desktop app the GUI thread draws the charts with about half a core,
+/// and 2 intra-op threads competing with it trained the MLP at half the speed of 1 and doubled the
+/// window's latency, so the app reserves one CPU for it (TrainerOptions::reservedCpus).
+int intraOpThreadsFor(int requested, int reserved = 0);
 
 /// Reads it from LibTorch's build configuration and the libraries loaded into this process, for a
 /// run asking for `requestedThreads` (0: the default). Call after LibTorch is loaded (any time in
 /// a program linked with it). Thread-safe.
-MathLibraries mathLibraries(int requestedThreads = 0);
+MathLibraries mathLibraries(int requestedThreads = 0, int reservedCpus = 0);
 
 /// One line for people, e.g. "LibTorch 1.13.0 (CPU), BLAS: BLIS (pthreads), 2 intra-op threads".
 std::string describe(const MathLibraries& libraries);

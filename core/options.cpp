@@ -96,6 +96,9 @@ tl::expected<void, std::string> validate(const TrainerOptions& o) {
     if (o.intraOpThreads < 0 || o.intraOpThreads > kMaxThreads) {
         return tl::unexpected(outOfRange("threads", o.intraOpThreads, "from 0 (every CPU this process may use) to " + std::to_string(kMaxThreads)));
     }
+    if (o.reservedCpus < 0 || o.reservedCpus > kMaxThreads) {
+        return tl::unexpected(outOfRange("reserved CPUs", o.reservedCpus, "from 0 to " + std::to_string(kMaxThreads)));
+    }
     if (!(o.cudaMemoryFraction >= 0.0 && o.cudaMemoryFraction <= 1.0)) {
         return tl::unexpected(outOfRange("CUDA memory fraction", o.cudaMemoryFraction, "between 0 (no cap) and 1"));
     }

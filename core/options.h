@@ -107,7 +107,11 @@ struct TrainerOptions {
     bool reportSampleIndices = false;    ///< fill MicroBatchDone::sampleIndices (tests, step mode)
     bool reportGradientNorm = false;     ///< fill MicroBatchDone::gradientNorm (one norm per micro-batch)
     bool stepMode = false;               ///< start in step-by-step mode (see Trainer::setStepMode)
+    /// Load the next micro-batch on the prefetch thread while this one computes; off: load each
+    /// micro-batch on the trainer thread when it starts (for measuring what prefetching buys).
+    bool prefetch = true;
     int intraOpThreads = 0;         ///< LibTorch CPU threads; 0: every CPU this process may use (intraOpThreadsFor)
+    int reservedCpus = 0;           ///< with intraOpThreads 0: CPUs left to other busy threads (the app's GUI thread)
     /// cuda:N only: cap this process's share of the GPU's memory (0 < f <= 1) through the
     /// caching allocator, so that a large GPU runs out of memory like a small one; 0: no cap.
     double cudaMemoryFraction = 0.0;

@@ -1,5 +1,7 @@
 #include "core/prefetcher.h"
 
+#include <pthread.h>
+
 #include "core/counting_allocator.h"
 
 namespace batchpilot::core {
@@ -46,6 +48,8 @@ Batch Prefetcher::take(const std::vector<int64_t>& indices) {
 }
 
 void Prefetcher::loop() {
+    // Named for top -H, debuggers and the thread benchmark (bench/bench_threads.cpp).
+    pthread_setname_np(pthread_self(), "prefetch");
     CountingScope host(false);
     std::unique_lock lock(m_mutex);
     while (true) {

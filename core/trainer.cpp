@@ -187,7 +187,9 @@ struct Trainer::Impl {
     bool applyCommands();
     bool waitWhilePaused();
     void trainBatch(const std::vector<int64_t>& indices);
-    MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight);
+    /// `next`: the micro-batch after this one, when known; it is requested from the prefetcher
+    /// once this one's samples are taken (requesting it earlier would replace this one's load).
+    MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next = {});
     void optimizerStep();
     void switchTo(const DeviceSpec& next);
     void writeCheckpoint();
@@ -206,7 +208,7 @@ void Trainer::Impl::setup() {
     auto parsed = parseDevice(options.device);
     if (!parsed) throw FatalError{parsed.error(), "configuration"};
     device = *parsed;
-    torch::set_num_threads(intraOpThreadsFor(options.intraOpThreads));
+    torch::set_num_threads(intraOpThreadsFor(options.intraOpThreads, options.reservedCpus));
     {
         // The dataset lives in host memory: it does not count against the device.
         CountingScope host(false);
@@ -696,7 +698,7 @@ bool Trainer::Impl::applyCommands() {
     return !stopRequested;
 }
 
-MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, double weight) {
+MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next) {
     MicroResult result;
     const auto started = Clock::now();
     result.residentBytes = meter->allocated();
@@ -705,6 +707,7 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
     std::exception_ptr error;
     try {
         Batch host = prefetcher->take(indices);
+        if (!next.empty()) prefetcher->request(std::move(next));  // loads while this one computes
         const torch::Device where = parameters.front().device();
         // The copy to the device is where its memory is first used: on the CPU and virtual
         // devices a counted clone stands for it.
@@ -845,13 +848,14 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
             for (auto& g : gradients) g.zero_();
             return;
         }
-        if (!trial && plan.size() >= 2) {
+        std::vector<int64_t> next;
+        if (options.prefetch && !trial && plan.size() >= 2) {
             // The next micro-batch is known: load it while this one computes.
             const int64_t nextOffset = offset + size;
-            prefetcher->request({indices.begin() + nextOffset, indices.begin() + nextOffset + plan[1]});
+            next.assign(indices.begin() + nextOffset, indices.begin() + nextOffset + plan[1]);
         }
         const double weight = static_cast<double>(size) / static_cast<double>(batchSize);
-        MicroResult r = runMicroBatch(slice, weight);
+        MicroResult r = runMicroBatch(slice, weight, std::move(next));
         stepPeak = std::max(stepPeak, r.peakBytes);
         if (!r.ok && r.failure.outOfMemory && size == 1 && singleSampleOoms < kSingleSampleRetries) {
             // Memory can be taken by others for a moment; retry a single sample before declaring

@@ -10,6 +10,7 @@
 #include "ui/charts/live_chart.h"
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
+#include "ui/trainer_controller.h"
 #include "ui/charts/probe_chart.h"
 #include "ui/charts/throughput_chart.h"
 #include "ui/event_text.h"
@@ -246,7 +247,7 @@ Switch the budget during a run and the trainer moves there at the next batch and
 
 QString aboutHtml()
 {
-    const core::MathLibraries math = core::mathLibraries();
+    const core::MathLibraries math = core::mathLibraries(0, TrainerController::kGuiReservedCpus);
     const std::string warning = core::referenceBlasWarning(math);
     return QCoreApplication::translate("HelpText",
                                        "<h3>BatchPilot %1</h3>"

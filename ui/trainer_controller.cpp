@@ -218,6 +218,7 @@ bool TrainerController::start(const core::TrainerOptions& options)
     // One norm over the accumulated gradients per micro-batch: small next to the micro-batch's
     // forward and backward pass, and it lets the accumulation view show the gradient growing.
     runOptions.reportGradientNorm = true;
+    runOptions.reservedCpus = kGuiReservedCpus;
     QMetaObject::invokeMethod(m_worker, [worker = m_worker, runOptions] { worker->run(runOptions); },
                               Qt::QueuedConnection);
     Q_EMIT runStarted();

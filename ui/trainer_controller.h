@@ -39,6 +39,10 @@ class TrainerWorker;
 class TrainerController : public QObject {
     Q_OBJECT
 public:
+    /// CPUs a run started here leaves to the GUI thread when it picks its intra-op threads
+    /// (core::intraOpThreadsFor): drawing the charts takes about half a core.
+    static constexpr int kGuiReservedCpus = 1;
+
     explicit TrainerController(QObject* parent = nullptr);
     ~TrainerController() override;
 

@@ -3,13 +3,17 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include <torch/torch.h>
 
 #include "core/counting_allocator.h"
 #include "core/prefetcher.h"
+#include "core/trainer.h"
+#include "tests/core/recording_sink.h"
 
 using namespace batchpilot::core;
 
@@ -51,6 +55,32 @@ private:
     SyntheticImages m_inner;
     mutable std::mutex m_mutex;
     mutable std::condition_variable m_loaded;
+};
+
+/// Synthetic images that record every load: its indices and the thread that made it.
+class RecordingImages : public Dataset {
+public:
+    explicit RecordingImages(const DataOptions& options) : m_inner(options) {}
+    std::string name() const override { return "recording"; }
+    int64_t size() const override { return m_inner.size(); }
+    std::vector<int64_t> sampleShape() const override { return m_inner.sampleShape(); }
+    int64_t classes() const override { return m_inner.classes(); }
+    Batch get(const std::vector<int64_t>& indices) const override {
+        {
+            std::lock_guard lock(m_mutex);
+            loads.push_back({std::this_thread::get_id(), indices});
+        }
+        return m_inner.get(indices);
+    }
+    struct Load {
+        std::thread::id thread;
+        std::vector<int64_t> indices;
+    };
+    mutable std::vector<Load> loads;  ///< read after the run
+
+private:
+    SyntheticImages m_inner;
+    mutable std::mutex m_mutex;
 };
 
 DataOptions small() {
@@ -101,6 +131,40 @@ private Q_SLOTS:
         Prefetcher prefetcher(data);
         prefetcher.request({-1});
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, prefetcher.take({-1}));
+    }
+
+    /// In training, every micro-batch after a step's first is loaded once, ahead, on the
+    /// prefetch thread: requesting the next one must not throw away the one being loaded for now
+    /// (it did: each micro-batch was loaded twice, once for nothing, and the trainer waited).
+    void trainerLoadsEachMicroBatchOnceAhead() {
+        DataOptions data = small();
+        data.samples = 256;
+        auto images = std::make_shared<RecordingImages>(data);
+        TrainerOptions options;
+        options.model.name = "mlp";
+        options.data = data;
+        options.datasetFactory = [&]() -> tl::expected<std::shared_ptr<Dataset>, std::string> { return images; };
+        options.targetBatch = 64;
+        options.probe.initialMicroBatch = 16;
+        options.probe.maxMicroBatch = 16;
+        options.steps = 4;
+        options.intraOpThreads = 1;
+        batchpilot::tests::RecordingSink sink;
+        Trainer trainer(options, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Finished);
+        QCOMPARE(result.microBatch, int64_t{16});
+        std::map<std::vector<int64_t>, int> timesLoaded;
+        int ahead = 0;
+        for (const auto& load : images->loads) {
+            ++timesLoaded[load.indices];
+            if (load.thread != std::this_thread::get_id()) ++ahead;
+        }
+        for (const auto& [indices, times] : timesLoaded) QCOMPARE(times, 1);
+        // 4 steps of 4 micro-batches: 16 loads; all but each step's first (and the probe's
+        // single trial) are made ahead on the prefetch thread.
+        QCOMPARE(static_cast<int>(images->loads.size()), 16);
+        QVERIFY2(ahead >= 11, qPrintable(QString::number(ahead) + QStringLiteral(" of 16 loads were made ahead")));
     }
 };
 

@@ -1,3 +1,7 @@
+#include <sched.h>
+
+#include <memory>
+
 #include <QtTest>
 
 #include <QApplication>
@@ -6,6 +10,7 @@
 #include <QTemporaryDir>
 
 #include "core/events.h"
+#include "core/math_libraries.h"
 #include "ui/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/loss_chart.h"
@@ -14,6 +19,7 @@
 #include "ui/charts/throughput_chart.h"
 #include "ui/event_log.h"
 #include "ui/event_text.h"
+#include "ui/help_text.h"
 
 using namespace batchpilot;
 
@@ -75,6 +81,7 @@ private Q_SLOTS:
     void chartsExportPng();
     void accumulationFillsAndReplays();
     void eventLogFiltersAndCopies();
+    void aboutLeavesACpuForTheWindow();
 };
 
 void TestWidgets::planCaption_data()
@@ -289,6 +296,34 @@ void TestWidgets::eventLogFiltersAndCopies()
              qPrintable(copied));
     log.setFilterText(QString());
     QCOMPARE(log.visibleRowCount(), 9);
+}
+
+/// The desktop app leaves one CPU to the GUI thread (it draws the charts with about half a
+/// core; docs/PERFORMANCE.md, threads), a headless run uses them all, and a run never gets fewer
+/// than one thread. The CPUs are this process's affinity mask, set here.
+void TestWidgets::aboutLeavesACpuForTheWindow()
+{
+    cpu_set_t original;
+    QCOMPARE(sched_getaffinity(0, sizeof original, &original), 0);
+    // Given back however the test ends, so the remaining tests run on every CPU.
+    const std::shared_ptr<void> restore(nullptr, [&](void*) { sched_setaffinity(0, sizeof original, &original); });
+    const auto restrictTo = [](int cpus) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (int cpu = 0; cpu < cpus; ++cpu) CPU_SET(cpu, &set);
+        return sched_setaffinity(0, sizeof set, &set) == 0;
+    };
+    QVERIFY(restrictTo(1));
+    QVERIFY2(ui::aboutHtml().contains(QStringLiteral(", 1 intra-op thread")), qPrintable(ui::aboutHtml()));
+    QCOMPARE(core::mathLibraries().intraOpThreads, 1);
+    const bool two = CPU_COUNT(&original) >= 2 && CPU_ISSET(0, &original) && CPU_ISSET(1, &original) && restrictTo(2);
+    if (two) {
+        QVERIFY2(ui::aboutHtml().contains(QStringLiteral(", 1 intra-op thread")), qPrintable(ui::aboutHtml()));
+        QVERIFY(!ui::aboutHtml().contains(QStringLiteral("intra-op threads")));
+        QCOMPARE(core::mathLibraries().intraOpThreads, 2);
+        QCOMPARE(core::mathLibraries(3).intraOpThreads, 3);  // asked for: given
+    }
+    if (!two) QSKIP("this machine lets the test use fewer than CPUs 0 and 1: the two-CPU case was not checked");
 }
 
 QTEST_MAIN(TestWidgets)
