@@ -3,11 +3,15 @@
 Usage:
   pytorch_loop.py export OUT_DIR
       writes smallnet.pt (the README's SmallNet: convolutions and GroupNorm) and mlp.pt
-      (3072-512-512-10) for 3x32x32 inputs and 10 classes, scripted with this Python's torch
-  pytorch_loop.py train MODEL.pt --micro M --target T --steps N --threads K
+      (3072-512-512-10) for 3x32x32 inputs and 10 classes, scripted with this Python's torch,
+      and images/: 4096 random 32x32 colour images (binary PPM) in 10 class folders, the data
+      both loops train on (BatchPilot reads it with --data image-folder)
+  pytorch_loop.py train MODEL.pt --data OUT_DIR/images --micro M --target T --steps N --threads K
       trains MODEL.pt as BatchPilot does with a fixed micro-batch: T samples per optimizer step
       as T/M micro-batches, loss scaled by n_i/T, SGD with momentum 0.9 and lr 0.01, on the CPU;
-      prints one JSON line with the median samples/s of steps 3..N.
+      the images are held as bytes and each micro-batch is converted to float and normalised as
+      BatchPilot's image folder does (/255, ImageNet mean and deviation); prints one JSON line
+      with the median samples/s of steps 3..N.
 """
 import argparse
 import json
@@ -45,22 +49,48 @@ class Mlp(nn.Module):
         return self.net(x)
 
 
+IMAGES, CLASSES, SIDE = 4096, 10, 32
+MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)  # BatchPilot's ImageFolderDataset::kMean
+STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)   # and kStd
+
+
 def export(out: str) -> None:
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     torch.jit.script(SmallNet()).save(os.path.join(out, "smallnet.pt"))
     torch.jit.script(Mlp()).save(os.path.join(out, "mlp.pt"))
+    pixels = torch.randint(0, 256, (IMAGES, SIDE, SIDE, 3), dtype=torch.uint8)
+    header = f"P6\n{SIDE} {SIDE}\n255\n".encode()
+    for i in range(IMAGES):
+        folder = os.path.join(out, "images", f"class{i % CLASSES}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{i:05d}.ppm"), "wb") as f:
+            f.write(header + bytes(pixels[i].flatten().tolist()))
 
 
-def train(path: str, micro: int, target: int, steps: int, threads: int) -> dict:
+def load_images(folder: str):
+    """The images as uint8 [N, 3, H, W] and their class indices (folders in sorted order)."""
+    classes = sorted(os.listdir(folder))
+    images, labels = [], []
+    for label, name in enumerate(classes):
+        for file in sorted(os.listdir(os.path.join(folder, name))):
+            data = open(os.path.join(folder, name, file), "rb").read()
+            header = f"P6\n{SIDE} {SIDE}\n255\n".encode()
+            assert data.startswith(header), f"{file}: not a {SIDE}x{SIDE} binary PPM written by export"
+            pixels = torch.frombuffer(bytearray(data[len(header):]), dtype=torch.uint8)
+            images.append(pixels.view(SIDE, SIDE, 3).permute(2, 0, 1))
+            labels.append(label)
+    return torch.stack(images), torch.tensor(labels)
+
+
+def train(path: str, data: str, micro: int, target: int, steps: int, threads: int) -> dict:
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     model = torch.jit.load(path)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    pool = torch.randn(4096, 3, 32, 32)
-    labels = torch.randint(0, 10, (4096,))
-    order = torch.randperm(4096)
+    pool, labels = load_images(data)
+    order = torch.randperm(len(pool))
     position = 0
     rates = []
     for _ in range(steps):
@@ -68,12 +98,13 @@ def train(path: str, micro: int, target: int, steps: int, threads: int) -> dict:
         done = 0
         while done < target:
             n = min(micro, target - done)
-            if position + n > 4096:
-                order = torch.randperm(4096)
+            if position + n > len(pool):
+                order = torch.randperm(len(pool))
                 position = 0
             index = order[position:position + n]
             position += n
-            x, y = pool[index], labels[index]
+            x = pool[index].float().div_(255.0).sub_(MEAN).div_(STD)
+            y = labels[index]
             loss = F.cross_entropy(model(x), y) * (n / target)
             loss.backward()
             done += n
@@ -91,6 +122,7 @@ def main() -> int:
     e.add_argument("out")
     t = sub.add_parser("train")
     t.add_argument("model")
+    t.add_argument("--data", required=True)
     t.add_argument("--micro", type=int, required=True)
     t.add_argument("--target", type=int, required=True)
     t.add_argument("--steps", type=int, default=10)
@@ -99,7 +131,7 @@ def main() -> int:
     if args.command == "export":
         export(args.out)
     else:
-        print(json.dumps(train(args.model, args.micro, args.target, args.steps, args.threads)))
+        print(json.dumps(train(args.model, args.data, args.micro, args.target, args.steps, args.threads)))
     return 0
 
 
