@@ -23,6 +23,7 @@
 #include <QTimer>
 
 #include "bench/bench_util.h"
+#include "bench/gui_bench.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/live_chart.h"
 #include "ui/charts/loss_chart.h"
@@ -36,7 +37,6 @@ using namespace batchpilot;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kDrainMs = 33;        // TrainerController's drain interval
-constexpr int kLatencyTickMs = 10;  // the timer whose lateness is the event-loop latency
 constexpr int64_t kMicroBatches = 8;
 constexpr int64_t kMicroBatch = 32;
 constexpr int64_t kMiB = int64_t{1} << 20;
@@ -151,35 +151,6 @@ QWidget* viewportOf(ui::LiveChart* chart) {
     return view ? view->viewport() : nullptr;
 }
 
-/// Lateness of a 10 ms single-shot timer, re-armed every time it fires.
-class LatencyProbe : public QObject {
-public:
-    LatencyProbe() {
-        m_timer.setSingleShot(true);
-        m_timer.setTimerType(Qt::PreciseTimer);
-        connect(&m_timer, &QTimer::timeout, this, [this] {
-            samples.push_back(static_cast<double>(m_armed.nsecsElapsed()) / 1e6 - kLatencyTickMs);
-            arm();
-        });
-    }
-    void arm() {
-        m_armed.start();
-        m_timer.start(kLatencyTickMs);
-    }
-    void stop() { m_timer.stop(); }
-    std::vector<double> samples;
-
-private:
-    QTimer m_timer;
-    QElapsedTimer m_armed;
-};
-
-void spin(int milliseconds) {
-    QEventLoop loop;
-    QTimer::singleShot(milliseconds, &loop, &QEventLoop::quit);
-    loop.exec();
-}
-
 /// CPU seconds this process has used (all threads).
 double cpuSeconds() {
     rusage usage{};
@@ -194,17 +165,17 @@ std::unique_ptr<ui::MainWindow> openWindow() {
     auto window = std::make_unique<ui::MainWindow>();
     window->resize(1280, 800);
     window->show();
-    spin(500);
+    bench::spin(500);
     const QList<core::Event> start = preamble();
     deliver(*window, std::vector<core::Event>(start.begin(), start.end()));
-    spin(200);
+    bench::spin(200);
     return window;
 }
 
 nlohmann::json millionPoints(std::vector<std::string>& rows) {
     auto window = openWindow();
     ui::ChartsPanel* charts = window->chartsPanel();
-    spin(300);
+    bench::spin(300);
     const int64_t rssBefore = bench::residentBytes();
     constexpr int64_t kPoints = 1'000'000;
     constexpr int64_t kBatch = 10'000;
@@ -221,7 +192,7 @@ nlohmann::json millionPoints(std::vector<std::string>& rows) {
         QCoreApplication::processEvents();
     }
     const double ingestSeconds = static_cast<double>(ingest.nsecsElapsed()) / 1e9;
-    spin(300);
+    bench::spin(300);
     const int64_t rssAfter = bench::residentBytes();
     const ui::SeriesStore& store = charts->lossChart()->rawStore();
     // Redraw time: one more point makes the loss chart dirty, then thin + replace (redrawNow)
@@ -273,11 +244,7 @@ nlohmann::json millionPoints(std::vector<std::string>& rows) {
 int main(int argc, char** argv) {
     const auto args = bench::parseArgs(argc, argv, "batchpilot-bench-gui",
                                        "The main window under a synthetic event stream (offscreen).");
-    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
-    QStandardPaths::setTestModeEnabled(true);  // keep a user's window settings out of it
-    QApplication app(argc, argv);
-    QCoreApplication::setOrganizationName(QStringLiteral("BatchPilotBench"));
-    QCoreApplication::setApplicationName(QStringLiteral("batchpilot-bench-gui"));
+    const auto app = bench::benchApplication(argc, argv, "batchpilot-bench-gui");
     const auto started = Clock::now();
     nlohmann::json report;
     report["bench"] = "gui";
@@ -307,16 +274,16 @@ int main(int argc, char** argv) {
     int64_t nextIndex = 0;
     // Rate 0 first: the latency floor of the idle window on this machine.
     for (const double rate : {0.0, 1000.0, 5000.0, 20000.0}) {
-        spin(500);
+        bench::spin(500);
         const int64_t rssBefore = bench::residentBytes();
         paints.total = paints.lossPaints = 0;
-        LatencyProbe latency;
+        bench::LatencyProbe latency;
         latency.arm();
         QElapsedTimer phase;
         phase.start();
         const double cpuBefore = cpuSeconds();
         source.start(rate, nextIndex);
-        spin(seconds * 1000);
+        bench::spin(seconds * 1000);
         const int64_t produced = source.stop();
         latency.stop();
         deliver(*window, source.take());

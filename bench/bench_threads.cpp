@@ -36,6 +36,7 @@
 #include <QTimer>
 
 #include "bench/bench_util.h"
+#include "bench/gui_bench.h"
 #include "bench/trainer_workload.h"
 #include "core/math_libraries.h"
 #include "core/trainer.h"
@@ -48,7 +49,6 @@ using namespace batchpilot;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kSampleMs = 20;
-constexpr int kLatencyTickMs = 10;
 
 /// Cumulative CPU ticks (user + system) and name of every thread of this process.
 struct ThreadTimes {
@@ -125,29 +125,6 @@ class StoringSink final : public core::EventSink {
 public:
     void onEvent(const core::Event& event) override { events.push_back(event); }
     std::vector<core::Event> events;
-};
-
-/// Lateness of a 10 ms single-shot timer, re-armed every time it fires.
-class LatencyProbe : public QObject {
-public:
-    LatencyProbe() {
-        m_timer.setSingleShot(true);
-        m_timer.setTimerType(Qt::PreciseTimer);
-        connect(&m_timer, &QTimer::timeout, this, [this] {
-            samples.push_back(static_cast<double>(m_armed.nsecsElapsed()) / 1e6 - kLatencyTickMs);
-            arm();
-        });
-    }
-    void arm() {
-        m_armed.start();
-        m_timer.start(kLatencyTickMs);
-    }
-    void stop() { m_timer.stop(); }
-    std::vector<double> samples;
-
-private:
-    QTimer m_timer;
-    QElapsedTimer m_armed;
 };
 
 struct Variant {
@@ -238,7 +215,7 @@ RunMeasure runInWindow(ui::MainWindow& window, const core::TrainerOptions& optio
         result = r;
         loop.quit();
     });
-    LatencyProbe latency;
+    bench::LatencyProbe latency;
     QElapsedTimer wall;
     sampler.start();
     wall.start();
@@ -254,22 +231,12 @@ RunMeasure runInWindow(ui::MainWindow& window, const core::TrainerOptions& optio
     return out;
 }
 
-void spin(int milliseconds) {
-    QEventLoop loop;
-    QTimer::singleShot(milliseconds, &loop, &QEventLoop::quit);
-    loop.exec();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
     const auto args = bench::parseArgs(argc, argv, "batchpilot-bench-threads",
                                        "Training throughput and each thread's CPU share, headless and in the window.");
-    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
-    QStandardPaths::setTestModeEnabled(true);  // keep a user's window settings out of it
-    QApplication app(argc, argv);
-    QCoreApplication::setOrganizationName(QStringLiteral("BatchPilotBench"));
-    QCoreApplication::setApplicationName(QStringLiteral("batchpilot-bench-threads"));
+    const auto app = bench::benchApplication(argc, argv, "batchpilot-bench-threads");
     const auto started = Clock::now();
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     const int repetitions = args.quick ? 1 : 3;
@@ -287,7 +254,7 @@ int main(int argc, char** argv) {
     ui::MainWindow window;
     window.resize(1280, 800);
     window.show();
-    spin(300);
+    bench::spin(300);
 
     nlohmann::json report;
     report["bench"] = "threads";

@@ -19,8 +19,8 @@ using namespace batchpilot::core;
 
 namespace {
 
-/// Synthetic images that remember which threads loaded them and how often; a test can hold a load
-/// until it releases it, to order the threads without sleeping.
+/// Synthetic images that remember every load (its indices and thread) and can be waited on, to
+/// order the threads without sleeping.
 class SlowImages : public Dataset {
 public:
     explicit SlowImages(const DataOptions& options) : m_inner(options) {}
@@ -35,6 +35,7 @@ public:
         {
             std::lock_guard lock(m_mutex);
             ++loads;
+            history.push_back({std::this_thread::get_id(), indices});
         }
         m_loaded.notify_all();
         return batch;
@@ -48,39 +49,18 @@ public:
         std::lock_guard lock(m_mutex);
         return loads;
     }
+    struct Load {
+        std::thread::id thread;
+        std::vector<int64_t> indices;
+    };
     mutable std::atomic<std::thread::id> loaderThread;
-    mutable int loads = 0;  ///< guarded by m_mutex
+    mutable int loads = 0;            ///< guarded by m_mutex
+    mutable std::vector<Load> history;  ///< guarded by m_mutex; read after the loads
 
 private:
     SyntheticImages m_inner;
     mutable std::mutex m_mutex;
     mutable std::condition_variable m_loaded;
-};
-
-/// Synthetic images that record every load: its indices and the thread that made it.
-class RecordingImages : public Dataset {
-public:
-    explicit RecordingImages(const DataOptions& options) : m_inner(options) {}
-    std::string name() const override { return "recording"; }
-    int64_t size() const override { return m_inner.size(); }
-    std::vector<int64_t> sampleShape() const override { return m_inner.sampleShape(); }
-    int64_t classes() const override { return m_inner.classes(); }
-    Batch get(const std::vector<int64_t>& indices) const override {
-        {
-            std::lock_guard lock(m_mutex);
-            loads.push_back({std::this_thread::get_id(), indices});
-        }
-        return m_inner.get(indices);
-    }
-    struct Load {
-        std::thread::id thread;
-        std::vector<int64_t> indices;
-    };
-    mutable std::vector<Load> loads;  ///< read after the run
-
-private:
-    SyntheticImages m_inner;
-    mutable std::mutex m_mutex;
 };
 
 DataOptions small() {
@@ -139,7 +119,7 @@ private Q_SLOTS:
     void trainerLoadsEachMicroBatchOnceAhead() {
         DataOptions data = small();
         data.samples = 256;
-        auto images = std::make_shared<RecordingImages>(data);
+        auto images = std::make_shared<SlowImages>(data);
         TrainerOptions options;
         options.model.name = "mlp";
         options.data = data;
@@ -156,14 +136,14 @@ private Q_SLOTS:
         QCOMPARE(result.microBatch, int64_t{16});
         std::map<std::vector<int64_t>, int> timesLoaded;
         int ahead = 0;
-        for (const auto& load : images->loads) {
+        for (const auto& load : images->history) {
             ++timesLoaded[load.indices];
             if (load.thread != std::this_thread::get_id()) ++ahead;
         }
         for (const auto& [indices, times] : timesLoaded) QCOMPARE(times, 1);
         // 4 steps of 4 micro-batches: 16 loads; all but each step's first (and the probe's
         // single trial) are made ahead on the prefetch thread.
-        QCOMPARE(static_cast<int>(images->loads.size()), 16);
+        QCOMPARE(static_cast<int>(images->history.size()), 16);
         QVERIFY2(ahead >= 11, qPrintable(QString::number(ahead) + QStringLiteral(" of 16 loads were made ahead")));
     }
 };
