@@ -32,6 +32,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// BatchNorm's refusal of one value per channel in training (LibTorch's C++ and TorchScript
+/// batch_norm both word it so).
+bool needsTwoSamples(const std::string& message) {
+    return message.find("Expected more than 1 value per channel when training") != std::string::npos;
+}
+
 /// The torch device a DeviceSpec's tensors live on (virtual devices are the CPU).
 torch::Device torchDevice(const DeviceSpec& device) {
     return device.kind == DeviceKind::Cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.index))
@@ -115,6 +121,13 @@ struct Trainer::Impl {
     int64_t target = 0;
     int64_t microBatch = 0;       ///< 0 until the first probe finishes
     int64_t probedMicroBatch = 0; ///< result of the last probe (regrow target)
+    /// Smallest micro-batch the model can train on: 2 once BatchNorm refused a single sample
+    /// (a 1x1 feature map leaves it one value per channel).
+    int64_t minMicroBatch = 1;
+    /// Smallest part the rest of a batch is split into: 2 for BatchNorm models from the start
+    /// (one sample normalised alone is useless even where BatchNorm accepts it).
+    int64_t minPart = 1;
+    ProbeReason currentProbeReason = ProbeReason::Initial;
     std::optional<ProbeSearch> probe;
     int probeSequence = 0;
     Clock::time_point probeStart;
@@ -139,6 +152,16 @@ struct Trainer::Impl {
     }
     int64_t usableBytes() const {
         return static_cast<int64_t>(static_cast<double>(meter->capacity()) * (1.0 - options.probe.headroom));
+    }
+    /// The rest of a batch split for training (AccumulationPlan::split), with a last part below
+    /// minPart/minMicroBatch merged into the one before it (only possible at micro-batch 2: 2+1 -> 3).
+    std::vector<int64_t> planFor(int64_t remaining, int64_t micro) const {
+        std::vector<int64_t> sizes = AccumulationPlan::split(remaining, micro);
+        if (sizes.size() >= 2 && sizes.back() < std::max(minPart, minMicroBatch)) {
+            sizes[sizes.size() - 2] += sizes.back();
+            sizes.pop_back();
+        }
+        return sizes;
     }
     int64_t upperBound() const {
         int64_t bound = std::min(target, data->size());
@@ -290,6 +313,7 @@ void Trainer::Impl::setup() {
                                  ", at the checkpoint's target batch " + std::to_string(target)});
     }
     if (model->usesBatchStatistics()) {
+        minPart = 2;
         emit(Warning{now(), "the model uses BatchNorm: each micro-batch is normalised with its own "
                             "statistics, so accumulated gradients differ from full-batch ones; use "
                             "GroupNorm (--norm group) for exact accumulation"});
@@ -325,7 +349,8 @@ void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup) {
     const int64_t needed = std::max(meter->peak() + std::max(requested, meter->lastFailedAllocation()),
                                     meter->lastFailureNeed());
     const std::string what = duringSetup ? "the model's parameters and gradients do not fit on " + device.name()
-                                         : "the model does not fit on " + device.name() + " even at micro-batch 1";
+                                         : "the model does not fit on " + device.name() + " even at micro-batch " +
+                                               std::to_string(minMicroBatch);
     // With a large headroom, what fits is the usable part, not the capacity: say which stopped it.
     const bool headroomStopsIt = needed <= meter->capacity() && options.probe.headroom > 0;
     const std::string has = headroomStopsIt
@@ -409,8 +434,9 @@ bool Trainer::Impl::waitForAdvance(const StepModeWaiting& next) {
 
 void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t knownFit) {
     ProbeOptions probeOptions = options.probe;
-    probeOptions.initialMicroBatch = std::max<int64_t>(1, std::min(initial, upperBound()));
+    probeOptions.initialMicroBatch = std::max<int64_t>(minMicroBatch, std::min(initial, upperBound()));
     probe.emplace(probeOptions, upperBound(), usableBytes(), std::min(knownFit, upperBound()));
+    currentProbeReason = reason;
     ++probeSequence;
     probeStart = Clock::now();
     if (!optimizer->stateReady() && !reservation.defined()) {
@@ -434,7 +460,7 @@ void Trainer::Impl::finishProbe() {
     if (found <= 0) doesNotFit(0);
     microBatch = found;
     probedMicroBatch = found;
-    ProbeFinished done{now(), probeSequence, found, AccumulationPlan(target, found).steps(), target, probe->trials(),
+    ProbeFinished done{now(), probeSequence, found, static_cast<int64_t>(planFor(target, found).size()), target, probe->trials(),
                        std::chrono::duration<double>(Clock::now() - probeStart).count(), probe->hitTrialLimit()};
     if (auto fitted = probe->memoryModel()) {
         done.fixedBytes = fitted->fixedBytes;
@@ -475,7 +501,7 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
     }
     // The current plan; a check batch no larger than the micro-batch is split in up to four
     // micro-batches so that accumulation has something to show.
-    r.microBatchSizes = AccumulationPlan::split(n, micro < n ? micro : std::max<int64_t>(1, (n + 3) / 4));
+    r.microBatchSizes = planFor(n, micro < n ? micro : std::max<int64_t>(std::max(minPart, minMicroBatch), (n + 3) / 4));
 
     /// Restores training mode whatever happens in the BatchNorm comparison.
     struct TrainModeGuard {
@@ -828,17 +854,22 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                 plan.clear();
                 continue;
             }
-            if (*proposed <= remaining) {
+            // Below the model's smallest micro-batch: the probe has run out of sizes that fit.
+            if (*proposed < minMicroBatch) doesNotFit(0);
+            // A trial that would leave one sample for a model that cannot train on one waits for
+            // the next batch.
+            const bool leavesTooFew = remaining - *proposed > 0 && remaining - *proposed < std::max(minPart, minMicroBatch);
+            if (*proposed <= remaining && !leavesTooFew) {
                 size = *proposed;
                 trial = true;
             } else if (probe->result() > 0) {
-                size = AccumulationPlan::split(remaining, probe->result()).front();
+                size = planFor(remaining, probe->result()).front();
             } else {
                 size = remaining;
                 trial = true;
             }
         } else {
-            if (plan.empty()) plan = AccumulationPlan::split(remaining, microBatch);
+            if (plan.empty()) plan = planFor(remaining, microBatch);
             size = plan.front();
         }
         const std::vector<int64_t> slice(indices.begin() + offset, indices.begin() + offset + size);
@@ -873,6 +904,27 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                                 r.peakBytes, fit ? 0 : r.failure.requestedBytes, r.seconds});
             }
         }
+        if (!r.ok && !r.failure.outOfMemory && size < 2 && needsTwoSamples(r.failure.message)) {
+            if (upperBound() < 2) {
+                throw FatalError{r.failure.message + " (the model's BatchNorm cannot train on one sample, and micro-batches "
+                                                     "are limited to 1 here: allow at least 2 with --max-micro-batch and "
+                                                     "--target-batch)",
+                                 stepLabel() + ", micro-batch " + std::to_string(committed + 1) + " (1 sample), " + toString(r.phase)};
+            }
+            if (minMicroBatch < 2) {
+                // Nothing of the failed sample was kept (the error came before any gradient).
+                minMicroBatch = 2;
+                emit(Warning{now(), "the model's BatchNorm cannot train on a single sample (its last feature map is 1x1, "
+                                    "one value per channel): micro-batches hold at least 2 samples from now on"});
+                if (trial) {
+                    startProbe(currentProbeReason, 2, 0);
+                } else {
+                    microBatch = std::max<int64_t>(microBatch, 2);
+                    plan.clear();
+                }
+                continue;
+            }
+        }
         if (!r.ok && !r.failure.outOfMemory) {
             throw FatalError{r.failure.message, stepLabel() + ", micro-batch " + std::to_string(committed + 1) + " (" +
                                                     std::to_string(size) + " samples), " + toString(r.phase)};
@@ -882,8 +934,10 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
             if (trial) {
                 next = probe->result();
             } else {
-                if (size <= 1) doesNotFit(r.failure.requestedBytes);
-                next = std::max<int64_t>(1, size / 2);
+                if (size <= 1 || (size / 2 < minMicroBatch && microBatch <= minMicroBatch)) {
+                    doesNotFit(r.failure.requestedBytes);
+                }
+                next = std::max<int64_t>(minMicroBatch, size / 2);
                 microBatch = next;
                 cleanStepsSinceShrink = 0;
                 plan.clear();
@@ -913,7 +967,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
     const double seconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
     emit(OptimizerStepped{now(), step, committed});
     emit(StepMetrics{now(), step, sampler->epoch(), samplesSeen, lossSum, largestUsed,
-                     microBatch > 0 ? AccumulationPlan(target, microBatch).steps() : committed, target,
+                     microBatch > 0 ? static_cast<int64_t>(planFor(target, microBatch).size()) : committed, target,
                      optimizer->learningRate(), seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0, seconds,
                      stepPeak, totalSteps()});
     sampleMemory(true);

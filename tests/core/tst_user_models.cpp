@@ -344,6 +344,37 @@ private Q_SLOTS:
         QVERIFY2(double(found) >= 0.97 * double(lo), qPrintable(QStringLiteral("probe %1 vs true %2").arg(found).arg(lo)));
     }
 
+    /// torchvision's ResNet-18 with BatchNorm at 32x32: its last feature map is 1x1, so BatchNorm
+    /// refuses a single sample in training, where the probe starts. The run goes on from 2
+    /// samples (saying why), never trains a micro-batch of 1, and loses no sample — with an odd
+    /// target batch too, whose last part merges into the one before it (5 at most 2: 2 + 3).
+    void batchNormStartsAtTwo_data() {
+        QTest::addColumn<int64_t>("target");
+        QTest::addColumn<int64_t>("maxMicroBatch");
+        QTest::newRow("target 16") << int64_t{16} << int64_t{0};
+        QTest::newRow("target 15") << int64_t{15} << int64_t{0};
+        QTest::newRow("target 5, at most 2") << int64_t{5} << int64_t{2};
+    }
+    void batchNormStartsAtTwo() {
+        QFETCH(int64_t, target);
+        QFETCH(int64_t, maxMicroBatch);
+        RecordingSink sink;
+        TrainerOptions o = options(QStringLiteral("resnet18_bn_scripted.pt"), "virtual:4GiB");
+        o.targetBatch = target;
+        o.probe.maxMicroBatch = maxMicroBatch;
+        o.steps = 3;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+        bool said = false;
+        for (const auto& w : sink.all<Warning>()) said = said || w.message.find("cannot train on a single sample") != std::string::npos;
+        QVERIFY(said);
+        for (const auto& m : sink.all<MicroBatchDone>()) QVERIFY2(m.size >= 2, qPrintable(QString::number(m.size)));
+        for (const auto& t : sink.all<ProbeTrial>()) QVERIFY(t.microBatch >= 2);
+        const QString use = sampleUseError(sink, o.steps, target);
+        QVERIFY2(use.isEmpty(), qPrintable(use));
+    }
+
     /// A real error inside a script is not an OOM: the run stops at once, never retried, and the
     /// message says what went wrong inside the model.
     void realErrorInsideScriptIsFatal() {
