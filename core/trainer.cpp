@@ -124,8 +124,9 @@ struct Trainer::Impl {
     /// Smallest micro-batch the model can train on: 2 once BatchNorm refused a single sample
     /// (a 1x1 feature map leaves it one value per channel).
     int64_t minMicroBatch = 1;
-    /// Smallest part the rest of a batch is split into: 2 for BatchNorm models from the start
-    /// (one sample normalised alone is useless even where BatchNorm accepts it).
+    /// Smallest part the rest of a batch is split into, never below minMicroBatch: 2 for
+    /// BatchNorm models from the start (one sample normalised alone is useless even where
+    /// BatchNorm accepts it).
     int64_t minPart = 1;
     ProbeReason currentProbeReason = ProbeReason::Initial;
     std::optional<ProbeSearch> probe;
@@ -154,10 +155,10 @@ struct Trainer::Impl {
         return static_cast<int64_t>(static_cast<double>(meter->capacity()) * (1.0 - options.probe.headroom));
     }
     /// The rest of a batch split for training (AccumulationPlan::split), with a last part below
-    /// minPart/minMicroBatch merged into the one before it (only possible at micro-batch 2: 2+1 -> 3).
+    /// minPart merged into the one before it (only possible at micro-batch 2: 2+1 -> 3).
     std::vector<int64_t> planFor(int64_t remaining, int64_t micro) const {
         std::vector<int64_t> sizes = AccumulationPlan::split(remaining, micro);
-        if (sizes.size() >= 2 && sizes.back() < std::max(minPart, minMicroBatch)) {
+        if (sizes.size() >= 2 && sizes.back() < minPart) {
             sizes[sizes.size() - 2] += sizes.back();
             sizes.pop_back();
         }
@@ -501,7 +502,7 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
     }
     // The current plan; a check batch no larger than the micro-batch is split in up to four
     // micro-batches so that accumulation has something to show.
-    r.microBatchSizes = planFor(n, micro < n ? micro : std::max<int64_t>(std::max(minPart, minMicroBatch), (n + 3) / 4));
+    r.microBatchSizes = planFor(n, micro < n ? micro : std::max<int64_t>(minPart, (n + 3) / 4));
 
     /// Restores training mode whatever happens in the BatchNorm comparison.
     struct TrainModeGuard {
@@ -858,7 +859,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
             if (*proposed < minMicroBatch) doesNotFit(0);
             // A trial that would leave one sample for a model that cannot train on one waits for
             // the next batch.
-            const bool leavesTooFew = remaining - *proposed > 0 && remaining - *proposed < std::max(minPart, minMicroBatch);
+            const bool leavesTooFew = remaining - *proposed > 0 && remaining - *proposed < minPart;
             if (*proposed <= remaining && !leavesTooFew) {
                 size = *proposed;
                 trial = true;
@@ -904,30 +905,30 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                                 r.peakBytes, fit ? 0 : r.failure.requestedBytes, r.seconds});
             }
         }
-        if (!r.ok && !r.failure.outOfMemory && size < 2 && needsTwoSamples(r.failure.message)) {
-            if (upperBound() < 2) {
-                throw FatalError{r.failure.message + " (the model's BatchNorm cannot train on one sample, and micro-batches "
-                                                     "are limited to 1 here: allow at least 2 with --max-micro-batch and "
-                                                     "--target-batch)",
-                                 stepLabel() + ", micro-batch " + std::to_string(committed + 1) + " (1 sample), " + toString(r.phase)};
-            }
-            if (minMicroBatch < 2) {
-                // Nothing of the failed sample was kept (the error came before any gradient).
-                minMicroBatch = 2;
-                emit(Warning{now(), "the model's BatchNorm cannot train on a single sample (its last feature map is 1x1, "
-                                    "one value per channel): micro-batches hold at least 2 samples from now on"});
-                if (trial) {
-                    startProbe(currentProbeReason, 2, 0);
-                } else {
-                    microBatch = std::max<int64_t>(microBatch, 2);
-                    plan.clear();
-                }
-                continue;
-            }
-        }
         if (!r.ok && !r.failure.outOfMemory) {
-            throw FatalError{r.failure.message, stepLabel() + ", micro-batch " + std::to_string(committed + 1) + " (" +
-                                                    std::to_string(size) + " samples), " + toString(r.phase)};
+            std::string message = r.failure.message;
+            if (size < 2 && needsTwoSamples(message)) {
+                if (minMicroBatch < 2 && upperBound() >= 2) {
+                    // Nothing of the failed sample was kept (the error came before any gradient).
+                    minMicroBatch = 2;
+                    minPart = std::max<int64_t>(minPart, 2);
+                    emit(Warning{now(), "the model's BatchNorm cannot train on a single sample (its last feature map is "
+                                        "1x1, one value per channel): micro-batches hold at least 2 samples from now on"});
+                    if (trial) {
+                        startProbe(currentProbeReason, 2, 0);
+                    } else {
+                        microBatch = std::max<int64_t>(microBatch, 2);
+                        plan.clear();
+                    }
+                    continue;
+                }
+                if (upperBound() < 2) {
+                    message += " (the model's BatchNorm cannot train on one sample, and micro-batches are limited to 1 "
+                               "here: allow at least 2 with --max-micro-batch and --target-batch)";
+                }
+            }
+            throw FatalError{message, stepLabel() + ", micro-batch " + std::to_string(committed + 1) + " (" +
+                                          std::to_string(size) + " samples), " + toString(r.phase)};
         }
         if (!r.ok) {
             int64_t next = 0;
