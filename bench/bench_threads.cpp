@@ -23,7 +23,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -86,9 +85,9 @@ public:
             m_self = static_cast<int64_t>(syscall(SYS_gettid));
             while (!m_stop) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(kSampleMs));
-                auto now = readThreads();
-                const std::lock_guard lock(m_mutex);
-                for (auto& [tid, times] : now) m_last[tid] = std::move(times);  // ended threads keep their last sample
+                // Only this thread writes m_last until stop() has joined it; ended threads keep
+                // their last sample.
+                for (auto& [tid, times] : readThreads()) m_last[tid] = std::move(times);
             }
         });
     }
@@ -117,7 +116,6 @@ private:
     std::thread m_thread;
     std::atomic<bool> m_stop{false};
     int64_t m_self = 0;
-    std::mutex m_mutex;
     std::map<int64_t, ThreadTimes> m_before, m_last;
 };
 

@@ -35,6 +35,18 @@ int indexOf(const std::vector<Event>& events, size_t from, Pred pred) {
     return -1;
 }
 
+/// A run of small() on a 64 MiB virtual GPU whose target batch is set to `target` (linear
+/// learning-rate scaling) once step 2 is done.
+RunState runChangingTargetAfterStep2(RecordingSink& sink, int64_t target) {
+    TrainerOptions o = small();
+    o.device = "virtual:64MiB";
+    Trainer trainer(o, sink);
+    sink.onEach = [&](const Event& e) {
+        if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 2) trainer.setTargetBatch(target, LrScaling::Linear);
+    };
+    return trainer.run().state;
+}
+
 }  // namespace
 
 class TestTrainerCommands : public QObject {
@@ -131,13 +143,7 @@ private Q_SLOTS:
 
     void targetBatchChangeAppliesAtNextBatch() {
         RecordingSink sink;
-        TrainerOptions o = small();
-        o.device = "virtual:64MiB";
-        Trainer trainer(o, sink);
-        sink.onEach = [&](const Event& e) {
-            if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 2) trainer.setTargetBatch(64, LrScaling::Linear);
-        };
-        QCOMPARE(trainer.run().state, RunState::Finished);
+        QCOMPARE(runChangingTargetAfterStep2(sink, 64), RunState::Finished);
         const auto steps = sink.all<StepMetrics>();
         QCOMPARE(steps[1].targetBatch, qint64(256));
         QCOMPARE(steps[2].targetBatch, qint64(64));
@@ -156,13 +162,7 @@ private Q_SLOTS:
     /// warning and training goes on at the target it had.
     void targetBatchLargerThanTheDataIsRefused() {
         RecordingSink sink;
-        TrainerOptions o = small();
-        o.device = "virtual:64MiB";
-        Trainer trainer(o, sink);
-        sink.onEach = [&](const Event& e) {
-            if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 2) trainer.setTargetBatch(513, LrScaling::Linear);
-        };
-        QCOMPARE(trainer.run().state, RunState::Finished);
+        QCOMPARE(runChangingTargetAfterStep2(sink, 513), RunState::Finished);
         QVERIFY(sink.all<TargetBatchChanged>().empty());
         for (const auto& step : sink.all<StepMetrics>()) QCOMPARE(step.targetBatch, qint64(256));
         bool warned = false;
