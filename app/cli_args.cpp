@@ -3,297 +3,356 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <filesystem>
 #include <functional>
-#include <map>
-#include <set>
+#include <iomanip>
+#include <limits>
+#include <memory>
 #include <sstream>
 
-#include "core/dataset.h"
+#include <CLI/CLI.hpp>
+
 #include "core/device.h"
-#include "core/model.h"
-#include "core/model_factory.h"
 #include "core/run_config.h"
+
+// The flags are declared once, with CLI11: each with its range or choices, its help text and
+// what it sets. Ranges are core's limits (core/options.h), the ones the configuration file
+// uses; core::resolve() then applies the rules every front end shares.
 
 namespace batchpilot::app {
 namespace {
 
 using core::TrainerOptions;
 
-tl::expected<int64_t, std::string> parseInteger(const std::string& flag, const std::string& text, int64_t minimum) {
-    int64_t value = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc{} || end != text.data() + text.size()) {
-        return tl::unexpected(flag + " expects a whole number, got \"" + text + "\"");
-    }
-    if (value < minimum) {
-        return tl::unexpected(flag + " must be at least " + std::to_string(minimum) + ", got " + text);
-    }
-    return value;
+// Validators see the flag's text before CLI11 converts it, so a message can say what was given.
+
+CLI::Validator wholeNumber(int64_t minimum, int64_t maximum) {
+    const std::string range = "from " + std::to_string(minimum) + " to " + std::to_string(maximum);
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            int64_t value = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+            if (ec == std::errc::result_out_of_range) return "expects a whole number " + range + ", got " + text;
+            if (ec != std::errc{} || end != text.data() + text.size()) return "expects a whole number, got \"" + text + "\"";
+            if (value < minimum || value > maximum) return "must be " + range + ", got " + text;
+            return {};
+        },
+        "", "");
 }
 
-tl::expected<double, std::string> parseNumber(const std::string& flag, const std::string& text) {
-    try {
-        size_t used = 0;
-        const double value = std::stod(text, &used);
-        if (used == text.size() && std::isfinite(value)) return value;
-        if (used == text.size()) return tl::unexpected(flag + " expects a finite number, got \"" + text + "\"");
-    } catch (const std::exception&) {
-    }
-    return tl::unexpected(flag + " expects a number, got \"" + text + "\"");
+/// Finite numbers in [minimum, maximum] (or [minimum, maximum) when `openMaximum`), and above
+/// `minimum` when `positive`.
+CLI::Validator realNumber(double minimum, double maximum, bool positive = false, bool openMaximum = false) {
+    std::ostringstream range;
+    range << std::setprecision(10) << (positive ? "above " : openMaximum ? "at least " : "from ") << minimum
+          << (positive ? " and at most " : openMaximum ? " and below " : " to ") << maximum;
+    return CLI::Validator(
+        [=, range = range.str()](std::string& text) -> std::string {
+            double value = 0;
+            try {
+                size_t used = 0;
+                value = std::stod(text, &used);
+                if (used != text.size()) return "expects a number, got \"" + text + "\"";
+            } catch (const std::exception&) {
+                return "expects a number, got \"" + text + "\"";
+            }
+            if (!std::isfinite(value)) return "expects a finite number, got \"" + text + "\"";
+            const bool below = positive ? value <= minimum : value < minimum;
+            const bool above = openMaximum ? value >= maximum : value > maximum;
+            if (below || above) return "must be " + range + ", got " + text;
+            return {};
+        },
+        "", "");
 }
 
-/// "3x32x32" → channels, height, width; exactly three positive whole numbers.
-tl::expected<void, std::string> parseImageSize(const std::string& text, core::DataOptions& data) {
-    const std::string usage = "--image-size expects CxHxW such as 3x32x32, got \"" + text + "\"";
-    int64_t parts[3] = {0, 0, 0};
-    size_t start = 0;
-    for (int i = 0; i < 3; ++i) {
-        const size_t end = text.find('x', start);
-        if ((i < 2) != (end != std::string::npos)) return tl::unexpected(usage);
-        auto value = parseInteger("--image-size", text.substr(start, end == std::string::npos ? std::string::npos : end - start), 1);
-        if (!value) return tl::unexpected(usage);
-        parts[i] = *value;
-        start = end + 1;
-    }
-    data.channels = parts[0];
-    data.height = parts[1];
-    data.width = parts[2];
-    return {};
+/// A name core parses (optimizer, loss, normalisation, device): core's own message on failure.
+template <typename Parse>
+CLI::Validator parsedBy(Parse parse) {
+    return CLI::Validator(
+        [parse](std::string& text) -> std::string {
+            auto parsed = parse(text);
+            return parsed ? std::string() : parsed.error();
+        },
+        "", "");
 }
 
-template <typename T>
-tl::expected<void, std::string> store(tl::expected<T, std::string> parsed, T& into) {
-    if (!parsed) return tl::unexpected(parsed.error());
-    into = *parsed;
-    return {};
+/// One of `names`.
+CLI::Validator oneOf(std::vector<std::string> names) {
+    return CLI::Validator(
+        [names](std::string& text) -> std::string {
+            if (std::find(names.begin(), names.end(), text) != names.end()) return {};
+            return "unknown value \"" + text + "\": choose " + core::choiceList(names);
+        },
+        "", "");
+}
+
+/// "3x32x32": exactly three positive whole numbers.
+tl::expected<std::array<int64_t, 3>, std::string> parseImageSize(const std::string& text) {
+    std::array<int64_t, 3> parts{};
+    const char* at = text.data();
+    const char* last = text.data() + text.size();
+    for (size_t i = 0; i < parts.size(); ++i) {
+        const auto [end, ec] = std::from_chars(at, last, parts[i]);
+        const bool separated = i + 1 < parts.size() ? end != last && *end == 'x' : end == last;
+        if (ec != std::errc{} || !separated || parts[i] < 1) {
+            return tl::unexpected("expects CxHxW such as 3x32x32, got \"" + text + "\"");
+        }
+        at = end + 1;
+    }
+    return parts;
+}
+
+/// The flags and what each sets. Values given on the command line are applied, in declaration
+/// order, after the configuration file (so flags override it).
+class Flags {
+public:
+    explicit Flags(CliRequest& request) : m_app("Train at the target batch you want on the device you have.", "batchpilot-cli") {
+        declare(request);
+    }
+
+    CLI::App& app() { return m_app; }
+
+    /// Applies every flag the command line gave.
+    void apply(TrainerOptions& options) const {
+        for (const auto& set : m_setters) set(options);
+    }
+    bool given(const std::string& name) const { return m_app.get_option(name)->count() > 0; }
+
+private:
+    /// A flag with a value of type T; `set` stores it when the flag was given.
+    template <typename T>
+    CLI::Option* option(const std::string& name, const std::string& text, std::function<void(TrainerOptions&, const T&)> set) {
+        auto value = std::make_shared<T>();
+        CLI::Option* flag = m_app.add_option(name, *value, text);
+        m_setters.push_back([flag, value, set](TrainerOptions& o) {
+            if (flag->count() > 0) set(o, *value);
+        });
+        return flag;
+    }
+
+    void declare(CliRequest& request);
+
+    CLI::App m_app;
+    std::vector<std::function<void(TrainerOptions&)>> m_setters;
+};
+
+void Flags::declare(CliRequest& request) {
+    const TrainerOptions d;  // defaults, for the help text
+    const auto text = [](auto value) {
+        std::ostringstream out;
+        out << value;
+        return out.str();
+    };
+    const int64_t maxBatch = core::kMaxTargetBatch;
+    m_app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    m_app.allow_extras();  // reported below with a message of our own
+    m_app.get_formatter()->column_width(28);
+    m_app.footer(
+        "It probes the largest micro-batch that fits the device (trials that fit keep their gradients),\n"
+        "accumulates gradients exactly up to the target batch, and recovers from out-of-memory errors\n"
+        "without losing or repeating a sample.\n\n"
+        "Exit status: 0 on success, 1 when training failed, 2 on bad input, 4 when a checkpoint or\n"
+        "the events file could not be written, 128+N when stopped by signal N.\n");
+
+    std::string group = "Model and data";
+    option<std::string>("--model", "mlp, cnn or resnet (default " + d.model.name + "), or a TorchScript file (.pt/.pth)\n"
+                                   "exported from Python: see README, \"Your own model and data\"",
+                        [](TrainerOptions& o, const std::string& v) { o.model.name = v; })
+        ->type_name("NAME")->group(group);
+    option<std::string>("--norm", "resnet normalisation: group (exact under accumulation) or batch\n(default group)",
+                        [](TrainerOptions& o, const std::string& v) { o.model.norm = *core::parseNormKind(v); })
+        ->type_name("KIND")->check(parsedBy(core::parseNormKind))->group(group);
+    option<int64_t>("--width", "channels of the first stage / hidden-unit scale (default " + text(d.model.width) + ")",
+                    [](TrainerOptions& o, const int64_t& v) { o.model.width = v; })
+        ->type_name("N")->check(wholeNumber(core::kMinModelWidth, core::kMaxModelWidth))->group(group);
+    option<std::string>("--data", "synthetic (default): learnable generated images; mnist (IDX files),\n"
+                                  "image-folder (one subfolder per class) or csv (a table)",
+                        [](TrainerOptions& o, const std::string& v) { o.data.name = v; })
+        ->type_name("NAME")->check(oneOf(core::datasetNames()))->group(group);
+    option<std::string>("--data-path", "the MNIST folder, image folder or CSV file to read",
+                        [](TrainerOptions& o, const std::string& v) { o.data.path = v; })
+        ->type_name("PATH")->group(group);
+    option<std::string>("--target-column", "csv: the column to predict (the others are numeric features)",
+                        [](TrainerOptions& o, const std::string& v) { o.data.targetColumn = v; })
+        ->type_name("NAME")->group(group);
+    option<std::string>("--image-size", "sample shape (default 3x32x32; 3x224x224 works); image-folder\n"
+                                        "resizes to it (C: 3 for RGB, 1 for grey)",
+                        [](TrainerOptions& o, const std::string& v) {
+                            const auto parts = *parseImageSize(v);
+                            o.data.channels = parts[0];
+                            o.data.height = parts[1];
+                            o.data.width = parts[2];
+                        })
+        ->type_name("CxHxW")->check(parsedBy(parseImageSize))->group(group);
+    option<int64_t>("--classes", "number of classes (default " + text(d.data.classes) + ")",
+                    [](TrainerOptions& o, const int64_t& v) { o.data.classes = v; })
+        ->type_name("N")->check(wholeNumber(2, core::kMaxClasses))->group(group);
+    option<int64_t>("--samples", "dataset size (default " + text(d.data.samples) + ")",
+                    [](TrainerOptions& o, const int64_t& v) { o.data.samples = v; })
+        ->type_name("N")->check(wholeNumber(1, core::kMaxSamples))->group(group);
+    option<int64_t>("--data-seed", "seed of the generated data (default " + text(d.data.seed) + ")",
+                    [](TrainerOptions& o, const int64_t& v) { o.data.seed = static_cast<uint64_t>(v); })
+        ->type_name("N")->check(wholeNumber(0, std::numeric_limits<int64_t>::max()))->group(group);
+
+    group = "Device and batch";
+    option<std::string>("--device", "cpu, cuda:N or virtual:<size> — a simulated GPU with a memory budget,\n"
+                                    "e.g. virtual:512MiB (default " + d.device + ")",
+                        [](TrainerOptions& o, const std::string& v) { o.device = core::parseDevice(v)->name(); })
+        ->type_name("DEV")->check(parsedBy([](const std::string& v) { return core::parseDevice(v); }))->group(group);
+    option<int64_t>("--target-batch", "samples per optimizer step (default " + text(d.targetBatch) + ")",
+                    [](TrainerOptions& o, const int64_t& v) { o.targetBatch = v; })
+        ->type_name("N")->check(wholeNumber(1, maxBatch))->group(group);
+    option<int64_t>("--initial-micro-batch", "first probe trial (default " + text(d.probe.initialMicroBatch) + ")",
+                    [](TrainerOptions& o, const int64_t& v) { o.probe.initialMicroBatch = v; })
+        ->type_name("N")->check(wholeNumber(1, maxBatch))->group(group);
+    option<int64_t>("--max-micro-batch", "upper limit for the micro-batch (default: none)",
+                    [](TrainerOptions& o, const int64_t& v) { o.probe.maxMicroBatch = v; })
+        ->type_name("N")->check(wholeNumber(1, maxBatch))->group(group);
+    option<double>("--headroom", "fraction of device memory kept free, 0..0.9 (default " + text(d.probe.headroom) + ")",
+                   [](TrainerOptions& o, const double& v) { o.probe.headroom = v; })
+        ->type_name("F")->check(realNumber(0.0, 0.9))->group(group);
+    option<int64_t>("--multiple-of", "round the micro-batch down to a multiple of N (default " + text(d.probe.multipleOf) + ")",
+                    [](TrainerOptions& o, const int64_t& v) { o.probe.multipleOf = v; })
+        ->type_name("N")->check(wholeNumber(1, maxBatch))->group(group);
+    option<int64_t>("--max-trials", "probe trial limit (default " + text(d.probe.maxTrials) + ")",
+                    [](TrainerOptions& o, const int64_t& v) { o.probe.maxTrials = static_cast<int>(v); })
+        ->type_name("N")->check(wholeNumber(1, core::kMaxProbeTrials))->group(group);
+    option<int64_t>("--regrow-after", "clean steps after an OOM before trying a larger micro-batch\n"
+                                      "(default " + text(d.regrowAfterSteps) + ", 0 = never)",
+                    [](TrainerOptions& o, const int64_t& v) { o.regrowAfterSteps = static_cast<int>(v); })
+        ->type_name("N")->check(wholeNumber(0, core::kMaxRegrowAfterSteps))->group(group);
+    option<double>("--cuda-memory-fraction", "cuda:N only: let this process use at most F (0..1] of the GPU's\n"
+                                             "memory, so that a large GPU runs out of memory like a small one",
+                   [](TrainerOptions& o, const double& v) { o.cudaMemoryFraction = v; })
+        ->type_name("F")->check(realNumber(0.0, 1.0, true))->group(group);
+
+    group = "Optimisation";
+    option<std::string>("--optimizer", "sgd (with momentum), adam or adamw (default sgd)",
+                        [](TrainerOptions& o, const std::string& v) { o.optimizer.kind = *core::parseOptimizerKind(v); })
+        ->type_name("NAME")->check(parsedBy(core::parseOptimizerKind))->group(group);
+    option<double>("--lr", "learning rate (default " + text(d.optimizer.learningRate) + ")",
+                   [](TrainerOptions& o, const double& v) { o.optimizer.learningRate = v; })
+        ->type_name("F")->check(realNumber(0.0, core::kMaxLearningRate, true))->group(group);
+    option<double>("--momentum", "SGD momentum (default " + text(d.optimizer.momentum) + ")",
+                   [](TrainerOptions& o, const double& v) { o.optimizer.momentum = v; })
+        ->type_name("F")->check(realNumber(0.0, 1.0, false, true))->group(group);
+    option<double>("--weight-decay", "L2 (sgd, adam) or decoupled (adamw) weight decay (default 0)",
+                   [](TrainerOptions& o, const double& v) { o.optimizer.weightDecay = v; })
+        ->type_name("F")->check(realNumber(0.0, core::kMaxWeightDecay))->group(group);
+    option<std::string>("--lr-scaling", "how the learning rate follows a change of the target batch during a\n"
+                                        "run: none (default), linear or sqrt",
+                        [](TrainerOptions& o, const std::string& v) { o.lrScaling = *core::parseLrScaling(v); })
+        ->type_name("RULE")->check(parsedBy(core::parseLrScaling))->group(group);
+    option<std::string>("--loss", "cross-entropy (classification, default) or mse (regression; with\n"
+                                  "csv the target column holds the values to predict)",
+                        [](TrainerOptions& o, const std::string& v) { o.loss = *core::parseLossKind(v); })
+        ->type_name("NAME")->check(parsedBy(core::parseLossKind))->group(group);
+    option<int64_t>("--steps", "optimizer steps to run (default " + text(core::kDefaultSteps) + " unless --epochs is given)",
+                    [](TrainerOptions& o, const int64_t& v) { o.steps = v; })
+        ->type_name("N")->check(wholeNumber(1, core::kMaxSteps))->group(group);
+    option<int64_t>("--epochs", "passes over the data (with --steps too, whichever ends first)",
+                    [this](TrainerOptions& o, const int64_t& v) { core::setEpochs(o, v, given("--steps")); })
+        ->type_name("N")->check(wholeNumber(1, core::kMaxEpochs))->group(group);
+    option<int64_t>("--seed", "model initialisation and sample order (default " + text(d.seed) + ")",
+                    [](TrainerOptions& o, const int64_t& v) { o.seed = static_cast<uint64_t>(v); })
+        ->type_name("N")->check(wholeNumber(0, std::numeric_limits<int64_t>::max()))->group(group);
+    option<int64_t>("--threads", "CPU threads for LibTorch, 1.." + text(core::kMaxThreads) + " (default: every CPU available)",
+                    [](TrainerOptions& o, const int64_t& v) { o.intraOpThreads = static_cast<int>(v); })
+        ->type_name("N")->check(wholeNumber(1, core::kMaxThreads))->group(group);
+
+    group = "Configuration";
+    m_app.add_option("--config", request.configPath, "read a JSON run configuration (see README); flags given too override it")
+        ->type_name("FILE")->group(group);
+    m_app.add_option("--save-config", request.saveConfigPath, "write the configuration these flags describe to FILE and exit")
+        ->type_name("FILE")->group(group);
+
+    group = "Checkpoints";
+    option<std::string>("--checkpoint-dir", "save model, optimizer and trainer state to DIR/checkpoint.pt when the run\n"
+                                            "ends or is stopped (written atomically: a crash never corrupts it)",
+                        [](TrainerOptions& o, const std::string& v) { o.checkpoint.directory = v; })
+        ->type_name("DIR")->group(group);
+    option<int64_t>("--checkpoint-every", "also every N optimizer steps",
+                    [](TrainerOptions& o, const int64_t& v) { o.checkpoint.everySteps = v; })
+        ->type_name("N")->check(wholeNumber(1, core::kMaxSteps))->group(group);
+    option<std::string>("--resume", "continue exactly where the checkpoint in DIR left off (same model,\n"
+                                    "optimizer and data options, and its target batch); the step limit\n"
+                                    "counts from the start. Checkpoints then replace DIR/checkpoint.pt\n"
+                                    "unless --checkpoint-dir names another folder",
+                        [](TrainerOptions& o, const std::string& v) {
+                            o.resumeFrom = v;
+                            if (o.checkpoint.directory.empty()) o.checkpoint.directory = v;
+                        })
+        ->type_name("DIR")->group(group);
+
+    group = "Output";
+    m_app.add_option("--events", request.eventsPath, "write every event as JSON Lines to FILE")->type_name("FILE")->group(group);
+    m_app.add_flag("--quiet", request.quiet, "print only the final summary")->group(group);
+    m_app.add_flag("--memory-report", request.memoryReport,
+                   "after each probe, print where the device memory goes: the probe's\n"
+                   "trials, the fitted memory model, and parameters, gradients, optimizer\n"
+                   "state and activations at the next step")
+        ->group(group);
+    m_app.add_option("--check-equivalence", request.checkEquivalence,
+                     "after the first step, check that accumulating the micro-batches gives\n"
+                     "the gradient of one full pass over the first N samples of that batch\n"
+                     "(0: the whole batch) and print the differences per parameter tensor")
+        ->type_name("N")->check(wholeNumber(0, maxBatch))->group(group);
+    m_app.add_flag("--list-devices", request.listDevices, "print the devices of this machine and exit")->group(group);
+    m_app.set_help_flag("-h,--help", "print this help and exit")->group(group);
 }
 
 }  // namespace
 
 std::string cliHelp() {
-    return R"(batchpilot-cli — train at the target batch you want on the device you have
-
-Usage: batchpilot-cli [flags]
-
-It probes the largest micro-batch that fits the device (trials that fit keep their gradients),
-accumulates gradients exactly up to the target batch, and recovers from out-of-memory errors
-without losing or repeating a sample.
-
-Model and data
-  --model NAME            mlp, cnn or resnet (default cnn), or a TorchScript file (.pt/.pth)
-                          exported from Python: see README, "Your own model and data"
-  --norm KIND             resnet normalisation: group (exact under accumulation) or batch
-                          (default group)
-  --width N               channels of the first stage / hidden-unit scale (default 32)
-  --data NAME             synthetic (default): learnable generated images; mnist (IDX files),
-                          image-folder (one subfolder per class) or csv (a table)
-  --data-path PATH        the MNIST folder, image folder or CSV file to read
-  --target-column NAME    csv: the column to predict (the others are numeric features)
-  --image-size CxHxW      sample shape (default 3x32x32; 3x224x224 works); image-folder
-                          resizes to it (C: 3 for RGB, 1 for grey)
-  --classes N             number of classes (default 10)
-  --samples N             dataset size (default 4096)
-  --data-seed N           seed of the generated data (default 1)
-
-Device and batch
-  --device DEV            cpu, cuda:N or virtual:<size> — a simulated GPU with a memory budget,
-                          e.g. virtual:512MiB (default cpu)
-  --target-batch N        samples per optimizer step (default 64)
-  --initial-micro-batch N first probe trial (default 1)
-  --max-micro-batch N     upper limit for the micro-batch (default: none)
-  --headroom F            fraction of device memory kept free, 0..0.9 (default 0.05)
-  --multiple-of N         round the micro-batch down to a multiple of N (default 1)
-  --max-trials N          probe trial limit (default 24)
-  --regrow-after N        clean steps after an OOM before trying a larger micro-batch
-                          (default 20, 0 = never)
-  --cuda-memory-fraction F  cuda:N only: let this process use at most F (0..1] of the GPU's
-                          memory, so that a large GPU runs out of memory like a small one
-
-Optimisation
-  --optimizer NAME        sgd (with momentum), adam or adamw (default sgd)
-  --lr F                  learning rate (default 0.05)
-  --momentum F            SGD momentum (default 0.9)
-  --weight-decay F        L2 (sgd, adam) or decoupled (adamw) weight decay (default 0)
-  --loss NAME             cross-entropy (classification, default) or mse (regression; with
-                          csv the target column holds the values to predict)
-  --steps N               optimizer steps to run (default 100 unless --epochs is given)
-  --epochs N              passes over the data (used when --steps is not given)
-  --seed N                model initialisation and sample order (default 0)
-  --threads N             CPU threads for LibTorch, 1..256 (default: every CPU available)
-
-Configuration
-  --config FILE           read a JSON run configuration (see README); flags given too override it
-  --save-config FILE      write the configuration these flags describe to FILE and exit
-
-Checkpoints
-  --checkpoint-dir DIR    save model, optimizer and trainer state to DIR/checkpoint.pt when the run
-                          ends or is stopped (written atomically: a crash never corrupts it)
-  --checkpoint-every N    also every N optimizer steps
-  --resume DIR            continue exactly where the checkpoint in DIR left off (same model,
-                          optimizer and data options, and its target batch); the step limit
-                          counts from the start. Checkpoints then replace DIR/checkpoint.pt
-                          unless --checkpoint-dir names another folder
-
-Output
-  --events FILE           write every event as JSON Lines to FILE
-  --quiet                 print only the final summary
-  --memory-report         after each probe, print where the device memory goes: the probe's
-                          trials, the fitted memory model, and parameters, gradients, optimizer
-                          state and activations at the next step
-  --check-equivalence N   after the first step, check that accumulating the micro-batches gives
-                          the gradient of one full pass over the first N samples of that batch
-                          (0: the whole batch) and print the differences per parameter tensor
-  --list-devices          print the devices of this machine and exit
-  --help                  print this help and exit
-
-Exit status: 0 on success, 1 when training failed, 2 on bad input.
-)";
+    CliRequest request;
+    Flags flags(request);
+    return flags.app().help();
 }
 
 tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& args) {
     CliRequest request;
+    Flags flags(request);
+    CLI::App& app = flags.app();
+    try {
+        std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+        app.parse(reversed);
+    } catch (const CLI::CallForHelp&) {
+        request.help = true;
+        return request;
+    } catch (const CLI::ArgumentMismatch& e) {
+        // The only mismatch a value flag can have here: it was last, with nothing after it.
+        std::string message = e.what();
+        const auto colon = message.find(':');
+        return tl::unexpected((colon == std::string::npos ? message : message.substr(0, colon) + " needs a value") + "; see --help");
+    } catch (const CLI::ParseError& e) {
+        return tl::unexpected(std::string(e.what()));
+    }
+    if (const auto extra = app.remaining(); !extra.empty()) {
+        const std::string& first = extra.front();
+        return tl::unexpected(first.rfind("-", 0) == 0 ? "unknown flag \"" + first.substr(0, first.find('=')) + "\"; see --help for the flags"
+                                                       : "unexpected argument \"" + first + "\": every value follows its flag; see --help");
+    }
+    if (request.help) return request;
+
     TrainerOptions& o = request.options;
-    // A configuration file is read first; flags given with it override its values.
-    for (size_t i = 0; i < args.size(); ++i) {
-        std::string path;
-        if (args[i] == "--config" && i + 1 < args.size()) path = args[i + 1];
-        if (args[i].rfind("--config=", 0) == 0) path = args[i].substr(9);
-        if (!path.empty()) {
-            auto loaded = core::loadRunConfig(path);
-            if (!loaded) return tl::unexpected(loaded.error());
-            o = *loaded;
-        }
+    if (!request.configPath.empty()) {
+        // A configuration file is read first; flags given with it override its values.
+        auto loaded = core::loadRunConfig(request.configPath);
+        if (!loaded) return tl::unexpected(loaded.error());
+        o = *loaded;
     }
-    using Handler = std::function<tl::expected<void, std::string>(const std::string&)>;
-    const std::map<std::string, Handler> withValue = {
-        {"--model", [&](const std::string& v) -> tl::expected<void, std::string> { o.model.name = v; return {}; }},
-        {"--norm", [&](const std::string& v) { return store(core::parseNormKind(v), o.model.norm); }},
-        {"--width", [&](const std::string& v) { return store(parseInteger("--width", v, 8), o.model.width); }},
-        {"--data", [&](const std::string& v) -> tl::expected<void, std::string> { o.data.name = v; return {}; }},
-        {"--data-path", [&](const std::string& v) -> tl::expected<void, std::string> { o.data.path = v; return {}; }},
-        {"--target-column", [&](const std::string& v) -> tl::expected<void, std::string> { o.data.targetColumn = v; return {}; }},
-        {"--loss", [&](const std::string& v) { return store(core::parseLossKind(v), o.loss); }},
-        {"--image-size", [&](const std::string& v) { return parseImageSize(v, o.data); }},
-        {"--classes", [&](const std::string& v) { return store(parseInteger("--classes", v, 2), o.data.classes); }},
-        {"--samples", [&](const std::string& v) { return store(parseInteger("--samples", v, 1), o.data.samples); }},
-        {"--data-seed", [&](const std::string& v) -> tl::expected<void, std::string> {
-             auto n = parseInteger("--data-seed", v, 0);
-             if (!n) return tl::unexpected(n.error());
-             o.data.seed = static_cast<uint64_t>(*n);
-             return {};
-         }},
-        {"--device", [&](const std::string& v) -> tl::expected<void, std::string> {
-             auto device = core::parseDevice(v);
-             if (!device) return tl::unexpected(device.error());
-             o.device = device->name();
-             return {};
-         }},
-        {"--target-batch", [&](const std::string& v) { return store(parseInteger("--target-batch", v, 1), o.targetBatch); }},
-        {"--initial-micro-batch", [&](const std::string& v) { return store(parseInteger("--initial-micro-batch", v, 1), o.probe.initialMicroBatch); }},
-        {"--max-micro-batch", [&](const std::string& v) { return store(parseInteger("--max-micro-batch", v, 1), o.probe.maxMicroBatch); }},
-        {"--headroom", [&](const std::string& v) { return store(parseNumber("--headroom", v), o.probe.headroom); }},
-        {"--cuda-memory-fraction",
-         [&](const std::string& v) { return store(parseNumber("--cuda-memory-fraction", v), o.cudaMemoryFraction); }},
-        {"--multiple-of", [&](const std::string& v) { return store(parseInteger("--multiple-of", v, 1), o.probe.multipleOf); }},
-        {"--max-trials", [&](const std::string& v) -> tl::expected<void, std::string> {
-             auto n = parseInteger("--max-trials", v, 1);
-             if (!n) return tl::unexpected(n.error());
-             o.probe.maxTrials = static_cast<int>(std::min<int64_t>(*n, 1000));
-             return {};
-         }},
-        {"--regrow-after", [&](const std::string& v) -> tl::expected<void, std::string> {
-             auto n = parseInteger("--regrow-after", v, 0);
-             if (!n) return tl::unexpected(n.error());
-             o.regrowAfterSteps = static_cast<int>(std::min<int64_t>(*n, 1000000));
-             return {};
-         }},
-        {"--optimizer", [&](const std::string& v) { return store(core::parseOptimizerKind(v), o.optimizer.kind); }},
-        {"--lr", [&](const std::string& v) { return store(parseNumber("--lr", v), o.optimizer.learningRate); }},
-        {"--momentum", [&](const std::string& v) { return store(parseNumber("--momentum", v), o.optimizer.momentum); }},
-        {"--weight-decay", [&](const std::string& v) { return store(parseNumber("--weight-decay", v), o.optimizer.weightDecay); }},
-        {"--steps", [&](const std::string& v) { return store(parseInteger("--steps", v, 1), o.steps); }},
-        {"--epochs", [&](const std::string& v) { return store(parseInteger("--epochs", v, 1), o.epochs); }},
-        {"--seed", [&](const std::string& v) -> tl::expected<void, std::string> {
-             auto n = parseInteger("--seed", v, 0);
-             if (!n) return tl::unexpected(n.error());
-             o.seed = static_cast<uint64_t>(*n);
-             return {};
-         }},
-        {"--threads", [&](const std::string& v) -> tl::expected<void, std::string> {
-             auto n = parseInteger("--threads", v, 1);
-             if (!n) return tl::unexpected(n.error());
-             if (*n > core::kMaxThreads) {
-                 return tl::unexpected("--threads must be at most " + std::to_string(core::kMaxThreads) + ", got " + v);
-             }
-             o.intraOpThreads = static_cast<int>(*n);
-             return {};
-         }},
-        {"--events", [&](const std::string& v) -> tl::expected<void, std::string> { request.eventsPath = v; return {}; }},
-        {"--config", [&](const std::string&) -> tl::expected<void, std::string> { return {}; }},
-        {"--checkpoint-dir", [&](const std::string& v) -> tl::expected<void, std::string> { o.checkpoint.directory = v; return {}; }},
-        {"--checkpoint-every", [&](const std::string& v) { return store(parseInteger("--checkpoint-every", v, 1), o.checkpoint.everySteps); }},
-        {"--resume", [&](const std::string& v) -> tl::expected<void, std::string> {
-             o.resumeFrom = v;
-             if (o.checkpoint.directory.empty()) o.checkpoint.directory = v;
-             return {};
-         }},
-        {"--save-config", [&](const std::string& v) -> tl::expected<void, std::string> { request.saveConfigPath = v; return {}; }},
-        {"--check-equivalence", [&](const std::string& v) { return store(parseInteger("--check-equivalence", v, 0), request.checkEquivalence); }},
-    };
-    std::set<std::string> given;  ///< flags given on the command line (not from the configuration)
-    for (size_t i = 0; i < args.size(); ++i) {
-        std::string flag = args[i];
-        std::optional<std::string> value;
-        if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-            value = flag.substr(eq + 1);
-            flag = flag.substr(0, eq);
-        }
-        if (flag == "--help" || flag == "-h") { request.help = true; continue; }
-        if (flag == "--list-devices") { request.listDevices = true; continue; }
-        if (flag == "--quiet") { request.quiet = true; continue; }
-        if (flag == "--memory-report") { request.memoryReport = true; continue; }
-        const auto handler = withValue.find(flag);
-        if (handler == withValue.end()) {
-            return tl::unexpected("unknown flag \"" + flag + "\"; see --help for the flags");
-        }
-        if (!value) {
-            if (i + 1 >= args.size()) return tl::unexpected(flag + " needs a value; see --help");
-            value = args[++i];
-        }
-        if (auto ok = handler->second(*value); !ok) return tl::unexpected(ok.error());
-        given.insert(flag);
-    }
-    if (!o.resumeFrom.empty() && given.contains("--target-batch")) {
+    flags.apply(o);
+    if (!o.resumeFrom.empty() && flags.given("--target-batch")) {
         return tl::unexpected(std::string("--target-batch cannot be given with --resume: a resumed run continues at its "
                                           "checkpoint's target batch, so that it goes on exactly where it stopped; drop "
                                           "--target-batch, or start a new run without --resume"));
     }
-    request.checkpointReplacesResumed = !o.resumeFrom.empty() && !given.contains("--checkpoint-dir") &&
+    request.checkpointReplacesResumed = !o.resumeFrom.empty() && !flags.given("--checkpoint-dir") &&
                                         o.checkpoint.directory == o.resumeFrom;
-    if (o.steps == 0 && o.epochs == 0) o.steps = 100;
-    const auto models = core::builtinModelNames();
-    if (std::find(models.begin(), models.end(), o.model.name) == models.end()) {
-        if (!core::isModelFile(o.model.name)) {
-            return tl::unexpected("unknown model \"" + o.model.name +
-                                  "\": choose mlp, cnn or resnet, or give a TorchScript file (.pt or .pth)");
-        }
-        std::error_code ec;
-        if (!std::filesystem::is_regular_file(o.model.name, ec)) {
-            return tl::unexpected("model file " + o.model.name + " does not exist");
-        }
-    }
-    const auto datasets = core::datasetNames();
-    if (std::find(datasets.begin(), datasets.end(), o.data.name) == datasets.end()) {
-        return tl::unexpected("unknown dataset \"" + o.data.name + "\": choose synthetic, mnist, image-folder or csv");
-    }
-    if (o.data.name != "synthetic" && o.data.path.empty()) {
-        return tl::unexpected("--data " + o.data.name + " needs --data-path (the " +
-                              (o.data.name == "csv" ? "CSV file" : "folder") + " to read)");
-    }
-    // A CSV trained with MSE predicts the target column's values rather than classes.
-    if (o.data.name == "csv" && o.loss == core::LossKind::Mse) o.data.regression = true;
-    if (auto ok = core::validate(o); !ok) return tl::unexpected(ok.error());
+    auto resolved = core::resolve(std::move(o));
+    if (!resolved) return tl::unexpected(resolved.error().message);
+    request.options = std::move(*resolved);
+    // resolve() reads the device's name only; whether it exists is this machine's question.
+    if (auto device = core::parseDevice(request.options.device); !device) return tl::unexpected(device.error());
     return request;
 }
 

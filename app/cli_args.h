@@ -12,6 +12,7 @@ namespace batchpilot::app {
 /// What the command line asked for.
 struct CliRequest {
     core::TrainerOptions options;
+    std::string configPath;  ///< --config FILE, read before the flags are applied
     std::string eventsPath;  ///< --events FILE, empty when not asked
     std::string saveConfigPath;  ///< --save-config FILE: write the configuration and exit
     bool help = false;
@@ -23,8 +24,9 @@ struct CliRequest {
     bool checkpointReplacesResumed = false;
 };
 
-/// Parses argv (without the program name). Every flag is documented in cliHelp(). A bad flag
-/// or value is a one-line message naming it and what would be valid.
+/// Parses argv (without the program name): a configuration file first (--config), then the flags
+/// given, then core::resolve(). Every flag is documented in cliHelp(). A bad flag or value is a
+/// one-line message naming it and what would be valid.
 tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& args);
 
 /// The --help text.

@@ -45,7 +45,7 @@ double bareLoop(const core::TrainerOptions& o) {
     torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(o.optimizer.learningRate).momentum(o.optimizer.momentum));
     core::Sampler sampler(data->size(), o.seed);
     Clock::time_point firstEnd;
-    for (int64_t step = 1; step <= o.steps; ++step) {
+    for (int64_t step = 1; step <= o.steps.value(); ++step) {
         const std::vector<int64_t> indices = sampler.next(o.targetBatch);
         const core::AccumulationPlan plan(static_cast<int64_t>(indices.size()), o.probe.maxMicroBatch);
         for (int64_t i = 0; i < plan.steps(); ++i) {
@@ -64,7 +64,7 @@ double bareLoop(const core::TrainerOptions& o) {
         if (step == 1) firstEnd = Clock::now();
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - firstEnd).count();
-    return static_cast<double>((o.steps - 1) * o.targetBatch) / seconds;
+    return static_cast<double>((o.steps.value() - 1) * o.targetBatch) / seconds;
 }
 
 }  // namespace

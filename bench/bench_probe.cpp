@@ -115,7 +115,7 @@ TrainerProbe runTrainerProbe(const ProbeSetup& s, double headroom) {
     options.targetBatch = 4 * s.upperBound;
     options.data.samples = 4 * s.upperBound;
     options.probe.maxMicroBatch = s.upperBound;
-    options.steps = 0;
+    options.steps.reset();  // ProbeSink stops the run
     options.probe.headroom = headroom;
     ProbeSink sink;
     core::Trainer trainer(options, sink);

@@ -95,7 +95,6 @@ Batch SyntheticImages::get(const std::vector<int64_t>& indices) const {
     return batch;
 }
 
-std::vector<std::string> datasetNames() { return {"synthetic", "mnist", "image-folder", "csv"}; }
 
 tl::expected<std::shared_ptr<Dataset>, std::string> makeDataset(const DataOptions& options) {
     using Made = tl::expected<std::shared_ptr<Dataset>, std::string>;
@@ -114,9 +113,7 @@ tl::expected<std::shared_ptr<Dataset>, std::string> makeDataset(const DataOption
     if (options.name == "csv") {
         return widen(CsvDataset::load(options.path, options.targetColumn, options.regression));
     }
-    std::ostringstream names;
-    for (const auto& n : datasetNames()) names << (names.tellp() > 0 ? ", " : "") << n;
-    return tl::unexpected("unknown dataset \"" + options.name + "\": choose one of " + names.str());
+    return tl::unexpected("unknown dataset \"" + options.name + "\": choose " + choiceList(datasetNames()));
 }
 
 }  // namespace batchpilot::core

@@ -58,8 +58,6 @@ private:
     torch::Tensor m_prototypes;  ///< [classes, C, H, W]
 };
 
-/// Names makeDataset() accepts: "synthetic", "mnist", "image-folder", "csv".
-std::vector<std::string> datasetNames();
 
 /// Builds the dataset named in `options`: "synthetic" (generated), "mnist" (IDX files in
 /// `options.path`, see mnist_dataset.h), "image-folder" (see image_folder_dataset.h) or "csv"

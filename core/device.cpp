@@ -1,6 +1,5 @@
 #include "core/device.h"
 
-#include <charconv>
 #include <fstream>
 #include <sstream>
 
@@ -12,9 +11,6 @@
 
 namespace batchpilot::core {
 namespace {
-
-constexpr const char* kValidForms =
-    "use cpu, cuda:N or virtual:<size> (a simulated GPU, e.g. virtual:512MiB)";
 
 /// MemAvailable from /proc/meminfo in bytes, 0 when unreadable.
 int64_t hostAvailableBytes() {
@@ -59,64 +55,21 @@ private:
 
 }  // namespace
 
-std::string DeviceSpec::name() const {
-    switch (kind) {
-    case DeviceKind::Cpu: return "cpu";
-    case DeviceKind::Cuda: return "cuda:" + std::to_string(index);
-    case DeviceKind::Virtual: {
-        // Prefer an exact binary unit so the name parses back to the same budget.
-        constexpr int64_t kMiB = 1024 * 1024;
-        if (budgetBytes % (1024 * kMiB) == 0) return "virtual:" + std::to_string(budgetBytes / (1024 * kMiB)) + "GiB";
-        if (budgetBytes % kMiB == 0) return "virtual:" + std::to_string(budgetBytes / kMiB) + "MiB";
-        if (budgetBytes % 1024 == 0) return "virtual:" + std::to_string(budgetBytes / 1024) + "KiB";
-        return "virtual:" + std::to_string(budgetBytes);
-    }
-    }
-    return "unknown";
-}
-
 bool cudaAvailable() { return torch::cuda::is_available(); }
 
 tl::expected<DeviceSpec, std::string> parseDevice(std::string_view text) {
+    auto spec = parseDeviceName(text);
+    if (!spec || spec->kind != DeviceKind::Cuda) return spec;
     const std::string name(text);
-    if (name == "cpu") {
-        return DeviceSpec{DeviceKind::Cpu, 0, 0};
+    if (!cudaAvailable()) {
+        return tl::unexpected("device \"" + name + "\" does not exist: this build has no usable CUDA device; " + kDeviceForms);
     }
-    if (name.rfind("virtual", 0) == 0) {
-        if (name.size() <= 8 || name[7] != ':') {
-            return tl::unexpected("device \"" + name +
-                                  "\" needs a memory budget: write virtual:<size>, e.g. virtual:512MiB");
-        }
-        auto budget = parseByteSize(std::string_view(name).substr(8));
-        if (!budget) {
-            return tl::unexpected("device \"" + name + "\": " + budget.error());
-        }
-        return DeviceSpec{DeviceKind::Virtual, 0, *budget};
+    const auto count = static_cast<int>(torch::cuda::device_count());
+    if (spec->index >= count) {
+        return tl::unexpected("device \"" + name + "\" does not exist: this machine has " + std::to_string(count) +
+                              " CUDA device(s), cuda:0 to cuda:" + std::to_string(count - 1));
     }
-    if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
-        int index = 0;
-        if (name.size() > 5) {
-            const char* first = name.data() + 5;
-            const char* last = name.data() + name.size();
-            const auto [end, ec] = std::from_chars(first, last, index);
-            if (ec != std::errc{} || end != last || index < 0) {
-                return tl::unexpected("device \"" + name + "\": the CUDA index must be a number, e.g. cuda:0");
-            }
-        }
-        if (!cudaAvailable()) {
-            return tl::unexpected("device \"" + name +
-                                  "\" does not exist: this build has no usable CUDA device; " +
-                                  kValidForms);
-        }
-        const auto count = static_cast<int>(torch::cuda::device_count());
-        if (index >= count) {
-            return tl::unexpected("device \"" + name + "\" does not exist: this machine has " +
-                                  std::to_string(count) + " CUDA device(s), cuda:0 to cuda:" +
-                                  std::to_string(count - 1));
-        }
-        return DeviceSpec{DeviceKind::Cuda, index, 0};
-    }
-    return tl::unexpected("unknown device \"" + name + "\": " + kValidForms);
+    return spec;
 }
 
 std::vector<DeviceInfo> availableDevices() {

@@ -8,23 +8,13 @@
 
 #include <tl/expected.hpp>
 
+#include "core/device_spec.h"
+
 namespace batchpilot::core {
 
-/// Devices and their memory meters. Torch-free so that the GUI can list and validate devices.
-/// The kinds of device a run can use.
-enum class DeviceKind { Cpu, Cuda, Virtual };
+/// The devices of this machine and their memory meters (the header is torch-free).
 
-/// A parsed device name: "cpu", "cuda:N" or "virtual:<size>".
-struct DeviceSpec {
-    DeviceKind kind = DeviceKind::Cpu;
-    int index = 0;             ///< CUDA device index
-    int64_t budgetBytes = 0;   ///< virtual devices only
-
-    /// Canonical name ("cpu", "cuda:0", "virtual:512MiB").
-    std::string name() const;
-};
-
-/// Parses a device name and checks it exists on this machine. Messages say what was wrong and
+/// Parses a device name (parseDeviceName) and checks it exists on this machine. Messages say what was wrong and
 /// list the valid forms, e.g. "cuda:1 does not exist: this build has no CUDA support".
 tl::expected<DeviceSpec, std::string> parseDevice(std::string_view text);
 

@@ -146,7 +146,6 @@ std::shared_ptr<Model> wrap(const std::string& name, Args&&... args) {
 
 }  // namespace
 
-std::vector<std::string> builtinModelNames() { return {"mlp", "cnn", "resnet"}; }
 
 tl::expected<std::shared_ptr<Model>, std::string> makeBuiltinModel(const ModelOptions& options,
                                                                    std::vector<int64_t> inputShape,
@@ -170,9 +169,7 @@ tl::expected<std::shared_ptr<Model>, std::string> makeBuiltinModel(const ModelOp
         return wrap<ResNetImpl>(options.norm == NormKind::Batch ? "resnet (BatchNorm)" : "resnet",
                                 inputShape[0], options.width, classes, options.norm);
     }
-    std::ostringstream names;
-    for (const auto& n : builtinModelNames()) names << (names.tellp() > 0 ? ", " : "") << n;
-    return tl::unexpected("unknown model \"" + options.name + "\": choose one of " + names.str());
+    return tl::unexpected("unknown model \"" + options.name + "\": choose " + choiceList(builtinModelNames()));
 }
 
 }  // namespace batchpilot::core

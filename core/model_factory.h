@@ -12,9 +12,6 @@ namespace batchpilot::core {
 
 class Dataset;
 
-/// True when `name` means a TorchScript file rather than a built-in model: it is not a built-in
-/// name and it ends with ".pt" or ".pth" or names an existing file. Built-in names win.
-bool isModelFile(const std::string& name);
 
 /// The model `options` names, shaped for `data`: a built-in model ("mlp", "cnn", "resnet") for
 /// the data's sample shape and classes, or the TorchScript file loaded and checked against one

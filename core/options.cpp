@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <string>
+
+#include "core/device_spec.h"
 
 namespace batchpilot::core {
 namespace {
@@ -85,82 +88,182 @@ tl::expected<LossKind, std::string> parseLossKind(const std::string& text) {
     return tl::unexpected("unknown loss \"" + text + "\": choose cross-entropy (classification) or mse (regression)");
 }
 
-tl::expected<void, std::string> validate(const TrainerOptions& o) {
+std::vector<std::string> builtinModelNames() { return {"mlp", "cnn", "resnet"}; }
+
+bool isModelFile(const std::string& name) {
+    const auto builtins = builtinModelNames();
+    if (std::find(builtins.begin(), builtins.end(), name) != builtins.end()) return false;
+    if (name.ends_with(".pt") || name.ends_with(".pth")) return true;
+    std::error_code ec;
+    return !name.empty() && std::filesystem::is_regular_file(name, ec);
+}
+
+std::vector<std::string> datasetNames() { return {"synthetic", "mnist", "image-folder", "csv"}; }
+
+std::string choiceList(const std::vector<std::string>& names) {
+    std::string text;
+    for (size_t i = 0; i < names.size(); ++i) {
+        if (i > 0) text += i + 1 == names.size() ? " or " : ", ";
+        text += names[i];
+    }
+    return text;
+}
+
+void setEpochs(TrainerOptions& options, int64_t epochs, bool stepsGiven) {
+    options.epochs = epochs;
+    if (!stepsGiven) options.steps.reset();
+}
+
+tl::expected<void, OptionProblem> check(const TrainerOptions& o) {
+    using Problem = tl::unexpected<OptionProblem>;
+    const auto problem = [](const char* field, std::string message) { return Problem(OptionProblem{field, std::move(message)}); };
     // Upper limits keep every later size computation (samples × steps, bytes per sample) far from
     // overflow, and refuse before anything is allocated.
     if (o.targetBatch <= 0 || o.targetBatch > kMaxTargetBatch) {
-        return tl::unexpected(outOfRange("target batch", o.targetBatch, "from 1 to " + std::to_string(kMaxTargetBatch) + " samples"));
+        return problem("target_batch", outOfRange("target batch", o.targetBatch, "from 1 to " + std::to_string(kMaxTargetBatch) + " samples"));
     }
-    if (o.steps < 0 || o.steps > kMaxSteps) return tl::unexpected(outOfRange("steps", o.steps, "from 0 to " + std::to_string(kMaxSteps)));
-    if (o.epochs < 0 || o.epochs > kMaxEpochs) return tl::unexpected(outOfRange("epochs", o.epochs, "from 0 to " + std::to_string(kMaxEpochs)));
+    if (o.steps && (*o.steps < 1 || *o.steps > kMaxSteps)) {
+        return problem("steps", outOfRange("steps", *o.steps, "from 1 to " + std::to_string(kMaxSteps) + " (or no step limit)"));
+    }
+    if (o.epochs && (*o.epochs < 1 || *o.epochs > kMaxEpochs)) {
+        return problem("epochs", outOfRange("epochs", *o.epochs, "from 1 to " + std::to_string(kMaxEpochs) + " (or no epoch limit)"));
+    }
     if (o.intraOpThreads < 0 || o.intraOpThreads > kMaxThreads) {
-        return tl::unexpected(outOfRange("threads", o.intraOpThreads, "from 0 (every CPU this process may use) to " + std::to_string(kMaxThreads)));
+        return problem("threads", outOfRange("threads", o.intraOpThreads, "from 0 (every CPU this process may use) to " + std::to_string(kMaxThreads)));
     }
     if (o.reservedCpus < 0 || o.reservedCpus > kMaxThreads) {
-        return tl::unexpected(outOfRange("reserved CPUs", o.reservedCpus, "from 0 to " + std::to_string(kMaxThreads)));
+        return problem("reserved_cpus", outOfRange("reserved CPUs", o.reservedCpus, "from 0 to " + std::to_string(kMaxThreads)));
     }
     if (!(o.cudaMemoryFraction >= 0.0 && o.cudaMemoryFraction <= 1.0)) {
-        return tl::unexpected(outOfRange("CUDA memory fraction", o.cudaMemoryFraction, "between 0 (no cap) and 1"));
+        return problem("cuda_memory_fraction", outOfRange("CUDA memory fraction", o.cudaMemoryFraction, "between 0 (no cap) and 1"));
+    }
+    if (o.model.width < kMinModelWidth || o.model.width > kMaxModelWidth) {
+        return problem("model.width", outOfRange("model width", o.model.width,
+                                                 "from " + std::to_string(kMinModelWidth) + " to " + std::to_string(kMaxModelWidth)));
     }
     const ProbeOptions& p = o.probe;
     if (p.initialMicroBatch <= 0) {
-        return tl::unexpected(outOfRange("initial micro-batch", p.initialMicroBatch, "at least 1"));
+        return problem("probe.initial_micro_batch", outOfRange("initial micro-batch", p.initialMicroBatch, "at least 1"));
     }
     if (p.maxMicroBatch < 0) {
-        return tl::unexpected(outOfRange("maximum micro-batch", p.maxMicroBatch, "0 (no limit) or more"));
+        return problem("probe.max_micro_batch", outOfRange("maximum micro-batch", p.maxMicroBatch, "0 (no limit) or more"));
+    }
+    if (p.maxMicroBatch > 0 && p.maxMicroBatch < p.initialMicroBatch) {
+        return problem("probe.max_micro_batch", "maximum micro-batch " + std::to_string(p.maxMicroBatch) +
+                                                    " is below the initial micro-batch " + std::to_string(p.initialMicroBatch) +
+                                                    ": raise the maximum or lower the initial size");
     }
     if (p.multipleOf <= 0) {
-        return tl::unexpected(outOfRange("round-to-multiple", p.multipleOf, "at least 1"));
+        return problem("probe.multiple_of", outOfRange("round-to-multiple", p.multipleOf, "at least 1"));
     }
     if (!(p.headroom >= 0.0 && p.headroom <= 0.9)) {
-        return tl::unexpected(outOfRange("headroom", p.headroom, "between 0 and 0.9 (a fraction)"));
+        return problem("probe.headroom", outOfRange("headroom", p.headroom, "between 0 and 0.9 (a fraction)"));
     }
-    if (p.maxTrials < 1) return tl::unexpected(outOfRange("maximum trials", p.maxTrials, "at least 1"));
+    if (p.maxTrials < 1 || p.maxTrials > kMaxProbeTrials) {
+        return problem("probe.max_trials", outOfRange("maximum trials", p.maxTrials, "from 1 to " + std::to_string(kMaxProbeTrials)));
+    }
     if (!(p.tolerance >= 0.0 && p.tolerance <= 0.5)) {
-        return tl::unexpected(outOfRange("probe tolerance", p.tolerance, "between 0 and 0.5"));
+        return problem("probe.tolerance", outOfRange("probe tolerance", p.tolerance, "between 0 and 0.5"));
     }
     const OptimizerOptions& opt = o.optimizer;
-    if (!(opt.learningRate > 0.0 && opt.learningRate <= 1e6)) {
-        return tl::unexpected(outOfRange("learning rate", opt.learningRate, "positive and at most 1e6"));
+    if (!(opt.learningRate > 0.0 && opt.learningRate <= kMaxLearningRate)) {
+        return problem("optimizer.learning_rate", outOfRange("learning rate", opt.learningRate, "positive and at most 1e6"));
     }
     if (!(opt.momentum >= 0.0 && opt.momentum < 1.0)) {
-        return tl::unexpected(outOfRange("momentum", opt.momentum, "in [0, 1)"));
+        return problem("optimizer.momentum", outOfRange("momentum", opt.momentum, "in [0, 1)"));
     }
-    if (!(opt.weightDecay >= 0.0)) {
-        return tl::unexpected(outOfRange("weight decay", opt.weightDecay, "0 or more"));
+    if (!(opt.weightDecay >= 0.0 && opt.weightDecay <= kMaxWeightDecay)) {
+        return problem("optimizer.weight_decay", outOfRange("weight decay", opt.weightDecay, "from 0 to 1e6"));
     }
     if (!(opt.beta1 >= 0.0 && opt.beta1 < 1.0 && opt.beta2 >= 0.0 && opt.beta2 < 1.0)) {
-        return tl::unexpected(std::string("Adam betas must be in [0, 1)"));
+        return problem("optimizer.beta1", "Adam betas must be in [0, 1)");
+    }
+    if (!(opt.epsilon >= 0.0 && opt.epsilon <= 1.0)) {
+        return problem("optimizer.epsilon", outOfRange("epsilon", opt.epsilon, "in [0, 1]"));
     }
     if (!o.datasetFactory) {
         const DataOptions& d = o.data;
         if (d.samples <= 0 || d.samples > kMaxSamples) {
-            return tl::unexpected(outOfRange("dataset samples", d.samples, "from 1 to " + std::to_string(kMaxSamples)));
+            return problem("data.samples", outOfRange("dataset samples", d.samples, "from 1 to " + std::to_string(kMaxSamples)));
         }
         if (d.classes < 2 || d.classes > kMaxClasses) {
-            return tl::unexpected(outOfRange("classes", d.classes, "from 2 to " + std::to_string(kMaxClasses)));
+            return problem("data.classes", outOfRange("classes", d.classes, "from 2 to " + std::to_string(kMaxClasses)));
         }
         if (d.channels <= 0 || d.height <= 0 || d.width <= 0) {
-            return tl::unexpected(std::string("image size must be positive in every dimension (e.g. 3x32x32)"));
+            return problem("data.image_size", "image size must be positive in every dimension (e.g. 3x32x32)");
         }
-        if (d.channels > 4096 || d.height > 65536 || d.width > 65536 ||
+        if (d.channels > kMaxChannels || d.height > kMaxImageSide || d.width > kMaxImageSide ||
             d.channels * d.height * d.width > kMaxSampleElements) {
-            return tl::unexpected("image size " + std::to_string(d.channels) + "x" + std::to_string(d.height) + "x" +
-                                  std::to_string(d.width) + " is too large: at most " +
-                                  std::to_string(kMaxSampleElements) + " values per sample (e.g. 3x4096x4096), "
-                                  "4096 channels and 65536 pixels a side");
+            return problem("data.image_size",
+                           "image size " + std::to_string(d.channels) + "x" + std::to_string(d.height) + "x" +
+                               std::to_string(d.width) + " is too large: at most " + std::to_string(kMaxSampleElements) +
+                               " values per sample (e.g. 3x4096x4096), " + std::to_string(kMaxChannels) + " channels and " +
+                               std::to_string(kMaxImageSide) + " pixels a side");
         }
     }
     if (o.checkpoint.everySteps < 0) {
-        return tl::unexpected(outOfRange("checkpoint interval", o.checkpoint.everySteps, "0 (only at the end) or more steps"));
+        return problem("checkpoint.every_steps", outOfRange("checkpoint interval", o.checkpoint.everySteps, "0 (only at the end) or more steps"));
     }
     if (o.checkpoint.everySteps > 0 && o.checkpoint.directory.empty()) {
-        return tl::unexpected(std::string("a checkpoint interval needs a checkpoint directory"));
+        return problem("checkpoint.every_steps", "a checkpoint interval needs a checkpoint directory");
     }
-    if (o.regrowAfterSteps < 0) {
-        return tl::unexpected(outOfRange("regrow-after steps", o.regrowAfterSteps, "0 (never) or more"));
+    if (o.regrowAfterSteps < 0 || o.regrowAfterSteps > kMaxRegrowAfterSteps) {
+        return problem("regrow_after_steps", outOfRange("regrow-after steps", o.regrowAfterSteps,
+                                                        "from 0 (never) to " + std::to_string(kMaxRegrowAfterSteps)));
     }
     return {};
+}
+
+tl::expected<void, std::string> validate(const TrainerOptions& options) {
+    if (auto ok = check(options); !ok) return tl::unexpected(ok.error().message);
+    return {};
+}
+
+void settle(TrainerOptions& o) {
+    // A CSV trained with MSE predicts the target column's values rather than classes.
+    if (o.data.name == "csv" && o.loss == LossKind::Mse) o.data.regression = true;
+}
+
+tl::expected<TrainerOptions, OptionProblem> resolve(TrainerOptions o) {
+    using Problem = tl::unexpected<OptionProblem>;
+    if (!o.modelFactory) {
+        const auto models = builtinModelNames();
+        if (std::find(models.begin(), models.end(), o.model.name) == models.end()) {
+            if (!isModelFile(o.model.name)) {
+                return Problem(OptionProblem{"model.name", "unknown model \"" + o.model.name + "\": choose " + choiceList(models) +
+                                                               ", or give a TorchScript file (.pt or .pth)"});
+            }
+            std::error_code ec;
+            if (!std::filesystem::is_regular_file(o.model.name, ec)) {
+                return Problem(OptionProblem{"model.name", "model file " + o.model.name +
+                                                               " does not exist: export one from Python (see README, \"Your own model and data\")"});
+            }
+        }
+    }
+    if (!o.datasetFactory) {
+        const auto datasets = datasetNames();
+        if (std::find(datasets.begin(), datasets.end(), o.data.name) == datasets.end()) {
+            return Problem(OptionProblem{"data.name", "unknown dataset \"" + o.data.name + "\": choose " + choiceList(datasets)});
+        }
+        if (o.data.name != "synthetic") {
+            const std::string what = o.data.name == "csv" ? "CSV file" : "folder";
+            if (o.data.path.empty()) {
+                return Problem(OptionProblem{"data.path", "the " + o.data.name + " dataset needs a data path (the " + what + " to read)"});
+            }
+            std::error_code ec;
+            if (!std::filesystem::exists(o.data.path, ec)) {
+                return Problem(OptionProblem{"data.path", "data path " + o.data.path + " does not exist: name the " + what + " to read"});
+            }
+        }
+    }
+    settle(o);
+    if (auto device = parseDeviceName(o.device); !device) {
+        return Problem(OptionProblem{"device", device.error()});
+    } else {
+        o.device = device->name();
+    }
+    if (auto ok = check(o); !ok) return tl::unexpected(ok.error());
+    return o;
 }
 
 }  // namespace batchpilot::core

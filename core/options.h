@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@ namespace batchpilot::core {
 
 class Model;
 class Dataset;
+
+/// Optimizer steps of a run that names neither steps nor epochs (the CLI and configuration files).
+inline constexpr int64_t kDefaultSteps = 100;
 
 enum class OptimizerKind { Sgd, Adam, AdamW };
 enum class LrScaling { None, Linear, Sqrt };
@@ -53,6 +57,13 @@ struct ProbeOptions {
 
 /// Names of the built-in models ("mlp", "cnn", "resnet"), for help texts and GUI lists.
 std::vector<std::string> builtinModelNames();
+/// True when `name` means a TorchScript file rather than a built-in model: it ends in .pt or
+/// .pth, or names an existing file.
+bool isModelFile(const std::string& name);
+/// Names of the data sets ("synthetic", "mnist", "image-folder", "csv").
+std::vector<std::string> datasetNames();
+/// "a, b or c": a list of names for a message.
+std::string choiceList(const std::vector<std::string>& names);
 
 struct ModelOptions {
     std::string name = "cnn";       ///< "mlp", "cnn", "resnet", or a TorchScript file (.pt/.pth)
@@ -73,7 +84,7 @@ struct DataOptions {
     uint64_t seed = 1;
     std::string path;               ///< MNIST folder, image-folder root or CSV file
     std::string targetColumn;       ///< CSV: the column holding the label or value
-    bool regression = false;        ///< CSV: float targets [N, 1] for MSE instead of class ids
+    bool regression = false;        ///< CSV: float targets [N, 1] for MSE instead of class ids (resolve sets it)
     /// image-folder: decoded images are kept in host memory up to this many bytes; a larger
     /// folder is decoded again from disk in each get().
     int64_t imageCacheBytes = int64_t{1} << 30;
@@ -98,10 +109,13 @@ struct TrainerOptions {
     ProbeOptions probe;
     OptimizerOptions optimizer;
     LossKind loss = LossKind::CrossEntropy;
-    int64_t steps = 0;              ///< optimizer steps to run; 0 with epochs == 0 means 100
-    int64_t epochs = 0;             ///< whole passes over the data; used when steps == 0
+    /// Optimizer steps to run; nullopt: no step limit. With neither steps nor epochs the run goes
+    /// on until it is stopped (the GUI's "unlimited"). See setEpochs() for how the two combine.
+    std::optional<int64_t> steps = kDefaultSteps;
+    std::optional<int64_t> epochs;  ///< whole passes over the data; nullopt: no epoch limit
     uint64_t seed = 0;              ///< model initialisation and sampler order
-    LrScaling lrScaling = LrScaling::None;  ///< applied when the target batch changes
+    /// How the learning rate follows a target-batch change (Trainer::setTargetBatch without a rule).
+    LrScaling lrScaling = LrScaling::None;
     int regrowAfterSteps = 20;      ///< clean steps after an OOM shrink before trying to grow
     double memorySampleInterval = 0.05;  ///< seconds between memory samples (at most)
     bool reportSampleIndices = false;    ///< fill MicroBatchDone::sampleIndices (tests, step mode)
@@ -131,8 +145,41 @@ inline constexpr int kMaxThreads = 256;
 inline constexpr int64_t kMaxSamples = 100'000'000;  ///< synthetic data set
 inline constexpr int64_t kMaxClasses = 1'000'000;
 inline constexpr int64_t kMaxSampleElements = int64_t{3} << 24;  ///< values per sample (3x4096x4096)
+inline constexpr int64_t kMaxChannels = 4096;
+inline constexpr int64_t kMaxImageSide = 16384;    ///< pixels, height or width
+inline constexpr int64_t kMinModelWidth = 8;
+inline constexpr int64_t kMaxModelWidth = 4096;
+inline constexpr int kMaxProbeTrials = 1000;
+inline constexpr int kMaxRegrowAfterSteps = 1'000'000;
+inline constexpr double kMaxLearningRate = 1e6;
+inline constexpr double kMaxWeightDecay = 1e6;
+
+/// Limits the run to `epochs` passes over the data. Without an explicit step count the default
+/// step limit no longer applies (`--epochs 3` alone runs three epochs); with one, whichever limit
+/// comes first ends the run.
+void setEpochs(TrainerOptions& options, int64_t epochs, bool stepsGiven);
+
+/// What is wrong with a set of options: the field as a configuration-file key path
+/// ("target_batch", "probe.max_micro_batch", "data.path", "model.name", "device") and a message
+/// that names the value and what would be valid.
+struct OptionProblem {
+    std::string field;
+    std::string message;
+};
 
 /// Checks ranges and names; the message names the field, the value and the valid range.
+tl::expected<void, OptionProblem> check(const TrainerOptions& options);
+/// check() with the message only.
 tl::expected<void, std::string> validate(const TrainerOptions& options);
+
+/// Fills in what some options imply for others: a CSV trained with MSE is a regression table
+/// (data.regression). Part of resolve(); the configuration reader applies it on its own.
+void settle(TrainerOptions& options);
+
+/// The rules every front end (the CLI, the configuration file, the GUI) shares, in one place:
+/// settles what the options mean (a CSV trained with MSE is a regression table), checks that
+/// the model is built in or an existing TorchScript file, that the data set is known and has the
+/// path it needs, that the device parses, and then check()s the ranges.
+tl::expected<TrainerOptions, OptionProblem> resolve(TrainerOptions options);
 
 }  // namespace batchpilot::core

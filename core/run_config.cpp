@@ -12,7 +12,7 @@
 #include <map>
 #include <sstream>
 
-#include "core/device.h"
+#include "core/device_spec.h"
 #include "core/durable_file.h"
 
 namespace batchpilot::core {
@@ -110,13 +110,14 @@ void readObject(const json& object, const std::string& path, const std::map<std:
 
 tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, TrainerOptions base) {
     TrainerOptions o = std::move(base);
+    std::optional<int64_t> epochs;
     try {
         readObject(config, "", {
             {"model", [&](const json& v, const std::string& p) {
                  readObject(v, p, {
                      {"name", [&](const json& x, const std::string& q) { o.model.name = text(x, q); }},
                      {"norm", [&](const json& x, const std::string& q) { o.model.norm = parsed(parseNormKind(text(x, q)), q); }},
-                     {"width", [&](const json& x, const std::string& q) { o.model.width = integer(x, q, 8, 4096); }},
+                     {"width", [&](const json& x, const std::string& q) { o.model.width = integer(x, q, kMinModelWidth, kMaxModelWidth); }},
                  });
              }},
             {"data", [&](const json& v, const std::string& p) {
@@ -133,13 +134,13 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
                       }},
                      {"image_size", [&](const json& x, const std::string& q) {
                           if (!x.is_array() || x.size() != 3) fail(q, "expected [channels, height, width], e.g. [3, 32, 32], got " + shown(x));
-                          o.data.channels = integer(x[0], q + "[0]", 1, 4096);
-                          o.data.height = integer(x[1], q + "[1]", 1, 16384);
-                          o.data.width = integer(x[2], q + "[2]", 1, 16384);
+                          o.data.channels = integer(x[0], q + "[0]", 1, kMaxChannels);
+                          o.data.height = integer(x[1], q + "[1]", 1, kMaxImageSide);
+                          o.data.width = integer(x[2], q + "[2]", 1, kMaxImageSide);
                       }},
                  });
              }},
-            {"device", [&](const json& v, const std::string& p) { o.device = parsed(parseDevice(text(v, p)), p).name(); }},
+            {"device", [&](const json& v, const std::string& p) { o.device = parsed(parseDeviceName(text(v, p)), p).name(); }},
             {"target_batch", [&](const json& v, const std::string& p) { o.targetBatch = integer(v, p, 1); }},
             {"probe", [&](const json& v, const std::string& p) {
                  readObject(v, p, {
@@ -147,7 +148,7 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
                      {"max_micro_batch", [&](const json& x, const std::string& q) { o.probe.maxMicroBatch = integer(x, q, 0); }},
                      {"headroom", [&](const json& x, const std::string& q) { o.probe.headroom = number(x, q, 0.0, 0.9); }},
                      {"multiple_of", [&](const json& x, const std::string& q) { o.probe.multipleOf = integer(x, q, 1); }},
-                     {"max_trials", [&](const json& x, const std::string& q) { o.probe.maxTrials = static_cast<int>(integer(x, q, 1, 1000)); }},
+                     {"max_trials", [&](const json& x, const std::string& q) { o.probe.maxTrials = static_cast<int>(integer(x, q, 1, kMaxProbeTrials)); }},
                      {"tolerance", [&](const json& x, const std::string& q) { o.probe.tolerance = number(x, q, 0.0, 0.5); }},
                  });
              }},
@@ -155,22 +156,35 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
                  readObject(v, p, {
                      {"kind", [&](const json& x, const std::string& q) { o.optimizer.kind = parsed(parseOptimizerKind(text(x, q)), q); }},
                      {"learning_rate", [&](const json& x, const std::string& q) {
-                          o.optimizer.learningRate = number(x, q, 0.0, 1e6);
+                          o.optimizer.learningRate = number(x, q, 0.0, kMaxLearningRate);
                           if (o.optimizer.learningRate <= 0) fail(q, "expected a positive number, got 0");
                       }},
                      {"momentum", [&](const json& x, const std::string& q) { o.optimizer.momentum = number(x, q, 0.0, 1.0, true); }},
-                     {"weight_decay", [&](const json& x, const std::string& q) { o.optimizer.weightDecay = number(x, q, 0.0, 1e6); }},
+                     {"weight_decay", [&](const json& x, const std::string& q) { o.optimizer.weightDecay = number(x, q, 0.0, kMaxWeightDecay); }},
                      {"beta1", [&](const json& x, const std::string& q) { o.optimizer.beta1 = number(x, q, 0.0, 1.0, true); }},
                      {"beta2", [&](const json& x, const std::string& q) { o.optimizer.beta2 = number(x, q, 0.0, 1.0, true); }},
                      {"epsilon", [&](const json& x, const std::string& q) { o.optimizer.epsilon = number(x, q, 0.0, 1.0); }},
                  });
              }},
-            {"steps", [&](const json& v, const std::string& p) { o.steps = integer(v, p, 0); }},
-            {"epochs", [&](const json& v, const std::string& p) { o.epochs = integer(v, p, 0); }},
+            // null: no limit; 0 (written by older versions): as if the key were absent.
+            {"steps", [&](const json& v, const std::string& p) {
+                 if (v.is_null()) {
+                     o.steps.reset();
+                 } else if (const int64_t n = integer(v, p, 0, kMaxSteps); n > 0) {
+                     o.steps = n;
+                 }
+             }},
+            {"epochs", [&](const json& v, const std::string& p) {
+                 if (v.is_null()) {
+                     o.epochs.reset();
+                 } else if (const int64_t n = integer(v, p, 0, kMaxEpochs); n > 0) {
+                     epochs = n;
+                 }
+             }},
             {"seed", [&](const json& v, const std::string& p) { o.seed = static_cast<uint64_t>(integer(v, p, 0)); }},
             {"lr_scaling", [&](const json& v, const std::string& p) { o.lrScaling = parsed(parseLrScaling(text(v, p)), p); }},
             {"loss", [&](const json& v, const std::string& p) { o.loss = parsed(parseLossKind(text(v, p)), p); }},
-            {"regrow_after_steps", [&](const json& v, const std::string& p) { o.regrowAfterSteps = static_cast<int>(integer(v, p, 0, 1000000)); }},
+            {"regrow_after_steps", [&](const json& v, const std::string& p) { o.regrowAfterSteps = static_cast<int>(integer(v, p, 0, kMaxRegrowAfterSteps)); }},
             {"threads", [&](const json& v, const std::string& p) { o.intraOpThreads = static_cast<int>(integer(v, p, 0, kMaxThreads)); }},
             {"cuda_memory_fraction", [&](const json& v, const std::string& p) { o.cudaMemoryFraction = number(v, p, 0.0, 1.0); }},
             {"checkpoint", [&](const json& v, const std::string& p) {
@@ -183,8 +197,11 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
     } catch (const ConfigError& e) {
         return tl::unexpected(e.message);
     }
-    // As on the command line: a CSV trained with MSE is a regression table.
-    if (o.data.name == "csv" && o.loss == LossKind::Mse) o.data.regression = true;
+    if (epochs) {
+        const auto steps = config.is_object() ? config.find("steps") : config.end();
+        setEpochs(o, *epochs, steps != config.end() && steps->is_number() && steps->get<double>() > 0);
+    }
+    settle(o);
     if (auto ok = validate(o); !ok) return tl::unexpected(ok.error());
     return o;
 }
@@ -254,8 +271,8 @@ json toRunConfig(const TrainerOptions& o) {
         {"optimizer", {{"kind", toString(o.optimizer.kind)}, {"learning_rate", o.optimizer.learningRate},
                        {"momentum", o.optimizer.momentum}, {"weight_decay", o.optimizer.weightDecay},
                        {"beta1", o.optimizer.beta1}, {"beta2", o.optimizer.beta2}, {"epsilon", o.optimizer.epsilon}}},
-        {"steps", o.steps},
-        {"epochs", o.epochs},
+        {"steps", o.steps ? json(*o.steps) : json(nullptr)},
+        {"epochs", o.epochs ? json(*o.epochs) : json(nullptr)},
         {"seed", o.seed},
         {"lr_scaling", toString(o.lrScaling)},
         {"loss", toString(o.loss)},

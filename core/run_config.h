@@ -20,11 +20,12 @@ namespace batchpilot::core {
 ///                 "max_trials": 24, "tolerance": 0.02},
 ///       "optimizer": {"kind": "adam", "learning_rate": 0.001, "momentum": 0.9, "weight_decay": 0,
 ///                     "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
-///       "steps": 200, "epochs": 0, "seed": 0, "lr_scaling": "linear", "regrow_after_steps": 20, "threads": 0,
+///       "steps": 200, "epochs": null, "seed": 0, "lr_scaling": "linear", "regrow_after_steps": 20, "threads": 0,
 ///       "checkpoint": {"directory": "runs/demo", "every_steps": 50}
 ///     }
 ///
-/// Every key is optional; missing keys keep the value of `base`. Unknown keys, wrong types and
+/// "steps" and "epochs" are a number or null (no such limit); "epochs" without "steps" drops the
+/// default step limit (setEpochs). Every key is optional; missing keys keep the value of `base`. Unknown keys, wrong types and
 /// out-of-range values are errors that name the key path ("probe.headroom") and what is expected.
 /// Nothing is returned from a half-read configuration.
 tl::expected<TrainerOptions, std::string> parseRunConfig(const nlohmann::json& config, TrainerOptions base = {});

@@ -169,17 +169,19 @@ struct Trainer::Impl {
         if (options.probe.maxMicroBatch > 0) bound = std::min(bound, options.probe.maxMicroBatch);
         return bound;
     }
+    /// Whichever limit comes first ends the run; with neither it runs until stopped.
     bool limitReached() const {
-        if (options.steps > 0) return step >= options.steps;
-        if (options.epochs > 0) return sampler->completedEpochs() >= options.epochs;
-        return step >= 100;
+        if (options.steps && step >= *options.steps) return true;
+        return options.epochs && sampler->completedEpochs() >= *options.epochs;
     }
+    /// The step limit for progress displays; 0 when the run is unbounded.
     int64_t totalSteps() const {
-        if (options.steps > 0) return options.steps;
-        if (options.epochs > 0) {
-            return options.epochs * ((data->size() + target - 1) / target);
+        int64_t total = options.steps.value_or(0);
+        if (options.epochs) {
+            const int64_t byEpochs = *options.epochs * ((data->size() + target - 1) / target);
+            total = total > 0 ? std::min(total, byEpochs) : byEpochs;
         }
-        return 100;
+        return total;
     }
 
     void setup();
@@ -1085,10 +1087,10 @@ void Trainer::stop() {
     m_impl->wake.notify_all();
 }
 
-void Trainer::setTargetBatch(int64_t target, LrScaling rule) {
+void Trainer::setTargetBatch(int64_t target, std::optional<LrScaling> rule) {
     if (target <= 0) return;
     std::lock_guard lock(m_impl->mutex);
-    m_impl->pendingTarget = std::make_pair(target, rule);
+    m_impl->pendingTarget = std::make_pair(target, rule.value_or(m_impl->options.lrScaling));
 }
 
 void Trainer::reprobe() {

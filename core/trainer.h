@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,8 +49,9 @@ public:
     void pause();
     void resume();
     void stop();
-    /// Applies at the next training batch; the learning rate is rescaled by `rule`.
-    void setTargetBatch(int64_t target, LrScaling rule);
+    /// Applies at the next training batch; the learning rate is rescaled by `rule`, or by the
+    /// run's TrainerOptions::lrScaling when none is given.
+    void setTargetBatch(int64_t target, std::optional<LrScaling> rule = std::nullopt);
     /// Re-runs the probe on the current device at the next training batch.
     void reprobe();
     /// Moves parameters and optimizer state to `device` at the next training batch, then

@@ -17,7 +17,7 @@ PIP_TORCH="${BATCHPILOT_PIP_TORCH:-torch==2.15.0}"
 PACKAGES=(
   cmake g++ ninja-build ccache pkg-config
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
-  nlohmann-json3-dev libexpected-dev libstb-dev zlib1g-dev libpng-dev libturbojpeg0-dev
+  nlohmann-json3-dev libexpected-dev libcli11-dev libstb-dev zlib1g-dev libpng-dev libturbojpeg0-dev
   fonts-dejavu-core
 )
 # Debian's LibTorch, its Python twin (the tests export torchvision models with it) and an

@@ -17,6 +17,9 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include <map>
+#include <optional>
+
 #include "core/byte_size.h"
 #include "core/device.h"
 #include "ui/trainer_controller.h"
@@ -26,8 +29,6 @@ namespace batchpilot::ui {
 namespace {
 
 constexpr auto kVirtual = "virtual";
-/// What "no limit" means for the step limit: far more steps than anyone waits for.
-constexpr qint64 kUnlimitedSteps = 1'000'000'000;
 
 QSpinBox* spin(int min, int max, int value, const QString& tip)
 {
@@ -308,7 +309,7 @@ core::TrainerOptions RunPanel::options() const
     o.optimizer.learningRate = m_learningRate->value();
     o.lrScaling = static_cast<core::LrScaling>(m_lrScaling->currentData().toInt());
     o.seed = static_cast<uint64_t>(m_seed->value());
-    o.steps = m_steps->value() > 0 ? m_steps->value() : kUnlimitedSteps;
+    o.steps = m_steps->value() > 0 ? std::optional<int64_t>(m_steps->value()) : std::nullopt;
     return o;
 }
 
@@ -359,7 +360,7 @@ void RunPanel::setOptions(const core::TrainerOptions& o)
     m_learningRate->setValue(o.optimizer.learningRate);
     m_lrScaling->setCurrentIndex(m_lrScaling->findData(static_cast<int>(o.lrScaling)));
     m_seed->setValue(static_cast<int>(o.seed));
-    m_steps->setValue(o.steps >= kUnlimitedSteps ? 0 : static_cast<int>(o.steps));
+    m_steps->setValue(o.steps ? static_cast<int>(std::min<int64_t>(*o.steps, m_steps->maximum())) : 0);
     revalidate();
 }
 
@@ -402,34 +403,32 @@ void RunPanel::revalidate()
         m_deviceInfo->setText(m_device->currentText().section(QStringLiteral(" — "), 1));
     check(m_virtualSize, sizeProblem);
     check(m_device, deviceProblem);
-    check(m_target, m_target->value() < 1
-                        ? tr("Target batch is %1: it must be at least 1 sample.").arg(m_target->value())
-                        : QString());
-    check(m_maxMicro, m_maxMicro->value() > 0 && m_maxMicro->value() < m_initialMicro->value()
-                          ? tr("Max micro-batch (%1) is below the initial micro-batch (%2).")
-                                .arg(m_maxMicro->value()).arg(m_initialMicro->value())
-                          : QString());
-    check(m_learningRate, m_learningRate->value() <= 0
-                              ? tr("Learning rate must be above 0.") : QString());
-    const QString modelName = m_model->currentText();
-    const bool builtin = TrainerController::builtinModelNames().contains(modelName);
-    check(m_model, m_model->count() == 0 ? tr("No model available.")
-                   : !builtin && !QFileInfo::exists(modelName)
-                       ? tr("Model file %1 does not exist: choose a TorchScript file with the … button.").arg(modelName)
-                       : QString());
-    const QString datasetName = m_dataset->currentData().toString();
-    const QString dataPath = m_dataPath->text().trimmed();
-    check(m_dataPath, datasetName == QLatin1String("synthetic") ? QString()
-                      : dataPath.isEmpty() ? tr("The %1 dataset needs a data path.").arg(m_dataset->currentText())
-                      : !QFileInfo::exists(dataPath) ? tr("Data path %1 does not exist.").arg(dataPath)
-                                                     : QString());
+    check(m_model, m_model->count() == 0 ? tr("No model available.") : QString());
 
-    // The engine's own check has the last word (ranges it knows about and the GUI does not).
+    // Every other rule is core's (the CLI and configuration files share it); its problem names the
+    // field, which is marked here.
+    const std::map<std::string, QWidget*> fields = {
+        {"target_batch", m_target},          {"probe.initial_micro_batch", m_initialMicro},
+        {"probe.max_micro_batch", m_maxMicro}, {"probe.headroom", m_headroom},
+        {"probe.multiple_of", m_multiple},   {"optimizer.learning_rate", m_learningRate},
+        {"model.name", m_model},             {"data.name", m_dataset},
+        {"data.path", m_dataPath},           {"data.samples", m_samples},
+        {"device", m_device},                {"steps", m_steps},
+    };
+    QWidget* marked = nullptr;
     if (problems.isEmpty()) {
-        const auto valid = core::validate(options());
-        if (!valid)
-            problems << str(valid.error());
+        if (const auto resolved = core::resolve(options()); !resolved) {
+            const auto field = fields.find(resolved.error().field);
+            marked = field != fields.end() ? field->second : nullptr;
+            problems << str(resolved.error().message);
+        }
     }
+    for (const auto& [name, widget] : fields) {
+        if (widget != m_model && widget != m_device)
+            markField(widget, widget == marked ? problems.constLast() : QString());
+    }
+    if (marked == m_model || marked == m_device)
+        markField(marked, problems.constLast());
 
     const QString problem = problems.join(QLatin1Char('\n'));
     const bool changed = problem != m_problem;

@@ -12,9 +12,6 @@ namespace batchpilot::ui {
 
 namespace {
 
-/// Steps at or above this count mean "no limit" (the GUI's way to ask for an open-ended run).
-constexpr qint64 kUnlimitedSteps = 1'000'000'000;
-
 QString duration(double seconds)
 {
     const auto s = static_cast<qint64>(seconds + 0.5);
@@ -140,7 +137,7 @@ void RunStatus::refresh()
     m_step->setText(tr("step %1 · epoch %2").arg(m_stepNumber).arg(m_epoch));
     m_rate->setText(tr("%1 samples/s").arg(m_samplesPerSecond, 0, 'f', 0));
     m_memory->setText(memoryText());
-    const bool bounded = m_totalSteps > 0 && m_totalSteps < kUnlimitedSteps;
+    const bool bounded = m_totalSteps > 0;  // 0: the run has no step limit
     m_progress->setVisible(bounded);
     m_eta->setVisible(bounded);
     if (bounded) {

@@ -46,17 +46,31 @@ private Q_SLOTS:
         QTest::newRow("unknown model") << QStringList{QStringLiteral("--model"), QStringLiteral("gpt5")} << 2
                                        << QStringLiteral("unknown model \"gpt5\": choose mlp, cnn or resnet");
         QTest::newRow("target 0") << QStringList{QStringLiteral("--target-batch"), QStringLiteral("0")} << 2
-                                  << QStringLiteral("--target-batch must be at least 1, got 0");
+                                  << QStringLiteral("--target-batch: must be from 1 to 2147483648, got 0");
         QTest::newRow("target negative") << QStringList{QStringLiteral("--target-batch=-5")} << 2
-                                         << QStringLiteral("--target-batch must be at least 1");
+                                         << QStringLiteral("--target-batch: must be from 1 to 2147483648, got -5");
         QTest::newRow("target not integer") << QStringList{QStringLiteral("--target-batch"), QStringLiteral("12.5")} << 2
-                                            << QStringLiteral("--target-batch expects a whole number, got \"12.5\"");
+                                            << QStringLiteral("--target-batch: expects a whole number, got \"12.5\"");
         QTest::newRow("no such device") << QStringList{QStringLiteral("--device"), QStringLiteral("cuda:99")} << 2
                                         << QStringLiteral("\"cuda:99\" does not exist");
         QTest::newRow("bad budget") << QStringList{QStringLiteral("--device"), QStringLiteral("virtual:abc")} << 2
                                     << QStringLiteral("invalid memory size \"abc\"");
         QTest::newRow("unknown flag") << QStringList{QStringLiteral("--turbo")} << 2 << QStringLiteral("unknown flag \"--turbo\"");
         QTest::newRow("missing value") << QStringList{QStringLiteral("--steps")} << 2 << QStringLiteral("--steps needs a value");
+        QTest::newRow("value beyond 64 bits") << QStringList{QStringLiteral("--classes"), QStringLiteral("99999999999999999999")} << 2
+                                              << QStringLiteral("--classes: expects a whole number from 2 to 1000000, got 99999999999999999999");
+        QTest::newRow("unknown optimizer") << QStringList{QStringLiteral("--optimizer"), QStringLiteral("lion")} << 2
+                                           << QStringLiteral("--optimizer: unknown optimizer \"lion\": choose sgd, adam or adamw");
+        QTest::newRow("unknown dataset") << QStringList{QStringLiteral("--data"), QStringLiteral("imagenet")} << 2
+                                         << QStringLiteral("--data: unknown value \"imagenet\": choose synthetic, mnist, image-folder or csv");
+        QTest::newRow("csv without a path") << QStringList{QStringLiteral("--data"), QStringLiteral("csv")} << 2
+                                            << QStringLiteral("the csv dataset needs a data path (the CSV file to read)");
+        QTest::newRow("max trials beyond the config's limit") << QStringList{QStringLiteral("--max-trials"), QStringLiteral("5000")} << 2
+                                                              << QStringLiteral("--max-trials: must be from 1 to 1000, got 5000");
+        QTest::newRow("max micro-batch below the initial")
+            << QStringList{QStringLiteral("--initial-micro-batch"), QStringLiteral("64"), QStringLiteral("--max-micro-batch"), QStringLiteral("8")}
+            << 2 << QStringLiteral("maximum micro-batch 8 is below the initial micro-batch 64");
+        QTest::newRow("stray argument") << QStringList{QStringLiteral("mlp")} << 2 << QStringLiteral("unexpected argument \"mlp\"");
         QTest::newRow("budget too small") << QStringList{QStringLiteral("--model"), QStringLiteral("resnet"), QStringLiteral("--device"),
                                                          QStringLiteral("virtual:1MiB"), QStringLiteral("--steps"), QStringLiteral("1")}
                                           << 1 << QStringLiteral("fit on virtual:1MiB: needs ≈");
@@ -105,17 +119,17 @@ private Q_SLOTS:
         QTest::newRow("save-config over a FIFO") << base({QStringLiteral("--save-config"), dir + QStringLiteral("/fifo")}) << 2
                                                  << QStringLiteral("a FIFO, socket or device");
         QTest::newRow("threads 100000") << base({QStringLiteral("--threads"), QStringLiteral("100000")}) << 2
-                                        << QStringLiteral("--threads must be at most 256");
+                                        << QStringLiteral("--threads: must be from 1 to 256, got 100000");
         QTest::newRow("image size with four parts") << base({QStringLiteral("--image-size"), QStringLiteral("3x32x32x5")}) << 2
-                                                    << QStringLiteral("--image-size expects CxHxW");
+                                                    << QStringLiteral("--image-size: expects CxHxW such as 3x32x32, got \"3x32x32x5\"");
         QTest::newRow("image size too large") << base({QStringLiteral("--image-size"), QStringLiteral("3x100000x100000"), QStringLiteral("--samples"), QStringLiteral("10")})
                                               << 2 << QStringLiteral("is too large");
-        QTest::newRow("lr inf") << base({QStringLiteral("--lr"), QStringLiteral("inf")}) << 2 << QStringLiteral("--lr expects a finite number");
-        QTest::newRow("lr 1e300") << base({QStringLiteral("--lr"), QStringLiteral("1e300")}) << 2 << QStringLiteral("learning rate is");
+        QTest::newRow("lr inf") << base({QStringLiteral("--lr"), QStringLiteral("inf")}) << 2 << QStringLiteral("--lr: expects a finite number, got \"inf\"");
+        QTest::newRow("lr 1e300") << base({QStringLiteral("--lr"), QStringLiteral("1e300")}) << 2 << QStringLiteral("--lr: must be above 0 and at most 1000000, got 1e300");
         QTest::newRow("classes 2^63-1") << base({QStringLiteral("--classes"), QStringLiteral("9223372036854775807")}) << 2
-                                        << QStringLiteral("classes is 9223372036854775807, but must be from 2 to 1000000");
+                                        << QStringLiteral("--classes: must be from 2 to 1000000, got 9223372036854775807");
         QTest::newRow("samples 2^63-1") << base({QStringLiteral("--samples"), QStringLiteral("9223372036854775807")}) << 2
-                                        << QStringLiteral("dataset samples is 9223372036854775807");
+                                        << QStringLiteral("--samples: must be from 1 to 100000000, got 9223372036854775807");
         QTest::newRow("headroom 0.9") << base({QStringLiteral("--headroom"), QStringLiteral("0.9")}) << 1
                                       << QStringLiteral("are usable with headroom 0.9; lower the headroom");
         QTest::newRow("single-class image folder")
@@ -128,7 +142,7 @@ private Q_SLOTS:
                                                   << QStringLiteral("--target-batch cannot be given with --resume");
         QTest::newRow("epochs 2^63-1") << QStringList{QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--epochs"),
                                                       QStringLiteral("9223372036854775807")}
-                                       << 2 << QStringLiteral("epochs is 9223372036854775807");
+                                       << 2 << QStringLiteral("--epochs: must be from 1 to 1000000, got 9223372036854775807");
     }
     void hostileInput() {
         QFETCH(QStringList, args);

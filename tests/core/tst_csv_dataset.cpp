@@ -181,7 +181,7 @@ private Q_SLOTS:
         options.name = "parquet";
         made = makeDataset(options);
         QVERIFY(!made);
-        QVERIFY(QString::fromStdString(made.error()).contains(QStringLiteral("synthetic, mnist, image-folder, csv")));
+        QVERIFY(QString::fromStdString(made.error()).contains(QStringLiteral("choose synthetic, mnist, image-folder or csv")));
     }
 
     void mlpLearnsTheTable() {

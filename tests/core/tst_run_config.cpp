@@ -54,6 +54,91 @@ private Q_SLOTS:
         QCOMPARE(o->steps, qint64(5));
     }
 
+    /// How steps and epochs combine, as the CLI's --steps/--epochs do (core::setEpochs).
+    void runLength_data() {
+        QTest::addColumn<QString>("config");
+        QTest::addColumn<qint64>("steps");   // -1: no step limit
+        QTest::addColumn<qint64>("epochs");  // -1: no epoch limit
+        QTest::newRow("neither: the default steps") << QStringLiteral("{}") << qint64(kDefaultSteps) << qint64(-1);
+        QTest::newRow("epochs alone: no step limit") << QStringLiteral(R"({"epochs": 3})") << qint64(-1) << qint64(3);
+        QTest::newRow("both: whichever first") << QStringLiteral(R"({"steps": 7, "epochs": 3})") << qint64(7) << qint64(3);
+        QTest::newRow("null steps: until stopped") << QStringLiteral(R"({"steps": null})") << qint64(-1) << qint64(-1);
+        QTest::newRow("0 from older files: as if absent") << QStringLiteral(R"({"steps": 0, "epochs": 0})") << qint64(kDefaultSteps)
+                                                          << qint64(-1);
+        QTest::newRow("steps 0 with epochs") << QStringLiteral(R"({"steps": 0, "epochs": 2})") << qint64(-1) << qint64(2);
+    }
+    void runLength() {
+        QFETCH(QString, config);
+        QFETCH(qint64, steps);
+        QFETCH(qint64, epochs);
+        const auto o = parseRunConfig(json::parse(config.toStdString()));
+        QVERIFY2(o.has_value(), o ? "" : o.error().c_str());
+        QCOMPARE(o->steps.value_or(-1), steps);
+        QCOMPARE(o->epochs.value_or(-1), epochs);
+        // null survives a round trip (an unlimited GUI run saved and loaded stays unlimited).
+        const auto again = parseRunConfig(toRunConfig(*o));
+        QVERIFY(again.has_value());
+        QCOMPARE(again->steps, o->steps);
+        QCOMPARE(again->epochs, o->epochs);
+    }
+
+    /// resolve(): the one place the CLI, the configuration file and the GUI settle options.
+    void resolveSettlesAndNamesTheField_data() {
+        QTest::addColumn<QString>("config");
+        QTest::addColumn<QString>("field");  // empty: resolves
+        QTest::addColumn<QString>("message");
+        QTest::newRow("unknown model") << QStringLiteral(R"({"model": {"name": "gpt"}})") << QStringLiteral("model.name")
+                                       << QStringLiteral("unknown model \"gpt\": choose mlp, cnn or resnet, or give a TorchScript file");
+        QTest::newRow("missing model file") << QStringLiteral(R"({"model": {"name": "no-such.pt"}})") << QStringLiteral("model.name")
+                                            << QStringLiteral("model file no-such.pt does not exist");
+        QTest::newRow("unknown dataset") << QStringLiteral(R"({"data": {"name": "imagenet"}})") << QStringLiteral("data.name")
+                                         << QStringLiteral("choose synthetic, mnist, image-folder or csv");
+        QTest::newRow("folder dataset without path") << QStringLiteral(R"({"data": {"name": "image-folder"}})")
+                                                     << QStringLiteral("data.path") << QStringLiteral("needs a data path (the folder to read)");
+        QTest::newRow("max below initial") << QStringLiteral(R"({"probe": {"initial_micro_batch": 64, "max_micro_batch": 8}})")
+                                           << QStringLiteral("probe.max_micro_batch") << QStringLiteral("is below the initial micro-batch 64");
+        QTest::newRow("valid") << QStringLiteral(R"({"model": {"name": "mlp"}, "device": "virtual:64MiB"})") << QString() << QString();
+    }
+    void resolveSettlesAndNamesTheField() {
+        QFETCH(QString, config);
+        QFETCH(QString, field);
+        QFETCH(QString, message);
+        // The configuration reader checks ranges only: names and paths are resolve()'s.
+        const auto read = parseRunConfig(json::parse(config.toStdString()));
+        QVERIFY2(read.has_value() || !field.isEmpty(), read ? "" : read.error().c_str());
+        const auto resolved = resolve(read.value_or(TrainerOptions{}));
+        if (field.isEmpty()) {
+            QVERIFY2(resolved.has_value(), resolved ? "" : resolved.error().message.c_str());
+            return;
+        }
+        if (!read) {  // refused already while reading (a range): the same rule, one message
+            QVERIFY2(QString::fromStdString(read.error()).contains(message), read.error().c_str());
+            return;
+        }
+        QVERIFY(!resolved.has_value());
+        QCOMPARE(QString::fromStdString(resolved.error().field), field);
+        QVERIFY2(QString::fromStdString(resolved.error().message).contains(message), resolved.error().message.c_str());
+    }
+
+    void csvWithMseIsRegression() {
+        QTemporaryDir dir;
+        const QString csv = dir.filePath(QStringLiteral("t.csv"));
+        QFile file(csv);
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        file.write("x,y\n1,2\n");
+        file.close();
+        TrainerOptions o;
+        o.data.name = "csv";
+        o.data.path = csv.toStdString();
+        o.loss = LossKind::Mse;
+        QVERIFY(!o.data.regression);
+        const auto resolved = resolve(o);
+        QVERIFY2(resolved.has_value(), resolved ? "" : resolved.error().message.c_str());
+        QVERIFY(resolved->data.regression);
+        o.loss = LossKind::CrossEntropy;
+        QVERIFY(!resolve(o)->data.regression);
+    }
+
     void errorsNameTheKeyPath_data() {
         QTest::addColumn<QString>("config");
         QTest::addColumn<QString>("message");

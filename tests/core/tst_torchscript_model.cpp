@@ -216,7 +216,7 @@ private Q_SLOTS:
         options.name = "gpt5";
         auto unknown = makeModel(options, data);
         QVERIFY(!unknown);
-        QVERIFY2(QString::fromStdString(unknown.error()).contains(QStringLiteral("unknown model \"gpt5\": choose one of mlp, cnn, resnet, or give a TorchScript file")),
+        QVERIFY2(QString::fromStdString(unknown.error()).contains(QStringLiteral("unknown model \"gpt5\": choose mlp, cnn or resnet, or give a TorchScript file")),
                  unknown.error().c_str());
         QVERIFY(!isModelFile("cnn"));
     }

@@ -35,14 +35,16 @@ int indexOf(const std::vector<Event>& events, size_t from, Pred pred) {
     return -1;
 }
 
-/// A run of small() on a 64 MiB virtual GPU whose target batch is set to `target` (linear
-/// learning-rate scaling) once step 2 is done.
-RunState runChangingTargetAfterStep2(RecordingSink& sink, int64_t target) {
+/// A run of small() on a 64 MiB virtual GPU whose target batch is set to `target` once step 2
+/// is done, with learning-rate scaling `rule` (none given: the run's `configured` rule).
+RunState runChangingTargetAfterStep2(RecordingSink& sink, int64_t target, std::optional<LrScaling> rule = LrScaling::Linear,
+                                     LrScaling configured = LrScaling::None) {
     TrainerOptions o = small();
     o.device = "virtual:64MiB";
+    o.lrScaling = configured;
     Trainer trainer(o, sink);
     sink.onEach = [&](const Event& e) {
-        if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 2) trainer.setTargetBatch(target, LrScaling::Linear);
+        if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 2) trainer.setTargetBatch(target, rule);
     };
     return trainer.run().state;
 }
@@ -156,6 +158,16 @@ private Q_SLOTS:
         QCOMPARE(probes.size(), size_t(2));
         QCOMPARE(probes[1].reason, ProbeReason::TargetBatchChange);
         QCOMPARE(probes[1].upperBound, qint64(64));
+    }
+
+    /// A change without a rule scales the learning rate by the run's TrainerOptions::lrScaling
+    /// (a configuration file's "lr_scaling"): sqrt of 64/256 halves it.
+    void targetBatchChangeUsesTheConfiguredRule() {
+        RecordingSink sink;
+        QCOMPARE(runChangingTargetAfterStep2(sink, 64, std::nullopt, LrScaling::Sqrt), RunState::Finished);
+        const auto changes = sink.all<TargetBatchChanged>();
+        QCOMPARE(changes.size(), size_t(1));
+        QCOMPARE(changes.front().newLearningRate, changes.front().oldLearningRate * 0.5);
     }
 
     /// A target batch beyond the data (512 samples) is not capped silently: it is refused with a

@@ -371,7 +371,7 @@ private Q_SLOTS:
         QVERIFY(said);
         for (const auto& m : sink.all<MicroBatchDone>()) QVERIFY2(m.size >= 2, qPrintable(QString::number(m.size)));
         for (const auto& t : sink.all<ProbeTrial>()) QVERIFY(t.microBatch >= 2);
-        const QString use = sampleUseError(sink, o.steps, target);
+        const QString use = sampleUseError(sink, o.steps.value(), target);
         QVERIFY2(use.isEmpty(), qPrintable(use));
     }
 
