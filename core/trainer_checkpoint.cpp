@@ -1,0 +1,44 @@
+// The trainer's checkpoints: saving one, and restoring a run from one (core/checkpoint.h writes
+// and reads the file).
+
+#include "core/trainer_impl.h"
+
+namespace batchpilot::core {
+
+void Trainer::Impl::writeCheckpoint() {
+    TrainerState saved{step, samplesSeen, sampler->epoch(), sampler->position(), target, microBatch,
+                       optimizer->learningRate(), device.name(), model->name()};
+    // A batch that ended an epoch leaves the position at its end: the next one starts a new epoch.
+    if (sampler->position() >= data->size()) {
+        saved.samplerEpoch = sampler->completedEpochs();
+        saved.samplerPosition = 0;
+    }
+    auto written = saveCheckpoint(options.checkpoint.directory, *model, *optimizer, saved);
+    if (written) {
+        emit(CheckpointSaved{now(), step, *written});
+    } else {
+        checkpointError = written.error();
+        emit(Warning{now(), "checkpoint not saved: " + written.error()});
+    }
+}
+
+void Trainer::Impl::restoreCheckpoint() {
+    const int64_t beforeState = meter->allocated();
+    auto resumed = loadCheckpoint(options.resumeFrom, *model, *optimizer);
+    if (!resumed) throw FatalError{resumed.error(), "resume"};
+    if (optimizer->stateReady()) ledger.optimizerStateBytes = std::max<int64_t>(0, meter->allocated() - beforeState);
+    step = resumed->step;
+    samplesSeen = resumed->samplesSeen;
+    sampler->restore(resumed->samplerEpoch, resumed->samplerPosition);
+    target = resumed->targetBatch;
+    if (resumed->device == device.name()) {
+        // Known to fit here: continue without probing; an OOM would still shrink it.
+        microBatch = std::min(resumed->microBatch, upperBound());
+        probedMicroBatch = microBatch;
+    }
+    emit(RunStateChanged{now(), RunState::Starting,
+                         "resumed from step " + std::to_string(step) + " of " + options.resumeFrom +
+                             ", at the checkpoint's target batch " + std::to_string(target)});
+}
+
+}  // namespace batchpilot::core

@@ -1,0 +1,229 @@
+#pragma once
+
+// Private to the trainer's files (trainer*.cpp): the run's state and the helpers its parts share.
+// Trainer::Impl is one object on purpose, the run thread's state; its methods are grouped by
+// concern in trainer.cpp (setup, the training loop, commands), trainer_probe.cpp (probe and
+// device switch), trainer_memory.cpp (memory samples, breakdown, "does not fit"),
+// trainer_equivalence.cpp and trainer_checkpoint.cpp.
+
+#include "core/trainer.h"
+
+#include <chrono>
+#include <functional>
+#include <cmath>
+#include <optional>
+
+#include "core/accumulation_plan.h"
+#include "core/byte_size.h"
+#include "core/checkpoint.h"
+#include "core/command_mailbox.h"
+#include "core/math_libraries.h"
+#include "core/cuda_meter.h"
+#include "core/counting_allocator.h"
+#include "core/dataset.h"
+#include "core/device.h"
+#include "core/cancel.h"
+#include "core/equivalence.h"
+#include "core/loss.h"
+#include "core/model.h"
+#include "core/model_factory.h"
+#include "core/oom.h"
+#include "core/optimizer.h"
+#include "core/prefetcher.h"
+#include "core/probe_search.h"
+#include "core/sampler.h"
+#include "core/text_format.h"
+
+namespace batchpilot::core {
+namespace trainer_detail {
+
+using Clock = std::chrono::steady_clock;
+
+/// BatchNorm's refusal of one value per channel in training (LibTorch's C++ and TorchScript
+/// batch_norm both word it so).
+inline bool needsTwoSamples(const std::string& message) {
+    return message.find("Expected more than 1 value per channel when training") != std::string::npos;
+}
+
+/// The torch device a DeviceSpec's tensors live on (virtual devices are the CPU).
+inline torch::Device torchDevice(const DeviceSpec& device) {
+    return device.kind == DeviceKind::Cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.index))
+                                           : torch::Device(torch::kCPU);
+}
+
+/// OOMs in a row at micro-batch 1 before the model is declared too big for the device.
+constexpr int kSingleSampleRetries = 2;
+
+/// A run-ending error with a message for the user (not retried).
+struct FatalError {
+    std::string message;
+    std::string where;
+};
+
+/// A loss that is NaN or infinite: training cannot continue meaningfully.
+class NonFiniteLoss : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// Outcome of one micro-batch.
+struct MicroResult {
+    bool ok = false;
+    FailureInfo failure;
+    Phase phase = Phase::Copy;
+    double loss = 0;
+    int64_t peakBytes = 0;
+    int64_t residentBytes = 0;  ///< allocated when the micro-batch started
+    double seconds = 0;
+};
+
+/// The micro-batch with the highest peak in a step, for the memory breakdown.
+struct PeakRecord {
+    int64_t resident = 0;
+    int64_t peak = 0;
+    int64_t size = 0;
+    void offer(int64_t residentBytes, int64_t peakBytes, int64_t microBatch) {
+        if (peakBytes > peak) *this = {residentBytes, peakBytes, microBatch};
+    }
+};
+
+/// Where the device memory goes: the parts of the memory breakdown (reportBreakdown), each
+/// measured by the meter at the point named in MemoryBreakdown.
+struct MemoryLedger {
+    int64_t parameterBytes = 0;
+    int64_t gradientBytes = 0;
+    int64_t optimizerStateBytes = 0;
+    PeakRecord lastPeak;  ///< the last step's highest micro-batch peak
+};
+
+}  // namespace trainer_detail
+
+using namespace trainer_detail;
+
+/// Thrown by setup when the user stopped the run while the data was loading.
+struct LoadingCancelled {};
+
+struct Trainer::Impl {
+    Impl(TrainerOptions o, EventSink& s) : options(std::move(o)), sink(s), commands(options.stepMode) {}
+
+    TrainerOptions options;
+    EventSink& sink;
+
+    CommandMailbox commands;  ///< posted from any thread, taken by the run thread
+
+    // Run state: touched by the run thread only.
+    Clock::time_point start = Clock::now();
+    std::shared_ptr<Dataset> data;
+    std::unique_ptr<Prefetcher> prefetcher;  ///< loads the next micro-batch during this one
+    std::shared_ptr<Model> model;
+    std::unique_ptr<Optimizer> optimizer;
+    DeviceSpec device;
+    std::unique_ptr<MemoryMeter> meter;
+    std::vector<torch::Tensor> parameters;
+    std::vector<torch::Tensor> gradients;  ///< accumulated, weighted gradients of the batch
+    torch::Tensor reservation;            ///< optimizer state held back during the first probe
+    std::optional<Sampler> sampler;
+    int64_t target = 0;
+    int64_t microBatch = 0;       ///< 0 until the first probe finishes
+    int64_t probedMicroBatch = 0; ///< result of the last probe (regrow target)
+    /// Smallest micro-batch the model can train on: 2 once BatchNorm refused a single sample
+    /// (a 1x1 feature map leaves it one value per channel).
+    int64_t minMicroBatch = 1;
+    /// Smallest part the rest of a batch is split into, never below minMicroBatch: 2 for
+    /// BatchNorm models from the start (one sample normalised alone is useless even where
+    /// BatchNorm accepts it).
+    int64_t minPart = 1;
+    ProbeReason currentProbeReason = ProbeReason::Initial;
+    std::optional<ProbeSearch> probe;
+    int probeSequence = 0;
+    Clock::time_point probeStart;
+    int64_t step = 0;
+    int64_t samplesSeen = 0;
+    int cleanStepsSinceShrink = -1;  ///< -1: no shrink pending a regrow
+    int singleSampleOoms = 0;        ///< consecutive OOMs at micro-batch 1
+    double lastMemorySample = -1;
+    RunState state = RunState::Idle;
+    std::vector<int64_t> lastBatch;  ///< indices of the last committed training batch
+    MemoryLedger ledger;
+
+    double now() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+    void emit(Event event) { sink.onEvent(event); }
+    void setState(RunState s, std::string detail = {}) {
+        state = s;
+        emit(RunStateChanged{now(), s, std::move(detail)});
+    }
+    int64_t usableBytes() const {
+        return static_cast<int64_t>(static_cast<double>(meter->capacity()) * (1.0 - options.probe.headroom));
+    }
+    /// The rest of a batch split for training (AccumulationPlan::split), with a last part below
+    /// minPart merged into the one before it (only possible at micro-batch 2: 2+1 -> 3).
+    std::vector<int64_t> planFor(int64_t remaining, int64_t micro) const {
+        std::vector<int64_t> sizes = AccumulationPlan::split(remaining, micro);
+        if (sizes.size() >= 2 && sizes.back() < minPart) {
+            sizes[sizes.size() - 2] += sizes.back();
+            sizes.pop_back();
+        }
+        return sizes;
+    }
+    int64_t upperBound() const {
+        int64_t bound = std::min(target, data->size());
+        if (options.probe.maxMicroBatch > 0) bound = std::min(bound, options.probe.maxMicroBatch);
+        return bound;
+    }
+    /// Whichever limit comes first ends the run; with neither it runs until stopped.
+    bool limitReached() const {
+        if (options.steps && step >= *options.steps) return true;
+        return options.epochs && sampler->completedEpochs() >= *options.epochs;
+    }
+    /// The step limit for progress displays; 0 when the run is unbounded.
+    int64_t totalSteps() const {
+        int64_t total = options.steps.value_or(0);
+        if (options.epochs) {
+            const int64_t byEpochs = *options.epochs * ((data->size() + target - 1) / target);
+            total = total > 0 ? std::min(total, byEpochs) : byEpochs;
+        }
+        return total;
+    }
+
+    void setup();
+    void sampleMemory(bool force);
+    void reportBreakdown();
+    void reportSummary();
+    void checkEquivalence(int64_t samples);
+    /// The gradient of `indices` accumulated by training's own code (runMicroBatch into the
+    /// accumulators) in micro-batches of `microBatchSizes`; training's state is left as it was.
+    std::vector<torch::Tensor> accumulateAsTraining(const std::vector<int64_t>& indices,
+                                                    const std::vector<int64_t>& microBatchSizes);
+    /// L2 norm of the accumulated gradients (uncounted: a few scalars).
+    double gradientNorm() const {
+        torch::NoGradGuard noGrad;
+        CountingScope scalars(false);
+        // One norm per tensor, then the norm of those: no copies, one synchronisation.
+        std::vector<torch::Tensor> norms;
+        norms.reserve(gradients.size());
+        for (const auto& g : gradients) norms.push_back(g.norm());
+        return torch::stack(norms).norm().item<double>();
+    }
+    void startProbe(ProbeReason reason, int64_t initial, int64_t knownFit);
+    void finishProbe();
+    bool applyCommands();
+    bool waitWhilePaused();
+    void trainBatch(const std::vector<int64_t>& indices);
+    /// `next`: the micro-batch after this one, when known; it is requested from the prefetcher
+    /// once this one's samples are taken (requesting it earlier would replace this one's load).
+    MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next = {});
+    void optimizerStep();
+    void switchTo(const DeviceSpec& next);
+    void writeCheckpoint();
+    /// Model, optimizer and trainer state from options.resumeFrom (setup, after the model exists).
+    void restoreCheckpoint();
+    void releaseFailedBackward();
+    std::string checkpointError;  ///< the last failed save's message
+    int64_t allocatorRetriesSeen = 0;  ///< the meter's allocator retries already reported
+    [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false);
+    /// Why the loss is not finite: the data, the model before any update, or divergence.
+    std::string nonFiniteLossReason(double loss, const torch::Tensor& inputs, const torch::Tensor& output,
+                                    const torch::Tensor& targets) const;
+};
+
+}  // namespace batchpilot::core

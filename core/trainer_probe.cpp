@@ -1,0 +1,75 @@
+// The trainer's probe sessions (start, finish: core/probe_search.h decides the sizes) and the
+// device switch that ends in a new probe.
+
+#include "core/trainer_impl.h"
+
+namespace batchpilot::core {
+
+void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t knownFit) {
+    ProbeOptions probeOptions = options.probe;
+    probeOptions.initialMicroBatch = std::max<int64_t>(minMicroBatch, std::min(initial, upperBound()));
+    probe.emplace(probeOptions, upperBound(), usableBytes(), std::min(knownFit, upperBound()));
+    currentProbeReason = reason;
+    ++probeSequence;
+    probeStart = Clock::now();
+    if (!optimizer->stateReady() && !reservation.defined()) {
+        // LibTorch-style optimizers create their state in the first step: hold that much now so
+        // the probe does not pick a size that runs out of memory at the first step.
+        try {
+            reservation = torch::empty({optimizer->stateBytes()}, torch::TensorOptions(torch::kUInt8).device(parameters.front().device()));
+        } catch (const std::exception&) {
+            const FailureInfo failure = classifyFailure(std::current_exception());
+            if (!failure.outOfMemory) throw;
+            doesNotFit(failure.requestedBytes);
+        }
+    }
+    setState(RunState::Probing, toString(reason));
+    emit(ProbeStarted{now(), probeSequence, reason, device.name(), upperBound(), usableBytes(),
+                      reservation.defined() ? optimizer->stateBytes() : 0});
+}
+
+void Trainer::Impl::finishProbe() {
+    const int64_t found = probe->result();
+    if (found <= 0) doesNotFit(0);
+    microBatch = found;
+    probedMicroBatch = found;
+    ProbeFinished done{now(), probeSequence, found, static_cast<int64_t>(planFor(target, found).size()), target, probe->trials(),
+                       std::chrono::duration<double>(Clock::now() - probeStart).count(), probe->hitTrialLimit()};
+    if (auto fitted = probe->memoryModel()) {
+        done.fixedBytes = fitted->fixedBytes;
+        done.bytesPerSample = fitted->bytesPerSample;
+    }
+    if (probe->hitTrialLimit()) {
+        emit(Warning{now(), "the probe stopped at its trial limit (" + std::to_string(options.probe.maxTrials) +
+                                "); using the largest size that fit, " + std::to_string(found)});
+    }
+    probe.reset();
+    emit(done);
+    setState(RunState::Training, "micro-batch " + std::to_string(found));
+}
+
+void Trainer::Impl::switchTo(const DeviceSpec& next) {
+    const std::string from = device.name();
+    if (next.kind == DeviceKind::Virtual && meter->allocated() > next.budgetBytes) {
+        emit(Warning{now(), "cannot switch to " + next.name() + ": the model, its gradients and optimizer state already take " +
+                                formatBytes(meter->allocated()) + "; choose a budget above that"});
+        return;
+    }
+    const bool moves = (next.kind == DeviceKind::Cuda) != (device.kind == DeviceKind::Cuda) ||
+                       (next.kind == DeviceKind::Cuda && next.index != device.index);
+    if (moves) {
+        const torch::Device target_device = torchDevice(next);
+        model->to(target_device);
+        parameters = model->parameters();
+        optimizer->to(target_device, parameters);
+        for (auto& g : gradients) g = g.to(target_device);
+        if (reservation.defined()) reservation = reservation.to(target_device);
+        meter->releaseCache();
+    }
+    device = next;
+    meter = openMeter(device);
+    emit(DeviceSwitched{now(), from, device.name()});
+    reportSummary();
+}
+
+}  // namespace batchpilot::core
