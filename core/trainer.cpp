@@ -1,5 +1,7 @@
 // The trainer: setup, the loop over training batches, micro-batches with OOM recovery, the
 // optimizer step, and the commands it applies between them. Its other parts: see trainer_impl.h.
+// About 500 lines on purpose: the loop and its OOM recovery read top-down in one file; what can
+// be understood on its own (probe, memory, equivalence, checkpoints, commands) lives elsewhere.
 
 #include "core/trainer_impl.h"
 

@@ -56,10 +56,17 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
                            "with the … button or drop it on the window"));
 
     m_dataset = new QComboBox;
-    m_dataset->addItem(tr("Synthetic images (3×32×32, 10 classes)"), QStringLiteral("synthetic"));
-    m_dataset->addItem(tr("MNIST (IDX files in a folder)"), QStringLiteral("mnist"));
-    m_dataset->addItem(tr("Image folder (one subfolder per class)"), QStringLiteral("image-folder"));
-    m_dataset->addItem(tr("CSV table (header row, target column)"), QStringLiteral("csv"));
+    // Core's list decides which data sets exist; here they only get a description.
+    const std::map<std::string, QString> datasetDescriptions = {
+        {"synthetic", tr("Synthetic images (3×32×32, 10 classes)")},
+        {"mnist", tr("MNIST (IDX files in a folder)")},
+        {"image-folder", tr("Image folder (one subfolder per class)")},
+        {"csv", tr("CSV table (header row, target column)")},
+    };
+    for (const std::string& name : core::datasetNames()) {
+        const auto described = datasetDescriptions.find(name);
+        m_dataset->addItem(described != datasetDescriptions.end() ? described->second : str(name), str(name));
+    }
     m_dataset->setToolTip(tr("Synthetic images are generated from class prototypes plus noise: "
                              "learnable, deterministic, nothing to download. The others read the "
                              "data path."));

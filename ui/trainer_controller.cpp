@@ -45,123 +45,27 @@ public:
         return m_dropped;
     }
 
-    /// Calls `command` with the trainer of the current run, if there is one. The trainer's
-    /// command methods are thread-safe; the lock only keeps the trainer alive during the call
-    /// (it is never held while the trainer sends an event, so there is no lock cycle).
-    template <class Command>
-    bool withTrainer(Command command)
-    {
-        const std::lock_guard lock(m_trainerMutex);
-        if (!m_trainer)
-            return false;
-        command(*m_trainer);
-        return true;
-    }
-
-    /// Sets or clears the trainer of the current run (worker thread). Clearing destroys it here,
-    /// on the thread that owns its tensors.
-    void setTrainer(std::unique_ptr<core::Trainer> trainer)
-    {
-        const std::lock_guard lock(m_trainerMutex);
-        m_trainer = std::move(trainer);
-        // Commands given before the trainer existed.
-        if (m_trainer && m_pendingStop)
-            m_trainer->stop();
-        if (m_trainer && m_pendingPause)
-            m_trainer->pause();
-        if (m_trainer && m_pendingStepMode)
-            m_trainer->setStepMode(*m_pendingStepMode);
-        if (m_trainer && m_pendingEquivalence)
-            m_trainer->checkEquivalence(*m_pendingEquivalence);
-        m_pendingStop = m_pendingPause = false;
-        m_pendingStepMode.reset();
-        m_pendingEquivalence.reset();
-    }
-
-    core::Trainer* trainer()
-    {
-        const std::lock_guard lock(m_trainerMutex);
-        return m_trainer.get();
-    }
-
-    void requestStop()
-    {
-        if (!withTrainer([](core::Trainer& t) { t.stop(); })) {
-            const std::lock_guard lock(m_trainerMutex);
-            m_pendingStop = true;
-        }
-    }
-
-    void requestPause(bool pause)
-    {
-        if (!withTrainer([pause](core::Trainer& t) { pause ? t.pause() : t.resume(); })) {
-            const std::lock_guard lock(m_trainerMutex);
-            m_pendingPause = pause;
-        }
-    }
-
-    void requestStepMode(bool on)
-    {
-        // One lock for both cases: a toggle cannot fall between the trainer's creation and its
-        // pending commands.
-        const std::lock_guard lock(m_trainerMutex);
-        if (m_trainer)
-            m_trainer->setStepMode(on);
-        else
-            m_pendingStepMode = on;
-    }
-
-    void requestEquivalence(qint64 samples)
-    {
-        const std::lock_guard lock(m_trainerMutex);
-        if (m_trainer)
-            m_trainer->checkEquivalence(samples);
-        else
-            m_pendingEquivalence = samples;
-    }
-
-    void resetPending()
-    {
-        const std::lock_guard lock(m_trainerMutex);
-        m_pendingStop = m_pendingPause = false;
-        m_pendingStepMode.reset();
-        m_pendingEquivalence.reset();
-    }
-
 private:
     static constexpr std::size_t kMaxPending = 200000;
     mutable std::mutex m_mutex;  // guards m_events and m_dropped
     std::vector<core::Event> m_events;
     qint64 m_dropped = 0;
-    std::mutex m_trainerMutex;   // guards the trainer pointer and the pending commands
-    std::unique_ptr<core::Trainer> m_trainer;
-    bool m_pendingStop = false;
-    bool m_pendingPause = false;
-    std::optional<bool> m_pendingStepMode;  // toggled after start() but before the trainer existed
-    std::optional<qint64> m_pendingEquivalence;  // asked for in that moment too
 };
 
-/// Lives on the worker thread: builds the trainer and runs it.
+/// Lives on the worker thread: runs the trainer the controller built.
 class TrainerWorker : public QObject {
     Q_OBJECT
 public:
-    explicit TrainerWorker(std::shared_ptr<EventQueue> queue) : m_queue(std::move(queue)) {}
-
-    void run(const core::TrainerOptions& options)
+    void run(std::shared_ptr<core::Trainer> trainer, std::shared_ptr<EventQueue> queue)
     {
         core::RunResult result;
         try {
-            m_queue->setTrainer(std::make_unique<core::Trainer>(options, *m_queue));
-            // run() blocks this thread; the GUI reaches the trainer through withTrainer().
-            result = m_queue->trainer()->run();
-            m_queue->setTrainer(nullptr);
+            result = trainer->run();  // blocks this thread
         } catch (const std::exception& error) {
             // Trainer::run() reports its own errors; this is for anything that escaped anyway,
             // so the window learns about it and a new run can start.
-            m_queue->setTrainer(nullptr);
-            const std::string message =
-                std::string("the trainer stopped unexpectedly: ") + error.what();
-            m_queue->onEvent(core::ErrorEvent{0, message, "worker thread"});
+            const std::string message = std::string("the trainer stopped unexpectedly: ") + error.what();
+            queue->onEvent(core::ErrorEvent{0, message, "worker thread"});
             result.state = core::RunState::Failed;
             result.error = message;
         }
@@ -170,9 +74,6 @@ public:
 
 Q_SIGNALS:
     void finished(const batchpilot::core::RunResult& result);
-
-private:
-    std::shared_ptr<EventQueue> m_queue;
 };
 
 TrainerController::TrainerController(QObject* parent)
@@ -184,7 +85,7 @@ TrainerController::TrainerController(QObject* parent)
     qRegisterMetaType<core::RunResult>();
     qRegisterMetaType<core::TrainerOptions>();
     m_thread->setObjectName(QStringLiteral("trainer"));
-    m_worker = new TrainerWorker(m_queue);
+    m_worker = new TrainerWorker;
     m_worker->moveToThread(m_thread);
     connect(m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
     connect(m_worker, &TrainerWorker::finished, this, &TrainerController::onWorkerFinished,
@@ -198,8 +99,10 @@ TrainerController::TrainerController(QObject* parent)
 
 TrainerController::~TrainerController()
 {
-    m_queue->requestStop();
-    m_queue->requestPause(false);
+    if (m_trainer) {
+        m_trainer->stop();
+        m_trainer->resume();
+    }
     m_thread->quit();
     m_thread->wait();
 }
@@ -210,7 +113,6 @@ bool TrainerController::start(const core::TrainerOptions& options)
         return false;
     m_running = true;
     m_paused = false;
-    m_queue->resetPending();
     m_queue->take();  // anything left from a previous run was delivered already
     m_drainTimer->start();
     core::TrainerOptions runOptions = options;
@@ -219,8 +121,12 @@ bool TrainerController::start(const core::TrainerOptions& options)
     // forward and backward pass, and it lets the accumulation view show the gradient growing.
     runOptions.reportGradientNorm = true;
     runOptions.reservedCpus = kGuiReservedCpus;
-    QMetaObject::invokeMethod(m_worker, [worker = m_worker, runOptions] { worker->run(runOptions); },
-                              Qt::QueuedConnection);
+    // Built here, so that every command from now on goes to it (its mailbox keeps what arrives
+    // before run() starts); it runs, and sends its events, on the worker thread.
+    m_trainer = std::make_shared<core::Trainer>(runOptions, *m_queue);
+    QMetaObject::invokeMethod(
+        m_worker, [worker = m_worker, trainer = m_trainer, queue = m_queue] { worker->run(trainer, queue); },
+        Qt::QueuedConnection);
     Q_EMIT runStarted();
     return true;
 }
@@ -229,7 +135,7 @@ void TrainerController::pause()
 {
     if (!m_running || m_paused)
         return;
-    m_queue->requestPause(true);
+    m_trainer->pause();
     m_paused = true;
     Q_EMIT pausedChanged(true);
 }
@@ -238,7 +144,7 @@ void TrainerController::resume()
 {
     if (!m_running || !m_paused)
         return;
-    m_queue->requestPause(false);
+    m_trainer->resume();
     m_paused = false;
     Q_EMIT pausedChanged(false);
 }
@@ -247,9 +153,7 @@ void TrainerController::stop()
 {
     if (!m_running)
         return;
-    m_queue->requestStop();
-    // A paused trainer must wake up to see the stop.
-    m_queue->requestPause(false);
+    m_trainer->stop();  // also ends a pause: the trainer sees the stop at once
     if (m_paused) {
         m_paused = false;
         Q_EMIT pausedChanged(false);
@@ -258,41 +162,45 @@ void TrainerController::stop()
 
 void TrainerController::setTargetBatch(qint64 target, core::LrScaling rule)
 {
-    m_queue->withTrainer([&](core::Trainer& t) { t.setTargetBatch(target, rule); });
+    if (m_running)
+        m_trainer->setTargetBatch(target, rule);
 }
 
 void TrainerController::reprobe()
 {
-    m_queue->withTrainer([](core::Trainer& t) { t.reprobe(); });
+    if (m_running)
+        m_trainer->reprobe();
 }
 
 void TrainerController::switchDevice(const QString& device)
 {
-    const std::string id = device.toStdString();
-    m_queue->withTrainer([&](core::Trainer& t) { t.switchDevice(id); });
+    if (m_running)
+        m_trainer->switchDevice(device.toStdString());
 }
 
 void TrainerController::setStepMode(bool on)
 {
     m_stepMode = on;
     if (m_running)
-        m_queue->requestStepMode(on);
+        m_trainer->setStepMode(on);
 }
 
 void TrainerController::advance()
 {
-    m_queue->withTrainer([](core::Trainer& t) { t.advance(); });
+    if (m_running)
+        m_trainer->advance();
 }
 
 void TrainerController::finishBatch()
 {
-    m_queue->withTrainer([](core::Trainer& t) { t.finishBatch(); });
+    if (m_running)
+        m_trainer->finishBatch();
 }
 
 void TrainerController::checkEquivalence(qint64 samples)
 {
     if (m_running)
-        m_queue->requestEquivalence(samples);
+        m_trainer->checkEquivalence(samples);
 }
 
 void TrainerController::setDrainInterval(int milliseconds)
@@ -330,6 +238,7 @@ void TrainerController::onWorkerFinished(const core::RunResult& result)
     drain();  // deliver the last events before saying the run is over
     m_drainTimer->stop();
     m_running = false;
+    m_trainer.reset();  // the worker has let go of it: its model and tensors are freed here
     if (m_paused) {
         m_paused = false;
         Q_EMIT pausedChanged(false);

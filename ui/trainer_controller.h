@@ -28,11 +28,13 @@ class TrainerWorker;
 
 /// Runs a core::Trainer on a worker thread and hands its events to the GUI.
 ///
-/// The worker thread is a QThread owned by the controller (moveToThread, not a subclass); it
-/// constructs the Trainer and blocks in run(). The trainer's events land in a mutex-protected
+/// start() constructs the Trainer here, on the GUI thread, so that every command has one path
+/// (the trainer's own thread-safe mailbox) and none is lost before the run begins; the worker
+/// thread, a QThread owned by the controller (moveToThread, not a subclass), blocks in run(). The trainer's events land in a mutex-protected
 /// queue; a ~30 Hz timer on the GUI thread drains it and emits them as one batch, so the GUI does
 /// the same small amount of work per frame however many thousand events per second arrive.
-/// Commands go straight to the Trainer's thread-safe methods and never block.
+/// Commands go straight to the Trainer's thread-safe methods and never block; outside a run they
+/// do nothing (step mode is remembered for the next run).
 ///
 /// Thread rules: create and use on the GUI thread. The destructor stops a running trainer and
 /// waits for the worker thread.
@@ -97,6 +99,7 @@ private:
     TrainerWorker* m_worker;
     QTimer* m_drainTimer;
     std::shared_ptr<EventQueue> m_queue;
+    std::shared_ptr<core::Trainer> m_trainer;  ///< the current run's, from start() to runFinished
     bool m_running = false;
     bool m_paused = false;
     bool m_stepMode = false;

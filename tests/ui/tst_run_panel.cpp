@@ -17,6 +17,7 @@ class TestRunPanel : public QObject {
 private Q_SLOTS:
     void defaultsAreValid();
     void invalidInputDisablesStart_data();
+    void offersCoresModelsAndDatasets();
     void invalidInputDisablesStart();
     void optionsRoundTrip();
     void settingsRoundTrip();
@@ -80,6 +81,16 @@ void TestRunPanel::invalidInputDisablesStart()
     QVERIFY(panel.startButton()->isEnabled());
     QVERIFY(!field->property("invalid").toBool());
     QCOMPARE(validity.last().first().toBool(), true);
+}
+
+void TestRunPanel::offersCoresModelsAndDatasets()
+{
+    ui::RunPanel panel;
+    for (const std::string& name : core::datasetNames())
+        QVERIFY2(panel.datasetBox()->findData(QString::fromStdString(name)) >= 0, name.c_str());
+    QCOMPARE(panel.datasetBox()->count(), int(core::datasetNames().size()));
+    for (const std::string& name : core::builtinModelNames())
+        QVERIFY2(panel.modelBox()->findText(QString::fromStdString(name)) >= 0, name.c_str());
 }
 
 void TestRunPanel::optionsRoundTrip()

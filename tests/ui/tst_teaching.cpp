@@ -120,6 +120,7 @@ private Q_SLOTS:
     void equivalenceDialogVerdicts();
     void everyControlExplainsItself();
     void stepByStep();
+    void commandsBeforeTheRunBeginsAreKept();
     void checkEquivalence_data();
     void checkEquivalence();
 };
@@ -405,6 +406,34 @@ void TestTeaching::stepByStep()
     QTRY_VERIFY_WITH_TIMEOUT(tape.count<core::OptimizerStepped>() >= 3, kTimeout);
     stopRun(w);
     QVERIFY(w.errorText().isEmpty());
+}
+
+/// Commands given right after Start, before the worker thread has begun the run, reach the
+/// trainer (they used to be dropped when the trainer did not exist yet): the new target batch
+/// applies at the first training-batch boundary, and a stop ends the run.
+void TestTeaching::commandsBeforeTheRunBeginsAreKept()
+{
+    ui::TrainerController controller;
+    EventTape tape(&controller);
+    QSignalSpy finished(&controller, &ui::TrainerController::runFinished);
+    core::TrainerOptions o = smallRun();
+    o.steps = 3;
+    QVERIFY(controller.start(o));
+    controller.setTargetBatch(32, core::LrScaling::Linear);
+    controller.reprobe();
+    QVERIFY(finished.wait(kTimeout));
+    const auto changed = tape.last<core::TargetBatchChanged>();
+    QVERIFY(changed.has_value());
+    QCOMPARE(changed->newTarget, qint64(32));
+    QCOMPARE(changed->newLearningRate, changed->oldLearningRate * 0.5);
+    const auto steps = tape.last<core::StepMetrics>();
+    QVERIFY(steps.has_value());
+    QCOMPARE(steps->targetBatch, qint64(32));
+
+    QVERIFY(controller.start(o));
+    controller.stop();
+    QVERIFY(finished.wait(kTimeout));
+    QVERIFY(finished.last().first().value<core::RunResult>().stopped);
 }
 
 void TestTeaching::checkEquivalence_data()
