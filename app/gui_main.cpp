@@ -3,7 +3,7 @@
 #include <QIcon>
 #include <QTimer>
 
-#include "ui/main_window.h"
+#include "ui/window/main_window.h"
 
 int main(int argc, char* argv[])
 {

@@ -28,8 +28,8 @@
 #include "ui/charts/live_chart.h"
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/series_store.h"
-#include "ui/main_window.h"
-#include "ui/trainer_controller.h"
+#include "ui/window/main_window.h"
+#include "ui/session/trainer_controller.h"
 
 namespace {
 

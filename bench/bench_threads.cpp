@@ -39,8 +39,8 @@
 #include "bench/trainer_workload.h"
 #include "core/math_libraries.h"
 #include "core/trainer.h"
-#include "ui/main_window.h"
-#include "ui/trainer_controller.h"
+#include "ui/window/main_window.h"
+#include "ui/session/trainer_controller.h"
 
 namespace {
 

@@ -11,16 +11,16 @@
 #include <QTemporaryDir>
 
 #include "core/events.h"
-#include "ui/accumulation_view.h"
+#include "ui/teaching/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/probe_chart.h"
-#include "ui/demo_options.h"
-#include "ui/event_log.h"
-#include "ui/main_window.h"
-#include "ui/run_panel.h"
-#include "ui/trainer_controller.h"
+#include "ui/config/demo_options.h"
+#include "ui/log/event_log.h"
+#include "ui/window/main_window.h"
+#include "ui/config/run_panel.h"
+#include "ui/session/trainer_controller.h"
 
 using namespace batchpilot;
 

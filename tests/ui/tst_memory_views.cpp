@@ -9,8 +9,8 @@
 #include "core/events.h"
 #include "core/memory_report.h"
 #include "ui/charts/memory_fit_chart.h"
-#include "ui/event_text.h"
-#include "ui/memory_breakdown_bar.h"
+#include "ui/session/event_text.h"
+#include "ui/charts/memory_breakdown_bar.h"
 
 using namespace batchpilot;
 

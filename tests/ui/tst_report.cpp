@@ -9,11 +9,11 @@
 #include "core/events.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/memory_fit_chart.h"
-#include "ui/demo_options.h"
-#include "ui/main_window.h"
-#include "ui/memory_breakdown_bar.h"
-#include "ui/run_panel.h"
-#include "ui/trainer_controller.h"
+#include "ui/config/demo_options.h"
+#include "ui/window/main_window.h"
+#include "ui/charts/memory_breakdown_bar.h"
+#include "ui/config/run_panel.h"
+#include "ui/session/trainer_controller.h"
 
 using namespace batchpilot;
 

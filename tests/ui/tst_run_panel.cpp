@@ -7,8 +7,8 @@
 #include <QSpinBox>
 #include <QTemporaryDir>
 
-#include "ui/demo_options.h"
-#include "ui/run_panel.h"
+#include "ui/config/demo_options.h"
+#include "ui/config/run_panel.h"
 
 using namespace batchpilot;
 

@@ -4,7 +4,7 @@
 #include <QJsonObject>
 #include <QTemporaryDir>
 
-#include "ui/run_record.h"
+#include "ui/report/run_record.h"
 
 using namespace batchpilot;
 

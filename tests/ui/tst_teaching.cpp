@@ -18,20 +18,20 @@
 #include <QTextBrowser>
 
 #include "core/events.h"
-#include "ui/accumulation_view.h"
+#include "ui/teaching/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/probe_chart.h"
 #include "ui/charts/throughput_chart.h"
-#include "ui/equivalence_dialog.h"
-#include "ui/event_log.h"
-#include "ui/help_text.h"
-#include "ui/main_window.h"
-#include "ui/micro_batch_table.h"
-#include "ui/run_panel.h"
-#include "ui/teaching_tools.h"
-#include "ui/trainer_controller.h"
+#include "ui/teaching/equivalence_dialog.h"
+#include "ui/log/event_log.h"
+#include "ui/window/help_text.h"
+#include "ui/window/main_window.h"
+#include "ui/teaching/micro_batch_table.h"
+#include "ui/config/run_panel.h"
+#include "ui/window/teaching_tools.h"
+#include "ui/session/trainer_controller.h"
 
 using namespace batchpilot;
 

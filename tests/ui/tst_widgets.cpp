@@ -11,15 +11,15 @@
 
 #include "core/events.h"
 #include "core/math_libraries.h"
-#include "ui/accumulation_view.h"
+#include "ui/teaching/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/probe_chart.h"
 #include "ui/charts/throughput_chart.h"
-#include "ui/event_log.h"
-#include "ui/event_text.h"
-#include "ui/help_text.h"
+#include "ui/log/event_log.h"
+#include "ui/session/event_text.h"
+#include "ui/window/help_text.h"
 
 using namespace batchpilot;
 

@@ -14,7 +14,7 @@
 #include "ui/charts/memory_fit_chart.h"
 #include "ui/charts/probe_chart.h"
 #include "ui/charts/throughput_chart.h"
-#include "ui/memory_breakdown_bar.h"
+#include "ui/charts/memory_breakdown_bar.h"
 
 namespace batchpilot::ui {
 

@@ -15,7 +15,7 @@
 
 #include "core/byte_size.h"
 #include "core/memory_report.h"
-#include "ui/what_if_row.h"
+#include "ui/charts/what_if_row.h"
 
 namespace batchpilot::ui {
 

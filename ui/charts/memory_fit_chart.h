@@ -5,7 +5,7 @@
 
 #include "core/probe_search.h"
 #include "ui/charts/live_chart.h"
-#include "ui/what_if_row.h"
+#include "ui/charts/what_if_row.h"
 
 class QLabel;
 class QLineSeries;

@@ -5,9 +5,9 @@
 
 #include "core/events.h"
 #include "core/trainer.h"
-#include "ui/report_writer.h"
-#include "ui/run_record.h"
-#include "ui/theme.h"
+#include "ui/report/report_writer.h"
+#include "ui/report/run_record.h"
+#include "ui/window/theme.h"
 
 class QAction;
 class QLabel;

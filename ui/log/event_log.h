@@ -6,7 +6,7 @@
 #include <QWidget>
 
 #include "core/events.h"
-#include "ui/event_text.h"
+#include "ui/session/event_text.h"
 
 class QComboBox;
 class QLineEdit;

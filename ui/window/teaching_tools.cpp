@@ -1,4 +1,4 @@
-#include "ui/teaching_tools.h"
+#include "ui/window/teaching_tools.h"
 
 #include <QAction>
 #include <QCheckBox>
@@ -6,9 +6,9 @@
 #include <QPushButton>
 #include <QWidget>
 
-#include "ui/equivalence_dialog.h"
-#include "ui/run_panel.h"
-#include "ui/trainer_controller.h"
+#include "ui/teaching/equivalence_dialog.h"
+#include "ui/config/run_panel.h"
+#include "ui/session/trainer_controller.h"
 
 namespace batchpilot::ui {
 

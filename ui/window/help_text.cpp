@@ -1,4 +1,4 @@
-#include "ui/help_text.h"
+#include "ui/window/help_text.h"
 
 #include <QCoreApplication>
 #include <QLocale>
@@ -10,11 +10,11 @@
 #include "ui/charts/live_chart.h"
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
-#include "ui/trainer_controller.h"
+#include "ui/session/trainer_controller.h"
 #include "ui/charts/probe_chart.h"
 #include "ui/charts/throughput_chart.h"
-#include "ui/event_text.h"
-#include "ui/micro_batch_table.h"
+#include "ui/session/event_text.h"
+#include "ui/teaching/micro_batch_table.h"
 
 namespace batchpilot::ui {
 

@@ -1,4 +1,4 @@
-#include "ui/demo_options.h"
+#include "ui/config/demo_options.h"
 
 namespace batchpilot::ui {
 

@@ -1,4 +1,4 @@
-#include "ui/run_status.h"
+#include "ui/window/run_status.h"
 
 #include <algorithm>
 

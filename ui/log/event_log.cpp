@@ -1,4 +1,4 @@
-#include "ui/event_log.h"
+#include "ui/log/event_log.h"
 
 #include <QAction>
 #include <QApplication>

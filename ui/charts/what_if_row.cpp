@@ -1,4 +1,4 @@
-#include "ui/what_if_row.h"
+#include "ui/charts/what_if_row.h"
 
 #include <algorithm>
 #include <limits>
@@ -10,7 +10,7 @@
 #include <QVBoxLayout>
 
 #include "core/memory_report.h"
-#include "ui/event_text.h"
+#include "ui/session/event_text.h"
 
 namespace batchpilot::ui {
 

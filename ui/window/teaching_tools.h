@@ -5,7 +5,7 @@
 #include <QObject>
 
 #include "core/events.h"
-#include "ui/help_text.h"
+#include "ui/window/help_text.h"
 
 class QAction;
 class QMenu;

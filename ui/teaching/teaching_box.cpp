@@ -1,4 +1,4 @@
-#include "ui/teaching_box.h"
+#include "ui/teaching/teaching_box.h"
 
 #include <QCheckBox>
 #include <QGridLayout>

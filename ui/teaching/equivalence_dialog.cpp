@@ -1,4 +1,4 @@
-#include "ui/equivalence_dialog.h"
+#include "ui/teaching/equivalence_dialog.h"
 
 #include <QDialogButtonBox>
 #include <QGridLayout>

@@ -1,4 +1,4 @@
-#include "ui/run_panel.h"
+#include "ui/config/run_panel.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -22,7 +22,7 @@
 
 #include "core/byte_size.h"
 #include "core/device.h"
-#include "ui/trainer_controller.h"
+#include "ui/session/trainer_controller.h"
 
 namespace batchpilot::ui {
 

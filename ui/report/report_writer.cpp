@@ -1,4 +1,4 @@
-#include "ui/report_writer.h"
+#include "ui/report/report_writer.h"
 
 #include <algorithm>
 
@@ -14,7 +14,7 @@
 
 #include "core/byte_size.h"
 #include "core/memory_report.h"
-#include "ui/event_text.h"
+#include "ui/session/event_text.h"
 
 namespace batchpilot::ui {
 

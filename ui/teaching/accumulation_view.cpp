@@ -1,4 +1,4 @@
-#include "ui/accumulation_view.h"
+#include "ui/teaching/accumulation_view.h"
 
 #include <algorithm>
 
@@ -8,8 +8,8 @@
 #include <QVBoxLayout>
 #include <QVariantAnimation>
 
-#include "ui/event_text.h"
-#include "ui/micro_batch_table.h"
+#include "ui/session/event_text.h"
+#include "ui/teaching/micro_batch_table.h"
 
 namespace batchpilot::ui {
 

@@ -1,4 +1,4 @@
-#include "ui/micro_batch_table.h"
+#include "ui/teaching/micro_batch_table.h"
 
 #include <algorithm>
 

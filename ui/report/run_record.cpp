@@ -1,4 +1,4 @@
-#include "ui/run_record.h"
+#include "ui/report/run_record.h"
 
 #include <algorithm>
 #include <functional>

@@ -4,7 +4,7 @@
 #include <QWidget>
 
 #include "core/options.h"
-#include "ui/teaching_box.h"
+#include "ui/teaching/teaching_box.h"
 
 class QCheckBox;
 class QComboBox;

@@ -1,4 +1,4 @@
-#include "ui/trainer_controller.h"
+#include "ui/session/trainer_controller.h"
 
 #include <exception>
 #include <optional>

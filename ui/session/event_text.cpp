@@ -1,4 +1,4 @@
-#include "ui/event_text.h"
+#include "ui/session/event_text.h"
 
 #include <QCoreApplication>
 #include <QLocale>

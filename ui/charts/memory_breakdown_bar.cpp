@@ -1,4 +1,4 @@
-#include "ui/memory_breakdown_bar.h"
+#include "ui/charts/memory_breakdown_bar.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "ui/main_window.h"
+#include "ui/window/main_window.h"
 
 #include <QAction>
 #include <QActionGroup>
@@ -22,15 +22,15 @@
 #include <QVBoxLayout>
 
 #include "core/run_config.h"
-#include "ui/accumulation_view.h"
+#include "ui/teaching/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
-#include "ui/demo_options.h"
-#include "ui/event_log.h"
-#include "ui/help_text.h"
-#include "ui/run_panel.h"
-#include "ui/run_status.h"
-#include "ui/teaching_tools.h"
-#include "ui/trainer_controller.h"
+#include "ui/config/demo_options.h"
+#include "ui/log/event_log.h"
+#include "ui/window/help_text.h"
+#include "ui/config/run_panel.h"
+#include "ui/window/run_status.h"
+#include "ui/window/teaching_tools.h"
+#include "ui/session/trainer_controller.h"
 
 namespace batchpilot::ui {
 
