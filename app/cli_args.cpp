@@ -32,7 +32,8 @@ CLI::Validator wholeNumber(int64_t minimum, int64_t maximum) {
             int64_t value = 0;
             const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
             if (ec == std::errc::result_out_of_range) return "expects a whole number " + range + ", got " + text;
-            if (ec != std::errc{} || end != text.data() + text.size()) return "expects a whole number, got \"" + text + "\"";
+            if (ec != std::errc{} || end != text.data() + text.size())
+                return "expects a whole number, got \"" + text + "\"";
             if (value < minimum || value > maximum) return "must be " + range + ", got " + text;
             return {};
         },
@@ -43,8 +44,15 @@ CLI::Validator wholeNumber(int64_t minimum, int64_t maximum) {
 /// `minimum` when `positive`.
 CLI::Validator realNumber(double minimum, double maximum, bool positive = false, bool openMaximum = false) {
     std::ostringstream range;
-    range << std::setprecision(10) << (positive ? "above " : openMaximum ? "at least " : "from ") << minimum
-          << (positive ? " and at most " : openMaximum ? " and below " : " to ") << maximum;
+    range << std::setprecision(10)
+          << (positive      ? "above "
+              : openMaximum ? "at least "
+                            : "from ")
+          << minimum
+          << (positive      ? " and at most "
+              : openMaximum ? " and below "
+                            : " to ")
+          << maximum;
     return CLI::Validator(
         [=, range = range.str()](std::string& text) -> std::string {
             double value = 0;
@@ -105,7 +113,8 @@ tl::expected<std::array<int64_t, 3>, std::string> parseImageSize(const std::stri
 /// order, after the configuration file (so flags override it).
 class Flags {
 public:
-    explicit Flags(CliRequest& request) : m_app("Train at the target batch you want on the device you have.", "batchpilot-cli") {
+    explicit Flags(CliRequest& request)
+        : m_app("Train at the target batch you want on the device you have.", "batchpilot-cli") {
         declare(request);
     }
 
@@ -120,7 +129,8 @@ public:
 private:
     /// A flag with a value of type T; `set` stores it when the flag was given.
     template <typename T>
-    CLI::Option* option(const std::string& name, const std::string& text, std::function<void(TrainerOptions&, const T&)> set) {
+    CLI::Option* option(const std::string& name, const std::string& text,
+                        std::function<void(TrainerOptions&, const T&)> set) {
         auto value = std::make_shared<T>();
         CLI::Option* flag = m_app.add_option(name, *value, text);
         m_setters.push_back([flag, value, set](TrainerOptions& o) {
@@ -154,148 +164,236 @@ void Flags::declare(CliRequest& request) {
         "the events file could not be written, 128+N when stopped by signal N.\n");
 
     std::string group = "Model and data";
-    option<std::string>("--model", "mlp, cnn or resnet (default " + d.model.name + "), or a TorchScript file (.pt/.pth)\n"
-                                   "exported from Python: see README, \"Your own model and data\"",
+    option<std::string>("--model",
+                        "mlp, cnn or resnet (default " + d.model.name +
+                            "), or a TorchScript file (.pt/.pth)\n"
+                            "exported from Python: see README, \"Your own model and data\"",
                         [](TrainerOptions& o, const std::string& v) { o.model.name = v; })
-        ->type_name("NAME")->group(group);
+        ->type_name("NAME")
+        ->group(group);
     option<std::string>("--norm", "resnet normalisation: group (exact under accumulation) or batch\n(default group)",
                         [](TrainerOptions& o, const std::string& v) { o.model.norm = *core::parseNormKind(v); })
-        ->type_name("KIND")->check(parsedBy(core::parseNormKind))->group(group);
+        ->type_name("KIND")
+        ->check(parsedBy(core::parseNormKind))
+        ->group(group);
     option<int64_t>("--width", "channels of the first stage / hidden-unit scale (default " + text(d.model.width) + ")",
                     [](TrainerOptions& o, const int64_t& v) { o.model.width = v; })
-        ->type_name("N")->check(wholeNumber(core::kMinModelWidth, core::kMaxModelWidth))->group(group);
-    option<std::string>("--data", "synthetic (default): learnable generated images; mnist (IDX files),\n"
-                                  "image-folder (one subfolder per class) or csv (a table)",
+        ->type_name("N")
+        ->check(wholeNumber(core::kMinModelWidth, core::kMaxModelWidth))
+        ->group(group);
+    option<std::string>("--data",
+                        "synthetic (default): learnable generated images; mnist (IDX files),\n"
+                        "image-folder (one subfolder per class) or csv (a table)",
                         [](TrainerOptions& o, const std::string& v) { o.data.name = v; })
-        ->type_name("NAME")->check(oneOf(core::datasetNames()))->group(group);
+        ->type_name("NAME")
+        ->check(oneOf(core::datasetNames()))
+        ->group(group);
     option<std::string>("--data-path", "the MNIST folder, image folder or CSV file to read",
                         [](TrainerOptions& o, const std::string& v) { o.data.path = v; })
-        ->type_name("PATH")->group(group);
+        ->type_name("PATH")
+        ->group(group);
     option<std::string>("--target-column", "csv: the column to predict (the others are numeric features)",
                         [](TrainerOptions& o, const std::string& v) { o.data.targetColumn = v; })
-        ->type_name("NAME")->group(group);
-    option<std::string>("--image-size", "sample shape (default 3x32x32; 3x224x224 works); image-folder\n"
-                                        "resizes to it (C: 3 for RGB, 1 for grey)",
+        ->type_name("NAME")
+        ->group(group);
+    option<std::string>("--image-size",
+                        "sample shape (default 3x32x32; 3x224x224 works); image-folder\n"
+                        "resizes to it (C: 3 for RGB, 1 for grey)",
                         [](TrainerOptions& o, const std::string& v) {
                             const auto parts = *parseImageSize(v);
                             o.data.channels = parts[0];
                             o.data.height = parts[1];
                             o.data.width = parts[2];
                         })
-        ->type_name("CxHxW")->check(parsedBy(parseImageSize))->group(group);
+        ->type_name("CxHxW")
+        ->check(parsedBy(parseImageSize))
+        ->group(group);
     option<int64_t>("--classes", "number of classes (default " + text(d.data.classes) + ")",
                     [](TrainerOptions& o, const int64_t& v) { o.data.classes = v; })
-        ->type_name("N")->check(wholeNumber(2, core::kMaxClasses))->group(group);
+        ->type_name("N")
+        ->check(wholeNumber(2, core::kMaxClasses))
+        ->group(group);
     option<int64_t>("--samples", "dataset size (default " + text(d.data.samples) + ")",
                     [](TrainerOptions& o, const int64_t& v) { o.data.samples = v; })
-        ->type_name("N")->check(wholeNumber(1, core::kMaxSamples))->group(group);
+        ->type_name("N")
+        ->check(wholeNumber(1, core::kMaxSamples))
+        ->group(group);
     option<int64_t>("--data-seed", "seed of the generated data (default " + text(d.data.seed) + ")",
                     [](TrainerOptions& o, const int64_t& v) { o.data.seed = static_cast<uint64_t>(v); })
-        ->type_name("N")->check(wholeNumber(0, std::numeric_limits<int64_t>::max()))->group(group);
+        ->type_name("N")
+        ->check(wholeNumber(0, std::numeric_limits<int64_t>::max()))
+        ->group(group);
 
     group = "Device and batch";
-    option<std::string>("--device", "cpu, cuda:N or virtual:<size> — a simulated GPU with a memory budget,\n"
-                                    "e.g. virtual:512MiB (default " + d.device + ")",
+    option<std::string>("--device",
+                        "cpu, cuda:N or virtual:<size> — a simulated GPU with a memory budget,\n"
+                        "e.g. virtual:512MiB (default " +
+                            d.device + ")",
                         [](TrainerOptions& o, const std::string& v) { o.device = core::parseDevice(v)->name(); })
-        ->type_name("DEV")->check(parsedBy([](const std::string& v) { return core::parseDevice(v); }))->group(group);
+        ->type_name("DEV")
+        ->check(parsedBy([](const std::string& v) { return core::parseDevice(v); }))
+        ->group(group);
     option<int64_t>("--target-batch", "samples per optimizer step (default " + text(d.targetBatch) + ")",
                     [](TrainerOptions& o, const int64_t& v) { o.targetBatch = v; })
-        ->type_name("N")->check(wholeNumber(1, maxBatch))->group(group);
+        ->type_name("N")
+        ->check(wholeNumber(1, maxBatch))
+        ->group(group);
     option<int64_t>("--initial-micro-batch", "first probe trial (default " + text(d.probe.initialMicroBatch) + ")",
                     [](TrainerOptions& o, const int64_t& v) { o.probe.initialMicroBatch = v; })
-        ->type_name("N")->check(wholeNumber(1, maxBatch))->group(group);
+        ->type_name("N")
+        ->check(wholeNumber(1, maxBatch))
+        ->group(group);
     option<int64_t>("--max-micro-batch", "upper limit for the micro-batch (default: none)",
                     [](TrainerOptions& o, const int64_t& v) { o.probe.maxMicroBatch = v; })
-        ->type_name("N")->check(wholeNumber(1, maxBatch))->group(group);
+        ->type_name("N")
+        ->check(wholeNumber(1, maxBatch))
+        ->group(group);
     option<double>("--headroom", "fraction of device memory kept free, 0..0.9 (default " + text(d.probe.headroom) + ")",
                    [](TrainerOptions& o, const double& v) { o.probe.headroom = v; })
-        ->type_name("F")->check(realNumber(0.0, 0.9))->group(group);
-    option<int64_t>("--multiple-of", "round the micro-batch down to a multiple of N (default " + text(d.probe.multipleOf) + ")",
+        ->type_name("F")
+        ->check(realNumber(0.0, 0.9))
+        ->group(group);
+    option<int64_t>("--multiple-of",
+                    "round the micro-batch down to a multiple of N (default " + text(d.probe.multipleOf) + ")",
                     [](TrainerOptions& o, const int64_t& v) { o.probe.multipleOf = v; })
-        ->type_name("N")->check(wholeNumber(1, maxBatch))->group(group);
+        ->type_name("N")
+        ->check(wholeNumber(1, maxBatch))
+        ->group(group);
     option<int64_t>("--max-trials", "probe trial limit (default " + text(d.probe.maxTrials) + ")",
                     [](TrainerOptions& o, const int64_t& v) { o.probe.maxTrials = static_cast<int>(v); })
-        ->type_name("N")->check(wholeNumber(1, core::kMaxProbeTrials))->group(group);
-    option<int64_t>("--regrow-after", "clean steps after an OOM before trying a larger micro-batch\n"
-                                      "(default " + text(d.regrowAfterSteps) + ", 0 = never)",
+        ->type_name("N")
+        ->check(wholeNumber(1, core::kMaxProbeTrials))
+        ->group(group);
+    option<int64_t>("--regrow-after",
+                    "clean steps after an OOM before trying a larger micro-batch\n"
+                    "(default " +
+                        text(d.regrowAfterSteps) + ", 0 = never)",
                     [](TrainerOptions& o, const int64_t& v) { o.regrowAfterSteps = static_cast<int>(v); })
-        ->type_name("N")->check(wholeNumber(0, core::kMaxRegrowAfterSteps))->group(group);
-    option<double>("--cuda-memory-fraction", "cuda:N only: let this process use at most F (0..1] of the GPU's\n"
-                                             "memory, so that a large GPU runs out of memory like a small one",
+        ->type_name("N")
+        ->check(wholeNumber(0, core::kMaxRegrowAfterSteps))
+        ->group(group);
+    option<double>("--cuda-memory-fraction",
+                   "cuda:N only: let this process use at most F (0..1] of the GPU's\n"
+                   "memory, so that a large GPU runs out of memory like a small one",
                    [](TrainerOptions& o, const double& v) { o.cudaMemoryFraction = v; })
-        ->type_name("F")->check(realNumber(0.0, 1.0, true))->group(group);
+        ->type_name("F")
+        ->check(realNumber(0.0, 1.0, true))
+        ->group(group);
 
     group = "Optimisation";
-    option<std::string>("--optimizer", "sgd (with momentum), adam or adamw (default sgd)",
-                        [](TrainerOptions& o, const std::string& v) { o.optimizer.kind = *core::parseOptimizerKind(v); })
-        ->type_name("NAME")->check(parsedBy(core::parseOptimizerKind))->group(group);
+    option<std::string>(
+        "--optimizer", "sgd (with momentum), adam or adamw (default sgd)",
+        [](TrainerOptions& o, const std::string& v) { o.optimizer.kind = *core::parseOptimizerKind(v); })
+        ->type_name("NAME")
+        ->check(parsedBy(core::parseOptimizerKind))
+        ->group(group);
     option<double>("--lr", "learning rate (default " + text(d.optimizer.learningRate) + ")",
                    [](TrainerOptions& o, const double& v) { o.optimizer.learningRate = v; })
-        ->type_name("F")->check(realNumber(0.0, core::kMaxLearningRate, true))->group(group);
+        ->type_name("F")
+        ->check(realNumber(0.0, core::kMaxLearningRate, true))
+        ->group(group);
     option<double>("--momentum", "SGD momentum (default " + text(d.optimizer.momentum) + ")",
                    [](TrainerOptions& o, const double& v) { o.optimizer.momentum = v; })
-        ->type_name("F")->check(realNumber(0.0, 1.0, false, true))->group(group);
+        ->type_name("F")
+        ->check(realNumber(0.0, 1.0, false, true))
+        ->group(group);
     option<double>("--weight-decay", "L2 (sgd, adam) or decoupled (adamw) weight decay (default 0)",
                    [](TrainerOptions& o, const double& v) { o.optimizer.weightDecay = v; })
-        ->type_name("F")->check(realNumber(0.0, core::kMaxWeightDecay))->group(group);
-    option<std::string>("--lr-scaling", "how the learning rate follows a change of the target batch during a\n"
-                                        "run: none (default), linear or sqrt",
+        ->type_name("F")
+        ->check(realNumber(0.0, core::kMaxWeightDecay))
+        ->group(group);
+    option<std::string>("--lr-scaling",
+                        "how the learning rate follows a change of the target batch during a\n"
+                        "run: none (default), linear or sqrt",
                         [](TrainerOptions& o, const std::string& v) { o.lrScaling = *core::parseLrScaling(v); })
-        ->type_name("RULE")->check(parsedBy(core::parseLrScaling))->group(group);
-    option<std::string>("--loss", "cross-entropy (classification, default) or mse (regression; with\n"
-                                  "csv the target column holds the values to predict)",
+        ->type_name("RULE")
+        ->check(parsedBy(core::parseLrScaling))
+        ->group(group);
+    option<std::string>("--loss",
+                        "cross-entropy (classification, default) or mse (regression; with\n"
+                        "csv the target column holds the values to predict)",
                         [](TrainerOptions& o, const std::string& v) { o.loss = *core::parseLossKind(v); })
-        ->type_name("NAME")->check(parsedBy(core::parseLossKind))->group(group);
-    option<int64_t>("--steps", "optimizer steps to run (default " + text(core::kDefaultSteps) + " unless --epochs is given)",
+        ->type_name("NAME")
+        ->check(parsedBy(core::parseLossKind))
+        ->group(group);
+    option<int64_t>("--steps",
+                    "optimizer steps to run (default " + text(core::kDefaultSteps) + " unless --epochs is given)",
                     [](TrainerOptions& o, const int64_t& v) { o.steps = v; })
-        ->type_name("N")->check(wholeNumber(1, core::kMaxSteps))->group(group);
+        ->type_name("N")
+        ->check(wholeNumber(1, core::kMaxSteps))
+        ->group(group);
     option<int64_t>("--epochs", "passes over the data (with --steps too, whichever ends first)",
                     [this](TrainerOptions& o, const int64_t& v) { core::setEpochs(o, v, given("--steps")); })
-        ->type_name("N")->check(wholeNumber(1, core::kMaxEpochs))->group(group);
+        ->type_name("N")
+        ->check(wholeNumber(1, core::kMaxEpochs))
+        ->group(group);
     option<int64_t>("--seed", "model initialisation and sample order (default " + text(d.seed) + ")",
                     [](TrainerOptions& o, const int64_t& v) { o.seed = static_cast<uint64_t>(v); })
-        ->type_name("N")->check(wholeNumber(0, std::numeric_limits<int64_t>::max()))->group(group);
-    option<int64_t>("--threads", "CPU threads for LibTorch, 1.." + text(core::kMaxThreads) + " (default: every CPU available)",
+        ->type_name("N")
+        ->check(wholeNumber(0, std::numeric_limits<int64_t>::max()))
+        ->group(group);
+    option<int64_t>("--threads",
+                    "CPU threads for LibTorch, 1.." + text(core::kMaxThreads) + " (default: every CPU available)",
                     [](TrainerOptions& o, const int64_t& v) { o.intraOpThreads = static_cast<int>(v); })
-        ->type_name("N")->check(wholeNumber(1, core::kMaxThreads))->group(group);
+        ->type_name("N")
+        ->check(wholeNumber(1, core::kMaxThreads))
+        ->group(group);
 
     group = "Configuration";
-    m_app.add_option("--config", request.configPath, "read a JSON run configuration (see README); flags given too override it")
-        ->type_name("FILE")->group(group);
-    m_app.add_option("--save-config", request.saveConfigPath, "write the configuration these flags describe to FILE and exit")
-        ->type_name("FILE")->group(group);
+    m_app
+        .add_option("--config", request.configPath,
+                    "read a JSON run configuration (see README); flags given too override it")
+        ->type_name("FILE")
+        ->group(group);
+    m_app
+        .add_option("--save-config", request.saveConfigPath,
+                    "write the configuration these flags describe to FILE and exit")
+        ->type_name("FILE")
+        ->group(group);
 
     group = "Checkpoints";
-    option<std::string>("--checkpoint-dir", "save model, optimizer and trainer state to DIR/checkpoint.pt when the run\n"
-                                            "ends or is stopped (written atomically: a crash never corrupts it)",
+    option<std::string>("--checkpoint-dir",
+                        "save model, optimizer and trainer state to DIR/checkpoint.pt when the run\n"
+                        "ends or is stopped (written atomically: a crash never corrupts it)",
                         [](TrainerOptions& o, const std::string& v) { o.checkpoint.directory = v; })
-        ->type_name("DIR")->group(group);
+        ->type_name("DIR")
+        ->group(group);
     option<int64_t>("--checkpoint-every", "also every N optimizer steps",
                     [](TrainerOptions& o, const int64_t& v) { o.checkpoint.everySteps = v; })
-        ->type_name("N")->check(wholeNumber(1, core::kMaxSteps))->group(group);
-    option<std::string>("--resume", "continue exactly where the checkpoint in DIR left off (same model,\n"
-                                    "optimizer and data options, and its target batch); the step limit\n"
-                                    "counts from the start. Checkpoints then replace DIR/checkpoint.pt\n"
-                                    "unless --checkpoint-dir names another folder",
+        ->type_name("N")
+        ->check(wholeNumber(1, core::kMaxSteps))
+        ->group(group);
+    option<std::string>("--resume",
+                        "continue exactly where the checkpoint in DIR left off (same model,\n"
+                        "optimizer and data options, and its target batch); the step limit\n"
+                        "counts from the start. Checkpoints then replace DIR/checkpoint.pt\n"
+                        "unless --checkpoint-dir names another folder",
                         [](TrainerOptions& o, const std::string& v) {
                             o.resumeFrom = v;
                             if (o.checkpoint.directory.empty()) o.checkpoint.directory = v;
                         })
-        ->type_name("DIR")->group(group);
+        ->type_name("DIR")
+        ->group(group);
 
     group = "Output";
-    m_app.add_option("--events", request.eventsPath, "write every event as JSON Lines to FILE")->type_name("FILE")->group(group);
-    m_app.add_flag("--quiet", request.quiet, "print only the final summary")->group(group);
-    m_app.add_flag("--memory-report", request.memoryReport,
-                   "after each probe, print where the device memory goes: the probe's\n"
-                   "trials, the fitted memory model, and parameters, gradients, optimizer\n"
-                   "state and activations at the next step")
+    m_app.add_option("--events", request.eventsPath, "write every event as JSON Lines to FILE")
+        ->type_name("FILE")
         ->group(group);
-    m_app.add_option("--check-equivalence", request.checkEquivalence,
-                     "after the first step, check that accumulating the micro-batches gives\n"
-                     "the gradient of one full pass over the first N samples of that batch\n"
-                     "(0: the whole batch) and print the differences per parameter tensor")
-        ->type_name("N")->check(wholeNumber(0, maxBatch))->group(group);
+    m_app.add_flag("--quiet", request.quiet, "print only the final summary")->group(group);
+    m_app
+        .add_flag("--memory-report", request.memoryReport,
+                  "after each probe, print where the device memory goes: the probe's\n"
+                  "trials, the fitted memory model, and parameters, gradients, optimizer\n"
+                  "state and activations at the next step")
+        ->group(group);
+    m_app
+        .add_option("--check-equivalence", request.checkEquivalence,
+                    "after the first step, check that accumulating the micro-batches gives\n"
+                    "the gradient of one full pass over the first N samples of that batch\n"
+                    "(0: the whole batch) and print the differences per parameter tensor")
+        ->type_name("N")
+        ->check(wholeNumber(0, maxBatch))
+        ->group(group);
     m_app.add_flag("--list-devices", request.listDevices, "print the devices of this machine and exit")->group(group);
     m_app.set_help_flag("-h,--help", "print this help and exit")->group(group);
 }
@@ -322,14 +420,17 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
         // The only mismatch a value flag can have here: it was last, with nothing after it.
         std::string message = e.what();
         const auto colon = message.find(':');
-        return tl::unexpected((colon == std::string::npos ? message : message.substr(0, colon) + " needs a value") + "; see --help");
+        return tl::unexpected((colon == std::string::npos ? message : message.substr(0, colon) + " needs a value") +
+                              "; see --help");
     } catch (const CLI::ParseError& e) {
         return tl::unexpected(std::string(e.what()));
     }
     if (const auto extra = app.remaining(); !extra.empty()) {
         const std::string& first = extra.front();
-        return tl::unexpected(first.rfind("-", 0) == 0 ? "unknown flag \"" + first.substr(0, first.find('=')) + "\"; see --help for the flags"
-                                                       : "unexpected argument \"" + first + "\": every value follows its flag; see --help");
+        return tl::unexpected(first.rfind("-", 0) == 0
+                                  ? "unknown flag \"" + first.substr(0, first.find('=')) +
+                                        "\"; see --help for the flags"
+                                  : "unexpected argument \"" + first + "\": every value follows its flag; see --help");
     }
     if (request.help) return request;
 
@@ -342,12 +443,13 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
     }
     flags.apply(o);
     if (!o.resumeFrom.empty() && flags.given("--target-batch")) {
-        return tl::unexpected(std::string("--target-batch cannot be given with --resume: a resumed run continues at its "
-                                          "checkpoint's target batch, so that it goes on exactly where it stopped; drop "
-                                          "--target-batch, or start a new run without --resume"));
+        return tl::unexpected(
+            std::string("--target-batch cannot be given with --resume: a resumed run continues at its "
+                        "checkpoint's target batch, so that it goes on exactly where it stopped; drop "
+                        "--target-batch, or start a new run without --resume"));
     }
-    request.checkpointReplacesResumed = !o.resumeFrom.empty() && !flags.given("--checkpoint-dir") &&
-                                        o.checkpoint.directory == o.resumeFrom;
+    request.checkpointReplacesResumed =
+        !o.resumeFrom.empty() && !flags.given("--checkpoint-dir") && o.checkpoint.directory == o.resumeFrom;
     auto resolved = core::resolve(std::move(o));
     if (!resolved) return tl::unexpected(resolved.error().message);
     request.options = std::move(*resolved);

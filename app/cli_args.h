@@ -12,14 +12,14 @@ namespace batchpilot::app {
 /// What the command line asked for.
 struct CliRequest {
     core::TrainerOptions options;
-    std::string configPath;  ///< --config FILE, read before the flags are applied
-    std::string eventsPath;  ///< --events FILE, empty when not asked
+    std::string configPath;      ///< --config FILE, read before the flags are applied
+    std::string eventsPath;      ///< --events FILE, empty when not asked
     std::string saveConfigPath;  ///< --save-config FILE: write the configuration and exit
     bool help = false;
     bool listDevices = false;
     bool quiet = false;
-    bool memoryReport = false;       ///< --memory-report: print the memory report after each probe
-    int64_t checkEquivalence = -1;   ///< --check-equivalence N: samples to check after step 1 (0: whole batch)
+    bool memoryReport = false;      ///< --memory-report: print the memory report after each probe
+    int64_t checkEquivalence = -1;  ///< --check-equivalence N: samples to check after step 1 (0: whole batch)
     /// --resume DIR without --checkpoint-dir: checkpoints replace DIR/checkpoint.pt (said at start).
     bool checkpointReplacesResumed = false;
 };

@@ -25,9 +25,9 @@ namespace {
 using namespace batchpilot;
 
 /// Exit statuses (README, "Exit status").
-constexpr int kExitFailed = 1;      ///< training failed (an error the run could not recover from)
-constexpr int kExitBadInput = 2;    ///< bad flags, configuration, data, model or checkpoint
-constexpr int kExitNotSaved = 4;    ///< trained, but a checkpoint or the events file could not be written
+constexpr int kExitFailed = 1;    ///< training failed (an error the run could not recover from)
+constexpr int kExitBadInput = 2;  ///< bad flags, configuration, data, model or checkpoint
+constexpr int kExitNotSaved = 4;  ///< trained, but a checkpoint or the events file could not be written
 
 /// The signal that asked to stop (0: none). A second one ends the process at once.
 std::atomic<int> g_signal{0};
@@ -53,12 +53,17 @@ public:
                   if (number == 0 || m_stopSent) continue;
                   m_stopSent = true;
                   if (!training.load()) {
-                      std::fprintf(stderr, "\nbatchpilot-cli: interrupted (signal %d) before training started; nothing to save\n", number);
+                      std::fprintf(
+                          stderr,
+                          "\nbatchpilot-cli: interrupted (signal %d) before training started; nothing to save\n",
+                          number);
                       std::fflush(nullptr);
                       ::_exit(128 + number);
                   }
-                  std::fprintf(stderr, "\nbatchpilot-cli: interrupted (signal %d): stopping after the current micro-batch "
-                               "(interrupt again to quit at once)\n", number);
+                  std::fprintf(stderr,
+                               "\nbatchpilot-cli: interrupted (signal %d): stopping after the current micro-batch "
+                               "(interrupt again to quit at once)\n",
+                               number);
                   trainer.stop();
               }
           }) {}

@@ -40,9 +40,11 @@ bool ConsoleReporter::openEvents(const std::string& path, std::string& error) {
 std::string ConsoleReporter::closeEvents() {
     if (m_events.is_open()) {
         m_events.flush();
-        if (!m_events && m_eventsError.empty()) m_eventsError = "writing the events file \"" + m_eventsPath + "\" failed (disk full?)";
+        if (!m_events && m_eventsError.empty())
+            m_eventsError = "writing the events file \"" + m_eventsPath + "\" failed (disk full?)";
         m_events.close();
-        if (m_events.fail() && m_eventsError.empty()) m_eventsError = "closing the events file \"" + m_eventsPath + "\" failed (disk full?)";
+        if (m_events.fail() && m_eventsError.empty())
+            m_eventsError = "closing the events file \"" + m_eventsPath + "\" failed (disk full?)";
     }
     return m_eventsError;
 }
@@ -62,7 +64,8 @@ void ConsoleReporter::onEvent(const core::Event& event) {
         // Each step is pushed to the file, so that a write error shows while the run goes on.
         if (std::holds_alternative<StepMetrics>(event)) m_events.flush();
         if (!m_events) {
-            m_eventsError = "writing the events file \"" + m_eventsPath + "\" failed (disk full?); the run goes on, "
+            m_eventsError = "writing the events file \"" + m_eventsPath +
+                            "\" failed (disk full?); the run goes on, "
                             "but its events from here on are lost";
             std::fprintf(stderr, "\nbatchpilot-cli: error: %s\n", m_eventsError.c_str());
         }
@@ -96,35 +99,39 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                 if (e.state == RunState::Paused) line("paused");
             } else if constexpr (std::is_same_v<T, ProbeStarted>) {
                 line(formatText("probe #%d (%s) on %s: up to %" PRId64 " samples, usable memory %s%s", e.sequence,
-                            toString(e.reason), e.device.c_str(), e.upperBound, formatBytes(e.usableBytes).c_str(),
-                            e.reservedBytes > 0 ? (", holding " + formatBytes(e.reservedBytes) + " for optimizer state").c_str() : ""));
+                                toString(e.reason), e.device.c_str(), e.upperBound, formatBytes(e.usableBytes).c_str(),
+                                e.reservedBytes > 0
+                                    ? (", holding " + formatBytes(e.reservedBytes) + " for optimizer state").c_str()
+                                    : ""));
             } else if constexpr (std::is_same_v<T, ProbeTrial>) {
                 line(formatText("  trial %2d: micro-batch %6" PRId64 "  %-4s peak %9.1f MiB%s", e.trial, e.microBatch,
-                            e.fit ? "fit" : "OOM", toMiB(e.peakBytes),
-                            e.fit && !e.withinHeadroom ? "  (over the headroom line)" : ""));
+                                e.fit ? "fit" : "OOM", toMiB(e.peakBytes),
+                                e.fit && !e.withinHeadroom ? "  (over the headroom line)" : ""));
             } else if constexpr (std::is_same_v<T, ProbeFinished>) {
                 std::string model;
                 if (e.bytesPerSample > 0) {
                     model = formatText("; memory ≈ %.1f MiB + %.3f MiB per sample", e.fixedBytes / 1048576.0,
-                                   e.bytesPerSample / 1048576.0);
+                                       e.bytesPerSample / 1048576.0);
                 }
                 line(formatText("probe #%d done in %d trials, %.2f s: micro-batch %" PRId64 " × %" PRId64
-                            " accumulation steps = target batch %" PRId64 "%s",
-                            e.sequence, e.trials, e.seconds, e.microBatch, e.accumulationSteps, e.targetBatch, model.c_str()));
+                                " accumulation steps = target batch %" PRId64 "%s",
+                                e.sequence, e.trials, e.seconds, e.microBatch, e.accumulationSteps, e.targetBatch,
+                                model.c_str()));
             } else if constexpr (std::is_same_v<T, OomEvent>) {
                 ++m_ooms;
                 // newMicroBatch 0: the probe is still searching and chooses the next size itself.
-                const std::string outcome = !e.recovered         ? "not recovered"
-                                            : e.newMicroBatch > 0 ? "recovered, continuing at " + std::to_string(e.newMicroBatch)
-                                                                  : "recovered; the probe tries a smaller size";
-                line(formatText("  OOM in %s at micro-batch %" PRId64 " (%s requested): %s", toString(e.phase), e.microBatch,
-                            formatBytes(e.requestedBytes).c_str(), outcome.c_str()));
+                const std::string outcome = !e.recovered ? "not recovered"
+                                            : e.newMicroBatch > 0
+                                                ? "recovered, continuing at " + std::to_string(e.newMicroBatch)
+                                                : "recovered; the probe tries a smaller size";
+                line(formatText("  OOM in %s at micro-batch %" PRId64 " (%s requested): %s", toString(e.phase),
+                                e.microBatch, formatBytes(e.requestedBytes).c_str(), outcome.c_str()));
             } else if constexpr (std::is_same_v<T, StepMetrics>) {
                 m_lastStep = e;
                 if (m_quiet) return;
-                const double eta = e.totalSteps > 0 && e.step > 0
-                                       ? e.time / static_cast<double>(e.step) * static_cast<double>(e.totalSteps - e.step)
-                                       : NAN;
+                const double eta = e.totalSteps > 0 && e.step > 0 ? e.time / static_cast<double>(e.step) *
+                                                                        static_cast<double>(e.totalSteps - e.step)
+                                                                  : NAN;
                 const std::string text = formatText(
                     "step %" PRId64 "/%" PRId64 "  epoch %" PRId64 "  loss %.4f  %.1f samples/s  micro-batch %" PRId64
                     " × %" PRId64 "  peak %.1f MiB  ETA %s",
@@ -138,8 +145,8 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                     line(text);
                 }
             } else if constexpr (std::is_same_v<T, TargetBatchChanged>) {
-                line(formatText("target batch %" PRId64 " → %" PRId64 ", learning rate %g → %g", e.oldTarget, e.newTarget,
-                            e.oldLearningRate, e.newLearningRate));
+                line(formatText("target batch %" PRId64 " → %" PRId64 ", learning rate %g → %g", e.oldTarget,
+                                e.newTarget, e.oldLearningRate, e.newLearningRate));
             } else if constexpr (std::is_same_v<T, DeviceSwitched>) {
                 line("device " + e.from + " → " + e.to);
             } else if constexpr (std::is_same_v<T, CheckpointSaved>) {
@@ -165,8 +172,9 @@ void ConsoleReporter::printEquivalence(const core::EquivalenceChecked& r) {
     for (size_t i = 0; i < r.microBatchSizes.size(); ++i) {
         sizes += (i > 0 ? " + " : "") + std::to_string(r.microBatchSizes[i]);
     }
-    std::fprintf(m_out, "\nEquivalence check after step %" PRId64 ": %" PRId64 " samples accumulated as %s, against one pass\n",
-                 r.step, r.samples, sizes.c_str());
+    std::fprintf(
+        m_out, "\nEquivalence check after step %" PRId64 ": %" PRId64 " samples accumulated as %s, against one pass\n",
+        r.step, r.samples, sizes.c_str());
     std::fprintf(m_out, "  %-32s %10s  %12s  %12s  %14s\n", "parameter tensor", "elements", "max |diff|", "relative",
                  "cosine");
     auto row = [&](const core::TensorDifference& d) {

@@ -5,8 +5,7 @@
 
 #include "ui/window/main_window.h"
 
-int main(int argc, char* argv[])
-{
+int main(int argc, char* argv[]) {
     QApplication app(argc, argv);
     QApplication::setOrganizationName(QStringLiteral("BatchPilot"));
     QApplication::setApplicationName(QStringLiteral("BatchPilot"));
@@ -19,14 +18,14 @@ int main(int argc, char* argv[])
     QApplication::setWindowIcon(icon);
 
     QCommandLineParser parser;
-    parser.setApplicationDescription(QApplication::translate(
-        "main", "Train at the batch you want on the device you get, and watch it live."));
+    parser.setApplicationDescription(
+        QApplication::translate("main", "Train at the batch you want on the device you get, and watch it live."));
     parser.addHelpOption();
     parser.addVersionOption();
-    const QCommandLineOption demo(
-        QStringLiteral("demo"),
-        QApplication::translate("main", "Start the built-in demo right away (small CNN, synthetic "
-                                        "images, a 64 MiB virtual GPU)."));
+    const QCommandLineOption demo(QStringLiteral("demo"),
+                                  QApplication::translate("main",
+                                                          "Start the built-in demo right away (small CNN, synthetic "
+                                                          "images, a 64 MiB virtual GPU)."));
     const QCommandLineOption quitAfter(
         QStringLiteral("quit-after"),
         QApplication::translate("main", "Close the window after <seconds> (for scripted checks)."),
@@ -37,13 +36,11 @@ int main(int argc, char* argv[])
 
     batchpilot::ui::MainWindow window;
     window.show();
-    if (parser.isSet(demo))
-        QTimer::singleShot(0, &window, [&window] { window.startDemo(); });
+    if (parser.isSet(demo)) QTimer::singleShot(0, &window, [&window] { window.startDemo(); });
     if (parser.isSet(quitAfter)) {
         bool ok = false;
         const double seconds = parser.value(quitAfter).toDouble(&ok);
-        if (ok && seconds > 0)
-            QTimer::singleShot(static_cast<int>(seconds * 1000), &window, &QWidget::close);
+        if (ok && seconds > 0) QTimer::singleShot(static_cast<int>(seconds * 1000), &window, &QWidget::close);
     }
     return QApplication::exec();
 }

@@ -43,7 +43,9 @@ int main(int argc, char** argv) {
     core::installCountingAllocator();
     auto request = app::parseCli(std::vector<std::string>(argv + 1, argv + argc));
     if (!request || request->help) {
-        std::fprintf(stderr, "usage: batchpilot-probe-check [batchpilot-cli flags]  (e.g. --model resnet --image-size 3x224x224 --device cuda:0 --target-batch 4096)\n%s\n",
+        std::fprintf(stderr,
+                     "usage: batchpilot-probe-check [batchpilot-cli flags]  (e.g. --model resnet --image-size "
+                     "3x224x224 --device cuda:0 --target-batch 4096)\n%s\n",
                      request ? "" : request.error().c_str());
         return request ? 0 : 2;
     }
@@ -81,10 +83,12 @@ int main(int argc, char** argv) {
     const double truthSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - truthStarted).count();
     int ooms = 0;
     for (const auto& t : probe.trials) ooms += t.fit ? 0 : 1;
-    std::printf("| model | device | input | probe | true max | found/true | trials | OOMs | probe s | search s (%d runs) |\n", checks);
+    std::printf(
+        "| model | device | input | probe | true max | found/true | trials | OOMs | probe s | search s (%d runs) |\n",
+        checks);
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-    std::printf("| %s | %s | %lldx%lldx%lld | %lld | %lld | %.1f%% | %d | %d | %.2f | %.1f |\n", options.model.name.c_str(),
-                options.device.c_str(), static_cast<long long>(options.data.channels),
+    std::printf("| %s | %s | %lldx%lldx%lld | %lld | %lld | %.1f%% | %d | %d | %.2f | %.1f |\n",
+                options.model.name.c_str(), options.device.c_str(), static_cast<long long>(options.data.channels),
                 static_cast<long long>(options.data.height), static_cast<long long>(options.data.width),
                 static_cast<long long>(probe.finished.microBatch), static_cast<long long>(lo),
                 lo > 0 ? 100.0 * double(probe.finished.microBatch) / double(lo) : 0.0, probe.finished.trials, ooms,

@@ -42,7 +42,8 @@ double bareLoop(const core::TrainerOptions& o) {
     auto model = *core::makeBuiltinModel(o.model, data->sampleShape(), data->classes());
     model->train(true);
     auto parameters = model->parameters();
-    torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(o.optimizer.learningRate).momentum(o.optimizer.momentum));
+    torch::optim::SGD optimizer(parameters,
+                                torch::optim::SGDOptions(o.optimizer.learningRate).momentum(o.optimizer.momentum));
     core::Sampler sampler(data->size(), o.seed);
     Clock::time_point firstEnd;
     for (int64_t step = 1; step <= o.steps.value(); ++step) {
@@ -97,7 +98,8 @@ int main(int argc, char** argv) {
         trainer.push_back(t);
         bare.push_back(b);
         ratios.push_back(t / b);
-        rows.push_back(std::to_string(rep + 1) + "," + bench::fixed(t, 2) + "," + bench::fixed(b, 2) + "," + bench::fixed(t / b, 4));
+        rows.push_back(std::to_string(rep + 1) + "," + bench::fixed(t, 2) + "," + bench::fixed(b, 2) + "," +
+                       bench::fixed(t / b, 4));
         std::printf("rep %d: trainer %.1f samples/s, bare loop %.1f samples/s, ratio %.3f\n", rep + 1, t, b, t / b);
         std::fflush(stdout);
     }
@@ -123,9 +125,16 @@ int main(int argc, char** argv) {
     report["bench"] = "accumulation";
     report["torch_version"] = TORCH_VERSION;
     report["machine"] = bench::machineDescription();
-    report["workload"] = {{"model", "cnn"}, {"width", options.model.width}, {"input", "3x32x32"}, {"device", kDevice},
-                          {"target_batch", kTarget}, {"micro_batch", kMicroBatch}, {"accumulation_steps", accumulation},
-                          {"steps_per_run", steps}, {"repetitions", reps}, {"events_stored_per_run", events}};
+    report["workload"] = {{"model", "cnn"},
+                          {"width", options.model.width},
+                          {"input", "3x32x32"},
+                          {"device", kDevice},
+                          {"target_batch", kTarget},
+                          {"micro_batch", kMicroBatch},
+                          {"accumulation_steps", accumulation},
+                          {"steps_per_run", steps},
+                          {"repetitions", reps},
+                          {"events_stored_per_run", events}};
     report["trainer_samples_per_s"] = trainer;
     report["bare_samples_per_s"] = bare;
     report["trainer_median"] = bench::median(trainer);
@@ -142,14 +151,16 @@ int main(int argc, char** argv) {
                                    {"samples_per_s", value},
                                    {"speedup_vs_1", value / base},
                                    {"runs", sweep[i]}});
-        sweepRows.push_back(std::to_string(sizes[i]) + "," + std::to_string(core::AccumulationPlan(kTarget, sizes[i]).steps()) +
-                            "," + bench::fixed(value, 2) + "," + bench::fixed(value / base, 2));
+        sweepRows.push_back(std::to_string(sizes[i]) + "," +
+                            std::to_string(core::AccumulationPlan(kTarget, sizes[i]).steps()) + "," +
+                            bench::fixed(value, 2) + "," + bench::fixed(value / base, 2));
         std::printf("micro-batch %4lld: %.1f samples/s\n", static_cast<long long>(sizes[i]), value);
     }
     report["seconds"] = std::chrono::duration<double>(Clock::now() - started).count();
     bench::writeJson(args.outDir, "accumulation.json", report);
     bench::writeCsv(args.outDir, "accumulation.csv", "rep,trainer_samples_per_s,bare_samples_per_s,ratio", rows);
-    bench::writeCsv(args.outDir, "microbatch_sweep.csv", "micro_batch,accumulation_steps,samples_per_s,speedup_vs_1", sweepRows);
+    bench::writeCsv(args.outDir, "microbatch_sweep.csv", "micro_batch,accumulation_steps,samples_per_s,speedup_vs_1",
+                    sweepRows);
     std::printf("accumulation: trainer/bare = %.3f (median of paired ratios %.3f); %.1f s\n",
                 report["ratio_of_medians"].get<double>(), bench::median(ratios), report["seconds"].get<double>());
     return 0;

@@ -36,7 +36,7 @@ namespace {
 using namespace batchpilot;
 using Clock = std::chrono::steady_clock;
 
-constexpr int kDrainMs = 33;        // TrainerController's drain interval
+constexpr int kDrainMs = 33;  // TrainerController's drain interval
 constexpr int64_t kMicroBatches = 8;
 constexpr int64_t kMicroBatch = 32;
 constexpr int64_t kMiB = int64_t{1} << 20;
@@ -48,19 +48,22 @@ constexpr int64_t kUsable = kCapacity * 95 / 100;
 core::Event syntheticEvent(int64_t index, double time) {
     const int64_t step = index / 12 + 1;
     const int64_t slot = index % 12;
-    const double loss = 0.1 + 2.2 * std::exp(-static_cast<double>(step) / 4000.0) +
-                        0.05 * std::sin(static_cast<double>(step) * 0.37);
+    const double loss =
+        0.1 + 2.2 * std::exp(-static_cast<double>(step) / 4000.0) + 0.05 * std::sin(static_cast<double>(step) * 0.37);
     if (slot < kMicroBatches) {
-        return core::MicroBatchDone{time, step, slot, slot * kMicroBatch, kMicroBatch, kMicroBatches * kMicroBatch,
-                                    1.0 / kMicroBatches, loss, false, {}};
+        return core::MicroBatchDone{
+            time, step,  slot, slot * kMicroBatch, kMicroBatch, kMicroBatches * kMicroBatch, 1.0 / kMicroBatches,
+            loss, false, {}};
     }
     if (slot < 10) {
         const int64_t allocated = (40 + (slot == 8 ? 30 : 5)) * kMiB;
         return core::MemorySample{time, allocated, allocated, allocated, kCapacity, kUsable};
     }
     if (slot == 10) return core::OptimizerStepped{time, step, kMicroBatches};
-    return core::StepMetrics{time, step, step / 32, step * kMicroBatches * kMicroBatch, loss, kMicroBatch,
-                             kMicroBatches, kMicroBatches * kMicroBatch, 0.05, 2500.0, 0.1, 70 * kMiB, 0};
+    return core::StepMetrics{time, step,        step / 32,     step * kMicroBatches * kMicroBatch,
+                             loss, kMicroBatch, kMicroBatches, kMicroBatches * kMicroBatch,
+                             0.05, 2500.0,      0.1,           70 * kMiB,
+                             0};
 }
 
 /// A run that just finished probing: what the charts see before the stream.
@@ -93,7 +96,8 @@ public:
                 const auto due = static_cast<int64_t>(rate * elapsed);
                 {
                     const std::lock_guard lock(m_mutex);
-                    for (; produced < due; ++produced) m_events.push_back(syntheticEvent(firstIndex + produced, elapsed));
+                    for (; produced < due; ++produced)
+                        m_events.push_back(syntheticEvent(firstIndex + produced, elapsed));
                 }
                 std::this_thread::sleep_for(std::chrono::milliseconds(1));
             }
@@ -155,11 +159,15 @@ QWidget* viewportOf(ui::LiveChart* chart) {
 double cpuSeconds() {
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
-    const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+    const auto seconds = [](const timeval& t) {
+        return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+    };
     return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
-double toMiB(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+double toMiB(int64_t bytes) {
+    return static_cast<double>(bytes) / (1024.0 * 1024.0);
+}
 
 std::unique_ptr<ui::MainWindow> openWindow() {
     auto window = std::make_unique<ui::MainWindow>();
@@ -316,18 +324,22 @@ int main(int argc, char** argv) {
                        bench::fixed(p99, 2) + "," + bench::fixed(max, 2) + "," + bench::fixed(lossPaintsPerSecond, 1) +
                        "," + bench::fixed(cpuShare, 2) + "," + bench::fixed(toMiB(rssBefore), 1) + "," +
                        bench::fixed(toMiB(rssAfter), 1));
-        std::printf("%6.0f events/s: latency p50 %.2f ms, p99 %.2f ms, max %.2f ms (%zu samples); loss chart %.1f repaints/s; "
-                    "CPU %.2f cores; RSS %.1f -> %.1f MiB\n",
-                    rate, p50, p99, max, latency.samples.size(), lossPaintsPerSecond, cpuShare, toMiB(rssBefore), toMiB(rssAfter));
+        std::printf(
+            "%6.0f events/s: latency p50 %.2f ms, p99 %.2f ms, max %.2f ms (%zu samples); loss chart %.1f repaints/s; "
+            "CPU %.2f cores; RSS %.1f -> %.1f MiB\n",
+            rate, p50, p99, max, latency.samples.size(), lossPaintsPerSecond, cpuShare, toMiB(rssBefore),
+            toMiB(rssAfter));
         std::fflush(stdout);
     }
     drain.stop();
     report["seconds"] = std::chrono::duration<double>(Clock::now() - started).count();
     bench::writeJson(args.outDir, "gui.json", report);
     bench::writeCsv(args.outDir, "gui.csv",
-                    "events_per_s,events,latency_p50_ms,latency_p99_ms,latency_max_ms,loss_chart_repaints_per_s,process_cpu_cores,rss_before_mib,rss_after_mib",
+                    "events_per_s,events,latency_p50_ms,latency_p99_ms,latency_max_ms,loss_chart_repaints_per_s,"
+                    "process_cpu_cores,rss_before_mib,rss_after_mib",
                     rows);
-    bench::writeCsv(args.outDir, "gui_million.csv", "loss_points,store_points,rss_growth_mib,redraw_ms,paint_ms", millionRows);
+    bench::writeCsv(args.outDir, "gui_million.csv", "loss_points,store_points,rss_growth_mib,redraw_ms,paint_ms",
+                    millionRows);
     bench::writeCsv(args.outDir, "gui_latency.csv", "events_per_second,lateness_ms", latencyRows);
     std::printf("gui benchmark: %.1f s\n", report["seconds"].get<double>());
     return 0;

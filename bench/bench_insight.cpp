@@ -37,7 +37,8 @@ public:
 };
 
 /// Runs to the end; `onEvent` may send commands to the trainer from its own thread.
-StoringSink run(const core::TrainerOptions& options, const std::function<void(core::Trainer&, const core::Event&)>& react = {}) {
+StoringSink run(const core::TrainerOptions& options,
+                const std::function<void(core::Trainer&, const core::Event&)>& react = {}) {
     struct Reacting final : core::EventSink {
         StoringSink store;
         core::Trainer* trainer = nullptr;
@@ -78,8 +79,9 @@ core::TrainerOptions model(const std::string& name, int64_t width, int64_t side,
 }  // namespace
 
 int main(int argc, char** argv) try {
-    const auto args = bench::parseArgs(argc, argv, "batchpilot-bench-insight",
-                                       "Cost of the teaching instrumentation and the equivalence check; what-if accuracy.");
+    const auto args =
+        bench::parseArgs(argc, argv, "batchpilot-bench-insight",
+                         "Cost of the teaching instrumentation and the equivalence check; what-if accuracy.");
     core::installCountingAllocator();
     const auto started = Clock::now();
     nlohmann::json report;
@@ -108,8 +110,8 @@ int main(int argc, char** argv) try {
         off.push_back(a);
         on.push_back(b);
         paired.push_back(b / a);
-        rows.push_back("instrumentation," + std::to_string(rep + 1) + "," + bench::fixed(a, 2) + "," + bench::fixed(b, 2) +
-                       "," + bench::fixed(b / a, 4));
+        rows.push_back("instrumentation," + std::to_string(rep + 1) + "," + bench::fixed(a, 2) + "," +
+                       bench::fixed(b, 2) + "," + bench::fixed(b / a, 4));
         std::printf("rep %d: instrumentation off %.1f, on %.1f samples/s (ratio %.3f)\n", rep + 1, a, b, b / a);
         std::fflush(stdout);
     }
@@ -144,8 +146,8 @@ int main(int argc, char** argv) try {
         checkInSteps.push_back(checks.front().seconds / stepSeconds);
         rows.push_back("equivalence," + std::to_string(rep + 1) + "," + bench::fixed(checks.front().seconds, 4) + "," +
                        bench::fixed(stepSeconds, 4) + "," + bench::fixed(checkInSteps.back(), 3));
-        std::printf("equivalence check %.3f s = %.2f training steps (relative difference %.2g)\n", checks.front().seconds,
-                    checkInSteps.back(), checks.front().overall.relativeDifference);
+        std::printf("equivalence check %.3f s = %.2f training steps (relative difference %.2g)\n",
+                    checks.front().seconds, checkInSteps.back(), checks.front().overall.relativeDifference);
     }
     report["equivalence"] = {{"workload", "cnn width 32, 256 samples as 8 micro-batches of 32, virtual:40MiB"},
                              {"check_in_steps", checkInSteps},
@@ -153,23 +155,26 @@ int main(int argc, char** argv) try {
                              {"last_check_seconds", checkSeconds}};
 
     // (3) What-if accuracy and breakdown coverage.
-    std::vector<Setup> setups{{"mlp 3x32x32, virtual:16MiB", model("mlp", 32, 32, "virtual:16MiB")},
-                              {"cnn 3x32x32, virtual:64MiB", model("cnn", 16, 32, "virtual:64MiB")},
-                              {"resnet (GroupNorm) 3x64x64, virtual:128MiB", model("resnet", 16, 64, "virtual:128MiB")}};
+    std::vector<Setup> setups{
+        {"mlp 3x32x32, virtual:16MiB", model("mlp", 32, 32, "virtual:16MiB")},
+        {"cnn 3x32x32, virtual:64MiB", model("cnn", 16, 32, "virtual:64MiB")},
+        {"resnet (GroupNorm) 3x64x64, virtual:128MiB", model("resnet", 16, 64, "virtual:128MiB")}};
     if (args.quick) setups.resize(1);
     double worstPrediction = 0;
     double worstCoverage = 0;
     for (const Setup& setup : setups) {
         const StoringSink probed = run(setup.options);
         const auto finished = probed.all<core::ProbeFinished>();
-        if (finished.empty() || finished.front().bytesPerSample <= 0) throw std::runtime_error(setup.name + ": no memory fit");
+        if (finished.empty() || finished.front().bytesPerSample <= 0)
+            throw std::runtime_error(setup.name + ": no memory fit");
         const core::ProbeFinished fit = finished.front();
         nlohmann::json entry = {{"setup", setup.name},
                                 {"chosen_micro_batch", fit.microBatch},
                                 {"fixed_bytes", fit.fixedBytes},
                                 {"bytes_per_sample", fit.bytesPerSample}};
         for (const double factor : {0.25, 0.5, 1.0, 2.0}) {
-            const auto m = std::max<int64_t>(1, static_cast<int64_t>(std::lround(factor * static_cast<double>(fit.microBatch))));
+            const auto m =
+                std::max<int64_t>(1, static_cast<int64_t>(std::lround(factor * static_cast<double>(fit.microBatch))));
             core::TrainerOptions o = setup.options;
             o.device = "virtual:4GiB";  // room for twice the chosen size
             o.targetBatch = 2 * m;
@@ -188,11 +193,12 @@ int main(int argc, char** argv) try {
                                       {"measured_peak_bytes", b.peakBytes},
                                       {"prediction_error", error},
                                       {"parts_over_peak", coverage}});
-            rows.push_back("what-if," + setup.name + " x" + bench::fixed(factor, 2) + "," + bench::fixed(predicted, 0) + "," +
-                           std::to_string(b.peakBytes) + "," + bench::fixed(error, 4));
-            std::printf("%s, micro-batch %lld (x%.2f): predicted %.2f MiB, measured %.2f MiB (%+.1f%%), parts %.1f%% of peak\n",
-                        setup.name.c_str(), static_cast<long long>(m), factor, predicted / 1048576.0,
-                        static_cast<double>(b.peakBytes) / 1048576.0, 100 * error, 100 * coverage);
+            rows.push_back("what-if," + setup.name + " x" + bench::fixed(factor, 2) + "," + bench::fixed(predicted, 0) +
+                           "," + std::to_string(b.peakBytes) + "," + bench::fixed(error, 4));
+            std::printf(
+                "%s, micro-batch %lld (x%.2f): predicted %.2f MiB, measured %.2f MiB (%+.1f%%), parts %.1f%% of peak\n",
+                setup.name.c_str(), static_cast<long long>(m), factor, predicted / 1048576.0,
+                static_cast<double>(b.peakBytes) / 1048576.0, 100 * error, 100 * coverage);
             std::fflush(stdout);
         }
         report["what_if"].push_back(entry);

@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
     report["bench"] = "meter";
     report["torch_version"] = TORCH_VERSION;
     report["machine"] = bench::machineDescription();
-    report["workload"] = {{"model", "cnn"}, {"input", "3x32x32"}, {"target_batch", 256}, {"micro_batch", 32},
-                          {"steps_per_run", steps}, {"repetitions", reps}};
+    report["workload"] = {{"model", "cnn"},    {"input", "3x32x32"},     {"target_batch", 256},
+                          {"micro_batch", 32}, {"steps_per_run", steps}, {"repetitions", reps}};
     for (size_t i = 0; i < variants.size(); ++i) {
         report["variants"].push_back({{"name", variants[i].name},
                                       {"device", variants[i].device},

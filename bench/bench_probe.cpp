@@ -41,12 +41,10 @@ ProbeSetup setup(const std::string& model, int64_t width, int64_t side, int64_t 
 /// ResNet at 224×224 stays at tens of samples (its trials are the expensive ones).
 std::vector<ProbeSetup> setups(bool quick) {
     std::vector<ProbeSetup> all = {
-        setup("mlp", 16, 32, 7, 2048),       setup("mlp", 16, 32, 10, 2048),
-        setup("mlp", 16, 32, 14, 2048),      setup("cnn", 32, 32, 24, 2048),
-        setup("cnn", 32, 32, 56, 2048),      setup("cnn", 32, 32, 120, 2048),
-        setup("resnet", 16, 64, 48, 512),    setup("resnet", 16, 64, 96, 512),
-        setup("resnet", 16, 64, 200, 512),   setup("resnet", 16, 224, 160, 256),
-        setup("resnet", 16, 224, 320, 256),  setup("resnet", 16, 224, 640, 256),
+        setup("mlp", 16, 32, 7, 2048),      setup("mlp", 16, 32, 10, 2048),     setup("mlp", 16, 32, 14, 2048),
+        setup("cnn", 32, 32, 24, 2048),     setup("cnn", 32, 32, 56, 2048),     setup("cnn", 32, 32, 120, 2048),
+        setup("resnet", 16, 64, 48, 512),   setup("resnet", 16, 64, 96, 512),   setup("resnet", 16, 64, 200, 512),
+        setup("resnet", 16, 224, 160, 256), setup("resnet", 16, 224, 320, 256), setup("resnet", 16, 224, 640, 256),
     };
     if (quick) all = {all[0], all[3], all[6], all[9]};
     return all;
@@ -185,7 +183,8 @@ int main(int argc, char** argv) {
                                  {"truth_consistent", largestFit == truth.size},
                                  {"trials_measured", runner.measured()},
                                  {"seconds", std::chrono::duration<double>(Clock::now() - setupStarted).count()}};
-        for (const auto& [label, probe] : {std::pair{"trainer_default", real}, std::pair{"trainer_headroom0", realNoHeadroom}}) {
+        for (const auto& [label, probe] :
+             {std::pair{"trainer_default", real}, std::pair{"trainer_headroom0", realNoHeadroom}}) {
             config[label] = {{"found", probe.found},
                              {"found_over_true", truth.size > 0 ? double(probe.found) / double(truth.size) : 0.0},
                              {"trials", probe.trials},
@@ -203,8 +202,9 @@ int main(int argc, char** argv) {
                            bench::fixed(r.seconds(), 3) + "," + std::to_string(r.samplesDiscarded()));
         }
         for (const auto& [size, t] : runner.cache()) {
-            trialRows.push_back(s.label + "," + std::to_string(s.budgetBytes / kMiB) + "," + std::to_string(size) + "," +
-                                (t.fit ? "1" : "0") + "," + std::to_string(t.peakBytes) + "," + bench::fixed(t.seconds, 4));
+            trialRows.push_back(s.label + "," + std::to_string(s.budgetBytes / kMiB) + "," + std::to_string(size) +
+                                "," + (t.fit ? "1" : "0") + "," + std::to_string(t.peakBytes) + "," +
+                                bench::fixed(t.seconds, 4));
         }
         report["configs"].push_back(config);
         std::printf("%-18s %4lld MiB  true %5lld  trainer %5lld/%5lld  (%d trials measured, %.1f s)\n", s.label.c_str(),
@@ -216,7 +216,8 @@ int main(int argc, char** argv) {
     report["seconds"] = std::chrono::duration<double>(Clock::now() - started).count();
     bench::writeJson(args.outDir, "probe.json", report);
     bench::writeCsv(args.outDir, "probe.csv",
-                    "setup,budget_mib,true_max,strategy,found,found_pct_of_true,trials,ooms,probe_s,samples_discarded", rows);
+                    "setup,budget_mib,true_max,strategy,found,found_pct_of_true,trials,ooms,probe_s,samples_discarded",
+                    rows);
     bench::writeCsv(args.outDir, "probe_trials.csv", "setup,budget_mib,micro_batch,fit,peak_bytes,trial_s", trialRows);
     std::printf("probe benchmark: %.1f s\n", report["seconds"].get<double>());
     return 0;

@@ -37,14 +37,20 @@ Args parse(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         const bool hasValue = i + 1 < argc;
-        if (arg == "--out" && hasValue) a.outDir = argv[++i];
-        else if (arg == "--label" && hasValue) a.label = argv[++i];
-        else if (arg == "--torchscript" && hasValue) a.torchscript = argv[++i];
-        else if (arg == "--threads" && hasValue) a.threads = std::atoi(argv[++i]);
-        else if (arg == "--quick") a.quick = true;
+        if (arg == "--out" && hasValue)
+            a.outDir = argv[++i];
+        else if (arg == "--label" && hasValue)
+            a.label = argv[++i];
+        else if (arg == "--torchscript" && hasValue)
+            a.torchscript = argv[++i];
+        else if (arg == "--threads" && hasValue)
+            a.threads = std::atoi(argv[++i]);
+        else if (arg == "--quick")
+            a.quick = true;
         else {
-            std::fprintf(stderr, "usage: batchpilot-bench-roofline [--out DIR] [--label NAME] [--threads N] "
-                                 "[--torchscript MODEL.pt] [--quick]\n");
+            std::fprintf(stderr,
+                         "usage: batchpilot-bench-roofline [--out DIR] [--label NAME] [--threads N] "
+                         "[--torchscript MODEL.pt] [--quick]\n");
             std::exit(arg == "--help" ? 0 : 2);
         }
     }
@@ -78,8 +84,9 @@ double convFlops(const at::Tensor& input, const at::Tensor& weight, c10::IntArra
                  c10::IntArrayRef dilation) {
     if (input.dim() != 4 || weight.dim() != 4) return 0;
     const int64_t h = convOutput(input.size(2), weight.size(2), stride[0], padding[0], dilation[0]);
-    const int64_t w = convOutput(input.size(3), weight.size(3), stride.size() > 1 ? stride[1] : stride[0],
-                                 padding.size() > 1 ? padding[1] : padding[0], dilation.size() > 1 ? dilation[1] : dilation[0]);
+    const int64_t w =
+        convOutput(input.size(3), weight.size(3), stride.size() > 1 ? stride[1] : stride[0],
+                   padding.size() > 1 ? padding[1] : padding[0], dilation.size() > 1 ? dilation[1] : dilation[0]);
     return 2.0 * double(input.size(0)) * double(weight.size(0)) * double(h) * double(w) * double(weight.size(1)) *
            double(weight.size(2)) * double(weight.size(3));
 }
@@ -89,23 +96,29 @@ std::unique_ptr<at::ObserverContext> onOperator(const at::RecordFunction& fn) {
     const std::string_view name = fn.name();
     const auto inputs = fn.inputs();
     double flops = 0;
-    const auto tensor = [&](size_t i) { return i < inputs.size() && inputs[i].isTensor() ? inputs[i].toTensor() : at::Tensor(); };
+    const auto tensor = [&](size_t i) {
+        return i < inputs.size() && inputs[i].isTensor() ? inputs[i].toTensor() : at::Tensor();
+    };
     if (name == "aten::mm" || name == "aten::addmm") {
         const auto a = tensor(name == "aten::mm" ? 0 : 1);
         const auto b = tensor(name == "aten::mm" ? 1 : 2);
-        if (a.defined() && b.defined() && a.dim() == 2 && b.dim() == 2) flops = 2.0 * double(a.size(0)) * double(a.size(1)) * double(b.size(1));
+        if (a.defined() && b.defined() && a.dim() == 2 && b.dim() == 2)
+            flops = 2.0 * double(a.size(0)) * double(a.size(1)) * double(b.size(1));
     } else if (name == "aten::bmm") {
         const auto a = tensor(0);
         const auto b = tensor(1);
-        if (a.defined() && b.defined() && a.dim() == 3) flops = 2.0 * double(a.size(0)) * double(a.size(1)) * double(a.size(2)) * double(b.size(2));
+        if (a.defined() && b.defined() && a.dim() == 3)
+            flops = 2.0 * double(a.size(0)) * double(a.size(1)) * double(a.size(2)) * double(b.size(2));
     } else if (name == "aten::convolution" && inputs.size() >= 6) {
-        flops = convFlops(tensor(0), tensor(1), inputs[3].toIntList().vec(), inputs[4].toIntList().vec(), inputs[5].toIntList().vec());
+        flops = convFlops(tensor(0), tensor(1), inputs[3].toIntList().vec(), inputs[4].toIntList().vec(),
+                          inputs[5].toIntList().vec());
     } else if (name == "aten::convolution_backward" && inputs.size() >= 11) {
         // grad_output [N,O,H',W'] stands for the output: each of grad_input and grad_weight costs
         // as much as the forward convolution.
         const auto input = tensor(1);
         const auto weight = tensor(2);
-        const double forward = convFlops(input, weight, inputs[4].toIntList().vec(), inputs[5].toIntList().vec(), inputs[6].toIntList().vec());
+        const double forward = convFlops(input, weight, inputs[4].toIntList().vec(), inputs[5].toIntList().vec(),
+                                         inputs[6].toIntList().vec());
         const auto mask = inputs[10].toBoolList().vec();
         flops = forward * ((mask.size() > 0 && mask[0] ? 1 : 0) + (mask.size() > 1 && mask[1] ? 1 : 0));
     }
@@ -178,7 +191,8 @@ nlohmann::json model(const std::string& name, const std::string& label, int64_t 
     if (result.state != core::RunState::Finished) throw std::runtime_error(label + ": " + result.error);
     const double steps = double(times.seconds.size());
     // Steps 3.. : the first holds the probe trial and the optimizer state's creation.
-    std::vector<double> steady(times.seconds.begin() + std::min<size_t>(2, times.seconds.size() - 1), times.seconds.end());
+    std::vector<double> steady(times.seconds.begin() + std::min<size_t>(2, times.seconds.size() - 1),
+                               times.seconds.end());
     const double seconds = bench::median(steady);
     const double flops = g_flops.load() / steps;
     const double bytes = double(allocator.countedBytes() - bytesBefore) / steps;
@@ -200,7 +214,8 @@ int main(int argc, char** argv) {
     const Args args = parse(argc, argv);
     core::installCountingAllocator();
     if (args.threads > 0) torch::set_num_threads(args.threads);
-    at::addGlobalCallback(at::RecordFunctionCallback(&onOperator).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+    at::addGlobalCallback(
+        at::RecordFunctionCallback(&onOperator).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
     const core::MathLibraries math = core::mathLibraries(torch::get_num_threads());
 
     nlohmann::json out;
@@ -211,7 +226,8 @@ int main(int argc, char** argv) {
     out["threads"] = torch::get_num_threads();
     out["peaks"] = peaks(args.quick);
     std::fprintf(stderr, "%s: GEMM %.1f GFLOP/s, conv %.1f GFLOP/s, copy %.1f GB/s\n", args.label.c_str(),
-                 out["peaks"]["gemm_flops_per_second"].get<double>() / 1e9, out["peaks"]["conv_flops_per_second"].get<double>() / 1e9,
+                 out["peaks"]["gemm_flops_per_second"].get<double>() / 1e9,
+                 out["peaks"]["conv_flops_per_second"].get<double>() / 1e9,
                  out["peaks"]["bandwidth_bytes_per_second"].get<double>() / 1e9);
     std::vector<std::pair<std::string, std::string>> models{{"mlp", "mlp"}, {"cnn", "cnn"}, {"resnet", "resnet"}};
     if (!args.torchscript.empty()) models.emplace_back(args.torchscript, "TorchScript SmallNet");

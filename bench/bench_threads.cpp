@@ -103,7 +103,7 @@ public:
             if (tid == m_self) continue;
             const auto before = m_before.find(tid);
             const int64_t used = times.ticks - (before == m_before.end() ? 0 : before->second.ticks);
-            const std::string role = tid == getpid()             ? "gui"
+            const std::string role = tid == getpid()            ? "gui"
                                      : times.name == "trainer"  ? "training"
                                      : times.name == "prefetch" ? "prefetch"
                                                                 : "other";
@@ -130,8 +130,8 @@ struct Variant {
     int threads = 1;
     bool prefetch = true;
     std::string name() const {
-        return std::string(gui ? "gui" : "headless") + ", " + std::to_string(threads) + " thread" + (threads > 1 ? "s" : "") +
-               ", prefetch " + (prefetch ? "on" : "off");
+        return std::string(gui ? "gui" : "headless") + ", " + std::to_string(threads) + " thread" +
+               (threads > 1 ? "s" : "") + ", prefetch " + (prefetch ? "on" : "off");
     }
 };
 
@@ -161,7 +161,8 @@ void writeImages(const std::filesystem::path& root) {
 
 /// `workload` is "cnn" or "mlp" (synthetic data) or "cnn-files" (the cnn on `images`, decoded
 /// from disk for every micro-batch).
-core::TrainerOptions workload(const std::string& name, const Variant& variant, int64_t steps, const std::string& images) {
+core::TrainerOptions workload(const std::string& name, const Variant& variant, int64_t steps,
+                              const std::string& images) {
     core::TrainerOptions options = bench::cnnWorkload("cpu", 512, 64, steps);
     options.model.name = name == "mlp" ? "mlp" : "cnn";
     if (name == "cnn-files") {
@@ -207,12 +208,14 @@ RunMeasure runInWindow(ui::MainWindow& window, const core::TrainerOptions& optio
     core::RunResult result;
     ui::TrainerController* controller = window.controller();
     QEventLoop loop;
-    const auto received = QObject::connect(controller, &ui::TrainerController::eventsReceived,
-                                           [&](const QList<core::Event>& batch) { events.insert(events.end(), batch.begin(), batch.end()); });
-    const auto finished = QObject::connect(controller, &ui::TrainerController::runFinished, [&](const core::RunResult& r) {
-        result = r;
-        loop.quit();
-    });
+    const auto received = QObject::connect(
+        controller, &ui::TrainerController::eventsReceived,
+        [&](const QList<core::Event>& batch) { events.insert(events.end(), batch.begin(), batch.end()); });
+    const auto finished =
+        QObject::connect(controller, &ui::TrainerController::runFinished, [&](const core::RunResult& r) {
+            result = r;
+            loop.quit();
+        });
     bench::LatencyProbe latency;
     QElapsedTimer wall;
     sampler.start();
@@ -246,7 +249,8 @@ int main(int argc, char** argv) {
             for (const bool prefetch : {true, false}) variants.push_back({gui, threads, prefetch});
         }
     }
-    const std::filesystem::path images = std::filesystem::temp_directory_path() / ("batchpilot-bench-threads-" + std::to_string(getpid()));
+    const std::filesystem::path images =
+        std::filesystem::temp_directory_path() / ("batchpilot-bench-threads-" + std::to_string(getpid()));
     writeImages(images);
     const std::vector<std::string> workloads{"cnn", "mlp", "cnn-files"};
     ui::MainWindow window;
@@ -258,9 +262,10 @@ int main(int argc, char** argv) {
     report["bench"] = "threads";
     report["machine"] = bench::machineDescription();
     report["libraries"] = core::describe(core::mathLibraries(0));
-    report["workload"] = "built-in model on synthetic 3x32x32 data (cnn, mlp) or 2048 PPM files decoded per micro-batch "
-                         "(cnn-files), cpu, target batch 512, micro-batch 64, SGD, " +
-                         std::to_string(steps) + " steps, samples/s over steps 2.." + std::to_string(steps);
+    report["workload"] =
+        "built-in model on synthetic 3x32x32 data (cnn, mlp) or 2048 PPM files decoded per micro-batch "
+        "(cnn-files), cpu, target batch 512, micro-batch 64, SGD, " +
+        std::to_string(steps) + " steps, samples/s over steps 2.." + std::to_string(steps);
     std::vector<std::string> rows;
     std::map<std::string, std::vector<RunMeasure>> measured;  // "model|variant"
     for (int repetition = 0; repetition < repetitions; ++repetition) {
@@ -270,15 +275,15 @@ int main(int argc, char** argv) {
                 const core::TrainerOptions options = workload(model, variant, steps, images.string());
                 const RunMeasure m = variant.gui ? runInWindow(window, options) : runHeadless(options);
                 measured[model + "|" + variant.name()].push_back(m);
-                rows.push_back(model + "," + (variant.gui ? "gui" : "headless") + "," + std::to_string(variant.threads) + "," +
-                               (variant.prefetch ? "on" : "off") + "," + std::to_string(repetition) + "," +
-                               bench::fixed(m.samplesPerSecond, 1) + "," + bench::fixed(m.cores.at("training"), 3) + "," +
-                               bench::fixed(m.cores.at("prefetch"), 3) + "," + bench::fixed(m.cores.at("gui"), 3) + "," +
-                               bench::fixed(m.cores.at("other"), 3) + "," + bench::fixed(m.latencyP50, 2) + "," +
-                               bench::fixed(m.latencyP99, 2));
-                std::printf("%s %-36s %8.0f samples/s  cores: training %.2f prefetch %.2f gui %.2f other %.2f\n", model.c_str(),
-                            variant.name().c_str(), m.samplesPerSecond, m.cores.at("training"), m.cores.at("prefetch"),
-                            m.cores.at("gui"), m.cores.at("other"));
+                rows.push_back(model + "," + (variant.gui ? "gui" : "headless") + "," +
+                               std::to_string(variant.threads) + "," + (variant.prefetch ? "on" : "off") + "," +
+                               std::to_string(repetition) + "," + bench::fixed(m.samplesPerSecond, 1) + "," +
+                               bench::fixed(m.cores.at("training"), 3) + "," + bench::fixed(m.cores.at("prefetch"), 3) +
+                               "," + bench::fixed(m.cores.at("gui"), 3) + "," + bench::fixed(m.cores.at("other"), 3) +
+                               "," + bench::fixed(m.latencyP50, 2) + "," + bench::fixed(m.latencyP99, 2));
+                std::printf("%s %-36s %8.0f samples/s  cores: training %.2f prefetch %.2f gui %.2f other %.2f\n",
+                            model.c_str(), variant.name().c_str(), m.samplesPerSecond, m.cores.at("training"),
+                            m.cores.at("prefetch"), m.cores.at("gui"), m.cores.at("other"));
                 std::fflush(stdout);
             }
         }
@@ -299,12 +304,14 @@ int main(int argc, char** argv) {
                 {"prefetch", variant.prefetch},
                 {"runs", runs.size()},
                 {"samples_per_second", medianOf([](const RunMeasure& m) { return m.samplesPerSecond; })},
-                {"samples_per_second_min", std::min_element(runs.begin(), runs.end(), [](auto& a, auto& b) {
-                                               return a.samplesPerSecond < b.samplesPerSecond;
-                                           })->samplesPerSecond},
-                {"samples_per_second_max", std::max_element(runs.begin(), runs.end(), [](auto& a, auto& b) {
-                                               return a.samplesPerSecond < b.samplesPerSecond;
-                                           })->samplesPerSecond},
+                {"samples_per_second_min",
+                 std::min_element(runs.begin(), runs.end(),
+                                  [](auto& a, auto& b) { return a.samplesPerSecond < b.samplesPerSecond; })
+                     ->samplesPerSecond},
+                {"samples_per_second_max",
+                 std::max_element(runs.begin(), runs.end(),
+                                  [](auto& a, auto& b) { return a.samplesPerSecond < b.samplesPerSecond; })
+                     ->samplesPerSecond},
             };
             for (const std::string role : {"training", "prefetch", "gui", "other"}) {
                 row["cores_" + role] = medianOf([&](const RunMeasure& m) { return m.cores.at(role); });
@@ -319,10 +326,11 @@ int main(int argc, char** argv) {
     report["repetitions"] = repetitions;
     report["seconds"] = std::chrono::duration<double>(Clock::now() - started).count();
     bench::writeJson(args.outDir, "threads.json", report);
-    bench::writeCsv(args.outDir, "threads.csv",
-                    "model,host,threads,prefetch,repetition,samples_per_s,cores_training,cores_prefetch,cores_gui,cores_other,"
-                    "latency_p50_ms,latency_p99_ms",
-                    rows);
+    bench::writeCsv(
+        args.outDir, "threads.csv",
+        "model,host,threads,prefetch,repetition,samples_per_s,cores_training,cores_prefetch,cores_gui,cores_other,"
+        "latency_p50_ms,latency_p99_ms",
+        rows);
     std::printf("threads benchmark: %.1f s\n", report["seconds"].get<double>());
     return 0;
 }

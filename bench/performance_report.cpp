@@ -12,8 +12,8 @@
 
 namespace {
 
-using nlohmann::json;
 using batchpilot::bench::fixed;
+using nlohmann::json;
 
 json load(const std::string& dir, const std::string& file) {
     std::ifstream in(dir + "/" + file);
@@ -21,9 +21,15 @@ json load(const std::string& dir, const std::string& file) {
     return json::parse(in, nullptr, /*allow_exceptions=*/false);
 }
 
-std::string pct(double ratio) { return fixed(100.0 * ratio, 1) + "%"; }
-std::string mib(double bytes) { return fixed(bytes / (1024.0 * 1024.0), 1) + " MiB"; }
-std::string verdict(bool met) { return met ? "**met**" : "**not met**"; }
+std::string pct(double ratio) {
+    return fixed(100.0 * ratio, 1) + "%";
+}
+std::string mib(double bytes) {
+    return fixed(bytes / (1024.0 * 1024.0), 1) + " MiB";
+}
+std::string verdict(bool met) {
+    return met ? "**met**" : "**not met**";
+}
 
 /// (max − min) / median of a list of runs, as a percentage: how far apart repeated runs were.
 double spreadPct(const json& runs) {
@@ -66,7 +72,8 @@ void probeSection(std::ostream& md, const json& probe) {
        << "truth consistent in every setup: ";
     bool consistent = true;
     for (const json& c : configs) consistent = consistent && c["truth_consistent"].get<bool>();
-    md << (consistent ? "yes" : "**no**, see probe.json") << "). A **trial** is the same measured "
+    md << (consistent ? "yes" : "**no**, see probe.json")
+       << "). A **trial** is the same measured "
           "operation for every strategy: one forward + backward pass of *n* samples on the virtual "
           "GPU with the model's parameters, the gradient accumulators and the optimizer state "
           "(SGD momentum, held back as the trainer's first probe does) present — each trial is a "
@@ -110,8 +117,10 @@ void probeSection(std::ostream& md, const json& probe) {
         md << '\n';
     }
 
-    md << "\n### Summary per strategy (all " << configs.size() << " setups)\n\n"
-          "| strategy | mean found/true | min found/true | no usable size (none or OOM) | mean trials | OOMs | mean probe s | samples discarded |\n"
+    md << "\n### Summary per strategy (all " << configs.size()
+       << " setups)\n\n"
+          "| strategy | mean found/true | min found/true | no usable size (none or OOM) | mean trials | OOMs | mean "
+          "probe s | samples discarded |\n"
           "|---|---:|---:|---:|---:|---:|---:|---:|\n";
     std::map<std::string, double> meanTrials, minRatio;
     int64_t batchPilotDiscarded = 0;
@@ -145,15 +154,16 @@ void probeSection(std::ostream& md, const json& probe) {
           "(`ProbeFinished`), and samples discarded counted from the trainer's events (a fitting "
           "trial must appear as a probe micro-batch in `MicroBatchDone`; an OOM trial's samples "
           "must start the next micro-batch at the same offset).\n\n"
-          "| setup | budget | true max | default: found (trials, OOMs, s) | headroom 0: found (trials, OOMs, s) | samples discarded |\n"
+          "| setup | budget | true max | default: found (trials, OOMs, s) | headroom 0: found (trials, OOMs, s) | "
+          "samples discarded |\n"
           "|---|---:|---:|---:|---:|---:|\n";
     for (const json& c : configs) {
         const json& d = c["trainer_default"];
         const json& z = c["trainer_headroom0"];
         md << "| " << c["setup"].get<std::string>() << " | " << mib(c["budget_bytes"].get<double>()) << " | "
            << c["true_max"] << " | " << d["found"] << " (" << pct(d["found_over_true"].get<double>()) << "; "
-           << d["trials"] << ", " << d["ooms"] << ", " << fixed(d["seconds"].get<double>(), 2) << ") | " << z["found"] << " ("
-           << pct(z["found_over_true"].get<double>()) << "; " << z["trials"] << ", " << z["ooms"] << ", "
+           << d["trials"] << ", " << d["ooms"] << ", " << fixed(d["seconds"].get<double>(), 2) << ") | " << z["found"]
+           << " (" << pct(z["found_over_true"].get<double>()) << "; " << z["trials"] << ", " << z["ooms"] << ", "
            << fixed(z["seconds"].get<double>(), 2) << ") | "
            << d["samples_discarded"].get<int64_t>() + z["samples_discarded"].get<int64_t>() << " |\n";
         batchPilotDiscarded += d["samples_discarded"].get<int64_t>() + z["samples_discarded"].get<int64_t>();
@@ -177,8 +187,8 @@ void probeSection(std::ostream& md, const json& probe) {
        << " (minimum " << pct(minDefault) << "), headroom 0 " << verdict(minZero >= 0.97) << " (minimum "
        << pct(minZero) << "). Fewer trials than double-then-bisect on average: default "
        << verdict(meanTrials["BatchPilot (default)"] < bisect) << " (" << fixed(meanTrials["BatchPilot (default)"], 1)
-       << " vs " << fixed(bisect, 1) << "), headroom 0 " << verdict(meanTrials["BatchPilot (headroom 0)"] < bisect) << " ("
-       << fixed(meanTrials["BatchPilot (headroom 0)"], 1) << " vs " << fixed(bisect, 1)
+       << " vs " << fixed(bisect, 1) << "), headroom 0 " << verdict(meanTrials["BatchPilot (headroom 0)"] < bisect)
+       << " (" << fixed(meanTrials["BatchPilot (headroom 0)"], 1) << " vs " << fixed(bisect, 1)
        << "). Zero samples discarded: " << verdict(batchPilotDiscarded == 0) << " (" << batchPilotDiscarded
        << ", replays and real trainer runs together).\n\n";
 }
@@ -193,14 +203,16 @@ void accumulationSection(std::ostream& md, const json& acc) {
     md << "Workload: `" << w["model"].get<std::string>() << "` (width " << w["width"] << ") on "
        << w["input"].get<std::string>() << " synthetic images, device `" << w["device"].get<std::string>()
        << "`, target batch " << w["target_batch"] << ", micro-batch " << w["micro_batch"] << " ("
-       << w["accumulation_steps"] << " accumulation steps), SGD with momentum. BatchPilot's trainer "
+       << w["accumulation_steps"]
+       << " accumulation steps), SGD with momentum. BatchPilot's trainer "
           "(probe finished after its single trial, accumulation active, every event — "
-       << w["events_stored_per_run"] << " per run — stored by the sink) against a bare LibTorch loop "
+       << w["events_stored_per_run"]
+       << " per run — stored by the sink) against a bare LibTorch loop "
           "in the benchmark: same model and seed, same data and sample order, same micro-batch "
           "split, loss × n_i/T, `backward()`, `torch::optim::SGD` step every k micro-batches, on the "
           "same counting allocator and budget (its cost is section 3). "
-       << w["repetitions"] << " interleaved repetitions (alternating which goes first) of "
-       << w["steps_per_run"] << " steps each; samples/s over steps 2..N.\n\n"
+       << w["repetitions"] << " interleaved repetitions (alternating which goes first) of " << w["steps_per_run"]
+       << " steps each; samples/s over steps 2..N.\n\n"
        << "| variant | median samples/s | runs |\n|---|---:|---|\n";
     const auto runs = [](const json& values) {
         std::ostringstream out;
@@ -243,7 +255,8 @@ void meterSection(std::ostream& md, const json& meter) {
     }
     const json& w = meter["workload"];
     md << "The same training run (`cnn` on 3x32x32, target batch " << w["target_batch"] << ", micro-batch "
-       << w["micro_batch"] << ", " << w["steps_per_run"] << " steps, samples/s over steps 2..N) with BatchPilot's "
+       << w["micro_batch"] << ", " << w["steps_per_run"]
+       << " steps, samples/s over steps 2..N) with BatchPilot's "
           "counting allocator installed as LibTorch's CPU allocator and counting the trainer thread "
           "(on `cpu`, and on a virtual GPU with a budget), against LibTorch's default CPU allocator "
           "swapped back in (`c10::SetCPUAllocator`) — the meter off. "
@@ -252,7 +265,8 @@ void meterSection(std::ostream& md, const json& meter) {
     const double off = meter["variants"][1]["median_samples_per_s"].get<double>();
     for (const json& v : meter["variants"]) {
         const double value = v["median_samples_per_s"].get<double>();
-        md << "| " << v["name"].get<std::string>() << " | " << fixed(value, 1) << " | " << fixed(value / off, 3) << " |\n";
+        md << "| " << v["name"].get<std::string>() << " | " << fixed(value, 1) << " | " << fixed(value / off, 3)
+           << " |\n";
     }
     const double ratio = meter["ratio_on_off"].get<double>();
     const double paired = meter["median_paired_ratio_on_off"].get<double>();
@@ -260,7 +274,8 @@ void meterSection(std::ostream& md, const json& meter) {
        << "ratios " << fixed(paired, 3) << "). Goal ≥ 0.99: " << verdict(ratio >= 0.99) << " by the ratio of medians, "
        << verdict(paired >= 0.99) << " by the paired ratios. Repeated runs of one variant were up to "
        << fixed(std::max({spreadPct(meter["variants"][0]["runs"]), spreadPct(meter["variants"][1]["runs"]),
-                          spreadPct(meter["variants"][2]["runs"])}), 0)
+                          spreadPct(meter["variants"][2]["runs"])}),
+                0)
        << "% apart (max − min over median), far more than the 1% the goal asks to resolve: on this shared "
           "machine the benchmark cannot confirm the goal, only that the meter's cost is within that noise."
        << "\n\n**What it shows.** Counting every allocation of the trainer thread (two atomic adds, a "
@@ -276,21 +291,24 @@ void guiSection(std::ostream& md, const json& gui) {
         return;
     }
     md << "The real `MainWindow` (1280×800, Qt " << gui["qt_version"].get<std::string>() << ", platform `"
-       << gui["platform"].get<std::string>() << "`) is fed a synthetic run: a producer thread plays the "
+       << gui["platform"].get<std::string>()
+       << "`) is fed a synthetic run: a producer thread plays the "
           "trainer (per optimizer step: 8 micro-batches done, 2 memory samples, the step, its "
           "metrics) into a mutex-protected queue, and a 33 ms timer on the GUI thread drains it and "
           "emits `TrainerController::eventsReceived` — the signal the controller's own drain emits "
           "and the window handles. Latency is the lateness of a 10 ms precise single-shot timer "
           "re-armed every time it fires; repaints are paint events of the chart views.\n\n"
-          "| events/s | events | latency p50 | p99 | max | loss chart repaints/s | chart repaints/s (per chart) | process CPU (cores) | loss points stored | RSS before → after |\n"
+          "| events/s | events | latency p50 | p99 | max | loss chart repaints/s | chart repaints/s (per chart) | "
+          "process CPU (cores) | loss points stored | RSS before → after |\n"
           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
     double p99At5000 = -1;
     for (const json& r : gui["rates"]) {
         const double rate = r["events_per_second"].get<double>();
         if (rate == 5000) p99At5000 = r["latency_p99_ms"].get<double>();
         md << "| " << fixed(rate, 0) << " | " << r["events"] << " | " << fixed(r["latency_p50_ms"].get<double>(), 2)
-           << " ms | " << fixed(r["latency_p99_ms"].get<double>(), 2) << " ms | " << fixed(r["latency_max_ms"].get<double>(), 2)
-           << " ms | " << fixed(r["loss_chart_repaints_per_second"].get<double>(), 1) << " | "
+           << " ms | " << fixed(r["latency_p99_ms"].get<double>(), 2) << " ms | "
+           << fixed(r["latency_max_ms"].get<double>(), 2) << " ms | "
+           << fixed(r["loss_chart_repaints_per_second"].get<double>(), 1) << " | "
            << fixed(r["chart_repaints_per_second"].get<double>(), 1) << " | "
            << fixed(r["process_cpu_share"].get<double>(), 2) << " | " << r["loss_store_points"] << " | "
            << mib(r["rss_before_bytes"].get<double>()) << " → " << mib(r["rss_after_bytes"].get<double>()) << " |\n";
@@ -300,7 +318,8 @@ void guiSection(std::ostream& md, const json& gui) {
     md << "\n### A million loss points\n\n"
           "One million `StepMetrics` events (one loss point each) through the same signal in "
           "batches of 10,000, in a fresh window.\n\n"
-          "| loss points | ingest | store: points (capacity, raw points per pair) | drawn points | run record: steps, events (memory) | RSS growth | redraw (thin + replace) | repaint of the loss chart |\n"
+          "| loss points | ingest | store: points (capacity, raw points per pair) | drawn points | run record: steps, "
+          "events (memory) | RSS growth | redraw (thin + replace) | repaint of the loss chart |\n"
           "|---:|---:|---|---:|---|---:|---:|---:|\n"
        << "| " << m["points"] << " | " << fixed(m["ingest_seconds"].get<double>(), 1) << " s ("
        << fixed(m["points_per_second"].get<double>() / 1000.0, 0) << "k/s) | " << m["store_points"] << " ("
@@ -308,17 +327,18 @@ void guiSection(std::ostream& md, const json& gui) {
        << m["drawn_points"] << " | " << m["record_steps"] << ", " << m["record_events"] << " (≈ "
        << mib(m["record_bytes_estimate"].get<double>()) << ") | " << mib(growth) << " | "
        << fixed(m["redraw_ms_median"].get<double>(), 2) << " ms (max " << fixed(m["redraw_ms_max"].get<double>(), 2)
-       << ") | " << fixed(m["paint_ms_median"].get<double>(), 2) << " ms (max " << fixed(m["paint_ms_max"].get<double>(), 2)
-       << ") |\n\n"
+       << ") | " << fixed(m["paint_ms_median"].get<double>(), 2) << " ms (max "
+       << fixed(m["paint_ms_max"].get<double>(), 2) << ") |\n\n"
        << "**Goals.** p99 latency < 50 ms at 5,000 events/s: " << verdict(p99At5000 >= 0 && p99At5000 < 50) << " ("
-       << fixed(p99At5000, 2) << " ms). Memory growth < 50 MB for a million points: "
-       << verdict(growth < 50e6) << " (" << fixed(growth / 1e6, 1) << " MB).\n\n"
+       << fixed(p99At5000, 2) << " ms). Memory growth < 50 MB for a million points: " << verdict(growth < 50e6) << " ("
+       << fixed(growth / 1e6, 1) << " MB).\n\n"
        << "**What it shows.** The idle window answers its event loop within a fraction of a "
           "millisecond (rate 0). Under a stream the GUI thread is busy about one full core "
           "(process CPU column) from the first rate on, and the latency grows with the rate: events "
           "arrive in ~30 batches per second whatever the rate, but every batch updates the charts, "
           "the training-batch view, the status bar and the run record, and the redraws (one chart per "
-          "16 ms tick, round robin) repaint the charts in software (`offscreen` raster). A `perf` profile of this benchmark put about "
+          "16 ms tick, round robin) repaint the charts in software (`offscreen` raster). A `perf` profile of this "
+          "benchmark put about "
           "40% of the samples in QtGui (path rasterisation), 7% in HarfBuzz text shaping and only "
           "a few percent in BatchPilot's own event handling, so the cost is drawing, not the event "
           "path. Chart redraws thin to ~2 points per pixel column (drawn points), so a redraw costs "
@@ -352,10 +372,11 @@ void insightSection(std::ostream& md, const json& insight) {
        << "% apart on this shared machine, so the cost is below what it can resolve. The memory "
           "breakdown itself is a few meter reads per step and is always on.\n\n";
     const json& eq = insight["equivalence"];
-    md << "**Equivalence check.** " << eq["workload"].get<std::string>() << ": one check (the batch "
-          "accumulated again plus one full pass) costs **" << fixed(eq["median_check_in_steps"].get<double>(), 2)
-       << "** training steps of the same batch (median of " << eq["check_in_steps"].size()
-       << "), as expected for two passes over the batch. It runs only when asked.\n\n";
+    md << "**Equivalence check.** " << eq["workload"].get<std::string>()
+       << ": one check (the batch "
+          "accumulated again plus one full pass) costs **"
+       << fixed(eq["median_check_in_steps"].get<double>(), 2) << "** training steps of the same batch (median of "
+       << eq["check_in_steps"].size() << "), as expected for two passes over the batch. It runs only when asked.\n\n";
     md << "**What-if prediction.** The probe's memory model (a line fitted to its trials) against the "
           "peak measured when training at a quarter, half, one and two times the chosen micro-batch "
           "(on a 4 GiB virtual device so every size runs), and how much of that measured peak the "
@@ -377,9 +398,11 @@ void insightSection(std::ostream& md, const json& insight) {
     }
     const double worst = insight["worst_prediction_error"].get<double>();
     const double parts = insight["worst_parts_deviation"].get<double>();
-    md << "\nWorst prediction error " << fixed(100 * worst, 1) << "% (goal ≤ 5% from ¼× to 2× the chosen size: "
-       << verdict(worst <= 0.05) << "); the parts explain the measured peak to within " << fixed(100 * parts, 1)
-       << "% (goal ≤ 2%: " << verdict(parts <= 0.02) << "). On a virtual GPU memory use is "
+    md << "\nWorst prediction error " << fixed(100 * worst, 1)
+       << "% (goal ≤ 5% from ¼× to 2× the chosen size: " << verdict(worst <= 0.05)
+       << "); the parts explain the measured peak to within " << fixed(100 * parts, 1)
+       << "% (goal ≤ 2%: " << verdict(parts <= 0.02)
+       << "). On a virtual GPU memory use is "
           "deterministic — the counting allocator counts the bytes asked for, with no cache, rounding "
           "or fragmentation — which is why a straight line predicts it this well; CUDA's caching "
           "allocator rounds blocks and keeps a cache, so expect larger errors on a real GPU (not "
@@ -393,14 +416,22 @@ int main(int argc, char** argv) {
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string key = argv[i];
         const std::string value = argv[i + 1];
-        if (key == "--in") args.in = value;
-        else if (key == "--out") args.out = value;
-        else if (key == "--cores") args.cores = value;
-        else if (key == "--torch-package") args.torchPackage = value;
-        else if (key == "--bench-seconds") args.benchSeconds = value;
-        else if (key == "--blas") args.blas = value;
+        if (key == "--in")
+            args.in = value;
+        else if (key == "--out")
+            args.out = value;
+        else if (key == "--cores")
+            args.cores = value;
+        else if (key == "--torch-package")
+            args.torchPackage = value;
+        else if (key == "--bench-seconds")
+            args.benchSeconds = value;
+        else if (key == "--blas")
+            args.blas = value;
         else {
-            std::fprintf(stderr, "usage: batchpilot-bench-report [--in DIR] [--out FILE] [--cores N] [--torch-package VERSION] [--bench-seconds S]\n");
+            std::fprintf(stderr,
+                         "usage: batchpilot-bench-report [--in DIR] [--out FILE] [--cores N] [--torch-package VERSION] "
+                         "[--bench-seconds S]\n");
             return 2;
         }
     }
@@ -424,8 +455,12 @@ int main(int argc, char** argv) {
        << "| | |\n|---|---|\n"
        << "| CPU cores (`nproc`) | " << args.cores << " |\n"
        << "| CPU | " << (machine.contains("cpu") ? machine["cpu"].get<std::string>() : "?") << " |\n"
-       << "| memory | " << (machine.contains("memory_bytes") ? fixed(machine["memory_bytes"].get<double>() / (1 << 30), 1) + " GiB" : "?") << " |\n"
-       << "| LibTorch | " << torch << " (`TORCH_VERSION`; Debian `libtorch-dev` " << args.torchPackage << ", CPU only) |\n"
+       << "| memory | "
+       << (machine.contains("memory_bytes") ? fixed(machine["memory_bytes"].get<double>() / (1 << 30), 1) + " GiB"
+                                            : "?")
+       << " |\n"
+       << "| LibTorch | " << torch << " (`TORCH_VERSION`; Debian `libtorch-dev` " << args.torchPackage
+       << ", CPU only) |\n"
        << "| BLAS LibTorch uses | " << args.blas << " |\n"
        << "| Qt | " << (gui.is_null() ? "not built" : gui["qt_version"].get<std::string>()) << " |\n"
        << "| benchmarks' wall time | " << args.benchSeconds << " s |\n\n";

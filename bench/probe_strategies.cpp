@@ -31,8 +31,8 @@ private:
 }  // namespace
 
 int StrategyResult::ooms() const {
-    return static_cast<int>(std::count_if(trials.begin(), trials.end(),
-                                          [](const StrategyTrial& t) { return !t.outcome.fit; }));
+    return static_cast<int>(
+        std::count_if(trials.begin(), trials.end(), [](const StrategyTrial& t) { return !t.outcome.fit; }));
 }
 
 double StrategyResult::seconds() const {
@@ -49,8 +49,8 @@ int64_t StrategyResult::samplesDiscarded() const {
     return discarded;
 }
 
-StrategyResult batchPilotProbe(const std::string& name, const core::ProbeOptions& options,
-                               const ProbeLimits& limits, const TrialFunction& trial) {
+StrategyResult batchPilotProbe(const std::string& name, const core::ProbeOptions& options, const ProbeLimits& limits,
+                               const TrialFunction& trial) {
     const auto usable = static_cast<int64_t>(static_cast<double>(limits.capacityBytes) * (1.0 - options.headroom));
     core::ProbeSearch search(options, limits.upperBound, usable);
     StrategyResult result;

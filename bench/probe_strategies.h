@@ -51,16 +51,15 @@ struct StrategyResult {
 
 /// BatchPilot's probe (core::ProbeSearch) with `options`, as the trainer drives it: a fitting
 /// trial is part of the training batch, an OOM trial's samples start the next micro-batch.
-StrategyResult batchPilotProbe(const std::string& name, const core::ProbeOptions& options,
-                               const ProbeLimits& limits, const TrialFunction& trial);
+StrategyResult batchPilotProbe(const std::string& name, const core::ProbeOptions& options, const ProbeLimits& limits,
+                               const TrialFunction& trial);
 
 /// Baseline: double from 1 until the first failure, then halve the failed size once.
 StrategyResult baselineDoubleHalveOnce(const ProbeLimits& limits, const TrialFunction& trial);
 /// Baseline: powers of two only; the answer is the last power of two that fit.
 StrategyResult baselinePowerOfTwo(const ProbeLimits& limits, const TrialFunction& trial);
 /// Baseline: start at 128 and multiply by `factor` (0.5 or 0.9) until a size fits.
-StrategyResult baselineShrinkFrom128(double factor, const ProbeLimits& limits,
-                                     const TrialFunction& trial);
+StrategyResult baselineShrinkFrom128(double factor, const ProbeLimits& limits, const TrialFunction& trial);
 /// Baseline: double until the first failure, then binary search between the last fit and the
 /// failure until they are adjacent. No memory model.
 StrategyResult baselineDoubleThenBisect(const ProbeLimits& limits, const TrialFunction& trial);

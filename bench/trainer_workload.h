@@ -20,7 +20,7 @@ struct Throughput {
     double samplesPerSecond = 0;  ///< over steps 2..N (step 1 holds the probe)
     int64_t microBatch = 0;       ///< micro-batch in use at the end
     int64_t accumulationSteps = 0;
-    int64_t events = 0;           ///< events the sink stored
+    int64_t events = 0;  ///< events the sink stored
 };
 
 /// Throughput over steps 2..N of the events of one run (its StepMetrics events; `microBatch` is

@@ -25,7 +25,9 @@ public:
 
 }  // namespace
 
-std::string ProbeSetup::device() const { return "virtual:" + std::to_string(budgetBytes); }
+std::string ProbeSetup::device() const {
+    return "virtual:" + std::to_string(budgetBytes);
+}
 
 core::TrainerOptions ProbeSetup::trainerOptions() const {
     core::TrainerOptions options;

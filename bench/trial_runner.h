@@ -11,11 +11,11 @@ namespace batchpilot::bench {
 
 /// A model, its data and a virtual GPU budget: one row group of the probe benchmark.
 struct ProbeSetup {
-    std::string label;         ///< e.g. "resnet 3x224x224"
+    std::string label;  ///< e.g. "resnet 3x224x224"
     core::ModelOptions model;
-    core::DataOptions data;    ///< samples is set per run
-    int64_t budgetBytes = 0;   ///< the virtual GPU
-    int64_t upperBound = 0;    ///< largest micro-batch any strategy may choose (the target batch)
+    core::DataOptions data;   ///< samples is set per run
+    int64_t budgetBytes = 0;  ///< the virtual GPU
+    int64_t upperBound = 0;   ///< largest micro-batch any strategy may choose (the target batch)
 
     /// "virtual:<bytes>".
     std::string device() const;

@@ -9,9 +9,8 @@ namespace batchpilot::core {
 AccumulationPlan::AccumulationPlan(int64_t target, int64_t microBatch)
     : m_target(target), m_microBatch(std::min(microBatch, target)) {
     if (target <= 0 || microBatch <= 0) {
-        throw std::invalid_argument("accumulation plan needs positive sizes, got target " +
-                                    std::to_string(target) + " and micro-batch " +
-                                    std::to_string(microBatch));
+        throw std::invalid_argument("accumulation plan needs positive sizes, got target " + std::to_string(target) +
+                                    " and micro-batch " + std::to_string(microBatch));
     }
     m_sizes = split(m_target, m_microBatch);
 }

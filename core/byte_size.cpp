@@ -21,13 +21,13 @@ constexpr std::array<Unit, 13> kUnits{{
     {"k", kKi},
     {"kib", kKi},
     {"kb", 1e3},
-    {"m", kKi * kKi},
-    {"mib", kKi * kKi},
+    {"m", kKi* kKi},
+    {"mib", kKi* kKi},
     {"mb", 1e6},
-    {"g", kKi * kKi * kKi},
-    {"gib", kKi * kKi * kKi},
+    {"g", kKi* kKi* kKi},
+    {"gib", kKi* kKi* kKi},
     {"gb", 1e9},
-    {"tib", kKi * kKi * kKi * kKi},
+    {"tib", kKi* kKi* kKi* kKi},
     {"tb", 1e12},
 }};
 
@@ -85,8 +85,7 @@ std::string formatBytes(int64_t bytes) {
     } else if (magnitude < kKi * kKi * kKi) {
         std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / (kKi * kKi));
     } else {
-        std::snprintf(buffer, sizeof buffer, "%.2f GiB",
-                      static_cast<double>(bytes) / (kKi * kKi * kKi));
+        std::snprintf(buffer, sizeof buffer, "%.2f GiB", static_cast<double>(bytes) / (kKi * kKi * kKi));
     }
     return buffer;
 }

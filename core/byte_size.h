@@ -19,6 +19,8 @@ tl::expected<int64_t, std::string> parseByteSize(std::string_view text);
 std::string formatBytes(int64_t bytes);
 
 /// Bytes as MiB (floating point), for tables and charts.
-inline double toMiB(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+inline double toMiB(int64_t bytes) {
+    return static_cast<double>(bytes) / (1024.0 * 1024.0);
+}
 
 }  // namespace batchpilot::core

@@ -25,7 +25,9 @@ private:
 /// The flag of the innermost CancelScope on this thread; nullptr outside any.
 const std::atomic<bool>* cancelFlag();
 
-inline bool cancelled(const std::atomic<bool>* flag) { return flag != nullptr && flag->load(std::memory_order_relaxed); }
+inline bool cancelled(const std::atomic<bool>* flag) {
+    return flag != nullptr && flag->load(std::memory_order_relaxed);
+}
 
 /// The message loaders return when they stopped for it.
 inline constexpr const char* kLoadingCancelled = "loading was cancelled";

@@ -26,7 +26,9 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kFormat = 1;
 
-std::string indexed(const char* prefix, size_t i) { return std::string(prefix) + std::to_string(i); }
+std::string indexed(const char* prefix, size_t i) {
+    return std::string(prefix) + std::to_string(i);
+}
 
 /// The file: this header, then LibTorch's archive (a zip). The CRC-32 covers the archive, whose
 /// own zip reader does not check its records, so any damaged byte is found before it is used.
@@ -76,7 +78,8 @@ void syncDirectory(const std::string& directory) {
     }
 }
 
-void writeTensors(torch::serialize::OutputArchive& archive, const char* prefix, const std::vector<torch::Tensor>& tensors) {
+void writeTensors(torch::serialize::OutputArchive& archive, const char* prefix,
+                  const std::vector<torch::Tensor>& tensors) {
     archive.write(std::string(prefix) + "count", c10::IValue(static_cast<int64_t>(tensors.size())));
     for (size_t i = 0; i < tensors.size(); ++i) archive.write(indexed(prefix, i), tensors[i].detach().cpu());
 }
@@ -102,16 +105,20 @@ tl::expected<void, std::string> checkCheckpointDirectory(const std::string& dire
     std::error_code error;
     fs::create_directories(directory, error);
     if (error) return tl::unexpected("cannot create " + named + ": " + error.message() + "; choose a writable folder");
-    if (!fs::is_directory(directory, error)) return tl::unexpected(named + " is not a folder; choose a folder for --checkpoint-dir");
+    if (!fs::is_directory(directory, error))
+        return tl::unexpected(named + " is not a folder; choose a folder for --checkpoint-dir");
     std::string probe = (fs::path(directory) / ".batchpilot-write-check.XXXXXX").string();
     const int fd = ::mkstemp(probe.data());
-    if (fd < 0) return tl::unexpected("cannot write in " + named + ": " + std::strerror(errno) + "; choose a writable folder");
+    if (fd < 0)
+        return tl::unexpected("cannot write in " + named + ": " + std::strerror(errno) + "; choose a writable folder");
     // One block, synced: a full disk shows now rather than at the first save.
     const std::string block(4096, '\0');
     const auto written = writeAllAndSync(fd, {block});
     ::close(fd);
     ::unlink(probe.c_str());
-    if (!written) return tl::unexpected("cannot write in " + named + ": " + written.error() + "; free some space or choose another folder");
+    if (!written)
+        return tl::unexpected("cannot write in " + named + ": " + written.error() +
+                              "; free some space or choose another folder");
     return {};
 }
 
@@ -121,7 +128,8 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
     CountingScope host(false);
     std::error_code error;
     fs::create_directories(directory, error);
-    if (error) return tl::unexpected("cannot create the checkpoint directory \"" + directory + "\": " + error.message());
+    if (error)
+        return tl::unexpected("cannot create the checkpoint directory \"" + directory + "\": " + error.message());
     const std::string path = (fs::path(directory) / kCheckpointFile).string();
     const std::string temporary = path + ".tmp";
     std::ostringstream payload;
@@ -169,7 +177,8 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
     return path;
 }
 
-tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& directory, Model& model, Optimizer& optimizer) {
+tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& directory, Model& model,
+                                                       Optimizer& optimizer) {
     const std::string path = (fs::path(directory) / kCheckpointFile).string();
     if (!fs::exists(path)) {
         return tl::unexpected("no checkpoint to resume from: \"" + path + "\" does not exist");
@@ -191,7 +200,8 @@ tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& direct
         std::ifstream in(path, std::ios::binary);
         std::string header(kHeaderBytes, '\0');
         in.read(header.data(), static_cast<std::streamsize>(header.size()));
-        if (!in || std::memcmp(header.data(), kMagic, sizeof(kMagic)) != 0) return corrupt("no BatchPilot checkpoint header");
+        if (!in || std::memcmp(header.data(), kMagic, sizeof(kMagic)) != 0)
+            return corrupt("no BatchPilot checkpoint header");
         const uint64_t length = getLittleEndian(header.data() + sizeof(kMagic), 8);
         const auto expectedCrc = static_cast<uint32_t>(getLittleEndian(header.data() + sizeof(kMagic) + 8, 4));
         // The length the header claims must be what the file holds: nothing is allocated for a
@@ -252,10 +262,13 @@ tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& direct
     auto targetBuffers = model.buffers();
     bool shapesMatch = parameters.size() == target.size() && buffers.size() == targetBuffers.size();
     for (size_t i = 0; shapesMatch && i < target.size(); ++i) shapesMatch = parameters[i].sizes() == target[i].sizes();
-    for (size_t i = 0; shapesMatch && i < targetBuffers.size(); ++i) shapesMatch = buffers[i].sizes() == targetBuffers[i].sizes();
-    for (size_t i = 0; shapesMatch && i < first.size(); ++i) shapesMatch = i < target.size() && first[i].sizes() == target[i].sizes();
+    for (size_t i = 0; shapesMatch && i < targetBuffers.size(); ++i)
+        shapesMatch = buffers[i].sizes() == targetBuffers[i].sizes();
+    for (size_t i = 0; shapesMatch && i < first.size(); ++i)
+        shapesMatch = i < target.size() && first[i].sizes() == target[i].sizes();
     if (!shapesMatch) {
-        return tl::unexpected("checkpoint \"" + path + "\" does not match this model's parameters (other width, input "
+        return tl::unexpected("checkpoint \"" + path +
+                              "\" does not match this model's parameters (other width, input "
                               "size or number of classes): use the same model options to resume");
     }
     torch::NoGradGuard noGrad;

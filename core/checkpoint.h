@@ -17,7 +17,7 @@ struct TrainerState {
     int64_t samplerEpoch = 0;
     int64_t samplerPosition = 0;
     int64_t targetBatch = 0;
-    int64_t microBatch = 0;     ///< micro-batch known to fit on `device`
+    int64_t microBatch = 0;  ///< micro-batch known to fit on `device`
     double learningRate = 0;
     std::string device;
     std::string modelName;
@@ -41,6 +41,7 @@ tl::expected<void, std::string> checkCheckpointDirectory(const std::string& dire
 /// Loads `directory`/checkpoint.pt into `model` and `optimizer` (already built the same way) and
 /// returns the trainer state. A missing, corrupt or mismatched checkpoint (other model, other
 /// parameter shapes, other optimizer) is an error saying which.
-tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& directory, Model& model, Optimizer& optimizer);
+tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& directory, Model& model,
+                                                       Optimizer& optimizer);
 
 }  // namespace batchpilot::core

@@ -67,9 +67,9 @@ private:
     std::atomic<bool> m_cancel{false};
     bool m_stop = false;
     bool m_pause = false;
-    bool m_stepMode = false;         ///< step-by-step: wait before each micro-batch
-    int64_t m_advanceTokens = 0;     ///< micro-batches the user allowed to run
-    bool m_finishingBatch = false;   ///< run the rest of the current batch without waiting
+    bool m_stepMode = false;        ///< step-by-step: wait before each micro-batch
+    int64_t m_advanceTokens = 0;    ///< micro-batches the user allowed to run
+    bool m_finishingBatch = false;  ///< run the rest of the current batch without waiting
     Batch m_batch;
 };
 

@@ -40,17 +40,15 @@ c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST
     if (counted) {
         const int64_t number = m_count.fetch_add(1) + 1;
         int64_t failAt = m_failAt.load();
-        const bool injected = failAt != 0 && number >= failAt &&
-                              m_failAt.compare_exchange_strong(failAt, 0);
+        const bool injected = failAt != 0 && number >= failAt && m_failAt.compare_exchange_strong(failAt, 0);
         const int64_t before = m_allocated.fetch_add(size);
         const int64_t budget = m_budget.load();
         if (injected || (budget > 0 && before + size > budget)) {
             m_allocated.fetch_sub(size);
             m_lastFailed.store(size);
             m_allocatedAtFailure.store(before);
-            std::string message = "virtual GPU out of memory: tried to allocate " +
-                                  formatBytes(size) + " with " + formatBytes(before) +
-                                  " allocated";
+            std::string message = "virtual GPU out of memory: tried to allocate " + formatBytes(size) + " with " +
+                                  formatBytes(before) + " allocated";
             if (budget > 0) {
                 message += " of a " + formatBytes(budget) + " budget";
             }
@@ -97,7 +95,9 @@ int64_t CountingAllocator::blockBytes(const c10::DataPtr& data) {
     return headerOf(data.get())->bytes;
 }
 
-c10::DeleterFnPtr CountingAllocator::raw_deleter() const { return &CountingAllocator::release; }
+c10::DeleterFnPtr CountingAllocator::raw_deleter() const {
+    return &CountingAllocator::release;
+}
 
 #if BATCHPILOT_ALLOCATOR_HAS_COPY_DATA
 void CountingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
@@ -107,15 +107,19 @@ void CountingAllocator::copy_data(void* dest, const void* src, std::size_t count
 
 void installCountingAllocator() {
     static std::once_flag once;
-    std::call_once(once, [] {
-        c10::SetCPUAllocator(&CountingAllocator::instance(), /*priority=*/100);
-    });
+    std::call_once(once, [] { c10::SetCPUAllocator(&CountingAllocator::instance(), /*priority=*/100); });
 }
 
-CountingScope::CountingScope(bool counting) : m_previous(t_counting) { t_counting = counting; }
+CountingScope::CountingScope(bool counting) : m_previous(t_counting) {
+    t_counting = counting;
+}
 
-CountingScope::~CountingScope() { t_counting = m_previous; }
+CountingScope::~CountingScope() {
+    t_counting = m_previous;
+}
 
-bool CountingScope::active() { return t_counting; }
+bool CountingScope::active() {
+    return t_counting;
+}
 
 }  // namespace batchpilot::core

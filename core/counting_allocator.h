@@ -36,23 +36,43 @@ public:
     static int64_t blockBytes(const c10::DataPtr& data);
 
     /// Counted bytes may not exceed `bytes`; 0 removes the budget.
-    void setBudget(int64_t bytes) { m_budget.store(bytes); }
-    int64_t budget() const { return m_budget.load(); }
+    void setBudget(int64_t bytes) {
+        m_budget.store(bytes);
+    }
+    int64_t budget() const {
+        return m_budget.load();
+    }
     /// Bytes currently allocated by counting threads.
-    int64_t allocated() const { return m_allocated.load(); }
+    int64_t allocated() const {
+        return m_allocated.load();
+    }
     /// Highest allocated() since the last resetPeak().
-    int64_t peak() const { return m_peak.load(); }
-    void resetPeak() { m_peak.store(m_allocated.load()); }
+    int64_t peak() const {
+        return m_peak.load();
+    }
+    void resetPeak() {
+        m_peak.store(m_allocated.load());
+    }
     /// Bytes of all successful counted allocations since start-up (never decreases).
-    int64_t countedBytes() const { return m_countedBytes.load(); }
+    int64_t countedBytes() const {
+        return m_countedBytes.load();
+    }
     /// Number of counted allocations since start-up (successful or not).
-    int64_t countedAllocations() const { return m_count.load(); }
+    int64_t countedAllocations() const {
+        return m_count.load();
+    }
     /// Makes the `n`-th counted allocation from now fail with an OOM (once); 0 cancels.
-    void failAfter(int64_t n) { m_failAt.store(n > 0 ? m_count.load() + n : 0); }
+    void failAfter(int64_t n) {
+        m_failAt.store(n > 0 ? m_count.load() + n : 0);
+    }
     /// Size of the most recent allocation that failed, 0 when none did.
-    int64_t lastFailedRequest() const { return m_lastFailed.load(); }
+    int64_t lastFailedRequest() const {
+        return m_lastFailed.load();
+    }
     /// Bytes allocated when that allocation failed.
-    int64_t allocatedAtLastFailure() const { return m_allocatedAtFailure.load(); }
+    int64_t allocatedAtLastFailure() const {
+        return m_allocatedAtFailure.load();
+    }
 
 private:
     CountingAllocator() = default;

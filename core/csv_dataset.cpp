@@ -102,8 +102,8 @@ std::string quoteList(const std::vector<std::string>& names) {
 }  // namespace
 
 tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const std::string& path,
-                                                                       const std::string& targetColumn,
-                                                                       bool regression) {
+                                                                        const std::string& targetColumn,
+                                                                        bool regression) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec)) {
         return tl::unexpected("CSV file " + path + " does not exist or is not a regular file");
@@ -126,8 +126,9 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
                               quoteList(header));
     }
     if (std::count(header.begin(), header.end(), targetColumn) > 1) {
-        return tl::unexpected("CSV file " + path + " has " + std::to_string(std::count(header.begin(), header.end(), targetColumn)) +
-                              " columns named \"" + targetColumn + "\": the target column must be unique; rename the others");
+        return tl::unexpected(
+            "CSV file " + path + " has " + std::to_string(std::count(header.begin(), header.end(), targetColumn)) +
+            " columns named \"" + targetColumn + "\": the target column must be unique; rename the others");
     }
     if (header.size() < 2) {
         return tl::unexpected("CSV file " + path + " has only the target column: it needs at least one feature column");
@@ -165,9 +166,10 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
             }
             const auto value = parseDouble(field);
             if (!value || !std::isfinite(*value)) {
-                return tl::unexpected(where + ", column \"" + header[c] + "\": \"" + field +
-                                      "\" is not a finite number; features must be numeric (encode categories as numbers, "
-                                      "or drop the column)");
+                return tl::unexpected(
+                    where + ", column \"" + header[c] + "\": \"" + field +
+                    "\" is not a finite number; features must be numeric (encode categories as numbers, "
+                    "or drop the column)");
             }
             values[static_cast<size_t>(r * features + f++)] = *value;
         }
@@ -180,7 +182,8 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
     // scale), so that values near the double range (1e308) neither overflow the sum nor the squares.
     for (int64_t f = 0; f < features; ++f) {
         double scale = 0;
-        for (int64_t r = 0; r < rows; ++r) scale = std::max(scale, std::fabs(values[static_cast<size_t>(r * features + f)]));
+        for (int64_t r = 0; r < rows; ++r)
+            scale = std::max(scale, std::fabs(values[static_cast<size_t>(r * features + f)]));
         if (scale == 0) scale = 1;
         double sum = 0, squares = 0;
         for (int64_t r = 0; r < rows; ++r) sum += values[static_cast<size_t>(r * features + f)] / scale;
@@ -202,16 +205,18 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
         for (int64_t r = 0; r < rows; ++r) {
             const auto value = parseDouble(labels[static_cast<size_t>(r)]);
             if (!value || !std::isfinite(*value)) {
-                return tl::unexpected("CSV file " + path + ", line " + std::to_string((*records)[static_cast<size_t>(r + 1)].line) +
-                                      ": the target \"" + labels[static_cast<size_t>(r)] +
+                return tl::unexpected("CSV file " + path + ", line " +
+                                      std::to_string((*records)[static_cast<size_t>(r + 1)].line) + ": the target \"" +
+                                      labels[static_cast<size_t>(r)] +
                                       "\" is not a finite number, as regression (MSE) needs");
             }
             // Targets train as floats, and their squared error must stay finite too.
             if (std::fabs(*value) > 1e18) {
-                return tl::unexpected("CSV file " + path + ", line " + std::to_string((*records)[static_cast<size_t>(r + 1)].line) +
-                                      ": the target \"" + labels[static_cast<size_t>(r)] +
-                                      "\" is too large to train on (at most 1e18 in magnitude, so that its squared error "
-                                      "stays finite); rescale the target column");
+                return tl::unexpected(
+                    "CSV file " + path + ", line " + std::to_string((*records)[static_cast<size_t>(r + 1)].line) +
+                    ": the target \"" + labels[static_cast<size_t>(r)] +
+                    "\" is too large to train on (at most 1e18 in magnitude, so that its squared error "
+                    "stays finite); rescale the target column");
             }
             t[r] = static_cast<float>(*value);
         }
@@ -225,12 +230,14 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
                                           [](const std::string& label) { return parseWhole(label).has_value(); });
     if (wholeNumbers) {
         std::vector<int64_t> values(labels.size());
-        std::transform(labels.begin(), labels.end(), values.begin(), [](const std::string& label) { return *parseWhole(label); });
+        std::transform(labels.begin(), labels.end(), values.begin(),
+                       [](const std::string& label) { return *parseWhole(label); });
         const auto [smallest, largest] = std::minmax_element(values.begin(), values.end());
         if (*smallest >= 0) {
             if (*largest >= 1'000'000) {
                 return tl::unexpected("CSV file " + path + ": the target \"" + targetColumn + "\" has class id " +
-                                      std::to_string(*largest) + "; class ids must be 0..classes-1 (to predict "
+                                      std::to_string(*largest) +
+                                      "; class ids must be 0..classes-1 (to predict "
                                       "numeric values use regression: --loss mse)");
             }
             std::copy(values.begin(), values.end(), t);
@@ -253,10 +260,11 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
     const bool allNumbers = std::all_of(labels.begin(), labels.end(),
                                         [](const std::string& label) { return parseDouble(label).has_value(); });
     if (allNumbers) {
-        const auto fractional = std::find_if(labels.begin(), labels.end(),
-                                             [](const std::string& label) { return !parseWhole(label); });
+        const auto fractional =
+            std::find_if(labels.begin(), labels.end(), [](const std::string& label) { return !parseWhole(label); });
         return tl::unexpected("CSV file " + path + ": the target \"" + targetColumn + "\" holds numbers such as " +
-                              *fractional + ", not class ids or names; to predict the values use regression "
+                              *fractional +
+                              ", not class ids or names; to predict the values use regression "
                               "(--loss mse)");
     }
     std::map<std::string, int64_t> ids;

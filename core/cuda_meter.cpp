@@ -75,7 +75,9 @@ private:
 
 }  // namespace
 
-std::unique_ptr<MemoryMeter> openCudaMeter(int index) { return std::make_unique<CudaMeter>(index); }
+std::unique_ptr<MemoryMeter> openCudaMeter(int index) {
+    return std::make_unique<CudaMeter>(index);
+}
 
 void setCudaMemoryFraction(int index, double fraction) {
     alloc::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index));
@@ -87,8 +89,7 @@ DeviceInfo describeCudaDevice(int index) {
     cudaDeviceProp properties{};
     cudaGetDeviceProperties(&properties, index);
     const auto total = static_cast<int64_t>(properties.totalGlobalMem);
-    return {"cuda:" + std::to_string(index),
-            std::string(properties.name) + ", " + formatBytes(total), total};
+    return {"cuda:" + std::to_string(index), std::string(properties.name) + ", " + formatBytes(total), total};
 }
 
 }  // namespace batchpilot::core

@@ -19,7 +19,9 @@ uint64_t splitmix64(uint64_t& state) {
 }
 
 /// Uniform in [0, 1).
-double unit(uint64_t& state) { return static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53; }
+double unit(uint64_t& state) {
+    return static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
+}
 
 constexpr float kNoise = 0.8F;
 
@@ -56,8 +58,8 @@ SyntheticImages::SyntheticImages(const DataOptions& options) : m_options(options
 }
 
 std::string SyntheticImages::name() const {
-    return "synthetic " + std::to_string(m_options.channels) + "x" + std::to_string(m_options.height) +
-           "x" + std::to_string(m_options.width) + ", " + std::to_string(m_options.classes) + " classes, " +
+    return "synthetic " + std::to_string(m_options.channels) + "x" + std::to_string(m_options.height) + "x" +
+           std::to_string(m_options.width) + ", " + std::to_string(m_options.classes) + " classes, " +
            std::to_string(m_options.samples) + " samples";
 }
 
@@ -94,7 +96,6 @@ Batch SyntheticImages::get(const std::vector<int64_t>& indices) const {
     }
     return batch;
 }
-
 
 tl::expected<std::shared_ptr<Dataset>, std::string> makeDataset(const DataOptions& options) {
     using Made = tl::expected<std::shared_ptr<Dataset>, std::string>;

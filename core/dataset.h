@@ -58,7 +58,6 @@ private:
     torch::Tensor m_prototypes;  ///< [classes, C, H, W]
 };
 
-
 /// Builds the dataset named in `options`: "synthetic" (generated), "mnist" (IDX files in
 /// `options.path`, see mnist_dataset.h), "image-folder" (see image_folder_dataset.h) or "csv"
 /// (see csv_dataset.h). Reads files on the calling thread; the message of a failure names the

@@ -40,9 +40,7 @@ public:
     void resetPeak() override { CountingAllocator::instance().resetPeak(); }
     int64_t capacity() const override { return m_capacity; }
     int64_t free() const override { return std::max<int64_t>(0, m_capacity - allocated()); }
-    int64_t lastFailedAllocation() const override {
-        return CountingAllocator::instance().lastFailedRequest();
-    }
+    int64_t lastFailedAllocation() const override { return CountingAllocator::instance().lastFailedRequest(); }
     int64_t lastFailureNeed() const override {
         const auto& allocator = CountingAllocator::instance();
         return allocator.allocatedAtLastFailure() + allocator.lastFailedRequest();
@@ -55,14 +53,17 @@ private:
 
 }  // namespace
 
-bool cudaAvailable() { return torch::cuda::is_available(); }
+bool cudaAvailable() {
+    return torch::cuda::is_available();
+}
 
 tl::expected<DeviceSpec, std::string> parseDevice(std::string_view text) {
     auto spec = parseDeviceName(text);
     if (!spec || spec->kind != DeviceKind::Cuda) return spec;
     const std::string name(text);
     if (!cudaAvailable()) {
-        return tl::unexpected("device \"" + name + "\" does not exist: this build has no usable CUDA device; " + kDeviceForms);
+        return tl::unexpected("device \"" + name + "\" does not exist: this build has no usable CUDA device; " +
+                              kDeviceForms);
     }
     const auto count = static_cast<int>(torch::cuda::device_count());
     if (spec->index >= count) {
@@ -88,9 +89,7 @@ std::unique_ptr<MemoryMeter> openMeter(const DeviceSpec& device) {
     switch (device.kind) {
     case DeviceKind::Cpu: return std::make_unique<CountingMeter>(0);
     case DeviceKind::Virtual: return std::make_unique<CountingMeter>(device.budgetBytes);
-    case DeviceKind::Cuda:
-        CountingAllocator::instance().setBudget(0);
-        return openCudaMeter(device.index);
+    case DeviceKind::Cuda: CountingAllocator::instance().setBudget(0); return openCudaMeter(device.index);
     }
     return nullptr;
 }

@@ -20,8 +20,8 @@ tl::expected<DeviceSpec, std::string> parseDevice(std::string_view text);
 
 /// A device a user can pick, for lists in the CLI and the GUI.
 struct DeviceInfo {
-    std::string id;          ///< what parseDevice accepts ("cpu", "cuda:0")
-    std::string description; ///< "NVIDIA H200, 139.8 GiB" or "host memory, 21.3 GiB available"
+    std::string id;           ///< what parseDevice accepts ("cpu", "cuda:0")
+    std::string description;  ///< "NVIDIA H200, 139.8 GiB" or "host memory, 21.3 GiB available"
     int64_t totalBytes = 0;
 };
 

@@ -27,7 +27,8 @@ tl::expected<DeviceSpec, std::string> parseDeviceName(std::string_view text) {
     if (name == "cpu") return DeviceSpec{DeviceKind::Cpu, 0, 0};
     if (name.rfind("virtual", 0) == 0) {
         if (name.size() <= 8 || name[7] != ':') {
-            return tl::unexpected("device \"" + name + "\" needs a memory budget: write virtual:<size>, e.g. virtual:512MiB");
+            return tl::unexpected("device \"" + name +
+                                  "\" needs a memory budget: write virtual:<size>, e.g. virtual:512MiB");
         }
         auto budget = parseByteSize(std::string_view(name).substr(8));
         if (!budget) return tl::unexpected("device \"" + name + "\": " + budget.error());

@@ -15,8 +15,8 @@ enum class DeviceKind { Cpu, Cuda, Virtual };
 /// A parsed device name: "cpu", "cuda:N" or "virtual:<size>".
 struct DeviceSpec {
     DeviceKind kind = DeviceKind::Cpu;
-    int index = 0;             ///< CUDA device index
-    int64_t budgetBytes = 0;   ///< virtual devices only
+    int index = 0;            ///< CUDA device index
+    int64_t budgetBytes = 0;  ///< virtual devices only
 
     /// Canonical name ("cpu", "cuda:0", "virtual:512MiB").
     std::string name() const;

@@ -109,14 +109,14 @@ void compareGradients(const std::vector<std::string>& names, const std::vector<t
     result.overall.maxAbsDifference = maxAbs;
     result.overall.relativeDifference =
         fullSquares > 0 ? std::sqrt(diffSquares / fullSquares) : (diffSquares > 0 ? INFINITY : 0.0);
-    result.overall.cosineSimilarity =
-        accSquares > 0 && fullSquares > 0 ? dot / std::sqrt(accSquares * fullSquares) : (accSquares == fullSquares ? 1.0 : 0.0);
+    result.overall.cosineSimilarity = accSquares > 0 && fullSquares > 0 ? dot / std::sqrt(accSquares * fullSquares)
+                                                                        : (accSquares == fullSquares ? 1.0 : 0.0);
 }
 
 std::string explainEquivalence(const EquivalenceChecked& r) {
     const std::string rel = formatText("%.2g", r.overall.relativeDifference);
-    const std::string parts = std::to_string(r.microBatchSizes.size()) + " micro-batch" +
-                              (r.microBatchSizes.size() == 1 ? "" : "es");
+    const std::string parts =
+        std::to_string(r.microBatchSizes.size()) + " micro-batch" + (r.microBatchSizes.size() == 1 ? "" : "es");
     std::string text;
     if (r.microBatchSizes.size() == 1) {
         text = "The check batch fits in one micro-batch, so both ways run the same computation (relative difference " +
@@ -126,7 +126,8 @@ std::string explainEquivalence(const EquivalenceChecked& r) {
             text = "Accumulating " + std::to_string(r.samples) + " samples in " + parts +
                    " gives the full-batch gradient: the relative difference is " + rel +
                    ", which is float32 rounding (sums taken in a different order), and the directions agree "
-                   "(cosine " + formatText("%.9f", r.overall.cosineSimilarity) +
+                   "(cosine " +
+                   formatText("%.9f", r.overall.cosineSimilarity) +
                    "). Each micro-batch's mean loss is weighted by its share n_i / T of the batch, so the weighted "
                    "sum of the micro-batch gradients is exactly the gradient of the batch's mean loss. ";
         } else {
@@ -136,14 +137,17 @@ std::string explainEquivalence(const EquivalenceChecked& r) {
                    "that mix samples of a batch. ";
         }
     } else {
-        text = "The model uses BatchNorm: in training mode each micro-batch is normalised with its own mean and "
-               "variance, so a sample's output depends on which other samples share its micro-batch. The accumulated "
-               "gradient therefore differs from the full-batch gradient (relative difference " + rel +
-               ", cosine " + formatText("%.6f", r.overall.cosineSimilarity) +
-               "). This is a property of the model, not an error of accumulation";
+        text =
+            "The model uses BatchNorm: in training mode each micro-batch is normalised with its own mean and "
+            "variance, so a sample's output depends on which other samples share its micro-batch. The accumulated "
+            "gradient therefore differs from the full-batch gradient (relative difference " +
+            rel + ", cosine " + formatText("%.6f", r.overall.cosineSimilarity) +
+            "). This is a property of the model, not an error of accumulation";
         if (r.runningStatisticsRelativeDifference >= 0) {
-            text += ": with the running statistics instead (evaluation mode, every sample normalised on its own) "
-                    "the same check gives " + formatText("%.2g", r.runningStatisticsRelativeDifference);
+            text +=
+                ": with the running statistics instead (evaluation mode, every sample normalised on its own) "
+                "the same check gives " +
+                formatText("%.2g", r.runningStatisticsRelativeDifference);
         }
         text += ". For exact accumulation use GroupNorm or LayerNorm (built-in models: --norm group). ";
     }

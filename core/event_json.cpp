@@ -104,7 +104,9 @@ json fields(const TargetBatchChanged& e) {
 json fields(const DeviceSwitched& e) {
     return {{"time", e.time}, {"from", e.from}, {"to", e.to}};
 }
-json fields(const Warning& e) { return {{"time", e.time}, {"message", e.message}}; }
+json fields(const Warning& e) {
+    return {{"time", e.time}, {"message", e.message}};
+}
 json fields(const CheckpointSaved& e) {
     return {{"time", e.time}, {"step", e.step}, {"path", e.path}};
 }
@@ -145,8 +147,12 @@ json fields(const MemoryBreakdown& e) {
             {"free_bytes", e.freeBytes}};
 }
 json fields(const StepModeWaiting& e) {
-    return {{"time", e.time},       {"step", e.step},          {"index", e.index},
-            {"offset", e.offset},   {"size", e.size},          {"target_batch", e.targetBatch},
+    return {{"time", e.time},
+            {"step", e.step},
+            {"index", e.index},
+            {"offset", e.offset},
+            {"size", e.size},
+            {"target_batch", e.targetBatch},
             {"probe_trial", e.probeTrial}};
 }
 json fields(const TensorDifference& d) {

@@ -44,24 +44,42 @@ const char* eventName(const Event& event) {
     return std::visit(
         [](const auto& e) -> const char* {
             using T = std::decay_t<decltype(e)>;
-            if constexpr (std::is_same_v<T, RunStateChanged>) return "state";
-            else if constexpr (std::is_same_v<T, ProbeStarted>) return "probe_started";
-            else if constexpr (std::is_same_v<T, ProbeTrial>) return "probe_trial";
-            else if constexpr (std::is_same_v<T, ProbeFinished>) return "probe_finished";
-            else if constexpr (std::is_same_v<T, OomEvent>) return "oom";
-            else if constexpr (std::is_same_v<T, MemorySample>) return "memory";
-            else if constexpr (std::is_same_v<T, StepMetrics>) return "step";
-            else if constexpr (std::is_same_v<T, MicroBatchDone>) return "micro_batch";
-            else if constexpr (std::is_same_v<T, OptimizerStepped>) return "optimizer_step";
-            else if constexpr (std::is_same_v<T, TargetBatchChanged>) return "target_batch";
-            else if constexpr (std::is_same_v<T, DeviceSwitched>) return "device_switch";
-            else if constexpr (std::is_same_v<T, Warning>) return "warning";
-            else if constexpr (std::is_same_v<T, CheckpointSaved>) return "checkpoint";
-            else if constexpr (std::is_same_v<T, ErrorEvent>) return "error";
-            else if constexpr (std::is_same_v<T, RunSummary>) return "run_summary";
-            else if constexpr (std::is_same_v<T, MemoryBreakdown>) return "memory_breakdown";
-            else if constexpr (std::is_same_v<T, StepModeWaiting>) return "step_mode_waiting";
-            else return "equivalence";
+            if constexpr (std::is_same_v<T, RunStateChanged>)
+                return "state";
+            else if constexpr (std::is_same_v<T, ProbeStarted>)
+                return "probe_started";
+            else if constexpr (std::is_same_v<T, ProbeTrial>)
+                return "probe_trial";
+            else if constexpr (std::is_same_v<T, ProbeFinished>)
+                return "probe_finished";
+            else if constexpr (std::is_same_v<T, OomEvent>)
+                return "oom";
+            else if constexpr (std::is_same_v<T, MemorySample>)
+                return "memory";
+            else if constexpr (std::is_same_v<T, StepMetrics>)
+                return "step";
+            else if constexpr (std::is_same_v<T, MicroBatchDone>)
+                return "micro_batch";
+            else if constexpr (std::is_same_v<T, OptimizerStepped>)
+                return "optimizer_step";
+            else if constexpr (std::is_same_v<T, TargetBatchChanged>)
+                return "target_batch";
+            else if constexpr (std::is_same_v<T, DeviceSwitched>)
+                return "device_switch";
+            else if constexpr (std::is_same_v<T, Warning>)
+                return "warning";
+            else if constexpr (std::is_same_v<T, CheckpointSaved>)
+                return "checkpoint";
+            else if constexpr (std::is_same_v<T, ErrorEvent>)
+                return "error";
+            else if constexpr (std::is_same_v<T, RunSummary>)
+                return "run_summary";
+            else if constexpr (std::is_same_v<T, MemoryBreakdown>)
+                return "memory_breakdown";
+            else if constexpr (std::is_same_v<T, StepModeWaiting>)
+                return "step_mode_waiting";
+            else
+                return "equivalence";
         },
         event);
 }

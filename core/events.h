@@ -36,19 +36,19 @@ struct ProbeStarted {
     int sequence = 0;  ///< 1 for the first probe of a run, +1 for every re-probe
     ProbeReason reason = ProbeReason::Initial;
     std::string device;
-    int64_t upperBound = 0;      ///< largest micro-batch the probe may choose (samples)
-    int64_t usableBytes = 0;     ///< capacity minus headroom
-    int64_t reservedBytes = 0;   ///< optimizer state held back during this probe (bytes)
+    int64_t upperBound = 0;     ///< largest micro-batch the probe may choose (samples)
+    int64_t usableBytes = 0;    ///< capacity minus headroom
+    int64_t reservedBytes = 0;  ///< optimizer state held back during this probe (bytes)
 };
 
 struct ProbeTrial {
     double time = 0;
     int sequence = 0;
-    int trial = 0;             ///< 1-based trial number within this probe
-    int64_t microBatch = 0;    ///< samples tried
-    bool fit = false;          ///< ran forward and backward without running out of memory
-    bool withinHeadroom = false;  ///< fit and its peak stayed under the usable bytes
-    int64_t peakBytes = 0;     ///< peak device memory during the trial
+    int trial = 0;                      ///< 1-based trial number within this probe
+    int64_t microBatch = 0;             ///< samples tried
+    bool fit = false;                   ///< ran forward and backward without running out of memory
+    bool withinHeadroom = false;        ///< fit and its peak stayed under the usable bytes
+    int64_t peakBytes = 0;              ///< peak device memory during the trial
     int64_t failedAllocationBytes = 0;  ///< size of the allocation that failed (OOM only)
     double seconds = 0;
 };
@@ -74,7 +74,7 @@ struct OomEvent {
     int64_t requestedBytes = 0;  ///< allocation that failed, 0 when unknown
     std::string message;
     bool recovered = false;
-    int64_t newMicroBatch = 0;   ///< size used for the retry (when recovered)
+    int64_t newMicroBatch = 0;  ///< size used for the retry (when recovered)
 };
 
 struct MemorySample {
@@ -88,30 +88,30 @@ struct MemorySample {
 
 struct StepMetrics {
     double time = 0;
-    int64_t step = 0;           ///< optimizer steps done, 1-based
-    int64_t epoch = 0;          ///< 0-based epoch the batch came from
+    int64_t step = 0;   ///< optimizer steps done, 1-based
+    int64_t epoch = 0;  ///< 0-based epoch the batch came from
     int64_t samplesSeen = 0;
-    double loss = 0;            ///< mean loss over the whole training batch
-    int64_t microBatch = 0;     ///< largest micro-batch used in this step
+    double loss = 0;         ///< mean loss over the whole training batch
+    int64_t microBatch = 0;  ///< largest micro-batch used in this step
     int64_t accumulationSteps = 0;
     int64_t targetBatch = 0;
     double learningRate = 0;
     double samplesPerSecond = 0;
     double stepSeconds = 0;
-    int64_t peakBytes = 0;      ///< peak device memory during this step
-    int64_t totalSteps = 0;     ///< step limit of the run, 0 when unbounded
+    int64_t peakBytes = 0;   ///< peak device memory during this step
+    int64_t totalSteps = 0;  ///< step limit of the run, 0 when unbounded
 };
 
 struct MicroBatchDone {
     double time = 0;
-    int64_t step = 0;           ///< the optimizer step this micro-batch belongs to (1-based)
-    int64_t index = 0;          ///< position among this batch's committed micro-batches, 0-based
-    int64_t offset = 0;         ///< first sample's position within the training batch
+    int64_t step = 0;    ///< the optimizer step this micro-batch belongs to (1-based)
+    int64_t index = 0;   ///< position among this batch's committed micro-batches, 0-based
+    int64_t offset = 0;  ///< first sample's position within the training batch
     int64_t size = 0;
     int64_t targetBatch = 0;
-    double lossWeight = 0;      ///< n_i / T applied to this micro-batch's mean loss
-    double loss = 0;            ///< this micro-batch's mean loss (unweighted)
-    bool probeTrial = false;    ///< the micro-batch was a probe trial whose gradients were kept
+    double lossWeight = 0;               ///< n_i / T applied to this micro-batch's mean loss
+    double loss = 0;                     ///< this micro-batch's mean loss (unweighted)
+    bool probeTrial = false;             ///< the micro-batch was a probe trial whose gradients were kept
     std::vector<int64_t> sampleIndices;  ///< when TrainerOptions::reportSampleIndices or step mode
     /// L2 norm of the batch's accumulated gradient after this micro-batch was added (it grows
     /// towards the full-batch gradient's norm); 0 unless TrainerOptions::reportGradientNorm or
@@ -124,13 +124,13 @@ struct RunSummary {
     double time = 0;
     std::string device;
     std::string model;
-    int64_t parameterCount = 0;    ///< trainable scalars
+    int64_t parameterCount = 0;  ///< trainable scalars
     int64_t parameterTensors = 0;
     std::string dataset;
     int64_t datasetSize = 0;
     std::vector<int64_t> inputShape;  ///< one sample, e.g. {3, 32, 32}
-    std::string optimizer;         ///< e.g. "adam, learning rate 0.003"
-    std::string loss;              ///< "cross-entropy" or "mse"
+    std::string optimizer;            ///< e.g. "adam, learning rate 0.003"
+    std::string loss;                 ///< "cross-entropy" or "mse"
     int64_t targetBatch = 0;
     bool batchStatistics = false;  ///< the model has BatchNorm layers
 };
@@ -142,39 +142,37 @@ struct RunSummary {
 /// Reported after setup and after every optimizer step.
 struct MemoryBreakdown {
     double time = 0;
-    int64_t step = 0;               ///< optimizer steps done (0: after setup)
+    int64_t step = 0;  ///< optimizer steps done (0: after setup)
     std::string device;
-    int64_t totalBytes = 0;         ///< the device's whole memory (virtual: its budget)
-    int64_t capacityBytes = 0;      ///< what this run may use (CUDA: total minus other processes)
-    int64_t usableBytes = 0;        ///< capacity minus the probe's headroom
-    int64_t parameterBytes = 0;     ///< parameters and buffers (BatchNorm statistics)
-    int64_t gradientBytes = 0;      ///< the batch's gradient accumulators
+    int64_t totalBytes = 0;      ///< the device's whole memory (virtual: its budget)
+    int64_t capacityBytes = 0;   ///< what this run may use (CUDA: total minus other processes)
+    int64_t usableBytes = 0;     ///< capacity minus the probe's headroom
+    int64_t parameterBytes = 0;  ///< parameters and buffers (BatchNorm statistics)
+    int64_t gradientBytes = 0;   ///< the batch's gradient accumulators
     int64_t optimizerStateBytes = 0;
     bool optimizerStateReserved = false;  ///< state not created yet: the bytes held back for it
-    int64_t activationBytes = 0;    ///< largest micro-batch peak minus the resident memory before it
-    int64_t activationMicroBatch = 0;  ///< size of the micro-batch that peak belongs to
-    int64_t residentBytes = 0;      ///< measured before that micro-batch (between micro-batches)
-    int64_t peakBytes = 0;          ///< measured peak of that micro-batch (resident + activations)
-    int64_t cacheBytes = 0;         ///< allocator cache above the peak (CUDA), 0 elsewhere
-    int64_t otherProcessBytes = 0;  ///< CUDA: total − driver free − reserved; 0 elsewhere
-    int64_t freeBytes = 0;          ///< total − peak − cache − other processes (never negative)
+    int64_t activationBytes = 0;          ///< largest micro-batch peak minus the resident memory before it
+    int64_t activationMicroBatch = 0;     ///< size of the micro-batch that peak belongs to
+    int64_t residentBytes = 0;            ///< measured before that micro-batch (between micro-batches)
+    int64_t peakBytes = 0;                ///< measured peak of that micro-batch (resident + activations)
+    int64_t cacheBytes = 0;               ///< allocator cache above the peak (CUDA), 0 elsewhere
+    int64_t otherProcessBytes = 0;        ///< CUDA: total − driver free − reserved; 0 elsewhere
+    int64_t freeBytes = 0;                ///< total − peak − cache − other processes (never negative)
 
     /// Parameters + gradients + optimizer state + activations: what the parts explain of the
     /// peak. It equals peakBytes when nothing else stayed resident.
-    int64_t attributedBytes() const {
-        return parameterBytes + gradientBytes + optimizerStateBytes + activationBytes;
-    }
+    int64_t attributedBytes() const { return parameterBytes + gradientBytes + optimizerStateBytes + activationBytes; }
 };
 
 /// The next micro-batch in step-by-step mode: the trainer waits until advanced.
 struct StepModeWaiting {
     double time = 0;
-    int64_t step = 0;           ///< the optimizer step the micro-batch belongs to (1-based)
-    int64_t index = 0;          ///< micro-batches of this batch already committed
-    int64_t offset = 0;         ///< first sample's position within the training batch
-    int64_t size = 0;           ///< samples it will hold
+    int64_t step = 0;    ///< the optimizer step the micro-batch belongs to (1-based)
+    int64_t index = 0;   ///< micro-batches of this batch already committed
+    int64_t offset = 0;  ///< first sample's position within the training batch
+    int64_t size = 0;    ///< samples it will hold
     int64_t targetBatch = 0;
-    bool probeTrial = false;    ///< it is a probe trial (it may run out of memory)
+    bool probeTrial = false;  ///< it is a probe trial (it may run out of memory)
 };
 
 /// Accumulated against full-batch gradient for one parameter tensor, or all of them.
@@ -197,12 +195,12 @@ constexpr double kRoundingTolerance = 1e-4;
 /// micro-batches with weights n_i / T, and in one full pass, compared tensor by tensor.
 struct EquivalenceChecked {
     double time = 0;
-    int64_t step = 0;                    ///< optimizer steps done when it ran
-    int64_t samples = 0;                 ///< the check batch
+    int64_t step = 0;     ///< optimizer steps done when it ran
+    int64_t samples = 0;  ///< the check batch
     std::vector<int64_t> microBatchSizes;
     std::vector<TensorDifference> tensors;
     TensorDifference overall;
-    bool batchStatistics = false;        ///< the model has BatchNorm: differences are expected
+    bool batchStatistics = false;  ///< the model has BatchNorm: differences are expected
     /// BatchNorm models only: the overall relative difference of the same check with the
     /// running statistics (eval mode), where samples are normalised independently.
     double runningStatisticsRelativeDifference = -1;
@@ -252,11 +250,10 @@ struct ErrorEvent {
     std::string where;    ///< e.g. "step 3, micro-batch 2 (32 samples), forward"
 };
 
-using Event = std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent,
-                           MemorySample, StepMetrics, MicroBatchDone, OptimizerStepped,
-                           TargetBatchChanged, DeviceSwitched, Warning, CheckpointSaved,
-                           ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting,
-                           EquivalenceChecked>;
+using Event =
+    std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent, MemorySample, StepMetrics,
+                 MicroBatchDone, OptimizerStepped, TargetBatchChanged, DeviceSwitched, Warning, CheckpointSaved,
+                 ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting, EquivalenceChecked>;
 
 /// Name of the event type as written in JSON Lines ("probe_trial", "oom", ...).
 const char* eventName(const Event& event);

@@ -34,14 +34,17 @@ constexpr size_t kListed = 20;  // unreadable files named in the warning; the re
 
 bool isImageName(const fs::path& path) {
     std::string ext = path.extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::transform(ext.begin(), ext.end(), ext.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     for (const char* known : {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tga", ".pgm", ".ppm", ".pnm"}) {
         if (ext == known) return true;
     }
     return false;
 }
 
-bool isHidden(const fs::path& path) { return path.filename().string().rfind('.', 0) == 0; }
+bool isHidden(const fs::path& path) {
+    return path.filename().string().rfind('.', 0) == 0;
+}
 
 struct Candidate {
     std::string file;
@@ -95,10 +98,12 @@ tl::expected<Pixels, std::string> decodePng(const std::string& file, int64_t cha
         png_image& image;
         ~Release() { png_image_free(&image); }
     } release{image};
-    if (const std::string problem = sizeProblem(image.width, image.height); !problem.empty()) return tl::unexpected(problem);
+    if (const std::string problem = sizeProblem(image.width, image.height); !problem.empty())
+        return tl::unexpected(problem);
     image.format = PNG_FORMAT_RGBA;  // alpha is dropped below, as stb_image did
     std::vector<uint8_t> rgba(PNG_IMAGE_SIZE(image));
-    if (png_image_finish_read(&image, /*background=*/nullptr, rgba.data(), /*row_stride=*/0, /*colormap=*/nullptr) == 0) {
+    if (png_image_finish_read(&image, /*background=*/nullptr, rgba.data(), /*row_stride=*/0, /*colormap=*/nullptr) ==
+        0) {
         return tl::unexpected("PNG: " + std::string(image.message));
     }
     return fromRgb(rgba.data(), static_cast<int>(image.width), static_cast<int>(image.height), 4, channels);
@@ -154,7 +159,8 @@ tl::expected<Pixels, std::string> decodePnm(const std::string& file, int64_t cha
     const int64_t w = number(), h = number(), maximum = number();
     if (w < 1 || h < 1 || maximum < 1 || maximum > 65535 || pos >= file.size() ||
         std::isspace(static_cast<unsigned char>(file[pos])) == 0) {
-        return tl::unexpected(std::string("PNM: the header is not \"P5|P6 width height maximum\" with positive numbers"));
+        return tl::unexpected(
+            std::string("PNM: the header is not \"P5|P6 width height maximum\" with positive numbers"));
     }
     // sizeProblem checks each side first: two 10-digit sides would overflow their product (found by fuzzing).
     if (const std::string problem = sizeProblem(w, h); !problem.empty()) return tl::unexpected(problem);
@@ -162,16 +168,18 @@ tl::expected<Pixels, std::string> decodePnm(const std::string& file, int64_t cha
     const int bytesPerSample = maximum > 255 ? 2 : 1;
     const int64_t needed = w * h * samplesPerPixel * bytesPerSample;
     if (static_cast<int64_t>(file.size() - pos) < needed) {
-        return tl::unexpected("PNM: the file holds " + std::to_string(file.size() - pos) + " bytes of pixels, its header needs " +
-                              std::to_string(needed));
+        return tl::unexpected("PNM: the file holds " + std::to_string(file.size() - pos) +
+                              " bytes of pixels, its header needs " + std::to_string(needed));
     }
     const auto* raster = reinterpret_cast<const unsigned char*>(file.data()) + pos;
     std::vector<uint8_t> rgb(static_cast<size_t>(w * h * 3));
     for (int64_t p = 0; p < w * h; ++p) {
         for (int c = 0; c < 3; ++c) {
             const int64_t sample = p * samplesPerPixel + (samplesPerPixel == 3 ? c : 0);
-            const int64_t value = bytesPerSample == 1 ? raster[sample] : (raster[2 * sample] << 8) | raster[2 * sample + 1];
-            rgb[static_cast<size_t>(p * 3 + c)] = static_cast<uint8_t>((std::min(value, maximum) * 255 + maximum / 2) / maximum);
+            const int64_t value =
+                bytesPerSample == 1 ? raster[sample] : (raster[2 * sample] << 8) | raster[2 * sample + 1];
+            rgb[static_cast<size_t>(p * 3 + c)] =
+                static_cast<uint8_t>((std::min(value, maximum) * 255 + maximum / 2) / maximum);
         }
     }
     return fromRgb(rgb.data(), static_cast<int>(w), static_cast<int>(h), 3, channels);
@@ -224,10 +232,10 @@ tl::expected<void, std::string> decodeImage(const std::string& path, int64_t cha
     // reader above: fuzzing found stb_image 2.27 (Debian's) writing past its Huffman tables on a
     // crafted JPEG and past its buffer on a short 16-bit PPM.
     const auto starts = [&](std::string_view magic) { return bytes.compare(0, magic.size(), magic) == 0; };
-    tl::expected<Pixels, std::string> decoded = starts("\x89PNG\r\n\x1a\n")  ? decodePng(bytes, channels)
-                                                : starts("\xff\xd8\xff") ? decodeJpeg(bytes, channels)
+    tl::expected<Pixels, std::string> decoded = starts("\x89PNG\r\n\x1a\n")    ? decodePng(bytes, channels)
+                                                : starts("\xff\xd8\xff")       ? decodeJpeg(bytes, channels)
                                                 : starts("P5") || starts("P6") ? decodePnm(bytes, channels)
-                                                                              : decodeWithStb(bytes, channels);
+                                                                               : decodeWithStb(bytes, channels);
     if (!decoded) return tl::unexpected(decoded.error());
     const int w = decoded->width, h = decoded->height;
     const uint8_t* pixels = decoded->bytes.data();
@@ -236,7 +244,8 @@ tl::expected<void, std::string> decodeImage(const std::string& path, int64_t cha
     if (w != width || h != height) {
         resized.resize(static_cast<size_t>(channels * height * width));
         if (stbir_resize_uint8(pixels, w, h, /*input_stride_in_bytes=*/0, resized.data(), static_cast<int>(width),
-                               static_cast<int>(height), /*output_stride_in_bytes=*/0, static_cast<int>(channels)) == 0) {
+                               static_cast<int>(height), /*output_stride_in_bytes=*/0,
+                               static_cast<int>(channels)) == 0) {
             return tl::unexpected("cannot resize " + std::to_string(w) + "x" + std::to_string(h) + " to " +
                                   std::to_string(width) + "x" + std::to_string(height));
         }
@@ -257,8 +266,9 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
                               std::to_string(options.channels) + ": use an image size such as 3x64x64");
     }
     if (options.height < 1 || options.width < 1 || options.height > kMaxSide || options.width > kMaxSide) {
-        return tl::unexpected("image-folder size " + std::to_string(options.height) + "x" + std::to_string(options.width) +
-                              " is out of range: each side must be 1 to " + std::to_string(kMaxSide) + " pixels");
+        return tl::unexpected("image-folder size " + std::to_string(options.height) + "x" +
+                              std::to_string(options.width) + " is out of range: each side must be 1 to " +
+                              std::to_string(kMaxSide) + " pixels");
     }
     std::error_code ec;
     if (!fs::exists(root, ec)) return tl::unexpected("image folder " + root + " does not exist");
@@ -279,9 +289,10 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
     }
     if (ec) return tl::unexpected("cannot list image folder " + root + ": " + ec.message());
     if (classDirs.empty()) {
-        return tl::unexpected("image folder " + root + " has no class subfolders" +
-                              (looseImages > 0 ? " (it holds " + std::to_string(looseImages) + " images directly)" : "") +
-                              ": put the images of each class in their own subfolder, e.g. " + root + "/cat/1.png");
+        return tl::unexpected(
+            "image folder " + root + " has no class subfolders" +
+            (looseImages > 0 ? " (it holds " + std::to_string(looseImages) + " images directly)" : "") +
+            ": put the images of each class in their own subfolder, e.g. " + root + "/cat/1.png");
     }
     if (classDirs.size() == 1) {
         return tl::unexpected("image folder " + root + " has one class subfolder (\"" + classDirs.front() +
@@ -302,7 +313,8 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
         std::vector<std::string> files;
         const fs::path dir = fs::path(root) / classDirs[label];
         std::set<std::string> seenDirs{fs::weakly_canonical(dir, ec).string()};
-        const auto walkOptions = fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied;
+        const auto walkOptions =
+            fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied;
         for (fs::recursive_directory_iterator it(dir, walkOptions, ec), end; !ec && it != end; it.increment(ec)) {
             if (cancelled(cancelFlag())) return tl::unexpected(std::string(kLoadingCancelled));
             if (isHidden(it->path())) {
@@ -343,11 +355,14 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
 
     auto dataset = std::shared_ptr<ImageFolderDataset>(new ImageFolderDataset());
     if (!loops.empty()) {
-        dataset->m_warnings.push_back(std::to_string(loops.size()) + " linked folder(s) lead back to a folder already read "
-                                      "and were skipped (e.g. " + loops.front() + "): each image is used once");
+        dataset->m_warnings.push_back(std::to_string(loops.size()) +
+                                      " linked folder(s) lead back to a folder already read "
+                                      "and were skipped (e.g. " +
+                                      loops.front() + "): each image is used once");
     }
     if (repeatedFiles > 0) {
-        dataset->m_warnings.push_back(std::to_string(repeatedFiles) + " file(s) were reached a second time through a "
+        dataset->m_warnings.push_back(std::to_string(repeatedFiles) +
+                                      " file(s) were reached a second time through a "
                                       "symbolic link and were used only once");
     }
     dataset->m_root = root;
@@ -400,7 +415,9 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
         return tl::unexpected("none of the " + std::to_string(count) + " image files in " + root +
                               " could be decoded; the first: " + skipped.front());
     }
-    if (cache) dataset->m_cache = decoded.narrow(/*dim=*/0, /*start=*/0, static_cast<int64_t>(dataset->m_files.size())).clone();
+    if (cache)
+        dataset->m_cache =
+            decoded.narrow(/*dim=*/0, /*start=*/0, static_cast<int64_t>(dataset->m_files.size())).clone();
 
     if (!skipped.empty()) {
         std::string text = std::to_string(skipped.size()) + " of " + std::to_string(count) + " image files in " + root +
@@ -417,7 +434,8 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
     }
     if (!otherFiles.empty()) {
         dataset->m_warnings.push_back(std::to_string(otherFiles.size()) + " file(s) in " + root +
-                                      " are not images by their extension and were ignored, e.g. " + otherFiles.front() +
+                                      " are not images by their extension and were ignored, e.g. " +
+                                      otherFiles.front() +
                                       " (readable: .png .jpg .jpeg .bmp .gif .tga .pgm .ppm .pnm)");
     }
     return dataset;
@@ -425,8 +443,8 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
 
 std::string ImageFolderDataset::name() const {
     return "image folder " + fs::path(m_root).filename().string() + ": " + std::to_string(size()) + " images, " +
-           std::to_string(classes()) + " classes, " + std::to_string(m_channels) + "x" + std::to_string(m_height) + "x" +
-           std::to_string(m_width);
+           std::to_string(classes()) + " classes, " + std::to_string(m_channels) + "x" + std::to_string(m_height) +
+           "x" + std::to_string(m_width);
 }
 
 Batch ImageFolderDataset::get(const std::vector<int64_t>& indices) const {
@@ -440,7 +458,8 @@ Batch ImageFolderDataset::get(const std::vector<int64_t>& indices) const {
         for (int64_t i = 0; i < n; ++i) {
             const int64_t index = indices[static_cast<size_t>(i)];
             if (index < 0 || index >= size()) {
-                throw std::out_of_range("image index " + std::to_string(index) + " is outside 0.." + std::to_string(size() - 1));
+                throw std::out_of_range("image index " + std::to_string(index) + " is outside 0.." +
+                                        std::to_string(size() - 1));
             }
             const std::string& file = m_files[static_cast<size_t>(index)];
             const auto ok = decodeImage(file, m_channels, m_height, m_width, bytes.data_ptr<uint8_t>() + i * perImage);

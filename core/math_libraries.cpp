@@ -22,7 +22,8 @@ std::vector<std::string> loadedBlasLibraries() {
     dl_iterate_phdr(
         [](dl_phdr_info* info, size_t, void* out) {
             const std::string_view name = info->dlpi_name != nullptr ? info->dlpi_name : "";
-            const auto base = name.substr(name.find_last_of('/') == std::string_view::npos ? 0 : name.find_last_of('/') + 1);
+            const auto base =
+                name.substr(name.find_last_of('/') == std::string_view::npos ? 0 : name.find_last_of('/') + 1);
             if (base.starts_with("libblas.so") || base.starts_with("libopenblas") || base.starts_with("libblis") ||
                 base.starts_with("libmkl_rt") || base.starts_with("libcblas.so")) {
                 static_cast<std::vector<std::string>*>(out)->emplace_back(name);
@@ -48,8 +49,9 @@ int intraOpThreadsFor(int requested, int reserved) {
     if (requested > 0) return requested;
     cpu_set_t set;
     CPU_ZERO(&set);
-    const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                                : static_cast<int>(std::thread::hardware_concurrency());
+    const int cpus = sched_getaffinity(0, sizeof set, &set) == 0
+                         ? CPU_COUNT(&set)
+                         : static_cast<int>(std::thread::hardware_concurrency());
     return std::max(1, cpus - std::max(0, reserved));
 }
 
@@ -70,8 +72,9 @@ MathLibraries mathLibraries(int requestedThreads, int reservedCpus) {
             const bool openmp = path.find("openmp") != std::string::npos;
             out.blas = std::string("OpenBLAS") + (pthreads ? " (pthreads)" : openmp ? " (OpenMP)" : "");
         } else if (path.find("blis") != std::string::npos) {
-            out.blas = std::string("BLIS") + (path.find("pthread") != std::string::npos ? " (pthreads)"
-                                              : path.find("openmp") != std::string::npos ? " (OpenMP)" : "");
+            out.blas = std::string("BLIS") + (path.find("pthread") != std::string::npos  ? " (pthreads)"
+                                              : path.find("openmp") != std::string::npos ? " (OpenMP)"
+                                                                                         : "");
         } else if (path.find("atlas") != std::string::npos) {
             out.blas = "ATLAS";
         } else if (path.find("mkl") != std::string::npos) {
@@ -98,8 +101,8 @@ MathLibraries mathLibraries(int requestedThreads, int reservedCpus) {
 }
 
 std::string describe(const MathLibraries& libraries) {
-    return "LibTorch " + libraries.torchVersion + (libraries.torchCuda ? " (CUDA)" : " (CPU)") + ", BLAS: " +
-           libraries.blas + ", " + std::to_string(libraries.intraOpThreads) + " intra-op thread" +
+    return "LibTorch " + libraries.torchVersion + (libraries.torchCuda ? " (CUDA)" : " (CPU)") +
+           ", BLAS: " + libraries.blas + ", " + std::to_string(libraries.intraOpThreads) + " intra-op thread" +
            (libraries.intraOpThreads == 1 ? "" : "s");
 }
 

@@ -9,12 +9,12 @@ namespace batchpilot::core {
 /// update-alternatives: the slow reference BLAS unless an optimised one is installed); the LibTorch
 /// inside PyPI's torch has Intel MKL built in.
 struct MathLibraries {
-    std::string torchVersion;  ///< e.g. "1.13.1" or "2.15.0"
-    bool torchCuda = false;    ///< LibTorch was built with CUDA
-    std::string blas;          ///< e.g. "BLIS (pthreads)", "reference BLAS", "Intel MKL (in LibTorch)"
-    std::string blasLibrary;   ///< the shared library's resolved path, when one is loaded
+    std::string torchVersion;    ///< e.g. "1.13.1" or "2.15.0"
+    bool torchCuda = false;      ///< LibTorch was built with CUDA
+    std::string blas;            ///< e.g. "BLIS (pthreads)", "reference BLAS", "Intel MKL (in LibTorch)"
+    std::string blasLibrary;     ///< the shared library's resolved path, when one is loaded
     bool referenceBlas = false;  ///< the unoptimised reference implementation: expect slow linear layers
-    int intraOpThreads = 0;    ///< the intra-op threads a run uses (intraOpThreadsFor)
+    int intraOpThreads = 0;      ///< the intra-op threads a run uses (intraOpThreadsFor)
 };
 
 /// Intra-op threads a run uses: `requested` when positive, else every CPU this process may run

@@ -62,16 +62,18 @@ std::vector<MemoryPart> memoryParts(const MemoryBreakdown& b) {
     parts.push_back({"gradients", b.gradientBytes,
                      "One gradient per weight, summed over the micro-batches of a training batch until the optimizer "
                      "step: the same size as the parameters."});
-    parts.push_back({b.optimizerStateReserved ? "optimizer state (reserved)" : "optimizer state", b.optimizerStateBytes,
-                     b.optimizerStateReserved
-                         ? "Held back for the optimizer's state (Adam keeps two numbers per weight), which it creates at "
-                           "its first step; reserving it now keeps the probe honest."
-                         : "What the optimizer remembers between steps: Adam keeps two numbers per weight, SGD with "
-                           "momentum one, plain SGD none."});
-    parts.push_back({"activations (micro-batch " + std::to_string(b.activationMicroBatch) + ")", b.activationBytes,
-                     "What one micro-batch needs while it runs: its inputs, every layer's outputs kept for the backward "
-                     "pass, and its own gradients before they are added. It grows with the micro-batch size, which is "
-                     "why a smaller micro-batch fits."});
+    parts.push_back(
+        {b.optimizerStateReserved ? "optimizer state (reserved)" : "optimizer state", b.optimizerStateBytes,
+         b.optimizerStateReserved
+             ? "Held back for the optimizer's state (Adam keeps two numbers per weight), which it creates at "
+               "its first step; reserving it now keeps the probe honest."
+             : "What the optimizer remembers between steps: Adam keeps two numbers per weight, SGD with "
+               "momentum one, plain SGD none."});
+    parts.push_back(
+        {"activations (micro-batch " + std::to_string(b.activationMicroBatch) + ")", b.activationBytes,
+         "What one micro-batch needs while it runs: its inputs, every layer's outputs kept for the backward "
+         "pass, and its own gradients before they are added. It grows with the micro-batch size, which is "
+         "why a smaller micro-batch fits."});
     if (b.peakBytes > b.attributedBytes()) {
         // Without it the parts would fall short of the device's memory by that much.
         parts.push_back({"other resident", b.peakBytes - b.attributedBytes(),
@@ -153,14 +155,15 @@ std::string MemoryReport::text() const {
     out += "\n\n";
     if (d.probeFinished || !d.trials.empty()) {
         out += formatText("Probe %d (%s): %zu trial(s), usable %s of the device (capacity minus headroom)\n",
-                      started.sequence, toString(started.reason), d.trials.size(),
-                      formatBytes(started.usableBytes).c_str());
+                          started.sequence, toString(started.reason), d.trials.size(),
+                          formatBytes(started.usableBytes).c_str());
         out += "  trial  micro-batch  result                    peak\n";
         for (const ProbeTrial& t : d.trials) {
             const char* result = t.fit ? (t.withinHeadroom ? "fits" : "fits, past headroom") : "out of memory";
-            std::string peak = t.fit ? formatBytes(t.peakBytes)
-                                     : (t.failedAllocationBytes > 0 ? "failed to get " + formatBytes(t.failedAllocationBytes)
-                                                                    : std::string("-"));
+            std::string peak =
+                t.fit ? formatBytes(t.peakBytes)
+                      : (t.failedAllocationBytes > 0 ? "failed to get " + formatBytes(t.failedAllocationBytes)
+                                                     : std::string("-"));
             out += formatText("  %5d  %11" PRId64 "  %-20s  %10s\n", t.trial, t.microBatch, result, peak.c_str());
         }
     }
@@ -170,33 +173,34 @@ std::string MemoryReport::text() const {
             const MemoryModel model{finished.fixedBytes, finished.bytesPerSample};
             out += "Memory model: " + describeMemoryModel(model) + "\n";
             out += formatText("  predicts %" PRId64 " samples at most within the usable %s\n",
-                          model.largestWithin(started.usableBytes), formatBytes(started.usableBytes).c_str());
+                              model.largestWithin(started.usableBytes), formatBytes(started.usableBytes).c_str());
         } else {
             out += "Memory model: not fitted (fewer than two sizes fit)\n";
         }
         const auto split = AccumulationPlan::split(finished.targetBatch, finished.microBatch);
         out += formatText("Chosen micro-batch %" PRId64 ": target %" PRId64 " = %zu micro-batch(es) of %" PRId64,
-                      finished.microBatch, finished.targetBatch, split.size(), split.front());
+                          finished.microBatch, finished.targetBatch, split.size(), split.front());
         if (split.back() != split.front()) out += formatText(" or %" PRId64, split.back());
         out += "\n\n";
     }
     if (d.breakdown) {
         const MemoryBreakdown& b = *d.breakdown;
-        out += formatText("Where the memory goes on %s after step %" PRId64 " (peak of a %" PRId64 "-sample micro-batch)\n",
-                      b.device.c_str(), b.step, b.activationMicroBatch);
+        out += formatText("Where the memory goes on %s after step %" PRId64 " (peak of a %" PRId64
+                          "-sample micro-batch)\n",
+                          b.device.c_str(), b.step, b.activationMicroBatch);
         out += "  part                              MiB    share\n";
         const double total = static_cast<double>(std::max<int64_t>(1, b.totalBytes));
         for (const MemoryPart& part : memoryParts(b)) {
             out += formatText("  %-30s %8.2f  %6.1f%%\n", part.name.c_str(), toMiB(part.bytes),
-                          100.0 * static_cast<double>(part.bytes) / total);
+                              100.0 * static_cast<double>(part.bytes) / total);
         }
         out += formatText("  %-30s %8.2f  %6.1f%%\n", "total", toMiB(b.totalBytes), 100.0);
-        const double explained = b.peakBytes > 0 ? 100.0 * static_cast<double>(b.attributedBytes()) /
-                                                       static_cast<double>(b.peakBytes)
-                                                 : 0.0;
-        out += formatText("  measured peak %.2f MiB; parameters + gradients + optimizer state + activations = %.2f MiB "
-                      "(%.1f%% of it)\n",
-                      toMiB(b.peakBytes), toMiB(b.attributedBytes()), explained);
+        const double explained =
+            b.peakBytes > 0 ? 100.0 * static_cast<double>(b.attributedBytes()) / static_cast<double>(b.peakBytes) : 0.0;
+        out += formatText(
+            "  measured peak %.2f MiB; parameters + gradients + optimizer state + activations = %.2f MiB "
+            "(%.1f%% of it)\n",
+            toMiB(b.peakBytes), toMiB(b.attributedBytes()), explained);
     }
     return out;
 }

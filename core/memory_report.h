@@ -20,17 +20,17 @@ std::string describeMemoryModel(const MemoryModel& model);
 struct WhatIf {
     int64_t microBatch = 0;
     double predictedPeakBytes = 0;
-    int64_t accumulationSteps = 0;   ///< micro-batches per training batch of `targetBatch`
-    std::vector<int64_t> split;      ///< their sizes (differ by at most one)
-    bool fitsCapacity = false;       ///< predicted peak ≤ capacity
-    bool fitsUsable = false;         ///< predicted peak ≤ capacity minus headroom
+    int64_t accumulationSteps = 0;  ///< micro-batches per training batch of `targetBatch`
+    std::vector<int64_t> split;     ///< their sizes (differ by at most one)
+    bool fitsCapacity = false;      ///< predicted peak ≤ capacity
+    bool fitsUsable = false;        ///< predicted peak ≤ capacity minus headroom
 };
 WhatIf predictWhatIf(const MemoryModel& model, int64_t microBatch, int64_t targetBatch, int64_t usableBytes,
                      int64_t capacityBytes);
 
 /// One line of the breakdown: a part of the device memory.
 struct MemoryPart {
-    std::string name;         ///< "parameters", "activations (micro-batch 256)", ...
+    std::string name;  ///< "parameters", "activations (micro-batch 256)", ...
     int64_t bytes = 0;
     std::string explanation;  ///< one sentence for a student
 };
@@ -46,8 +46,8 @@ std::vector<MemoryPart> memoryParts(const MemoryBreakdown& breakdown);
 struct RunDigest {
     std::optional<RunSummary> summary;
     std::optional<ProbeStarted> probeStarted;
-    std::vector<ProbeTrial> trials;                ///< of the latest probe, in order
-    std::optional<ProbeFinished> probeFinished;    ///< of the latest probe (reset when one starts)
+    std::vector<ProbeTrial> trials;              ///< of the latest probe, in order
+    std::optional<ProbeFinished> probeFinished;  ///< of the latest probe (reset when one starts)
     std::optional<MemoryBreakdown> breakdown;
     std::optional<EquivalenceChecked> equivalence;
     std::optional<StepMetrics> lastStep;

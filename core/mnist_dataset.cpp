@@ -57,13 +57,15 @@ tl::expected<Pair, std::string> locate(const std::string& path) {
         return Pair{*images, *labels};
     }
     if (!fs::exists(path, ec)) {
-        return tl::unexpected("MNIST data " + path + " does not exist: give the folder holding "
+        return tl::unexpected("MNIST data " + path +
+                              " does not exist: give the folder holding "
                               "train-images-idx3-ubyte and train-labels-idx1-ubyte (plain or .gz)");
     }
     const std::string file = fs::path(path).filename().string();
     const auto at = file.find("images-idx3-ubyte");
     if (at == std::string::npos) {
-        return tl::unexpected("MNIST data " + path + " is neither a folder nor an images file named "
+        return tl::unexpected("MNIST data " + path +
+                              " is neither a folder nor an images file named "
                               "<prefix>images-idx3-ubyte[.gz]: give the folder holding the IDX files");
     }
     std::string labelsName = file;
@@ -81,7 +83,8 @@ tl::expected<Pair, std::string> locate(const std::string& path) {
 
 tl::expected<std::vector<uint8_t>, std::string> readMaybeGzipped(const std::string& path, uint64_t maxBytes) {
     std::error_code ec;
-    if (!fs::is_regular_file(path, ec)) return tl::unexpected("file " + path + " does not exist or is not a regular file");
+    if (!fs::is_regular_file(path, ec))
+        return tl::unexpected("file " + path + " does not exist or is not a regular file");
     // gzread reads plain files unchanged ("transparent" mode), so one path serves both.
     gzFile file = gzopen(path.c_str(), "rb");
     if (file == nullptr) return tl::unexpected("cannot open " + path + " for reading: check its permissions");
@@ -118,7 +121,10 @@ tl::expected<std::vector<uint8_t>, std::string> readMaybeGzipped(const std::stri
 }
 
 MnistDataset::MnistDataset(std::string imagesPath, torch::Tensor images, torch::Tensor labels, int64_t classes)
-    : m_imagesPath(std::move(imagesPath)), m_images(std::move(images)), m_labels(std::move(labels)), m_classes(classes) {}
+    : m_imagesPath(std::move(imagesPath)),
+      m_images(std::move(images)),
+      m_labels(std::move(labels)),
+      m_classes(classes) {}
 
 tl::expected<std::shared_ptr<MnistDataset>, std::string> MnistDataset::load(const std::string& path) {
     const auto pair = locate(path);
@@ -136,18 +142,22 @@ tl::expected<std::shared_ptr<MnistDataset>, std::string> MnistDataset::load(cons
     const uint32_t imagesMagic = images->size() >= 4 ? bigEndian32(images->data()) : 0;
     if (images->size() >= 4 && imagesMagic != kImagesMagic) {
         return corrupt(pair->images, "starts with " + hex(imagesMagic) + ", not the images magic number " +
-                                         hex(kImagesMagic) + (imagesMagic == kLabelsMagic ? " (it is a labels file)" : ""));
+                                         hex(kImagesMagic) +
+                                         (imagesMagic == kLabelsMagic ? " (it is a labels file)" : ""));
     }
     const uint32_t labelsMagic = labels->size() >= 4 ? bigEndian32(labels->data()) : 0;
     if (labels->size() >= 4 && labelsMagic != kLabelsMagic) {
         return corrupt(pair->labels, "starts with " + hex(labelsMagic) + ", not the labels magic number " +
-                                         hex(kLabelsMagic) + (labelsMagic == kImagesMagic ? " (it is an images file)" : ""));
+                                         hex(kLabelsMagic) +
+                                         (labelsMagic == kImagesMagic ? " (it is an images file)" : ""));
     }
     if (images->size() < 16) {
-        return corrupt(pair->images, "is " + std::to_string(images->size()) + " bytes, shorter than the 16-byte IDX header");
+        return corrupt(pair->images,
+                       "is " + std::to_string(images->size()) + " bytes, shorter than the 16-byte IDX header");
     }
     if (labels->size() < 8) {
-        return corrupt(pair->labels, "is " + std::to_string(labels->size()) + " bytes, shorter than the 8-byte IDX header");
+        return corrupt(pair->labels,
+                       "is " + std::to_string(labels->size()) + " bytes, shorter than the 8-byte IDX header");
     }
     const uint64_t count = bigEndian32(images->data() + 4);
     const uint32_t rows = bigEndian32(images->data() + 8);
@@ -164,9 +174,9 @@ tl::expected<std::shared_ptr<MnistDataset>, std::string> MnistDataset::load(cons
     labels = readMaybeGzipped(pair->labels, 8 + labelCount);
     if (!labels) return tl::unexpected(labels.error());
     if (images->size() > expectedImages) {
-        return corrupt(pair->images, "holds more than the " + std::to_string(expectedImages) + " bytes its header declares (" +
-                                         std::to_string(count) + " images of " + std::to_string(rows) + "x" +
-                                         std::to_string(cols) + ")");
+        return corrupt(pair->images, "holds more than the " + std::to_string(expectedImages) +
+                                         " bytes its header declares (" + std::to_string(count) + " images of " +
+                                         std::to_string(rows) + "x" + std::to_string(cols) + ")");
     }
     if (labels->size() > 8 + labelCount) {
         return corrupt(pair->labels, "holds more than the " + std::to_string(8 + labelCount) +

@@ -27,15 +27,23 @@ std::vector<std::string> Model::parameterNames() const {
 ModuleModel::ModuleModel(std::string name, std::shared_ptr<nn::Module> module, Forward forward)
     : m_name(std::move(name)), m_module(std::move(module)), m_forward(std::move(forward)) {}
 
-std::vector<torch::Tensor> ModuleModel::parameters() const { return m_module->parameters(); }
+std::vector<torch::Tensor> ModuleModel::parameters() const {
+    return m_module->parameters();
+}
 std::vector<std::string> ModuleModel::parameterNames() const {
     std::vector<std::string> names;
     for (const auto& item : m_module->named_parameters(/*recurse=*/true)) names.push_back(item.key());
     return names;
 }
-std::vector<torch::Tensor> ModuleModel::buffers() const { return m_module->buffers(); }
-void ModuleModel::to(const torch::Device& device) { m_module->to(device); }
-void ModuleModel::train(bool on) { m_module->train(on); }
+std::vector<torch::Tensor> ModuleModel::buffers() const {
+    return m_module->buffers();
+}
+void ModuleModel::to(const torch::Device& device) {
+    m_module->to(device);
+}
+void ModuleModel::train(bool on) {
+    m_module->train(on);
+}
 
 bool ModuleModel::usesBatchStatistics() const {
     for (const auto& child : m_module->modules(/*include_self=*/true)) {
@@ -88,14 +96,16 @@ nn::AnyModule makeNorm(NormKind kind, int64_t channels) {
 
 struct ResidualBlockImpl : nn::Module {
     ResidualBlockImpl(int64_t in, int64_t out, int64_t stride, NormKind norm)
-        : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
+        : conv1(register_module("conv1",
+                                nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
           conv2(register_module("conv2", nn::Conv2d(nn::Conv2dOptions(out, out, 3).padding(1).bias(false)))),
           norm1(makeNorm(norm, out)),
           norm2(makeNorm(norm, out)) {
         register_module("norm1", norm1.ptr());
         register_module("norm2", norm2.ptr());
         if (stride != 1 || in != out) {
-            shortcut = register_module("shortcut", nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+            shortcut =
+                register_module("shortcut", nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
             shortcutNorm = makeNorm(norm, out);
             register_module("shortcut_norm", shortcutNorm.ptr());
         }
@@ -117,9 +127,10 @@ struct ResNetImpl : nn::Module {
     ResNetImpl(int64_t channels, int64_t width, int64_t classes, NormKind norm)
         : stem(register_module("stem", nn::Conv2d(nn::Conv2dOptions(channels, width, 3).padding(1).bias(false)))),
           stemNorm(makeNorm(norm, width)),
-          blocks(register_module("blocks", nn::Sequential(
-              ResidualBlock(width, width, 1, norm), ResidualBlock(width, 2 * width, 2, norm),
-              ResidualBlock(2 * width, 4 * width, 2, norm), ResidualBlock(4 * width, 4 * width, 1, norm)))),
+          blocks(register_module(
+              "blocks", nn::Sequential(ResidualBlock(width, width, 1, norm), ResidualBlock(width, 2 * width, 2, norm),
+                                       ResidualBlock(2 * width, 4 * width, 2, norm),
+                                       ResidualBlock(4 * width, 4 * width, 1, norm)))),
           out(register_module("out", nn::Linear(4 * width, classes))) {
         register_module("stem_norm", stemNorm.ptr());
     }
@@ -140,16 +151,14 @@ struct ResNetImpl : nn::Module {
 template <typename Impl, typename... Args>
 std::shared_ptr<Model> wrap(const std::string& name, Args&&... args) {
     auto module = std::make_shared<Impl>(std::forward<Args>(args)...);
-    return std::make_shared<ModuleModel>(
-        name, module, [raw = module.get()](const torch::Tensor& x) { return raw->forward(x); });
+    return std::make_shared<ModuleModel>(name, module,
+                                         [raw = module.get()](const torch::Tensor& x) { return raw->forward(x); });
 }
 
 }  // namespace
 
-
 tl::expected<std::shared_ptr<Model>, std::string> makeBuiltinModel(const ModelOptions& options,
-                                                                   std::vector<int64_t> inputShape,
-                                                                   int64_t classes) {
+                                                                   std::vector<int64_t> inputShape, int64_t classes) {
     if (options.width < 8) {
         return tl::unexpected("model width " + std::to_string(options.width) + " is too small: use 8 or more");
     }
@@ -166,8 +175,8 @@ tl::expected<std::shared_ptr<Model>, std::string> makeBuiltinModel(const ModelOp
         if (options.name == "cnn") {
             return wrap<SmallCnnImpl>("cnn", inputShape[0], options.width, classes);
         }
-        return wrap<ResNetImpl>(options.norm == NormKind::Batch ? "resnet (BatchNorm)" : "resnet",
-                                inputShape[0], options.width, classes, options.norm);
+        return wrap<ResNetImpl>(options.norm == NormKind::Batch ? "resnet (BatchNorm)" : "resnet", inputShape[0],
+                                options.width, classes, options.norm);
     }
     return tl::unexpected("unknown model \"" + options.name + "\": choose " + choiceList(builtinModelNames()));
 }

@@ -66,7 +66,6 @@ private:
 /// current torch seed decides the initial weights. Unknown names are an error listing the valid
 /// ones.
 tl::expected<std::shared_ptr<Model>, std::string> makeBuiltinModel(const ModelOptions& options,
-                                                                   std::vector<int64_t> inputShape,
-                                                                   int64_t classes);
+                                                                   std::vector<int64_t> inputShape, int64_t classes);
 
 }  // namespace batchpilot::core

@@ -12,7 +12,6 @@ namespace batchpilot::core {
 
 class Dataset;
 
-
 /// The model `options` names, shaped for `data`: a built-in model ("mlp", "cnn", "resnet") for
 /// the data's sample shape and classes, or the TorchScript file loaded and checked against one
 /// sample (see loadTorchScriptModel). The current torch seed decides built-in initial weights.

@@ -12,10 +12,8 @@ namespace batchpilot::core {
 namespace {
 
 constexpr std::array<std::string_view, 5> kOomMessages{
-    "CUDA out of memory",
-    "DefaultCPUAllocator: can't allocate memory",
-    "CUBLAS_STATUS_ALLOC_FAILED",
-    "HIP out of memory",
+    "CUDA out of memory",         "DefaultCPUAllocator: can't allocate memory",
+    "CUBLAS_STATUS_ALLOC_FAILED", "HIP out of memory",
     "virtual GPU out of memory",
 };
 

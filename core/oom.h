@@ -8,8 +8,8 @@ namespace batchpilot::core {
 
 /// What a caught exception means for the trainer.
 struct FailureInfo {
-    bool outOfMemory = false;     ///< retrying with a smaller micro-batch can help
-    int64_t requestedBytes = 0;   ///< failed allocation size when the message names it
+    bool outOfMemory = false;    ///< retrying with a smaller micro-batch can help
+    int64_t requestedBytes = 0;  ///< failed allocation size when the message names it
     /// The real reason, one line: for an error raised inside a TorchScript model, the original
     /// error at the end of the interpreter's traceback ("virtual GPU out of memory: …"), never the
     /// interpreter's own first line.

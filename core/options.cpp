@@ -62,8 +62,7 @@ tl::expected<LrScaling, std::string> parseLrScaling(const std::string& text) {
     if (name == "none") return LrScaling::None;
     if (name == "linear") return LrScaling::Linear;
     if (name == "sqrt") return LrScaling::Sqrt;
-    return tl::unexpected("unknown learning-rate scaling \"" + text +
-                          "\": choose none, linear or sqrt");
+    return tl::unexpected("unknown learning-rate scaling \"" + text + "\": choose none, linear or sqrt");
 }
 
 tl::expected<NormKind, std::string> parseNormKind(const std::string& text) {
@@ -88,7 +87,9 @@ tl::expected<LossKind, std::string> parseLossKind(const std::string& text) {
     return tl::unexpected("unknown loss \"" + text + "\": choose cross-entropy (classification) or mse (regression)");
 }
 
-std::vector<std::string> builtinModelNames() { return {"mlp", "cnn", "resnet"}; }
+std::vector<std::string> builtinModelNames() {
+    return {"mlp", "cnn", "resnet"};
+}
 
 bool isModelFile(const std::string& name) {
     const auto builtins = builtinModelNames();
@@ -98,7 +99,9 @@ bool isModelFile(const std::string& name) {
     return !name.empty() && std::filesystem::is_regular_file(name, ec);
 }
 
-std::vector<std::string> datasetNames() { return {"synthetic", "mnist", "image-folder", "csv"}; }
+std::vector<std::string> datasetNames() {
+    return {"synthetic", "mnist", "image-folder", "csv"};
+}
 
 std::string choiceList(const std::vector<std::string>& names) {
     std::string text;
@@ -116,42 +119,54 @@ void setEpochs(TrainerOptions& options, int64_t epochs, bool stepsGiven) {
 
 tl::expected<void, OptionProblem> check(const TrainerOptions& o) {
     using Problem = tl::unexpected<OptionProblem>;
-    const auto problem = [](const char* field, std::string message) { return Problem(OptionProblem{field, std::move(message)}); };
+    const auto problem = [](const char* field, std::string message) {
+        return Problem(OptionProblem{field, std::move(message)});
+    };
     // Upper limits keep every later size computation (samples × steps, bytes per sample) far from
     // overflow, and refuse before anything is allocated.
     if (o.targetBatch <= 0 || o.targetBatch > kMaxTargetBatch) {
-        return problem("target_batch", outOfRange("target batch", o.targetBatch, "from 1 to " + std::to_string(kMaxTargetBatch) + " samples"));
+        return problem("target_batch", outOfRange("target batch", o.targetBatch,
+                                                  "from 1 to " + std::to_string(kMaxTargetBatch) + " samples"));
     }
     if (o.steps && (*o.steps < 1 || *o.steps > kMaxSteps)) {
-        return problem("steps", outOfRange("steps", *o.steps, "from 1 to " + std::to_string(kMaxSteps) + " (or no step limit)"));
+        return problem("steps",
+                       outOfRange("steps", *o.steps, "from 1 to " + std::to_string(kMaxSteps) + " (or no step limit)"));
     }
     if (o.epochs && (*o.epochs < 1 || *o.epochs > kMaxEpochs)) {
-        return problem("epochs", outOfRange("epochs", *o.epochs, "from 1 to " + std::to_string(kMaxEpochs) + " (or no epoch limit)"));
+        return problem("epochs", outOfRange("epochs", *o.epochs,
+                                            "from 1 to " + std::to_string(kMaxEpochs) + " (or no epoch limit)"));
     }
     if (o.intraOpThreads < 0 || o.intraOpThreads > kMaxThreads) {
-        return problem("threads", outOfRange("threads", o.intraOpThreads, "from 0 (every CPU this process may use) to " + std::to_string(kMaxThreads)));
+        return problem("threads",
+                       outOfRange("threads", o.intraOpThreads,
+                                  "from 0 (every CPU this process may use) to " + std::to_string(kMaxThreads)));
     }
     if (o.reservedCpus < 0 || o.reservedCpus > kMaxThreads) {
-        return problem("reserved_cpus", outOfRange("reserved CPUs", o.reservedCpus, "from 0 to " + std::to_string(kMaxThreads)));
+        return problem("reserved_cpus",
+                       outOfRange("reserved CPUs", o.reservedCpus, "from 0 to " + std::to_string(kMaxThreads)));
     }
     if (!(o.cudaMemoryFraction >= 0.0 && o.cudaMemoryFraction <= 1.0)) {
-        return problem("cuda_memory_fraction", outOfRange("CUDA memory fraction", o.cudaMemoryFraction, "between 0 (no cap) and 1"));
+        return problem("cuda_memory_fraction",
+                       outOfRange("CUDA memory fraction", o.cudaMemoryFraction, "between 0 (no cap) and 1"));
     }
     if (o.model.width < kMinModelWidth || o.model.width > kMaxModelWidth) {
-        return problem("model.width", outOfRange("model width", o.model.width,
-                                                 "from " + std::to_string(kMinModelWidth) + " to " + std::to_string(kMaxModelWidth)));
+        return problem("model.width",
+                       outOfRange("model width", o.model.width,
+                                  "from " + std::to_string(kMinModelWidth) + " to " + std::to_string(kMaxModelWidth)));
     }
     const ProbeOptions& p = o.probe;
     if (p.initialMicroBatch <= 0) {
-        return problem("probe.initial_micro_batch", outOfRange("initial micro-batch", p.initialMicroBatch, "at least 1"));
+        return problem("probe.initial_micro_batch",
+                       outOfRange("initial micro-batch", p.initialMicroBatch, "at least 1"));
     }
     if (p.maxMicroBatch < 0) {
-        return problem("probe.max_micro_batch", outOfRange("maximum micro-batch", p.maxMicroBatch, "0 (no limit) or more"));
+        return problem("probe.max_micro_batch",
+                       outOfRange("maximum micro-batch", p.maxMicroBatch, "0 (no limit) or more"));
     }
     if (p.maxMicroBatch > 0 && p.maxMicroBatch < p.initialMicroBatch) {
-        return problem("probe.max_micro_batch", "maximum micro-batch " + std::to_string(p.maxMicroBatch) +
-                                                    " is below the initial micro-batch " + std::to_string(p.initialMicroBatch) +
-                                                    ": raise the maximum or lower the initial size");
+        return problem("probe.max_micro_batch",
+                       "maximum micro-batch " + std::to_string(p.maxMicroBatch) + " is below the initial micro-batch " +
+                           std::to_string(p.initialMicroBatch) + ": raise the maximum or lower the initial size");
     }
     if (p.multipleOf <= 0) {
         return problem("probe.multiple_of", outOfRange("round-to-multiple", p.multipleOf, "at least 1"));
@@ -160,14 +175,16 @@ tl::expected<void, OptionProblem> check(const TrainerOptions& o) {
         return problem("probe.headroom", outOfRange("headroom", p.headroom, "between 0 and 0.9 (a fraction)"));
     }
     if (p.maxTrials < 1 || p.maxTrials > kMaxProbeTrials) {
-        return problem("probe.max_trials", outOfRange("maximum trials", p.maxTrials, "from 1 to " + std::to_string(kMaxProbeTrials)));
+        return problem("probe.max_trials",
+                       outOfRange("maximum trials", p.maxTrials, "from 1 to " + std::to_string(kMaxProbeTrials)));
     }
     if (!(p.tolerance >= 0.0 && p.tolerance <= 0.5)) {
         return problem("probe.tolerance", outOfRange("probe tolerance", p.tolerance, "between 0 and 0.5"));
     }
     const OptimizerOptions& opt = o.optimizer;
     if (!(opt.learningRate > 0.0 && opt.learningRate <= kMaxLearningRate)) {
-        return problem("optimizer.learning_rate", outOfRange("learning rate", opt.learningRate, "positive and at most 1e6"));
+        return problem("optimizer.learning_rate",
+                       outOfRange("learning rate", opt.learningRate, "positive and at most 1e6"));
     }
     if (!(opt.momentum >= 0.0 && opt.momentum < 1.0)) {
         return problem("optimizer.momentum", outOfRange("momentum", opt.momentum, "in [0, 1)"));
@@ -184,25 +201,29 @@ tl::expected<void, OptionProblem> check(const TrainerOptions& o) {
     if (!o.datasetFactory) {
         const DataOptions& d = o.data;
         if (d.samples <= 0 || d.samples > kMaxSamples) {
-            return problem("data.samples", outOfRange("dataset samples", d.samples, "from 1 to " + std::to_string(kMaxSamples)));
+            return problem("data.samples",
+                           outOfRange("dataset samples", d.samples, "from 1 to " + std::to_string(kMaxSamples)));
         }
         if (d.classes < 2 || d.classes > kMaxClasses) {
-            return problem("data.classes", outOfRange("classes", d.classes, "from 2 to " + std::to_string(kMaxClasses)));
+            return problem("data.classes",
+                           outOfRange("classes", d.classes, "from 2 to " + std::to_string(kMaxClasses)));
         }
         if (d.channels <= 0 || d.height <= 0 || d.width <= 0) {
             return problem("data.image_size", "image size must be positive in every dimension (e.g. 3x32x32)");
         }
         if (d.channels > kMaxChannels || d.height > kMaxImageSide || d.width > kMaxImageSide ||
             d.channels * d.height * d.width > kMaxSampleElements) {
-            return problem("data.image_size",
-                           "image size " + std::to_string(d.channels) + "x" + std::to_string(d.height) + "x" +
-                               std::to_string(d.width) + " is too large: at most " + std::to_string(kMaxSampleElements) +
-                               " values per sample (e.g. 3x4096x4096), " + std::to_string(kMaxChannels) + " channels and " +
-                               std::to_string(kMaxImageSide) + " pixels a side");
+            return problem("data.image_size", "image size " + std::to_string(d.channels) + "x" +
+                                                  std::to_string(d.height) + "x" + std::to_string(d.width) +
+                                                  " is too large: at most " + std::to_string(kMaxSampleElements) +
+                                                  " values per sample (e.g. 3x4096x4096), " +
+                                                  std::to_string(kMaxChannels) + " channels and " +
+                                                  std::to_string(kMaxImageSide) + " pixels a side");
         }
     }
     if (o.checkpoint.everySteps < 0) {
-        return problem("checkpoint.every_steps", outOfRange("checkpoint interval", o.checkpoint.everySteps, "0 (only at the end) or more steps"));
+        return problem("checkpoint.every_steps",
+                       outOfRange("checkpoint interval", o.checkpoint.everySteps, "0 (only at the end) or more steps"));
     }
     if (o.checkpoint.everySteps > 0 && o.checkpoint.directory.empty()) {
         return problem("checkpoint.every_steps", "a checkpoint interval needs a checkpoint directory");
@@ -230,29 +251,35 @@ tl::expected<TrainerOptions, OptionProblem> resolve(TrainerOptions o) {
         const auto models = builtinModelNames();
         if (std::find(models.begin(), models.end(), o.model.name) == models.end()) {
             if (!isModelFile(o.model.name)) {
-                return Problem(OptionProblem{"model.name", "unknown model \"" + o.model.name + "\": choose " + choiceList(models) +
+                return Problem(OptionProblem{"model.name", "unknown model \"" + o.model.name + "\": choose " +
+                                                               choiceList(models) +
                                                                ", or give a TorchScript file (.pt or .pth)"});
             }
             std::error_code ec;
             if (!std::filesystem::is_regular_file(o.model.name, ec)) {
-                return Problem(OptionProblem{"model.name", "model file " + o.model.name +
-                                                               " does not exist: export one from Python (see README, \"Your own model and data\")"});
+                return Problem(OptionProblem{
+                    "model.name",
+                    "model file " + o.model.name +
+                        " does not exist: export one from Python (see README, \"Your own model and data\")"});
             }
         }
     }
     if (!o.datasetFactory) {
         const auto datasets = datasetNames();
         if (std::find(datasets.begin(), datasets.end(), o.data.name) == datasets.end()) {
-            return Problem(OptionProblem{"data.name", "unknown dataset \"" + o.data.name + "\": choose " + choiceList(datasets)});
+            return Problem(
+                OptionProblem{"data.name", "unknown dataset \"" + o.data.name + "\": choose " + choiceList(datasets)});
         }
         if (o.data.name != "synthetic") {
             const std::string what = o.data.name == "csv" ? "CSV file" : "folder";
             if (o.data.path.empty()) {
-                return Problem(OptionProblem{"data.path", "the " + o.data.name + " dataset needs a data path (the " + what + " to read)"});
+                return Problem(OptionProblem{
+                    "data.path", "the " + o.data.name + " dataset needs a data path (the " + what + " to read)"});
             }
             std::error_code ec;
             if (!std::filesystem::exists(o.data.path, ec)) {
-                return Problem(OptionProblem{"data.path", "data path " + o.data.path + " does not exist: name the " + what + " to read"});
+                return Problem(OptionProblem{
+                    "data.path", "data path " + o.data.path + " does not exist: name the " + what + " to read"});
             }
         }
     }

@@ -38,8 +38,8 @@ tl::expected<LossKind, std::string> parseLossKind(const std::string& text);
 struct OptimizerOptions {
     OptimizerKind kind = OptimizerKind::Sgd;
     double learningRate = 0.05;
-    double momentum = 0.9;       ///< SGD only
-    double weightDecay = 0.0;    ///< L2 for SGD and Adam, decoupled for AdamW
+    double momentum = 0.9;     ///< SGD only
+    double weightDecay = 0.0;  ///< L2 for SGD and Adam, decoupled for AdamW
     double beta1 = 0.9;
     double beta2 = 0.999;
     double epsilon = 1e-8;
@@ -52,7 +52,7 @@ struct ProbeOptions {
     int64_t multipleOf = 1;         ///< round the result down to a multiple (e.g. 8)
     int64_t maxMicroBatch = 0;      ///< 0: no limit besides the target batch and the dataset
     int maxTrials = 24;
-    double tolerance = 0.02;        ///< stop when the bracket is within this fraction (or adjacent)
+    double tolerance = 0.02;  ///< stop when the bracket is within this fraction (or adjacent)
 };
 
 /// Names of the built-in models ("mlp", "cnn", "resnet"), for help texts and GUI lists.
@@ -66,9 +66,9 @@ std::vector<std::string> datasetNames();
 std::string choiceList(const std::vector<std::string>& names);
 
 struct ModelOptions {
-    std::string name = "cnn";       ///< "mlp", "cnn", "resnet", or a TorchScript file (.pt/.pth)
+    std::string name = "cnn";         ///< "mlp", "cnn", "resnet", or a TorchScript file (.pt/.pth)
     NormKind norm = NormKind::Group;  ///< normalisation layers of the ResNet-style model
-    int64_t width = 32;             ///< channels of the first stage / hidden units scale
+    int64_t width = 32;               ///< channels of the first stage / hidden units scale
 };
 
 /// Which data to train on. "synthetic" uses samples, classes and the image size; "mnist",
@@ -76,29 +76,28 @@ struct ModelOptions {
 /// (channels, height, width) is also what "image-folder" resizes to.
 struct DataOptions {
     std::string name = "synthetic";  ///< "synthetic", "mnist", "image-folder" or "csv"
-    int64_t samples = 4096;         ///< dataset size (synthetic only)
-    int64_t channels = 3;           ///< synthetic and image-folder: 3 (RGB) or 1 (grey)
+    int64_t samples = 4096;          ///< dataset size (synthetic only)
+    int64_t channels = 3;            ///< synthetic and image-folder: 3 (RGB) or 1 (grey)
     int64_t height = 32;
     int64_t width = 32;
-    int64_t classes = 10;           ///< synthetic only; file datasets count their classes
+    int64_t classes = 10;  ///< synthetic only; file datasets count their classes
     uint64_t seed = 1;
-    std::string path;               ///< MNIST folder, image-folder root or CSV file
-    std::string targetColumn;       ///< CSV: the column holding the label or value
-    bool regression = false;        ///< CSV: float targets [N, 1] for MSE instead of class ids (resolve sets it)
+    std::string path;          ///< MNIST folder, image-folder root or CSV file
+    std::string targetColumn;  ///< CSV: the column holding the label or value
+    bool regression = false;   ///< CSV: float targets [N, 1] for MSE instead of class ids (resolve sets it)
     /// image-folder: decoded images are kept in host memory up to this many bytes; a larger
     /// folder is decoded again from disk in each get().
     int64_t imageCacheBytes = int64_t{1} << 30;
 };
 
 /// Builds the model on the trainer thread (so its parameters count against the device).
-using ModelFactory =
-    std::function<tl::expected<std::shared_ptr<Model>, std::string>(const Dataset& data)>;
+using ModelFactory = std::function<tl::expected<std::shared_ptr<Model>, std::string>(const Dataset& data)>;
 using DatasetFactory = std::function<tl::expected<std::shared_ptr<Dataset>, std::string>()>;
 
 /// When and where checkpoints are written (see checkpoint.h).
 struct CheckpointOptions {
-    std::string directory;          ///< empty: no checkpoints
-    int64_t everySteps = 0;         ///< also every N optimizer steps; 0: only when the run ends or stops
+    std::string directory;   ///< empty: no checkpoints
+    int64_t everySteps = 0;  ///< also every N optimizer steps; 0: only when the run ends or stops
 };
 
 struct TrainerOptions {
@@ -116,7 +115,7 @@ struct TrainerOptions {
     uint64_t seed = 0;              ///< model initialisation and sampler order
     /// How the learning rate follows a target-batch change (Trainer::setTargetBatch without a rule).
     LrScaling lrScaling = LrScaling::None;
-    int regrowAfterSteps = 20;      ///< clean steps after an OOM shrink before trying to grow
+    int regrowAfterSteps = 20;           ///< clean steps after an OOM shrink before trying to grow
     double memorySampleInterval = 0.05;  ///< seconds between memory samples (at most)
     bool reportSampleIndices = false;    ///< fill MicroBatchDone::sampleIndices (tests, step mode)
     bool reportGradientNorm = false;     ///< fill MicroBatchDone::gradientNorm (one norm per micro-batch)
@@ -124,13 +123,13 @@ struct TrainerOptions {
     /// Load the next micro-batch on the prefetch thread while this one computes; off: load each
     /// micro-batch on the trainer thread when it starts (for measuring what prefetching buys).
     bool prefetch = true;
-    int intraOpThreads = 0;         ///< LibTorch CPU threads; 0: every CPU this process may use (intraOpThreadsFor)
-    int reservedCpus = 0;           ///< with intraOpThreads 0: CPUs left to other busy threads (the app's GUI thread)
+    int intraOpThreads = 0;  ///< LibTorch CPU threads; 0: every CPU this process may use (intraOpThreadsFor)
+    int reservedCpus = 0;    ///< with intraOpThreads 0: CPUs left to other busy threads (the app's GUI thread)
     /// cuda:N only: cap this process's share of the GPU's memory (0 < f <= 1) through the
     /// caching allocator, so that a large GPU runs out of memory like a small one; 0: no cap.
     double cudaMemoryFraction = 0.0;
     CheckpointOptions checkpoint;
-    std::string resumeFrom;         ///< checkpoint directory to continue from; empty: fresh start
+    std::string resumeFrom;  ///< checkpoint directory to continue from; empty: fresh start
 
     /// Optional overrides of the built-in model and dataset (tests, user models).
     ModelFactory modelFactory;
@@ -146,7 +145,7 @@ inline constexpr int64_t kMaxSamples = 100'000'000;  ///< synthetic data set
 inline constexpr int64_t kMaxClasses = 1'000'000;
 inline constexpr int64_t kMaxSampleElements = int64_t{3} << 24;  ///< values per sample (3x4096x4096)
 inline constexpr int64_t kMaxChannels = 4096;
-inline constexpr int64_t kMaxImageSide = 16384;    ///< pixels, height or width
+inline constexpr int64_t kMaxImageSide = 16384;  ///< pixels, height or width
 inline constexpr int64_t kMinModelWidth = 8;
 inline constexpr int64_t kMaxModelWidth = 4096;
 inline constexpr int kMaxProbeTrials = 1000;

@@ -19,8 +19,7 @@ int64_t MemoryModel::largestWithin(int64_t usableBytes) const {
     return n < 1 ? 0 : static_cast<int64_t>(std::min(n, 9.0e15));
 }
 
-ProbeSearch::ProbeSearch(const ProbeOptions& options, int64_t upperBound, int64_t usableBytes,
-                         int64_t knownFit)
+ProbeSearch::ProbeSearch(const ProbeOptions& options, int64_t upperBound, int64_t usableBytes, int64_t knownFit)
     : m_options(options),
       m_upperBound(std::max<int64_t>(1, upperBound)),
       m_usable(usableBytes),
@@ -33,7 +32,9 @@ ProbeSearch::ProbeSearch(const ProbeOptions& options, int64_t upperBound, int64_
     m_lo = std::min(snap(knownFit), m_upperBound);
 }
 
-int64_t ProbeSearch::snap(int64_t size) const { return size - size % m_unit; }
+int64_t ProbeSearch::snap(int64_t size) const {
+    return size - size % m_unit;
+}
 
 bool ProbeSearch::converged() const {
     if (m_lo >= m_upperBound) {
@@ -43,8 +44,7 @@ bool ProbeSearch::converged() const {
         return false;
     }
     const int64_t gap = m_hi - m_lo;
-    return gap <= m_unit ||
-           static_cast<double>(gap) <= m_options.tolerance * static_cast<double>(m_lo);
+    return gap <= m_unit || static_cast<double>(gap) <= m_options.tolerance * static_cast<double>(m_lo);
 }
 
 std::optional<MemoryModel> fitMemoryModel(const std::vector<TrialOutcome>& trials, size_t largest) {
@@ -106,8 +106,8 @@ std::optional<int64_t> ProbeSearch::candidate() const {
             return predicted;
         }
         const auto widen = [&](int64_t base, int streak) {
-            const double step = m_options.tolerance * static_cast<double>(base) *
-                                std::pow(2.0, std::max(0, streak - 1));
+            const double step =
+                m_options.tolerance * static_cast<double>(base) * std::pow(2.0, std::max(0, streak - 1));
             return std::max(m_unit, snap(static_cast<int64_t>(step)));
         };
         // The model overestimates (its prediction failed): step down from the failure, by a

@@ -45,8 +45,7 @@ class ProbeSearch {
 public:
     /// `upperBound` ≥ 1 is the largest size allowed (target batch, dataset, user maximum).
     /// `knownFit` > 0 seeds the search with a size known to fit (re-probes start from there).
-    ProbeSearch(const ProbeOptions& options, int64_t upperBound, int64_t usableBytes,
-                int64_t knownFit = 0);
+    ProbeSearch(const ProbeOptions& options, int64_t upperBound, int64_t usableBytes, int64_t knownFit = 0);
 
     /// Next size to try, or nothing when the search is over.
     std::optional<int64_t> next();

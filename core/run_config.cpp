@@ -45,9 +45,12 @@ struct ConfigError {
     std::string message;
 };
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) { throw ConfigError{path + ": " + what}; }
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+    throw ConfigError{path + ": " + what};
+}
 
-int64_t integer(const json& v, const std::string& path, int64_t minimum, int64_t maximum = std::numeric_limits<int64_t>::max()) {
+int64_t integer(const json& v, const std::string& path, int64_t minimum,
+                int64_t maximum = std::numeric_limits<int64_t>::max()) {
     if (!v.is_number_integer() && !v.is_number_unsigned()) {
         fail(path, std::string("expected an integer, got ") + typeName(v) + " " + shown(v));
     }
@@ -112,88 +115,158 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
     TrainerOptions o = std::move(base);
     std::optional<int64_t> epochs;
     try {
-        readObject(config, "", {
-            {"model", [&](const json& v, const std::string& p) {
-                 readObject(v, p, {
-                     {"name", [&](const json& x, const std::string& q) { o.model.name = text(x, q); }},
-                     {"norm", [&](const json& x, const std::string& q) { o.model.norm = parsed(parseNormKind(text(x, q)), q); }},
-                     {"width", [&](const json& x, const std::string& q) { o.model.width = integer(x, q, kMinModelWidth, kMaxModelWidth); }},
-                 });
-             }},
-            {"data", [&](const json& v, const std::string& p) {
-                 readObject(v, p, {
-                     {"name", [&](const json& x, const std::string& q) { o.data.name = text(x, q); }},
-                     {"samples", [&](const json& x, const std::string& q) { o.data.samples = integer(x, q, 1); }},
-                     {"classes", [&](const json& x, const std::string& q) { o.data.classes = integer(x, q, 2); }},
-                     {"seed", [&](const json& x, const std::string& q) { o.data.seed = static_cast<uint64_t>(integer(x, q, 0)); }},
-                     {"path", [&](const json& x, const std::string& q) { o.data.path = text(x, q); }},
-                     {"target_column", [&](const json& x, const std::string& q) { o.data.targetColumn = text(x, q); }},
-                     {"regression", [&](const json& x, const std::string& q) {
-                          if (!x.is_boolean()) fail(q, std::string("expected true or false, got ") + typeName(x) + " " + shown(x));
-                          o.data.regression = x.get<bool>();
-                      }},
-                     {"image_size", [&](const json& x, const std::string& q) {
-                          if (!x.is_array() || x.size() != 3) fail(q, "expected [channels, height, width], e.g. [3, 32, 32], got " + shown(x));
-                          o.data.channels = integer(x[0], q + "[0]", 1, kMaxChannels);
-                          o.data.height = integer(x[1], q + "[1]", 1, kMaxImageSide);
-                          o.data.width = integer(x[2], q + "[2]", 1, kMaxImageSide);
-                      }},
-                 });
-             }},
-            {"device", [&](const json& v, const std::string& p) { o.device = parsed(parseDeviceName(text(v, p)), p).name(); }},
-            {"target_batch", [&](const json& v, const std::string& p) { o.targetBatch = integer(v, p, 1); }},
-            {"probe", [&](const json& v, const std::string& p) {
-                 readObject(v, p, {
-                     {"initial_micro_batch", [&](const json& x, const std::string& q) { o.probe.initialMicroBatch = integer(x, q, 1); }},
-                     {"max_micro_batch", [&](const json& x, const std::string& q) { o.probe.maxMicroBatch = integer(x, q, 0); }},
-                     {"headroom", [&](const json& x, const std::string& q) { o.probe.headroom = number(x, q, 0.0, 0.9); }},
-                     {"multiple_of", [&](const json& x, const std::string& q) { o.probe.multipleOf = integer(x, q, 1); }},
-                     {"max_trials", [&](const json& x, const std::string& q) { o.probe.maxTrials = static_cast<int>(integer(x, q, 1, kMaxProbeTrials)); }},
-                     {"tolerance", [&](const json& x, const std::string& q) { o.probe.tolerance = number(x, q, 0.0, 0.5); }},
-                 });
-             }},
-            {"optimizer", [&](const json& v, const std::string& p) {
-                 readObject(v, p, {
-                     {"kind", [&](const json& x, const std::string& q) { o.optimizer.kind = parsed(parseOptimizerKind(text(x, q)), q); }},
-                     {"learning_rate", [&](const json& x, const std::string& q) {
-                          o.optimizer.learningRate = number(x, q, 0.0, kMaxLearningRate);
-                          if (o.optimizer.learningRate <= 0) fail(q, "expected a positive number, got 0");
-                      }},
-                     {"momentum", [&](const json& x, const std::string& q) { o.optimizer.momentum = number(x, q, 0.0, 1.0, true); }},
-                     {"weight_decay", [&](const json& x, const std::string& q) { o.optimizer.weightDecay = number(x, q, 0.0, kMaxWeightDecay); }},
-                     {"beta1", [&](const json& x, const std::string& q) { o.optimizer.beta1 = number(x, q, 0.0, 1.0, true); }},
-                     {"beta2", [&](const json& x, const std::string& q) { o.optimizer.beta2 = number(x, q, 0.0, 1.0, true); }},
-                     {"epsilon", [&](const json& x, const std::string& q) { o.optimizer.epsilon = number(x, q, 0.0, 1.0); }},
-                 });
-             }},
-            // null: no limit; 0 (written by older versions): as if the key were absent.
-            {"steps", [&](const json& v, const std::string& p) {
-                 if (v.is_null()) {
-                     o.steps.reset();
-                 } else if (const int64_t n = integer(v, p, 0, kMaxSteps); n > 0) {
-                     o.steps = n;
-                 }
-             }},
-            {"epochs", [&](const json& v, const std::string& p) {
-                 if (v.is_null()) {
-                     o.epochs.reset();
-                 } else if (const int64_t n = integer(v, p, 0, kMaxEpochs); n > 0) {
-                     epochs = n;
-                 }
-             }},
-            {"seed", [&](const json& v, const std::string& p) { o.seed = static_cast<uint64_t>(integer(v, p, 0)); }},
-            {"lr_scaling", [&](const json& v, const std::string& p) { o.lrScaling = parsed(parseLrScaling(text(v, p)), p); }},
-            {"loss", [&](const json& v, const std::string& p) { o.loss = parsed(parseLossKind(text(v, p)), p); }},
-            {"regrow_after_steps", [&](const json& v, const std::string& p) { o.regrowAfterSteps = static_cast<int>(integer(v, p, 0, kMaxRegrowAfterSteps)); }},
-            {"threads", [&](const json& v, const std::string& p) { o.intraOpThreads = static_cast<int>(integer(v, p, 0, kMaxThreads)); }},
-            {"cuda_memory_fraction", [&](const json& v, const std::string& p) { o.cudaMemoryFraction = number(v, p, 0.0, 1.0); }},
-            {"checkpoint", [&](const json& v, const std::string& p) {
-                 readObject(v, p, {
-                     {"directory", [&](const json& x, const std::string& q) { o.checkpoint.directory = text(x, q); }},
-                     {"every_steps", [&](const json& x, const std::string& q) { o.checkpoint.everySteps = integer(x, q, 0); }},
-                 });
-             }},
-        });
+        readObject(
+            config, "",
+            {
+                {"model",
+                 [&](const json& v, const std::string& p) {
+                     readObject(v, p,
+                                {
+                                    {"name", [&](const json& x, const std::string& q) { o.model.name = text(x, q); }},
+                                    {"norm",
+                                     [&](const json& x, const std::string& q) {
+                                         o.model.norm = parsed(parseNormKind(text(x, q)), q);
+                                     }},
+                                    {"width",
+                                     [&](const json& x, const std::string& q) {
+                                         o.model.width = integer(x, q, kMinModelWidth, kMaxModelWidth);
+                                     }},
+                                });
+                 }},
+                {"data",
+                 [&](const json& v, const std::string& p) {
+                     readObject(
+                         v, p,
+                         {
+                             {"name", [&](const json& x, const std::string& q) { o.data.name = text(x, q); }},
+                             {"samples",
+                              [&](const json& x, const std::string& q) { o.data.samples = integer(x, q, 1); }},
+                             {"classes",
+                              [&](const json& x, const std::string& q) { o.data.classes = integer(x, q, 2); }},
+                             {"seed",
+                              [&](const json& x, const std::string& q) {
+                                  o.data.seed = static_cast<uint64_t>(integer(x, q, 0));
+                              }},
+                             {"path", [&](const json& x, const std::string& q) { o.data.path = text(x, q); }},
+                             {"target_column",
+                              [&](const json& x, const std::string& q) { o.data.targetColumn = text(x, q); }},
+                             {"regression",
+                              [&](const json& x, const std::string& q) {
+                                  if (!x.is_boolean())
+                                      fail(q,
+                                           std::string("expected true or false, got ") + typeName(x) + " " + shown(x));
+                                  o.data.regression = x.get<bool>();
+                              }},
+                             {"image_size",
+                              [&](const json& x, const std::string& q) {
+                                  if (!x.is_array() || x.size() != 3)
+                                      fail(q, "expected [channels, height, width], e.g. [3, 32, 32], got " + shown(x));
+                                  o.data.channels = integer(x[0], q + "[0]", 1, kMaxChannels);
+                                  o.data.height = integer(x[1], q + "[1]", 1, kMaxImageSide);
+                                  o.data.width = integer(x[2], q + "[2]", 1, kMaxImageSide);
+                              }},
+                         });
+                 }},
+                {"device", [&](const json& v,
+                               const std::string& p) { o.device = parsed(parseDeviceName(text(v, p)), p).name(); }},
+                {"target_batch", [&](const json& v, const std::string& p) { o.targetBatch = integer(v, p, 1); }},
+                {"probe",
+                 [&](const json& v, const std::string& p) {
+                     readObject(
+                         v, p,
+                         {
+                             {"initial_micro_batch",
+                              [&](const json& x, const std::string& q) {
+                                  o.probe.initialMicroBatch = integer(x, q, 1);
+                              }},
+                             {"max_micro_batch",
+                              [&](const json& x, const std::string& q) { o.probe.maxMicroBatch = integer(x, q, 0); }},
+                             {"headroom",
+                              [&](const json& x, const std::string& q) { o.probe.headroom = number(x, q, 0.0, 0.9); }},
+                             {"multiple_of",
+                              [&](const json& x, const std::string& q) { o.probe.multipleOf = integer(x, q, 1); }},
+                             {"max_trials",
+                              [&](const json& x, const std::string& q) {
+                                  o.probe.maxTrials = static_cast<int>(integer(x, q, 1, kMaxProbeTrials));
+                              }},
+                             {"tolerance",
+                              [&](const json& x, const std::string& q) { o.probe.tolerance = number(x, q, 0.0, 0.5); }},
+                         });
+                 }},
+                {"optimizer",
+                 [&](const json& v, const std::string& p) {
+                     readObject(
+                         v, p,
+                         {
+                             {"kind",
+                              [&](const json& x, const std::string& q) {
+                                  o.optimizer.kind = parsed(parseOptimizerKind(text(x, q)), q);
+                              }},
+                             {"learning_rate",
+                              [&](const json& x, const std::string& q) {
+                                  o.optimizer.learningRate = number(x, q, 0.0, kMaxLearningRate);
+                                  if (o.optimizer.learningRate <= 0) fail(q, "expected a positive number, got 0");
+                              }},
+                             {"momentum",
+                              [&](const json& x, const std::string& q) {
+                                  o.optimizer.momentum = number(x, q, 0.0, 1.0, true);
+                              }},
+                             {"weight_decay",
+                              [&](const json& x, const std::string& q) {
+                                  o.optimizer.weightDecay = number(x, q, 0.0, kMaxWeightDecay);
+                              }},
+                             {"beta1", [&](const json& x,
+                                           const std::string& q) { o.optimizer.beta1 = number(x, q, 0.0, 1.0, true); }},
+                             {"beta2", [&](const json& x,
+                                           const std::string& q) { o.optimizer.beta2 = number(x, q, 0.0, 1.0, true); }},
+                             {"epsilon", [&](const json& x,
+                                             const std::string& q) { o.optimizer.epsilon = number(x, q, 0.0, 1.0); }},
+                         });
+                 }},
+                // null: no limit; 0 (written by older versions): as if the key were absent.
+                {"steps",
+                 [&](const json& v, const std::string& p) {
+                     if (v.is_null()) {
+                         o.steps.reset();
+                     } else if (const int64_t n = integer(v, p, 0, kMaxSteps); n > 0) {
+                         o.steps = n;
+                     }
+                 }},
+                {"epochs",
+                 [&](const json& v, const std::string& p) {
+                     if (v.is_null()) {
+                         o.epochs.reset();
+                     } else if (const int64_t n = integer(v, p, 0, kMaxEpochs); n > 0) {
+                         epochs = n;
+                     }
+                 }},
+                {"seed",
+                 [&](const json& v, const std::string& p) { o.seed = static_cast<uint64_t>(integer(v, p, 0)); }},
+                {"lr_scaling",
+                 [&](const json& v, const std::string& p) { o.lrScaling = parsed(parseLrScaling(text(v, p)), p); }},
+                {"loss", [&](const json& v, const std::string& p) { o.loss = parsed(parseLossKind(text(v, p)), p); }},
+                {"regrow_after_steps",
+                 [&](const json& v, const std::string& p) {
+                     o.regrowAfterSteps = static_cast<int>(integer(v, p, 0, kMaxRegrowAfterSteps));
+                 }},
+                {"threads",
+                 [&](const json& v, const std::string& p) {
+                     o.intraOpThreads = static_cast<int>(integer(v, p, 0, kMaxThreads));
+                 }},
+                {"cuda_memory_fraction",
+                 [&](const json& v, const std::string& p) { o.cudaMemoryFraction = number(v, p, 0.0, 1.0); }},
+                {"checkpoint",
+                 [&](const json& v, const std::string& p) {
+                     readObject(
+                         v, p,
+                         {
+                             {"directory",
+                              [&](const json& x, const std::string& q) { o.checkpoint.directory = text(x, q); }},
+                             {"every_steps",
+                              [&](const json& x, const std::string& q) { o.checkpoint.everySteps = integer(x, q, 0); }},
+                         });
+                 }},
+            });
     } catch (const ConfigError& e) {
         return tl::unexpected(e.message);
     }
@@ -210,17 +283,20 @@ tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path,
     const std::string named = "the configuration \"" + path + "\"";
     std::error_code ec;
     const auto status = std::filesystem::status(path, ec);
-    if (ec || !std::filesystem::exists(status)) return tl::unexpected("cannot read " + named + ": check that the file exists");
+    if (ec || !std::filesystem::exists(status))
+        return tl::unexpected("cannot read " + named + ": check that the file exists");
     // A folder, a FIFO or a device is never read: reading could fail late or block forever.
     if (!std::filesystem::is_regular_file(status)) {
         return tl::unexpected(named + " is not a regular file (" +
-                              (std::filesystem::is_directory(status) ? std::string("a folder") : std::string("a FIFO, socket or device")) +
+                              (std::filesystem::is_directory(status) ? std::string("a folder")
+                                                                     : std::string("a FIFO, socket or device")) +
                               "); give the path of a .json file");
     }
     const auto size = std::filesystem::file_size(path, ec);
     if (!ec && size > kMaxConfigBytes) {
-        return tl::unexpected(named + " is " + std::to_string(size) + " bytes; a run configuration is a few KiB (at most " +
-                              std::to_string(kMaxConfigBytes) + " bytes): is this the right file?");
+        return tl::unexpected(named + " is " + std::to_string(size) +
+                              " bytes; a run configuration is a few KiB (at most " + std::to_string(kMaxConfigBytes) +
+                              " bytes): is this the right file?");
     }
     std::ifstream in(path, std::ios::binary);
     if (!in) return tl::unexpected("cannot read " + named + ": check that it is readable");
@@ -230,7 +306,8 @@ tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path,
     if (in.bad()) return tl::unexpected("reading " + named + " failed");
     content.resize(static_cast<size_t>(in.gcount()));
     if (content.size() > kMaxConfigBytes) {
-        return tl::unexpected(named + " is larger than " + std::to_string(kMaxConfigBytes) + " bytes: is this the right file?");
+        return tl::unexpected(named + " is larger than " + std::to_string(kMaxConfigBytes) +
+                              " bytes: is this the right file?");
     }
     json config;
     bool tooDeep = false;
@@ -260,17 +337,32 @@ tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path,
 json toRunConfig(const TrainerOptions& o) {
     return {
         {"model", {{"name", o.model.name}, {"norm", toString(o.model.norm)}, {"width", o.model.width}}},
-        {"data", {{"name", o.data.name}, {"samples", o.data.samples}, {"classes", o.data.classes}, {"seed", o.data.seed},
-                  {"image_size", {o.data.channels, o.data.height, o.data.width}}, {"path", o.data.path},
-                  {"target_column", o.data.targetColumn}, {"regression", o.data.regression}}},
+        {"data",
+         {{"name", o.data.name},
+          {"samples", o.data.samples},
+          {"classes", o.data.classes},
+          {"seed", o.data.seed},
+          {"image_size", {o.data.channels, o.data.height, o.data.width}},
+          {"path", o.data.path},
+          {"target_column", o.data.targetColumn},
+          {"regression", o.data.regression}}},
         {"device", o.device},
         {"target_batch", o.targetBatch},
-        {"probe", {{"initial_micro_batch", o.probe.initialMicroBatch}, {"max_micro_batch", o.probe.maxMicroBatch},
-                   {"headroom", o.probe.headroom}, {"multiple_of", o.probe.multipleOf}, {"max_trials", o.probe.maxTrials},
-                   {"tolerance", o.probe.tolerance}}},
-        {"optimizer", {{"kind", toString(o.optimizer.kind)}, {"learning_rate", o.optimizer.learningRate},
-                       {"momentum", o.optimizer.momentum}, {"weight_decay", o.optimizer.weightDecay},
-                       {"beta1", o.optimizer.beta1}, {"beta2", o.optimizer.beta2}, {"epsilon", o.optimizer.epsilon}}},
+        {"probe",
+         {{"initial_micro_batch", o.probe.initialMicroBatch},
+          {"max_micro_batch", o.probe.maxMicroBatch},
+          {"headroom", o.probe.headroom},
+          {"multiple_of", o.probe.multipleOf},
+          {"max_trials", o.probe.maxTrials},
+          {"tolerance", o.probe.tolerance}}},
+        {"optimizer",
+         {{"kind", toString(o.optimizer.kind)},
+          {"learning_rate", o.optimizer.learningRate},
+          {"momentum", o.optimizer.momentum},
+          {"weight_decay", o.optimizer.weightDecay},
+          {"beta1", o.optimizer.beta1},
+          {"beta2", o.optimizer.beta2},
+          {"epsilon", o.optimizer.epsilon}}},
         {"steps", o.steps ? json(*o.steps) : json(nullptr)},
         {"epochs", o.epochs ? json(*o.epochs) : json(nullptr)},
         {"seed", o.seed},
@@ -291,7 +383,7 @@ tl::expected<void, std::string> saveRunConfig(const std::string& path, const Tra
     const auto status = fs::symlink_status(path, ec);
     if (!ec && fs::exists(status) && !fs::is_regular_file(status)) {
         return tl::unexpected("not writing " + named + ": the path is " +
-                              (fs::is_symlink(status) ? std::string("a symbolic link")
+                              (fs::is_symlink(status)     ? std::string("a symbolic link")
                                : fs::is_directory(status) ? std::string("a folder")
                                                           : std::string("a FIFO, socket or device")) +
                               ", and only a regular file is replaced; choose another path");

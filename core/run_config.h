@@ -25,9 +25,9 @@ namespace batchpilot::core {
 ///     }
 ///
 /// "steps" and "epochs" are a number or null (no such limit); "epochs" without "steps" drops the
-/// default step limit (setEpochs). Every key is optional; missing keys keep the value of `base`. Unknown keys, wrong types and
-/// out-of-range values are errors that name the key path ("probe.headroom") and what is expected.
-/// Nothing is returned from a half-read configuration.
+/// default step limit (setEpochs). Every key is optional; missing keys keep the value of `base`. Unknown keys, wrong
+/// types and out-of-range values are errors that name the key path ("probe.headroom") and what is expected. Nothing is
+/// returned from a half-read configuration.
 tl::expected<TrainerOptions, std::string> parseRunConfig(const nlohmann::json& config, TrainerOptions base = {});
 
 /// Reads and parses a configuration file; errors name the file.

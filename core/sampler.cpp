@@ -6,7 +6,9 @@
 
 namespace batchpilot::core {
 
-Sampler::Sampler(int64_t size, uint64_t seed) : m_size(size), m_seed(seed) { shuffle(); }
+Sampler::Sampler(int64_t size, uint64_t seed) : m_size(size), m_seed(seed) {
+    shuffle();
+}
 
 void Sampler::shuffle() {
     m_order.resize(static_cast<size_t>(m_size));

@@ -24,7 +24,9 @@ namespace fs = std::filesystem;
 
 /// What went wrong, in one line: for an interpreter error, the original error at the end of its
 /// traceback.
-std::string reason() { return classifyFailure(std::current_exception()).message; }
+std::string reason() {
+    return classifyFailure(std::current_exception()).message;
+}
 
 /// When a model file does not load: which file-format version wrote it, against the newest this
 /// LibTorch reads, so that a file from a newer PyTorch says so (empty when the file is no archive).
@@ -34,11 +36,12 @@ std::string formatVersionNote(const std::string& path) {
         const uint64_t written = reader.version();
         const uint64_t readable = caffe2::serialize::kMaxSupportedFileFormatVersion;
         if (written <= readable) return {};
-        return "; the file has TorchScript format version " + std::to_string(written) + ", but LibTorch " + TORCH_VERSION +
-               " reads up to version " + std::to_string(readable) +
+        return "; the file has TorchScript format version " + std::to_string(written) + ", but LibTorch " +
+               TORCH_VERSION + " reads up to version " + std::to_string(readable) +
                ": it was written by a newer PyTorch than this build's LibTorch — export it with PyTorch " +
                std::string(TORCH_VERSION).substr(0, std::string(TORCH_VERSION).rfind('.')) +
-               " (e.g. Debian's python3-torch), or build BatchPilot against the current LibTorch (scripts/demo --torch pip)";
+               " (e.g. Debian's python3-torch), or build BatchPilot against the current LibTorch (scripts/demo --torch "
+               "pip)";
     } catch (const std::exception&) {
         return {};
     }
@@ -87,12 +90,14 @@ private:
             for (size_t i = 0; i < list.size(); ++i) visit(where + "[" + std::to_string(i) + "]", list[i], depth + 1);
         } else if (value.isTuple()) {
             const auto& elements = value.toTupleRef().elements();
-            for (size_t i = 0; i < elements.size(); ++i) visit(where + "[" + std::to_string(i) + "]", elements[i], depth + 1);
+            for (size_t i = 0; i < elements.size(); ++i)
+                visit(where + "[" + std::to_string(i) + "]", elements[i], depth + 1);
         } else if (value.isGenericDict()) {
             for (const auto& entry : value.toGenericDict()) visit(where + "[...]", entry.value(), depth + 1);
         } else if (value.isObject()) {
             const auto object = value.toObject();
-            for (size_t i = 0; i < object->slots().size(); ++i) visit(where + "." + std::to_string(i), object->getSlot(i), depth + 1);
+            for (size_t i = 0; i < object->slots().size(); ++i)
+                visit(where + "." + std::to_string(i), object->getSlot(i), depth + 1);
         }
     }
     void visitBlock(const torch::jit::Block* block, const std::string& method) {
@@ -100,7 +105,8 @@ private:
             if (!m_found.empty()) return;
             if (node->kind() == c10::prim::Constant && node->outputs().size() == 1 &&
                 node->output()->type()->kind() == c10::TypeKind::TensorType) {
-                if (const auto constant = torch::jit::toIValue(node->output())) visit("constant in " + method, *constant, 0);
+                if (const auto constant = torch::jit::toIValue(node->output()))
+                    visit("constant in " + method, *constant, 0);
             }
             for (const torch::jit::Block* inner : node->blocks()) visitBlock(inner, method);
         }
@@ -113,7 +119,9 @@ private:
 TorchScriptModel::TorchScriptModel(std::string path, torch::jit::Module module)
     : m_path(std::move(path)), m_module(std::move(module)) {}
 
-std::string TorchScriptModel::name() const { return "TorchScript " + fs::path(m_path).filename().string(); }
+std::string TorchScriptModel::name() const {
+    return "TorchScript " + fs::path(m_path).filename().string();
+}
 
 torch::Tensor TorchScriptModel::forward(const torch::Tensor& input) {
     // The graph executor's optimisation (profiling runs, then a graph specialised to the shapes
@@ -151,8 +159,12 @@ std::vector<torch::Tensor> TorchScriptModel::buffers() const {
     return out;
 }
 
-void TorchScriptModel::to(const torch::Device& device) { m_module.to(device); }
-void TorchScriptModel::train(bool on) { m_module.train(on); }
+void TorchScriptModel::to(const torch::Device& device) {
+    m_module.to(device);
+}
+void TorchScriptModel::train(bool on) {
+    m_module.train(on);
+}
 
 bool TorchScriptModel::usesBatchStatistics() const {
     for (const auto& sub : m_module.modules()) {
@@ -216,7 +228,8 @@ tl::expected<std::shared_ptr<Model>, std::string> loadTorchScriptModel(const std
     }
     auto model = std::make_shared<TorchScriptModel>(path, module);
     if (total == 0) {
-        return tl::unexpected(file + " has no trainable parameters: nothing to train (were its weights exported as "
+        return tl::unexpected(file +
+                              " has no trainable parameters: nothing to train (were its weights exported as "
                               "constants or buffers?)");
     }
     if (model->parameters().empty()) {
@@ -258,13 +271,15 @@ tl::expected<std::shared_ptr<Model>, std::string> loadTorchScriptModel(const std
     if (sample.targets.is_floating_point()) {
         const torch::Tensor& target = sample.targets;
         if (out.numel() != target.numel()) {
-            return tl::unexpected(file + " returns " + shapeText(out.narrow(0, 0, 1)) + " for one sample, but the data's target is " +
-                                  shapeText(target.narrow(0, 0, 1)) + ": make it output one value per target");
+            return tl::unexpected(file + " returns " + shapeText(out.narrow(0, 0, 1)) +
+                                  " for one sample, but the data's target is " + shapeText(target.narrow(0, 0, 1)) +
+                                  ": make it output one value per target");
         }
     } else if (out.dim() != 2 || out.size(1) != data.classes()) {
         return tl::unexpected(file + " returns " + shapeText(out.narrow(0, 0, 1)) + " for one sample; the data has " +
                               std::to_string(data.classes()) + " classes, so [1, " + std::to_string(data.classes()) +
-                              "] is expected: give the model's last layer " + std::to_string(data.classes()) + " outputs");
+                              "] is expected: give the model's last layer " + std::to_string(data.classes()) +
+                              " outputs");
     }
     return std::shared_ptr<Model>(model);
 }

@@ -25,17 +25,20 @@ void Trainer::Impl::setup() {
     }
     if (data->size() <= 0) throw FatalError{"the dataset \"" + data->name() + "\" is empty", "dataset"};
     if (options.loss == LossKind::CrossEntropy && !options.data.regression && data->classes() < 2) {
-        throw FatalError{"the data " + data->name() + " has a single class: a classifier learns nothing from it (its loss "
-                         "is 0 from the start); give data with at least two classes, or train a regression (--loss mse)",
-                         "dataset"};
+        throw FatalError{
+            "the data " + data->name() +
+                " has a single class: a classifier learns nothing from it (its loss "
+                "is 0 from the start); give data with at least two classes, or train a regression (--loss mse)",
+            "dataset"};
     }
     // Resumed runs check the checkpoint's target below.
     if (options.resumeFrom.empty() && options.targetBatch > data->size()) {
-        throw FatalError{"the target batch " + std::to_string(options.targetBatch) + " is larger than the data: " +
-                             data->name() + " has " + std::to_string(data->size()) +
-                             " samples, and a training batch uses each sample at most once; choose a target batch of at most " +
-                             std::to_string(data->size()),
-                         "configuration"};
+        throw FatalError{
+            "the target batch " + std::to_string(options.targetBatch) + " is larger than the data: " + data->name() +
+                " has " + std::to_string(data->size()) +
+                " samples, and a training batch uses each sample at most once; choose a target batch of at most " +
+                std::to_string(data->size()),
+            "configuration"};
     }
     if (!options.checkpoint.directory.empty()) {
         // Found out now, not after hours of training: a checkpoint folder that cannot be written.
@@ -79,9 +82,10 @@ void Trainer::Impl::setup() {
     if (!options.resumeFrom.empty()) restoreCheckpoint();
     if (model->usesBatchStatistics()) {
         minPart = 2;
-        emit(Warning{now(), "the model uses BatchNorm: each micro-batch is normalised with its own "
-                            "statistics, so accumulated gradients differ from full-batch ones; use "
-                            "GroupNorm (--norm group) for exact accumulation"});
+        emit(Warning{now(),
+                     "the model uses BatchNorm: each micro-batch is normalised with its own "
+                     "statistics, so accumulated gradients differ from full-batch ones; use "
+                     "GroupNorm (--norm group) for exact accumulation"});
     }
 }
 
@@ -98,15 +102,19 @@ std::string Trainer::Impl::nonFiniteLossReason(double loss, const torch::Tensor&
     }
     if (!allFinite(output)) {
         if (step == 0) {
-            return became + ": the model's output is NaN or infinite on finite inputs before any weight was updated, "
-                            "so the model itself produces it; check its weights and its forward";
+            return became +
+                   ": the model's output is NaN or infinite on finite inputs before any weight was updated, "
+                   "so the model itself produces it; check its weights and its forward";
         }
         return became + " at step " + std::to_string(step + 1) + ": the model's outputs overflowed after " +
-               std::to_string(step) + " optimizer step(s), which is how training diverges; lower the learning rate "
-               "(it is " + formatText("%g", optimizer->learningRate()) + ")";
+               std::to_string(step) +
+               " optimizer step(s), which is how training diverges; lower the learning rate "
+               "(it is " +
+               formatText("%g", optimizer->learningRate()) + ")";
     }
-    return became + " on finite outputs (outputs or targets too large for the loss?); lower the learning rate or "
-                    "rescale the data";
+    return became +
+           " on finite outputs (outputs or targets too large for the loss?); lower the learning rate or "
+           "rescale the data";
 }
 
 bool Trainer::Impl::waitWhilePaused() {
@@ -132,8 +140,10 @@ bool Trainer::Impl::applyCommands() {
     }
     if (newTarget && newTarget->first > data->size()) {
         emit(Warning{now(), "target batch " + std::to_string(newTarget->first) + " ignored: the data has " +
-                                std::to_string(data->size()) + " samples, and a training batch uses each at most once; "
-                                "training continues at " + std::to_string(target)});
+                                std::to_string(data->size()) +
+                                " samples, and a training batch uses each at most once; "
+                                "training continues at " +
+                                std::to_string(target)});
         newTarget.reset();
     }
     if (newTarget && newTarget->first != target) {
@@ -154,7 +164,8 @@ bool Trainer::Impl::applyCommands() {
     return !commands.stopRequested();
 }
 
-MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next) {
+MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, double weight,
+                                         std::vector<int64_t> next) {
     MicroResult result;
     const auto started = Clock::now();
     result.residentBytes = meter->allocated();
@@ -235,13 +246,16 @@ void Trainer::Impl::optimizerStep() {
         }
         if (!error) break;
         const FailureInfo failure = classifyFailure(error);
-        if (!failure.outOfMemory) throw FatalError{"optimizer step failed: " + failure.message, "step " + std::to_string(step + 1)};
+        if (!failure.outOfMemory)
+            throw FatalError{"optimizer step failed: " + failure.message, "step " + std::to_string(step + 1)};
         meter->releaseCache();
         const bool retry = attempt < kAttempts;
-        emit(OomEvent{now(), step + 1, Phase::OptimizerStep, microBatch, failure.requestedBytes, failure.message, retry, microBatch});
+        emit(OomEvent{now(), step + 1, Phase::OptimizerStep, microBatch, failure.requestedBytes, failure.message, retry,
+                      microBatch});
         if (!retry) {
             throw FatalError{"the optimizer state does not fit on " + device.name() + " (" +
-                                 formatBytes(optimizer->stateBytes()) + " needed); the accumulated gradients are kept "
+                                 formatBytes(optimizer->stateBytes()) +
+                                 " needed); the accumulated gradients are kept "
                                  "but no step was taken: choose a larger device or SGD without momentum",
                              "step " + std::to_string(step + 1) + ", optimizer step"};
         }
@@ -327,8 +341,9 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
             const bool fit = r.ok;
             if (fit || r.failure.outOfMemory) {
                 probe->record({size, fit, r.peakBytes});
-                emit(ProbeTrial{now(), probeSequence, probe->trials(), size, fit, fit && r.peakBytes <= probe->usableBytes(),
-                                r.peakBytes, fit ? 0 : r.failure.requestedBytes, r.seconds});
+                emit(ProbeTrial{now(), probeSequence, probe->trials(), size, fit,
+                                fit && r.peakBytes <= probe->usableBytes(), r.peakBytes,
+                                fit ? 0 : r.failure.requestedBytes, r.seconds});
             }
         }
         if (!r.ok && !r.failure.outOfMemory) {
@@ -338,8 +353,9 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                     // Nothing of the failed sample was kept (the error came before any gradient).
                     minMicroBatch = 2;
                     minPart = std::max<int64_t>(minPart, 2);
-                    emit(Warning{now(), "the model's BatchNorm cannot train on a single sample (its last feature map is "
-                                        "1x1, one value per channel): micro-batches hold at least 2 samples from now on"});
+                    emit(Warning{now(),
+                                 "the model's BatchNorm cannot train on a single sample (its last feature map is "
+                                 "1x1, one value per channel): micro-batches hold at least 2 samples from now on"});
                     if (trial) {
                         startProbe(currentProbeReason, 2, 0);
                     } else {
@@ -349,8 +365,9 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                     continue;
                 }
                 if (upperBound() < 2) {
-                    message += " (the model's BatchNorm cannot train on one sample, and micro-batches are limited to 1 "
-                               "here: allow at least 2 with --max-micro-batch and --target-batch)";
+                    message +=
+                        " (the model's BatchNorm cannot train on one sample, and micro-batches are limited to 1 "
+                        "here: allow at least 2 with --max-micro-batch and --target-batch)";
                 }
             }
             throw FatalError{message, stepLabel() + ", micro-batch " + std::to_string(committed + 1) + " (" +
@@ -402,7 +419,8 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
     if (const int64_t retries = meter->allocatorRetries(); retries > allocatorRetriesSeen) {
         emit(Warning{now(), "the CUDA caching allocator had to free its cache and retry " +
                                 std::to_string(retries - allocatorRetriesSeen) + " allocation(s) during step " +
-                                std::to_string(step) + ": device memory is fragmented; a larger --headroom leaves "
+                                std::to_string(step) +
+                                ": device memory is fragmented; a larger --headroom leaves "
                                 "it room (each retry costs time)"});
         allocatorRetriesSeen = retries;
     }
@@ -481,20 +499,40 @@ RunResult Trainer::run() {
     return result;
 }
 
-void Trainer::pause() { m_impl->commands.pause(); }
-void Trainer::resume() { m_impl->commands.resume(); }
-void Trainer::stop() { m_impl->commands.stop(); }
-void Trainer::reprobe() { m_impl->commands.reprobe(); }
-void Trainer::switchDevice(const std::string& device) { m_impl->commands.switchDevice(device); }
-void Trainer::setStepMode(bool on) { m_impl->commands.setStepMode(on); }
-void Trainer::advance() { m_impl->commands.advance(); }
-void Trainer::finishBatch() { m_impl->commands.finishBatch(); }
-void Trainer::checkEquivalence(int64_t samples) { m_impl->commands.checkEquivalence(samples); }
+void Trainer::pause() {
+    m_impl->commands.pause();
+}
+void Trainer::resume() {
+    m_impl->commands.resume();
+}
+void Trainer::stop() {
+    m_impl->commands.stop();
+}
+void Trainer::reprobe() {
+    m_impl->commands.reprobe();
+}
+void Trainer::switchDevice(const std::string& device) {
+    m_impl->commands.switchDevice(device);
+}
+void Trainer::setStepMode(bool on) {
+    m_impl->commands.setStepMode(on);
+}
+void Trainer::advance() {
+    m_impl->commands.advance();
+}
+void Trainer::finishBatch() {
+    m_impl->commands.finishBatch();
+}
+void Trainer::checkEquivalence(int64_t samples) {
+    m_impl->commands.checkEquivalence(samples);
+}
 
 void Trainer::setTargetBatch(int64_t target, std::optional<LrScaling> rule) {
     if (target > 0) m_impl->commands.setTarget(target, rule.value_or(m_impl->options.lrScaling));
 }
 
-std::shared_ptr<Model> Trainer::model() const { return m_impl->model; }
+std::shared_ptr<Model> Trainer::model() const {
+    return m_impl->model;
+}
 
 }  // namespace batchpilot::core

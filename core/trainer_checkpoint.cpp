@@ -6,8 +6,9 @@
 namespace batchpilot::core {
 
 void Trainer::Impl::writeCheckpoint() {
-    TrainerState saved{step, samplesSeen, sampler->epoch(), sampler->position(), target, microBatch,
-                       optimizer->learningRate(), device.name(), model->name()};
+    TrainerState saved{step,         samplesSeen, sampler->epoch(),          sampler->position(),
+                       target,       microBatch,  optimizer->learningRate(), device.name(),
+                       model->name()};
     // A batch that ended an epoch leaves the position at its end: the next one starts a new epoch.
     if (sampler->position() >= data->size()) {
         saved.samplerEpoch = sampler->completedEpochs();

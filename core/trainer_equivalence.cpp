@@ -20,7 +20,8 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
         Sampler peek = *sampler;  // before the first step: the batch about to be trained
         indices = peek.next(target);
     }
-    if (requested > 0 && requested < static_cast<int64_t>(indices.size())) indices.resize(static_cast<size_t>(requested));
+    if (requested > 0 && requested < static_cast<int64_t>(indices.size()))
+        indices.resize(static_cast<size_t>(requested));
     const auto n = static_cast<int64_t>(indices.size());
     r.samples = n;
     r.batchStatistics = model->usesBatchStatistics();
@@ -62,9 +63,10 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
             if (!failure.outOfMemory) std::rethrow_exception(error);
             if (where.is_cuda()) {
                 throw std::runtime_error("the check batch of " + std::to_string(n) + " samples does not fit on " +
-                                         device.name() + " in one pass next to the training state; choose a check "
-                                         "batch of at most about " + std::to_string(micro) +
-                                         " samples (the micro-batch that fits)");
+                                         device.name() +
+                                         " in one pass next to the training state; choose a check "
+                                         "batch of at most about " +
+                                         std::to_string(micro) + " samples (the micro-batch that fits)");
             }
             if (outside != nullptr) *outside = true;
             CountingScope uncounted(false);
@@ -97,7 +99,7 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
 }
 
 std::vector<torch::Tensor> Trainer::Impl::accumulateAsTraining(const std::vector<int64_t>& indices,
-                                                              const std::vector<int64_t>& microBatchSizes) {
+                                                               const std::vector<int64_t>& microBatchSizes) {
     // Training's own path: runMicroBatch adds each micro-batch's weighted gradient to the
     // accumulators, exactly as a step does. What training had there, the buffers (BatchNorm
     // statistics) and the CPU random state are put back afterwards, so training goes on as if
@@ -132,8 +134,9 @@ std::vector<torch::Tensor> Trainer::Impl::accumulateAsTraining(const std::vector
     const auto total = static_cast<double>(indices.size());
     size_t offset = 0;
     for (const int64_t size : microBatchSizes) {
-        const std::vector<int64_t> slice(indices.begin() + static_cast<std::ptrdiff_t>(offset),
-                                         indices.begin() + static_cast<std::ptrdiff_t>(offset + static_cast<size_t>(size)));
+        const std::vector<int64_t> slice(
+            indices.begin() + static_cast<std::ptrdiff_t>(offset),
+            indices.begin() + static_cast<std::ptrdiff_t>(offset + static_cast<size_t>(size)));
         const MicroResult micro = runMicroBatch(slice, static_cast<double>(size) / total);
         if (!micro.ok) {
             if (micro.failure.outOfMemory) C10_THROW_ERROR(OutOfMemoryError, micro.failure.message);

@@ -121,11 +121,11 @@ struct Trainer::Impl {
     std::unique_ptr<MemoryMeter> meter;
     std::vector<torch::Tensor> parameters;
     std::vector<torch::Tensor> gradients;  ///< accumulated, weighted gradients of the batch
-    torch::Tensor reservation;            ///< optimizer state held back during the first probe
+    torch::Tensor reservation;             ///< optimizer state held back during the first probe
     std::optional<Sampler> sampler;
     int64_t target = 0;
-    int64_t microBatch = 0;       ///< 0 until the first probe finishes
-    int64_t probedMicroBatch = 0; ///< result of the last probe (regrow target)
+    int64_t microBatch = 0;        ///< 0 until the first probe finishes
+    int64_t probedMicroBatch = 0;  ///< result of the last probe (regrow target)
     /// Smallest micro-batch the model can train on: 2 once BatchNorm refused a single sample
     /// (a 1x1 feature map leaves it one value per channel).
     int64_t minMicroBatch = 1;
@@ -218,7 +218,7 @@ struct Trainer::Impl {
     /// Model, optimizer and trainer state from options.resumeFrom (setup, after the model exists).
     void restoreCheckpoint();
     void releaseFailedBackward();
-    std::string checkpointError;  ///< the last failed save's message
+    std::string checkpointError;       ///< the last failed save's message
     int64_t allocatorRetriesSeen = 0;  ///< the meter's allocator retries already reported
     [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false);
     /// Why the loss is not finite: the data, the model before any update, or divergence.

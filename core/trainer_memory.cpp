@@ -7,19 +7,19 @@ namespace batchpilot::core {
 
 void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup) {
     // The peak since the last reset already includes everything that stayed allocated.
-    const int64_t needed = std::max(meter->peak() + std::max(requested, meter->lastFailedAllocation()),
-                                    meter->lastFailureNeed());
+    const int64_t needed =
+        std::max(meter->peak() + std::max(requested, meter->lastFailedAllocation()), meter->lastFailureNeed());
     const std::string what = duringSetup ? "the model's parameters and gradients do not fit on " + device.name()
                                          : "the model does not fit on " + device.name() + " even at micro-batch " +
                                                std::to_string(minMicroBatch);
     // With a large headroom, what fits is the usable part, not the capacity: say which stopped it.
     const bool headroomStopsIt = needed <= meter->capacity() && options.probe.headroom > 0;
-    const std::string has = headroomStopsIt
-                                ? ", but only " + formatBytes(usableBytes()) + " of its " + formatBytes(meter->capacity()) +
-                                      " are usable with headroom " + formatText("%g", options.probe.headroom) +
-                                      "; lower the headroom (--headroom), or choose a smaller model or smaller inputs"
-                                : ", has " + formatBytes(meter->capacity()) +
-                                      "; choose a larger device or budget, a smaller model or smaller inputs";
+    const std::string has =
+        headroomStopsIt ? ", but only " + formatBytes(usableBytes()) + " of its " + formatBytes(meter->capacity()) +
+                              " are usable with headroom " + formatText("%g", options.probe.headroom) +
+                              "; lower the headroom (--headroom), or choose a smaller model or smaller inputs"
+                        : ", has " + formatBytes(meter->capacity()) +
+                              "; choose a larger device or budget, a smaller model or smaller inputs";
     throw FatalError{what + ": needs ≈ " + formatBytes(needed) + has,
                      duringSetup ? "setup" : "step " + std::to_string(step + 1)};
 }
@@ -42,8 +42,8 @@ void Trainer::Impl::reportBreakdown() {
     b.parameterBytes = ledger.parameterBytes;
     b.gradientBytes = ledger.gradientBytes;
     b.optimizerStateReserved = !optimizer->stateReady() && reservation.defined();
-    b.optimizerStateBytes = optimizer->stateReady() ? ledger.optimizerStateBytes
-                                                    : (reservation.defined() ? optimizer->stateBytes() : 0);
+    b.optimizerStateBytes =
+        optimizer->stateReady() ? ledger.optimizerStateBytes : (reservation.defined() ? optimizer->stateBytes() : 0);
     if (ledger.lastPeak.size > 0) {
         b.residentBytes = ledger.lastPeak.resident;
         b.peakBytes = ledger.lastPeak.peak;

@@ -16,7 +16,8 @@ void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t know
         // LibTorch-style optimizers create their state in the first step: hold that much now so
         // the probe does not pick a size that runs out of memory at the first step.
         try {
-            reservation = torch::empty({optimizer->stateBytes()}, torch::TensorOptions(torch::kUInt8).device(parameters.front().device()));
+            reservation = torch::empty({optimizer->stateBytes()},
+                                       torch::TensorOptions(torch::kUInt8).device(parameters.front().device()));
         } catch (const std::exception&) {
             const FailureInfo failure = classifyFailure(std::current_exception());
             if (!failure.outOfMemory) throw;
@@ -33,8 +34,14 @@ void Trainer::Impl::finishProbe() {
     if (found <= 0) doesNotFit(0);
     microBatch = found;
     probedMicroBatch = found;
-    ProbeFinished done{now(), probeSequence, found, static_cast<int64_t>(planFor(target, found).size()), target, probe->trials(),
-                       std::chrono::duration<double>(Clock::now() - probeStart).count(), probe->hitTrialLimit()};
+    ProbeFinished done{now(),
+                       probeSequence,
+                       found,
+                       static_cast<int64_t>(planFor(target, found).size()),
+                       target,
+                       probe->trials(),
+                       std::chrono::duration<double>(Clock::now() - probeStart).count(),
+                       probe->hitTrialLimit()};
     if (auto fitted = probe->memoryModel()) {
         done.fixedBytes = fitted->fixedBytes;
         done.bytesPerSample = fitted->bytesPerSample;
@@ -51,7 +58,8 @@ void Trainer::Impl::finishProbe() {
 void Trainer::Impl::switchTo(const DeviceSpec& next) {
     const std::string from = device.name();
     if (next.kind == DeviceKind::Virtual && meter->allocated() > next.budgetBytes) {
-        emit(Warning{now(), "cannot switch to " + next.name() + ": the model, its gradients and optimizer state already take " +
+        emit(Warning{now(), "cannot switch to " + next.name() +
+                                ": the model, its gradients and optimizer state already take " +
                                 formatBytes(meter->allocated()) + "; choose a budget above that"});
         return;
     }

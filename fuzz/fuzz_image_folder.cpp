@@ -21,13 +21,15 @@ std::string nameFrom(FuzzedDataProvider& input) {
     static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789._-";
     std::string name;
     const size_t length = input.ConsumeIntegralInRange<size_t>(1, 12);
-    for (size_t i = 0; i < length; ++i) name += kAlphabet[input.ConsumeIntegralInRange<size_t>(0, sizeof kAlphabet - 2)];
+    for (size_t i = 0; i < length; ++i)
+        name += kAlphabet[input.ConsumeIntegralInRange<size_t>(0, sizeof kAlphabet - 2)];
     if (name == "." || name == "..") name = "x" + name;
     return name;
 }
 
 std::string imageName(FuzzedDataProvider& input) {
-    static constexpr const char* kExtensions[] = {".png", ".jpg", ".bmp", ".gif", ".tga", ".pgm", ".ppm", ".JPEG", ".txt", ""};
+    static constexpr const char* kExtensions[] = {".png", ".jpg", ".bmp",  ".gif", ".tga",
+                                                  ".pgm", ".ppm", ".JPEG", ".txt", ""};
     return nameFrom(input) + kExtensions[input.ConsumeIntegralInRange<size_t>(0, std::size(kExtensions) - 1)];
 }
 
@@ -58,7 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             }
             if (!ec && !std::filesystem::is_directory(where / "x")) {
                 const auto file = where / imageName(input);
-                if (!std::filesystem::exists(file)) batchpilot::fuzz::writeFile(file, input.ConsumeRandomLengthString(4096));
+                if (!std::filesystem::exists(file))
+                    batchpilot::fuzz::writeFile(file, input.ConsumeRandomLengthString(4096));
             }
         }
     }

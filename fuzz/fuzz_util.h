@@ -18,7 +18,9 @@ inline const std::filesystem::path& scratch() {
     struct Folder {
         std::filesystem::path path;
         Folder() {
-            std::string base = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path().string();
+            std::string base = std::filesystem::is_directory("/dev/shm")
+                                   ? "/dev/shm"
+                                   : std::filesystem::temp_directory_path().string();
             std::string pattern = base + "/batchpilot-fuzz-XXXXXX";
             if (mkdtemp(pattern.data()) == nullptr) std::abort();
             path = pattern;

@@ -109,11 +109,15 @@ private Q_SLOTS:
     void rejectsBadCheckpoints_data() {
         QTest::addColumn<QString>("change");
         QTest::addColumn<QString>("message");
-        QTest::newRow("corrupt") << QStringLiteral("corrupt") << QStringLiteral("is corrupt or not a BatchPilot checkpoint");
+        QTest::newRow("corrupt") << QStringLiteral("corrupt")
+                                 << QStringLiteral("is corrupt or not a BatchPilot checkpoint");
         QTest::newRow("missing") << QStringLiteral("missing") << QStringLiteral("no checkpoint to resume from");
-        QTest::newRow("other model") << QStringLiteral("model") << QStringLiteral("was written for model \"cnn\", but this run builds \"mlp\"");
-        QTest::newRow("other optimizer") << QStringLiteral("optimizer") << QStringLiteral("written with the adam optimizer, but this run uses sgd");
-        QTest::newRow("other width") << QStringLiteral("width") << QStringLiteral("does not match this model's parameters");
+        QTest::newRow("other model") << QStringLiteral("model")
+                                     << QStringLiteral("was written for model \"cnn\", but this run builds \"mlp\"");
+        QTest::newRow("other optimizer") << QStringLiteral("optimizer")
+                                         << QStringLiteral("written with the adam optimizer, but this run uses sgd");
+        QTest::newRow("other width") << QStringLiteral("width")
+                                     << QStringLiteral("does not match this model's parameters");
     }
     void rejectsBadCheckpoints() {
         QFETCH(QString, change);
@@ -131,7 +135,8 @@ private Q_SLOTS:
             QVERIFY(file.open(QIODevice::WriteOnly | QIODevice::Truncate));
             file.write("not a checkpoint at all");
         }
-        if (change == QStringLiteral("missing")) again.resumeFrom = dir.filePath(QStringLiteral("elsewhere")).toStdString();
+        if (change == QStringLiteral("missing"))
+            again.resumeFrom = dir.filePath(QStringLiteral("elsewhere")).toStdString();
         if (change == QStringLiteral("model")) again.model.name = "mlp";
         if (change == QStringLiteral("optimizer")) again.optimizer.kind = OptimizerKind::Sgd;
         if (change == QStringLiteral("width")) again.model.width = 16;

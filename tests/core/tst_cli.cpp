@@ -49,31 +49,42 @@ private Q_SLOTS:
                                   << QStringLiteral("--target-batch: must be from 1 to 2147483648, got 0");
         QTest::newRow("target negative") << QStringList{QStringLiteral("--target-batch=-5")} << 2
                                          << QStringLiteral("--target-batch: must be from 1 to 2147483648, got -5");
-        QTest::newRow("target not integer") << QStringList{QStringLiteral("--target-batch"), QStringLiteral("12.5")} << 2
-                                            << QStringLiteral("--target-batch: expects a whole number, got \"12.5\"");
+        QTest::newRow("target not integer")
+            << QStringList{QStringLiteral("--target-batch"), QStringLiteral("12.5")} << 2
+            << QStringLiteral("--target-batch: expects a whole number, got \"12.5\"");
         QTest::newRow("no such device") << QStringList{QStringLiteral("--device"), QStringLiteral("cuda:99")} << 2
                                         << QStringLiteral("\"cuda:99\" does not exist");
         QTest::newRow("bad budget") << QStringList{QStringLiteral("--device"), QStringLiteral("virtual:abc")} << 2
                                     << QStringLiteral("invalid memory size \"abc\"");
-        QTest::newRow("unknown flag") << QStringList{QStringLiteral("--turbo")} << 2 << QStringLiteral("unknown flag \"--turbo\"");
-        QTest::newRow("missing value") << QStringList{QStringLiteral("--steps")} << 2 << QStringLiteral("--steps needs a value");
-        QTest::newRow("value beyond 64 bits") << QStringList{QStringLiteral("--classes"), QStringLiteral("99999999999999999999")} << 2
-                                              << QStringLiteral("--classes: expects a whole number from 2 to 1000000, got 99999999999999999999");
-        QTest::newRow("unknown optimizer") << QStringList{QStringLiteral("--optimizer"), QStringLiteral("lion")} << 2
-                                           << QStringLiteral("--optimizer: unknown optimizer \"lion\": choose sgd, adam or adamw");
-        QTest::newRow("unknown dataset") << QStringList{QStringLiteral("--data"), QStringLiteral("imagenet")} << 2
-                                         << QStringLiteral("--data: unknown value \"imagenet\": choose synthetic, mnist, image-folder or csv");
-        QTest::newRow("csv without a path") << QStringList{QStringLiteral("--data"), QStringLiteral("csv")} << 2
-                                            << QStringLiteral("the csv dataset needs a data path (the CSV file to read)");
-        QTest::newRow("max trials beyond the config's limit") << QStringList{QStringLiteral("--max-trials"), QStringLiteral("5000")} << 2
-                                                              << QStringLiteral("--max-trials: must be from 1 to 1000, got 5000");
+        QTest::newRow("unknown flag") << QStringList{QStringLiteral("--turbo")} << 2
+                                      << QStringLiteral("unknown flag \"--turbo\"");
+        QTest::newRow("missing value") << QStringList{QStringLiteral("--steps")} << 2
+                                       << QStringLiteral("--steps needs a value");
+        QTest::newRow("value beyond 64 bits")
+            << QStringList{QStringLiteral("--classes"), QStringLiteral("99999999999999999999")} << 2
+            << QStringLiteral("--classes: expects a whole number from 2 to 1000000, got 99999999999999999999");
+        QTest::newRow("unknown optimizer")
+            << QStringList{QStringLiteral("--optimizer"), QStringLiteral("lion")} << 2
+            << QStringLiteral("--optimizer: unknown optimizer \"lion\": choose sgd, adam or adamw");
+        QTest::newRow("unknown dataset")
+            << QStringList{QStringLiteral("--data"), QStringLiteral("imagenet")} << 2
+            << QStringLiteral("--data: unknown value \"imagenet\": choose synthetic, mnist, image-folder or csv");
+        QTest::newRow("csv without a path")
+            << QStringList{QStringLiteral("--data"), QStringLiteral("csv")} << 2
+            << QStringLiteral("the csv dataset needs a data path (the CSV file to read)");
+        QTest::newRow("max trials beyond the config's limit")
+            << QStringList{QStringLiteral("--max-trials"), QStringLiteral("5000")} << 2
+            << QStringLiteral("--max-trials: must be from 1 to 1000, got 5000");
         QTest::newRow("max micro-batch below the initial")
-            << QStringList{QStringLiteral("--initial-micro-batch"), QStringLiteral("64"), QStringLiteral("--max-micro-batch"), QStringLiteral("8")}
+            << QStringList{QStringLiteral("--initial-micro-batch"), QStringLiteral("64"),
+                           QStringLiteral("--max-micro-batch"), QStringLiteral("8")}
             << 2 << QStringLiteral("maximum micro-batch 8 is below the initial micro-batch 64");
-        QTest::newRow("stray argument") << QStringList{QStringLiteral("mlp")} << 2 << QStringLiteral("unexpected argument \"mlp\"");
-        QTest::newRow("budget too small") << QStringList{QStringLiteral("--model"), QStringLiteral("resnet"), QStringLiteral("--device"),
-                                                         QStringLiteral("virtual:1MiB"), QStringLiteral("--steps"), QStringLiteral("1")}
-                                          << 1 << QStringLiteral("fit on virtual:1MiB: needs ≈");
+        QTest::newRow("stray argument") << QStringList{QStringLiteral("mlp")} << 2
+                                        << QStringLiteral("unexpected argument \"mlp\"");
+        QTest::newRow("budget too small")
+            << QStringList{QStringLiteral("--model"),      QStringLiteral("resnet"),  QStringLiteral("--device"),
+                           QStringLiteral("virtual:1MiB"), QStringLiteral("--steps"), QStringLiteral("1")}
+            << 1 << QStringLiteral("fit on virtual:1MiB: needs ≈");
     }
     void badInputIsOneClearLine() {
         QFETCH(QStringList, args);
@@ -93,56 +104,78 @@ private Q_SLOTS:
         QTest::addColumn<int>("exitCode");
         QTest::addColumn<QString>("message");
         const auto base = [](QStringList more) {
-            QStringList args{QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--device"), QStringLiteral("virtual:64MiB"),
-                             QStringLiteral("--target-batch"), QStringLiteral("64"), QStringLiteral("--steps"), QStringLiteral("2"),
-                             QStringLiteral("--threads"), QStringLiteral("1")};
+            QStringList args{QStringLiteral("--model"),        QStringLiteral("mlp"),
+                             QStringLiteral("--device"),       QStringLiteral("virtual:64MiB"),
+                             QStringLiteral("--target-batch"), QStringLiteral("64"),
+                             QStringLiteral("--steps"),        QStringLiteral("2"),
+                             QStringLiteral("--threads"),      QStringLiteral("1")};
             return args + more;
         };
         const QString dir = m_dir.path();
-        QTest::newRow("config is a folder") << base({QStringLiteral("--config"), dir}) << 2 << QStringLiteral("is not a regular file (a folder)");
+        QTest::newRow("config is a folder")
+            << base({QStringLiteral("--config"), dir}) << 2 << QStringLiteral("is not a regular file (a folder)");
         QTest::newRow("config is a FIFO") << base({QStringLiteral("--config"), dir + QStringLiteral("/fifo")}) << 2
                                           << QStringLiteral("a FIFO, socket or device");
-        QTest::newRow("config nested 100,000 deep") << base({QStringLiteral("--config"), dir + QStringLiteral("/deep.json")}) << 2
-                                                    << QStringLiteral("nests values more than 32 levels deep");
-        QTest::newRow("config number beyond double") << base({QStringLiteral("--config"), dir + QStringLiteral("/overflow.json")}) << 2
-                                                     << QStringLiteral("cannot be read: [json.exception.out_of_range.406]");
-        QTest::newRow("config value 2^63") << base({QStringLiteral("--config"), dir + QStringLiteral("/huge.json")}) << 2
-                                           << QStringLiteral("got 9223372036854775808");
-        QTest::newRow("checkpoint folder is a file") << base({QStringLiteral("--checkpoint-dir"), dir + QStringLiteral("/file")}) << 2
-                                                     << QStringLiteral("cannot create the checkpoint folder");
-        QTest::newRow("checkpoint folder is /dev/full") << base({QStringLiteral("--checkpoint-dir"), QStringLiteral("/dev/full")}) << 2
-                                                        << QStringLiteral("the checkpoint folder \"/dev/full\"");
-        QTest::newRow("events to /dev/full") << base({QStringLiteral("--events"), QStringLiteral("/dev/full"), QStringLiteral("--quiet")}) << 4
-                                             << QStringLiteral("writing the events file \"/dev/full\" failed");
-        QTest::newRow("save-config over a symlink") << base({QStringLiteral("--save-config"), dir + QStringLiteral("/link.json")}) << 2
-                                                    << QStringLiteral("the path is a symbolic link");
-        QTest::newRow("save-config over a FIFO") << base({QStringLiteral("--save-config"), dir + QStringLiteral("/fifo")}) << 2
-                                                 << QStringLiteral("a FIFO, socket or device");
+        QTest::newRow("config nested 100,000 deep")
+            << base({QStringLiteral("--config"), dir + QStringLiteral("/deep.json")}) << 2
+            << QStringLiteral("nests values more than 32 levels deep");
+        QTest::newRow("config number beyond double")
+            << base({QStringLiteral("--config"), dir + QStringLiteral("/overflow.json")}) << 2
+            << QStringLiteral("cannot be read: [json.exception.out_of_range.406]");
+        QTest::newRow("config value 2^63") << base({QStringLiteral("--config"), dir + QStringLiteral("/huge.json")})
+                                           << 2 << QStringLiteral("got 9223372036854775808");
+        QTest::newRow("checkpoint folder is a file")
+            << base({QStringLiteral("--checkpoint-dir"), dir + QStringLiteral("/file")}) << 2
+            << QStringLiteral("cannot create the checkpoint folder");
+        QTest::newRow("checkpoint folder is /dev/full")
+            << base({QStringLiteral("--checkpoint-dir"), QStringLiteral("/dev/full")}) << 2
+            << QStringLiteral("the checkpoint folder \"/dev/full\"");
+        QTest::newRow("events to /dev/full")
+            << base({QStringLiteral("--events"), QStringLiteral("/dev/full"), QStringLiteral("--quiet")}) << 4
+            << QStringLiteral("writing the events file \"/dev/full\" failed");
+        QTest::newRow("save-config over a symlink")
+            << base({QStringLiteral("--save-config"), dir + QStringLiteral("/link.json")}) << 2
+            << QStringLiteral("the path is a symbolic link");
+        QTest::newRow("save-config over a FIFO")
+            << base({QStringLiteral("--save-config"), dir + QStringLiteral("/fifo")}) << 2
+            << QStringLiteral("a FIFO, socket or device");
         QTest::newRow("threads 100000") << base({QStringLiteral("--threads"), QStringLiteral("100000")}) << 2
                                         << QStringLiteral("--threads: must be from 1 to 256, got 100000");
-        QTest::newRow("image size with four parts") << base({QStringLiteral("--image-size"), QStringLiteral("3x32x32x5")}) << 2
-                                                    << QStringLiteral("--image-size: expects CxHxW such as 3x32x32, got \"3x32x32x5\"");
-        QTest::newRow("image size too large") << base({QStringLiteral("--image-size"), QStringLiteral("3x100000x100000"), QStringLiteral("--samples"), QStringLiteral("10")})
-                                              << 2 << QStringLiteral("is too large");
-        QTest::newRow("lr inf") << base({QStringLiteral("--lr"), QStringLiteral("inf")}) << 2 << QStringLiteral("--lr: expects a finite number, got \"inf\"");
-        QTest::newRow("lr 1e300") << base({QStringLiteral("--lr"), QStringLiteral("1e300")}) << 2 << QStringLiteral("--lr: must be above 0 and at most 1000000, got 1e300");
-        QTest::newRow("classes 2^63-1") << base({QStringLiteral("--classes"), QStringLiteral("9223372036854775807")}) << 2
-                                        << QStringLiteral("--classes: must be from 2 to 1000000, got 9223372036854775807");
-        QTest::newRow("samples 2^63-1") << base({QStringLiteral("--samples"), QStringLiteral("9223372036854775807")}) << 2
-                                        << QStringLiteral("--samples: must be from 1 to 100000000, got 9223372036854775807");
+        QTest::newRow("image size with four parts")
+            << base({QStringLiteral("--image-size"), QStringLiteral("3x32x32x5")}) << 2
+            << QStringLiteral("--image-size: expects CxHxW such as 3x32x32, got \"3x32x32x5\"");
+        QTest::newRow("image size too large")
+            << base({QStringLiteral("--image-size"), QStringLiteral("3x100000x100000"), QStringLiteral("--samples"),
+                     QStringLiteral("10")})
+            << 2 << QStringLiteral("is too large");
+        QTest::newRow("lr inf") << base({QStringLiteral("--lr"), QStringLiteral("inf")}) << 2
+                                << QStringLiteral("--lr: expects a finite number, got \"inf\"");
+        QTest::newRow("lr 1e300") << base({QStringLiteral("--lr"), QStringLiteral("1e300")}) << 2
+                                  << QStringLiteral("--lr: must be above 0 and at most 1000000, got 1e300");
+        QTest::newRow("classes 2^63-1") << base({QStringLiteral("--classes"), QStringLiteral("9223372036854775807")})
+                                        << 2
+                                        << QStringLiteral(
+                                               "--classes: must be from 2 to 1000000, got 9223372036854775807");
+        QTest::newRow("samples 2^63-1") << base({QStringLiteral("--samples"), QStringLiteral("9223372036854775807")})
+                                        << 2
+                                        << QStringLiteral(
+                                               "--samples: must be from 1 to 100000000, got 9223372036854775807");
         QTest::newRow("headroom 0.9") << base({QStringLiteral("--headroom"), QStringLiteral("0.9")}) << 1
                                       << QStringLiteral("are usable with headroom 0.9; lower the headroom");
         QTest::newRow("single-class image folder")
-            << base({QStringLiteral("--data"), QStringLiteral("image-folder"), QStringLiteral("--data-path"), dir + QStringLiteral("/oneclass"),
-                     QStringLiteral("--image-size"), QStringLiteral("1x4x4")})
+            << base({QStringLiteral("--data"), QStringLiteral("image-folder"), QStringLiteral("--data-path"),
+                     dir + QStringLiteral("/oneclass"), QStringLiteral("--image-size"), QStringLiteral("1x4x4")})
             << 2 << QStringLiteral("has one class subfolder (\"cats\"): a classifier needs at least two classes");
-        QTest::newRow("target batch larger than the data") << base({QStringLiteral("--samples"), QStringLiteral("50")}) << 2
-                                                           << QStringLiteral("the target batch 64 is larger than the data");
+        QTest::newRow("target batch larger than the data")
+            << base({QStringLiteral("--samples"), QStringLiteral("50")}) << 2
+            << QStringLiteral("the target batch 64 is larger than the data");
         QTest::newRow("target batch with resume") << base({QStringLiteral("--resume"), dir}) << 2
                                                   << QStringLiteral("--target-batch cannot be given with --resume");
-        QTest::newRow("epochs 2^63-1") << QStringList{QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--epochs"),
-                                                      QStringLiteral("9223372036854775807")}
-                                       << 2 << QStringLiteral("--epochs: must be from 1 to 1000000, got 9223372036854775807");
+        QTest::newRow("epochs 2^63-1") << QStringList{QStringLiteral("--model"), QStringLiteral("mlp"),
+                                                      QStringLiteral("--epochs"), QStringLiteral("9223372036854775807")}
+                                       << 2
+                                       << QStringLiteral(
+                                              "--epochs: must be from 1 to 1000000, got 9223372036854775807");
     }
     void hostileInput() {
         QFETCH(QStringList, args);
@@ -155,7 +188,8 @@ private Q_SLOTS:
         QFileInfo link(m_dir.filePath(QStringLiteral("link.json")));
         QVERIFY(link.isSymLink());
         struct stat fifo {};
-        QVERIFY(::stat(QFile::encodeName(m_dir.filePath(QStringLiteral("fifo"))).constData(), &fifo) == 0 && S_ISFIFO(fifo.st_mode));
+        QVERIFY(::stat(QFile::encodeName(m_dir.filePath(QStringLiteral("fifo"))).constData(), &fifo) == 0 &&
+                S_ISFIFO(fifo.st_mode));
         QVERIFY(QFileInfo(m_dir.filePath(QStringLiteral("file"))).isFile());
     }
 
@@ -170,9 +204,11 @@ private Q_SLOTS:
     void damagedCheckpointIsRefused() {
         QFETCH(double, where);
         QTemporaryDir dir;
-        const QStringList args{QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--device"), QStringLiteral("virtual:64MiB"),
-                               QStringLiteral("--target-batch"), QStringLiteral("64"), QStringLiteral("--steps"), QStringLiteral("2"),
-                               QStringLiteral("--threads"), QStringLiteral("1")};
+        const QStringList args{QStringLiteral("--model"),        QStringLiteral("mlp"),
+                               QStringLiteral("--device"),       QStringLiteral("virtual:64MiB"),
+                               QStringLiteral("--target-batch"), QStringLiteral("64"),
+                               QStringLiteral("--steps"),        QStringLiteral("2"),
+                               QStringLiteral("--threads"),      QStringLiteral("1")};
         const Run first = runCli(args + QStringList{QStringLiteral("--checkpoint-dir"), dir.path()});
         QVERIFY2(first.exitCode == 0, qPrintable(first.err));
         QFile file(dir.filePath(QStringLiteral("checkpoint.pt")));
@@ -184,13 +220,19 @@ private Q_SLOTS:
         QVERIFY(file.seek(at));
         QCOMPARE(file.write(bytes), qint64(bytes.size()));
         file.close();
-        const QByteArray damaged = [&] { QFile f(file.fileName()); f.open(QIODevice::ReadOnly); return f.readAll(); }();
+        const QByteArray damaged = [&] {
+            QFile f(file.fileName());
+            f.open(QIODevice::ReadOnly);
+            return f.readAll();
+        }();
         // A resumed run takes its target batch from the checkpoint: no --target-batch.
         QStringList resumeArgs = args;
         resumeArgs.removeAt(resumeArgs.indexOf(QStringLiteral("--target-batch")) + 1);
         resumeArgs.removeAll(QStringLiteral("--target-batch"));
-        const Run resumed = runCli(resumeArgs + QStringList{QStringLiteral("--resume"), dir.path(), QStringLiteral("--steps"), QStringLiteral("4")});
-        QVERIFY2(resumed.exitCode == 2, qPrintable(QStringLiteral("exit %1: %2").arg(resumed.exitCode).arg(resumed.err)));
+        const Run resumed = runCli(resumeArgs + QStringList{QStringLiteral("--resume"), dir.path(),
+                                                            QStringLiteral("--steps"), QStringLiteral("4")});
+        QVERIFY2(resumed.exitCode == 2,
+                 qPrintable(QStringLiteral("exit %1: %2").arg(resumed.exitCode).arg(resumed.err)));
         QVERIFY2(resumed.err.contains(QStringLiteral("is corrupt")), qPrintable(resumed.err));
         // The damaged file is left for the user to inspect, not overwritten.
         QFile after(file.fileName());
@@ -204,9 +246,10 @@ private Q_SLOTS:
         QTemporaryDir dir;
         QProcess process;
         process.start(QStringLiteral(BATCHPILOT_CLI_PATH),
-                      {QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--device"), QStringLiteral("virtual:64MiB"),
-                       QStringLiteral("--target-batch"), QStringLiteral("64"), QStringLiteral("--steps"), QStringLiteral("100000"),
-                       QStringLiteral("--threads"), QStringLiteral("1"), QStringLiteral("--checkpoint-dir"), dir.path()});
+                      {QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--device"),
+                       QStringLiteral("virtual:64MiB"), QStringLiteral("--target-batch"), QStringLiteral("64"),
+                       QStringLiteral("--steps"), QStringLiteral("100000"), QStringLiteral("--threads"),
+                       QStringLiteral("1"), QStringLiteral("--checkpoint-dir"), dir.path()});
         QVERIFY(process.waitForStarted());
         // Training has begun once the first step line is out.
         QTRY_VERIFY_WITH_TIMEOUT((process.waitForReadyRead(100), process.peek(1 << 20).contains("step ")), 60000);
@@ -214,7 +257,8 @@ private Q_SLOTS:
         QVERIFY(process.waitForFinished(60000));
         const QString err = QString::fromUtf8(process.readAllStandardError());
         QCOMPARE(process.exitStatus(), QProcess::NormalExit);
-        QVERIFY2(process.exitCode() == 128 + SIGINT, qPrintable(QStringLiteral("exit %1: %2").arg(process.exitCode()).arg(err)));
+        QVERIFY2(process.exitCode() == 128 + SIGINT,
+                 qPrintable(QStringLiteral("exit %1: %2").arg(process.exitCode()).arg(err)));
         QVERIFY2(err.contains(QStringLiteral("stopped by signal 2")), qPrintable(err));
         QVERIFY(QFile::exists(dir.filePath(QStringLiteral("checkpoint.pt"))));
     }
@@ -263,8 +307,11 @@ private Q_SLOTS:
         QCOMPARE(process.exitCode(), 0);
         const QString out = QString::fromUtf8(process.readAllStandardOutput());
         const QString err = QString::fromUtf8(process.readAllStandardError());
-        QVERIFY2(QRegularExpression(QStringLiteral("LibTorch [0-9.]+ \\((CPU|CUDA)\\), BLAS: .+, [0-9]+ intra-op threads?")).match(out).hasMatch(),
-                 qPrintable(out));
+        QVERIFY2(
+            QRegularExpression(QStringLiteral("LibTorch [0-9.]+ \\((CPU|CUDA)\\), BLAS: .+, [0-9]+ intra-op threads?"))
+                .match(out)
+                .hasMatch(),
+            qPrintable(out));
         if (out.contains(QStringLiteral("BLAS library: "))) {
             // Debian's LibTorch calls the system BLAS: here the reference one.
             QVERIFY2(out.contains(QStringLiteral("BLAS: reference BLAS")), qPrintable(out));
@@ -279,9 +326,9 @@ private Q_SLOTS:
     void helpDocumentsEveryFlag() {
         const Run run = runCli({QStringLiteral("--help")});
         QCOMPARE(run.exitCode, 0);
-        for (const auto* flag : {"--model", "--device", "--target-batch", "--steps", "--events", "--headroom", "--multiple-of",
-                                 "--max-micro-batch", "--optimizer", "--lr", "--seed", "--image-size", "--norm",
-                                 "--memory-report", "--check-equivalence"}) {
+        for (const auto* flag : {"--model", "--device", "--target-batch", "--steps", "--events", "--headroom",
+                                 "--multiple-of", "--max-micro-batch", "--optimizer", "--lr", "--seed", "--image-size",
+                                 "--norm", "--memory-report", "--check-equivalence"}) {
             QVERIFY2(run.out.contains(QLatin1String(flag)), flag);
         }
     }
@@ -289,9 +336,10 @@ private Q_SLOTS:
     void configFileWithOverridingFlags() {
         QTemporaryDir dir;
         const QString config = dir.filePath(QStringLiteral("run.json"));
-        const Run saved = runCli({QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--target-batch"),
-                                  QStringLiteral("48"), QStringLiteral("--image-size"), QStringLiteral("3x8x8"),
-                                  QStringLiteral("--steps"), QStringLiteral("50"), QStringLiteral("--save-config"), config});
+        const Run saved =
+            runCli({QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--target-batch"),
+                    QStringLiteral("48"), QStringLiteral("--image-size"), QStringLiteral("3x8x8"),
+                    QStringLiteral("--steps"), QStringLiteral("50"), QStringLiteral("--save-config"), config});
         QVERIFY2(saved.exitCode == 0, qPrintable(saved.err));
         QVERIFY(QFile::exists(config));
         // The flag given after the file wins: 2 steps, not the 50 in the file.
@@ -307,14 +355,16 @@ private Q_SLOTS:
     void resumesAfterSigkill() {
         QTemporaryDir dir;
         const QString checkpoints = dir.filePath(QStringLiteral("ckpt"));
-        const QStringList common{QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--image-size"),
-                                 QStringLiteral("3x16x16"), QStringLiteral("--target-batch"), QStringLiteral("128"),
-                                 QStringLiteral("--device"), QStringLiteral("virtual:16MiB"), QStringLiteral("--optimizer"),
-                                 QStringLiteral("adam")};
+        const QStringList common{QStringLiteral("--model"),        QStringLiteral("cnn"),
+                                 QStringLiteral("--image-size"),   QStringLiteral("3x16x16"),
+                                 QStringLiteral("--target-batch"), QStringLiteral("128"),
+                                 QStringLiteral("--device"),       QStringLiteral("virtual:16MiB"),
+                                 QStringLiteral("--optimizer"),    QStringLiteral("adam")};
         QProcess process;
         process.start(QStringLiteral(BATCHPILOT_CLI_PATH),
-                      common + QStringList{QStringLiteral("--steps"), QStringLiteral("100000"), QStringLiteral("--checkpoint-dir"),
-                                           checkpoints, QStringLiteral("--checkpoint-every"), QStringLiteral("1")});
+                      common + QStringList{QStringLiteral("--steps"), QStringLiteral("100000"),
+                                           QStringLiteral("--checkpoint-dir"), checkpoints,
+                                           QStringLiteral("--checkpoint-every"), QStringLiteral("1")});
         QVERIFY(process.waitForStarted());
         QString out;
         while (!out.contains(QStringLiteral("checkpoint saved at step 3"))) {
@@ -331,11 +381,13 @@ private Q_SLOTS:
         QStringList resumeArgs = common;
         resumeArgs.removeAt(resumeArgs.indexOf(QStringLiteral("--target-batch")) + 1);
         resumeArgs.removeAll(QStringLiteral("--target-batch"));
-        const Run resumed = runCli(resumeArgs + QStringList{QStringLiteral("--steps"), QStringLiteral("8"), QStringLiteral("--resume"),
-                                                            checkpoints, QStringLiteral("--events"), resumedEvents});
+        const Run resumed =
+            runCli(resumeArgs + QStringList{QStringLiteral("--steps"), QStringLiteral("8"), QStringLiteral("--resume"),
+                                            checkpoints, QStringLiteral("--events"), resumedEvents});
         QVERIFY2(resumed.exitCode == 0, qPrintable(resumed.err));
         // It says where its checkpoints go (the one it resumed from is replaced) and which batch it continues at.
-        QVERIFY2(resumed.out.contains(QStringLiteral("checkpoints replace ") + checkpoints + QStringLiteral("/checkpoint.pt")),
+        QVERIFY2(resumed.out.contains(QStringLiteral("checkpoints replace ") + checkpoints +
+                                      QStringLiteral("/checkpoint.pt")),
                  qPrintable(resumed.out));
         QVERIFY2(resumed.out.contains(QStringLiteral("at the checkpoint's target batch 128")), qPrintable(resumed.out));
         const QRegularExpression from(QStringLiteral("resumed from step (\\d+)"));
@@ -346,7 +398,8 @@ private Q_SLOTS:
         QVERIFY(resumed.out.contains(QStringLiteral("done after 8 steps")));
 
         const QString straightEvents = dir.filePath(QStringLiteral("straight.jsonl"));
-        const Run straight = runCli(common + QStringList{QStringLiteral("--steps"), QStringLiteral("8"), QStringLiteral("--events"), straightEvents});
+        const Run straight = runCli(common + QStringList{QStringLiteral("--steps"), QStringLiteral("8"),
+                                                         QStringLiteral("--events"), straightEvents});
         QVERIFY2(straight.exitCode == 0, qPrintable(straight.err));
         const auto losses = [](const QString& path) {
             std::map<int, double> out;
@@ -366,18 +419,21 @@ private Q_SLOTS:
         QCOMPARE(int(after.size()), 8 - resumedFrom);
         for (const auto& [step, loss] : after) {
             QVERIFY(step > resumedFrom);
-            QVERIFY2(std::abs(loss - reference.at(step)) <= 1e-6,
-                     qPrintable(QStringLiteral("step %1: %2 resumed vs %3").arg(step).arg(loss, 0, 'g', 10).arg(reference.at(step), 0, 'g', 10)));
+            QVERIFY2(std::abs(loss - reference.at(step)) <= 1e-6, qPrintable(QStringLiteral("step %1: %2 resumed vs %3")
+                                                                                 .arg(step)
+                                                                                 .arg(loss, 0, 'g', 10)
+                                                                                 .arg(reference.at(step), 0, 'g', 10)));
         }
     }
 
     void shortRunWritesJsonLines() {
         QTemporaryDir dir;
         const QString events = dir.filePath(QStringLiteral("run.jsonl"));
-        const Run run = runCli({QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--device"),
-                                QStringLiteral("virtual:8MiB"), QStringLiteral("--target-batch"), QStringLiteral("1024"),
-                                QStringLiteral("--steps"), QStringLiteral("3"), QStringLiteral("--image-size"),
-                                QStringLiteral("3x16x16"), QStringLiteral("--events"), events});
+        const Run run =
+            runCli({QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--device"),
+                    QStringLiteral("virtual:8MiB"), QStringLiteral("--target-batch"), QStringLiteral("1024"),
+                    QStringLiteral("--steps"), QStringLiteral("3"), QStringLiteral("--image-size"),
+                    QStringLiteral("3x16x16"), QStringLiteral("--events"), events});
         QVERIFY2(run.exitCode == 0, qPrintable(run.err));
         // Piped output: plain lines, one per step, no carriage returns.
         QVERIFY(!run.out.contains(QLatin1Char('\r')));
@@ -410,11 +466,12 @@ private Q_SLOTS:
     }
 
     void memoryReportAndEquivalenceCheck() {
-        const Run run = runCli({QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--device"),
-                                QStringLiteral("virtual:16MiB"), QStringLiteral("--target-batch"), QStringLiteral("512"),
-                                QStringLiteral("--optimizer"), QStringLiteral("adam"), QStringLiteral("--steps"),
-                                QStringLiteral("4"), QStringLiteral("--quiet"), QStringLiteral("--memory-report"),
-                                QStringLiteral("--check-equivalence"), QStringLiteral("0")});
+        const Run run =
+            runCli({QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--device"),
+                    QStringLiteral("virtual:16MiB"), QStringLiteral("--target-batch"), QStringLiteral("512"),
+                    QStringLiteral("--optimizer"), QStringLiteral("adam"), QStringLiteral("--steps"),
+                    QStringLiteral("4"), QStringLiteral("--quiet"), QStringLiteral("--memory-report"),
+                    QStringLiteral("--check-equivalence"), QStringLiteral("0")});
         QVERIFY2(run.exitCode == 0, qPrintable(run.err));
         // Printed even with --quiet, because it was asked for.
         for (const char* expected :
@@ -423,8 +480,8 @@ private Q_SLOTS:
               "optimizer state", "activations (micro-batch ", "free", "measured peak",
               "Equivalence check after step 1: 512 samples accumulated as ", "conv1.weight", "all parameters",
               "float32 rounding", "does not fit in the virtual device's budget"}) {
-            QVERIFY2(run.out.contains(QString::fromUtf8(expected)), qPrintable(run.out + QStringLiteral("\nmissing: ") +
-                                                                              QString::fromUtf8(expected)));
+            QVERIFY2(run.out.contains(QString::fromUtf8(expected)),
+                     qPrintable(run.out + QStringLiteral("\nmissing: ") + QString::fromUtf8(expected)));
         }
         // The parts explain the measured peak (within 2%).
         const QRegularExpression share(QStringLiteral("\\(([0-9.]+)% of it\\)"));

@@ -41,7 +41,7 @@ private Q_SLOTS:
         box.stop();
         run.join();
         QVERIFY(!running);
-        QCOMPARE(resumed.load(), 0);  // stopped, not resumed
+        QCOMPARE(resumed.load(), 0);       // stopped, not resumed
         QVERIFY(box.cancelFlag().load());  // loaders see the stop too
     }
 

@@ -114,9 +114,12 @@ private Q_SLOTS:
         QTest::newRow("cpu") << QStringLiteral("cpu") << true << QStringLiteral("cpu");
         QTest::newRow("virtual") << QStringLiteral("virtual:512MiB") << true << QStringLiteral("virtual:512MiB");
         QTest::newRow("virtual GiB") << QStringLiteral("virtual:2GiB") << true << QStringLiteral("virtual:2GiB");
-        QTest::newRow("virtual bad size") << QStringLiteral("virtual:abc") << false << QStringLiteral("invalid memory size");
-        QTest::newRow("virtual no size") << QStringLiteral("virtual") << false << QStringLiteral("needs a memory budget");
-        QTest::newRow("unknown") << QStringLiteral("tpu:0") << false << QStringLiteral("use cpu, cuda:N or virtual:<size>");
+        QTest::newRow("virtual bad size")
+            << QStringLiteral("virtual:abc") << false << QStringLiteral("invalid memory size");
+        QTest::newRow("virtual no size") << QStringLiteral("virtual") << false
+                                         << QStringLiteral("needs a memory budget");
+        QTest::newRow("unknown") << QStringLiteral("tpu:0") << false
+                                 << QStringLiteral("use cpu, cuda:N or virtual:<size>");
         QTest::newRow("cuda index") << QStringLiteral("cuda:x") << false << QStringLiteral("must be a number");
         QTest::newRow("cuda absent") << QStringLiteral("cuda:99") << false << QStringLiteral("does not exist");
     }

@@ -80,7 +80,8 @@ private Q_SLOTS:
 
     void quotedFields() {
         QTemporaryDir dir;
-        const auto path = write(dir, "q.csv", "\"x, the first\",\"kind\"\n\" 1.5\",\"a \"\"quoted\"\" b\"\n-2e1,plain\n");
+        const auto path =
+            write(dir, "q.csv", "\"x, the first\",\"kind\"\n\" 1.5\",\"a \"\"quoted\"\" b\"\n-2e1,plain\n");
         auto data = CsvDataset::load(path, "kind", false);
         QVERIFY2(data, data ? "" : data.error().c_str());
         QCOMPARE((*data)->featureNames(), (std::vector<std::string>{"x, the first"}));
@@ -110,7 +111,8 @@ private Q_SLOTS:
     /// (standardising does not depend on the unit), instead of overflowing to NaN.
     void hugeFeaturesStandardiseLikeSmallOnes() {
         QTemporaryDir dir;
-        const auto huge = CsvDataset::load(write(dir, "huge.csv", "a,y\n1e308,0\n-1.5e308,1\n0,0\n5e307,1\n"), "y", false);
+        const auto huge =
+            CsvDataset::load(write(dir, "huge.csv", "a,y\n1e308,0\n-1.5e308,1\n0,0\n5e307,1\n"), "y", false);
         QVERIFY2(huge, huge ? "" : huge.error().c_str());
         const auto got = (*huge)->get({0, 1, 2, 3}).inputs.flatten();
         // The column is 1e308 x (1, -1.5, 0, 0.5): mean 0, standard deviation 1e308 x sqrt(0.875).
@@ -126,9 +128,11 @@ private Q_SLOTS:
         QTest::addColumn<bool>("regression");
         QTest::addColumn<QString>("message");
         QTest::newRow("missing column") << QStringLiteral("a,b,c\n1,2,3\n") << QStringLiteral("label") << false
-                                        << QStringLiteral("has no column \"label\"; the columns are \"a\", \"b\", \"c\"");
-        QTest::newRow("no target given") << QStringLiteral("a,b\n1,2\n") << QString() << false
-                                         << QStringLiteral("name the target column (--target-column); the columns are \"a\", \"b\"");
+                                        << QStringLiteral(
+                                               "has no column \"label\"; the columns are \"a\", \"b\", \"c\"");
+        QTest::newRow("no target given")
+            << QStringLiteral("a,b\n1,2\n") << QString() << false
+            << QStringLiteral("name the target column (--target-column); the columns are \"a\", \"b\"");
         QTest::newRow("too few fields") << QStringLiteral("a,b,c\n1,2,3\n4,5\n") << QStringLiteral("c") << false
                                         << QStringLiteral("line 3: 2 fields, but the header has 3 columns");
         QTest::newRow("too many fields") << QStringLiteral("a,b\n1,2\n\n3,4,5\n") << QStringLiteral("b") << false
@@ -150,8 +154,9 @@ private Q_SLOTS:
                                      << QStringLiteral("has a header but no data rows");
         QTest::newRow("only target") << QStringLiteral("b\n1\n") << QStringLiteral("b") << false
                                      << QStringLiteral("needs at least one feature column");
-        QTest::newRow("regression target beyond 1e18") << QStringLiteral("a,b\n1,2\n3,1e300\n") << QStringLiteral("b") << true
-                                                       << QStringLiteral("line 3: the target \"1e300\" is too large to train on");
+        QTest::newRow("regression target beyond 1e18")
+            << QStringLiteral("a,b\n1,2\n3,1e300\n") << QStringLiteral("b") << true
+            << QStringLiteral("line 3: the target \"1e300\" is too large to train on");
         QTest::newRow("open quote") << QStringLiteral("a,b\n1,\"x\n2,y\n") << QStringLiteral("b") << false
                                     << QStringLiteral("the quoted field starting on line 2 is never closed");
     }
@@ -181,7 +186,8 @@ private Q_SLOTS:
         options.name = "parquet";
         made = makeDataset(options);
         QVERIFY(!made);
-        QVERIFY(QString::fromStdString(made.error()).contains(QStringLiteral("choose synthetic, mnist, image-folder or csv")));
+        QVERIFY(QString::fromStdString(made.error())
+                    .contains(QStringLiteral("choose synthetic, mnist, image-folder or csv")));
     }
 
     void mlpLearnsTheTable() {
@@ -193,7 +199,8 @@ private Q_SLOTS:
         for (int64_t i = 0; i < 256; ++i) {
             const bool second = i % 2 == 1;
             for (int64_t f = 0; f < 4; ++f) {
-                text += std::to_string(noise[i][f].item<float>() + (second ? 1.5F : -1.5F) * (f < 2 ? 1.0F : 0.0F)) + ",";
+                text +=
+                    std::to_string(noise[i][f].item<float>() + (second ? 1.5F : -1.5F) * (f < 2 ? 1.0F : 0.0F)) + ",";
             }
             text += second ? "b\n" : "a\n";
         }

@@ -15,9 +15,9 @@
 
 using namespace batchpilot::core;
 using batchpilot::tests::CleanRun;
-using batchpilot::tests::RecordingSink;
 using batchpilot::tests::finalWeights;
 using batchpilot::tests::measureCleanRun;
+using batchpilot::tests::RecordingSink;
 
 namespace {
 
@@ -74,7 +74,8 @@ class TestFaultInjection : public QObject {
             o.probe.maxMicroBatch = cap;
             const auto weights = measureCleanRun(o).weights;
             const auto& reference = clean(kind).weights;
-            for (size_t i = 0; i < weights.size(); ++i) noise = std::max(noise, (weights[i] - reference[i]).abs().max().item<double>());
+            for (size_t i = 0; i < weights.size(); ++i)
+                noise = std::max(noise, (weights[i] - reference[i]).abs().max().item<double>());
         }
         return m_splitNoise[kind] = noise;
     }
@@ -92,7 +93,8 @@ private Q_SLOTS:
         QTest::addColumn<bool>("inStep");
         for (OptimizerKind kind : {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW}) {
             const CleanRun& run = clean(kind);
-            if (run.microBatchAllocations.size() < 40 || run.optimizerAllocations.size() < 20) qFatal("too few allocations to draw from");
+            if (run.microBatchAllocations.size() < 40 || run.optimizerAllocations.size() < 20)
+                qFatal("too few allocations to draw from");
             std::mt19937_64 random(2024 + static_cast<int>(kind));
             auto micro = run.microBatchAllocations;
             auto step = run.optimizerAllocations;
@@ -132,7 +134,8 @@ private Q_SLOTS:
         // — or LibTorch absorbed it itself (LibTorch 2.x's oneDNN convolutions catch a failed
         // scratch allocation and take another path): then the run must be undisturbed all the same.
         const auto ooms = sink.all<OomEvent>();
-        QVERIFY2(ooms.size() <= 1, qPrintable(QStringLiteral("%1 OOM events for one injected failure").arg(ooms.size())));
+        QVERIFY2(ooms.size() <= 1,
+                 qPrintable(QStringLiteral("%1 OOM events for one injected failure").arg(ooms.size())));
         if (ooms.empty()) {
             QVERIFY2(!inStep, "an injected failure in an optimizer step must reach the trainer");
             ++m_absorbed;
@@ -147,7 +150,8 @@ private Q_SLOTS:
         const auto& reference = clean(kind).weights;
         QCOMPARE(weights.size(), reference.size());
         double worst = 0;
-        for (size_t i = 0; i < weights.size(); ++i) worst = std::max(worst, (weights[i] - reference[i]).abs().max().item<double>());
+        for (size_t i = 0; i < weights.size(); ++i)
+            worst = std::max(worst, (weights[i] - reference[i]).abs().max().item<double>());
         // 1e-6, or twice what another split alone causes where a build's float sums round more
         // (seen: 1.2e-6 with Adam under Clang and the sanitizers).
         const double bound = std::max(1e-6, 2 * splitNoise(kind));
@@ -174,12 +178,17 @@ private Q_SLOTS:
     }
 
     void coveredEveryPhase() {
-        qInfo("distinct injected OOMs: copy %zu, forward %zu, backward %zu, optimizer step %zu; absorbed inside LibTorch %d",
-              m_phasesHit[Phase::Copy].size(), m_phasesHit[Phase::Forward].size(), m_phasesHit[Phase::Backward].size(),
-              m_phasesHit[Phase::OptimizerStep].size(), m_absorbed);
-        QVERIFY2(m_phasesHit[Phase::Forward].size() >= 20, "fewer than 20 distinct injected OOMs landed in forward passes");
-        QVERIFY2(m_phasesHit[Phase::Backward].size() >= 20, "fewer than 20 distinct injected OOMs landed in backward passes");
-        QVERIFY2(m_phasesHit[Phase::OptimizerStep].size() >= 60, "fewer than 60 distinct injected OOMs landed in optimizer steps");
+        qInfo(
+            "distinct injected OOMs: copy %zu, forward %zu, backward %zu, optimizer step %zu; absorbed inside LibTorch "
+            "%d",
+            m_phasesHit[Phase::Copy].size(), m_phasesHit[Phase::Forward].size(), m_phasesHit[Phase::Backward].size(),
+            m_phasesHit[Phase::OptimizerStep].size(), m_absorbed);
+        QVERIFY2(m_phasesHit[Phase::Forward].size() >= 20,
+                 "fewer than 20 distinct injected OOMs landed in forward passes");
+        QVERIFY2(m_phasesHit[Phase::Backward].size() >= 20,
+                 "fewer than 20 distinct injected OOMs landed in backward passes");
+        QVERIFY2(m_phasesHit[Phase::OptimizerStep].size() >= 60,
+                 "fewer than 60 distinct injected OOMs landed in optimizer steps");
         QVERIFY2(!m_phasesHit[Phase::Copy].empty(), "no injected OOM landed in a host-to-device copy");
     }
 

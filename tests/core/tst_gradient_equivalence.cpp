@@ -79,8 +79,9 @@ private Q_SLOTS:
         // Reference: the same initial weights and the same 64 samples in one full pass.
         SyntheticImages data(options.data);
         torch::manual_seed(options.seed);
-        auto made = model == QStringLiteral("torchscript") ? loadTorchScriptModel(options.model.name, data)
-                                                           : makeBuiltinModel(options.model, data.sampleShape(), data.classes());
+        auto made = model == QStringLiteral("torchscript")
+                        ? loadTorchScriptModel(options.model.name, data)
+                        : makeBuiltinModel(options.model, data.sampleShape(), data.classes());
         QVERIFY2(made, made ? "" : made.error().c_str());
         auto reference = *made;
         std::vector<torch::Tensor> before;
@@ -109,7 +110,9 @@ private Q_SLOTS:
             const double scale = fullGradient[i].abs().max().item<double>();
             QVERIFY2(worst <= 1e-5 * scale + 1e-9,
                      qPrintable(QStringLiteral("%1: max abs difference %2, its gradient's scale %3")
-                                    .arg(QString::fromStdString(names[i])).arg(worst).arg(scale)));
+                                    .arg(QString::fromStdString(names[i]))
+                                    .arg(worst)
+                                    .arg(scale)));
         }
     }
 

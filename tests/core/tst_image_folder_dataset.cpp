@@ -56,7 +56,8 @@ float normalised(int value, int channel) {
 /// Inverts the normalisation of channel `c` of sample `i` at pixel (y, x) back to 0..255.
 float pixel(const Batch& batch, int64_t i, int64_t c, int64_t y, int64_t x) {
     const float v = batch.inputs[i][c][y][x].item<float>();
-    return (v * ImageFolderDataset::kStd[static_cast<size_t>(c)] + ImageFolderDataset::kMean[static_cast<size_t>(c)]) * 255.0F;
+    return (v * ImageFolderDataset::kStd[static_cast<size_t>(c)] + ImageFolderDataset::kMean[static_cast<size_t>(c)]) *
+           255.0F;
 }
 
 /// root/cat: 2 PNGs (one 4x4, one 9x7 to be resized), a JPEG and a BMP; root/dog: 1 PNG, a broken
@@ -113,7 +114,8 @@ private Q_SLOTS:
         QCOMPARE(data.sampleShape(), (std::vector<int64_t>{3, 4, 4}));
         std::vector<std::string> names;
         for (const auto& file : data.files()) names.push_back(fs::relative(file, root).string());
-        QCOMPARE(names, (std::vector<std::string>{"cat/a.png", "cat/b.png", "cat/d.bmp", "cat/nested/c.jpg", "dog/e.png"}));
+        QCOMPARE(names,
+                 (std::vector<std::string>{"cat/a.png", "cat/b.png", "cat/d.bmp", "cat/nested/c.jpg", "dog/e.png"}));
         QCOMPARE(data.labels(), (std::vector<int64_t>{0, 0, 0, 0, 1}));
 
         const auto warnings = data.warnings();
@@ -174,8 +176,9 @@ private Q_SLOTS:
         QCOMPARE(batch.targets.sum().item<int64_t>(), qint64(4));  // four cats (0), four dogs (1)
         const auto warnings = (*data)->warnings();
         QVERIFY(!warnings.empty());
-        QVERIFY2(QString::fromStdString(warnings.front()).contains(QStringLiteral("lead back to a folder already read")),
-                 warnings.front().c_str());
+        QVERIFY2(
+            QString::fromStdString(warnings.front()).contains(QStringLiteral("lead back to a folder already read")),
+            warnings.front().c_str());
     }
 
     void concurrentUncachedGets() {
@@ -209,11 +212,14 @@ private Q_SLOTS:
         QTest::addColumn<QString>("message");
         QTest::newRow("missing") << QStringLiteral("missing") << QStringLiteral("does not exist");
         QTest::newRow("empty") << QStringLiteral("empty") << QStringLiteral("has no class subfolders: put the images");
-        QTest::newRow("loose images") << QStringLiteral("loose") << QStringLiteral("has no class subfolders (it holds 2 images directly)");
+        QTest::newRow("loose images") << QStringLiteral("loose")
+                                      << QStringLiteral("has no class subfolders (it holds 2 images directly)");
         QTest::newRow("a file") << QStringLiteral("file") << QStringLiteral("is not a folder");
-        QTest::newRow("no images") << QStringLiteral("no-images") << QStringLiteral("has 2 class subfolder(s) but no image files");
+        QTest::newRow("no images") << QStringLiteral("no-images")
+                                   << QStringLiteral("has 2 class subfolder(s) but no image files");
         QTest::newRow("all broken") << QStringLiteral("broken") << QStringLiteral("none of the 2 image files");
-        QTest::newRow("two channels") << QStringLiteral("channels") << QStringLiteral("1 (grey) or 3 (RGB) channels, not 2");
+        QTest::newRow("two channels") << QStringLiteral("channels")
+                                      << QStringLiteral("1 (grey) or 3 (RGB) channels, not 2");
     }
     void badFoldersAreClearErrors() {
         QFETCH(QString, layout);
@@ -243,7 +249,8 @@ private Q_SLOTS:
         QVERIFY(!data);
         const QString error = QString::fromStdString(data.error());
         QVERIFY2(error.contains(message), qPrintable(error));
-        if (layout != QLatin1String("channels")) QVERIFY2(error.contains(QString::fromStdString(root.string())), qPrintable(error));
+        if (layout != QLatin1String("channels"))
+            QVERIFY2(error.contains(QString::fromStdString(root.string())), qPrintable(error));
     }
 
     /// Files found by fuzz/fuzz_image_decode and fuzz/fuzz_image_folder, and a size bomb: each is an
@@ -253,7 +260,9 @@ private Q_SLOTS:
         QTest::addColumn<QByteArray>("bytes");
         QTest::addColumn<QString>("message");
         // A PGM whose height is 0: stb_image accepted it and the resize divided by zero.
-        QTest::newRow("PNM with a zero side") << QByteArray("P5\n4\0\0\n255\n\x00\x25JO", 15) << QStringLiteral("PNM: the header is not \"P5|P6 width height maximum\" with positive numbers");
+        QTest::newRow("PNM with a zero side")
+            << QByteArray("P5\n4\0\0\n255\n\x00\x25JO", 15)
+            << QStringLiteral("PNM: the header is not \"P5|P6 width height maximum\" with positive numbers");
         // A JPEG Huffman table declaring 16 x 255 codes: stb_image 2.27 wrote past its tables.
         QTest::newRow("JPEG with 4080 Huffman codes")
             << (QByteArray("\xff\xd8\xff\xc4\x00\x13\x00", 7) + QByteArray(16, '\xff') + QByteArray(64, '\x01'))
@@ -266,26 +275,34 @@ private Q_SLOTS:
         ihdr.append(QByteArray("\x08\x02\x00\x00\x00", 5));
         QByteArray png("\x89PNG\r\n\x1a\n\x00\x00\x00\x0d", 12);
         png += ihdr;
-        const quint32 crc = quint32(crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(ihdr.constData()), uInt(ihdr.size())));
+        const quint32 crc =
+            quint32(crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(ihdr.constData()), uInt(ihdr.size())));
         for (int shift = 24; shift >= 0; shift -= 8) png.append(char((crc >> shift) & 0xFF));
         png += QByteArray("\x00\x00\x00\x00IDAT\x35\xaf\x06\x1e", 12);  // no pixel data at all
         png += QByteArray("\x00\x00\x00\x00IEND\xae\x42\x60\x82", 12);
         // A 16-bit PPM holding fewer samples than its header says: stb_image overflowed its buffer.
-        QTest::newRow("short 16-bit PPM") << QByteArray("P6\n2 2\n256\n\x00\x35j%Z", 16)
-                                          << QStringLiteral("PNM: the file holds 5 bytes of pixels, its header needs 24");
+        QTest::newRow("short 16-bit PPM")
+            << QByteArray("P6\n2 2\n256\n\x00\x35j%Z", 16)
+            << QStringLiteral("PNM: the file holds 5 bytes of pixels, its header needs 24");
         // A GIF whose image block holds no frame: stb_image failed with an empty reason.
         QTest::newRow("GIF without a frame")
-            << QByteArray("GIF89a\x02\x00\x02\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff,\x00\x00\x00\x00\x02\x00\x02\x00\x00" "B\x02" "D\x01\x00;", 35)
+            << QByteArray(
+                   "GIF89a\x02\x00\x02\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff,\x00\x00\x00\x00\x02\x00\x02\x00\x00"
+                   "B\x02"
+                   "D\x01\x00;",
+                   35)
             << QStringLiteral("cannot decode the image");
         // A 28-byte TGA claiming 8000 x 8000 pixels: stb_image decoded 64 megapixels of zeros (a
         // fuzzing timeout: time and memory followed the claim, not the file).
         QTest::newRow("TGA claiming more than it holds")
-            << (QByteArray("\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x40\x1f\x40\x1f\x18\x00", 18) + QByteArray(10, '\x7f'))
+            << (QByteArray("\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x40\x1f\x40\x1f\x18\x00", 18) +
+                QByteArray(10, '\x7f'))
             << QStringLiteral("its header says 8000x8000 pixels, more than a file of 28 bytes can hold");
         // Found by fuzzing the PPM reader that replaced stb_image's: sides whose product overflows.
         QTest::newRow("PPM with 10-digit sides") << QByteArray("P6\n4444444444 4444444444\n255\n\x00\xff", 31)
                                                  << QStringLiteral("its header says 4444444444x4444444444 pixels");
-        QTest::newRow("PNG claiming 10^10 pixels") << png << QStringLiteral("its header says 100000x100000 pixels, more than the 67108864");
+        QTest::newRow("PNG claiming 10^10 pixels")
+            << png << QStringLiteral("its header says 100000x100000 pixels, more than the 67108864");
     }
     void hostileImagesAreRefused() {
         QFETCH(QByteArray, bytes);

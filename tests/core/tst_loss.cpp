@@ -30,7 +30,8 @@ class TestLoss : public QObject {
 private Q_SLOTS:
     void crossEntropyValues() {
         // Uniform logits over 4 classes: log(4) whatever the labels.
-        const auto uniform = computeLoss(LossKind::CrossEntropy, torch::zeros({2, 4}), torch::tensor({0, 3}, torch::kInt64));
+        const auto uniform =
+            computeLoss(LossKind::CrossEntropy, torch::zeros({2, 4}), torch::tensor({0, 3}, torch::kInt64));
         QVERIFY(std::abs(uniform.item<double>() - std::log(4.0)) < 1e-6);
         // Against a hand computation on one sample: -log softmax([1, 2, 3])[2].
         const auto logits = torch::tensor({{1.0F, 2.0F, 3.0F}});
@@ -74,12 +75,15 @@ private Q_SLOTS:
         QTest::addColumn<QString>("message");
         QTest::newRow("regression targets with cross-entropy")
             << int(LossKind::CrossEntropy) << torch::zeros({4, 1}) << torch::zeros({4, 2})
-            << QStringLiteral("cross-entropy needs class ids, but the targets are float values [4, 2] (regression data): use the mse loss");
+            << QStringLiteral(
+                   "cross-entropy needs class ids, but the targets are float values [4, 2] (regression data): use the "
+                   "mse loss");
         QTest::newRow("one output per sample with cross-entropy")
             << int(LossKind::CrossEntropy) << torch::zeros({4}) << torch::zeros({4}, torch::kInt64)
             << QStringLiteral("the model gave [4] for targets [4]");
         QTest::newRow("mse shape") << int(LossKind::Mse) << torch::zeros({4, 3}) << torch::zeros({4, 1})
-                                   << QStringLiteral("mse needs outputs of the targets' shape [4, 1]; the model gave [4, 3]");
+                                   << QStringLiteral(
+                                          "mse needs outputs of the targets' shape [4, 1]; the model gave [4, 3]");
         QTest::newRow("mse class ids") << int(LossKind::Mse) << torch::zeros({4}) << torch::zeros({4}, torch::kInt64)
                                        << QStringLiteral("mse with class-id targets [4] needs outputs [N, classes]");
     }
@@ -107,7 +111,6 @@ private Q_SLOTS:
         QCOMPARE(TrainerOptions{}.loss, LossKind::CrossEntropy);
     }
 };
-
 
 QTEST_APPLESS_MAIN(TestLoss)
 #include "tst_loss.moc"

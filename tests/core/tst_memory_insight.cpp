@@ -62,9 +62,15 @@ private Q_SLOTS:
         QTest::addColumn<QString>("optimizer");
         QTest::addColumn<QString>("device");
         QTest::addColumn<int>("stateCopies");  // optimizer state in parameter sizes
-        QTest::newRow("mlp adam") << "mlp" << "adam" << "virtual:16MiB" << 2;
-        QTest::newRow("cnn sgd+momentum") << "cnn" << "sgd" << "virtual:24MiB" << 1;
-        QTest::newRow("resnet groupnorm adamw") << "resnet" << "adamw" << "virtual:48MiB" << 2;
+        QTest::newRow("mlp adam") << "mlp"
+                                  << "adam"
+                                  << "virtual:16MiB" << 2;
+        QTest::newRow("cnn sgd+momentum") << "cnn"
+                                          << "sgd"
+                                          << "virtual:24MiB" << 1;
+        QTest::newRow("resnet groupnorm adamw") << "resnet"
+                                                << "adamw"
+                                                << "virtual:48MiB" << 2;
     }
     void breakdownAddsUpToThePeak() {
         QFETCH(QString, model);
@@ -108,10 +114,13 @@ private Q_SLOTS:
             QCOMPARE(b.gradientBytes, parameterBytes);
             QVERIFY(!b.optimizerStateReserved);
             QCOMPARE(b.optimizerStateBytes, stateCopies * parameterBytes);
-            QVERIFY2(b.activationBytes > 0 && b.activationMicroBatch > 0, qPrintable(QString::number(b.activationBytes)));
+            QVERIFY2(b.activationBytes > 0 && b.activationMicroBatch > 0,
+                     qPrintable(QString::number(b.activationBytes)));
             const double error = std::abs(double(b.attributedBytes() - b.peakBytes)) / double(b.peakBytes);
             QVERIFY2(error <= 0.02, qPrintable(QStringLiteral("step %1: parts %2 vs peak %3")
-                                                   .arg(b.step).arg(b.attributedBytes()).arg(b.peakBytes)));
+                                                   .arg(b.step)
+                                                   .arg(b.attributedBytes())
+                                                   .arg(b.peakBytes)));
             QVERIFY(b.peakBytes <= b.totalBytes);
             QCOMPARE(b.freeBytes, b.totalBytes - b.peakBytes);
             QCOMPARE(b.cacheBytes, int64_t{0});
@@ -245,7 +254,8 @@ private Q_SLOTS:
         QVERIFY(c.explanation.find("does not fit") != std::string::npos);
         // The check's own out-of-memory error is not a training OOM: no event reports it.
         const auto ooms = sink.all<OomEvent>();
-        QVERIFY(std::none_of(ooms.begin(), ooms.end(), [&](const OomEvent& e) { return e.time >= c.time - c.seconds; }));
+        QVERIFY(
+            std::none_of(ooms.begin(), ooms.end(), [&](const OomEvent& e) { return e.time >= c.time - c.seconds; }));
     }
 
     void smallerCheckBatch() {

@@ -51,8 +51,10 @@ class TestMemoryReport : public QObject {
 private Q_SLOTS:
     void fitInWords() {
         QCOMPARE(describeMemoryModel({210 * kMiB, 3.1 * kMiB}), std::string("≈ 210 MiB fixed + 3.1 MiB per sample"));
-        QCOMPARE(describeMemoryModel({453 * 1024.0, 228 * 1024.0}), std::string("≈ 453 KiB fixed + 228 KiB per sample"));
-        QCOMPARE(describeMemoryModel({1.5 * 1024 * kMiB, 12 * kMiB}), std::string("≈ 1.5 GiB fixed + 12 MiB per sample"));
+        QCOMPARE(describeMemoryModel({453 * 1024.0, 228 * 1024.0}),
+                 std::string("≈ 453 KiB fixed + 228 KiB per sample"));
+        QCOMPARE(describeMemoryModel({1.5 * 1024 * kMiB, 12 * kMiB}),
+                 std::string("≈ 1.5 GiB fixed + 12 MiB per sample"));
         // A negative intercept is said plainly rather than printed as "fixed".
         QVERIFY(describeMemoryModel({-2 * kMiB, 1 * kMiB}).find("at zero") != std::string::npos);
     }
@@ -137,10 +139,10 @@ private Q_SLOTS:
         QVERIFY(report.reportDue());
         const std::string text = report.take();
         QVERIFY(!report.reportDue());
-        for (const char* expected : {"cnn (24,234 parameters) on virtual:64MiB", "out of memory", "fits, past headroom",
-                                     "failed to get 4.6", "≈ 451 KiB fixed + 228 KiB per sample",
-                                     "Chosen micro-batch 271: target 1024 = 4 micro-batch(es) of 256",
-                                     "after step 2", "activations (micro-batch 256)", "optimizer state", "(100.0% of it)"}) {
+        for (const char* expected :
+             {"cnn (24,234 parameters) on virtual:64MiB", "out of memory", "fits, past headroom", "failed to get 4.6",
+              "≈ 451 KiB fixed + 228 KiB per sample", "Chosen micro-batch 271: target 1024 = 4 micro-batch(es) of 256",
+              "after step 2", "activations (micro-batch 256)", "optimizer state", "(100.0% of it)"}) {
             QVERIFY2(text.find(expected) != std::string::npos, (text + "\nmissing: " + expected).c_str());
         }
         // One row per trial, in order.

@@ -128,7 +128,8 @@ private Q_SLOTS:
         const auto header = idxImages(10, 28, 28);
         QCOMPARE(gzwrite(file, header.data(), static_cast<unsigned>(header.size())), static_cast<int>(header.size()));
         const std::vector<uint8_t> zeros(1 << 20, 0);
-        for (int i = 0; i < 256; ++i) QCOMPARE(gzwrite(file, zeros.data(), static_cast<unsigned>(zeros.size())), 1 << 20);
+        for (int i = 0; i < 256; ++i)
+            QCOMPARE(gzwrite(file, zeros.data(), static_cast<unsigned>(zeros.size())), 1 << 20);
         QCOMPARE(gzclose(file), Z_OK);
         writePlain(dir.filePath(QStringLiteral("train-labels-idx1-ubyte")), idxLabels({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
         // What the reader may hold is bounded by the declared size, whatever the stream holds.
@@ -137,7 +138,8 @@ private Q_SLOTS:
         QCOMPARE(capped->size(), size_t(16 + 10 * 28 * 28 + 1));
         const auto data = MnistDataset::load(dir.path().toStdString());
         QVERIFY(!data);
-        QVERIFY2(QString::fromStdString(data.error()).contains(QStringLiteral("holds more than the 7856 bytes its header declares")),
+        QVERIFY2(QString::fromStdString(data.error())
+                     .contains(QStringLiteral("holds more than the 7856 bytes its header declares")),
                  data.error().c_str());
     }
 
@@ -154,7 +156,8 @@ private Q_SLOTS:
             threads.emplace_back([&] {
                 for (int i = 0; i < 50; ++i) {
                     const Batch b = (*data)->get({5, 1, 2});
-                    if (!torch::equal(b.inputs, expected.inputs) || !torch::equal(b.targets, expected.targets)) ++mismatches;
+                    if (!torch::equal(b.inputs, expected.inputs) || !torch::equal(b.targets, expected.targets))
+                        ++mismatches;
                 }
             });
         }
@@ -166,20 +169,23 @@ private Q_SLOTS:
         QTest::addColumn<QString>("kind");
         QTest::addColumn<QString>("file");
         QTest::addColumn<QString>("message");
-        QTest::newRow("no folder") << QStringLiteral("missing") << QStringLiteral("nowhere") << QStringLiteral("does not exist");
+        QTest::newRow("no folder") << QStringLiteral("missing") << QStringLiteral("nowhere")
+                                   << QStringLiteral("does not exist");
         QTest::newRow("no labels") << QStringLiteral("no-labels") << QStringLiteral("")
                                    << QStringLiteral("has no train-labels-idx1-ubyte");
         QTest::newRow("bad magic") << QStringLiteral("bad-magic") << QStringLiteral("train-images-idx3-ubyte")
                                    << QStringLiteral("starts with 0x12345678, not the images magic number 0x00000803");
         QTest::newRow("swapped") << QStringLiteral("swapped") << QStringLiteral("train-images-idx3-ubyte")
                                  << QStringLiteral("(it is a labels file)");
-        QTest::newRow("truncated images") << QStringLiteral("truncated") << QStringLiteral("train-images-idx3-ubyte")
-                                          << QStringLiteral("header declares 6 images of 28x28 = 4720 bytes (truncated)");
+        QTest::newRow("truncated images")
+            << QStringLiteral("truncated") << QStringLiteral("train-images-idx3-ubyte")
+            << QStringLiteral("header declares 6 images of 28x28 = 4720 bytes (truncated)");
         QTest::newRow("extra bytes") << QStringLiteral("extra") << QStringLiteral("train-labels-idx1-ubyte")
                                      << QStringLiteral("holds more than the 14 bytes its header declares (6 labels)");
         QTest::newRow("short header") << QStringLiteral("short") << QStringLiteral("train-images-idx3-ubyte")
                                       << QStringLiteral("shorter than the 16-byte IDX header");
-        QTest::newRow("truncated gzip") << QStringLiteral("truncated-gz") << QStringLiteral("train-images-idx3-ubyte.gz")
+        QTest::newRow("truncated gzip") << QStringLiteral("truncated-gz")
+                                        << QStringLiteral("train-images-idx3-ubyte.gz")
                                         << QStringLiteral("truncated or corrupt gzip");
         QTest::newRow("count mismatch") << QStringLiteral("mismatch") << QStringLiteral("train-labels-idx1-ubyte")
                                         << QStringLiteral("has 6 images but");

@@ -18,7 +18,9 @@ FailureInfo classify(E error) {
     return classifyFailure(std::make_exception_ptr(std::move(error)));
 }
 
-c10::Error c10Error(const std::string& message) { return c10::Error(c10::SourceLocation{"f", "file", 1}, message); }
+c10::Error c10Error(const std::string& message) {
+    return c10::Error(c10::SourceLocation{"f", "file", 1}, message);
+}
 
 }  // namespace
 
@@ -33,12 +35,18 @@ private Q_SLOTS:
     void knownAllocatorMessages_data() {
         QTest::addColumn<QString>("message");
         QTest::addColumn<qint64>("requested");
-        QTest::newRow("cuda") << QStringLiteral("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 79.15 GiB total)")
+        QTest::newRow("cuda") << QStringLiteral(
+                                     "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 79.15 GiB total)")
                               << qint64(20) * 1024 * 1024;
-        QTest::newRow("cpu") << QStringLiteral("[enforce fail at alloc_cpu.cpp:75] . DefaultCPUAllocator: can't allocate memory: you tried to allocate 123456 bytes. Error code 12")
+        QTest::newRow("cpu") << QStringLiteral(
+                                    "[enforce fail at alloc_cpu.cpp:75] . DefaultCPUAllocator: can't allocate memory: "
+                                    "you tried to allocate 123456 bytes. Error code 12")
                              << qint64(123456);
-        QTest::newRow("cublas") << QStringLiteral("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)") << qint64(0);
-        QTest::newRow("hip") << QStringLiteral("HIP out of memory. Tried to allocate 2.00 GiB") << qint64(2) * 1024 * 1024 * 1024;
+        QTest::newRow("cublas") << QStringLiteral(
+                                       "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)")
+                                << qint64(0);
+        QTest::newRow("hip") << QStringLiteral("HIP out of memory. Tried to allocate 2.00 GiB")
+                             << qint64(2) * 1024 * 1024 * 1024;
     }
     void knownAllocatorMessages() {
         QFETCH(QString, message);
@@ -54,7 +62,8 @@ private Q_SLOTS:
         QTest::addColumn<QString>("message");
         QTest::newRow("shape") << QStringLiteral("mat1 and mat2 shapes cannot be multiplied (4x10 and 12x3)");
         QTest::newRow("cudnn not supported") << QStringLiteral("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED");
-        QTest::newRow("illegal memory access") << QStringLiteral("CUDA error: an illegal memory access was encountered");
+        QTest::newRow("illegal memory access")
+            << QStringLiteral("CUDA error: an illegal memory access was encountered");
     }
     void realErrorsAreNotOom() {
         QFETCH(QString, message);
@@ -103,7 +112,8 @@ def forward(self, x):
         const auto info = classifyFailure(error);
         QVERIFY(info.outOfMemory);
         QVERIFY(info.insideTorchScript);
-        QVERIFY2(QString::fromStdString(info.message).startsWith(QStringLiteral("virtual GPU out of memory")), info.message.c_str());
+        QVERIFY2(QString::fromStdString(info.message).startsWith(QStringLiteral("virtual GPU out of memory")),
+                 info.message.c_str());
         QCOMPARE(info.requestedBytes, qint64(4194304) * 4);
         QVERIFY(info.detail.find("TorchScript interpreter") != std::string::npos);
     }
@@ -126,7 +136,8 @@ def forward(self, x):
         const auto info = classifyFailure(error);
         QVERIFY(!info.outOfMemory);
         QVERIFY(info.insideTorchScript);
-        QVERIFY2(info.message.find("mat1 and mat2 shapes cannot be multiplied") != std::string::npos, info.message.c_str());
+        QVERIFY2(info.message.find("mat1 and mat2 shapes cannot be multiplied") != std::string::npos,
+                 info.message.c_str());
         QVERIFY2(info.message.find("TorchScript interpreter") == std::string::npos, info.message.c_str());
     }
 
@@ -135,18 +146,23 @@ def forward(self, x):
         QTest::addColumn<QString>("text");
         QTest::addColumn<bool>("oom");
         QTest::addColumn<QString>("reason");
-        const QString head = QStringLiteral("The following operation failed in the TorchScript interpreter.\n"
-                                            "Traceback of TorchScript (most recent call last):\n"
-                                            "  File \"code/__torch__.py\", line 8, in forward\n"
-                                            "    _0 = torch.conv2d(x, w)\n"
-                                            "         ~~~~~~~~~~~~ <--- HERE\n");
-        QTest::newRow("cpu 1.13") << head + QStringLiteral("RuntimeError: [enforce fail at alloc_cpu.cpp:75] err == 0. "
-                                                           "DefaultCPUAllocator: can't allocate memory: you tried to allocate 134217728 bytes. Error code 12\n")
+        const QString head = QStringLiteral(
+            "The following operation failed in the TorchScript interpreter.\n"
+            "Traceback of TorchScript (most recent call last):\n"
+            "  File \"code/__torch__.py\", line 8, in forward\n"
+            "    _0 = torch.conv2d(x, w)\n"
+            "         ~~~~~~~~~~~~ <--- HERE\n");
+        QTest::newRow("cpu 1.13") << head + QStringLiteral(
+                                                "RuntimeError: [enforce fail at alloc_cpu.cpp:75] err == 0. "
+                                                "DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                                                "134217728 bytes. Error code 12\n")
                                   << true << QStringLiteral("[enforce fail at alloc_cpu.cpp:75]");
-        QTest::newRow("cuda 2.x class") << head + QStringLiteral("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0\n")
-                                        << true << QStringLiteral("torch.OutOfMemoryError: CUDA out of memory");
-        QTest::newRow("value error") << head + QStringLiteral("builtins.ValueError: Expected more than 1 value per channel when training\n")
-                                     << false << QStringLiteral("builtins.ValueError: Expected more than 1 value");
+        QTest::newRow("cuda 2.x class")
+            << head + QStringLiteral("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0\n")
+            << true << QStringLiteral("torch.OutOfMemoryError: CUDA out of memory");
+        QTest::newRow("value error")
+            << head + QStringLiteral("builtins.ValueError: Expected more than 1 value per channel when training\n")
+            << false << QStringLiteral("builtins.ValueError: Expected more than 1 value");
     }
     void interpreterTextParsing() {
         QFETCH(QString, text);
@@ -162,7 +178,8 @@ def forward(self, x):
         std::exception_ptr error;
         try {
             try {
-                throw c10::OutOfMemoryError(c10::SourceLocation{"f", "file", 1}, "CUDA out of memory. Tried to allocate 2.00 MiB");
+                throw c10::OutOfMemoryError(c10::SourceLocation{"f", "file", 1},
+                                            "CUDA out of memory. Tried to allocate 2.00 MiB");
             } catch (...) {
                 std::throw_with_nested(std::runtime_error("loading the micro-batch failed"));
             }
@@ -172,7 +189,8 @@ def forward(self, x):
         const auto info = classifyFailure(error);
         QVERIFY(info.outOfMemory);
         QCOMPARE(info.requestedBytes, qint64(2) * 1024 * 1024);
-        QVERIFY2(info.message.find("loading the micro-batch failed: CUDA out of memory") != std::string::npos, info.message.c_str());
+        QVERIFY2(info.message.find("loading the micro-batch failed: CUDA out of memory") != std::string::npos,
+                 info.message.c_str());
     }
 
     void otherExceptionsAreNotOom() {

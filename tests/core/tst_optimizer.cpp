@@ -54,7 +54,8 @@ private Q_SLOTS:
         std::unique_ptr<torch::optim::Optimizer> reference;
         if (options.kind == OptimizerKind::Sgd) {
             reference = std::make_unique<torch::optim::SGD>(
-                theirs, torch::optim::SGDOptions(options.learningRate).momentum(options.momentum).weight_decay(weightDecay));
+                theirs,
+                torch::optim::SGDOptions(options.learningRate).momentum(options.momentum).weight_decay(weightDecay));
         } else if (options.kind == OptimizerKind::Adam) {
             reference = std::make_unique<torch::optim::Adam>(
                 theirs, torch::optim::AdamOptions(options.learningRate).weight_decay(weightDecay));

@@ -54,7 +54,7 @@ public:
         std::vector<int64_t> indices;
     };
     mutable std::atomic<std::thread::id> loaderThread;
-    mutable int loads = 0;            ///< guarded by m_mutex
+    mutable int loads = 0;              ///< guarded by m_mutex
     mutable std::vector<Load> history;  ///< guarded by m_mutex; read after the loads
 
 private:

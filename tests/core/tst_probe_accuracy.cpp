@@ -70,7 +70,8 @@ private Q_SLOTS:
         QFETCH(QString, model);
         QFETCH(QString, device);
         const int64_t truth = trueMaximum(model, device);
-        QVERIFY2(truth > 8 && truth < 4096, qPrintable(QStringLiteral("budget must bound the micro-batch, true max %1").arg(truth)));
+        QVERIFY2(truth > 8 && truth < 4096,
+                 qPrintable(QStringLiteral("budget must bound the micro-batch, true max %1").arg(truth)));
 
         RecordingSink sink;
         Trainer trainer(base(model, device), sink);
@@ -81,9 +82,9 @@ private Q_SLOTS:
         const auto& probe = finished.front();
         const auto trials = sink.all<ProbeTrial>();
         QVERIFY(int(trials.size()) >= probe.trials);
-        qInfo("%s on %s: probe %lld of true %lld (%.1f%%) in %d trials",
-              qPrintable(model), qPrintable(device), static_cast<long long>(probe.microBatch),
-              static_cast<long long>(truth), 100.0 * double(probe.microBatch) / double(truth), probe.trials);
+        qInfo("%s on %s: probe %lld of true %lld (%.1f%%) in %d trials", qPrintable(model), qPrintable(device),
+              static_cast<long long>(probe.microBatch), static_cast<long long>(truth),
+              100.0 * double(probe.microBatch) / double(truth), probe.trials);
         QVERIFY2(probe.microBatch <= truth, "the probe chose a size that does not fit");
         QVERIFY2(double(probe.microBatch) >= 0.97 * double(truth),
                  qPrintable(QStringLiteral("probe %1 vs true %2").arg(probe.microBatch).arg(truth)));

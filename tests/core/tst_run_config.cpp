@@ -61,11 +61,13 @@ private Q_SLOTS:
         QTest::addColumn<qint64>("epochs");  // -1: no epoch limit
         QTest::newRow("neither: the default steps") << QStringLiteral("{}") << qint64(kDefaultSteps) << qint64(-1);
         QTest::newRow("epochs alone: no step limit") << QStringLiteral(R"({"epochs": 3})") << qint64(-1) << qint64(3);
-        QTest::newRow("both: whichever first") << QStringLiteral(R"({"steps": 7, "epochs": 3})") << qint64(7) << qint64(3);
+        QTest::newRow("both: whichever first")
+            << QStringLiteral(R"({"steps": 7, "epochs": 3})") << qint64(7) << qint64(3);
         QTest::newRow("null steps: until stopped") << QStringLiteral(R"({"steps": null})") << qint64(-1) << qint64(-1);
-        QTest::newRow("0 from older files: as if absent") << QStringLiteral(R"({"steps": 0, "epochs": 0})") << qint64(kDefaultSteps)
-                                                          << qint64(-1);
-        QTest::newRow("steps 0 with epochs") << QStringLiteral(R"({"steps": 0, "epochs": 2})") << qint64(-1) << qint64(2);
+        QTest::newRow("0 from older files: as if absent")
+            << QStringLiteral(R"({"steps": 0, "epochs": 0})") << qint64(kDefaultSteps) << qint64(-1);
+        QTest::newRow("steps 0 with epochs")
+            << QStringLiteral(R"({"steps": 0, "epochs": 2})") << qint64(-1) << qint64(2);
     }
     void runLength() {
         QFETCH(QString, config);
@@ -87,17 +89,23 @@ private Q_SLOTS:
         QTest::addColumn<QString>("config");
         QTest::addColumn<QString>("field");  // empty: resolves
         QTest::addColumn<QString>("message");
-        QTest::newRow("unknown model") << QStringLiteral(R"({"model": {"name": "gpt"}})") << QStringLiteral("model.name")
-                                       << QStringLiteral("unknown model \"gpt\": choose mlp, cnn or resnet, or give a TorchScript file");
-        QTest::newRow("missing model file") << QStringLiteral(R"({"model": {"name": "no-such.pt"}})") << QStringLiteral("model.name")
-                                            << QStringLiteral("model file no-such.pt does not exist");
-        QTest::newRow("unknown dataset") << QStringLiteral(R"({"data": {"name": "imagenet"}})") << QStringLiteral("data.name")
+        QTest::newRow("unknown model")
+            << QStringLiteral(R"({"model": {"name": "gpt"}})") << QStringLiteral("model.name")
+            << QStringLiteral("unknown model \"gpt\": choose mlp, cnn or resnet, or give a TorchScript file");
+        QTest::newRow("missing model file")
+            << QStringLiteral(R"({"model": {"name": "no-such.pt"}})") << QStringLiteral("model.name")
+            << QStringLiteral("model file no-such.pt does not exist");
+        QTest::newRow("unknown dataset") << QStringLiteral(R"({"data": {"name": "imagenet"}})")
+                                         << QStringLiteral("data.name")
                                          << QStringLiteral("choose synthetic, mnist, image-folder or csv");
-        QTest::newRow("folder dataset without path") << QStringLiteral(R"({"data": {"name": "image-folder"}})")
-                                                     << QStringLiteral("data.path") << QStringLiteral("needs a data path (the folder to read)");
-        QTest::newRow("max below initial") << QStringLiteral(R"({"probe": {"initial_micro_batch": 64, "max_micro_batch": 8}})")
-                                           << QStringLiteral("probe.max_micro_batch") << QStringLiteral("is below the initial micro-batch 64");
-        QTest::newRow("valid") << QStringLiteral(R"({"model": {"name": "mlp"}, "device": "virtual:64MiB"})") << QString() << QString();
+        QTest::newRow("folder dataset without path")
+            << QStringLiteral(R"({"data": {"name": "image-folder"}})") << QStringLiteral("data.path")
+            << QStringLiteral("needs a data path (the folder to read)");
+        QTest::newRow("max below initial")
+            << QStringLiteral(R"({"probe": {"initial_micro_batch": 64, "max_micro_batch": 8}})")
+            << QStringLiteral("probe.max_micro_batch") << QStringLiteral("is below the initial micro-batch 64");
+        QTest::newRow("valid") << QStringLiteral(R"({"model": {"name": "mlp"}, "device": "virtual:64MiB"})")
+                               << QString() << QString();
     }
     void resolveSettlesAndNamesTheField() {
         QFETCH(QString, config);
@@ -146,8 +154,9 @@ private Q_SLOTS:
                                      << QStringLiteral("probe.headrom: unknown key; known keys here: headroom");
         QTest::newRow("wrong type") << QStringLiteral(R"({"target_batch": "big"})")
                                     << QStringLiteral("target_batch: expected an integer, got a string \"big\"");
-        QTest::newRow("fraction as integer type") << QStringLiteral(R"({"target_batch": 12.5})")
-                                                  << QStringLiteral("target_batch: expected an integer, got a number 12.5");
+        QTest::newRow("fraction as integer type")
+            << QStringLiteral(R"({"target_batch": 12.5})")
+            << QStringLiteral("target_batch: expected an integer, got a number 12.5");
         QTest::newRow("out of range") << QStringLiteral(R"({"probe": {"headroom": 1.5}})")
                                       << QStringLiteral("probe.headroom: expected a number in [0, 0.9], got 1.5");
         QTest::newRow("zero target") << QStringLiteral(R"({"target_batch": 0})")
@@ -160,7 +169,8 @@ private Q_SLOTS:
                                           << QStringLiteral("data.image_size: expected [channels, height, width]");
         QTest::newRow("image size element") << QStringLiteral(R"({"data": {"image_size": [3, 0, 32]}})")
                                             << QStringLiteral("data.image_size[1]: expected an integer from 1");
-        QTest::newRow("not an object") << QStringLiteral(R"([1, 2])") << QStringLiteral("configuration: expected an object");
+        QTest::newRow("not an object") << QStringLiteral(R"([1, 2])")
+                                       << QStringLiteral("configuration: expected an object");
         QTest::newRow("momentum open range") << QStringLiteral(R"({"optimizer": {"momentum": 1.0}})")
                                              << QStringLiteral("optimizer.momentum: expected a number in [0, 1)");
     }
@@ -275,7 +285,8 @@ private Q_SLOTS:
         QCOMPARE(loaded->optimizer.kind, OptimizerKind::Adam);
 
         const auto missing = loadRunConfig(dir.filePath(QStringLiteral("none.json")).toStdString());
-        QVERIFY(!missing && QString::fromStdString(missing.error()).contains(QStringLiteral("cannot read the configuration")));
+        QVERIFY(!missing &&
+                QString::fromStdString(missing.error()).contains(QStringLiteral("cannot read the configuration")));
 
         QFile broken(dir.filePath(QStringLiteral("broken.json")));
         QVERIFY(broken.open(QIODevice::WriteOnly));
@@ -283,7 +294,8 @@ private Q_SLOTS:
         broken.close();
         const auto bad = loadRunConfig(broken.fileName().toStdString());
         QVERIFY(!bad);
-        QVERIFY2(QString::fromStdString(bad.error()).contains(QStringLiteral("is not valid JSON")), bad.error().c_str());
+        QVERIFY2(QString::fromStdString(bad.error()).contains(QStringLiteral("is not valid JSON")),
+                 bad.error().c_str());
         QVERIFY(QString::fromStdString(bad.error()).contains(QStringLiteral("broken.json")));
     }
 };

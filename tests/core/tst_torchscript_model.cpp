@@ -103,14 +103,18 @@ private Q_SLOTS:
         QTest::addColumn<QString>("message");
         QTest::newRow("missing") << QStringLiteral("missing") << QStringLiteral("does not exist");
         QTest::newRow("not torchscript") << QStringLiteral("garbage") << QStringLiteral("is not a TorchScript file");
-        QTest::newRow("no parameters") << QStringLiteral("no-parameters") << QStringLiteral("has no trainable parameters: nothing to train");
+        QTest::newRow("no parameters") << QStringLiteral("no-parameters")
+                                       << QStringLiteral("has no trainable parameters: nothing to train");
         QTest::newRow("frozen") << QStringLiteral("frozen") << QStringLiteral("all 2 are frozen (requires_grad=False)");
-        QTest::newRow("two arguments") << QStringLiteral("two-arguments")
-                                       << QStringLiteral("forward(x, mask) takes 2 required arguments, but training passes exactly one");
-        QTest::newRow("wrong classes") << QStringLiteral("wrong-classes")
-                                       << QStringLiteral("returns [1, 5] for one sample; the data has 3 classes, so [1, 3] is expected");
-        QTest::newRow("wrong input") << QStringLiteral("wrong-input")
-                                     << QStringLiteral("fails on a sample of synthetic 1x4x4, 3 classes, 512 samples (input [1, 1, 4, 4])");
+        QTest::newRow("two arguments")
+            << QStringLiteral("two-arguments")
+            << QStringLiteral("forward(x, mask) takes 2 required arguments, but training passes exactly one");
+        QTest::newRow("wrong classes")
+            << QStringLiteral("wrong-classes")
+            << QStringLiteral("returns [1, 5] for one sample; the data has 3 classes, so [1, 3] is expected");
+        QTest::newRow("wrong input")
+            << QStringLiteral("wrong-input")
+            << QStringLiteral("fails on a sample of synthetic 1x4x4, 3 classes, 512 samples (input [1, 1, 4, 4])");
         QTest::newRow("tuple output") << QStringLiteral("tuple")
                                       << QStringLiteral("forward returns a Tuple, but training needs one Tensor");
         QTest::newRow("drops the batch") << QStringLiteral("no-batch")
@@ -132,18 +136,21 @@ private Q_SLOTS:
         } else if (kind == QLatin1String("frozen")) {
             path = saveLinear(dir, "model.pt", 16, 3, kLinearForward, /*trainable=*/false);
         } else if (kind == QLatin1String("two-arguments")) {
-            path = saveLinear(dir, "model.pt", 16, 3,
-                              "def forward(self, x, mask):\n    return torch.matmul(x.flatten(1) * mask, self.w) + self.b\n");
+            path = saveLinear(
+                dir, "model.pt", 16, 3,
+                "def forward(self, x, mask):\n    return torch.matmul(x.flatten(1) * mask, self.w) + self.b\n");
         } else if (kind == QLatin1String("wrong-classes")) {
             path = saveLinear(dir, "model.pt", 16, 5);
         } else if (kind == QLatin1String("wrong-input")) {
             path = saveLinear(dir, "model.pt", 784, 3);
         } else if (kind == QLatin1String("tuple")) {
-            path = saveLinear(dir, "model.pt", 16, 3,
-                              "def forward(self, x):\n    y = torch.matmul(x.flatten(1), self.w) + self.b\n    return (y, y)\n");
+            path = saveLinear(
+                dir, "model.pt", 16, 3,
+                "def forward(self, x):\n    y = torch.matmul(x.flatten(1), self.w) + self.b\n    return (y, y)\n");
         } else if (kind == QLatin1String("no-batch")) {
-            path = saveLinear(dir, "model.pt", 16, 3,
-                              "def forward(self, x):\n    return (torch.matmul(x.flatten(1), self.w) + self.b).sum(0)\n");
+            path =
+                saveLinear(dir, "model.pt", 16, 3,
+                           "def forward(self, x):\n    return (torch.matmul(x.flatten(1), self.w) + self.b).sum(0)\n");
         }
         const QString error = loadError(path, data);
         QVERIFY2(error.contains(message), qPrintable(error));
@@ -216,7 +223,9 @@ private Q_SLOTS:
         options.name = "gpt5";
         auto unknown = makeModel(options, data);
         QVERIFY(!unknown);
-        QVERIFY2(QString::fromStdString(unknown.error()).contains(QStringLiteral("unknown model \"gpt5\": choose mlp, cnn or resnet, or give a TorchScript file")),
+        QVERIFY2(QString::fromStdString(unknown.error())
+                     .contains(QStringLiteral(
+                         "unknown model \"gpt5\": choose mlp, cnn or resnet, or give a TorchScript file")),
                  unknown.error().c_str());
         QVERIFY(!isModelFile("cnn"));
     }
@@ -260,7 +269,8 @@ private Q_SLOTS:
         Trainer trainer(o, sink);
         const RunResult result = trainer.run();
         QCOMPARE(result.state, RunState::Failed);
-        QVERIFY2(QString::fromStdString(result.error).contains(QStringLiteral("the data has 3 classes")), result.error.c_str());
+        QVERIFY2(QString::fromStdString(result.error).contains(QStringLiteral("the data has 3 classes")),
+                 result.error.c_str());
     }
 };
 

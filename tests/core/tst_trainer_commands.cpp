@@ -37,7 +37,8 @@ int indexOf(const std::vector<Event>& events, size_t from, Pred pred) {
 
 /// A run of small() on a 64 MiB virtual GPU whose target batch is set to `target` once step 2
 /// is done, with learning-rate scaling `rule` (none given: the run's `configured` rule).
-RunState runChangingTargetAfterStep2(RecordingSink& sink, int64_t target, std::optional<LrScaling> rule = LrScaling::Linear,
+RunState runChangingTargetAfterStep2(RecordingSink& sink, int64_t target,
+                                     std::optional<LrScaling> rule = LrScaling::Linear,
                                      LrScaling configured = LrScaling::None) {
     TrainerOptions o = small();
     o.device = "virtual:64MiB";
@@ -98,7 +99,8 @@ private Q_SLOTS:
         QCOMPARE(result.steps, qint64(0));
         QVERIFY(sink.all<ErrorEvent>().empty());
         QVERIFY(sink.all<ProbeTrial>().empty());
-        QCOMPARE(QString::fromStdString(sink.all<RunStateChanged>().back().detail), QStringLiteral("stopped while loading the data"));
+        QCOMPARE(QString::fromStdString(sink.all<RunStateChanged>().back().detail),
+                 QStringLiteral("stopped while loading the data"));
     }
 
     void pauseAndResumeFromAnotherThread() {
@@ -113,8 +115,10 @@ private Q_SLOTS:
                 if (++microBatches == 3) trainer.pause();
             }
             if (const auto* s = std::get_if<RunStateChanged>(&e)) {
-                if (s->state == RunState::Paused) paused = true;
-                else if (paused) paused = false;
+                if (s->state == RunState::Paused)
+                    paused = true;
+                else if (paused)
+                    paused = false;
             }
         };
         RunResult result;
@@ -179,7 +183,8 @@ private Q_SLOTS:
         for (const auto& step : sink.all<StepMetrics>()) QCOMPARE(step.targetBatch, qint64(256));
         bool warned = false;
         for (const auto& w : sink.all<Warning>()) {
-            warned = warned || QString::fromStdString(w.message).contains(QStringLiteral("target batch 513 ignored: the data has 512 samples"));
+            warned = warned || QString::fromStdString(w.message).contains(
+                                   QStringLiteral("target batch 513 ignored: the data has 512 samples"));
         }
         QVERIFY(warned);
     }
@@ -222,8 +227,9 @@ private Q_SLOTS:
         QVERIFY(sink.all<DeviceSwitched>().empty());
         const auto warnings = sink.all<Warning>();
         QCOMPARE(warnings.size(), size_t(1));
-        QVERIFY2(QString::fromStdString(warnings.front().message).contains(QStringLiteral("cannot switch to virtual:1KiB")),
-                 warnings.front().message.c_str());
+        QVERIFY2(
+            QString::fromStdString(warnings.front().message).contains(QStringLiteral("cannot switch to virtual:1KiB")),
+            warnings.front().message.c_str());
     }
 
     void reprobeRunsNewSequence() {
@@ -264,7 +270,8 @@ private Q_SLOTS:
         QVERIFY(shrink->recovered);
         QVERIFY(shrink->newMicroBatch < shrink->microBatch);
         const auto probes = sink.all<ProbeStarted>();
-        QVERIFY(std::any_of(probes.begin(), probes.end(), [](const ProbeStarted& p) { return p.reason == ProbeReason::Regrow; }));
+        QVERIFY(std::any_of(probes.begin(), probes.end(),
+                            [](const ProbeStarted& p) { return p.reason == ProbeReason::Regrow; }));
         const auto finished = sink.all<ProbeFinished>();
         QVERIFY(finished.back().microBatch > shrink->newMicroBatch);
         QCOMPARE(sink.all<StepMetrics>().size(), size_t(8));

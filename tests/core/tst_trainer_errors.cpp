@@ -70,7 +70,8 @@ private Q_SLOTS:
         const QString message = QString::fromStdString(errors.front().message);
         const QString where = QString::fromStdString(errors.front().where);
         QVERIFY2(message.contains(QStringLiteral("shapes cannot be multiplied")), qPrintable(message));
-        QVERIFY2(where.contains(QStringLiteral("micro-batch 1")) && where.contains(QStringLiteral("forward")), qPrintable(where));
+        QVERIFY2(where.contains(QStringLiteral("micro-batch 1")) && where.contains(QStringLiteral("forward")),
+                 qPrintable(where));
         const auto states = sink.all<RunStateChanged>();
         QCOMPARE(states.back().state, RunState::Failed);
     }
@@ -87,8 +88,9 @@ private Q_SLOTS:
         Trainer trainer(o, sink);
         const RunResult result = trainer.run();
         QCOMPARE(result.state, RunState::Failed);
-        QVERIFY2(QString::fromStdString(result.error).contains(QStringLiteral("loss became NaN: the data itself holds NaN")),
-                 result.error.c_str());
+        QVERIFY2(
+            QString::fromStdString(result.error).contains(QStringLiteral("loss became NaN: the data itself holds NaN")),
+            result.error.c_str());
         QVERIFY(sink.all<OomEvent>().empty());
         // The weights are the initial ones: nothing of the failed batch was applied.
         const auto got = trainer.model()->parameters();
@@ -114,7 +116,8 @@ private Q_SLOTS:
         const RunResult result = trainer.run();
         QCOMPARE(result.state, RunState::Failed);
         const QString error = QString::fromStdString(result.error);
-        QVERIFY2(error.contains(QStringLiteral("before any weight was updated, so the model itself produces it")), qPrintable(error));
+        QVERIFY2(error.contains(QStringLiteral("before any weight was updated, so the model itself produces it")),
+                 qPrintable(error));
         QVERIFY2(!error.contains(QStringLiteral("learning rate")), qPrintable(error));
     }
 
@@ -128,8 +131,10 @@ private Q_SLOTS:
         const RunResult result = trainer.run();
         QCOMPARE(result.state, RunState::Failed);
         const QString message = QString::fromStdString(result.error);
-        QVERIFY2(message.contains(QStringLiteral("does not fit on virtual:2MiB even at micro-batch 1")), qPrintable(message));
-        QVERIFY2(message.contains(QStringLiteral("needs ≈")) && message.contains(QStringLiteral("has 2.0 MiB")), qPrintable(message));
+        QVERIFY2(message.contains(QStringLiteral("does not fit on virtual:2MiB even at micro-batch 1")),
+                 qPrintable(message));
+        QVERIFY2(message.contains(QStringLiteral("needs ≈")) && message.contains(QStringLiteral("has 2.0 MiB")),
+                 qPrintable(message));
     }
 
     void parametersAloneTooBig() {
@@ -141,7 +146,8 @@ private Q_SLOTS:
         const RunResult result = trainer.run();
         QCOMPARE(result.state, RunState::Failed);
         const QString message = QString::fromStdString(result.error);
-        QVERIFY2(message.contains(QStringLiteral("parameters and gradients do not fit on virtual:4MiB")), qPrintable(message));
+        QVERIFY2(message.contains(QStringLiteral("parameters and gradients do not fit on virtual:4MiB")),
+                 qPrintable(message));
         // The estimate is about this run, not left over from earlier runs in the process: at
         // least the 4 MiB that were full, far below the gigabytes a stale peak would show.
         const QRegularExpression needs(QStringLiteral("needs ≈ ([0-9.]+) MiB"));

@@ -18,9 +18,9 @@
 
 using namespace batchpilot::core;
 using batchpilot::tests::CleanRun;
-using batchpilot::tests::RecordingSink;
 using batchpilot::tests::finalWeights;
 using batchpilot::tests::measureCleanRun;
+using batchpilot::tests::RecordingSink;
 
 namespace {
 
@@ -31,7 +31,9 @@ QTemporaryDir& exportDir() {
     return dir;
 }
 
-std::string modelPath(const QString& file) { return exportDir().filePath(file).toStdString(); }
+std::string modelPath(const QString& file) {
+    return exportDir().filePath(file).toStdString();
+}
 
 TrainerOptions options(const QString& file, const std::string& device) {
     TrainerOptions o;
@@ -54,7 +56,8 @@ TrainerOptions options(const QString& file, const std::string& device) {
 
 double largestDifference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
     double worst = 0;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+        worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
     return a.size() == b.size() ? worst : 1e30;
 }
 
@@ -77,7 +80,8 @@ QString sampleUseError(const RecordingSink& sink, int64_t steps, int64_t target)
             return QStringLiteral("epoch %1 used %2 of %3 samples").arg(epoch).arg(samples.size()).arg(kSamples);
         }
     }
-    if (total != steps * target) return QStringLiteral("%1 samples committed, %2 expected").arg(total).arg(steps * target);
+    if (total != steps * target)
+        return QStringLiteral("%1 samples committed, %2 expected").arg(total).arg(steps * target);
     return {};
 }
 
@@ -105,10 +109,11 @@ private Q_SLOTS:
         python.start(QStringLiteral(BATCHPILOT_TEST_PYTHON),
                      {QStringLiteral(BATCHPILOT_EXPORT_SCRIPT), exportDir().path()});
         QVERIFY2(python.waitForFinished(600000), "exporting the models took more than 10 minutes");
-        QVERIFY2(python.exitStatus() == QProcess::NormalExit && python.exitCode() == 0,
-                 qPrintable(QStringLiteral("%1 could not export the test models (the scripts install torch and "
-                                           "torchvision for it):\n%2")
-                                .arg(QStringLiteral(BATCHPILOT_TEST_PYTHON), QString::fromLocal8Bit(python.readAll()))));
+        QVERIFY2(
+            python.exitStatus() == QProcess::NormalExit && python.exitCode() == 0,
+            qPrintable(QStringLiteral("%1 could not export the test models (the scripts install torch and "
+                                      "torchvision for it):\n%2")
+                           .arg(QStringLiteral(BATCHPILOT_TEST_PYTHON), QString::fromLocal8Bit(python.readAll()))));
         QFile versions(exportDir().filePath(QStringLiteral("versions.txt")));
         QVERIFY(versions.open(QIODevice::ReadOnly));
         qInfo("models exported by %s", versions.readAll().replace('\n', ", ").constData());
@@ -120,8 +125,8 @@ private Q_SLOTS:
     /// ones — and each run must still train to the end with every sample used once.
     void budgetOomInForwardAndBackward_data() {
         QTest::addColumn<QString>("file");
-        for (const char* file : {"resnet18_bn_scripted.pt", "resnet18_bn_traced.pt", "resnet_gn_scripted.pt",
-                                 "resnet_gn_traced.pt"}) {
+        for (const char* file :
+             {"resnet18_bn_scripted.pt", "resnet18_bn_traced.pt", "resnet_gn_scripted.pt", "resnet_gn_traced.pt"}) {
             QTest::newRow(file) << QString::fromLatin1(file);
         }
     }
@@ -157,14 +162,16 @@ private Q_SLOTS:
             run.steps = 3;
             Trainer trainer(run, sink);
             const RunResult result = trainer.run();
-            QVERIFY2(result.state == RunState::Finished,
-                     qPrintable(QStringLiteral("budget %1 B: %2").arg(budget).arg(QString::fromStdString(result.error))));
+            QVERIFY2(
+                result.state == RunState::Finished,
+                qPrintable(QStringLiteral("budget %1 B: %2").arg(budget).arg(QString::fromStdString(result.error))));
             const auto ooms = sink.all<OomEvent>();
             QVERIFY2(!ooms.empty(), qPrintable(QStringLiteral("budget %1 B: no OOM").arg(budget)));
             for (const auto& oom : ooms) {
                 QVERIFY2(oom.recovered, oom.message.c_str());
                 QVERIFY2(oom.message.find("TorchScript interpreter") == std::string::npos,
-                         qPrintable(QStringLiteral("the message must carry the inner reason: %1").arg(QString::fromStdString(oom.message))));
+                         qPrintable(QStringLiteral("the message must carry the inner reason: %1")
+                                        .arg(QString::fromStdString(oom.message))));
                 QVERIFY2(oom.message.find("out of memory") != std::string::npos, oom.message.c_str());
                 phases.insert(oom.phase);
             }
@@ -188,7 +195,8 @@ private Q_SLOTS:
         int64_t heldForState = 0;
         sink.onEach = [&](const Event& e) {
             if (const auto* started = std::get_if<ProbeStarted>(&e)) heldForState = started->reservedBytes;
-            if (const auto* m = std::get_if<MicroBatchDone>(&e); m && m->step == 1 && m->offset + m->size == 16 && !squeezed) {
+            if (const auto* m = std::get_if<MicroBatchDone>(&e);
+                m && m->step == 1 && m->offset + m->size == 16 && !squeezed) {
                 // The step first frees what the probe held for the optimizer state, then creates the
                 // state: leave room for half of it.
                 squeezed = true;
@@ -247,21 +255,26 @@ private Q_SLOTS:
             Trainer trainer(o, sink);
             const RunResult result = trainer.run();
             allocator.failAfter(0);
-            QVERIFY2(result.state == RunState::Finished, qPrintable(QStringLiteral("allocation %1: %2").arg(failAt).arg(QString::fromStdString(result.error))));
+            QVERIFY2(
+                result.state == RunState::Finished,
+                qPrintable(QStringLiteral("allocation %1: %2").arg(failAt).arg(QString::fromStdString(result.error))));
             // As in tst_fault_injection: LibTorch 2.x may absorb a failure inside oneDNN itself; the
             // run must then be undisturbed, and it does not count toward the phases.
             const auto ooms = sink.all<OomEvent>();
-            QVERIFY2(ooms.size() <= 1, qPrintable(QStringLiteral("allocation %1: %2 OOM events").arg(failAt).arg(ooms.size())));
+            QVERIFY2(ooms.size() <= 1,
+                     qPrintable(QStringLiteral("allocation %1: %2 OOM events").arg(failAt).arg(ooms.size())));
             if (!ooms.empty()) {
                 QVERIFY(ooms.front().recovered);
                 hit[ooms.front().phase].insert(failAt);
             }
             const double difference = largestDifference(finalWeights(trainer), reference.weights);
-            QVERIFY2(difference <= 1e-6, qPrintable(QStringLiteral("allocation %1: max abs difference %2").arg(failAt).arg(difference)));
+            QVERIFY2(difference <= 1e-6,
+                     qPrintable(QStringLiteral("allocation %1: max abs difference %2").arg(failAt).arg(difference)));
             const QString samples = sampleUseError(sink, 4, 16);
             QVERIFY2(samples.isEmpty(), qPrintable(QStringLiteral("allocation %1: %2").arg(failAt).arg(samples)));
         };
-        for (size_t i = 0; i < microPool.size() && (hit[Phase::Forward].size() < 20 || hit[Phase::Backward].size() < 20); ++i) {
+        for (size_t i = 0;
+             i < microPool.size() && (hit[Phase::Forward].size() < 20 || hit[Phase::Backward].size() < 20); ++i) {
             inject(microPool[i]);
             if (QTest::currentTestFailed()) return;
         }
@@ -269,8 +282,9 @@ private Q_SLOTS:
             inject(stepPool[i]);
             if (QTest::currentTestFailed()) return;
         }
-        qInfo("distinct allocations hit: copy %zu, forward %zu, backward %zu, optimizer step %zu", hit[Phase::Copy].size(),
-              hit[Phase::Forward].size(), hit[Phase::Backward].size(), hit[Phase::OptimizerStep].size());
+        qInfo("distinct allocations hit: copy %zu, forward %zu, backward %zu, optimizer step %zu",
+              hit[Phase::Copy].size(), hit[Phase::Forward].size(), hit[Phase::Backward].size(),
+              hit[Phase::OptimizerStep].size());
         QVERIFY(hit[Phase::Forward].size() >= 20);
         QVERIFY(hit[Phase::Backward].size() >= 20);
         QVERIFY(hit[Phase::OptimizerStep].size() >= 20);
@@ -329,7 +343,8 @@ private Q_SLOTS:
         for (int64_t n = lo + 1; n <= lo + 3; ++n) {
             if (fits(n)) lo = n;
         }
-        QVERIFY2(lo > 8 && lo < 512, qPrintable(QStringLiteral("the budget must bound the micro-batch; true max %1").arg(lo)));
+        QVERIFY2(lo > 8 && lo < 512,
+                 qPrintable(QStringLiteral("the budget must bound the micro-batch; true max %1").arg(lo)));
 
         RecordingSink sink;
         Trainer trainer(base(), sink);
@@ -341,7 +356,8 @@ private Q_SLOTS:
         qInfo("%s: probe %lld of true %lld (%.1f%%) in %d trials", qPrintable(file), static_cast<long long>(found),
               static_cast<long long>(lo), 100.0 * double(found) / double(lo), finished.front().trials);
         QVERIFY2(found <= lo, "the probe chose a size that does not fit");
-        QVERIFY2(double(found) >= 0.97 * double(lo), qPrintable(QStringLiteral("probe %1 vs true %2").arg(found).arg(lo)));
+        QVERIFY2(double(found) >= 0.97 * double(lo),
+                 qPrintable(QStringLiteral("probe %1 vs true %2").arg(found).arg(lo)));
     }
 
     /// torchvision's ResNet-18 with BatchNorm at 32x32: its last feature map is 1x1, so BatchNorm
@@ -367,7 +383,8 @@ private Q_SLOTS:
         const RunResult result = trainer.run();
         QVERIFY2(result.state == RunState::Finished, result.error.c_str());
         bool said = false;
-        for (const auto& w : sink.all<Warning>()) said = said || w.message.find("cannot train on a single sample") != std::string::npos;
+        for (const auto& w : sink.all<Warning>())
+            said = said || w.message.find("cannot train on a single sample") != std::string::npos;
         QVERIFY(said);
         for (const auto& m : sink.all<MicroBatchDone>()) QVERIFY2(m.size >= 2, qPrintable(QString::number(m.size)));
         for (const auto& t : sink.all<ProbeTrial>()) QVERIFY(t.microBatch >= 2);
@@ -388,7 +405,8 @@ private Q_SLOTS:
         QCOMPARE(result.state, RunState::Failed);
         QVERIFY(sink.all<OomEvent>().empty());
         QVERIFY2(result.error.find("TorchScript interpreter") == std::string::npos, result.error.c_str());
-        QVERIFY2(result.error.find("Expected more than 1 value per channel") != std::string::npos, result.error.c_str());
+        QVERIFY2(result.error.find("Expected more than 1 value per channel") != std::string::npos,
+                 result.error.c_str());
     }
 };
 

@@ -2,4 +2,6 @@
 // must fail, because ui/ sees the engine only through torch-free headers.
 #include <torch/torch.h>
 
-int uiIncludesTorch() { return static_cast<int>(torch::ones({1}).numel()); }
+int uiIncludesTorch() {
+    return static_cast<int>(torch::ones({1}).numel());
+}

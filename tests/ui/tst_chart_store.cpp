@@ -26,22 +26,18 @@ private Q_SLOTS:
     void emaZeroSmoothingIsRaw();
 };
 
-void TestChartStore::keepsEverythingBelowCapacity()
-{
+void TestChartStore::keepsEverythingBelowCapacity() {
     SeriesStore store(1000);
-    for (int i = 0; i < 999; ++i)
-        store.append(i, i * 2.0);
+    for (int i = 0; i < 999; ++i) store.append(i, i * 2.0);
     QCOMPARE(store.size(), std::size_t(999));
     QVERIFY(store.isFullResolution());
     QCOMPARE(store.points()[500], QPointF(500, 1000));
 }
 
-void TestChartStore::millionPointsStayBounded()
-{
+void TestChartStore::millionPointsStayBounded() {
     const std::size_t capacity = 50000;
     SeriesStore store(capacity);
-    for (int i = 0; i < 1'000'000; ++i)
-        store.append(i, std::sin(i * 0.001));
+    for (int i = 0; i < 1'000'000; ++i) store.append(i, std::sin(i * 0.001));
     QCOMPARE(store.rawCount(), std::size_t(1'000'000));
     QVERIFY2(store.size() <= capacity + 2, qPrintable(QString::number(store.size())));
     QVERIFY(store.size() >= capacity / 4);  // not thrown away either
@@ -54,8 +50,7 @@ void TestChartStore::millionPointsStayBounded()
     QVERIFY(store.points().back().x() > 999'000);
 }
 
-void TestChartStore::decimationKeepsSpikes_data()
-{
+void TestChartStore::decimationKeepsSpikes_data() {
     QTest::addColumn<int>("at");
     QTest::addColumn<double>("value");
     QTest::newRow("early spike up") << 1234 << 1000.0;
@@ -64,36 +59,28 @@ void TestChartStore::decimationKeepsSpikes_data()
     QTest::newRow("late spike") << 999'990 << -55.0;
 }
 
-void TestChartStore::decimationKeepsSpikes()
-{
+void TestChartStore::decimationKeepsSpikes() {
     QFETCH(int, at);
     QFETCH(double, value);
     SeriesStore store(10000);
-    for (int i = 0; i < 1'000'000; ++i)
-        store.append(i, i == at ? value : std::cos(i * 0.01));
+    for (int i = 0; i < 1'000'000; ++i) store.append(i, i == at ? value : std::cos(i * 0.01));
     bool found = false;
-    for (const QPointF& p : store.points())
-        found = found || (p.x() == at && p.y() == value);
+    for (const QPointF& p : store.points()) found = found || (p.x() == at && p.y() == value);
     QVERIFY2(found, "the extreme value was decimated away");
     QCOMPARE(value > 0 ? store.maxY() : store.minY(), value);
 }
 
-void TestChartStore::staysSortedByX()
-{
+void TestChartStore::staysSortedByX() {
     SeriesStore store(512);
-    for (int i = 0; i < 100'000; ++i)
-        store.append(i * 0.5, (i * 7919) % 101);
+    for (int i = 0; i < 100'000; ++i) store.append(i * 0.5, (i * 7919) % 101);
     const auto& points = store.points();
-    for (std::size_t i = 1; i < points.size(); ++i)
-        QVERIFY(points[i - 1].x() <= points[i].x());
+    for (std::size_t i = 1; i < points.size(); ++i) QVERIFY(points[i - 1].x() <= points[i].x());
 }
 
-void TestChartStore::thinningKeepsMinAndMaxPerColumn()
-{
+void TestChartStore::thinningKeepsMinAndMaxPerColumn() {
     std::vector<QPointF> points;
-    for (int i = 0; i < 100'000; ++i)
-        points.emplace_back(i, std::sin(i * 0.05));
-    points[31'337].setY(50);   // spikes must survive
+    for (int i = 0; i < 100'000; ++i) points.emplace_back(i, std::sin(i * 0.05));
+    points[31'337].setY(50);  // spikes must survive
     points[77'777].setY(-50);
     const int columns = 500;
     const auto thinned = thinMinMax(points, 0, 99'999, columns);
@@ -106,34 +93,28 @@ void TestChartStore::thinningKeepsMinAndMaxPerColumn()
     }
     QCOMPARE(hi, 50.0);
     QCOMPARE(lo, -50.0);
-    for (std::size_t i = 1; i < thinned.size(); ++i)
-        QVERIFY(thinned[i - 1].x() <= thinned[i].x());
+    for (std::size_t i = 1; i < thinned.size(); ++i) QVERIFY(thinned[i - 1].x() <= thinned[i].x());
 }
 
-void TestChartStore::thinningLeavesSmallInputAlone()
-{
+void TestChartStore::thinningLeavesSmallInputAlone() {
     std::vector<QPointF> points = {{0, 1}, {1, 3}, {2, 2}};
     const auto thinned = thinMinMax(points, 0, 2, 800);
     QCOMPARE(thinned.size(), points.size());
     QVERIFY(thinMinMax({}, 0, 1, 100).empty());
 }
 
-void TestChartStore::thinningKeepsNeighboursOutsideRange()
-{
+void TestChartStore::thinningKeepsNeighboursOutsideRange() {
     std::vector<QPointF> points;
-    for (int i = 0; i < 100; ++i)
-        points.emplace_back(i, i);
+    for (int i = 0; i < 100; ++i) points.emplace_back(i, i);
     const auto thinned = thinMinMax(points, 10.5, 20.5, 200);
     QCOMPARE(thinned.front().x(), 10.0);  // so the line reaches the left edge
     QCOMPARE(thinned.back().x(), 21.0);
 }
 
-void TestChartStore::emaIsDebiased()
-{
+void TestChartStore::emaIsDebiased() {
     // A constant signal stays constant from the first value on: no pull toward zero.
     DebiasedEma ema(0.99);
-    for (int i = 0; i < 10; ++i)
-        QCOMPARE(ema.add(2.5), 2.5);
+    for (int i = 0; i < 10; ++i) QCOMPARE(ema.add(2.5), 2.5);
     // And it follows a step change only gradually.
     const double after = ema.add(0.0);
     QVERIFY(after > 2.0 && after < 2.5);
@@ -142,12 +123,10 @@ void TestChartStore::emaIsDebiased()
     QCOMPARE(smoothed[1].y(), 4.0);
 }
 
-void TestChartStore::emaZeroSmoothingIsRaw()
-{
+void TestChartStore::emaZeroSmoothingIsRaw() {
     const std::vector<QPointF> raw = {{0, 1}, {1, 5}, {2, -3}};
     const auto smoothed = DebiasedEma::smooth(raw, 0.0);
-    for (std::size_t i = 0; i < raw.size(); ++i)
-        QCOMPARE(smoothed[i], raw[i]);
+    for (std::size_t i = 0; i < raw.size(); ++i) QCOMPARE(smoothed[i], raw[i]);
 }
 
 QTEST_APPLESS_MAIN(TestChartStore)

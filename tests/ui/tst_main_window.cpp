@@ -29,25 +29,20 @@ namespace {
 constexpr int kTimeout = 120'000;  // ms; the trainer runs on the CPU of a test machine
 
 /// The most recent ProbeFinished the window received, or nullopt.
-std::optional<core::ProbeFinished> lastProbe(const ui::MainWindow& w)
-{
+std::optional<core::ProbeFinished> lastProbe(const ui::MainWindow& w) {
     const auto& events = w.record().events();
     for (auto it = events.rbegin(); it != events.rend(); ++it)
-        if (const auto* p = std::get_if<core::ProbeFinished>(&*it))
-            return *p;
+        if (const auto* p = std::get_if<core::ProbeFinished>(&*it)) return *p;
     return std::nullopt;
 }
 
-bool hasEvent(const ui::MainWindow& w, auto predicate)
-{
+bool hasEvent(const ui::MainWindow& w, auto predicate) {
     for (const auto& event : w.record().events())
-        if (predicate(event))
-            return true;
+        if (predicate(event)) return true;
     return false;
 }
 
-QString screenshotPath(const QString& name)
-{
+QString screenshotPath(const QString& name) {
     // The build tree, next to the test executable, so a person can open it after a run.
     return QDir(QCoreApplication::applicationDirPath()).filePath(name);
 }
@@ -65,8 +60,7 @@ private Q_SLOTS:
     void configurationsAndResume();
 
 private:
-    static void startDemo(ui::MainWindow& w, int64_t steps = 100000)
-    {
+    static void startDemo(ui::MainWindow& w, int64_t steps = 100000) {
         core::TrainerOptions options = ui::demoOptions();
         options.steps = steps;
         w.runPanel()->setOptions(options);
@@ -76,16 +70,14 @@ private:
     }
 };
 
-void TestMainWindow::initTestCase()
-{
+void TestMainWindow::initTestCase() {
     QStandardPaths::setTestModeEnabled(true);  // keep the user's settings out of it
     QCoreApplication::setOrganizationName(QStringLiteral("BatchPilotTests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_main_window"));
     QSettings().clear();
 }
 
-void TestMainWindow::demoEndToEnd()
-{
+void TestMainWindow::demoEndToEnd() {
     ui::MainWindow w;
     w.resize(1280, 800);
     w.show();
@@ -132,10 +124,11 @@ void TestMainWindow::demoEndToEnd()
     const auto before = *lastProbe(w);
     w.runPanel()->virtualSizeEdit()->setText(QStringLiteral("512MiB"));
     Q_EMIT w.runPanel()->virtualSizeEdit()->editingFinished();
-    QTRY_VERIFY_WITH_TIMEOUT(hasEvent(w, [](const core::Event& e) {
-                                 const auto* s = std::get_if<core::DeviceSwitched>(&e);
-                                 return s && s->to == "virtual:512MiB";
-                             }),
+    QTRY_VERIFY_WITH_TIMEOUT(hasEvent(w,
+                                      [](const core::Event& e) {
+                                          const auto* s = std::get_if<core::DeviceSwitched>(&e);
+                                          return s && s->to == "virtual:512MiB";
+                                      }),
                              kTimeout);
     QTRY_VERIFY_WITH_TIMEOUT(lastProbe(w)->sequence > before.sequence, kTimeout);
     const auto after = *lastProbe(w);
@@ -144,9 +137,8 @@ void TestMainWindow::demoEndToEnd()
     QVERIFY(after.accumulationSteps < before.accumulationSteps);
     const std::size_t stepsBefore = charts->lossChart()->rawStore().rawCount();
     QTRY_VERIFY_WITH_TIMEOUT(charts->lossChart()->rawStore().rawCount() > stepsBefore + 1, kTimeout);
-    QTRY_VERIFY_WITH_TIMEOUT(w.accumulationView()->caption().contains(
-                                 QStringLiteral("micro-batch %1,").arg(after.microBatch)),
-                             kTimeout);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        w.accumulationView()->caption().contains(QStringLiteral("micro-batch %1,").arg(after.microBatch)), kTimeout);
 
     // The same window in the dark palette, after the switch.
     w.setTheme(ui::Theme::Dark);
@@ -158,8 +150,7 @@ void TestMainWindow::demoEndToEnd()
     // Coalescing: the GUI got the events in a few batches per frame, not one call per event.
     const double seconds = clock.elapsed() / 1000.0;
     qsizetype events = 0;
-    for (const auto& args : std::as_const(batches))
-        events += args.first().value<QList<core::Event>>().size();
+    for (const auto& args : std::as_const(batches)) events += args.first().value<QList<core::Event>>().size();
     QVERIFY2(batches.size() <= seconds * 40 + 10,
              qPrintable(QStringLiteral("%1 batches in %2 s").arg(batches.size()).arg(seconds)));
     QVERIFY(events > batches.size());
@@ -180,8 +171,7 @@ void TestMainWindow::demoEndToEnd()
     QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
 }
 
-void TestMainWindow::modelTooBigKeepsWindowUsable()
-{
+void TestMainWindow::modelTooBigKeepsWindowUsable() {
     ui::MainWindow w;
     w.resize(1280, 800);
     w.show();
@@ -207,8 +197,7 @@ void TestMainWindow::modelTooBigKeepsWindowUsable()
     QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
 }
 
-void TestMainWindow::invalidInputsDisableStart()
-{
+void TestMainWindow::invalidInputsDisableStart() {
     ui::MainWindow w;
     w.show();
     w.runPanel()->setOptions(ui::demoOptions());
@@ -229,8 +218,7 @@ void TestMainWindow::invalidInputsDisableStart()
     QVERIFY(w.startAction()->isEnabled());
 }
 
-void TestMainWindow::exportsFiles()
-{
+void TestMainWindow::exportsFiles() {
     ui::MainWindow w;
     w.resize(1280, 800);
     w.show();
@@ -259,8 +247,7 @@ void TestMainWindow::exportsFiles()
     QCOMPARE(w.exportCharts(dir.path()).size(), 6);
 }
 
-void TestMainWindow::configurationsAndResume()
-{
+void TestMainWindow::configurationsAndResume() {
     ui::MainWindow w;
     w.show();
     QTemporaryDir dir;

@@ -23,14 +23,12 @@ constexpr int64_t kTarget = 1024;
 // The synthetic device: peak = 10 MiB + 0.2 MiB per sample.
 const core::MemoryModel kModel{10.0 * kMiB, 0.2 * kMiB};
 
-int64_t peakAt(int64_t n)
-{
+int64_t peakAt(int64_t n) {
     return static_cast<int64_t>(kModel.fixedBytes + kModel.bytesPerSample * static_cast<double>(n));
 }
 
 /// A probe: 1 … 128 fit, 256 fits past the headroom line, 512 runs out of memory, 240 is chosen.
-QList<core::Event> probeEvents()
-{
+QList<core::Event> probeEvents() {
     QList<core::Event> events;
     events.append(core::ProbeStarted{0.1, 1, core::ProbeReason::Initial, "virtual:64MiB", kTarget, kUsable, 0});
     int trial = 0;
@@ -46,8 +44,7 @@ QList<core::Event> probeEvents()
         t.failedAllocationBytes = failed;
         events.append(t);
     };
-    for (int64_t n = 1; n <= 256; n *= 2)
-        add(n, true);
+    for (int64_t n = 1; n <= 256; n *= 2) add(n, true);
     add(512, false, 30 * kMiB);
     add(240, true);
     core::ProbeFinished finished;
@@ -69,8 +66,7 @@ QList<core::Event> probeEvents()
 }
 
 /// Virtual device: the four parts explain the whole peak.
-core::MemoryBreakdown virtualBreakdown()
-{
+core::MemoryBreakdown virtualBreakdown() {
     core::MemoryBreakdown b;
     b.step = 2;
     b.device = "virtual:64MiB";
@@ -89,8 +85,7 @@ core::MemoryBreakdown virtualBreakdown()
 }
 
 /// CUDA: allocator cache, other processes, and 50 MiB the parts do not explain.
-core::MemoryBreakdown cudaBreakdown()
-{
+core::MemoryBreakdown cudaBreakdown() {
     core::MemoryBreakdown b;
     b.step = 7;
     b.device = "cuda:0";
@@ -110,8 +105,7 @@ core::MemoryBreakdown cudaBreakdown()
     return b;
 }
 
-QString mibText(double bytes, int decimals)
-{
+QString mibText(double bytes, int decimals) {
     return QStringLiteral("%1 MiB").arg(core::toMiB(static_cast<int64_t>(bytes)), 0, 'f', decimals);
 }
 
@@ -128,8 +122,7 @@ private Q_SLOTS:
     void whatIfSlider();
 };
 
-void TestMemoryViews::barSegmentsAreTheParts()
-{
+void TestMemoryViews::barSegmentsAreTheParts() {
     ui::MemoryBreakdownBar bar;
     QVERIFY(!bar.hasBreakdown());
     const core::MemoryBreakdown b = virtualBreakdown();
@@ -154,8 +147,7 @@ void TestMemoryViews::barSegmentsAreTheParts()
     QVERIFY(bar.segments().isEmpty());
 }
 
-void TestMemoryViews::barAddsWhatThePartsDoNotExplain()
-{
+void TestMemoryViews::barAddsWhatThePartsDoNotExplain() {
     ui::MemoryBreakdownBar bar;
     const core::MemoryBreakdown b = cudaBreakdown();
     bar.setBreakdown(b);
@@ -173,8 +165,7 @@ void TestMemoryViews::barAddsWhatThePartsDoNotExplain()
     QCOMPARE(sum, qint64(b.totalBytes));
 }
 
-void TestMemoryViews::barTooltipShowsMiB()
-{
+void TestMemoryViews::barTooltipShowsMiB() {
     ui::MemoryBreakdownBar bar;
     bar.resize(220, 320);
     bar.show();
@@ -199,15 +190,13 @@ void TestMemoryViews::barTooltipShowsMiB()
     QVERIFY(QToolTip::text().contains(QLatin1String("free")));
 }
 
-void TestMemoryViews::fitViewShowsTrialsAndFit()
-{
+void TestMemoryViews::fitViewShowsTrialsAndFit() {
     ui::MemoryFitChart chart;
     chart.resize(900, 600);
     chart.show();
     QVERIFY(QTest::qWaitForWindowExposed(&chart));
     const QList<core::Event> events = probeEvents();
-    for (const core::Event& event : events)
-        chart.handle(event);
+    for (const core::Event& event : events) chart.handle(event);
     chart.redraw();
     QCOMPARE(chart.trialCount(), 11);
     QCOMPARE(chart.plottedTrialCount(), 11);
@@ -220,36 +209,32 @@ void TestMemoryViews::fitViewShowsTrialsAndFit()
     QCOMPARE(chart.whatIfSlider()->maximum(), int(kTarget));
 
     // A new probe replaces the trials.
-    chart.handle(core::Event{core::ProbeStarted{2.0, 2, core::ProbeReason::UserRequest, "virtual:64MiB", kTarget,
-                                                kUsable, 0}});
+    chart.handle(
+        core::Event{core::ProbeStarted{2.0, 2, core::ProbeReason::UserRequest, "virtual:64MiB", kTarget, kUsable, 0}});
     chart.redraw();
     QCOMPARE(chart.trialCount(), 0);
     QCOMPARE(chart.plottedTrialCount(), 0);
     QVERIFY(!chart.whatIfSlider()->isEnabled());
 }
 
-void TestMemoryViews::whatIfSlider_data()
-{
+void TestMemoryViews::whatIfSlider_data() {
     QTest::addColumn<int>("microBatch");
     QTest::addColumn<int>("verdict");
     QTest::addColumn<QString>("verdictText");
     QTest::newRow("fits") << 100 << int(ui::WhatIfRow::Verdict::Fits) << QStringLiteral("fits —");
     QTest::newRow("past headroom") << 260 << int(ui::WhatIfRow::Verdict::PastHeadroom)
                                    << QStringLiteral("fits, but past the headroom line");
-    QTest::newRow("does not fit") << 400 << int(ui::WhatIfRow::Verdict::DoesNotFit)
-                                  << QStringLiteral("does not fit");
+    QTest::newRow("does not fit") << 400 << int(ui::WhatIfRow::Verdict::DoesNotFit) << QStringLiteral("does not fit");
 }
 
-void TestMemoryViews::whatIfSlider()
-{
+void TestMemoryViews::whatIfSlider() {
     QFETCH(int, microBatch);
     QFETCH(int, verdict);
     QFETCH(QString, verdictText);
     ui::MemoryFitChart chart;
     chart.resize(900, 600);
     chart.show();
-    for (const core::Event& event : probeEvents())
-        chart.handle(event);
+    for (const core::Event& event : probeEvents()) chart.handle(event);
     chart.whatIfSlider()->setValue(microBatch);  // as a user drags it
     QCOMPARE(chart.whatIfBox()->value(), microBatch);
     QCOMPARE(chart.whatIf(), qint64(microBatch));

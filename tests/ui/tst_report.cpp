@@ -24,8 +24,7 @@ constexpr int64_t kMiB = 1024 * 1024;
 const int64_t kTrialSizes[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 192};
 
 /// A whole small run as the engine reports it: summary, probe, breakdown, steps, a check.
-QList<core::Event> runEvents()
-{
+QList<core::Event> runEvents() {
     QList<core::Event> events;
     core::RunSummary summary;
     summary.device = "virtual:64MiB";
@@ -94,8 +93,7 @@ QList<core::Event> runEvents()
     check.step = 3;
     check.samples = 1024;
     check.microBatchSizes = {171, 171, 171, 171, 170, 170};
-    check.tensors = {{"conv1.weight", 864, 2.5e-8, 1.25e-7, 0.999999981},
-                     {"fc.bias", 10, 7.5e-9, 3.5e-8, 0.999999995}};
+    check.tensors = {{"conv1.weight", 864, 2.5e-8, 1.25e-7, 0.999999981}, {"fc.bias", 10, 7.5e-9, 3.5e-8, 0.999999995}};
     check.overall = {"all", 874, 2.5e-8, 1.5e-7, 0.999999876};
     check.explanation = "The accumulated gradient equals the full-batch gradient up to float rounding.";
     events.append(check);
@@ -114,29 +112,25 @@ private Q_SLOTS:
     void realRunFillsMemoryViews();
 
 private:
-    static void feed(ui::MainWindow& w, const QList<core::Event>& events)
-    {
+    static void feed(ui::MainWindow& w, const QList<core::Event>& events) {
         // What the controller sends after a real run's events: no trainer needed.
         Q_EMIT w.controller()->eventsReceived(events);
         w.chartsPanel()->redrawNow();
     }
-    static QString screenshotPath(const QString& name)
-    {
+    static QString screenshotPath(const QString& name) {
         // The build tree, next to the test executable, so a person can open it after a run.
         return QDir(QCoreApplication::applicationDirPath()).filePath(name);
     }
 };
 
-void TestReport::initTestCase()
-{
+void TestReport::initTestCase() {
     QStandardPaths::setTestModeEnabled(true);  // keep the user's settings out of it
     QCoreApplication::setOrganizationName(QStringLiteral("BatchPilotTests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_report"));
     QSettings().clear();
 }
 
-void TestReport::htmlReportHasEverything()
-{
+void TestReport::htmlReportHasEverything() {
     ui::MainWindow w;
     w.resize(1280, 800);
     w.show();
@@ -193,8 +187,7 @@ void TestReport::htmlReportHasEverything()
     QVERIFY(!fresh.contains(QLatin1String("conv1.weight")));
 }
 
-void TestReport::pdfReport()
-{
+void TestReport::pdfReport() {
     ui::MainWindow w;
     w.resize(1280, 800);
     w.show();
@@ -209,8 +202,7 @@ void TestReport::pdfReport()
     QVERIFY2(bytes.size() > 20'000, qPrintable(QString::number(bytes.size())));  // the images are in it
 }
 
-void TestReport::unwritablePathIsAnError()
-{
+void TestReport::unwritablePathIsAnError() {
     ui::MainWindow w;
     w.show();
     feed(w, runEvents());
@@ -224,8 +216,7 @@ void TestReport::unwritablePathIsAnError()
     }
 }
 
-void TestReport::realRunFillsMemoryViews()
-{
+void TestReport::realRunFillsMemoryViews() {
     ui::MainWindow w;
     w.resize(1280, 800);
     w.show();
@@ -243,12 +234,10 @@ void TestReport::realRunFillsMemoryViews()
     QVERIFY(bar->breakdown().step > 0);
     QVERIFY(bar->breakdown().activationBytes > 0);
     qint64 sum = 0;
-    for (const auto& segment : bar->segments())
-        sum += segment.bytes;
+    for (const auto& segment : bar->segments()) sum += segment.bytes;
     QCOMPARE(sum, qint64(bar->breakdown().totalBytes));
     // MemoryBreakdown comes every step: the events record keeps none of them.
-    for (const core::Event& event : w.record().events())
-        QVERIFY(!std::holds_alternative<core::MemoryBreakdown>(event));
+    for (const core::Event& event : w.record().events()) QVERIFY(!std::holds_alternative<core::MemoryBreakdown>(event));
 
     ui::MemoryFitChart* fit = w.chartsPanel()->memoryFitChart();
     w.chartsPanel()->redrawNow();

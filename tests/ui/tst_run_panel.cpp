@@ -25,23 +25,20 @@ private Q_SLOTS:
     void midRunChangesAreSignalled();
 
 private:
-    static void selectVirtual(ui::RunPanel& panel, const QString& size)
-    {
+    static void selectVirtual(ui::RunPanel& panel, const QString& size) {
         panel.deviceBox()->setCurrentIndex(panel.deviceBox()->findData(QStringLiteral("virtual")));
         panel.virtualSizeEdit()->setText(size);
     }
 };
 
-void TestRunPanel::defaultsAreValid()
-{
+void TestRunPanel::defaultsAreValid() {
     ui::RunPanel panel;
     QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
     QVERIFY(panel.startButton()->isEnabled());
     QVERIFY(!panel.stopButton()->isEnabled());
 }
 
-void TestRunPanel::invalidInputDisablesStart_data()
-{
+void TestRunPanel::invalidInputDisablesStart_data() {
     QTest::addColumn<int>("target");
     QTest::addColumn<QString>("budget");
     QTest::addColumn<QString>("reason");
@@ -51,8 +48,7 @@ void TestRunPanel::invalidInputDisablesStart_data()
     QTest::newRow("budget negative") << 256 << QStringLiteral("-5MiB") << QStringLiteral("budget");
 }
 
-void TestRunPanel::invalidInputDisablesStart()
-{
+void TestRunPanel::invalidInputDisablesStart() {
     QFETCH(int, target);
     QFETCH(QString, budget);
     QFETCH(QString, reason);
@@ -65,13 +61,12 @@ void TestRunPanel::invalidInputDisablesStart()
     QVERIFY(!panel.startButton()->isEnabled());
     QVERIFY2(panel.problem().contains(reason, Qt::CaseInsensitive), qPrintable(panel.problem()));
     // Start's tooltip says why.
-    QVERIFY2(panel.startButton()->toolTip().contains(panel.problem()),
-             qPrintable(panel.startButton()->toolTip()));
+    QVERIFY2(panel.startButton()->toolTip().contains(panel.problem()), qPrintable(panel.startButton()->toolTip()));
     QVERIFY(!validity.isEmpty());
     QCOMPARE(validity.last().first().toBool(), false);
     // The offending field is marked.
-    QWidget* field = target < 1 ? static_cast<QWidget*>(panel.targetBatchBox())
-                                : static_cast<QWidget*>(panel.virtualSizeEdit());
+    QWidget* field =
+        target < 1 ? static_cast<QWidget*>(panel.targetBatchBox()) : static_cast<QWidget*>(panel.virtualSizeEdit());
     QVERIFY(field->property("invalid").toBool());
 
     // Fixing it enables Start again.
@@ -83,8 +78,7 @@ void TestRunPanel::invalidInputDisablesStart()
     QCOMPARE(validity.last().first().toBool(), true);
 }
 
-void TestRunPanel::offersCoresModelsAndDatasets()
-{
+void TestRunPanel::offersCoresModelsAndDatasets() {
     ui::RunPanel panel;
     for (const std::string& name : core::datasetNames())
         QVERIFY2(panel.datasetBox()->findData(QString::fromStdString(name)) >= 0, name.c_str());
@@ -93,8 +87,7 @@ void TestRunPanel::offersCoresModelsAndDatasets()
         QVERIFY2(panel.modelBox()->findText(QString::fromStdString(name)) >= 0, name.c_str());
 }
 
-void TestRunPanel::optionsRoundTrip()
-{
+void TestRunPanel::optionsRoundTrip() {
     ui::RunPanel panel;
     const core::TrainerOptions demo = ui::demoOptions();
     panel.setOptions(demo);
@@ -109,8 +102,7 @@ void TestRunPanel::optionsRoundTrip()
     QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
 }
 
-void TestRunPanel::settingsRoundTrip()
-{
+void TestRunPanel::settingsRoundTrip() {
     QTemporaryDir dir;
     QSettings settings(dir.filePath(QStringLiteral("settings.ini")), QSettings::IniFormat);
     {
@@ -125,8 +117,7 @@ void TestRunPanel::settingsRoundTrip()
     QCOMPARE(restored.targetBatchBox()->value(), 4096);
 }
 
-void TestRunPanel::runLocksStartOnlyFields()
-{
+void TestRunPanel::runLocksStartOnlyFields() {
     ui::RunPanel panel;
     panel.setRunState(true, false);
     QVERIFY(!panel.startButton()->isEnabled());
@@ -140,8 +131,7 @@ void TestRunPanel::runLocksStartOnlyFields()
     QVERIFY(panel.startButton()->isEnabled());
 }
 
-void TestRunPanel::midRunChangesAreSignalled()
-{
+void TestRunPanel::midRunChangesAreSignalled() {
     ui::RunPanel panel;
     selectVirtual(panel, QStringLiteral("64MiB"));
     QSignalSpy target(&panel, &ui::RunPanel::targetBatchChanged);

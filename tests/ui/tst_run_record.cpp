@@ -10,8 +10,7 @@ using namespace batchpilot;
 
 namespace {
 
-core::StepMetrics step(int64_t n)
-{
+core::StepMetrics step(int64_t n) {
     core::StepMetrics m;
     m.time = 0.5 * static_cast<double>(n);
     m.step = n;
@@ -24,11 +23,9 @@ core::StepMetrics step(int64_t n)
     return m;
 }
 
-QStringList jsonTypes(const QString& path)
-{
+QStringList jsonTypes(const QString& path) {
     QFile file(path);
-    if (!file.open(QIODevice::ReadOnly))
-        return {};
+    if (!file.open(QIODevice::ReadOnly)) return {};
     QStringList types;
     for (const QByteArray& line : file.readAll().trimmed().split('\n'))
         types << QJsonDocument::fromJson(line).object().value(QStringLiteral("type")).toString();
@@ -40,8 +37,7 @@ QStringList jsonTypes(const QString& path)
 class TestRunRecord : public QObject {
     Q_OBJECT
 private Q_SLOTS:
-    void eventsComeBackInTheirOrder()
-    {
+    void eventsComeBackInTheirOrder() {
         ui::RunRecord record;
         record.handle(core::RunStateChanged{0.0, core::RunState::Starting, "virtual:64MiB"});
         record.handle(core::ProbeStarted{});
@@ -57,18 +53,16 @@ private Q_SLOTS:
         QTemporaryDir dir;
         const QString path = dir.filePath(QStringLiteral("events.jsonl"));
         QVERIFY(record.writeEventsJsonl(path));
-        QCOMPARE(jsonTypes(path), (QStringList{QStringLiteral("state"), QStringLiteral("probe_started"),
-                                               QStringLiteral("step"), QStringLiteral("optimizer_step"),
-                                               QStringLiteral("step"), QStringLiteral("warning"),
-                                               QStringLiteral("step")}));
+        QCOMPARE(jsonTypes(path),
+                 (QStringList{QStringLiteral("state"), QStringLiteral("probe_started"), QStringLiteral("step"),
+                              QStringLiteral("optimizer_step"), QStringLiteral("step"), QStringLiteral("warning"),
+                              QStringLiteral("step")}));
     }
 
-    void manyStepsCostDiskNotMemory()
-    {
+    void manyStepsCostDiskNotMemory() {
         ui::RunRecord record;
         constexpr int64_t kSteps = 200'000;
-        for (int64_t i = 1; i <= kSteps; ++i)
-            record.handle(step(i));
+        for (int64_t i = 1; i <= kSteps; ++i) record.handle(step(i));
         QCOMPARE(record.stepCount(), std::size_t(kSteps));
         // 200,000 steps are 20 MB as structs; the record keeps them on disk.
         QVERIFY2(record.memoryBytes() < 64 * 1024, qPrintable(QString::number(record.memoryBytes())));
@@ -92,8 +86,7 @@ private Q_SLOTS:
         QCOMPARE(record.steps().back().step, kSteps + 1);
     }
 
-    void clearForgetsEverything()
-    {
+    void clearForgetsEverything() {
         ui::RunRecord record;
         record.handle(core::Warning{0.1, "old run"});
         record.handle(step(1));
@@ -106,8 +99,7 @@ private Q_SLOTS:
         QCOMPARE(record.steps().front().step, int64_t{7});
     }
 
-    void unwritablePathSaysWhy()
-    {
+    void unwritablePathSaysWhy() {
         ui::RunRecord record;
         record.handle(step(1));
         QString error;

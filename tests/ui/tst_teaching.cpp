@@ -39,16 +39,14 @@ namespace {
 
 constexpr int kTimeout = 180'000;  // ms; real training on the CPU of a shared test machine
 
-QString screenshotPath(const QString& name)
-{
+QString screenshotPath(const QString& name) {
     // The build tree, next to the test executable, so a person can open it after a run.
     return QDir(QCoreApplication::applicationDirPath()).filePath(name);
 }
 
 /// A small run whose first training batch has several micro-batches: target 64, at most 16 per
 /// micro-batch, the probe starting at 4 (trials 4, 8, 16, then 12 + 12 + 12).
-core::TrainerOptions smallRun()
-{
+core::TrainerOptions smallRun() {
     core::TrainerOptions o;
     o.model.name = "mlp";
     o.model.width = 8;
@@ -71,39 +69,33 @@ core::TrainerOptions smallRun()
 struct EventTape {
     QList<core::Event> events;
 
-    explicit EventTape(ui::TrainerController* controller)
-    {
+    explicit EventTape(ui::TrainerController* controller) {
         QObject::connect(controller, &ui::TrainerController::eventsReceived, controller,
                          [this](const QList<core::Event>& batch) { events.append(batch); });
     }
     template <class T>
-    int count() const
-    {
+    int count() const {
         return static_cast<int>(std::count_if(events.begin(), events.end(),
                                               [](const core::Event& e) { return std::holds_alternative<T>(e); }));
     }
     template <class T>
-    std::optional<T> last() const
-    {
+    std::optional<T> last() const {
         for (auto it = events.rbegin(); it != events.rend(); ++it)
-            if (const auto* e = std::get_if<T>(&*it))
-                return *e;
+            if (const auto* e = std::get_if<T>(&*it)) return *e;
         return std::nullopt;
     }
     /// Micro-batches that ran: committed or out of memory.
     int ran() const { return count<core::MicroBatchDone>() + count<core::OomEvent>(); }
 };
 
-void startRun(ui::MainWindow& w, const core::TrainerOptions& options)
-{
+void startRun(ui::MainWindow& w, const core::TrainerOptions& options) {
     w.runPanel()->setOptions(options);
     QVERIFY2(w.runPanel()->isValid(), qPrintable(w.runPanel()->problem()));
     QTest::mouseClick(w.runPanel()->startButton(), Qt::LeftButton);
     QVERIFY(w.controller()->isRunning());
 }
 
-void stopRun(ui::MainWindow& w)
-{
+void stopRun(ui::MainWindow& w) {
     QTest::mouseClick(w.runPanel()->stopButton(), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
 }
@@ -125,16 +117,14 @@ private Q_SLOTS:
     void checkEquivalence();
 };
 
-void TestTeaching::initTestCase()
-{
+void TestTeaching::initTestCase() {
     QStandardPaths::setTestModeEnabled(true);
     QCoreApplication::setOrganizationName(QStringLiteral("BatchPilotTests"));
     QCoreApplication::setApplicationName(QStringLiteral("tst_teaching"));
     QSettings().clear();
 }
 
-void TestTeaching::lossWeightText_data()
-{
+void TestTeaching::lossWeightText_data() {
     QTest::addColumn<qint64>("size");
     QTest::addColumn<qint64>("target");
     QTest::addColumn<QString>("text");
@@ -144,16 +134,14 @@ void TestTeaching::lossWeightText_data()
     QTest::newRow("whole batch") << qint64(64) << qint64(64) << QStringLiteral("64/64 = 1");
 }
 
-void TestTeaching::lossWeightText()
-{
+void TestTeaching::lossWeightText() {
     QFETCH(qint64, size);
     QFETCH(qint64, target);
     QFETCH(QString, text);
     QCOMPARE(ui::lossWeightText(size, target), text);
 }
 
-void TestTeaching::accumulationViewShowsMicroBatches()
-{
+void TestTeaching::accumulationViewShowsMicroBatches() {
     ui::AccumulationView view;
     view.resize(900, 220);
     view.show();
@@ -163,7 +151,8 @@ void TestTeaching::accumulationViewShowsMicroBatches()
     auto* model = view.table()->tableModel();
     QCOMPARE(model->rowCount(), 1);  // only the pending row
     QVERIFY(model->data(model->index(0, ui::MicroBatchTableModel::IndexColumn), Qt::DisplayRole)
-                .toString().contains(QLatin1String("next")));
+                .toString()
+                .contains(QLatin1String("next")));
 
     core::MicroBatchDone first;
     first.step = 1;
@@ -171,18 +160,20 @@ void TestTeaching::accumulationViewShowsMicroBatches()
     first.targetBatch = 64;
     first.lossWeight = 0.5;
     first.gradientNorm = 0.8;
-    for (int64_t i = 0; i < 32; ++i)
-        first.sampleIndices.push_back(100 + i);
+    for (int64_t i = 0; i < 32; ++i) first.sampleIndices.push_back(100 + i);
     view.handle(first);
     QVERIFY(!view.pending().has_value());
     QCOMPARE(model->rowCount(), 1);
     QCOMPARE(model->data(model->index(0, ui::MicroBatchTableModel::WeightColumn), Qt::DisplayRole).toString(),
              QStringLiteral("32/64 = 0.5"));
-    const QString samples = model->data(model->index(0, ui::MicroBatchTableModel::SamplesColumn), Qt::DisplayRole).toString();
-    QVERIFY2(samples.startsWith(QStringLiteral("100, 101, 102, 103, …")) && samples.contains(QLatin1String("32 samples")),
-             qPrintable(samples));
+    const QString samples =
+        model->data(model->index(0, ui::MicroBatchTableModel::SamplesColumn), Qt::DisplayRole).toString();
+    QVERIFY2(
+        samples.startsWith(QStringLiteral("100, 101, 102, 103, …")) && samples.contains(QLatin1String("32 samples")),
+        qPrintable(samples));
     QVERIFY(model->data(model->index(0, ui::MicroBatchTableModel::SamplesColumn), Qt::ToolTipRole)
-                .toString().contains(QLatin1String("131")));  // the full list
+                .toString()
+                .contains(QLatin1String("131")));  // the full list
     QCOMPARE(view.gradientNorm(), 0.8);
 
     view.handle(core::StepModeWaiting{0, 1, 1, 32, 32, 64, false});
@@ -194,8 +185,13 @@ void TestTeaching::accumulationViewShowsMicroBatches()
     view.handle(second);
     QCOMPARE(model->rowCount(), 2);
     // Bars are relative to the largest norm so far.
-    QCOMPARE(model->data(model->index(1, ui::MicroBatchTableModel::NormColumn), ui::MicroBatchTableModel::NormFractionRole).toDouble(), 1.0);
-    QVERIFY(model->data(model->index(0, ui::MicroBatchTableModel::NormColumn), ui::MicroBatchTableModel::NormFractionRole).toDouble() < 1.0);
+    QCOMPARE(
+        model->data(model->index(1, ui::MicroBatchTableModel::NormColumn), ui::MicroBatchTableModel::NormFractionRole)
+            .toDouble(),
+        1.0);
+    QVERIFY(
+        model->data(model->index(0, ui::MicroBatchTableModel::NormColumn), ui::MicroBatchTableModel::NormFractionRole)
+            .toDouble() < 1.0);
 
     // The optimizer step's badge stays while the trainer waits before the next batch, and goes
     // when the next batch starts.
@@ -214,8 +210,7 @@ void TestTeaching::accumulationViewShowsMicroBatches()
     view.repaint();
 }
 
-void TestTeaching::equivalenceDialogVerdicts()
-{
+void TestTeaching::equivalenceDialogVerdicts() {
     ui::EquivalenceDialog dialog;
     core::EquivalenceChecked r;
     r.step = 3;
@@ -249,8 +244,7 @@ void TestTeaching::equivalenceDialogVerdicts()
     QVERIFY(dialog.text().contains(QLatin1String("out of memory")));
 }
 
-void TestTeaching::everyControlExplainsItself()
-{
+void TestTeaching::everyControlExplainsItself() {
     ui::MainWindow w;
     w.resize(1280, 800);
     int checked = 0;
@@ -258,11 +252,10 @@ void TestTeaching::everyControlExplainsItself()
         const bool input = qobject_cast<QAbstractButton*>(widget) || qobject_cast<QComboBox*>(widget) ||
                            qobject_cast<QAbstractSpinBox*>(widget) || qobject_cast<QLineEdit*>(widget);
         // The line edit inside a spin box or combo box is part of that control.
-        const bool part = qobject_cast<QLineEdit*>(widget) &&
-                          (qobject_cast<QAbstractSpinBox*>(widget->parentWidget()) ||
-                           qobject_cast<QComboBox*>(widget->parentWidget()));
-        if (!input || part)
-            continue;
+        const bool part =
+            qobject_cast<QLineEdit*>(widget) && (qobject_cast<QAbstractSpinBox*>(widget->parentWidget()) ||
+                                                 qobject_cast<QComboBox*>(widget->parentWidget()));
+        if (!input || part) continue;
         ++checked;
         const QString name = widget->objectName().isEmpty() ? QString::fromLatin1(widget->metaObject()->className())
                                                             : widget->objectName();
@@ -277,11 +270,11 @@ void TestTeaching::everyControlExplainsItself()
     ui::ChartsPanel* charts = w.chartsPanel();
     widgets << charts->lossChart() << charts->probeChart() << charts->memoryChart() << charts->throughputChart();
     for (QWidget* widget : w.eventLog()->findChildren<QWidget*>(QString(), Qt::FindDirectChildrenOnly))
-        if (qobject_cast<QAbstractItemView*>(widget) || qobject_cast<QLineEdit*>(widget) || qobject_cast<QComboBox*>(widget))
+        if (qobject_cast<QAbstractItemView*>(widget) || qobject_cast<QLineEdit*>(widget) ||
+            qobject_cast<QComboBox*>(widget))
             widgets << widget;
     for (QLabel* label : w.statusBar()->findChildren<QLabel*>())
-        if (label->objectName().startsWith(QLatin1String("status")))
-            widgets << label;
+        if (label->objectName().startsWith(QLatin1String("status"))) widgets << label;
     for (QWidget* widget : std::as_const(widgets))
         if (widget->toolTip().trimmed().isEmpty())
             unexplained << (widget->objectName().isEmpty() ? QString::fromLatin1(widget->metaObject()->className())
@@ -289,8 +282,7 @@ void TestTeaching::everyControlExplainsItself()
     QVERIFY2(unexplained.isEmpty(), qPrintable(unexplained.join(QStringLiteral(", "))));
 }
 
-void TestTeaching::stepByStep()
-{
+void TestTeaching::stepByStep() {
     ui::MainWindow w;
     w.resize(1280, 800);
     w.show();
@@ -348,11 +340,14 @@ void TestTeaching::stepByStep()
     QVERIFY(done.gradientNorm > 0);
     QVERIFY(view->gradientNorm() > 0);
     const int lastRow = committed - 1;
-    const QString weight = model->data(model->index(lastRow, ui::MicroBatchTableModel::WeightColumn), Qt::DisplayRole).toString();
+    const QString weight =
+        model->data(model->index(lastRow, ui::MicroBatchTableModel::WeightColumn), Qt::DisplayRole).toString();
     QVERIFY2(weight.startsWith(QStringLiteral("%1/64 ").arg(done.size)), qPrintable(weight));
-    const QString samples = model->data(model->index(lastRow, ui::MicroBatchTableModel::SamplesColumn), Qt::DisplayRole).toString();
+    const QString samples =
+        model->data(model->index(lastRow, ui::MicroBatchTableModel::SamplesColumn), Qt::DisplayRole).toString();
     QVERIFY2(samples.startsWith(QString::number(done.sampleIndices.front())), qPrintable(samples));
-    const QString norm = model->data(model->index(lastRow, ui::MicroBatchTableModel::NormColumn), Qt::DisplayRole).toString();
+    const QString norm =
+        model->data(model->index(lastRow, ui::MicroBatchTableModel::NormColumn), Qt::DisplayRole).toString();
     QVERIFY2(norm.toDouble() > 0, qPrintable(norm));
     QVERIFY(view->stepBadge().isEmpty());
 
@@ -382,8 +377,7 @@ void TestTeaching::stepByStep()
     QAction* help = nullptr;
     for (QAction* menu : w.menuBar()->actions())
         for (QAction* action : menu->menu() ? menu->menu()->actions() : QList<QAction*>{})
-            if (action->text().contains(QLatin1String("How this works")))
-                help = action;
+            if (action->text().contains(QLatin1String("How this works"))) help = action;
     QVERIFY(help != nullptr);
     help->trigger();
     auto* browser = w.findChild<QTextBrowser*>(QStringLiteral("howItWorksText"));
@@ -411,8 +405,7 @@ void TestTeaching::stepByStep()
 /// Commands given right after Start, before the worker thread has begun the run, reach the
 /// trainer (they used to be dropped when the trainer did not exist yet): the new target batch
 /// applies at the first training-batch boundary, and a stop ends the run.
-void TestTeaching::commandsBeforeTheRunBeginsAreKept()
-{
+void TestTeaching::commandsBeforeTheRunBeginsAreKept() {
     ui::TrainerController controller;
     EventTape tape(&controller);
     QSignalSpy finished(&controller, &ui::TrainerController::runFinished);
@@ -436,16 +429,14 @@ void TestTeaching::commandsBeforeTheRunBeginsAreKept()
     QVERIFY(finished.last().first().value<core::RunResult>().stopped);
 }
 
-void TestTeaching::checkEquivalence_data()
-{
+void TestTeaching::checkEquivalence_data() {
     QTest::addColumn<int>("norm");
     QTest::addColumn<bool>("equal");
     QTest::newRow("GroupNorm: exact") << static_cast<int>(core::NormKind::Group) << true;
     QTest::newRow("BatchNorm: differs") << static_cast<int>(core::NormKind::Batch) << false;
 }
 
-void TestTeaching::checkEquivalence()
-{
+void TestTeaching::checkEquivalence() {
     QFETCH(int, norm);
     QFETCH(bool, equal);
     ui::MainWindow w;

@@ -27,8 +27,7 @@ namespace {
 
 constexpr int64_t kMiB = 1024 * 1024;
 
-core::StepMetrics step(int64_t n, double loss)
-{
+core::StepMetrics step(int64_t n, double loss) {
     core::StepMetrics m;
     m.time = 0.1 * static_cast<double>(n);
     m.step = n;
@@ -43,11 +42,9 @@ core::StepMetrics step(int64_t n, double loss)
 }
 
 /// A probe sequence: 1, 2, 4 ... fit, `oomAt` runs out of memory.
-QList<core::Event> probe(int sequence, int64_t oomAt, double t0)
-{
+QList<core::Event> probe(int sequence, int64_t oomAt, double t0) {
     QList<core::Event> events;
-    events.append(core::ProbeStarted{t0, sequence, core::ProbeReason::Initial, "virtual:64MiB",
-                                      256, 60 * kMiB, 0});
+    events.append(core::ProbeStarted{t0, sequence, core::ProbeReason::Initial, "virtual:64MiB", 256, 60 * kMiB, 0});
     int trial = 0;
     for (int64_t n = 1; n <= oomAt; n *= 2) {
         core::ProbeTrial t;
@@ -61,8 +58,7 @@ QList<core::Event> probe(int sequence, int64_t oomAt, double t0)
         t.failedAllocationBytes = t.fit ? 0 : 3 * kMiB;
         events.append(t);
     }
-    events.append(core::ProbeFinished{t0 + 0.5, sequence, oomAt / 2, 256 / (oomAt / 2), 256, trial,
-                                      0.5, false, 0, 0});
+    events.append(core::ProbeFinished{t0 + 0.5, sequence, oomAt / 2, 256 / (oomAt / 2), 256, trial, 0.5, false, 0, 0});
     return events;
 }
 
@@ -84,36 +80,33 @@ private Q_SLOTS:
     void aboutLeavesACpuForTheWindow();
 };
 
-void TestWidgets::planCaption_data()
-{
+void TestWidgets::planCaption_data() {
     QTest::addColumn<qint64>("target");
     QTest::addColumn<qint64>("micro");
     QTest::addColumn<QString>("caption");
     QTest::newRow("even") << qint64(4096) << qint64(128)
                           << QStringLiteral("4096 = 32 × 128 (micro-batch 128, 32 accumulation steps)");
     QTest::newRow("uneven split evenly") << qint64(100) << qint64(32)
-                          << QStringLiteral("100 = 4 × 25 (micro-batch 32, 4 accumulation steps)");
+                                         << QStringLiteral("100 = 4 × 25 (micro-batch 32, 4 accumulation steps)");
     QTest::newRow("sizes differ by one") << qint64(1000) << qint64(96)
-                          << QStringLiteral("1000 = 10 × 91 + 1 × 90 (micro-batch 96, 11 accumulation steps)");
+                                         << QStringLiteral(
+                                                "1000 = 10 × 91 + 1 × 90 (micro-batch 96, 11 accumulation steps)");
     QTest::newRow("fits at once") << qint64(64) << qint64(64)
-                          << QStringLiteral("64 = 1 × 64 (micro-batch 64, 1 accumulation steps)");
+                                  << QStringLiteral("64 = 1 × 64 (micro-batch 64, 1 accumulation steps)");
 }
 
-void TestWidgets::planCaption()
-{
+void TestWidgets::planCaption() {
     QFETCH(qint64, target);
     QFETCH(qint64, micro);
     QFETCH(QString, caption);
     QCOMPARE(ui::planCaption(target, micro), caption);
 }
 
-void TestWidgets::lossChartDrawsRawAndSmoothed()
-{
+void TestWidgets::lossChartDrawsRawAndSmoothed() {
     ui::LossChart chart;
     chart.resize(600, 400);
     chart.show();
-    for (int i = 1; i <= 5000; ++i)
-        chart.handle(step(i, 2.0 / std::sqrt(i) + (i % 2 ? 0.2 : -0.2)));
+    for (int i = 1; i <= 5000; ++i) chart.handle(step(i, 2.0 / std::sqrt(i) + (i % 2 ? 0.2 : -0.2)));
     chart.redraw();
     QCOMPARE(chart.rawStore().rawCount(), std::size_t(5000));
     QCOMPARE(chart.smoothedStore().rawCount(), std::size_t(5000));
@@ -129,13 +122,11 @@ void TestWidgets::lossChartDrawsRawAndSmoothed()
     QCOMPARE(raw[4000].y(), chart.rawStore().points()[4000].y());
 }
 
-void TestWidgets::lossChartAxesAndScale()
-{
+void TestWidgets::lossChartAxesAndScale() {
     ui::LossChart chart;
     chart.resize(600, 400);
     chart.show();
-    for (int i = 1; i <= 100; ++i)
-        chart.handle(step(i, 1.0 / i));
+    for (int i = 1; i <= 100; ++i) chart.handle(step(i, 1.0 / i));
     chart.setXAxis(ui::LossChart::XAxis::Samples);
     QCOMPARE(chart.rawStore().maxX(), 100.0 * 256);
     chart.setXAxis(ui::LossChart::XAxis::WallTime);
@@ -148,18 +139,15 @@ void TestWidgets::lossChartAxesAndScale()
     QCOMPARE(chart.smoothedStore().rawCount(), std::size_t(100));
 }
 
-void TestWidgets::probeChartShowsSequences()
-{
+void TestWidgets::probeChartShowsSequences() {
     ui::ProbeChart chart;
     chart.resize(600, 400);
     chart.show();
-    for (const auto& e : probe(1, 64, 0))
-        chart.handle(e);
+    for (const auto& e : probe(1, 64, 0)) chart.handle(e);
     QCOMPARE(chart.sequenceCount(), 1);
     QCOMPARE(chart.trialCount(), 7);  // 1, 2, 4, ..., 64
     QCOMPARE(chart.chosenMicroBatch(), qint64(32));
-    for (const auto& e : probe(2, 128, 5))
-        chart.handle(e);
+    for (const auto& e : probe(2, 128, 5)) chart.handle(e);
     chart.redraw();
     QCOMPARE(chart.sequenceCount(), 2);
     QCOMPARE(chart.trialCount(), 15);
@@ -170,14 +158,13 @@ void TestWidgets::probeChartShowsSequences()
     QCOMPARE(chart.trialCount(), 0);
 }
 
-void TestWidgets::memoryChartMarksOoms()
-{
+void TestWidgets::memoryChartMarksOoms() {
     ui::MemoryChart chart;
     chart.resize(600, 400);
     chart.show();
     for (int i = 0; i < 2000; ++i)
-        chart.handle(core::MemorySample{i * 0.01, (10 + i % 40) * kMiB, (10 + i % 40) * kMiB,
-                                        (12 + i % 40) * kMiB, 64 * kMiB, 60 * kMiB});
+        chart.handle(core::MemorySample{i * 0.01, (10 + i % 40) * kMiB, (10 + i % 40) * kMiB, (12 + i % 40) * kMiB,
+                                        64 * kMiB, 60 * kMiB});
     core::OomEvent oom;
     oom.time = 7.5;
     oom.step = 12;
@@ -196,13 +183,11 @@ void TestWidgets::memoryChartMarksOoms()
     QVERIFY(tip.contains(QLatin1String("6.0 MiB")) || tip.contains(QLatin1String("6.00 MiB")));
 }
 
-void TestWidgets::zoomPausesFollowLive()
-{
+void TestWidgets::zoomPausesFollowLive() {
     ui::ChartsPanel panel;
     panel.resize(1000, 700);
     panel.show();
-    for (int i = 1; i <= 200; ++i)
-        panel.handle(step(i, 1.0 / i));
+    for (int i = 1; i <= 200; ++i) panel.handle(step(i, 1.0 / i));
     panel.redrawNow();
     QVERIFY(panel.followLive());
     QSignalSpy spy(&panel, &ui::ChartsPanel::followLiveChanged);
@@ -212,8 +197,7 @@ void TestWidgets::zoomPausesFollowLive()
     QCOMPARE(spy.count(), 1);
     QCOMPARE(spy.last().first().toBool(), false);
     // More data does not move a paused chart.
-    for (int i = 201; i <= 400; ++i)
-        panel.handle(step(i, 1.0 / i));
+    for (int i = 201; i <= 400; ++i) panel.handle(step(i, 1.0 / i));
     panel.redrawNow();
     // The button (and View > Follow live) resumes.
     panel.setFollowLive(true);
@@ -221,13 +205,11 @@ void TestWidgets::zoomPausesFollowLive()
     QCOMPARE(spy.last().first().toBool(), true);
 }
 
-void TestWidgets::chartsExportPng()
-{
+void TestWidgets::chartsExportPng() {
     ui::ChartsPanel panel;
     panel.resize(1000, 700);
     panel.show();
-    for (int i = 1; i <= 50; ++i)
-        panel.handle(step(i, 1.0 / i));
+    for (int i = 1; i <= 50; ++i) panel.handle(step(i, 1.0 / i));
     QTemporaryDir dir;
     QVERIFY(dir.isValid());
     const QStringList files = panel.exportAll(dir.path());
@@ -239,14 +221,12 @@ void TestWidgets::chartsExportPng()
     }
 }
 
-void TestWidgets::accumulationFillsAndReplays()
-{
+void TestWidgets::accumulationFillsAndReplays() {
     ui::AccumulationView view;
     view.resize(800, 80);
     view.show();
     view.handle(core::ProbeFinished{0, 1, 64, 4, 256, 5, 0.1, false, 0, 0});
-    QCOMPARE(view.caption(),
-             QStringLiteral("Training batch: 256 = 4 × 64 (micro-batch 64, 4 accumulation steps)"));
+    QCOMPARE(view.caption(), QStringLiteral("Training batch: 256 = 4 × 64 (micro-batch 64, 4 accumulation steps)"));
     const auto micro = [](int64_t stepNumber, int64_t index, int64_t offset, int64_t size) {
         core::MicroBatchDone m;
         m.step = stepNumber;
@@ -274,8 +254,7 @@ void TestWidgets::accumulationFillsAndReplays()
     view.repaint();
 }
 
-void TestWidgets::eventLogFiltersAndCopies()
-{
+void TestWidgets::eventLogFiltersAndCopies() {
     ui::EventLog log;
     QList<core::Event> events = probe(1, 16, 0);
     events.append(core::MemorySample{});  // not logged
@@ -292,8 +271,7 @@ void TestWidgets::eventLogFiltersAndCopies()
     QCOMPARE(log.visibleRowCount(), 1);
     log.copySelection();
     const QString copied = QApplication::clipboard()->text();
-    QVERIFY2(copied.contains(QStringLiteral("device switch\tvirtual:64MiB → virtual:256MiB")),
-             qPrintable(copied));
+    QVERIFY2(copied.contains(QStringLiteral("device switch\tvirtual:64MiB → virtual:256MiB")), qPrintable(copied));
     log.setFilterText(QString());
     QCOMPARE(log.visibleRowCount(), 9);
 }
@@ -301,8 +279,7 @@ void TestWidgets::eventLogFiltersAndCopies()
 /// The desktop app leaves one CPU to the GUI thread (it draws the charts with about half a
 /// core; docs/PERFORMANCE.md, threads), a headless run uses them all, and a run never gets fewer
 /// than one thread. The CPUs are this process's affinity mask, set here.
-void TestWidgets::aboutLeavesACpuForTheWindow()
-{
+void TestWidgets::aboutLeavesACpuForTheWindow() {
     cpu_set_t original;
     QCOMPARE(sched_getaffinity(0, sizeof original, &original), 0);
     // Given back however the test ends, so the remaining tests run on every CPU.

@@ -7,8 +7,7 @@
 
 namespace batchpilot::ui {
 
-ChartColors ChartColors::forTheme(bool dark)
-{
+ChartColors ChartColors::forTheme(bool dark) {
     ChartColors c;
     if (dark) {
         c.primary = QColor(0x4f, 0xa3, 0xf7);
@@ -36,24 +35,21 @@ ChartColors ChartColors::forTheme(bool dark)
     return c;
 }
 
-QPen linePen(const QColor& color, qreal width, Qt::PenStyle style)
-{
+QPen linePen(const QColor& color, qreal width, Qt::PenStyle style) {
     QPen pen(color);
     pen.setWidthF(width);
     pen.setStyle(style);
     return pen;
 }
 
-void TrialMarkers::applyColors(const ChartColors& c) const
-{
+void TrialMarkers::applyColors(const ChartColors& c) const {
     for (const auto& [series, color] : {std::pair{fits, c.fit}, std::pair{tight, c.tight}, std::pair{ooms, c.oom}}) {
         series->setColor(color);
         series->setBorderColor(color.darker(130));
     }
 }
 
-TrialMarkers TrialMarkers::create()
-{
+TrialMarkers TrialMarkers::create() {
     const auto marker = [](const QString& name, QScatterSeries::MarkerShape shape, qreal size) {
         auto* series = new QScatterSeries;
         series->setName(name);
@@ -61,9 +57,10 @@ TrialMarkers TrialMarkers::create()
         series->setMarkerSize(size);
         return series;
     };
-    return {marker(QCoreApplication::translate("TrialMarkers", "fit"), QScatterSeries::MarkerShapeCircle, 9),
-            marker(QCoreApplication::translate("TrialMarkers", "past headroom"), QScatterSeries::MarkerShapeTriangle, 10),
-            marker(QCoreApplication::translate("TrialMarkers", "OOM"), QScatterSeries::MarkerShapeRectangle, 9)};
+    return {
+        marker(QCoreApplication::translate("TrialMarkers", "fit"), QScatterSeries::MarkerShapeCircle, 9),
+        marker(QCoreApplication::translate("TrialMarkers", "past headroom"), QScatterSeries::MarkerShapeTriangle, 10),
+        marker(QCoreApplication::translate("TrialMarkers", "OOM"), QScatterSeries::MarkerShapeRectangle, 9)};
 }
 
 }  // namespace batchpilot::ui

@@ -14,16 +14,16 @@ namespace batchpilot::ui {
 
 /// Colours shared by the charts, picked to read well on the light and the dark chart theme.
 struct ChartColors {
-    QColor primary;     ///< main line (smoothed loss, allocated memory, throughput)
-    QColor secondary;   ///< second line (peak memory, micro-batch)
-    QColor tertiary;    ///< third line (reserved memory, accumulation steps)
-    QColor faint;       ///< raw data under a smoothed line
-    QColor fit;         ///< probe trial that fit
-    QColor tight;       ///< probe trial that fit but went past the headroom line
-    QColor oom;         ///< out of memory
-    QColor limit;       ///< capacity line
-    QColor headroom;    ///< usable-memory line
-    QColor chosen;      ///< chosen micro-batch
+    QColor primary;    ///< main line (smoothed loss, allocated memory, throughput)
+    QColor secondary;  ///< second line (peak memory, micro-batch)
+    QColor tertiary;   ///< third line (reserved memory, accumulation steps)
+    QColor faint;      ///< raw data under a smoothed line
+    QColor fit;        ///< probe trial that fit
+    QColor tight;      ///< probe trial that fit but went past the headroom line
+    QColor oom;        ///< out of memory
+    QColor limit;      ///< capacity line
+    QColor headroom;   ///< usable-memory line
+    QColor chosen;     ///< chosen micro-batch
 
     static ChartColors forTheme(bool dark);
 };
@@ -46,8 +46,7 @@ struct TrialMarkers {
     /// Shows every trial at `pointOf(trial)` with the marker of its outcome (trials have `fit`
     /// and `withinHeadroom`).
     template <typename Trials, typename PointOf>
-    void show(const Trials& trials, PointOf pointOf) const
-    {
+    void show(const Trials& trials, PointOf pointOf) const {
         QList<QPointF> fitPoints, tightPoints, oomPoints;
         for (const auto& t : trials) {
             const QPointF p = pointOf(t);
@@ -63,8 +62,7 @@ struct TrialMarkers {
 /// each axis' range so both axes count alike; nullptr when `items` is empty.
 template <typename Items, typename PointOf>
 const typename Items::value_type* nearestOnChart(const Items& items, PointOf pointOf, const QPointF& point,
-                                                 const QValueAxis* x, const QValueAxis* y)
-{
+                                                 const QValueAxis* x, const QValueAxis* y) {
     const typename Items::value_type* best = nullptr;
     double bestDistance = std::numeric_limits<double>::infinity();
     const double xSpan = std::max(x->max() - x->min(), 1e-9);

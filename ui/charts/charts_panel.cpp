@@ -27,8 +27,7 @@ ChartsPanel::ChartsPanel(QWidget* parent)
       m_memoryFit(new MemoryFitChart),
       m_breakdownBar(new MemoryBreakdownBar),
       m_tabs(new QTabWidget),
-      m_timer(new QTimer(this))
-{
+      m_timer(new QTimer(this)) {
     m_loss->setObjectName(QStringLiteral("lossChart"));
     m_probe->setObjectName(QStringLiteral("probeChart"));
     m_memory->setObjectName(QStringLiteral("memoryChart"));
@@ -63,32 +62,26 @@ ChartsPanel::ChartsPanel(QWidget* parent)
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(m_tabs);
     for (LiveChart* chart : charts())
-        connect(chart, &LiveChart::followLiveChanged, this,
-                [this] { Q_EMIT followLiveChanged(followLive()); });
+        connect(chart, &LiveChart::followLiveChanged, this, [this] { Q_EMIT followLiveChanged(followLive()); });
     m_timer->setInterval(16);
     connect(m_timer, &QTimer::timeout, this, &ChartsPanel::redrawNext);
     m_timer->start();
 }
 
-QList<LiveChart*> ChartsPanel::charts() const
-{
+QList<LiveChart*> ChartsPanel::charts() const {
     return {m_loss, m_probe, m_memory, m_throughput};
 }
 
-QList<LiveChart*> ChartsPanel::drawnCharts() const
-{
+QList<LiveChart*> ChartsPanel::drawnCharts() const {
     return {m_loss, m_probe, m_memory, m_throughput, m_memoryFit};
 }
 
-void ChartsPanel::handle(const core::Event& event)
-{
-    for (LiveChart* chart : drawnCharts())
-        chart->handle(event);
+void ChartsPanel::handle(const core::Event& event) {
+    for (LiveChart* chart : drawnCharts()) chart->handle(event);
     m_breakdownBar->handle(event);
 }
 
-void ChartsPanel::clear()
-{
+void ChartsPanel::clear() {
     for (LiveChart* chart : drawnCharts()) {
         chart->clear();
         chart->setFollowLive(true);
@@ -96,14 +89,11 @@ void ChartsPanel::clear()
     m_breakdownBar->clear();
 }
 
-void ChartsPanel::redrawNow()
-{
-    for (LiveChart* chart : drawnCharts())
-        chart->redraw();
+void ChartsPanel::redrawNow() {
+    for (LiveChart* chart : drawnCharts()) chart->redraw();
 }
 
-void ChartsPanel::redrawNext()
-{
+void ChartsPanel::redrawNext() {
     const QList<LiveChart*> all = drawnCharts();
     for (int i = 0; i < all.size(); ++i) {
         const int index = (m_nextChart + i) % all.size();
@@ -115,46 +105,36 @@ void ChartsPanel::redrawNext()
     }
 }
 
-void ChartsPanel::setFollowLive(bool follow)
-{
-    for (LiveChart* chart : charts())
-        chart->setFollowLive(follow);
+void ChartsPanel::setFollowLive(bool follow) {
+    for (LiveChart* chart : charts()) chart->setFollowLive(follow);
 }
 
-bool ChartsPanel::followLive() const
-{
+bool ChartsPanel::followLive() const {
     for (LiveChart* chart : charts())
-        if (!chart->followLive())
-            return false;
+        if (!chart->followLive()) return false;
     return true;
 }
 
-void ChartsPanel::setDarkTheme(bool dark)
-{
-    for (LiveChart* chart : drawnCharts())
-        chart->setDarkTheme(dark);
+void ChartsPanel::setDarkTheme(bool dark) {
+    for (LiveChart* chart : drawnCharts()) chart->setDarkTheme(dark);
     m_breakdownBar->setDarkTheme(dark);
 }
 
-QImage ChartsPanel::lossImage()
-{
+QImage ChartsPanel::lossImage() {
     m_loss->redraw();
     return m_loss->chartView()->grab().toImage();
 }
 
-QImage ChartsPanel::memoryFitImage()
-{
+QImage ChartsPanel::memoryFitImage() {
     m_memoryFit->redraw();
     return m_memoryFit->chartView()->grab().toImage();
 }
 
-QImage ChartsPanel::breakdownImage()
-{
+QImage ChartsPanel::breakdownImage() {
     return m_breakdownBar->grab().toImage();
 }
 
-QStringList ChartsPanel::exportAll(const QString& directory)
-{
+QStringList ChartsPanel::exportAll(const QString& directory) {
     QStringList written;
     const QDir dir(directory);
     const QList<std::pair<LiveChart*, QString>> files = {
@@ -165,8 +145,7 @@ QStringList ChartsPanel::exportAll(const QString& directory)
     };
     for (const auto& [chart, name] : files) {
         const QString path = dir.filePath(name);
-        if (chart->exportPng(path))
-            written << path;
+        if (chart->exportPng(path)) written << path;
     }
     // The memory views too: the fit with its what-if marker, and the breakdown bar.
     const QList<std::pair<QImage, QString>> images = {
@@ -175,8 +154,7 @@ QStringList ChartsPanel::exportAll(const QString& directory)
     };
     for (const auto& [image, name] : images) {
         const QString path = dir.filePath(name);
-        if (!image.isNull() && image.save(path))
-            written << path;
+        if (!image.isNull() && image.save(path)) written << path;
     }
     return written;
 }

@@ -14,8 +14,14 @@ class DebiasedEma {
 public:
     explicit DebiasedEma(double smoothing = 0.9) : m_smoothing(smoothing) {}
 
-    void reset() { m_average = 0; m_weight = 0; }
-    void setSmoothing(double smoothing) { m_smoothing = smoothing; reset(); }
+    void reset() {
+        m_average = 0;
+        m_weight = 0;
+    }
+    void setSmoothing(double smoothing) {
+        m_smoothing = smoothing;
+        reset();
+    }
     double smoothing() const { return m_smoothing; }
     /// Adds a raw value and returns the debiased average so far.
     double add(double value);

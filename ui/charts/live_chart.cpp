@@ -27,8 +27,7 @@ namespace batchpilot::ui {
 /// brings following back.
 class ZoomableChartView : public QChartView {
 public:
-    ZoomableChartView(QChart* chart, LiveChart* owner) : QChartView(chart), m_owner(owner)
-    {
+    ZoomableChartView(QChart* chart, LiveChart* owner) : QChartView(chart), m_owner(owner) {
         setRenderHint(QPainter::Antialiasing);
         setRubberBand(QChartView::RectangleRubberBand);
         setMouseTracking(true);
@@ -36,8 +35,7 @@ public:
     }
 
 protected:
-    void mouseReleaseEvent(QMouseEvent* event) override
-    {
+    void mouseReleaseEvent(QMouseEvent* event) override {
         if (event->button() == Qt::RightButton) {
             // QChartView would zoom out one step; resuming the live view is more useful.
             event->accept();
@@ -46,12 +44,10 @@ protected:
         }
         const auto before = std::pair(m_owner->xAxis()->min(), m_owner->xAxis()->max());
         QChartView::mouseReleaseEvent(event);
-        if (before != std::pair(m_owner->xAxis()->min(), m_owner->xAxis()->max()))
-            m_owner->userZoomed();
+        if (before != std::pair(m_owner->xAxis()->min(), m_owner->xAxis()->max())) m_owner->userZoomed();
     }
 
-    void wheelEvent(QWheelEvent* event) override
-    {
+    void wheelEvent(QWheelEvent* event) override {
         const double factor = event->angleDelta().y() > 0 ? 1.25 : 0.8;
         chart()->zoom(factor);
         m_owner->userZoomed();
@@ -62,8 +58,7 @@ private:
     LiveChart* m_owner;
 };
 
-LiveChart::LiveChart(const QString& title, QWidget* parent) : QWidget(parent), m_title(title)
-{
+LiveChart::LiveChart(const QString& title, QWidget* parent) : QWidget(parent), m_title(title) {
     m_chart = new QChart;
     m_chart->setTitle(title);
     m_chart->setMargins(QMargins(4, 2, 4, 2));
@@ -107,11 +102,10 @@ LiveChart::LiveChart(const QString& title, QWidget* parent) : QWidget(parent), m
     exportButton->setAutoRaise(true);
     connect(exportButton, &QToolButton::clicked, this, [this] {
         const QString path = QFileDialog::getSaveFileName(
-            this, tr("Export chart"), m_title.toLower().replace(QLatin1Char(' '), QLatin1Char('_'))
-                                          + QStringLiteral(".png"),
+            this, tr("Export chart"),
+            m_title.toLower().replace(QLatin1Char(' '), QLatin1Char('_')) + QStringLiteral(".png"),
             tr("PNG images (*.png)"));
-        if (!path.isEmpty())
-            exportPng(path);
+        if (!path.isEmpty()) exportPng(path);
     });
     tools->addWidget(exportButton);
 
@@ -126,18 +120,14 @@ LiveChart::LiveChart(const QString& title, QWidget* parent) : QWidget(parent), m
 
 LiveChart::~LiveChart() = default;
 
-void LiveChart::redraw()
-{
-    if (!m_dirty)
-        return;
+void LiveChart::redraw() {
+    if (!m_dirty) return;
     m_dirty = false;
     refresh(m_followLive);
 }
 
-void LiveChart::setFollowLive(bool follow)
-{
-    if (follow == m_followLive)
-        return;
+void LiveChart::setFollowLive(bool follow) {
+    if (follow == m_followLive) return;
     m_followLive = follow;
     {
         const QSignalBlocker blocker(m_followButton);
@@ -147,32 +137,27 @@ void LiveChart::setFollowLive(bool follow)
     Q_EMIT followLiveChanged(follow);
 }
 
-void LiveChart::userZoomed()
-{
+void LiveChart::userZoomed() {
     setFollowLive(false);
     m_dirty = true;  // re-thin to the new range
     redraw();
 }
 
-void LiveChart::zoomTo(const QRectF& valueRect)
-{
+void LiveChart::zoomTo(const QRectF& valueRect) {
     setFollowLive(false);
     m_xAxis->setRange(valueRect.left(), valueRect.right());
     const auto vertical = m_chart->axes(Qt::Vertical);
-    if (!vertical.isEmpty())
-        vertical.first()->setRange(valueRect.top(), valueRect.bottom());
+    if (!vertical.isEmpty()) vertical.first()->setRange(valueRect.top(), valueRect.bottom());
     m_dirty = true;
     redraw();
 }
 
-bool LiveChart::exportPng(const QString& path)
-{
+bool LiveChart::exportPng(const QString& path) {
     redraw();
     return m_view->grab().save(path, "PNG");
 }
 
-void LiveChart::setDarkTheme(bool dark)
-{
+void LiveChart::setDarkTheme(bool dark) {
     m_chart->setTheme(dark ? QChart::ChartThemeDark : QChart::ChartThemeLight);
     m_chart->setBackgroundRoundness(0);
     QFont titleFont = m_chart->titleFont();
@@ -184,24 +169,19 @@ void LiveChart::setDarkTheme(bool dark)
     m_dirty = true;
 }
 
-int LiveChart::plotColumns() const
-{
+int LiveChart::plotColumns() const {
     return std::max(100, static_cast<int>(m_chart->plotArea().width()));
 }
 
-void LiveChart::replaceThinned(QXYSeries* series, const SeriesStore& store, double xMin,
-                               double xMax, int columns, double* yMin, double* yMax,
-                               double (*transform)(double))
-{
+void LiveChart::replaceThinned(QXYSeries* series, const SeriesStore& store, double xMin, double xMax, int columns,
+                               double* yMin, double* yMax, double (*transform)(double)) {
     const auto& points = store.points();
     std::vector<QPointF> thinned = thinMinMax(points, xMin, xMax, columns);
     if (transform)
-        for (QPointF& p : thinned)
-            p.setY(transform(p.y()));
+        for (QPointF& p : thinned) p.setY(transform(p.y()));
     if (yMin && yMax) {
         for (const QPointF& p : thinned) {
-            if (p.x() < xMin || p.x() > xMax || !std::isfinite(p.y()))
-                continue;
+            if (p.x() < xMin || p.x() > xMax || !std::isfinite(p.y())) continue;
             *yMin = std::min(*yMin, p.y());
             *yMax = std::max(*yMax, p.y());
         }
@@ -209,17 +189,14 @@ void LiveChart::replaceThinned(QXYSeries* series, const SeriesStore& store, doub
     series->replace(QList<QPointF>(thinned.begin(), thinned.end()));
 }
 
-void LiveChart::setPaddedRange(QAbstractAxis* axis, double lo, double hi, bool fromZero)
-{
+void LiveChart::setPaddedRange(QAbstractAxis* axis, double lo, double hi, bool fromZero) {
     if (!(lo <= hi) || !std::isfinite(lo) || !std::isfinite(hi)) {
         lo = 0;
         hi = 1;
     }
-    if (fromZero)
-        lo = std::min(lo, 0.0);
+    if (fromZero) lo = std::min(lo, 0.0);
     double span = hi - lo;
-    if (span <= 0)
-        span = std::max(std::abs(hi), 1.0);
+    if (span <= 0) span = std::max(std::abs(hi), 1.0);
     const double pad = span * 0.04;
     axis->setRange(fromZero && lo >= 0 ? lo : lo - pad, hi + pad);
     // Round ticks (0, 250, 500 …) instead of the raw data range's odd values.
@@ -229,15 +206,13 @@ void LiveChart::setPaddedRange(QAbstractAxis* axis, double lo, double hi, bool f
     }
 }
 
-void LiveChart::showTipsFor(QXYSeries* series, std::function<QString(const QPointF&)> format)
-{
-    connect(series, &QXYSeries::hovered, this,
-            [this, format = std::move(format)](const QPointF& point, bool state) {
-                if (state)
-                    QToolTip::showText(QCursor::pos(), format(point), m_view);
-                else
-                    QToolTip::hideText();
-            });
+void LiveChart::showTipsFor(QXYSeries* series, std::function<QString(const QPointF&)> format) {
+    connect(series, &QXYSeries::hovered, this, [this, format = std::move(format)](const QPointF& point, bool state) {
+        if (state)
+            QToolTip::showText(QCursor::pos(), format(point), m_view);
+        else
+            QToolTip::hideText();
+    });
 }
 
 }  // namespace batchpilot::ui

@@ -73,9 +73,8 @@ protected:
     /// Thins `store` to the x range, applies `transform` to y (if given; it must be monotonic,
     /// e.g. log10) and replaces the series' points in one call; returns the y range of what was
     /// drawn through `yMin`/`yMax` (widened, not reset).
-    static void replaceThinned(QXYSeries* series, const SeriesStore& store, double xMin,
-                               double xMax, int columns, double* yMin = nullptr,
-                               double* yMax = nullptr, double (*transform)(double) = nullptr);
+    static void replaceThinned(QXYSeries* series, const SeriesStore& store, double xMin, double xMax, int columns,
+                               double* yMin = nullptr, double* yMax = nullptr, double (*transform)(double) = nullptr);
     /// Sets an axis range with a little padding; handles empty and degenerate ranges.
     static void setPaddedRange(QAbstractAxis* axis, double lo, double hi, bool fromZero = false);
     /// Shows a tooltip with `format(point)` while the mouse is over `series`.

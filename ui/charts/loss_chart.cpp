@@ -15,8 +15,7 @@
 
 namespace batchpilot::ui {
 
-LossChart::LossChart(QWidget* parent) : LiveChart(tr("Loss per optimizer step"), parent)
-{
+LossChart::LossChart(QWidget* parent) : LiveChart(tr("Loss per optimizer step"), parent) {
     m_rawSeries = new QLineSeries;
     m_rawSeries->setName(tr("raw"));
     m_smoothSeries = new QLineSeries;
@@ -40,11 +39,11 @@ LossChart::LossChart(QWidget* parent) : LiveChart(tr("Loss per optimizer step"),
     m_slider->setRange(0, 99);
     m_slider->setValue(90);
     m_slider->setFixedWidth(90);
-    m_slider->setToolTip(tr("Smoothing of the bold line (debiased exponential moving average). "
-                            "0 shows the raw loss."));
+    m_slider->setToolTip(
+        tr("Smoothing of the bold line (debiased exponential moving average). "
+           "0 shows the raw loss."));
     m_sliderLabel = new QLabel;
-    connect(m_slider, &QSlider::valueChanged, this,
-            [this](int value) { setSmoothing(value / 100.0); });
+    connect(m_slider, &QSlider::valueChanged, this, [this](int value) { setSmoothing(value / 100.0); });
 
     m_logBox = new QCheckBox(tr("Log"));
     m_logBox->setToolTip(tr("Logarithmic loss axis"));
@@ -68,8 +67,7 @@ LossChart::LossChart(QWidget* parent) : LiveChart(tr("Loss per optimizer step"),
     applyColors(colors());
 }
 
-QString LossChart::xTitle() const
-{
+QString LossChart::xTitle() const {
     switch (m_xKind) {
     case XAxis::Step: return tr("optimizer step");
     case XAxis::Samples: return tr("samples seen");
@@ -78,11 +76,9 @@ QString LossChart::xTitle() const
     return {};
 }
 
-void LossChart::handle(const core::Event& event)
-{
+void LossChart::handle(const core::Event& event) {
     const auto* metrics = std::get_if<core::StepMetrics>(&event);
-    if (!metrics)
-        return;
+    if (!metrics) return;
     m_raw[0].append(static_cast<double>(metrics->step), metrics->loss);
     m_raw[1].append(static_cast<double>(metrics->samplesSeen), metrics->loss);
     m_raw[2].append(metrics->time, metrics->loss);
@@ -91,10 +87,8 @@ void LossChart::handle(const core::Event& event)
     markDirty();
 }
 
-void LossChart::clear()
-{
-    for (auto& store : m_raw)
-        store.clear();
+void LossChart::clear() {
+    for (auto& store : m_raw) store.clear();
     m_smoothed.clear();
     m_ema.reset();
     m_rawSeries->clear();
@@ -102,20 +96,16 @@ void LossChart::clear()
     markDirty();
 }
 
-void LossChart::rebuildSmoothed()
-{
+void LossChart::rebuildSmoothed() {
     // Smooth the raw (full-resolution) history, never the thinned points that are drawn.
     m_ema.setSmoothing(m_smoothing);
     m_smoothed.clear();
-    for (const QPointF& p : rawStore().points())
-        m_smoothed.append(p.x(), m_ema.add(p.y()));
+    for (const QPointF& p : rawStore().points()) m_smoothed.append(p.x(), m_ema.add(p.y()));
     markDirty();
 }
 
-void LossChart::setXAxis(XAxis axis)
-{
-    if (axis == m_xKind)
-        return;
+void LossChart::setXAxis(XAxis axis) {
+    if (axis == m_xKind) return;
     m_xKind = axis;
     {
         const QSignalBlocker blocker(m_xCombo);
@@ -126,11 +116,9 @@ void LossChart::setXAxis(XAxis axis)
     setFollowLive(true);
 }
 
-void LossChart::setSmoothing(double smoothing)
-{
+void LossChart::setSmoothing(double smoothing) {
     smoothing = std::clamp(smoothing, 0.0, 0.99);
-    if (smoothing == m_smoothing)
-        return;
+    if (smoothing == m_smoothing) return;
     m_smoothing = smoothing;
     {
         const QSignalBlocker blocker(m_slider);
@@ -140,10 +128,8 @@ void LossChart::setSmoothing(double smoothing)
     rebuildSmoothed();
 }
 
-void LossChart::setLogScale(bool on)
-{
-    if (m_yAxis && on == m_log)
-        return;
+void LossChart::setLogScale(bool on) {
+    if (m_yAxis && on == m_log) return;
     m_log = on;
     if (m_logBox) {
         const QSignalBlocker blocker(m_logBox);
@@ -164,8 +150,7 @@ void LossChart::setLogScale(bool on)
     redraw();
 }
 
-void LossChart::refresh(bool follow)
-{
+void LossChart::refresh(bool follow) {
     const SeriesStore& raw = rawStore();
     double x0 = xAxis()->min();
     double x1 = xAxis()->max();
@@ -183,17 +168,14 @@ void LossChart::refresh(bool follow)
     double (*transform)(double) = m_log ? +log10 : nullptr;
     replaceThinned(m_rawSeries, raw, x0, x1, columns, &yMin, &yMax, transform);
     replaceThinned(m_smoothSeries, m_smoothed, x0, x1, columns, nullptr, nullptr, transform);
-    if (follow && !raw.isEmpty())
-        setPaddedRange(m_yAxis, yMin, yMax, /*fromZero=*/!m_log);
+    if (follow && !raw.isEmpty()) setPaddedRange(m_yAxis, yMin, yMax, /*fromZero=*/!m_log);
 }
 
-int LossChart::drawnPointCount() const
-{
+int LossChart::drawnPointCount() const {
     return static_cast<int>(m_rawSeries->count());
 }
 
-void LossChart::applyColors(const ChartColors& c)
-{
+void LossChart::applyColors(const ChartColors& c) {
     m_rawSeries->setPen(linePen(c.faint, 1.0));
     m_smoothSeries->setPen(linePen(c.primary, 2.0));
     if (auto* axis = qobject_cast<QValueAxis*>(m_yAxis))

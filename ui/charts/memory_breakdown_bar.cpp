@@ -22,52 +22,40 @@ constexpr int kLegendGap = 10;
 constexpr int kSwatch = 10;
 
 /// One word for a part, for the legend when there is room for one line per part only.
-QString shortName(const QString& name)
-{
-    if (name.startsWith(QLatin1String("optimizer")))
-        return MemoryBreakdownBar::tr("optimizer");
-    if (name.startsWith(QLatin1String("other resident")))
-        return MemoryBreakdownBar::tr("resident");
-    if (name.startsWith(QLatin1String("allocator cache")))
-        return MemoryBreakdownBar::tr("cache");
-    if (name.startsWith(QLatin1String("other processes")))
-        return MemoryBreakdownBar::tr("processes");
+QString shortName(const QString& name) {
+    if (name.startsWith(QLatin1String("optimizer"))) return MemoryBreakdownBar::tr("optimizer");
+    if (name.startsWith(QLatin1String("other resident"))) return MemoryBreakdownBar::tr("resident");
+    if (name.startsWith(QLatin1String("allocator cache"))) return MemoryBreakdownBar::tr("cache");
+    if (name.startsWith(QLatin1String("other processes"))) return MemoryBreakdownBar::tr("processes");
     const qsizetype paren = name.indexOf(QLatin1String(" ("));
     return paren > 0 ? name.left(paren) : name;
 }
 
-QString mibText(qint64 bytes)
-{
+QString mibText(qint64 bytes) {
     return MemoryBreakdownBar::tr("%1 MiB").arg(core::toMiB(bytes), 0, 'f', 2);
 }
 
 }  // namespace
 
-MemoryBreakdownBar::MemoryBreakdownBar(QWidget* parent) : QWidget(parent)
-{
+MemoryBreakdownBar::MemoryBreakdownBar(QWidget* parent) : QWidget(parent) {
     setMouseTracking(true);
     setSizePolicy(QSizePolicy::Fixed, QSizePolicy::Expanding);
     setToolTip(tr("Where the device memory goes; appears after the run's setup"));
 }
 
-QSize MemoryBreakdownBar::sizeHint() const
-{
+QSize MemoryBreakdownBar::sizeHint() const {
     return {190, 260};
 }
 
-QSize MemoryBreakdownBar::minimumSizeHint() const
-{
+QSize MemoryBreakdownBar::minimumSizeHint() const {
     return {190, 160};
 }
 
-void MemoryBreakdownBar::handle(const core::Event& event)
-{
-    if (const auto* breakdown = std::get_if<core::MemoryBreakdown>(&event))
-        setBreakdown(*breakdown);
+void MemoryBreakdownBar::handle(const core::Event& event) {
+    if (const auto* breakdown = std::get_if<core::MemoryBreakdown>(&event)) setBreakdown(*breakdown);
 }
 
-void MemoryBreakdownBar::setBreakdown(const core::MemoryBreakdown& breakdown)
-{
+void MemoryBreakdownBar::setBreakdown(const core::MemoryBreakdown& breakdown) {
     m_breakdown = breakdown;
     m_have = true;
     m_segments.clear();
@@ -77,8 +65,7 @@ void MemoryBreakdownBar::setBreakdown(const core::MemoryBreakdown& breakdown)
     update();
 }
 
-void MemoryBreakdownBar::clear()
-{
+void MemoryBreakdownBar::clear() {
     m_breakdown = {};
     m_have = false;
     m_segments.clear();
@@ -87,22 +74,18 @@ void MemoryBreakdownBar::clear()
     update();
 }
 
-void MemoryBreakdownBar::setDarkTheme(bool dark)
-{
+void MemoryBreakdownBar::setDarkTheme(bool dark) {
     m_dark = dark;
     update();
 }
 
-qint64 MemoryBreakdownBar::scaleBytes() const
-{
+qint64 MemoryBreakdownBar::scaleBytes() const {
     qint64 sum = 0;
-    for (const Segment& s : m_segments)
-        sum += s.bytes;
+    for (const Segment& s : m_segments) sum += s.bytes;
     return std::max<qint64>({1, m_breakdown.totalBytes, sum});
 }
 
-QColor MemoryBreakdownBar::colorOf(int index) const
-{
+QColor MemoryBreakdownBar::colorOf(int index) const {
     const QString& name = m_segments[index].name;
     struct Entry {
         const char* prefix;
@@ -120,19 +103,16 @@ QColor MemoryBreakdownBar::colorOf(int index) const
         {"free", QColor(0xe9, 0xec, 0xef), QColor(0x3a, 0x3d, 0x42)},
     };
     for (const Entry& e : entries)
-        if (name.startsWith(QLatin1String(e.prefix)))
-            return m_dark ? e.dark : e.light;
+        if (name.startsWith(QLatin1String(e.prefix))) return m_dark ? e.dark : e.light;
     return m_dark ? QColor(0x80, 0x80, 0x80) : QColor(0xa0, 0xa0, 0xa0);
 }
 
-void MemoryBreakdownBar::resizeEvent(QResizeEvent* event)
-{
+void MemoryBreakdownBar::resizeEvent(QResizeEvent* event) {
     QWidget::resizeEvent(event);
     layoutSegments();
 }
 
-void MemoryBreakdownBar::layoutSegments()
-{
+void MemoryBreakdownBar::layoutSegments() {
     m_segmentRects.clear();
     m_legendRects.clear();
     const QFontMetrics fm(font());
@@ -153,8 +133,7 @@ void MemoryBreakdownBar::layoutSegments()
     const double available = height() - top - kMargin;
     const double twoLines = 2 * fm.height() + 3;
     const double entryHeight = available >= entries * twoLines ? twoLines : fm.height() + 2;
-    for (int i = 0; i < m_segments.size(); ++i)
-        m_legendRects.append(QRectF());
+    for (int i = 0; i < m_segments.size(); ++i) m_legendRects.append(QRectF());
     double ly = top;
     for (int i = static_cast<int>(m_segments.size()) - 1; i >= 0; --i) {
         m_legendRects[i] = QRectF(left, ly, width, entryHeight);
@@ -162,43 +141,36 @@ void MemoryBreakdownBar::layoutSegments()
     }
 }
 
-int MemoryBreakdownBar::segmentAt(const QPoint& pos) const
-{
+int MemoryBreakdownBar::segmentAt(const QPoint& pos) const {
     for (int i = 0; i < m_segmentRects.size(); ++i) {
         // A segment of a few bytes is still reachable through its legend entry.
-        if (m_segmentRects[i].contains(pos) || m_legendRects.value(i).contains(pos))
-            return i;
+        if (m_segmentRects[i].contains(pos) || m_legendRects.value(i).contains(pos)) return i;
     }
     return -1;
 }
 
-QPoint MemoryBreakdownBar::segmentCenter(int index) const
-{
+QPoint MemoryBreakdownBar::segmentCenter(int index) const {
     return m_segmentRects.value(index).center().toPoint();
 }
 
-QString MemoryBreakdownBar::segmentToolTip(int index) const
-{
-    if (index < 0 || index >= m_segments.size())
-        return {};
+QString MemoryBreakdownBar::segmentToolTip(int index) const {
+    if (index < 0 || index >= m_segments.size()) return {};
     const Segment& s = m_segments[index];
-    const double share = 100.0 * static_cast<double>(s.bytes)
-                         / static_cast<double>(std::max<qint64>(1, m_breakdown.totalBytes));
+    const double share =
+        100.0 * static_cast<double>(s.bytes) / static_cast<double>(std::max<qint64>(1, m_breakdown.totalBytes));
     return tr("<b>%1</b>: %2 (%3 bytes, %4% of %5)<br>%6")
         .arg(s.name.toHtmlEscaped(), mibText(s.bytes), QLocale().toString(s.bytes))
         .arg(share, 0, 'f', 1)
         .arg(QString::fromStdString(core::formatBytes(m_breakdown.totalBytes)), s.explanation.toHtmlEscaped());
 }
 
-bool MemoryBreakdownBar::event(QEvent* event)
-{
+bool MemoryBreakdownBar::event(QEvent* event) {
     if (event->type() == QEvent::ToolTip) {
         auto* help = static_cast<QHelpEvent*>(event);
         const int index = segmentAt(help->pos());
         if (index >= 0) {
-            const QRect area = m_segmentRects[index].contains(help->pos())
-                                   ? m_segmentRects[index].toAlignedRect()
-                                   : m_legendRects[index].toAlignedRect();
+            const QRect area = m_segmentRects[index].contains(help->pos()) ? m_segmentRects[index].toAlignedRect()
+                                                                           : m_legendRects[index].toAlignedRect();
             QToolTip::showText(help->globalPos(), segmentToolTip(index), this, area);
         } else if (!toolTip().isEmpty()) {
             QToolTip::showText(help->globalPos(), toolTip(), this);
@@ -210,8 +182,7 @@ bool MemoryBreakdownBar::event(QEvent* event)
     return QWidget::event(event);
 }
 
-void MemoryBreakdownBar::paintEvent(QPaintEvent*)
-{
+void MemoryBreakdownBar::paintEvent(QPaintEvent*) {
     QPainter p(this);
     p.setRenderHint(QPainter::Antialiasing);
     const QColor text = palette().color(QPalette::WindowText);
@@ -223,9 +194,9 @@ void MemoryBreakdownBar::paintEvent(QPaintEvent*)
     bold.setBold(true);
     p.setFont(bold);
     p.setPen(text);
-    const QString title = m_have ? (m_breakdown.step > 0 ? tr("Memory at step %1").arg(m_breakdown.step)
-                                                         : tr("Memory after setup"))
-                                 : tr("Memory breakdown");
+    const QString title =
+        m_have ? (m_breakdown.step > 0 ? tr("Memory at step %1").arg(m_breakdown.step) : tr("Memory after setup"))
+               : tr("Memory breakdown");
     p.drawText(QRectF(kMargin, kMargin, width() - 2 * kMargin, fm.height()), Qt::AlignLeft | Qt::AlignVCenter,
                QFontMetrics(bold).elidedText(title, Qt::ElideRight, width() - 2 * kMargin));
     p.setFont(font());
@@ -297,8 +268,7 @@ void MemoryBreakdownBar::paintEvent(QPaintEvent*)
     }
     // The two lines' legend entries below the parts.
     double y = m_legendRects.isEmpty() ? m_barRect.top() : m_legendRects.front().bottom();
-    for (int i = 0; i < m_legendRects.size(); ++i)
-        y = std::max(y, m_legendRects[i].bottom());
+    for (int i = 0; i < m_legendRects.size(); ++i) y = std::max(y, m_legendRects[i].bottom());
     y += 4;
     const double left = m_barRect.right() + kLegendGap;
     const int textWidth = static_cast<int>(width() - left - kMargin - 18);
@@ -307,8 +277,7 @@ void MemoryBreakdownBar::paintEvent(QPaintEvent*)
         {QPen(oom, 1.5, Qt::DashLine), tr("usable %1").arg(mibText(m_breakdown.usableBytes))},
     };
     for (const auto& [pen, label] : lines) {
-        if (y + fm.height() > height())
-            break;
+        if (y + fm.height() > height()) break;
         p.setPen(pen);
         const double mid = y + fm.height() / 2.0;
         p.drawLine(QPointF(left, mid), QPointF(left + 12, mid));

@@ -21,20 +21,17 @@ namespace batchpilot::ui {
 
 namespace {
 
-double mib(int64_t bytes)
-{
+double mib(int64_t bytes) {
     return core::toMiB(bytes);
 }
 
-QString bytesText(int64_t bytes)
-{
+QString bytesText(int64_t bytes) {
     return QString::fromStdString(core::formatBytes(bytes));
 }
 
 }  // namespace
 
-MemoryChart::MemoryChart(QWidget* parent) : LiveChart(tr("Device memory"), parent)
-{
+MemoryChart::MemoryChart(QWidget* parent) : LiveChart(tr("Device memory"), parent) {
     auto* yAxis = new QValueAxis;
     yAxis->setTitleText(tr("memory (MiB)"));
     yAxis->setLabelFormat(QStringLiteral("%.0f"));
@@ -56,17 +53,15 @@ MemoryChart::MemoryChart(QWidget* parent) : LiveChart(tr("Device memory"), paren
     m_oomSeries->setName(tr("OOM"));
     m_oomSeries->setMarkerShape(QScatterSeries::MarkerShapeTriangle);
     m_oomSeries->setMarkerSize(10);
-    for (QXYSeries* series :
-         {static_cast<QXYSeries*>(m_capacitySeries), static_cast<QXYSeries*>(m_headroomSeries),
-          static_cast<QXYSeries*>(m_reservedSeries), static_cast<QXYSeries*>(m_peakSeries),
-          static_cast<QXYSeries*>(m_allocatedSeries), static_cast<QXYSeries*>(m_oomSeries)}) {
+    for (QXYSeries* series : {static_cast<QXYSeries*>(m_capacitySeries), static_cast<QXYSeries*>(m_headroomSeries),
+                              static_cast<QXYSeries*>(m_reservedSeries), static_cast<QXYSeries*>(m_peakSeries),
+                              static_cast<QXYSeries*>(m_allocatedSeries), static_cast<QXYSeries*>(m_oomSeries)}) {
         chart()->addSeries(series);
         series->attachAxis(xAxis());
         series->attachAxis(m_yAxis);
     }
     m_reservedSeries->setVisible(false);
-    for (QLegendMarker* marker : chart()->legend()->markers(m_reservedSeries))
-        marker->setVisible(false);
+    for (QLegendMarker* marker : chart()->legend()->markers(m_reservedSeries)) marker->setVisible(false);
 
     const auto lineTip = [](const QString& name) {
         return [name](const QPointF& p) {
@@ -82,8 +77,7 @@ MemoryChart::MemoryChart(QWidget* parent) : LiveChart(tr("Device memory"), paren
         // The marker nearest in time.
         const Oom* best = nullptr;
         for (const Oom& oom : m_ooms)
-            if (!best || std::abs(oom.time - p.x()) < std::abs(best->time - p.x()))
-                best = &oom;
+            if (!best || std::abs(oom.time - p.x()) < std::abs(best->time - p.x())) best = &oom;
         return best ? best->text : QString();
     });
 
@@ -95,14 +89,11 @@ MemoryChart::MemoryChart(QWidget* parent) : LiveChart(tr("Device memory"), paren
 
 MemoryChart::~MemoryChart() = default;
 
-QString MemoryChart::oomText(int index) const
-{
-    return index >= 0 && index < oomMarkerCount() ? m_ooms[static_cast<std::size_t>(index)].text
-                                                  : QString();
+QString MemoryChart::oomText(int index) const {
+    return index >= 0 && index < oomMarkerCount() ? m_ooms[static_cast<std::size_t>(index)].text : QString();
 }
 
-void MemoryChart::handle(const core::Event& event)
-{
+void MemoryChart::handle(const core::Event& event) {
     if (const auto* sample = std::get_if<core::MemorySample>(&event)) {
         m_allocated.append(sample->time, mib(sample->allocatedBytes));
         m_reserved.append(sample->time, mib(sample->reservedBytes));
@@ -112,13 +103,11 @@ void MemoryChart::handle(const core::Event& event)
         if (sample->reservedBytes != sample->allocatedBytes && !m_hasCache) {
             m_hasCache = true;
             m_reservedSeries->setVisible(true);
-            for (QLegendMarker* marker : chart()->legend()->markers(m_reservedSeries))
-                marker->setVisible(true);
+            for (QLegendMarker* marker : chart()->legend()->markers(m_reservedSeries)) marker->setVisible(true);
         }
         markDirty();
     } else if (const auto* oom = std::get_if<core::OomEvent>(&event)) {
-        if (m_ooms.size() >= kMaxOoms)
-            return;
+        if (m_ooms.size() >= kMaxOoms) return;
         QString text = tr("Out of memory at %1 s, step %2\nphase: %3, micro-batch %4\n")
                            .arg(oom->time, 0, 'f', 2)
                            .arg(oom->step)
@@ -126,52 +115,44 @@ void MemoryChart::handle(const core::Event& event)
                            .arg(oom->microBatch);
         text += oom->requestedBytes > 0 ? tr("requested %1").arg(bytesText(oom->requestedBytes))
                                         : tr("requested size unknown");
-        if (oom->recovered)
-            text += tr("\nrecovered: replayed the batch at micro-batch %1").arg(oom->newMicroBatch);
+        if (oom->recovered) text += tr("\nrecovered: replayed the batch at micro-batch %1").arg(oom->newMicroBatch);
         m_ooms.push_back({oom->time, text});
         markDirty();
     } else if (const auto* trial = std::get_if<core::ProbeTrial>(&event)) {
-        if (trial->fit || m_ooms.size() >= kMaxOoms)
-            return;
+        if (trial->fit || m_ooms.size() >= kMaxOoms) return;
         QString text = tr("Out of memory at %1 s (probe %2, trial %3)\nphase: probe trial, "
                           "micro-batch %4\n")
                            .arg(trial->time, 0, 'f', 2)
                            .arg(trial->sequence)
                            .arg(trial->trial)
                            .arg(trial->microBatch);
-        text += trial->failedAllocationBytes > 0
-                    ? tr("requested %1").arg(bytesText(trial->failedAllocationBytes))
-                    : tr("requested size unknown");
+        text += trial->failedAllocationBytes > 0 ? tr("requested %1").arg(bytesText(trial->failedAllocationBytes))
+                                                 : tr("requested size unknown");
         m_ooms.push_back({trial->time, text});
         markDirty();
     }
 }
 
-void MemoryChart::clear()
-{
-    for (SeriesStore* store : {&m_allocated, &m_reserved, &m_peak, &m_capacity, &m_headroom})
-        store->clear();
+void MemoryChart::clear() {
+    for (SeriesStore* store : {&m_allocated, &m_reserved, &m_peak, &m_capacity, &m_headroom}) store->clear();
     m_ooms.clear();
     m_hasCache = false;
     m_reservedSeries->setVisible(false);
-    for (QXYSeries* series :
-         {static_cast<QXYSeries*>(m_capacitySeries), static_cast<QXYSeries*>(m_headroomSeries),
-          static_cast<QXYSeries*>(m_reservedSeries), static_cast<QXYSeries*>(m_peakSeries),
-          static_cast<QXYSeries*>(m_allocatedSeries), static_cast<QXYSeries*>(m_oomSeries)})
+    for (QXYSeries* series : {static_cast<QXYSeries*>(m_capacitySeries), static_cast<QXYSeries*>(m_headroomSeries),
+                              static_cast<QXYSeries*>(m_reservedSeries), static_cast<QXYSeries*>(m_peakSeries),
+                              static_cast<QXYSeries*>(m_allocatedSeries), static_cast<QXYSeries*>(m_oomSeries)})
         series->clear();
     placeMarkers();
     markDirty();
 }
 
-void MemoryChart::refresh(bool follow)
-{
+void MemoryChart::refresh(bool follow) {
     double x0 = xAxis()->min();
     double x1 = xAxis()->max();
     if (follow) {
         x0 = 0;
         x1 = m_allocated.isEmpty() ? 1 : m_allocated.maxX();
-        for (const Oom& oom : m_ooms)
-            x1 = std::max(x1, oom.time);
+        for (const Oom& oom : m_ooms) x1 = std::max(x1, oom.time);
         setPaddedRange(xAxis(), x0, x1, /*fromZero=*/true);
         x0 = xAxis()->min();
         x1 = xAxis()->max();
@@ -181,24 +162,20 @@ void MemoryChart::refresh(bool follow)
     const int columns = plotColumns();
     replaceThinned(m_allocatedSeries, m_allocated, x0, x1, columns, &yMin, &yMax);
     replaceThinned(m_peakSeries, m_peak, x0, x1, columns, &yMin, &yMax);
-    if (m_hasCache)
-        replaceThinned(m_reservedSeries, m_reserved, x0, x1, columns, &yMin, &yMax);
+    if (m_hasCache) replaceThinned(m_reservedSeries, m_reserved, x0, x1, columns, &yMin, &yMax);
     replaceThinned(m_capacitySeries, m_capacity, x0, x1, columns, &yMin, &yMax);
     replaceThinned(m_headroomSeries, m_headroom, x0, x1, columns, &yMin, &yMax);
 
     const double capacity = m_capacity.isEmpty() ? 0 : m_capacity.last().y();
     QList<QPointF> oomPoints;
-    for (const Oom& oom : m_ooms)
-        oomPoints.append(QPointF(oom.time, capacity));
+    for (const Oom& oom : m_ooms) oomPoints.append(QPointF(oom.time, capacity));
     m_oomSeries->replace(oomPoints);
 
-    if (follow)
-        setPaddedRange(m_yAxis, 0, std::isfinite(yMax) ? yMax : 1, /*fromZero=*/true);
+    if (follow) setPaddedRange(m_yAxis, 0, std::isfinite(yMax) ? yMax : 1, /*fromZero=*/true);
     placeMarkers();
 }
 
-void MemoryChart::placeMarkers()
-{
+void MemoryChart::placeMarkers() {
     // Vertical lines through the plot at each OOM's time. Several OOMs in one pixel column share
     // a line; each line carries the tooltip of the last OOM it stands for (the scatter markers
     // on the capacity line carry all of them).
@@ -209,8 +186,7 @@ void MemoryChart::placeMarkers()
     double lastPixel = -1e9;
     if (plot.width() > 0 && x1 > x0) {
         for (const Oom& oom : m_ooms) {
-            if (oom.time < x0 || oom.time > x1)
-                continue;
+            if (oom.time < x0 || oom.time > x1) continue;
             const double px = plot.left() + (oom.time - x0) / (x1 - x0) * plot.width();
             if (px - lastPixel < 2 && !columns.isEmpty()) {
                 columns.last().second = &oom;
@@ -246,8 +222,7 @@ void MemoryChart::placeMarkers()
     }
 }
 
-void MemoryChart::applyColors(const ChartColors& c)
-{
+void MemoryChart::applyColors(const ChartColors& c) {
     m_allocatedSeries->setPen(linePen(c.primary, 2.0));
     m_peakSeries->setPen(linePen(c.secondary, 1.2));
     m_reservedSeries->setPen(linePen(c.tertiary, 1.2));
@@ -255,8 +230,7 @@ void MemoryChart::applyColors(const ChartColors& c)
     m_headroomSeries->setPen(linePen(c.headroom, 1.2, Qt::DashLine));
     m_oomSeries->setColor(c.oom);
     m_oomSeries->setBorderColor(c.oom.darker(130));
-    if (auto* axis = qobject_cast<QValueAxis*>(m_yAxis))
-        axis->setLabelFormat(QStringLiteral("%.0f"));
+    if (auto* axis = qobject_cast<QValueAxis*>(m_yAxis)) axis->setLabelFormat(QStringLiteral("%.0f"));
     placeMarkers();
 }
 

@@ -21,21 +21,17 @@ namespace batchpilot::ui {
 
 namespace {
 
-double mib(double bytes)
-{
+double mib(double bytes) {
     return bytes / (1024.0 * 1024.0);
 }
 
-QString mibText(double bytes)
-{
+QString mibText(double bytes) {
     return MemoryFitChart::tr("%1 MiB").arg(mib(bytes), 0, 'f', 1);
 }
 
 }  // namespace
 
-MemoryFitChart::MemoryFitChart(QWidget* parent)
-    : LiveChart(tr("Memory against micro-batch (latest probe)"), parent)
-{
+MemoryFitChart::MemoryFitChart(QWidget* parent) : LiveChart(tr("Memory against micro-batch (latest probe)"), parent) {
     m_yAxis = new QValueAxis;
     m_yAxis->setTitleText(tr("peak memory (MiB)"));
     m_yAxis->setLabelFormat(QStringLiteral("%.0f"));
@@ -65,15 +61,13 @@ MemoryFitChart::MemoryFitChart(QWidget* parent)
     for (QXYSeries* series :
          {static_cast<QXYSeries*>(m_capacityLine), static_cast<QXYSeries*>(m_usableLine),
           static_cast<QXYSeries*>(m_fitLine), static_cast<QXYSeries*>(m_chosenLine),
-          static_cast<QXYSeries*>(m_whatIfLine), static_cast<QXYSeries*>(m_fits),
-          static_cast<QXYSeries*>(m_tight), static_cast<QXYSeries*>(m_ooms),
-          static_cast<QXYSeries*>(m_whatIfPoint)}) {
+          static_cast<QXYSeries*>(m_whatIfLine), static_cast<QXYSeries*>(m_fits), static_cast<QXYSeries*>(m_tight),
+          static_cast<QXYSeries*>(m_ooms), static_cast<QXYSeries*>(m_whatIfPoint)}) {
         chart()->addSeries(series);
         series->attachAxis(xAxis());
         series->attachAxis(m_yAxis);
     }
-    for (QLegendMarker* marker : chart()->legend()->markers(m_whatIfPoint))
-        marker->setVisible(false);
+    for (QLegendMarker* marker : chart()->legend()->markers(m_whatIfPoint)) marker->setVisible(false);
 
     const auto tip = [this](const QPointF& p) {
         const Trial* trial = nearestTrial(p);
@@ -83,8 +77,7 @@ MemoryFitChart::MemoryFitChart(QWidget* parent)
     showTipsFor(m_tight, tip);
     showTipsFor(m_ooms, tip);
     showTipsFor(m_fitLine, [this](const QPointF& p) {
-        if (!m_model)
-            return QString();
+        if (!m_model) return QString();
         const double n = std::max(0.0, p.x());
         return tr("fitted line: %1\nat micro-batch %2: %3")
             .arg(QString::fromStdString(core::describeMemoryModel(*m_model)))
@@ -97,9 +90,7 @@ MemoryFitChart::MemoryFitChart(QWidget* parent)
         return tr("usable: %1 (capacity minus headroom); the probe chooses the largest micro-batch under it")
             .arg(mibText(static_cast<double>(m_usable)));
     });
-    showTipsFor(m_chosenLine, [this](const QPointF&) {
-        return tr("chosen micro-batch: %1 samples").arg(m_chosen);
-    });
+    showTipsFor(m_chosenLine, [this](const QPointF&) { return tr("chosen micro-batch: %1 samples").arg(m_chosen); });
     showTipsFor(m_whatIfPoint, [this](const QPointF&) { return whatIfText(); });
 
     // Caption and the what-if row under the chart.
@@ -120,8 +111,7 @@ MemoryFitChart::MemoryFitChart(QWidget* parent)
     syncWhatIf();
 }
 
-void MemoryFitChart::handle(const core::Event& event)
-{
+void MemoryFitChart::handle(const core::Event& event) {
     if (const auto* started = std::get_if<core::ProbeStarted>(&event)) {
         m_sequence = started->sequence;
         m_upperBound = started->upperBound;
@@ -141,16 +131,14 @@ void MemoryFitChart::handle(const core::Event& event)
             m_modelFromProbe = false;
             m_model.reset();
         }
-        m_trials.push_back({trial->trial, trial->microBatch, trial->fit, trial->withinHeadroom,
-                            trial->peakBytes, trial->failedAllocationBytes});
-        if (!m_modelFromProbe)
-            refitFromTrials();
+        m_trials.push_back({trial->trial, trial->microBatch, trial->fit, trial->withinHeadroom, trial->peakBytes,
+                            trial->failedAllocationBytes});
+        if (!m_modelFromProbe) refitFromTrials();
         updateRange();
     } else if (const auto* finished = std::get_if<core::ProbeFinished>(&event)) {
         m_finished = true;
         m_chosen = finished->microBatch;
-        if (finished->targetBatch > 0)
-            m_target = finished->targetBatch;
+        if (finished->targetBatch > 0) m_target = finished->targetBatch;
         if (finished->bytesPerSample > 0) {
             m_model = core::MemoryModel{finished->fixedBytes, finished->bytesPerSample};
             m_modelFromProbe = true;
@@ -160,14 +148,11 @@ void MemoryFitChart::handle(const core::Event& event)
         updateRange();
         setWhatIf(m_chosen > 0 ? m_chosen : 1);
     } else if (const auto* sample = std::get_if<core::MemorySample>(&event)) {
-        if (sample->capacityBytes == m_capacity)
-            return;
+        if (sample->capacityBytes == m_capacity) return;
         m_capacity = sample->capacityBytes;
-        if (m_usable == 0)
-            m_usable = sample->headroomBytes;
+        if (m_usable == 0) m_usable = sample->headroomBytes;
     } else if (const auto* breakdown = std::get_if<core::MemoryBreakdown>(&event)) {
-        if (breakdown->capacityBytes == m_capacity && breakdown->usableBytes == m_usable)
-            return;
+        if (breakdown->capacityBytes == m_capacity && breakdown->usableBytes == m_usable) return;
         m_capacity = breakdown->capacityBytes;
         m_usable = breakdown->usableBytes;
     } else if (const auto* summary = std::get_if<core::RunSummary>(&event)) {
@@ -175,8 +160,7 @@ void MemoryFitChart::handle(const core::Event& event)
     } else if (const auto* changed = std::get_if<core::TargetBatchChanged>(&event)) {
         m_target = changed->newTarget;
     } else if (const auto* metrics = std::get_if<core::StepMetrics>(&event)) {
-        if (metrics->targetBatch == m_target || metrics->targetBatch <= 0)
-            return;
+        if (metrics->targetBatch == m_target || metrics->targetBatch <= 0) return;
         m_target = metrics->targetBatch;
     } else {
         return;
@@ -186,8 +170,7 @@ void MemoryFitChart::handle(const core::Event& event)
     markDirty();
 }
 
-void MemoryFitChart::clear()
-{
+void MemoryFitChart::clear() {
     m_sequence = 0;
     m_upperBound = 0;
     m_usable = 0;
@@ -201,9 +184,8 @@ void MemoryFitChart::clear()
     for (QXYSeries* series :
          {static_cast<QXYSeries*>(m_capacityLine), static_cast<QXYSeries*>(m_usableLine),
           static_cast<QXYSeries*>(m_fitLine), static_cast<QXYSeries*>(m_chosenLine),
-          static_cast<QXYSeries*>(m_whatIfLine), static_cast<QXYSeries*>(m_fits),
-          static_cast<QXYSeries*>(m_tight), static_cast<QXYSeries*>(m_ooms),
-          static_cast<QXYSeries*>(m_whatIfPoint)})
+          static_cast<QXYSeries*>(m_whatIfLine), static_cast<QXYSeries*>(m_fits), static_cast<QXYSeries*>(m_tight),
+          static_cast<QXYSeries*>(m_ooms), static_cast<QXYSeries*>(m_whatIfPoint)})
         series->clear();
     updateRange();
     updateCaption();
@@ -211,58 +193,48 @@ void MemoryFitChart::clear()
     markDirty();
 }
 
-int MemoryFitChart::plottedTrialCount() const
-{
+int MemoryFitChart::plottedTrialCount() const {
     return static_cast<int>(m_fits->count() + m_tight->count() + m_ooms->count());
 }
 
-void MemoryFitChart::refitFromTrials()
-{
+void MemoryFitChart::refitFromTrials() {
     std::vector<core::TrialOutcome> outcomes;
     outcomes.reserve(m_trials.size());
-    for (const Trial& t : m_trials)
-        outcomes.push_back({t.microBatch, t.fit, t.peakBytes});
+    for (const Trial& t : m_trials) outcomes.push_back({t.microBatch, t.fit, t.peakBytes});
     m_model = core::fitMemoryModel(outcomes);
 }
 
-void MemoryFitChart::updateRange()
-{
+void MemoryFitChart::updateRange() {
     qint64 largest = std::max(m_upperBound, 2 * m_chosen);
-    for (const Trial& t : m_trials)
-        largest = std::max(largest, t.microBatch);
+    for (const Trial& t : m_trials) largest = std::max(largest, t.microBatch);
     m_whatIf->setMaximum(largest);
 }
 
-void MemoryFitChart::setWhatIf(qint64 microBatch)
-{
+void MemoryFitChart::setWhatIf(qint64 microBatch) {
     m_whatIf->setMicroBatch(microBatch);
 }
 
-qint64 MemoryFitChart::whatIf() const
-{
+qint64 MemoryFitChart::whatIf() const {
     return m_whatIf->microBatch();
 }
 
-QSlider* MemoryFitChart::whatIfSlider() const
-{
+QSlider* MemoryFitChart::whatIfSlider() const {
     return m_whatIf->slider();
 }
 
-QSpinBox* MemoryFitChart::whatIfBox() const
-{
+QSpinBox* MemoryFitChart::whatIfBox() const {
     return m_whatIf->spinBox();
 }
 
-QString MemoryFitChart::caption() const
-{
+QString MemoryFitChart::caption() const {
     return m_caption->text();
 }
 
-void MemoryFitChart::updateCaption()
-{
+void MemoryFitChart::updateCaption() {
     if (m_trials.empty() && !m_finished) {
-        m_caption->setText(tr("Each probe trial's peak memory against its micro-batch appears here "
-                              "once the run probes; the what-if slider then predicts other sizes."));
+        m_caption->setText(
+            tr("Each probe trial's peak memory against its micro-batch appears here "
+               "once the run probes; the what-if slider then predicts other sizes."));
         return;
     }
     QString text = tr("Probe %1, %2 trial(s). ").arg(m_sequence).arg(m_trials.size());
@@ -273,8 +245,7 @@ void MemoryFitChart::updateCaption()
     } else {
         text += tr("No memory model yet: it needs two sizes that fit.");
     }
-    if (m_chosen > 0)
-        text += QLatin1Char(' ') + tr("Chosen micro-batch %1.").arg(m_chosen);
+    if (m_chosen > 0) text += QLatin1Char(' ') + tr("Chosen micro-batch %1.").arg(m_chosen);
     if (m_usable > 0 && m_capacity > 0)
         text += QLatin1Char(' ') + tr("Usable %1 of %2 capacity.")
                                        .arg(QString::fromStdString(core::formatBytes(m_usable)),
@@ -282,33 +253,26 @@ void MemoryFitChart::updateCaption()
     m_caption->setText(text);
 }
 
-void MemoryFitChart::syncWhatIf()
-{
+void MemoryFitChart::syncWhatIf() {
     m_whatIf->setModel(m_model, m_target, m_usable, m_capacity);
 }
 
-QString MemoryFitChart::whatIfText() const
-{
+QString MemoryFitChart::whatIfText() const {
     return m_whatIf->text();
 }
 
-WhatIfRow::Verdict MemoryFitChart::whatIfVerdict() const
-{
+WhatIfRow::Verdict MemoryFitChart::whatIfVerdict() const {
     return m_whatIf->verdict();
 }
 
-QPointF MemoryFitChart::pointOf(const Trial& t) const
-{
+QPointF MemoryFitChart::pointOf(const Trial& t) const {
     const double x = static_cast<double>(t.microBatch);
-    if (t.fit)
-        return {x, mib(static_cast<double>(t.peakBytes))};
-    if (t.failedBytes > 0)
-        return {x, mib(static_cast<double>(t.peakBytes + t.failedBytes))};
+    if (t.fit) return {x, mib(static_cast<double>(t.peakBytes))};
+    if (t.failedBytes > 0) return {x, mib(static_cast<double>(t.peakBytes + t.failedBytes))};
     return {x, mib(static_cast<double>(m_capacity > 0 ? m_capacity : m_usable))};
 }
 
-void MemoryFitChart::refresh(bool follow)
-{
+void MemoryFitChart::refresh(bool follow) {
     double xMax = 4;
     double yMax = mib(static_cast<double>(std::max(m_capacity, m_usable)));
     for (const Trial& t : m_trials) {
@@ -337,7 +301,8 @@ void MemoryFitChart::refresh(bool follow)
 
     const auto horizontal = [&](QLineSeries* series, qint64 bytes) {
         if (bytes > 0)
-            series->replace(QList<QPointF>{{x0, mib(static_cast<double>(bytes))}, {x1, mib(static_cast<double>(bytes))}});
+            series->replace(
+                QList<QPointF>{{x0, mib(static_cast<double>(bytes))}, {x1, mib(static_cast<double>(bytes))}});
         else
             series->clear();
     };
@@ -351,7 +316,8 @@ void MemoryFitChart::refresh(bool follow)
         m_fitLine->clear();
     }
     if (m_chosen > 0)
-        m_chosenLine->replace(QList<QPointF>{{static_cast<double>(m_chosen), 0}, {static_cast<double>(m_chosen), yTop}});
+        m_chosenLine->replace(
+            QList<QPointF>{{static_cast<double>(m_chosen), 0}, {static_cast<double>(m_chosen), yTop}});
     else
         m_chosenLine->clear();
     if (haveWhatIf) {
@@ -363,13 +329,12 @@ void MemoryFitChart::refresh(bool follow)
     }
 }
 
-const MemoryFitChart::Trial* MemoryFitChart::nearestTrial(const QPointF& point) const
-{
-    return nearestOnChart(m_trials, [this](const Trial& t) { return pointOf(t); }, point, xAxis(), m_yAxis);
+const MemoryFitChart::Trial* MemoryFitChart::nearestTrial(const QPointF& point) const {
+    return nearestOnChart(
+        m_trials, [this](const Trial& t) { return pointOf(t); }, point, xAxis(), m_yAxis);
 }
 
-QString MemoryFitChart::describe(const Trial& t) const
-{
+QString MemoryFitChart::describe(const Trial& t) const {
     QString text = tr("trial %1: micro-batch %2, ").arg(t.trial).arg(t.microBatch);
     if (t.fit) {
         text += t.withinHeadroom ? tr("fits") : tr("fits, but past the headroom line");
@@ -386,8 +351,7 @@ QString MemoryFitChart::describe(const Trial& t) const
     return text;
 }
 
-void MemoryFitChart::applyColors(const ChartColors& c)
-{
+void MemoryFitChart::applyColors(const ChartColors& c) {
     TrialMarkers{m_fits, m_tight, m_ooms}.applyColors(c);
     m_capacityLine->setPen(linePen(c.limit, 1.5));
     m_usableLine->setPen(linePen(c.headroom, 1.5, Qt::DashLine));

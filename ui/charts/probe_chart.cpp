@@ -18,8 +18,7 @@ namespace batchpilot::ui {
 
 namespace {
 
-QString reasonText(core::ProbeReason reason)
-{
+QString reasonText(core::ProbeReason reason) {
     switch (reason) {
     case core::ProbeReason::Initial: return ProbeChart::tr("start of run");
     case core::ProbeReason::UserRequest: return ProbeChart::tr("re-probe requested");
@@ -30,15 +29,13 @@ QString reasonText(core::ProbeReason reason)
     return {};
 }
 
-QString bytes(qint64 value)
-{
+QString bytes(qint64 value) {
     return QString::fromStdString(core::formatBytes(value));
 }
 
 }  // namespace
 
-ProbeChart::ProbeChart(QWidget* parent) : LiveChart(tr("Probe: micro-batch trials"), parent)
-{
+ProbeChart::ProbeChart(QWidget* parent) : LiveChart(tr("Probe: micro-batch trials"), parent) {
     m_yAxis = new QValueAxis;
     m_yAxis->setTitleText(tr("micro-batch"));
     m_yAxis->setLabelFormat(QStringLiteral("%.0f"));
@@ -66,9 +63,8 @@ ProbeChart::ProbeChart(QWidget* parent) : LiveChart(tr("Probe: micro-batch trial
     showTipsFor(m_fits, tip);
     showTipsFor(m_tight, tip);
     showTipsFor(m_ooms, tip);
-    showTipsFor(m_chosen, [](const QPointF& p) {
-        return tr("chosen micro-batch: %1 samples").arg(std::llround(p.y()));
-    });
+    showTipsFor(m_chosen,
+                [](const QPointF& p) { return tr("chosen micro-batch: %1 samples").arg(std::llround(p.y())); });
 
     m_xCombo = new QComboBox;
     m_xCombo->addItem(tr("Trial number"));
@@ -80,21 +76,17 @@ ProbeChart::ProbeChart(QWidget* parent) : LiveChart(tr("Probe: micro-batch trial
     applyColors(colors());
 }
 
-qint64 ProbeChart::chosenMicroBatch() const
-{
+qint64 ProbeChart::chosenMicroBatch() const {
     for (auto it = m_sequences.rbegin(); it != m_sequences.rend(); ++it)
-        if (it->chosen > 0)
-            return it->chosen;
+        if (it->chosen > 0) return it->chosen;
     return 0;
 }
 
-double ProbeChart::xOf(const Trial& trial) const
-{
+double ProbeChart::xOf(const Trial& trial) const {
     return m_xKind == XAxis::Trial ? trial.globalIndex : trial.time;
 }
 
-void ProbeChart::handle(const core::Event& event)
-{
+void ProbeChart::handle(const core::Event& event) {
     if (const auto* started = std::get_if<core::ProbeStarted>(&event)) {
         Sequence s;
         s.number = started->sequence;
@@ -106,8 +98,7 @@ void ProbeChart::handle(const core::Event& event)
         m_lastTime = started->time;
         markDirty();
     } else if (const auto* trial = std::get_if<core::ProbeTrial>(&event)) {
-        if (m_trials.size() >= kMaxTrials)
-            return;
+        if (m_trials.size() >= kMaxTrials) return;
         if (m_sequences.empty() || m_sequences.back().number != trial->sequence) {
             Sequence s;  // a trial without its start event: still show it
             s.number = trial->sequence;
@@ -144,13 +135,11 @@ void ProbeChart::handle(const core::Event& event)
         markDirty();
     } else if (const auto* metrics = std::get_if<core::StepMetrics>(&event)) {
         m_lastTime = metrics->time;  // the chosen line reaches to "now" on the time axis
-        if (m_xKind == XAxis::WallTime)
-            markDirty();
+        if (m_xKind == XAxis::WallTime) markDirty();
     }
 }
 
-void ProbeChart::clear()
-{
+void ProbeChart::clear() {
     m_trials.clear();
     m_sequences.clear();
     m_lastTime = 0;
@@ -166,10 +155,8 @@ void ProbeChart::clear()
     markDirty();
 }
 
-void ProbeChart::setXAxis(XAxis axis)
-{
-    if (axis == m_xKind)
-        return;
+void ProbeChart::setXAxis(XAxis axis) {
+    if (axis == m_xKind) return;
     m_xKind = axis;
     {
         const QSignalBlocker blocker(m_xCombo);
@@ -181,12 +168,10 @@ void ProbeChart::setXAxis(XAxis axis)
     markDirty();
 }
 
-void ProbeChart::refresh(bool follow)
-{
+void ProbeChart::refresh(bool follow) {
     QList<QPointF> chosen;
     double yMax = 0;
-    for (const Trial& t : m_trials)
-        yMax = std::max(yMax, static_cast<double>(t.microBatch));
+    for (const Trial& t : m_trials) yMax = std::max(yMax, static_cast<double>(t.microBatch));
     TrialMarkers{m_fits, m_tight, m_ooms}.show(m_trials, [this](const Trial& t) { return pointOf(t); });
 
     // One faint path per probe so a re-probe reads as a new sequence.
@@ -197,37 +182,31 @@ void ProbeChart::refresh(bool follow)
         path->attachAxis(m_yAxis);
         path->setPen(linePen(colors().headroom, 1.0));
         const auto markers = chart()->legend()->markers(path);
-        for (QLegendMarker* marker : markers)
-            marker->setVisible(false);
+        for (QLegendMarker* marker : markers) marker->setVisible(false);
         m_paths.append(path);
     }
     const std::size_t firstPathSequence =
-        m_sequences.size() > static_cast<std::size_t>(kMaxPathSeries)
-            ? m_sequences.size() - kMaxPathSeries : 0;
+        m_sequences.size() > static_cast<std::size_t>(kMaxPathSeries) ? m_sequences.size() - kMaxPathSeries : 0;
     for (int i = 0; i < m_paths.size(); ++i) {
         QList<QPointF> points;
         const std::size_t seqIndex = firstPathSequence + static_cast<std::size_t>(i);
         if (seqIndex < m_sequences.size()) {
             const int number = m_sequences[seqIndex].number;
             for (const Trial& t : m_trials)
-                if (t.sequence == number)
-                    points.append(QPointF(xOf(t), static_cast<double>(t.microBatch)));
+                if (t.sequence == number) points.append(QPointF(xOf(t), static_cast<double>(t.microBatch)));
         }
         m_paths[i]->replace(points);
     }
 
     // The chosen micro-batch as a step line: from the end of each probe to the next probe.
-    const double now = m_xKind == XAxis::Trial ? static_cast<double>(m_trials.size()) + 0.5
-                                               : m_lastTime;
+    const double now = m_xKind == XAxis::Trial ? static_cast<double>(m_trials.size()) + 0.5 : m_lastTime;
     for (std::size_t i = 0; i < m_sequences.size(); ++i) {
         const Sequence& s = m_sequences[i];
-        if (s.chosen <= 0)
-            continue;
+        if (s.chosen <= 0) continue;
         const double from = m_xKind == XAxis::Trial ? s.finishedGlobal : s.finishedTime;
         double to = now;
         if (i + 1 < m_sequences.size())
-            to = m_xKind == XAxis::Trial ? m_sequences[i + 1].firstGlobal - 0.5
-                                         : m_sequences[i + 1].startTime;
+            to = m_xKind == XAxis::Trial ? m_sequences[i + 1].firstGlobal - 0.5 : m_sequences[i + 1].startTime;
         const double y = static_cast<double>(s.chosen);
         chosen.append(QPointF(from, y));
         chosen.append(QPointF(std::max(from, to), y));
@@ -244,24 +223,21 @@ void ProbeChart::refresh(bool follow)
     }
 }
 
-QPointF ProbeChart::pointOf(const Trial& t) const
-{
+QPointF ProbeChart::pointOf(const Trial& t) const {
     return {xOf(t), static_cast<double>(t.microBatch)};
 }
 
-const ProbeChart::Trial* ProbeChart::nearestTrial(const QPointF& point) const
-{
-    return nearestOnChart(m_trials, [this](const Trial& t) { return pointOf(t); }, point, xAxis(), m_yAxis);
+const ProbeChart::Trial* ProbeChart::nearestTrial(const QPointF& point) const {
+    return nearestOnChart(
+        m_trials, [this](const Trial& t) { return pointOf(t); }, point, xAxis(), m_yAxis);
 }
 
-QString ProbeChart::describe(const Trial& t) const
-{
+QString ProbeChart::describe(const Trial& t) const {
     QString reason;
     for (const Sequence& s : m_sequences)
-        if (s.number == t.sequence)
-            reason = s.reason;
-    QString text = tr("probe %1 (%2), trial %3\nmicro-batch %4: ")
-                       .arg(t.sequence).arg(reason).arg(t.trial).arg(t.microBatch);
+        if (s.number == t.sequence) reason = s.reason;
+    QString text =
+        tr("probe %1 (%2), trial %3\nmicro-batch %4: ").arg(t.sequence).arg(reason).arg(t.trial).arg(t.microBatch);
     if (!t.fit)
         text += tr("out of memory");
     else if (!t.withinHeadroom)
@@ -269,18 +245,15 @@ QString ProbeChart::describe(const Trial& t) const
     else
         text += tr("fits");
     text += tr("\npeak %1").arg(bytes(t.peakBytes));
-    if (!t.fit && t.failedBytes > 0)
-        text += tr(", failed allocation %1").arg(bytes(t.failedBytes));
+    if (!t.fit && t.failedBytes > 0) text += tr(", failed allocation %1").arg(bytes(t.failedBytes));
     text += tr("\nat %1 s into the run").arg(t.time, 0, 'f', 2);
     return text;
 }
 
-void ProbeChart::applyColors(const ChartColors& c)
-{
+void ProbeChart::applyColors(const ChartColors& c) {
     TrialMarkers{m_fits, m_tight, m_ooms}.applyColors(c);
     m_chosen->setPen(linePen(c.chosen, 2.0, Qt::DashLine));
-    for (QLineSeries* path : std::as_const(m_paths))
-        path->setPen(linePen(c.headroom, 1.0));
+    for (QLineSeries* path : std::as_const(m_paths)) path->setPen(linePen(c.headroom, 1.0));
     m_yAxis->setLabelFormat(QStringLiteral("%.0f"));
 }
 

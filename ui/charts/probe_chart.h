@@ -56,7 +56,7 @@ private:
         QString device;
         int firstGlobal = 0;  // global index of its first trial
         double startTime = 0;
-        qint64 chosen = 0;    // 0 until finished
+        qint64 chosen = 0;  // 0 until finished
         int finishedGlobal = 0;
         double finishedTime = 0;
     };

@@ -5,21 +5,16 @@
 
 namespace batchpilot::ui {
 
-std::vector<QPointF> thinMinMax(std::span<const QPointF> points, double xMin, double xMax,
-                                int columns)
-{
+std::vector<QPointF> thinMinMax(std::span<const QPointF> points, double xMin, double xMax, int columns) {
     std::vector<QPointF> out;
-    if (points.empty())
-        return out;
+    if (points.empty()) return out;
     columns = std::max(columns, 1);
     const auto byX = [](const QPointF& p, double x) { return p.x() < x; };
     auto begin = std::lower_bound(points.begin(), points.end(), xMin, byX);
-    auto end = std::upper_bound(points.begin(), points.end(), xMax,
-                                [](double x, const QPointF& p) { return x < p.x(); });
-    if (begin != points.begin())
-        --begin;  // the point left of the range, so the line reaches the left edge
-    if (end != points.end())
-        ++end;
+    auto end =
+        std::upper_bound(points.begin(), points.end(), xMax, [](double x, const QPointF& p) { return x < p.x(); });
+    if (begin != points.begin()) --begin;  // the point left of the range, so the line reaches the left edge
+    if (end != points.end()) ++end;
     const auto count = static_cast<std::size_t>(end - begin);
     if (count <= static_cast<std::size_t>(columns) * 2 || !(xMax > xMin)) {
         out.assign(begin, end);
@@ -28,9 +23,7 @@ std::vector<QPointF> thinMinMax(std::span<const QPointF> points, double xMin, do
 
     out.reserve(static_cast<std::size_t>(columns) * 2 + 4);
     const double scale = columns / (xMax - xMin);
-    const auto columnOf = [&](double x) {
-        return static_cast<long long>(std::floor((x - xMin) * scale));
-    };
+    const auto columnOf = [&](double x) { return static_cast<long long>(std::floor((x - xMin) * scale)); };
     auto it = begin;
     while (it != end) {
         const long long column = columnOf(it->x());
@@ -38,10 +31,8 @@ std::vector<QPointF> thinMinMax(std::span<const QPointF> points, double xMin, do
         QPointF hi = *it;
         auto next = it + 1;
         while (next != end && columnOf(next->x()) == column) {
-            if (next->y() < lo.y())
-                lo = *next;
-            if (next->y() > hi.y())
-                hi = *next;
+            if (next->y() < lo.y()) lo = *next;
+            if (next->y() > hi.y()) hi = *next;
             ++next;
         }
         if (lo == hi) {

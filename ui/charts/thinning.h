@@ -11,7 +11,6 @@ namespace batchpilot::ui {
 /// column between `xMin` and `xMax`, the point with the lowest and the one with the highest y, in
 /// x order (so at most about two points per column, and spikes survive). One point on each side
 /// of the range is kept so lines run to the plot edge. Columns with one point keep it as is.
-std::vector<QPointF> thinMinMax(std::span<const QPointF> points, double xMin, double xMax,
-                                int columns);
+std::vector<QPointF> thinMinMax(std::span<const QPointF> points, double xMin, double xMax, int columns);
 
 }  // namespace batchpilot::ui

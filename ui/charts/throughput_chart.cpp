@@ -10,9 +10,7 @@
 
 namespace batchpilot::ui {
 
-ThroughputChart::ThroughputChart(QWidget* parent)
-    : LiveChart(tr("Throughput and plan"), parent)
-{
+ThroughputChart::ThroughputChart(QWidget* parent) : LiveChart(tr("Throughput and plan"), parent) {
     m_rateAxis = new QValueAxis;
     m_rateAxis->setTitleText(tr("samples / s"));
     m_rateAxis->setLabelFormat(QStringLiteral("%.0f"));
@@ -50,19 +48,16 @@ ThroughputChart::ThroughputChart(QWidget* parent)
     applyColors(colors());
 }
 
-void ThroughputChart::handle(const core::Event& event)
-{
+void ThroughputChart::handle(const core::Event& event) {
     const auto* metrics = std::get_if<core::StepMetrics>(&event);
-    if (!metrics)
-        return;
+    if (!metrics) return;
     m_throughput.append(metrics->time, metrics->samplesPerSecond);
     m_microBatch.append(metrics->time, static_cast<double>(metrics->microBatch));
     m_accumulation.append(metrics->time, static_cast<double>(metrics->accumulationSteps));
     markDirty();
 }
 
-void ThroughputChart::clear()
-{
+void ThroughputChart::clear() {
     m_throughput.clear();
     m_microBatch.clear();
     m_accumulation.clear();
@@ -72,8 +67,7 @@ void ThroughputChart::clear()
     markDirty();
 }
 
-void ThroughputChart::refresh(bool follow)
-{
+void ThroughputChart::refresh(bool follow) {
     double x0 = xAxis()->min();
     double x1 = xAxis()->max();
     if (follow) {
@@ -96,8 +90,7 @@ void ThroughputChart::refresh(bool follow)
     }
 }
 
-void ThroughputChart::applyColors(const ChartColors& c)
-{
+void ThroughputChart::applyColors(const ChartColors& c) {
     m_throughputSeries->setPen(linePen(c.primary, 2.0));
     m_microBatchSeries->setPen(linePen(c.secondary, 1.5));
     m_accumulationSeries->setPen(linePen(c.tertiary, 1.5, Qt::DashLine));

@@ -16,15 +16,13 @@ namespace batchpilot::ui {
 
 namespace {
 
-QString mibText(double bytes)
-{
+QString mibText(double bytes) {
     return WhatIfRow::tr("%1 MiB").arg(bytes / (1024.0 * 1024.0), 0, 'f', 1);
 }
 
 }  // namespace
 
-WhatIfRow::WhatIfRow(QWidget* parent) : QWidget(parent)
-{
+WhatIfRow::WhatIfRow(QWidget* parent) : QWidget(parent) {
     m_slider = new QSlider(Qt::Horizontal);
     m_slider->setObjectName(QStringLiteral("whatIfSlider"));
     m_slider->setRange(1, 1);
@@ -80,8 +78,7 @@ WhatIfRow::WhatIfRow(QWidget* parent) : QWidget(parent)
 }
 
 void WhatIfRow::setModel(const std::optional<core::MemoryModel>& model, qint64 targetBatch, qint64 usableBytes,
-                         qint64 capacityBytes)
-{
+                         qint64 capacityBytes) {
     m_model = model;
     m_target = targetBatch;
     m_usable = usableBytes;
@@ -89,8 +86,7 @@ void WhatIfRow::setModel(const std::optional<core::MemoryModel>& model, qint64 t
     predict();
 }
 
-void WhatIfRow::setMaximum(qint64 maximum)
-{
+void WhatIfRow::setMaximum(qint64 maximum) {
     const int top = static_cast<int>(std::clamp<qint64>(maximum, 1, std::numeric_limits<int>::max()));
     {
         const QSignalBlocker sliderBlocker(m_slider);
@@ -101,8 +97,7 @@ void WhatIfRow::setMaximum(qint64 maximum)
     predict();
 }
 
-void WhatIfRow::setMicroBatch(qint64 microBatch)
-{
+void WhatIfRow::setMicroBatch(qint64 microBatch) {
     const int value = static_cast<int>(std::clamp<qint64>(microBatch, m_spin->minimum(), m_spin->maximum()));
     if (value == m_spin->value())
         predict();
@@ -110,27 +105,23 @@ void WhatIfRow::setMicroBatch(qint64 microBatch)
         m_spin->setValue(value);  // moves the slider and updates the text
 }
 
-qint64 WhatIfRow::microBatch() const
-{
+qint64 WhatIfRow::microBatch() const {
     return m_spin->value();
 }
 
-QString WhatIfRow::text() const
-{
+QString WhatIfRow::text() const {
     return m_verdictLabel->text().isEmpty() ? m_text->text()
                                             : m_verdictLabel->text() + QStringLiteral(" — ") + m_text->text();
 }
 
-void WhatIfRow::setVerdictColors(const QColor& fits, const QColor& pastHeadroom, const QColor& doesNotFit)
-{
+void WhatIfRow::setVerdictColors(const QColor& fits, const QColor& pastHeadroom, const QColor& doesNotFit) {
     m_colors[0] = fits;
     m_colors[1] = pastHeadroom;
     m_colors[2] = doesNotFit;
     applyVerdictColor();
 }
 
-void WhatIfRow::predict()
-{
+void WhatIfRow::predict() {
     m_slider->setEnabled(m_model.has_value());
     m_spin->setEnabled(m_model.has_value());
     if (!m_model) {
@@ -160,15 +151,13 @@ void WhatIfRow::predict()
         text += tr(", %1 over capacity").arg(mibText(w.predictedPeakBytes - static_cast<double>(capacity)));
     if (m_target > 0) {
         text += tr("; plan %1").arg(planCaption(m_target, std::min(n, m_target)));
-        if (n > m_target)
-            text += tr(", capped at the target batch");
+        if (n > m_target) text += tr(", capped at the target batch");
     }
     m_text->setText(text);
     Q_EMIT changed();
 }
 
-void WhatIfRow::applyVerdictColor()
-{
+void WhatIfRow::applyVerdictColor() {
     const QColor color = m_verdict == Verdict::Fits           ? m_colors[0]
                          : m_verdict == Verdict::PastHeadroom ? m_colors[1]
                                                               : m_colors[2];

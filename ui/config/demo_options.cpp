@@ -2,8 +2,7 @@
 
 namespace batchpilot::ui {
 
-core::TrainerOptions demoOptions()
-{
+core::TrainerOptions demoOptions() {
     core::TrainerOptions o;
     o.model.name = "cnn";
     o.data.name = "synthetic";

@@ -30,8 +30,7 @@ namespace {
 
 constexpr auto kVirtual = "virtual";
 
-QSpinBox* spin(int min, int max, int value, const QString& tip)
-{
+QSpinBox* spin(int min, int max, int value, const QString& tip) {
     auto* box = new QSpinBox;
     box->setRange(min, max);
     box->setValue(value);
@@ -40,20 +39,19 @@ QSpinBox* spin(int min, int max, int value, const QString& tip)
     return box;
 }
 
-QString str(const std::string& text)
-{
+QString str(const std::string& text) {
     return QString::fromStdString(text);
 }
 
 }  // namespace
 
-RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
-{
+RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     m_model = new QComboBox;
     m_model->addItems(TrainerController::builtinModelNames());
-    m_model->setToolTip(tr("Model to train: a built-in one, or a TorchScript file exported from "
-                           "Python with torch.jit.script(model).save(\"model.pt\") — choose it "
-                           "with the … button or drop it on the window"));
+    m_model->setToolTip(
+        tr("Model to train: a built-in one, or a TorchScript file exported from "
+           "Python with torch.jit.script(model).save(\"model.pt\") — choose it "
+           "with the … button or drop it on the window"));
 
     m_dataset = new QComboBox;
     // Core's list decides which data sets exist; here they only get a description.
@@ -67,13 +65,15 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
         const auto described = datasetDescriptions.find(name);
         m_dataset->addItem(described != datasetDescriptions.end() ? described->second : str(name), str(name));
     }
-    m_dataset->setToolTip(tr("Synthetic images are generated from class prototypes plus noise: "
-                             "learnable, deterministic, nothing to download. The others read the "
-                             "data path."));
+    m_dataset->setToolTip(
+        tr("Synthetic images are generated from class prototypes plus noise: "
+           "learnable, deterministic, nothing to download. The others read the "
+           "data path."));
     m_dataPath = new QLineEdit;
     m_dataPath->setPlaceholderText(tr("folder or file of the dataset"));
-    m_dataPath->setToolTip(tr("MNIST: the folder with train-images-idx3-ubyte(.gz); image folder: "
-                              "its root; CSV: the file"));
+    m_dataPath->setToolTip(
+        tr("MNIST: the folder with train-images-idx3-ubyte(.gz); image folder: "
+           "its root; CSV: the file"));
     m_samples = spin(1, 10'000'000, 4096,
                      tr("Number of samples in the synthetic dataset. One pass over all of them is "
                         "an epoch; after it the samples are shuffled and used again."));
@@ -81,17 +81,18 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_device = new QComboBox;
     m_device->setObjectName(QStringLiteral("deviceCombo"));
     for (const core::DeviceInfo& info : core::availableDevices())
-        m_device->addItem(QStringLiteral("%1 — %2").arg(str(info.id), str(info.description)),
-                          str(info.id));
+        m_device->addItem(QStringLiteral("%1 — %2").arg(str(info.id), str(info.description)), str(info.id));
     m_device->addItem(tr("Virtual GPU (simulated memory budget)"), QLatin1String(kVirtual));
-    m_device->setToolTip(tr("Where to train. A virtual GPU is the CPU with a hard memory budget: "
-                            "allocations past it fail exactly like a GPU running out of memory."));
+    m_device->setToolTip(
+        tr("Where to train. A virtual GPU is the CPU with a hard memory budget: "
+           "allocations past it fail exactly like a GPU running out of memory."));
     m_virtualSize = new QLineEdit(QStringLiteral("64MiB"));
     m_virtualSize->setObjectName(QStringLiteral("virtualSize"));
-    m_virtualSize->setToolTip(tr("Memory budget of the virtual GPU, e.g. 64MiB, 512MiB, 2GiB. A "
-                                 "smaller budget forces smaller micro-batches and more "
-                                 "accumulation steps; change it during a run to watch the probe "
-                                 "adapt."));
+    m_virtualSize->setToolTip(
+        tr("Memory budget of the virtual GPU, e.g. 64MiB, 512MiB, 2GiB. A "
+           "smaller budget forces smaller micro-batches and more "
+           "accumulation steps; change it during a run to watch the probe "
+           "adapt."));
     m_deviceInfo = new QLabel;
     m_deviceInfo->setWordWrap(true);
     m_deviceInfo->setEnabled(false);
@@ -114,9 +115,10 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_headroom->setDecimals(1);
     m_headroom->setSuffix(QStringLiteral(" %"));
     m_headroom->setValue(5);
-    m_headroom->setToolTip(tr("Share of the device memory the probe keeps free. Memory gets "
-                              "fragmented and inputs can vary in size, so a micro-batch that "
-                              "just fits once might not fit the next time."));
+    m_headroom->setToolTip(
+        tr("Share of the device memory the probe keeps free. Memory gets "
+           "fragmented and inputs can vary in size, so a micro-batch that "
+           "just fits once might not fit the next time."));
     m_multiple = spin(1, 4096, 1,
                       tr("Round the micro-batch down to a multiple of this. GPUs compute some "
                          "sizes faster (multiples of 8 suit tensor cores)."));
@@ -124,25 +126,28 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_optimizer = new QComboBox;
     for (auto kind : {core::OptimizerKind::Sgd, core::OptimizerKind::Adam, core::OptimizerKind::AdamW})
         m_optimizer->addItem(QString::fromLatin1(core::toString(kind)), static_cast<int>(kind));
-    m_optimizer->setToolTip(tr("How the weights move along the gradient once per training batch. "
-                               "Adam and AdamW keep two extra numbers per weight, which costs "
-                               "memory the probe has to leave free."));
+    m_optimizer->setToolTip(
+        tr("How the weights move along the gradient once per training batch. "
+           "Adam and AdamW keep two extra numbers per weight, which costs "
+           "memory the probe has to leave free."));
     m_learningRate = new QDoubleSpinBox;
     m_learningRate->setDecimals(5);
     m_learningRate->setRange(0, 10);
     m_learningRate->setSingleStep(0.001);
     m_learningRate->setValue(0.05);
-    m_learningRate->setToolTip(tr("How far the optimizer moves the weights in one step. Too "
-                                  "large and the loss jumps around; too small and it falls "
-                                  "slowly."));
+    m_learningRate->setToolTip(
+        tr("How far the optimizer moves the weights in one step. Too "
+           "large and the loss jumps around; too small and it falls "
+           "slowly."));
     m_lrScaling = new QComboBox;
     m_lrScaling->addItem(tr("none"), static_cast<int>(core::LrScaling::None));
     m_lrScaling->addItem(tr("linear"), static_cast<int>(core::LrScaling::Linear));
     m_lrScaling->addItem(tr("square root"), static_cast<int>(core::LrScaling::Sqrt));
-    m_lrScaling->setToolTip(tr("How the learning rate follows a change of the target batch "
-                               "during a run: a larger batch gives a less noisy gradient, which "
-                               "can take a proportionally (linear) or more cautiously (square "
-                               "root) larger step."));
+    m_lrScaling->setToolTip(
+        tr("How the learning rate follows a change of the target batch "
+           "during a run: a larger batch gives a less noisy gradient, which "
+           "can take a proportionally (linear) or more cautiously (square "
+           "root) larger step."));
     m_seed = spin(0, 1'000'000'000, 0,
                   tr("Seed of the random initial weights and the sample order. The same seed "
                      "gives the same run, so two runs can be compared."));
@@ -157,12 +162,10 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     browseModel->setText(QStringLiteral("…"));
     browseModel->setToolTip(tr("Choose a TorchScript model file (.pt, .pth)"));
     connect(browseModel, &QToolButton::clicked, this, [this] {
-        if (m_running)
-            return;  // the model is fixed while a run uses it
+        if (m_running) return;  // the model is fixed while a run uses it
         const QString path = QFileDialog::getOpenFileName(this, tr("TorchScript model"), QString(),
                                                           tr("TorchScript models (*.pt *.pth)"));
-        if (!path.isEmpty())
-            setModelFile(path);
+        if (!path.isEmpty()) setModelFile(path);
     });
     auto* modelRow = new QHBoxLayout;
     modelRow->addWidget(m_model, 1);
@@ -171,13 +174,12 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     browseData->setText(QStringLiteral("…"));
     browseData->setToolTip(tr("Choose the dataset's folder (MNIST, image folder) or file (CSV)"));
     connect(browseData, &QToolButton::clicked, this, [this] {
-        if (m_running)
-            return;
+        if (m_running) return;
         const bool file = m_dataset->currentData().toString() == QLatin1String("csv");
-        const QString path = file ? QFileDialog::getOpenFileName(this, tr("CSV data"), QString(), tr("CSV files (*.csv)"))
-                                  : QFileDialog::getExistingDirectory(this, tr("Dataset folder"));
-        if (!path.isEmpty())
-            m_dataPath->setText(path);
+        const QString path =
+            file ? QFileDialog::getOpenFileName(this, tr("CSV data"), QString(), tr("CSV files (*.csv)"))
+                 : QFileDialog::getExistingDirectory(this, tr("Dataset folder"));
+        if (!path.isEmpty()) m_dataPath->setText(path);
     });
     auto* dataRow = new QHBoxLayout;
     dataRow->addWidget(m_dataPath, 1);
@@ -223,14 +225,17 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_stop->setObjectName(QStringLiteral("stopButton"));
     m_reprobe = new QPushButton(tr("Re-probe"));
     m_reprobe->setObjectName(QStringLiteral("reprobeButton"));
-    m_reprobe->setToolTip(tr("Search the largest micro-batch again on the current device, "
-                             "without stopping (at the next training batch). Useful when memory "
-                             "was freed or taken by something else."));
-    m_pause->setToolTip(tr("Pause training after the current micro-batch (F6); nothing is lost, "
-                           "Resume goes on with the same batch."));
-    m_stop->setToolTip(tr("End the run after the current micro-batch (Shift+F5). The unfinished "
-                          "batch is dropped, so the model keeps its last complete optimizer "
-                          "step."));
+    m_reprobe->setToolTip(
+        tr("Search the largest micro-batch again on the current device, "
+           "without stopping (at the next training batch). Useful when memory "
+           "was freed or taken by something else."));
+    m_pause->setToolTip(
+        tr("Pause training after the current micro-batch (F6); nothing is lost, "
+           "Resume goes on with the same batch."));
+    m_stop->setToolTip(
+        tr("End the run after the current micro-batch (Shift+F5). The unfinished "
+           "batch is dropped, so the model keeps its last complete optimizer "
+           "step."));
     m_start->setDefault(true);
     connect(m_start, &QPushButton::clicked, this, &RunPanel::startRequested);
     connect(m_pause, &QPushButton::clicked, this,
@@ -269,8 +274,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     const auto changed = [this] { revalidate(); };
     for (QSpinBox* box : {m_samples, m_target, m_initialMicro, m_maxMicro, m_multiple, m_seed, m_steps})
         connect(box, &QSpinBox::valueChanged, this, changed);
-    for (QDoubleSpinBox* box : {m_headroom, m_learningRate})
-        connect(box, &QDoubleSpinBox::valueChanged, this, changed);
+    for (QDoubleSpinBox* box : {m_headroom, m_learningRate}) connect(box, &QDoubleSpinBox::valueChanged, this, changed);
     for (QComboBox* box : {m_model, m_dataset, m_optimizer, m_lrScaling})
         connect(box, &QComboBox::currentIndexChanged, this, changed);
     connect(m_device, &QComboBox::currentIndexChanged, this, [this] {
@@ -282,25 +286,21 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     connect(m_virtualSize, &QLineEdit::editingFinished, this, &RunPanel::commitDevice);
     connect(m_target, &QSpinBox::valueChanged, this, [this](int value) {
         if (m_running && value > 0)
-            Q_EMIT targetBatchChanged(value,
-                                      static_cast<core::LrScaling>(m_lrScaling->currentData().toInt()));
+            Q_EMIT targetBatchChanged(value, static_cast<core::LrScaling>(m_lrScaling->currentData().toInt()));
     });
 
     setRunState(false, false);
     revalidate();
 }
 
-QString RunPanel::deviceId() const
-{
+QString RunPanel::deviceId() const {
     const QString id = m_device->currentData().toString();
-    if (id != QLatin1String(kVirtual))
-        return id;
+    if (id != QLatin1String(kVirtual)) return id;
     const QString size = m_virtualSize->text().trimmed().remove(QLatin1Char(' '));
     return QStringLiteral("virtual:") + size;
 }
 
-core::TrainerOptions RunPanel::options() const
-{
+core::TrainerOptions RunPanel::options() const {
     core::TrainerOptions o = m_base;
     o.model.name = m_model->currentText().toStdString();
     o.data.name = m_dataset->currentData().toString().toStdString();
@@ -320,32 +320,26 @@ core::TrainerOptions RunPanel::options() const
     return o;
 }
 
-void RunPanel::setModelFile(const QString& path)
-{
-    if (m_model->findText(path) < 0)
-        m_model->addItem(path);
+void RunPanel::setModelFile(const QString& path) {
+    if (m_model->findText(path) < 0) m_model->addItem(path);
     m_model->setCurrentIndex(m_model->findText(path));
     revalidate();
 }
 
-void RunPanel::setDataPath(const QString& path)
-{
+void RunPanel::setDataPath(const QString& path) {
     m_dataPath->setText(path);
     revalidate();
 }
 
-void RunPanel::setOptions(const core::TrainerOptions& o)
-{
+void RunPanel::setOptions(const core::TrainerOptions& o) {
     m_base = o;
     if (m_model->findText(str(o.model.name)) < 0 && !o.model.name.empty())
         m_model->addItem(str(o.model.name));  // a model file
     const int model = m_model->findText(str(o.model.name));
-    if (model >= 0)
-        m_model->setCurrentIndex(model);
+    if (model >= 0) m_model->setCurrentIndex(model);
     m_dataPath->setText(str(o.data.path));
     const int dataset = m_dataset->findData(str(o.data.name));
-    if (dataset >= 0)
-        m_dataset->setCurrentIndex(dataset);
+    if (dataset >= 0) m_dataset->setCurrentIndex(dataset);
     m_samples->setValue(static_cast<int>(o.data.samples));
     const QString device = str(o.device);
     if (device.startsWith(QLatin1String("virtual:"))) {
@@ -371,23 +365,18 @@ void RunPanel::setOptions(const core::TrainerOptions& o)
     revalidate();
 }
 
-void RunPanel::markField(QWidget* field, const QString& problem)
-{
-    if (!field->property("baseToolTip").isValid())
-        field->setProperty("baseToolTip", field->toolTip());
+void RunPanel::markField(QWidget* field, const QString& problem) {
+    if (!field->property("baseToolTip").isValid()) field->setProperty("baseToolTip", field->toolTip());
     field->setProperty("invalid", !problem.isEmpty());
-    field->setStyleSheet(problem.isEmpty() ? QString()
-                                           : QStringLiteral("border: 2px solid #d62728;"));
+    field->setStyleSheet(problem.isEmpty() ? QString() : QStringLiteral("border: 2px solid #d62728;"));
     field->setToolTip(problem.isEmpty() ? field->property("baseToolTip").toString() : problem);
 }
 
-void RunPanel::revalidate()
-{
+void RunPanel::revalidate() {
     QStringList problems;
     const auto check = [&](QWidget* field, const QString& problem) {
         markField(field, problem);
-        if (!problem.isEmpty())
-            problems << problem;
+        if (!problem.isEmpty()) problems << problem;
     };
 
     const bool isVirtual = m_device->currentData().toString() == QLatin1String(kVirtual);
@@ -395,19 +384,16 @@ void RunPanel::revalidate()
     QString sizeProblem;
     if (isVirtual) {
         const auto size = core::parseByteSize(m_virtualSize->text().trimmed().toStdString());
-        if (!size)
-            sizeProblem = tr("Virtual GPU budget: %1").arg(str(size.error()));
+        if (!size) sizeProblem = tr("Virtual GPU budget: %1").arg(str(size.error()));
     }
     if (sizeProblem.isEmpty()) {
         const auto parsed = core::parseDevice(deviceId().toStdString());
         if (!parsed)
             deviceProblem = tr("Device: %1").arg(str(parsed.error()));
         else if (isVirtual)
-            m_deviceInfo->setText(tr("simulated GPU with %1")
-                                      .arg(str(core::formatBytes(parsed->budgetBytes))));
+            m_deviceInfo->setText(tr("simulated GPU with %1").arg(str(core::formatBytes(parsed->budgetBytes))));
     }
-    if (!isVirtual)
-        m_deviceInfo->setText(m_device->currentText().section(QStringLiteral(" — "), 1));
+    if (!isVirtual) m_deviceInfo->setText(m_device->currentText().section(QStringLiteral(" — "), 1));
     check(m_virtualSize, sizeProblem);
     check(m_device, deviceProblem);
     check(m_model, m_model->count() == 0 ? tr("No model available.") : QString());
@@ -415,12 +401,18 @@ void RunPanel::revalidate()
     // Every other rule is core's (the CLI and configuration files share it); its problem names the
     // field, which is marked here.
     const std::map<std::string, QWidget*> fields = {
-        {"target_batch", m_target},          {"probe.initial_micro_batch", m_initialMicro},
-        {"probe.max_micro_batch", m_maxMicro}, {"probe.headroom", m_headroom},
-        {"probe.multiple_of", m_multiple},   {"optimizer.learning_rate", m_learningRate},
-        {"model.name", m_model},             {"data.name", m_dataset},
-        {"data.path", m_dataPath},           {"data.samples", m_samples},
-        {"device", m_device},                {"steps", m_steps},
+        {"target_batch", m_target},
+        {"probe.initial_micro_batch", m_initialMicro},
+        {"probe.max_micro_batch", m_maxMicro},
+        {"probe.headroom", m_headroom},
+        {"probe.multiple_of", m_multiple},
+        {"optimizer.learning_rate", m_learningRate},
+        {"model.name", m_model},
+        {"data.name", m_dataset},
+        {"data.path", m_dataPath},
+        {"data.samples", m_samples},
+        {"device", m_device},
+        {"steps", m_steps},
     };
     QWidget* marked = nullptr;
     if (problems.isEmpty()) {
@@ -434,8 +426,7 @@ void RunPanel::revalidate()
         if (widget != m_model && widget != m_device)
             markField(widget, widget == marked ? problems.constLast() : QString());
     }
-    if (marked == m_model || marked == m_device)
-        markField(marked, problems.constLast());
+    if (marked == m_model || marked == m_device) markField(marked, problems.constLast());
 
     const QString problem = problems.join(QLatin1Char('\n'));
     const bool changed = problem != m_problem;
@@ -443,24 +434,18 @@ void RunPanel::revalidate()
     m_problemLabel->setText(problem);
     m_problemLabel->setVisible(!problem.isEmpty());
     setRunState(m_running, m_paused);
-    if (changed)
-        Q_EMIT validityChanged(problem.isEmpty(), problem);
+    if (changed) Q_EMIT validityChanged(problem.isEmpty(), problem);
 }
 
-void RunPanel::commitDevice()
-{
-    if (!m_running || m_device->property("invalid").toBool() ||
-        m_virtualSize->property("invalid").toBool())
-        return;
+void RunPanel::commitDevice() {
+    if (!m_running || m_device->property("invalid").toBool() || m_virtualSize->property("invalid").toBool()) return;
     const QString id = deviceId();
-    if (id == m_runDevice)
-        return;
+    if (id == m_runDevice) return;
     m_runDevice = id;
     Q_EMIT deviceChanged(id);
 }
 
-void RunPanel::setRunState(bool running, bool paused)
-{
+void RunPanel::setRunState(bool running, bool paused) {
     if (running && !m_running) {
         m_runDevice = deviceId();
     }
@@ -468,22 +453,20 @@ void RunPanel::setRunState(bool running, bool paused)
     m_paused = paused;
     const bool valid = m_problem.isEmpty();
     m_start->setEnabled(!running && valid);
-    m_start->setToolTip(valid ? tr("Start training (F5)")
-                              : tr("Cannot start: %1").arg(m_problem));
+    m_start->setToolTip(valid ? tr("Start training (F5)") : tr("Cannot start: %1").arg(m_problem));
     m_pause->setEnabled(running);
     m_pause->setText(paused ? tr("Resume") : tr("Pause"));
     m_stop->setEnabled(running);
     m_reprobe->setEnabled(running && !paused);
     m_teaching->setRunState(running, paused);
-    for (QWidget* field : std::initializer_list<QWidget*>{
-             m_model, m_dataset, m_dataPath, m_samples, m_initialMicro, m_maxMicro, m_headroom, m_multiple,
-             m_optimizer, m_learningRate, m_seed, m_steps})
+    for (QWidget* field :
+         std::initializer_list<QWidget*>{m_model, m_dataset, m_dataPath, m_samples, m_initialMicro, m_maxMicro,
+                                         m_headroom, m_multiple, m_optimizer, m_learningRate, m_seed, m_steps})
         field->setEnabled(!running);
     m_virtualSize->setEnabled(m_device->currentData().toString() == QLatin1String(kVirtual));
 }
 
-void RunPanel::saveSettings(QSettings& s) const
-{
+void RunPanel::saveSettings(QSettings& s) const {
     s.beginGroup(QStringLiteral("run"));
     s.setValue(QStringLiteral("model"), m_model->currentText());
     s.setValue(QStringLiteral("dataset"), m_dataset->currentData());
@@ -503,16 +486,11 @@ void RunPanel::saveSettings(QSettings& s) const
     s.endGroup();
 }
 
-void RunPanel::loadSettings(const QSettings& s)
-{
-    const auto value = [&](const char* key) {
-        return s.value(QStringLiteral("run/") + QLatin1String(key));
-    };
-    if (!value("targetBatch").isValid())
-        return;  // first launch: keep the defaults
+void RunPanel::loadSettings(const QSettings& s) {
+    const auto value = [&](const char* key) { return s.value(QStringLiteral("run/") + QLatin1String(key)); };
+    if (!value("targetBatch").isValid()) return;  // first launch: keep the defaults
     const auto setCombo = [](QComboBox* box, int index) {
-        if (index >= 0)
-            box->setCurrentIndex(index);
+        if (index >= 0) box->setCurrentIndex(index);
     };
     setCombo(m_model, m_model->findText(value("model").toString()));
     setCombo(m_dataset, m_dataset->findData(value("dataset")));

@@ -20,50 +20,40 @@ namespace batchpilot::ui {
 
 namespace {
 
-QString tr(const char* text)
-{
+QString tr(const char* text) {
     return QCoreApplication::translate("ReportWriter", text);
 }
 
-QString esc(const std::string& text)
-{
+QString esc(const std::string& text) {
     return QString::fromStdString(text).toHtmlEscaped();
 }
 
-QString esc(const QString& text)
-{
+QString esc(const QString& text) {
     return text.toHtmlEscaped();
 }
 
-QString mib(int64_t bytes)
-{
+QString mib(int64_t bytes) {
     return QString::number(core::toMiB(bytes), 'f', 2);
 }
 
-QString bytesText(int64_t bytes)
-{
+QString bytesText(int64_t bytes) {
     return esc(core::formatBytes(bytes));
 }
 
-QString row(const QStringList& cells, bool header = false)
-{
+QString row(const QStringList& cells, bool header = false) {
     const QString tag = header ? QStringLiteral("th") : QStringLiteral("td");
     QString out = QStringLiteral("<tr>");
-    for (const QString& cell : cells)
-        out += QStringLiteral("<%1>%2</%1>").arg(tag, cell);
+    for (const QString& cell : cells) out += QStringLiteral("<%1>%2</%1>").arg(tag, cell);
     return out + QStringLiteral("</tr>\n");
 }
 
-QString tableStart()
-{
+QString tableStart() {
     // Attributes as well as CSS: QTextDocument (the PDF path) reads the attributes.
     return QStringLiteral("<table border=\"1\" cellspacing=\"0\" cellpadding=\"4\">\n");
 }
 
-QString imageTag(const QImage& image, int index, bool embed, const QString& alt)
-{
-    if (image.isNull())
-        return {};
+QString imageTag(const QImage& image, int index, bool embed, const QString& alt) {
+    if (image.isNull()) return {};
     QString src;
     if (embed) {
         QByteArray png;
@@ -79,28 +69,25 @@ QString imageTag(const QImage& image, int index, bool embed, const QString& alt)
     return QStringLiteral("<p><img src=\"%1\" width=\"%2\" alt=\"%3\"></p>\n").arg(src).arg(width).arg(esc(alt));
 }
 
-QString probeReason(core::ProbeReason reason)
-{
+QString probeReason(core::ProbeReason reason) {
     return QString::fromLatin1(core::toString(reason));
 }
 
 }  // namespace
 
-QString ReportWriter::imageName(int index)
-{
+QString ReportWriter::imageName(int index) {
     static const char* names[] = {"memory-fit.png", "memory-breakdown.png", "loss.png"};
     return QStringLiteral("report-image:/") + QLatin1String(names[std::clamp(index, 0, 2)]);
 }
 
-QString ReportWriter::html(const Images& images, bool embedImages) const
-{
+QString ReportWriter::html(const Images& images, bool embedImages) const {
     QString h;
     h += QStringLiteral(
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n<title>%1</title>\n"
-        "<style>body{font-family:sans-serif;max-width:60em;margin:1em auto;padding:0 1em;}"
-        "table{border-collapse:collapse;margin:0.5em 0;}th,td{border:1px solid #999;padding:3px 8px;"
-        "text-align:left;}img{max-width:100%;}"
-        ".note{color:#555;}</style>\n</head><body>\n")
+             "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n<title>%1</title>\n"
+             "<style>body{font-family:sans-serif;max-width:60em;margin:1em auto;padding:0 1em;}"
+             "table{border-collapse:collapse;margin:0.5em 0;}th,td{border:1px solid #999;padding:3px 8px;"
+             "text-align:left;}img{max-width:100%;}"
+             ".note{color:#555;}</style>\n</head><body>\n")
              .arg(tr("BatchPilot run report"));
     h += QStringLiteral("<h1>%1</h1>\n<p class=\"note\">%2</p>\n")
              .arg(tr("BatchPilot run report"),
@@ -141,12 +128,13 @@ QString ReportWriter::html(const Images& images, bool embedImages) const
         h += tableStart();
         h += row({tr("trial"), tr("micro-batch"), tr("result"), tr("peak")}, /*header=*/true);
         for (const core::ProbeTrial& t : m_digest.trials) {
-            const QString result = !t.fit ? tr("out of memory")
+            const QString result = !t.fit             ? tr("out of memory")
                                    : t.withinHeadroom ? tr("fits")
                                                       : tr("fits, past headroom");
             QString peak = bytesText(t.peakBytes);
             if (!t.fit && t.failedAllocationBytes > 0)
-                peak += esc(tr(" (failed to get %1 more)").arg(QString::fromStdString(core::formatBytes(t.failedAllocationBytes))));
+                peak += esc(tr(" (failed to get %1 more)")
+                                .arg(QString::fromStdString(core::formatBytes(t.failedAllocationBytes))));
             h += row({QString::number(t.trial), QString::number(t.microBatch), esc(result), peak});
         }
         h += QStringLiteral("</table>\n");
@@ -155,14 +143,15 @@ QString ReportWriter::html(const Images& images, bool embedImages) const
         const core::ProbeFinished& f = *m_digest.probeFinished;
         QString model;
         if (f.bytesPerSample > 0) {
-            model = tr("Memory model: %1.").arg(QString::fromStdString(
-                        core::describeMemoryModel(core::MemoryModel{f.fixedBytes, f.bytesPerSample})));
+            model = tr("Memory model: %1.")
+                        .arg(QString::fromStdString(
+                            core::describeMemoryModel(core::MemoryModel{f.fixedBytes, f.bytesPerSample})));
         } else {
             std::vector<core::TrialOutcome> outcomes;
-            for (const core::ProbeTrial& t : m_digest.trials)
-                outcomes.push_back({t.microBatch, t.fit, t.peakBytes});
+            for (const core::ProbeTrial& t : m_digest.trials) outcomes.push_back({t.microBatch, t.fit, t.peakBytes});
             if (const auto fitted = core::fitMemoryModel(outcomes))
-                model = tr("Memory model (fitted to the trials): %1.").arg(QString::fromStdString(core::describeMemoryModel(*fitted)));
+                model = tr("Memory model (fitted to the trials): %1.")
+                            .arg(QString::fromStdString(core::describeMemoryModel(*fitted)));
             else
                 model = tr("Memory model: not fitted (fewer than two sizes fit).");
         }
@@ -212,8 +201,9 @@ QString ReportWriter::html(const Images& images, bool embedImages) const
         plan = planCaption(m_digest.lastStep->targetBatch, m_digest.lastStep->microBatch);
     else if (m_digest.probeFinished)
         plan = planCaption(m_digest.probeFinished->targetBatch, m_digest.probeFinished->microBatch);
-    h += QStringLiteral("<p>%1</p>\n").arg(plan.isEmpty() ? esc(tr("No plan yet: the probe has not finished."))
-                                                          : QStringLiteral("<b>%1</b>").arg(esc(plan)));
+    h += QStringLiteral("<p>%1</p>\n")
+             .arg(plan.isEmpty() ? esc(tr("No plan yet: the probe has not finished."))
+                                 : QStringLiteral("<b>%1</b>").arg(esc(plan)));
 
     // The equivalence check.
     h += QStringLiteral("<h2>%1</h2>\n").arg(tr("Accumulation against one full pass"));
@@ -223,12 +213,12 @@ QString ReportWriter::html(const Images& images, bool embedImages) const
                              "gradient accumulated over the micro-batches with one full pass over the "
                              "same samples), or with the command line's --check-equivalence N.")));
     } else if (!m_digest.equivalence->error.empty()) {
-        h += QStringLiteral("<p>%1</p>\n").arg(esc(tr("The check could not run: %1").arg(QString::fromStdString(m_digest.equivalence->error))));
+        h += QStringLiteral("<p>%1</p>\n")
+                 .arg(esc(tr("The check could not run: %1").arg(QString::fromStdString(m_digest.equivalence->error))));
     } else {
         const core::EquivalenceChecked& e = *m_digest.equivalence;
         QStringList sizes;
-        for (int64_t n : e.microBatchSizes)
-            sizes << QString::number(n);
+        for (int64_t n : e.microBatchSizes) sizes << QString::number(n);
         h += QStringLiteral("<p>%1</p>\n")
                  .arg(esc(tr("After step %1: %2 samples accumulated as %3, against one pass.")
                               .arg(e.step)
@@ -246,8 +236,7 @@ QString ReportWriter::html(const Images& images, bool embedImages) const
             h += row({esc(d.name), QString::number(d.elements), QString::number(d.maxAbsDifference, 'g', 3),
                       QString::number(d.relativeDifference, 'g', 3), QString::number(d.cosineSimilarity, 'f', 9)});
         h += QStringLiteral("</table>\n");
-        if (!e.explanation.empty())
-            h += QStringLiteral("<p>%1</p>\n").arg(esc(e.explanation));
+        if (!e.explanation.empty()) h += QStringLiteral("<p>%1</p>\n").arg(esc(e.explanation));
         if (e.batchStatistics && e.runningStatisticsRelativeDifference >= 0)
             h += QStringLiteral("<p>%1</p>\n")
                      .arg(esc(tr("With the running statistics (eval mode) the relative difference is %1.")
@@ -273,29 +262,27 @@ QString ReportWriter::html(const Images& images, bool embedImages) const
     }
     if (m_digest.lastState)
         h += QStringLiteral("<p class=\"note\">%1</p>\n")
-                 .arg(esc(tr("Run state: %1%2")
-                              .arg(QString::fromLatin1(core::toString(m_digest.lastState->state)),
-                                   m_digest.lastState->detail.empty()
-                                       ? QString()
-                                       : QStringLiteral(" (%1)").arg(QString::fromStdString(m_digest.lastState->detail)))));
+                 .arg(esc(
+                     tr("Run state: %1%2")
+                         .arg(QString::fromLatin1(core::toString(m_digest.lastState->state)),
+                              m_digest.lastState->detail.empty()
+                                  ? QString()
+                                  : QStringLiteral(" (%1)").arg(QString::fromStdString(m_digest.lastState->detail)))));
     h += imageTag(images.loss, 2, embedImages, tr("loss per optimizer step"));
     h += QStringLiteral("</body></html>\n");
     return h;
 }
 
-bool ReportWriter::write(const QString& path, const Images& images, QString* error) const
-{
+bool ReportWriter::write(const QString& path, const Images& images, QString* error) const {
     QFile file(path);
     if (!file.open(QIODevice::WriteOnly | QIODevice::Truncate)) {
-        if (error)
-            *error = file.errorString();
+        if (error) *error = file.errorString();
         return false;
     }
     if (!path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive)) {
         const QByteArray bytes = html(images, /*embedImages=*/true).toUtf8();
         if (file.write(bytes) != bytes.size() || !file.flush()) {
-            if (error)
-                *error = file.errorString();
+            if (error) *error = file.errorString();
             return false;
         }
         return true;
@@ -304,8 +291,7 @@ bool ReportWriter::write(const QString& path, const Images& images, QString* err
     QTextDocument document;
     const QImage list[] = {images.memoryFit, images.memoryBreakdown, images.loss};
     for (int i = 0; i < 3; ++i)
-        if (!list[i].isNull())
-            document.addResource(QTextDocument::ImageResource, QUrl(imageName(i)), list[i]);
+        if (!list[i].isNull()) document.addResource(QTextDocument::ImageResource, QUrl(imageName(i)), list[i]);
     document.setHtml(html(images, /*embedImages=*/false));
     QPdfWriter writer(&file);
     writer.setPageSize(QPageSize(QPageSize::A4));
@@ -314,8 +300,7 @@ bool ReportWriter::write(const QString& path, const Images& images, QString* err
     document.print(&writer);
     file.close();
     if (file.error() != QFileDevice::NoError) {
-        if (error)
-            *error = file.errorString();
+        if (error) *error = file.errorString();
         return false;
     }
     return true;

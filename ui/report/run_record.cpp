@@ -25,15 +25,13 @@ constexpr std::size_t kStepsPerRead = 4096;
 RunRecord::RunRecord() = default;
 RunRecord::~RunRecord() = default;
 
-void RunRecord::handle(const core::Event& event)
-{
+void RunRecord::handle(const core::Event& event) {
     if (const auto* metrics = std::get_if<core::StepMetrics>(&event)) {
         appendStep(*metrics);
         return;
     }
     // Per-micro-batch and per-step drawing data: the charts hold these.
-    if (std::holds_alternative<core::MemorySample>(event) ||
-        std::holds_alternative<core::MicroBatchDone>(event) ||
+    if (std::holds_alternative<core::MemorySample>(event) || std::holds_alternative<core::MicroBatchDone>(event) ||
         std::holds_alternative<core::MemoryBreakdown>(event))
         return;
     m_events.push_back(event);
@@ -44,12 +42,12 @@ void RunRecord::handle(const core::Event& event)
     }
 }
 
-void RunRecord::appendStep(const core::StepMetrics& metrics)
-{
+void RunRecord::appendStep(const core::StepMetrics& metrics) {
     ++m_stepCount;
     if (m_memorySteps.empty()) {
         if (!m_stepFile) {
-            m_stepFile = std::make_unique<QTemporaryFile>(QDir::temp().filePath(QStringLiteral("batchpilot-steps-XXXXXX")));
+            m_stepFile =
+                std::make_unique<QTemporaryFile>(QDir::temp().filePath(QStringLiteral("batchpilot-steps-XXXXXX")));
             if (!m_stepFile->open()) {
                 const QString problem = m_stepFile->errorString();
                 m_stepFile.reset();
@@ -65,18 +63,17 @@ void RunRecord::appendStep(const core::StepMetrics& metrics)
                 ++m_fileSteps;
                 return;
             }
-            m_events.push_back(core::Warning{
-                metrics.time, "the run record's temporary file is full or failed (" +
-                                  m_stepFile->errorString().toStdString() +
-                                  "); later step metrics stay in memory for the exports instead"});
+            m_events.push_back(
+                core::Warning{metrics.time, "the run record's temporary file is full or failed (" +
+                                                m_stepFile->errorString().toStdString() +
+                                                "); later step metrics stay in memory for the exports instead"});
             m_stepsBefore.push_back(m_stepCount - 1);
         }
     }
     m_memorySteps.push_back(metrics);
 }
 
-void RunRecord::clear()
-{
+void RunRecord::clear() {
     m_events.clear();
     m_stepsBefore.clear();
     m_stepFile.reset();  // removes the file
@@ -85,24 +82,20 @@ void RunRecord::clear()
     m_stepCount = 0;
 }
 
-std::size_t RunRecord::memoryBytes() const
-{
+std::size_t RunRecord::memoryBytes() const {
     return m_events.size() * (sizeof(core::Event) + sizeof(std::size_t)) +
            m_memorySteps.capacity() * sizeof(core::StepMetrics);
 }
 
-bool RunRecord::forEachStep(const std::function<void(const core::StepMetrics&)>& visit, QString* error) const
-{
+bool RunRecord::forEachStep(const std::function<void(const core::StepMetrics&)>& visit, QString* error) const {
     if (m_fileSteps > 0) {
         if (!m_stepFile->flush()) {
-            if (error)
-                *error = m_stepFile->errorString();
+            if (error) *error = m_stepFile->errorString();
             return false;
         }
         QFile in(m_stepFile->fileName());
         if (!in.open(QIODevice::ReadOnly)) {
-            if (error)
-                *error = QStringLiteral("cannot read the run record's temporary file: %1").arg(in.errorString());
+            if (error) *error = QStringLiteral("cannot read the run record's temporary file: %1").arg(in.errorString());
             return false;
         }
         std::vector<core::StepMetrics> chunk(kStepsPerRead);
@@ -111,34 +104,28 @@ bool RunRecord::forEachStep(const std::function<void(const core::StepMetrics&)>&
             const std::size_t count = std::min(left, kStepsPerRead);
             const auto bytes = static_cast<qint64>(count * sizeof(core::StepMetrics));
             if (in.read(reinterpret_cast<char*>(chunk.data()), bytes) != bytes) {
-                if (error)
-                    *error = QStringLiteral("the run record's temporary file is shorter than expected");
+                if (error) *error = QStringLiteral("the run record's temporary file is shorter than expected");
                 return false;
             }
-            for (std::size_t i = 0; i < count; ++i)
-                visit(chunk[i]);
+            for (std::size_t i = 0; i < count; ++i) visit(chunk[i]);
             left -= count;
         }
     }
-    for (const core::StepMetrics& m : m_memorySteps)
-        visit(m);
+    for (const core::StepMetrics& m : m_memorySteps) visit(m);
     return true;
 }
 
-std::vector<core::StepMetrics> RunRecord::steps() const
-{
+std::vector<core::StepMetrics> RunRecord::steps() const {
     std::vector<core::StepMetrics> out;
     out.reserve(m_stepCount);
     forEachStep([&](const core::StepMetrics& m) { out.push_back(m); }, nullptr);
     return out;
 }
 
-bool RunRecord::writeMetricsCsv(const QString& path, QString* error) const
-{
+bool RunRecord::writeMetricsCsv(const QString& path, QString* error) const {
     QFile file(path);
     if (!file.open(QIODevice::WriteOnly | QIODevice::Truncate | QIODevice::Text)) {
-        if (error)
-            *error = file.errorString();
+        if (error) *error = file.errorString();
         return false;
     }
     QTextStream out(&file);
@@ -146,31 +133,26 @@ bool RunRecord::writeMetricsCsv(const QString& path, QString* error) const
            "learning_rate,samples_per_s,step_s,peak_bytes\n";
     const bool read = forEachStep(
         [&](const core::StepMetrics& m) {
-            out << m.step << ',' << m.epoch << ',' << QString::number(m.time, 'f', 4) << ','
-                << m.samplesSeen << ',' << QString::number(m.loss, 'g', 8) << ',' << m.microBatch
-                << ',' << m.accumulationSteps << ',' << m.targetBatch << ','
-                << QString::number(m.learningRate, 'g', 8) << ','
-                << QString::number(m.samplesPerSecond, 'f', 2) << ','
-                << QString::number(m.stepSeconds, 'f', 5) << ',' << m.peakBytes << '\n';
+            out << m.step << ',' << m.epoch << ',' << QString::number(m.time, 'f', 4) << ',' << m.samplesSeen << ','
+                << QString::number(m.loss, 'g', 8) << ',' << m.microBatch << ',' << m.accumulationSteps << ','
+                << m.targetBatch << ',' << QString::number(m.learningRate, 'g', 8) << ','
+                << QString::number(m.samplesPerSecond, 'f', 2) << ',' << QString::number(m.stepSeconds, 'f', 5) << ','
+                << m.peakBytes << '\n';
         },
         error);
     out.flush();
-    if (!read)
-        return false;
+    if (!read) return false;
     if (out.status() != QTextStream::Ok) {
-        if (error)
-            *error = file.errorString();
+        if (error) *error = file.errorString();
         return false;
     }
     return true;
 }
 
-bool RunRecord::writeEventsJsonl(const QString& path, QString* error) const
-{
+bool RunRecord::writeEventsJsonl(const QString& path, QString* error) const {
     QFile file(path);
     if (!file.open(QIODevice::WriteOnly | QIODevice::Truncate)) {
-        if (error)
-            *error = file.errorString();
+        if (error) *error = file.errorString();
         return false;
     }
     const auto writeLine = [&file](const core::Event& event) {
@@ -190,11 +172,9 @@ bool RunRecord::writeEventsJsonl(const QString& path, QString* error) const
         },
         error);
     while (next < m_events.size()) writeLine(m_events[next++]);
-    if (!read)
-        return false;
+    if (!read) return false;
     if (file.error() != QFileDevice::NoError) {
-        if (error)
-            *error = file.errorString();
+        if (error) *error = file.errorString();
         return false;
     }
     return true;

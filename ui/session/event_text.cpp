@@ -9,23 +9,19 @@ namespace batchpilot::ui {
 
 namespace {
 
-QString tr(const char* text)
-{
+QString tr(const char* text) {
     return QCoreApplication::translate("EventText", text);
 }
 
-QString bytes(qint64 value)
-{
+QString bytes(qint64 value) {
     return QString::fromStdString(core::formatBytes(value));
 }
 
-QString str(const std::string& text)
-{
+QString str(const std::string& text) {
     return QString::fromStdString(text);
 }
 
-QString latin(const char* text)
-{
+QString latin(const char* text) {
     return QString::fromLatin1(text);
 }
 
@@ -36,25 +32,19 @@ struct Overloaded : Ts... {
 
 }  // namespace
 
-bool isLogged(const core::Event& event)
-{
-    return !std::holds_alternative<core::MemorySample>(event) &&
-           !std::holds_alternative<core::MicroBatchDone>(event) &&
+bool isLogged(const core::Event& event) {
+    return !std::holds_alternative<core::MemorySample>(event) && !std::holds_alternative<core::MicroBatchDone>(event) &&
            !std::holds_alternative<core::OptimizerStepped>(event) &&
-           !std::holds_alternative<core::StepMetrics>(event) &&
-           !std::holds_alternative<core::MemoryBreakdown>(event);
+           !std::holds_alternative<core::StepMetrics>(event) && !std::holds_alternative<core::MemoryBreakdown>(event);
 }
 
-EventRow describeEvent(const core::Event& event)
-{
+EventRow describeEvent(const core::Event& event) {
     return std::visit(
         Overloaded{
             [](const core::RunStateChanged& e) {
                 QString details = latin(core::toString(e.state));
-                if (!e.detail.empty())
-                    details += QStringLiteral(": ") + str(e.detail);
-                return EventRow{e.time, tr("state"), details,
-                                e.state == core::RunState::Failed};
+                if (!e.detail.empty()) details += QStringLiteral(": ") + str(e.detail);
+                return EventRow{e.time, tr("state"), details, e.state == core::RunState::Failed};
             },
             [](const core::ProbeStarted& e) {
                 return EventRow{e.time, tr("probe started"),
@@ -67,8 +57,8 @@ EventRow describeEvent(const core::Event& event)
                                 false};
             },
             [](const core::ProbeTrial& e) {
-                QString result = e.fit ? (e.withinHeadroom ? tr("fits") : tr("fits, past headroom"))
-                                       : tr("out of memory");
+                QString result =
+                    e.fit ? (e.withinHeadroom ? tr("fits") : tr("fits, past headroom")) : tr("out of memory");
                 QString details = tr("probe %1 trial %2: micro-batch %3 %4, peak %5")
                                       .arg(e.sequence)
                                       .arg(e.trial)
@@ -92,17 +82,13 @@ EventRow describeEvent(const core::Event& event)
                     details += tr("; memory ≈ %1 + %2 per sample")
                                    .arg(bytes(static_cast<qint64>(e.fixedBytes)),
                                         bytes(static_cast<qint64>(e.bytesPerSample)));
-                if (e.hitTrialLimit)
-                    details += tr(" (trial limit reached)");
+                if (e.hitTrialLimit) details += tr(" (trial limit reached)");
                 return EventRow{e.time, tr("probe finished"), details, false};
             },
             [](const core::OomEvent& e) {
-                QString details = tr("step %1, %2, micro-batch %3")
-                                      .arg(e.step)
-                                      .arg(latin(core::toString(e.phase)))
-                                      .arg(e.microBatch);
-                if (e.requestedBytes > 0)
-                    details += tr(", requested %1").arg(bytes(e.requestedBytes));
+                QString details =
+                    tr("step %1, %2, micro-batch %3").arg(e.step).arg(latin(core::toString(e.phase))).arg(e.microBatch);
+                if (e.requestedBytes > 0) details += tr(", requested %1").arg(bytes(e.requestedBytes));
                 details += e.recovered ? tr(" → replayed the batch at micro-batch %1").arg(e.newMicroBatch)
                                        : tr(" → not recovered");
                 if (!e.message.empty())
@@ -112,24 +98,19 @@ EventRow describeEvent(const core::Event& event)
             [](const core::MemorySample& e) {
                 return EventRow{e.time, tr("memory"),
                                 tr("allocated %1, peak %2 of %3")
-                                    .arg(bytes(e.allocatedBytes), bytes(e.peakBytes),
-                                         bytes(e.capacityBytes)),
+                                    .arg(bytes(e.allocatedBytes), bytes(e.peakBytes), bytes(e.capacityBytes)),
                                 false};
             },
             [](const core::StepMetrics& e) {
-                return EventRow{e.time, tr("step"),
-                                tr("step %1: loss %2").arg(e.step).arg(e.loss, 0, 'g', 4), false};
+                return EventRow{e.time, tr("step"), tr("step %1: loss %2").arg(e.step).arg(e.loss, 0, 'g', 4), false};
             },
             [](const core::MicroBatchDone& e) {
                 return EventRow{e.time, tr("micro-batch"),
-                                tr("step %1 micro-batch %2: %3 samples")
-                                    .arg(e.step).arg(e.index).arg(e.size),
-                                false};
+                                tr("step %1 micro-batch %2: %3 samples").arg(e.step).arg(e.index).arg(e.size), false};
             },
             [](const core::OptimizerStepped& e) {
                 return EventRow{e.time, tr("optimizer step"),
-                                tr("step %1 after %2 micro-batches").arg(e.step).arg(e.microBatches),
-                                false};
+                                tr("step %1 after %2 micro-batches").arg(e.step).arg(e.microBatches), false};
             },
             [](const core::TargetBatchChanged& e) {
                 QString details = tr("target batch %1 → %2").arg(e.oldTarget).arg(e.newTarget);
@@ -140,37 +121,35 @@ EventRow describeEvent(const core::Event& event)
                 return EventRow{e.time, tr("target batch"), details, false};
             },
             [](const core::DeviceSwitched& e) {
-                return EventRow{e.time, tr("device switch"),
-                                tr("%1 → %2").arg(str(e.from), str(e.to)), false};
+                return EventRow{e.time, tr("device switch"), tr("%1 → %2").arg(str(e.from), str(e.to)), false};
             },
             [](const core::Warning& e) {
                 return EventRow{e.time, tr("warning"), str(e.message), true};
             },
             [](const core::CheckpointSaved& e) {
-                return EventRow{e.time, tr("checkpoint"),
-                                tr("step %1 saved to %2").arg(e.step).arg(str(e.path)), false};
+                return EventRow{e.time, tr("checkpoint"), tr("step %1 saved to %2").arg(e.step).arg(str(e.path)),
+                                false};
             },
             [](const core::ErrorEvent& e) {
                 QString details = str(e.message);
-                if (!e.where.empty())
-                    details += tr(" (%1)").arg(str(e.where));
+                if (!e.where.empty()) details += tr(" (%1)").arg(str(e.where));
                 return EventRow{e.time, tr("error"), details, true};
             },
             [](const core::RunSummary& e) {
-                return EventRow{e.time, tr("run"),
-                                tr("%1 (%2 parameters) on %3, %4 (%5 samples), %6, %7 loss")
-                                    .arg(str(e.model), QLocale().toString(e.parameterCount), str(e.device),
-                                         str(e.dataset), QLocale().toString(e.datasetSize),
-                                         str(e.optimizer), str(e.loss)),
-                                false};
+                return EventRow{
+                    e.time, tr("run"),
+                    tr("%1 (%2 parameters) on %3, %4 (%5 samples), %6, %7 loss")
+                        .arg(str(e.model), QLocale().toString(e.parameterCount), str(e.device), str(e.dataset),
+                             QLocale().toString(e.datasetSize), str(e.optimizer), str(e.loss)),
+                    false};
             },
             [](const core::MemoryBreakdown& e) {
                 return EventRow{e.time, tr("memory breakdown"),
                                 tr("step %1: parameters %2, gradients %3, optimizer state %4, "
                                    "activations %5 (micro-batch %6), peak %7 of %8")
                                     .arg(e.step)
-                                    .arg(bytes(e.parameterBytes), bytes(e.gradientBytes),
-                                         bytes(e.optimizerStateBytes), bytes(e.activationBytes))
+                                    .arg(bytes(e.parameterBytes), bytes(e.gradientBytes), bytes(e.optimizerStateBytes),
+                                         bytes(e.activationBytes))
                                     .arg(e.activationMicroBatch)
                                     .arg(bytes(e.peakBytes), bytes(e.totalBytes)),
                                 false};
@@ -178,12 +157,14 @@ EventRow describeEvent(const core::Event& event)
             [](const core::StepModeWaiting& e) {
                 return EventRow{e.time, tr("step by step"),
                                 tr("step %1: waiting before micro-batch %2 (%3 samples from position %4)")
-                                    .arg(e.step).arg(e.index + 1).arg(e.size).arg(e.offset),
+                                    .arg(e.step)
+                                    .arg(e.index + 1)
+                                    .arg(e.size)
+                                    .arg(e.offset),
                                 false};
             },
             [](const core::EquivalenceChecked& e) {
-                if (!e.error.empty())
-                    return EventRow{e.time, tr("equivalence"), str(e.error), true};
+                if (!e.error.empty()) return EventRow{e.time, tr("equivalence"), str(e.error), true};
                 return EventRow{e.time, tr("equivalence"),
                                 tr("%1 samples in %2 micro-batches against one pass: relative "
                                    "difference %3, cosine %4")
@@ -197,10 +178,8 @@ EventRow describeEvent(const core::Event& event)
         event);
 }
 
-QString planCaption(qint64 targetBatch, qint64 microBatch)
-{
-    if (targetBatch <= 0 || microBatch <= 0)
-        return {};
+QString planCaption(qint64 targetBatch, qint64 microBatch) {
+    if (targetBatch <= 0 || microBatch <= 0) return {};
     const qint64 steps = (targetBatch + microBatch - 1) / microBatch;
     // Even split: `larger` micro-batches of size base + 1, the rest of size base.
     const qint64 base = targetBatch / steps;
@@ -210,8 +189,7 @@ QString planCaption(qint64 targetBatch, qint64 microBatch)
         sum = QStringLiteral("%1 × %2").arg(steps).arg(base);
     else
         sum = QStringLiteral("%1 × %2 + %3 × %4").arg(larger).arg(base + 1).arg(steps - larger).arg(base);
-    return QCoreApplication::translate("EventText",
-                                       "%1 = %2 (micro-batch %3, %4 accumulation steps)")
+    return QCoreApplication::translate("EventText", "%1 = %2 (micro-batch %3, %4 accumulation steps)")
         .arg(targetBatch)
         .arg(sum)
         .arg(microBatch)

@@ -8,9 +8,9 @@ namespace batchpilot::ui {
 
 /// One event as a row of the event log.
 struct EventRow {
-    double time = 0;   ///< seconds since the run started
-    QString kind;      ///< "probe trial", "OOM", "device switch", ...
-    QString details;   ///< one line for people
+    double time = 0;       ///< seconds since the run started
+    QString kind;          ///< "probe trial", "OOM", "device switch", ...
+    QString details;       ///< one line for people
     bool problem = false;  ///< OOMs, warnings and errors (drawn in red)
 };
 

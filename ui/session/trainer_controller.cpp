@@ -14,8 +14,7 @@ namespace batchpilot::ui {
 /// Trainer events, handed from the worker thread to the GUI thread.
 class EventQueue : public core::EventSink {
 public:
-    void onEvent(const core::Event& event) override
-    {
+    void onEvent(const core::Event& event) override {
         const std::lock_guard lock(m_mutex);
         // If the GUI falls far behind (it is busy or blocked), shed the high-rate events that are
         // only drawn, never the ones that tell the story (probe, OOM, steps, errors). Step-by-step
@@ -23,24 +22,21 @@ public:
         // for each one.
         const auto* micro = std::get_if<core::MicroBatchDone>(&event);
         if (m_events.size() >= kMaxPending &&
-            (std::holds_alternative<core::MemorySample>(event) ||
-             (micro != nullptr && micro->sampleIndices.empty()))) {
+            (std::holds_alternative<core::MemorySample>(event) || (micro != nullptr && micro->sampleIndices.empty()))) {
             ++m_dropped;
             return;
         }
         m_events.push_back(event);
     }
 
-    std::vector<core::Event> take()
-    {
+    std::vector<core::Event> take() {
         std::vector<core::Event> out;
         const std::lock_guard lock(m_mutex);
         out.swap(m_events);
         return out;
     }
 
-    qint64 dropped() const
-    {
+    qint64 dropped() const {
         const std::lock_guard lock(m_mutex);
         return m_dropped;
     }
@@ -56,8 +52,7 @@ private:
 class TrainerWorker : public QObject {
     Q_OBJECT
 public:
-    void run(std::shared_ptr<core::Trainer> trainer, std::shared_ptr<EventQueue> queue)
-    {
+    void run(std::shared_ptr<core::Trainer> trainer, std::shared_ptr<EventQueue> queue) {
         core::RunResult result;
         try {
             result = trainer->run();  // blocks this thread
@@ -77,10 +72,7 @@ Q_SIGNALS:
 };
 
 TrainerController::TrainerController(QObject* parent)
-    : QObject(parent),
-      m_thread(new QThread(this)),
-      m_queue(std::make_shared<EventQueue>())
-{
+    : QObject(parent), m_thread(new QThread(this)), m_queue(std::make_shared<EventQueue>()) {
     qRegisterMetaType<core::Event>();
     qRegisterMetaType<core::RunResult>();
     qRegisterMetaType<core::TrainerOptions>();
@@ -88,8 +80,7 @@ TrainerController::TrainerController(QObject* parent)
     m_worker = new TrainerWorker;
     m_worker->moveToThread(m_thread);
     connect(m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
-    connect(m_worker, &TrainerWorker::finished, this, &TrainerController::onWorkerFinished,
-            Qt::QueuedConnection);
+    connect(m_worker, &TrainerWorker::finished, this, &TrainerController::onWorkerFinished, Qt::QueuedConnection);
     m_thread->start();
 
     m_drainTimer = new QTimer(this);
@@ -97,8 +88,7 @@ TrainerController::TrainerController(QObject* parent)
     connect(m_drainTimer, &QTimer::timeout, this, &TrainerController::drain);
 }
 
-TrainerController::~TrainerController()
-{
+TrainerController::~TrainerController() {
     if (m_trainer) {
         m_trainer->stop();
         m_trainer->resume();
@@ -107,10 +97,8 @@ TrainerController::~TrainerController()
     m_thread->wait();
 }
 
-bool TrainerController::start(const core::TrainerOptions& options)
-{
-    if (m_running)
-        return false;
+bool TrainerController::start(const core::TrainerOptions& options) {
+    if (m_running) return false;
     m_running = true;
     m_paused = false;
     m_queue->take();  // anything left from a previous run was delivered already
@@ -131,28 +119,22 @@ bool TrainerController::start(const core::TrainerOptions& options)
     return true;
 }
 
-void TrainerController::pause()
-{
-    if (!m_running || m_paused)
-        return;
+void TrainerController::pause() {
+    if (!m_running || m_paused) return;
     m_trainer->pause();
     m_paused = true;
     Q_EMIT pausedChanged(true);
 }
 
-void TrainerController::resume()
-{
-    if (!m_running || !m_paused)
-        return;
+void TrainerController::resume() {
+    if (!m_running || !m_paused) return;
     m_trainer->resume();
     m_paused = false;
     Q_EMIT pausedChanged(false);
 }
 
-void TrainerController::stop()
-{
-    if (!m_running)
-        return;
+void TrainerController::stop() {
+    if (!m_running) return;
     m_trainer->stop();  // also ends a pause: the trainer sees the stop at once
     if (m_paused) {
         m_paused = false;
@@ -160,81 +142,59 @@ void TrainerController::stop()
     }
 }
 
-void TrainerController::setTargetBatch(qint64 target, core::LrScaling rule)
-{
-    if (m_running)
-        m_trainer->setTargetBatch(target, rule);
+void TrainerController::setTargetBatch(qint64 target, core::LrScaling rule) {
+    if (m_running) m_trainer->setTargetBatch(target, rule);
 }
 
-void TrainerController::reprobe()
-{
-    if (m_running)
-        m_trainer->reprobe();
+void TrainerController::reprobe() {
+    if (m_running) m_trainer->reprobe();
 }
 
-void TrainerController::switchDevice(const QString& device)
-{
-    if (m_running)
-        m_trainer->switchDevice(device.toStdString());
+void TrainerController::switchDevice(const QString& device) {
+    if (m_running) m_trainer->switchDevice(device.toStdString());
 }
 
-void TrainerController::setStepMode(bool on)
-{
+void TrainerController::setStepMode(bool on) {
     m_stepMode = on;
-    if (m_running)
-        m_trainer->setStepMode(on);
+    if (m_running) m_trainer->setStepMode(on);
 }
 
-void TrainerController::advance()
-{
-    if (m_running)
-        m_trainer->advance();
+void TrainerController::advance() {
+    if (m_running) m_trainer->advance();
 }
 
-void TrainerController::finishBatch()
-{
-    if (m_running)
-        m_trainer->finishBatch();
+void TrainerController::finishBatch() {
+    if (m_running) m_trainer->finishBatch();
 }
 
-void TrainerController::checkEquivalence(qint64 samples)
-{
-    if (m_running)
-        m_trainer->checkEquivalence(samples);
+void TrainerController::checkEquivalence(qint64 samples) {
+    if (m_running) m_trainer->checkEquivalence(samples);
 }
 
-void TrainerController::setDrainInterval(int milliseconds)
-{
+void TrainerController::setDrainInterval(int milliseconds) {
     m_drainTimer->setInterval(milliseconds);
 }
 
-qint64 TrainerController::droppedEvents() const
-{
+qint64 TrainerController::droppedEvents() const {
     return m_queue->dropped();
 }
 
-QStringList TrainerController::builtinModelNames()
-{
+QStringList TrainerController::builtinModelNames() {
     QStringList names;
-    for (const std::string& name : core::builtinModelNames())
-        names << QString::fromStdString(name);
+    for (const std::string& name : core::builtinModelNames()) names << QString::fromStdString(name);
     return names;
 }
 
-void TrainerController::drain()
-{
+void TrainerController::drain() {
     std::vector<core::Event> events = m_queue->take();
-    if (events.empty())
-        return;
+    if (events.empty()) return;
     QList<core::Event> batch;
     batch.reserve(static_cast<qsizetype>(events.size()));
-    for (core::Event& event : events)
-        batch.append(std::move(event));
+    for (core::Event& event : events) batch.append(std::move(event));
     Q_EMIT eventsReceived(batch);
 }
 
-void TrainerController::onWorkerFinished(const core::RunResult& result)
-{
+void TrainerController::onWorkerFinished(const core::RunResult& result) {
     drain();  // deliver the last events before saying the run is over
     m_drainTimer->stop();
     m_running = false;

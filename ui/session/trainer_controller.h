@@ -30,8 +30,8 @@ class TrainerWorker;
 ///
 /// start() constructs the Trainer here, on the GUI thread, so that every command has one path
 /// (the trainer's own thread-safe mailbox) and none is lost before the run begins; the worker
-/// thread, a QThread owned by the controller (moveToThread, not a subclass), blocks in run(). The trainer's events land in a mutex-protected
-/// queue; a ~30 Hz timer on the GUI thread drains it and emits them as one batch, so the GUI does
+/// thread, a QThread owned by the controller (moveToThread, not a subclass), blocks in run(). The trainer's events land
+/// in a mutex-protected queue; a ~30 Hz timer on the GUI thread drains it and emits them as one batch, so the GUI does
 /// the same small amount of work per frame however many thousand events per second arrive.
 /// Commands go straight to the Trainer's thread-safe methods and never block; outside a run they
 /// do nothing (step mode is remembered for the next run).

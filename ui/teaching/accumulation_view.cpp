@@ -16,8 +16,7 @@ namespace batchpilot::ui {
 /// The bar itself; paints from the view's state.
 class AccumulationBar : public QWidget {
 public:
-    explicit AccumulationBar(AccumulationView* view) : QWidget(view), m_view(view)
-    {
+    explicit AccumulationBar(AccumulationView* view) : QWidget(view), m_view(view) {
         setMinimumHeight(34);
         setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
     }
@@ -30,8 +29,7 @@ private:
     AccumulationView* m_view;
 };
 
-void AccumulationBar::paintEvent(QPaintEvent*)
-{
+void AccumulationBar::paintEvent(QPaintEvent*) {
     const AccumulationView& v = *m_view;
     QPainter p(this);
     p.setRenderHint(QPainter::Antialiasing);
@@ -41,8 +39,7 @@ void AccumulationBar::paintEvent(QPaintEvent*)
     p.setPen(QPen(pal.color(QPalette::Mid), 1));
     p.setBrush(pal.color(QPalette::Base));
     p.drawRoundedRect(bar, 3, 3);
-    if (v.m_target <= 0)
-        return;
+    if (v.m_target <= 0) return;
 
     const double scale = bar.width() / static_cast<double>(v.m_target);
     const auto span = [&](qint64 offset, qint64 size) {
@@ -65,8 +62,7 @@ void AccumulationBar::paintEvent(QPaintEvent*)
     const QColor probe = dark ? QColor(0x4c, 0xd1, 0x7a) : QColor(0x1b, 0x9e, 0x4b);
     for (std::size_t i = 0; i < v.m_segments.size(); ++i) {
         const auto& s = v.m_segments[i];
-        p.fillRect(span(s.offset, s.size).adjusted(0, 3, 0, -3),
-                   s.probeTrial ? probe : (i % 2 ? fillB : fillA));
+        p.fillRect(span(s.offset, s.size).adjusted(0, 3, 0, -3), s.probeTrial ? probe : (i % 2 ? fillB : fillA));
     }
     // Planned micro-batch boundaries.
     if (v.m_microBatch > 0 && v.m_target > 0) {
@@ -114,20 +110,22 @@ AccumulationView::AccumulationView(QWidget* parent)
       m_caption(new QLabel),
       m_status(new QLabel),
       m_badge(new QLabel),
-      m_flash(new QVariantAnimation(this))
-{
+      m_flash(new QVariantAnimation(this)) {
     m_bar = new AccumulationBar(this);
     m_table = new MicroBatchTable(this);
     m_badge->setObjectName(QStringLiteral("optimizerStepBadge"));
-    m_badge->setStyleSheet(QStringLiteral("background: #ffc107; color: #202020; border-radius: 3px; "
-                                          "padding: 1px 6px; font-weight: bold;"));
-    m_badge->setToolTip(tr("The optimizer changed the weights once, with the gradient summed over "
-                           "every micro-batch of this batch: one step per target batch, however "
-                           "many micro-batches it took."));
+    m_badge->setStyleSheet(
+        QStringLiteral("background: #ffc107; color: #202020; border-radius: 3px; "
+                       "padding: 1px 6px; font-weight: bold;"));
+    m_badge->setToolTip(
+        tr("The optimizer changed the weights once, with the gradient summed over "
+           "every micro-batch of this batch: one step per target batch, however "
+           "many micro-batches it took."));
     m_badge->hide();
-    m_status->setToolTip(tr("Which optimizer step is being accumulated, how many of the target "
-                            "batch's samples are done, and the length of the gradient summed so "
-                            "far."));
+    m_status->setToolTip(
+        tr("Which optimizer step is being accumulated, how many of the target "
+           "batch's samples are done, and the length of the gradient summed so "
+           "far."));
     m_caption->setObjectName(QStringLiteral("accumulationCaption"));
     m_caption->setTextInteractionFlags(Qt::TextSelectableByMouse);
     QFont bold = m_caption->font();
@@ -137,11 +135,12 @@ AccumulationView::AccumulationView(QWidget* parent)
     // A long caption gives way (it has a tooltip); the step count stays whole.
     m_caption->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
     m_status->setSizePolicy(QSizePolicy::Minimum, QSizePolicy::Preferred);
-    setToolTip(tr("The current training batch. Each block is a micro-batch whose backward pass "
-                  "finished; its gradients add up until the whole target batch is done, then the "
-                  "optimizer steps once (the bar flashes). Red lines: out-of-memory errors; red "
-                  "hatching: work thrown away and replayed at a smaller micro-batch. Green: probe "
-                  "trials whose gradients were kept."));
+    setToolTip(
+        tr("The current training batch. Each block is a micro-batch whose backward pass "
+           "finished; its gradients add up until the whole target batch is done, then the "
+           "optimizer steps once (the bar flashes). Red lines: out-of-memory errors; red "
+           "hatching: work thrown away and replayed at a smaller micro-batch. Green: probe "
+           "trials whose gradients were kept."));
 
     auto* top = new QHBoxLayout;
     top->setContentsMargins(0, 0, 0, 0);
@@ -165,26 +164,21 @@ AccumulationView::AccumulationView(QWidget* parent)
     updateCaption();
 }
 
-QString AccumulationView::caption() const
-{
+QString AccumulationView::caption() const {
     return m_caption->text();
 }
 
-qint64 AccumulationView::filledSamples() const
-{
+qint64 AccumulationView::filledSamples() const {
     qint64 filled = 0;
-    for (const auto& s : m_segments)
-        filled = std::max(filled, s.offset + s.size);
+    for (const auto& s : m_segments) filled = std::max(filled, s.offset + s.size);
     return filled;
 }
 
-QString AccumulationView::stepBadge() const
-{
+QString AccumulationView::stepBadge() const {
     return m_badge->isHidden() ? QString() : m_badge->text();
 }
 
-void AccumulationView::startBatch(qint64 step)
-{
+void AccumulationView::startBatch(qint64 step) {
     m_step = step;
     m_segments.clear();
     m_lost.clear();
@@ -193,12 +187,10 @@ void AccumulationView::startBatch(qint64 step)
     m_gradientNorm = 0;
     m_badge->hide();
     m_table->tableModel()->clear();
-    if (m_pending)
-        m_table->tableModel()->setPending(m_pending, true);
+    if (m_pending) m_table->tableModel()->setPending(m_pending, true);
 }
 
-void AccumulationView::handle(const core::Event& event)
-{
+void AccumulationView::handle(const core::Event& event) {
     if (const auto* done = std::get_if<core::MicroBatchDone>(&event)) {
         if (done->step != m_step)
             startBatch(done->step);
@@ -208,8 +200,7 @@ void AccumulationView::handle(const core::Event& event)
             m_segments.clear();
             ++m_replays;
         }
-        if (done->targetBatch > 0)
-            m_target = done->targetBatch;
+        if (done->targetBatch > 0) m_target = done->targetBatch;
         m_segments.push_back({done->offset, done->size, done->probeTrial});
         m_pending.reset();
         m_gradientNorm = done->gradientNorm;
@@ -217,8 +208,7 @@ void AccumulationView::handle(const core::Event& event)
     } else if (const auto* oom = std::get_if<core::OomEvent>(&event)) {
         m_pending.reset();
         m_table->tableModel()->setPending(std::nullopt, true);
-        if (oom->step != m_step)
-            startBatch(oom->step);
+        if (oom->step != m_step) startBatch(oom->step);
         m_oomOffsets.push_back(filledSamples());
     } else if (const auto* stepped = std::get_if<core::OptimizerStepped>(&event)) {
         m_lastCommitted = stepped->step;
@@ -236,8 +226,7 @@ void AccumulationView::handle(const core::Event& event)
         m_flash->start();
     } else if (const auto* waiting = std::get_if<core::StepModeWaiting>(&event)) {
         m_pending = *waiting;
-        if (waiting->targetBatch > 0 && m_segments.empty())
-            m_target = waiting->targetBatch;
+        if (waiting->targetBatch > 0 && m_segments.empty()) m_target = waiting->targetBatch;
         m_table->tableModel()->setPending(m_pending, waiting->step == m_step || m_segments.empty());
     } else if (const auto* finished = std::get_if<core::ProbeFinished>(&event)) {
         m_target = finished->targetBatch;
@@ -256,8 +245,7 @@ void AccumulationView::handle(const core::Event& event)
     m_bar->update();
 }
 
-void AccumulationView::clear()
-{
+void AccumulationView::clear() {
     m_pending.reset();
     startBatch(0);
     m_target = m_microBatch = m_accumulation = 0;
@@ -267,8 +255,7 @@ void AccumulationView::clear()
     m_bar->update();
 }
 
-void AccumulationView::updateCaption()
-{
+void AccumulationView::updateCaption() {
     if (m_target <= 0 || m_microBatch <= 0) {
         m_caption->setText(tr("Training batch: waiting for the probe to choose a micro-batch"));
         m_status->clear();
@@ -277,10 +264,8 @@ void AccumulationView::updateCaption()
     m_caption->setText(tr("Training batch: %1").arg(planCaption(m_target, m_microBatch)));
     m_caption->setToolTip(m_caption->text());
     QString status = tr("step %1: %2/%3 samples").arg(m_step).arg(filledSamples()).arg(m_target);
-    if (m_replays > 0)
-        status += tr(", replayed ×%1 after OOM").arg(m_replays);
-    if (m_gradientNorm > 0)
-        status += tr(", gradient norm %1").arg(m_gradientNorm, 0, 'g', 4);
+    if (m_replays > 0) status += tr(", replayed ×%1 after OOM").arg(m_replays);
+    if (m_gradientNorm > 0) status += tr(", gradient norm %1").arg(m_gradientNorm, 0, 'g', 4);
     m_status->setText(status);
     m_status->setMinimumWidth(m_status->sizeHint().width());
 }

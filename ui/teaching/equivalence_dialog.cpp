@@ -12,27 +12,22 @@ namespace batchpilot::ui {
 
 namespace {
 
-QString str(const std::string& text)
-{
+QString str(const std::string& text) {
     return QString::fromStdString(text);
 }
 
-QString scientific(double value)
-{
+QString scientific(double value) {
     return QString::number(value, 'g', 3);
 }
 
 /// A table cell that shows a formatted number and sorts by its value.
 class NumberItem : public QTableWidgetItem {
 public:
-    NumberItem(double value, const QString& text) : QTableWidgetItem(text), m_value(value)
-    {
+    NumberItem(double value, const QString& text) : QTableWidgetItem(text), m_value(value) {
         setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
     }
-    bool operator<(const QTableWidgetItem& other) const override
-    {
-        if (const auto* number = dynamic_cast<const NumberItem*>(&other))
-            return m_value < number->m_value;
+    bool operator<(const QTableWidgetItem& other) const override {
+        if (const auto* number = dynamic_cast<const NumberItem*>(&other)) return m_value < number->m_value;
         return QTableWidgetItem::operator<(other);
     }
 
@@ -41,8 +36,7 @@ private:
 };
 
 /// One of the three large figures: a caption over a big number.
-QLabel* figure(QGridLayout* grid, int column, const QString& caption, const QString& tip)
-{
+QLabel* figure(QGridLayout* grid, int column, const QString& caption, const QString& tip) {
     auto* name = new QLabel(caption);
     name->setAlignment(Qt::AlignCenter);
     name->setToolTip(tip);
@@ -59,8 +53,7 @@ QLabel* figure(QGridLayout* grid, int column, const QString& caption, const QStr
     return value;
 }
 
-QLabel* paragraph()
-{
+QLabel* paragraph() {
     auto* label = new QLabel;
     label->setTextFormat(Qt::PlainText);  // the engine's words, never markup
     label->setWordWrap(true);
@@ -70,8 +63,7 @@ QLabel* paragraph()
 
 }  // namespace
 
-EquivalenceDialog::EquivalenceDialog(QWidget* parent) : QDialog(parent)
-{
+EquivalenceDialog::EquivalenceDialog(QWidget* parent) : QDialog(parent) {
     setObjectName(QStringLiteral("equivalenceDialog"));
     setWindowTitle(tr("Accumulation against one full pass"));
     setModal(false);
@@ -84,9 +76,10 @@ EquivalenceDialog::EquivalenceDialog(QWidget* parent) : QDialog(parent)
     verdictFont.setPointSizeF(verdictFont.pointSizeF() * 1.5);
     verdictFont.setBold(true);
     m_verdict->setFont(verdictFont);
-    m_verdict->setToolTip(tr("Whether summing the weighted micro-batch gradients gave the same "
-                             "gradient as one pass over the whole batch, as far as float32 "
-                             "arithmetic can tell (relative difference at most 1e-4)."));
+    m_verdict->setToolTip(
+        tr("Whether summing the weighted micro-batch gradients gave the same "
+           "gradient as one pass over the whole batch, as far as float32 "
+           "arithmetic can tell (relative difference at most 1e-4)."));
     m_summary = paragraph();
     m_summary->setAlignment(Qt::AlignCenter);
 
@@ -117,9 +110,10 @@ EquivalenceDialog::EquivalenceDialog(QWidget* parent) : QDialog(parent)
     // No sort column until the user clicks one: the model's own order (input to output) first.
     m_table->horizontalHeader()->setSortIndicator(-1, Qt::AscendingOrder);
     m_table->setSortingEnabled(true);
-    m_table->setToolTip(tr("The same comparison for every weight tensor of the model. Click a "
-                           "column header to sort, e.g. by relative difference to find the "
-                           "layers that differ most."));
+    m_table->setToolTip(
+        tr("The same comparison for every weight tensor of the model. Click a "
+           "column header to sort, e.g. by relative difference to find the "
+           "layers that differ most."));
 
     m_explanation = paragraph();
     m_explanation->setObjectName(QStringLiteral("equivalenceExplanation"));
@@ -152,13 +146,11 @@ EquivalenceDialog::EquivalenceDialog(QWidget* parent) : QDialog(parent)
     resize(720, 600);
 }
 
-QString EquivalenceDialog::verdict() const
-{
+QString EquivalenceDialog::verdict() const {
     return m_verdict->text();
 }
 
-QString EquivalenceDialog::text() const
-{
+QString EquivalenceDialog::text() const {
     QStringList parts{m_verdict->text(), m_summary->text()};
     for (const QLabel* label : {m_error, m_explanation, m_batchNorm, m_budgetNote})
         if (!label->isHidden())
@@ -166,8 +158,7 @@ QString EquivalenceDialog::text() const
     return parts.join(QLatin1Char('\n'));
 }
 
-void EquivalenceDialog::setResult(const core::EquivalenceChecked& r)
-{
+void EquivalenceDialog::setResult(const core::EquivalenceChecked& r) {
     m_result = r;
     const bool failed = !r.error.empty();
     const bool equal = r.equalUpToRounding();
@@ -188,14 +179,12 @@ void EquivalenceDialog::setResult(const core::EquivalenceChecked& r)
     m_verdict->setStyleSheet(QStringLiteral("color: %1;").arg(colour));
 
     QStringList sizes;
-    for (int64_t size : r.microBatchSizes)
-        sizes << QString::number(size);
+    for (int64_t size : r.microBatchSizes) sizes << QString::number(size);
     m_summary->setText(failed ? QString()
                               : tr("%1 samples of %2, accumulated as %3 (%4 micro-batches), "
                                    "against one pass over all %1. Took %5 s.")
                                     .arg(r.samples)
-                                    .arg(r.step > 0 ? tr("the batch of step %1").arg(r.step)
-                                                    : tr("the first batch"))
+                                    .arg(r.step > 0 ? tr("the batch of step %1").arg(r.step) : tr("the first batch"))
                                     .arg(sizes.join(QStringLiteral(" + ")))
                                     .arg(r.microBatchSizes.size())
                                     .arg(r.seconds, 0, 'f', 2));

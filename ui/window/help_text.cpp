@@ -20,52 +20,44 @@ namespace batchpilot::ui {
 
 namespace {
 
-QString tr(const char* text)
-{
+QString tr(const char* text) {
     return QCoreApplication::translate("HelpText", text);
 }
 
-QString str(const std::string& text)
-{
+QString str(const std::string& text) {
     return QString::fromStdString(text);
 }
 
-QString bytes(double value)
-{
+QString bytes(double value) {
     return str(core::formatBytes(static_cast<int64_t>(value)));
 }
 
 /// A paragraph about the user's own run, set apart from the general text.
-QString yourRun(const QString& text)
-{
+QString yourRun(const QString& text) {
     return QStringLiteral("<blockquote><b>%1</b> %2</blockquote>").arg(tr("In your run:"), text);
 }
 
-QString targetPart(const RunFacts& f)
-{
-    if (!f.hasRun() || f.targetBatch <= 0)
-        return {};
+QString targetPart(const RunFacts& f) {
+    if (!f.hasRun() || f.targetBatch <= 0) return {};
     QString text = tr("the target batch is <b>T = %1</b> samples").arg(f.targetBatch);
     if (!f.model.isEmpty())
         text += tr(", the model is %1 with %2 trainable numbers")
                     .arg(f.model.toHtmlEscaped(), QLocale().toString(f.parameterCount));
-    if (!f.device.isEmpty())
-        text += tr(", and it trains on <b>%1</b>").arg(f.device.toHtmlEscaped());
+    if (!f.device.isEmpty()) text += tr(", and it trains on <b>%1</b>").arg(f.device.toHtmlEscaped());
     return yourRun(text + QStringLiteral("."));
 }
 
-QString probePart(const RunFacts& f)
-{
-    if (f.trials.empty() && !f.probe)
-        return {};
+QString probePart(const RunFacts& f) {
+    if (f.trials.empty() && !f.probe) return {};
     QStringList tried;
     for (const RunFacts::Trial& t : f.trials)
-        tried << QStringLiteral("%1 %2").arg(t.microBatch).arg(t.fit ? QStringLiteral("✓") : QStringLiteral("✗ (out of memory)"));
+        tried << QStringLiteral("%1 %2")
+                     .arg(t.microBatch)
+                     .arg(t.fit ? QStringLiteral("✓") : QStringLiteral("✗ (out of memory)"));
     QString text = tr("the latest probe ran %1 trials: %2.").arg(f.trials.size()).arg(tried.join(QStringLiteral(", ")));
     if (f.probe) {
         text += tr(" It chose a micro-batch of <b>%1</b> samples").arg(f.probe->microBatch);
-        if (f.usableBytes > 0)
-            text += tr(" for %1 of usable memory").arg(bytes(static_cast<double>(f.usableBytes)));
+        if (f.usableBytes > 0) text += tr(" for %1 of usable memory").arg(bytes(static_cast<double>(f.usableBytes)));
         text += QStringLiteral(".");
         if (f.probe->bytesPerSample > 0) {
             const core::MemoryModel model{f.probe->fixedBytes, f.probe->bytesPerSample};
@@ -74,45 +66,40 @@ QString probePart(const RunFacts& f)
                        "activations kept for the backward pass.")
                         .arg(str(core::describeMemoryModel(model)).toHtmlEscaped());
         }
-        if (f.probe->hitTrialLimit)
-            text += tr(" It stopped at its trial limit.");
+        if (f.probe->hitTrialLimit) text += tr(" It stopped at its trial limit.");
     } else {
         text += tr(" It is still searching.");
     }
     return yourRun(text);
 }
 
-QString accumulationPart(const RunFacts& f)
-{
-    if (!f.probe || f.probe->microBatch <= 0 || f.probe->targetBatch <= 0)
-        return {};
+QString accumulationPart(const RunFacts& f) {
+    if (!f.probe || f.probe->microBatch <= 0 || f.probe->targetBatch <= 0) return {};
     const qint64 target = f.probe->targetBatch;
     const qint64 micro = f.probe->microBatch;
     const qint64 k = (target + micro - 1) / micro;
     const qint64 base = target / k;
     const qint64 larger = target % k;
     QString weights = lossWeightText(larger > 0 ? base + 1 : base, target);
-    if (larger > 0)
-        weights += tr(" for the larger ones and %1 for the others").arg(lossWeightText(base, target));
+    if (larger > 0) weights += tr(" for the larger ones and %1 for the others").arg(lossWeightText(base, target));
     QString text = tr("%1. Each micro-batch's mean loss is multiplied by <b>%2</b>; the weights "
                       "add up to 1, and the optimizer steps once per %3 samples.")
                        .arg(planCaption(target, micro), weights)
                        .arg(target);
     if (k == 1)
-        text += tr(" The whole batch fits at once, so there is nothing to accumulate: lower Max "
-                   "micro-batch or the device budget to see accumulation.");
-    if (f.steps > 0)
-        text += tr(" %1 optimizer steps so far.").arg(f.steps);
+        text +=
+            tr(" The whole batch fits at once, so there is nothing to accumulate: lower Max "
+               "micro-batch or the device budget to see accumulation.");
+    if (f.steps > 0) text += tr(" %1 optimizer steps so far.").arg(f.steps);
     return yourRun(text);
 }
 
-QString oomPart(const RunFacts& f)
-{
-    if (!f.hasRun())
-        return {};
+QString oomPart(const RunFacts& f) {
+    if (!f.hasRun()) return {};
     if (f.trainingOoms == 0)
-        return yourRun(tr("no out-of-memory error has happened while training so far (the probe's "
-                          "own failed trials do not count: they are how it finds the limit)."));
+        return yourRun(
+            tr("no out-of-memory error has happened while training so far (the probe's "
+               "own failed trials do not count: they are how it finds the limit)."));
     return yourRun(tr("%1 out-of-memory errors happened while training and all were recovered: "
                       "%2 samples of the failed micro-batches were run again in smaller "
                       "micro-batches, none lost and none counted twice.")
@@ -120,18 +107,13 @@ QString oomPart(const RunFacts& f)
                        .arg(f.samplesReplayed));
 }
 
-QString equivalencePart(const RunFacts& f)
-{
-    if (!f.hasRun())
-        return {};
-    if (!f.equivalence)
-        return yourRun(tr("no check yet: press <i>Check equivalence</i> in the run panel."));
+QString equivalencePart(const RunFacts& f) {
+    if (!f.hasRun()) return {};
+    if (!f.equivalence) return yourRun(tr("no check yet: press <i>Check equivalence</i> in the run panel."));
     const core::EquivalenceChecked& e = *f.equivalence;
-    if (!e.error.empty())
-        return yourRun(tr("the last check could not run: %1").arg(str(e.error).toHtmlEscaped()));
+    if (!e.error.empty()) return yourRun(tr("the last check could not run: %1").arg(str(e.error).toHtmlEscaped()));
     QStringList sizes;
-    for (int64_t size : e.microBatchSizes)
-        sizes << QString::number(size);
+    for (int64_t size : e.microBatchSizes) sizes << QString::number(size);
     return yourRun(tr("the last check split %1 samples as %2 and found a relative difference of "
                       "<b>%3</b> (cosine similarity %4). %5")
                        .arg(e.samples)
@@ -143,8 +125,7 @@ QString equivalencePart(const RunFacts& f)
 
 }  // namespace
 
-void RunFacts::handle(const core::Event& event)
-{
+void RunFacts::handle(const core::Event& event) {
     if (const auto* summary = std::get_if<core::RunSummary>(&event)) {
         device = str(summary->device);
         model = str(summary->model);
@@ -154,8 +135,7 @@ void RunFacts::handle(const core::Event& event)
     } else if (const auto* started = std::get_if<core::ProbeStarted>(&event)) {
         trials.clear();
         usableBytes = started->usableBytes;
-        if (!started->device.empty())
-            device = str(started->device);
+        if (!started->device.empty()) device = str(started->device);
     } else if (const auto* trial = std::get_if<core::ProbeTrial>(&event)) {
         trials.push_back({trial->microBatch, trial->fit});
         m_trialFailed = !trial->fit;
@@ -169,8 +149,7 @@ void RunFacts::handle(const core::Event& event)
             m_trialFailed = false;  // the probe's own trial: how it finds the limit
         } else if (oom->recovered) {
             ++trainingOoms;
-            if (oom->phase != core::Phase::OptimizerStep)
-                samplesReplayed += oom->microBatch;
+            if (oom->phase != core::Phase::OptimizerStep) samplesReplayed += oom->microBatch;
         }
     } else if (const auto* stepped = std::get_if<core::OptimizerStepped>(&event)) {
         steps = stepped->step;
@@ -183,12 +162,12 @@ void RunFacts::handle(const core::Event& event)
     }
 }
 
-QString howItWorksHtml(const RunFacts& f)
-{
+QString howItWorksHtml(const RunFacts& f) {
     QString html;
     if (!f.hasRun())
-        html += tr("<p><i>Start a run and open this again: every part will then also show what "
-                   "happened in your run, with its own numbers.</i></p>");
+        html +=
+            tr("<p><i>Start a run and open this again: every part will then also show what "
+               "happened in your run, with its own numbers.</i></p>");
     html += tr(R"(
 <h3>The target batch</h3>
 <p>You choose how many samples the optimizer should see per step: the <b>target batch</b>, say
@@ -245,8 +224,7 @@ Switch the budget during a run and the trainer moves there at the next batch and
     return html;
 }
 
-QString aboutHtml()
-{
+QString aboutHtml() {
     const core::MathLibraries math = core::mathLibraries(0, TrainerController::kGuiReservedCpus);
     const std::string warning = core::referenceBlasWarning(math);
     return QCoreApplication::translate("HelpText",
@@ -262,20 +240,16 @@ QString aboutHtml()
                              : QStringLiteral("<p><b>%1</b></p>").arg(QString::fromStdString(warning).toHtmlEscaped()));
 }
 
-void explainCharts(ChartsPanel& charts)
-{
+void explainCharts(ChartsPanel& charts) {
     const auto explain = [](LiveChart* chart, const QString& tip) {
-        if (chart != nullptr && chart->toolTip().isEmpty())
-            chart->setToolTip(tip);
+        if (chart != nullptr && chart->toolTip().isEmpty()) chart->setToolTip(tip);
     };
-    explain(charts.lossChart(),
-            tr("The training loss after every optimizer step: how wrong the model still is on "
-               "its batch. Faint: each step's value; bold: smoothed, so the trend shows through "
-               "the noise."));
-    explain(charts.probeChart(),
-            tr("Every micro-batch size the probe tried and the memory it needed: green fit, red "
-               "ran out of memory. The dashed line is the size chosen, the largest that fits with "
-               "headroom to spare."));
+    explain(charts.lossChart(), tr("The training loss after every optimizer step: how wrong the model still is on "
+                                   "its batch. Faint: each step's value; bold: smoothed, so the trend shows through "
+                                   "the noise."));
+    explain(charts.probeChart(), tr("Every micro-batch size the probe tried and the memory it needed: green fit, red "
+                                    "ran out of memory. The dashed line is the size chosen, the largest that fits with "
+                                    "headroom to spare."));
     explain(charts.memoryChart(),
             tr("Device memory over time: what is allocated now, the peak of each micro-batch, and "
                "the device's limit. Red lines mark out-of-memory errors, which the trainer "

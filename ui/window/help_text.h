@@ -23,13 +23,13 @@ struct RunFacts {
     qint64 parameterCount = 0;
     bool batchStatistics = false;
     qint64 targetBatch = 0;
-    std::vector<Trial> trials;     ///< the latest probe's trials, in order
-    qint64 usableBytes = 0;        ///< the latest probe's usable memory
-    std::optional<core::ProbeFinished> probe;  ///< the latest finished probe
-    int probes = 0;                ///< probes finished in this run
-    int trainingOoms = 0;          ///< out-of-memory errors while training, all recovered
-    qint64 samplesReplayed = 0;    ///< samples of failed micro-batches run again, smaller
-    qint64 steps = 0;              ///< optimizer steps done
+    std::vector<Trial> trials;                            ///< the latest probe's trials, in order
+    qint64 usableBytes = 0;                               ///< the latest probe's usable memory
+    std::optional<core::ProbeFinished> probe;             ///< the latest finished probe
+    int probes = 0;                                       ///< probes finished in this run
+    int trainingOoms = 0;                                 ///< out-of-memory errors while training, all recovered
+    qint64 samplesReplayed = 0;                           ///< samples of failed micro-batches run again, smaller
+    qint64 steps = 0;                                     ///< optimizer steps done
     std::optional<core::EquivalenceChecked> equivalence;  ///< the latest check
 
     void handle(const core::Event& event);

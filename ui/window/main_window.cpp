@@ -40,8 +40,7 @@ MainWindow::MainWindow(QWidget* parent)
       m_runPanel(new RunPanel),
       m_charts(new ChartsPanel),
       m_accumulation(new AccumulationView),
-      m_eventLog(new EventLog)
-{
+      m_eventLog(new EventLog) {
     setWindowTitle(tr("BatchPilot"));
     setObjectName(QStringLiteral("mainWindow"));
     setDockOptions(QMainWindow::AnimatedDocks | QMainWindow::AllowNestedDocks);
@@ -52,9 +51,9 @@ MainWindow::MainWindow(QWidget* parent)
     m_errorBox = new QWidget;
     m_errorBox->setObjectName(QStringLiteral("errorBox"));
     m_errorBox->setAutoFillBackground(true);
-    m_errorBox->setStyleSheet(QStringLiteral(
-        "#errorBox { background: #fde2e1; border: 1px solid #d62728; border-radius: 3px; }"
-        "#errorBox QLabel { color: #7a0c0c; }"));
+    m_errorBox->setStyleSheet(
+        QStringLiteral("#errorBox { background: #fde2e1; border: 1px solid #d62728; border-radius: 3px; }"
+                       "#errorBox QLabel { color: #7a0c0c; }"));
     m_errorBanner = new QLabel;
     m_errorBanner->setObjectName(QStringLiteral("errorBanner"));
     m_errorBanner->setWordWrap(true);
@@ -132,11 +131,10 @@ MainWindow::MainWindow(QWidget* parent)
         m_controller->reprobe();
         note(tr("re-probe on the current device (at the next training batch)"));
     });
-    connect(m_runPanel, &RunPanel::targetBatchChanged, this,
-            [this](qint64 target, core::LrScaling rule) {
-                m_controller->setTargetBatch(target, rule);
-                note(tr("target batch → %1 (at the next training batch)").arg(target));
-            });
+    connect(m_runPanel, &RunPanel::targetBatchChanged, this, [this](qint64 target, core::LrScaling rule) {
+        m_controller->setTargetBatch(target, rule);
+        note(tr("target batch → %1 (at the next training batch)").arg(target));
+    });
     connect(m_runPanel, &RunPanel::deviceChanged, this, [this](const QString& device) {
         m_controller->switchDevice(device);
         note(tr("switch device → %1 (at the next training batch)").arg(device));
@@ -151,53 +149,42 @@ MainWindow::MainWindow(QWidget* parent)
 
 MainWindow::~MainWindow() = default;
 
-void MainWindow::createMenus()
-{
+void MainWindow::createMenus() {
     QMenu* file = menuBar()->addMenu(tr("&File"));
     file->addAction(tr("&Open configuration…"), QKeySequence::Open, this, [this] {
         const QString path = QFileDialog::getOpenFileName(this, tr("Open run configuration"), QString(),
                                                           tr("Run configurations (*.json)"));
-        if (!path.isEmpty())
-            openConfiguration(path);
+        if (!path.isEmpty()) openConfiguration(path);
     });
     file->addAction(tr("&Save configuration…"), QKeySequence::Save, this, [this] {
-        const QString path = QFileDialog::getSaveFileName(this, tr("Save run configuration"),
-                                                          QStringLiteral("run.json"),
-                                                          tr("Run configurations (*.json)"));
-        if (!path.isEmpty())
-            saveConfiguration(path);
+        const QString path = QFileDialog::getSaveFileName(
+            this, tr("Save run configuration"), QStringLiteral("run.json"), tr("Run configurations (*.json)"));
+        if (!path.isEmpty()) saveConfiguration(path);
     });
     file->addAction(tr("&Resume from checkpoint…"), this, [this] {
         const QString dir = QFileDialog::getExistingDirectory(this, tr("Resume from the checkpoint in"));
-        if (!dir.isEmpty())
-            resumeFrom(dir);
+        if (!dir.isEmpty()) resumeFrom(dir);
     });
     file->addSeparator();
     file->addAction(tr("Export &metrics as CSV…"), QKeySequence(tr("Ctrl+E")), this, [this] {
-        const QString path = QFileDialog::getSaveFileName(this, tr("Export metrics"),
-                                                          QStringLiteral("metrics.csv"),
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export metrics"), QStringLiteral("metrics.csv"),
                                                           tr("CSV files (*.csv)"));
-        if (!path.isEmpty())
-            exportMetricsCsv(path);
+        if (!path.isEmpty()) exportMetricsCsv(path);
     });
     file->addAction(tr("Export &events as JSON Lines…"), this, [this] {
-        const QString path = QFileDialog::getSaveFileName(this, tr("Export events"),
-                                                          QStringLiteral("events.jsonl"),
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export events"), QStringLiteral("events.jsonl"),
                                                           tr("JSON Lines (*.jsonl)"));
-        if (!path.isEmpty())
-            exportEventsJsonl(path);
+        if (!path.isEmpty()) exportEventsJsonl(path);
     });
     file->addAction(tr("Export all &charts as PNG…"), this, [this] {
         const QString dir = QFileDialog::getExistingDirectory(this, tr("Export charts to"));
-        if (!dir.isEmpty())
-            exportCharts(dir);
+        if (!dir.isEmpty()) exportCharts(dir);
     });
     file->addAction(tr("Save re&port…"), this, [this] {
-        const QString path = QFileDialog::getSaveFileName(
-            this, tr("Save report"), QStringLiteral("batchpilot-report.html"),
-            tr("HTML report (*.html);;PDF report (*.pdf)"));
-        if (!path.isEmpty())
-            saveReport(path);
+        const QString path =
+            QFileDialog::getSaveFileName(this, tr("Save report"), QStringLiteral("batchpilot-report.html"),
+                                         tr("HTML report (*.html);;PDF report (*.pdf)"));
+        if (!path.isEmpty()) saveReport(path);
     });
     file->addSeparator();
     QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
@@ -213,12 +200,10 @@ void MainWindow::createMenus()
     m_pauseAction->setShortcut(QKeySequence(Qt::Key_F6));
     m_stopAction = run->addAction(tr("S&top"), this, [this] { Q_EMIT m_runPanel->stopRequested(); });
     m_stopAction->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F5));
-    m_reprobeAction = run->addAction(tr("&Re-probe"), this,
-                                     [this] { Q_EMIT m_runPanel->reprobeRequested(); });
+    m_reprobeAction = run->addAction(tr("&Re-probe"), this, [this] { Q_EMIT m_runPanel->reprobeRequested(); });
     m_reprobeAction->setShortcut(QKeySequence(tr("Ctrl+R")));
     run->addSeparator();
-    run->addAction(tr("Start the &demo"), QKeySequence(tr("Ctrl+D")), this,
-                   &MainWindow::startDemo);
+    run->addAction(tr("Start the &demo"), QKeySequence(tr("Ctrl+D")), this, &MainWindow::startDemo);
     run->addSeparator();
     m_teaching->addActions(run);
 
@@ -257,15 +242,12 @@ void MainWindow::createMenus()
     }
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
-    help->addAction(tr("&How this works"), QKeySequence::HelpContents, this,
-                    &MainWindow::showHowItWorks);
+    help->addAction(tr("&How this works"), QKeySequence::HelpContents, this, &MainWindow::showHowItWorks);
     help->addAction(tr("&About BatchPilot"), this, &MainWindow::showAbout);
 }
 
-bool MainWindow::start()
-{
-    if (m_controller->isRunning())
-        return false;
+bool MainWindow::start() {
+    if (m_controller->isRunning()) return false;
     if (!m_runPanel->isValid()) {
         showError(tr("Cannot start: %1").arg(m_runPanel->problem()));
         return false;
@@ -273,10 +255,8 @@ bool MainWindow::start()
     return startWith(m_runPanel->options());
 }
 
-bool MainWindow::startWith(const core::TrainerOptions& options)
-{
-    if (m_controller->isRunning())
-        return false;
+bool MainWindow::startWith(const core::TrainerOptions& options) {
+    if (m_controller->isRunning()) return false;
     m_errorBox->hide();
     m_charts->clear();
     m_accumulation->clear();
@@ -286,27 +266,22 @@ bool MainWindow::startWith(const core::TrainerOptions& options)
     m_report.clear();
     m_status->setDevice(QString::fromStdString(options.device));
     saveSettings();
-    if (!m_controller->start(options))
-        return false;
+    if (!m_controller->start(options)) return false;
     note(tr("start: %1 on %2, target batch %3")
-             .arg(QString::fromStdString(options.model.name),
-                  QString::fromStdString(options.device))
+             .arg(QString::fromStdString(options.model.name), QString::fromStdString(options.device))
              .arg(options.targetBatch));
     m_runPanel->setRunState(true, false);
     updateActions();
     return true;
 }
 
-bool MainWindow::startDemo()
-{
-    if (m_controller->isRunning())
-        return false;
+bool MainWindow::startDemo() {
+    if (m_controller->isRunning()) return false;
     m_runPanel->setOptions(demoOptions());
     return start();
 }
 
-void MainWindow::onEvents(const QList<core::Event>& events)
-{
+void MainWindow::onEvents(const QList<core::Event>& events) {
     for (const core::Event& event : events) {
         m_charts->handle(event);
         m_accumulation->handle(event);
@@ -321,13 +296,11 @@ void MainWindow::onEvents(const QList<core::Event>& events)
     m_status->refresh();
 }
 
-void MainWindow::onRunFinished(const core::RunResult& result)
-{
+void MainWindow::onRunFinished(const core::RunResult& result) {
     m_runPanel->setRunState(false, false);
     updateActions();
     if (result.state == core::RunState::Failed) {
-        if (!result.error.empty() && errorText().isEmpty())
-            showError(QString::fromStdString(result.error));
+        if (!result.error.empty() && errorText().isEmpty()) showError(QString::fromStdString(result.error));
         note(tr("run failed after %1 steps").arg(result.steps));
     } else {
         note(result.stopped ? tr("stopped after %1 steps").arg(result.steps)
@@ -335,22 +308,19 @@ void MainWindow::onRunFinished(const core::RunResult& result)
     }
 }
 
-void MainWindow::updateActions()
-{
+void MainWindow::updateActions() {
     const bool running = m_controller->isRunning();
     const bool paused = m_controller->isPaused();
     m_startAction->setEnabled(!running && m_runPanel->isValid());
-    m_startAction->setToolTip(m_runPanel->isValid()
-                                  ? tr("Start training")
-                                  : tr("Cannot start: %1").arg(m_runPanel->problem()));
+    m_startAction->setToolTip(m_runPanel->isValid() ? tr("Start training")
+                                                    : tr("Cannot start: %1").arg(m_runPanel->problem()));
     m_pauseAction->setEnabled(running);
     m_pauseAction->setText(paused ? tr("&Resume") : tr("&Pause"));
     m_stopAction->setEnabled(running);
     m_reprobeAction->setEnabled(running && !paused);
 }
 
-bool MainWindow::openConfiguration(const QString& path)
-{
+bool MainWindow::openConfiguration(const QString& path) {
     auto loaded = core::loadRunConfig(path.toStdString(), m_runPanel->options());
     if (!loaded) {
         showError(QString::fromStdString(loaded.error()));
@@ -362,8 +332,7 @@ bool MainWindow::openConfiguration(const QString& path)
     return true;
 }
 
-bool MainWindow::saveConfiguration(const QString& path)
-{
+bool MainWindow::saveConfiguration(const QString& path) {
     auto saved = core::saveRunConfig(path.toStdString(), m_runPanel->options());
     if (!saved) {
         showError(QString::fromStdString(saved.error()));
@@ -373,8 +342,7 @@ bool MainWindow::saveConfiguration(const QString& path)
     return true;
 }
 
-bool MainWindow::openDroppedFile(const QString& path)
-{
+bool MainWindow::openDroppedFile(const QString& path) {
     const QString suffix = QFileInfo(path).suffix().toLower();
     if (suffix == QLatin1String("pt") || suffix == QLatin1String("pth")) {
         if (m_controller->isRunning()) {
@@ -385,29 +353,23 @@ bool MainWindow::openDroppedFile(const QString& path)
         note(tr("model file %1").arg(path));
         return true;
     }
-    if (suffix == QLatin1String("json"))
-        return openConfiguration(path);
+    if (suffix == QLatin1String("json")) return openConfiguration(path);
     showError(tr("Cannot open %1: drop a TorchScript model (.pt, .pth) or a run configuration (.json).").arg(path));
     return false;
 }
 
-void MainWindow::dragEnterEvent(QDragEnterEvent* event)
-{
-    if (event->mimeData()->hasUrls())
-        event->acceptProposedAction();
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+    if (event->mimeData()->hasUrls()) event->acceptProposedAction();
 }
 
-void MainWindow::dropEvent(QDropEvent* event)
-{
+void MainWindow::dropEvent(QDropEvent* event) {
     for (const QUrl& url : event->mimeData()->urls()) {
-        if (url.isLocalFile())
-            openDroppedFile(url.toLocalFile());
+        if (url.isLocalFile()) openDroppedFile(url.toLocalFile());
     }
     event->acceptProposedAction();
 }
 
-bool MainWindow::resumeFrom(const QString& directory)
-{
+bool MainWindow::resumeFrom(const QString& directory) {
     if (!m_runPanel->isValid()) {
         showError(tr("Cannot resume: %1").arg(m_runPanel->problem()));
         return false;
@@ -418,24 +380,20 @@ bool MainWindow::resumeFrom(const QString& directory)
     return startWith(options);
 }
 
-void MainWindow::showError(const QString& message)
-{
+void MainWindow::showError(const QString& message) {
     m_errorBanner->setText(message);
     m_errorBox->show();
 }
 
-QString MainWindow::errorText() const
-{
+QString MainWindow::errorText() const {
     return m_errorBox->isVisible() || !m_errorBox->isHidden() ? m_errorBanner->text() : QString();
 }
 
-void MainWindow::note(const QString& details)
-{
+void MainWindow::note(const QString& details) {
     m_eventLog->addNote(tr("command"), details);
 }
 
-bool MainWindow::exportMetricsCsv(const QString& path)
-{
+bool MainWindow::exportMetricsCsv(const QString& path) {
     QString error;
     if (!m_record.writeMetricsCsv(path, &error)) {
         showError(tr("Could not write %1: %2").arg(path, error));
@@ -445,8 +403,7 @@ bool MainWindow::exportMetricsCsv(const QString& path)
     return true;
 }
 
-bool MainWindow::exportEventsJsonl(const QString& path)
-{
+bool MainWindow::exportEventsJsonl(const QString& path) {
     QString error;
     if (!m_record.writeEventsJsonl(path, &error)) {
         showError(tr("Could not write %1: %2").arg(path, error));
@@ -456,18 +413,14 @@ bool MainWindow::exportEventsJsonl(const QString& path)
     return true;
 }
 
-QStringList MainWindow::exportCharts(const QString& directory)
-{
+QStringList MainWindow::exportCharts(const QString& directory) {
     const QStringList written = m_charts->exportAll(directory);
-    if (written.size() != m_charts->charts().size())
-        showError(tr("Could not write every chart to %1").arg(directory));
+    if (written.size() != m_charts->charts().size()) showError(tr("Could not write every chart to %1").arg(directory));
     return written;
 }
 
-bool MainWindow::saveReport(const QString& path)
-{
-    const ReportWriter::Images images{m_charts->memoryFitImage(), m_charts->breakdownImage(),
-                                      m_charts->lossImage()};
+bool MainWindow::saveReport(const QString& path) {
+    const ReportWriter::Images images{m_charts->memoryFitImage(), m_charts->breakdownImage(), m_charts->lossImage()};
     QString error;
     if (!m_report.write(path, images, &error)) {
         showError(tr("Could not write %1: %2").arg(path, error));
@@ -477,22 +430,19 @@ bool MainWindow::saveReport(const QString& path)
     return true;
 }
 
-void MainWindow::setTheme(Theme theme)
-{
+void MainWindow::setTheme(Theme theme) {
     m_theme = theme;
     const bool dark = applyTheme(theme);
     m_charts->setDarkTheme(dark);
     for (QAction* action : std::as_const(m_themeActions))
         action->setChecked(action->data().toInt() == static_cast<int>(theme));
-    m_errorBox->setStyleSheet(
-        dark ? QStringLiteral("#errorBox { background: #4a1c1c; border: 1px solid #ff5c5c; "
-                              "border-radius: 3px; } #errorBox QLabel { color: #ffd6d6; }")
-             : QStringLiteral("#errorBox { background: #fde2e1; border: 1px solid #d62728; "
-                              "border-radius: 3px; } #errorBox QLabel { color: #7a0c0c; }"));
+    m_errorBox->setStyleSheet(dark ? QStringLiteral("#errorBox { background: #4a1c1c; border: 1px solid #ff5c5c; "
+                                                    "border-radius: 3px; } #errorBox QLabel { color: #ffd6d6; }")
+                                   : QStringLiteral("#errorBox { background: #fde2e1; border: 1px solid #d62728; "
+                                                    "border-radius: 3px; } #errorBox QLabel { color: #7a0c0c; }"));
 }
 
-void MainWindow::showHowItWorks()
-{
+void MainWindow::showHowItWorks() {
     auto* dialog = new QDialog(this);
     dialog->setAttribute(Qt::WA_DeleteOnClose);
     dialog->setWindowTitle(tr("How BatchPilot works"));
@@ -505,13 +455,11 @@ void MainWindow::showHowItWorks()
     dialog->show();
 }
 
-void MainWindow::showAbout()
-{
+void MainWindow::showAbout() {
     QMessageBox::about(this, tr("About BatchPilot"), aboutHtml());
 }
 
-void MainWindow::saveSettings()
-{
+void MainWindow::saveSettings() {
     QSettings settings;
     settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
     settings.setValue(QStringLiteral("window/state"), saveState());
@@ -519,18 +467,15 @@ void MainWindow::saveSettings()
     m_runPanel->saveSettings(settings);
 }
 
-void MainWindow::loadSettings()
-{
+void MainWindow::loadSettings() {
     QSettings settings;
-    if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray()))
-        resize(1280, 800);
+    if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray())) resize(1280, 800);
     restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
     m_runPanel->loadSettings(settings);
     setTheme(static_cast<Theme>(settings.value(QStringLiteral("window/theme"), 0).toInt()));
 }
 
-void MainWindow::closeEvent(QCloseEvent* event)
-{
+void MainWindow::closeEvent(QCloseEvent* event) {
     saveSettings();
     m_controller->stop();  // the controller's destructor waits for the worker
     event->accept();

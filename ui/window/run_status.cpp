@@ -12,17 +12,17 @@ namespace batchpilot::ui {
 
 namespace {
 
-QString duration(double seconds)
-{
+QString duration(double seconds) {
     const auto s = static_cast<qint64>(seconds + 0.5);
     if (s >= 3600)
         return QStringLiteral("%1:%2:%3")
-            .arg(s / 3600).arg((s / 60) % 60, 2, 10, QLatin1Char('0')).arg(s % 60, 2, 10, QLatin1Char('0'));
+            .arg(s / 3600)
+            .arg((s / 60) % 60, 2, 10, QLatin1Char('0'))
+            .arg(s % 60, 2, 10, QLatin1Char('0'));
     return QStringLiteral("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QLatin1Char('0'));
 }
 
-QLabel* field(QStatusBar* bar, const QString& name, const QString& tip)
-{
+QLabel* field(QStatusBar* bar, const QString& name, const QString& tip) {
     auto* label = new QLabel;
     label->setObjectName(name);
     label->setToolTip(tip);
@@ -33,8 +33,7 @@ QLabel* field(QStatusBar* bar, const QString& name, const QString& tip)
 
 }  // namespace
 
-RunStatus::RunStatus(QStatusBar* bar, QObject* parent) : QObject(parent)
-{
+RunStatus::RunStatus(QStatusBar* bar, QObject* parent) : QObject(parent) {
     m_state = field(bar, QStringLiteral("statusState"),
                     tr("What the trainer is doing: probing for the largest micro-batch, "
                        "training, paused or finished."));
@@ -67,8 +66,7 @@ RunStatus::RunStatus(QStatusBar* bar, QObject* parent) : QObject(parent)
     clear();
 }
 
-void RunStatus::handle(const core::Event& event)
-{
+void RunStatus::handle(const core::Event& event) {
     if (const auto* state = std::get_if<core::RunStateChanged>(&event)) {
         m_runState = state->state;
     } else if (const auto* metrics = std::get_if<core::StepMetrics>(&event)) {
@@ -101,34 +99,26 @@ void RunStatus::handle(const core::Event& event)
     }
 }
 
-QString RunStatus::stateText() const
-{
+QString RunStatus::stateText() const {
     return QString::fromLatin1(core::toString(m_runState));
 }
 
-QString RunStatus::planText() const
-{
-    if (m_microBatch <= 0)
-        return tr("micro-batch —");
+QString RunStatus::planText() const {
+    if (m_microBatch <= 0) return tr("micro-batch —");
     return tr("%1 × %2 = %3").arg(m_microBatch).arg(m_accumulation).arg(m_target);
 }
 
-QString RunStatus::memoryText() const
-{
-    if (m_capacity <= 0)
-        return tr("peak —");
+QString RunStatus::memoryText() const {
+    if (m_capacity <= 0) return tr("peak —");
     return tr("peak %1 / %2")
-        .arg(QString::fromStdString(core::formatBytes(m_peak)),
-             QString::fromStdString(core::formatBytes(m_capacity)));
+        .arg(QString::fromStdString(core::formatBytes(m_peak)), QString::fromStdString(core::formatBytes(m_capacity)));
 }
 
-int RunStatus::progressPercent() const
-{
+int RunStatus::progressPercent() const {
     return m_progress->value();
 }
 
-void RunStatus::refresh()
-{
+void RunStatus::refresh() {
     QString state = stateText();
     state[0] = state[0].toUpper();
     m_state->setText(QStringLiteral("<b>%1</b>").arg(state));
@@ -154,8 +144,7 @@ void RunStatus::refresh()
     }
 }
 
-void RunStatus::clear()
-{
+void RunStatus::clear() {
     m_runState = core::RunState::Idle;
     m_microBatch = m_accumulation = m_target = m_stepNumber = m_epoch = m_totalSteps = 0;
     m_samplesPerSecond = m_stepSeconds = m_time = 0;
@@ -165,8 +154,7 @@ void RunStatus::clear()
     refresh();
 }
 
-void RunStatus::setDevice(const QString& device)
-{
+void RunStatus::setDevice(const QString& device) {
     m_deviceName = device;
     refresh();
 }

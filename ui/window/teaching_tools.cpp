@@ -13,8 +13,7 @@
 namespace batchpilot::ui {
 
 TeachingTools::TeachingTools(TrainerController* controller, RunPanel* panel, QWidget* window)
-    : QObject(window), m_controller(controller), m_panel(panel), m_window(window)
-{
+    : QObject(window), m_controller(controller), m_panel(panel), m_window(window) {
     connect(m_panel, &RunPanel::stepModeChanged, this, [this](bool on) {
         m_controller->setStepMode(on);
         if (m_stepMode) {
@@ -36,8 +35,7 @@ TeachingTools::TeachingTools(TrainerController* controller, RunPanel* panel, QWi
         updateActions();
     });
     connect(m_panel, &RunPanel::equivalenceRequested, this, [this](qint64 samples) {
-        if (!m_controller->isRunning())
-            return;
+        if (!m_controller->isRunning()) return;
         m_controller->checkEquivalence(samples);
         m_equivalenceAsked = true;
         Q_EMIT note(samples > 0 ? tr("check equivalence on %1 samples (at the end of the current batch)").arg(samples)
@@ -54,8 +52,7 @@ TeachingTools::TeachingTools(TrainerController* controller, RunPanel* panel, QWi
     });
 }
 
-void TeachingTools::addActions(QMenu* run)
-{
+void TeachingTools::addActions(QMenu* run) {
     m_stepMode = run->addAction(tr("Step &by step"));
     m_stepMode->setCheckable(true);
     m_stepMode->setChecked(m_panel->stepMode());
@@ -74,54 +71,44 @@ void TeachingTools::addActions(QMenu* run)
     updateActions();
 }
 
-void TeachingTools::handle(const core::Event& event)
-{
+void TeachingTools::handle(const core::Event& event) {
     m_facts.handle(event);
     if (const auto* waiting = std::get_if<core::StepModeWaiting>(&event)) {
         setWaiting(*waiting);
-    } else if (std::holds_alternative<core::MicroBatchDone>(event) ||
-               std::holds_alternative<core::OomEvent>(event) ||
+    } else if (std::holds_alternative<core::MicroBatchDone>(event) || std::holds_alternative<core::OomEvent>(event) ||
                std::holds_alternative<core::OptimizerStepped>(event)) {
-        if (m_panel->isStepWaiting())
-            setWaiting(std::nullopt);
+        if (m_panel->isStepWaiting()) setWaiting(std::nullopt);
     } else if (std::holds_alternative<core::EquivalenceChecked>(event)) {
         // Opens for a check the user asked for; an open dialog always shows the newest result.
-        if (m_equivalenceAsked || (m_dialog != nullptr && m_dialog->isVisible()))
-            showLastEquivalence();
+        if (m_equivalenceAsked || (m_dialog != nullptr && m_dialog->isVisible())) showLastEquivalence();
         m_equivalenceAsked = false;
         updateActions();
     }
 }
 
-void TeachingTools::setWaiting(const std::optional<core::StepModeWaiting>& waiting)
-{
+void TeachingTools::setWaiting(const std::optional<core::StepModeWaiting>& waiting) {
     if (!waiting) {
         m_panel->setStepWaiting(false);
     } else {
-        QString next = tr("micro-batch %1 of step %2 (%3 samples)").arg(waiting->index + 1).arg(waiting->step).arg(waiting->size);
-        if (waiting->probeTrial)
-            next += tr(", a probe trial");
+        QString next =
+            tr("micro-batch %1 of step %2 (%3 samples)").arg(waiting->index + 1).arg(waiting->step).arg(waiting->size);
+        if (waiting->probeTrial) next += tr(", a probe trial");
         m_panel->setStepWaiting(true, next);
     }
     updateActions();
 }
 
-void TeachingTools::showLastEquivalence()
-{
-    if (!m_facts.equivalence)
-        return;
-    if (m_dialog == nullptr)
-        m_dialog = new EquivalenceDialog(m_window);
+void TeachingTools::showLastEquivalence() {
+    if (!m_facts.equivalence) return;
+    if (m_dialog == nullptr) m_dialog = new EquivalenceDialog(m_window);
     m_dialog->setResult(*m_facts.equivalence);
     m_dialog->show();
     m_dialog->raise();
     m_dialog->activateWindow();
 }
 
-void TeachingTools::updateActions()
-{
-    if (m_next == nullptr)
-        return;
+void TeachingTools::updateActions() {
+    if (m_next == nullptr) return;
     const bool running = m_controller->isRunning();
     const bool waiting = running && m_controller->stepMode() && m_panel->isStepWaiting();
     m_next->setEnabled(waiting);

@@ -9,8 +9,7 @@ namespace batchpilot::ui {
 
 namespace {
 
-QPalette darkPalette()
-{
+QPalette darkPalette() {
     QPalette p;
     const QColor window(0x2b, 0x2d, 0x30);
     const QColor base(0x1e, 0x1f, 0x22);
@@ -40,11 +39,9 @@ QPalette darkPalette()
 
 }  // namespace
 
-bool applyTheme(Theme theme)
-{
+bool applyTheme(Theme theme) {
     static const QPalette systemPalette = QApplication::palette();
-    if (theme != Theme::System)
-        QApplication::setStyle(QStyleFactory::create(QStringLiteral("Fusion")));
+    if (theme != Theme::System) QApplication::setStyle(QStyleFactory::create(QStringLiteral("Fusion")));
     switch (theme) {
     case Theme::System: QApplication::setPalette(systemPalette); break;
     case Theme::Light: QApplication::setPalette(QApplication::style()->standardPalette()); break;
@@ -53,8 +50,7 @@ bool applyTheme(Theme theme)
     return paletteIsDark();
 }
 
-bool paletteIsDark()
-{
+bool paletteIsDark() {
     return QApplication::palette().color(QPalette::Window).lightness() < 128;
 }
 
