@@ -15,18 +15,17 @@ AccumulationPlan::AccumulationPlan(int64_t target, int64_t microBatch)
     m_sizes = split(m_target, m_microBatch);
 }
 
+EvenSplit EvenSplit::of(int64_t total, int64_t microBatch) {
+    if (total <= 0 || microBatch <= 0) return {};
+    microBatch = std::min(microBatch, total);
+    const int64_t parts = (total + microBatch - 1) / microBatch;
+    return {parts, total / parts, total % parts};  // `larger` parts get one extra sample
+}
+
 std::vector<int64_t> AccumulationPlan::split(int64_t remaining, int64_t microBatch) {
-    if (remaining <= 0) {
-        return {};
-    }
-    microBatch = std::max<int64_t>(1, std::min(microBatch, remaining));
-    const int64_t count = (remaining + microBatch - 1) / microBatch;
-    const int64_t base = remaining / count;
-    const int64_t larger = remaining % count;  // this many micro-batches get one extra sample
-    std::vector<int64_t> sizes(static_cast<size_t>(count), base);
-    for (int64_t i = 0; i < larger; ++i) {
-        ++sizes[static_cast<size_t>(i)];
-    }
+    const EvenSplit even = EvenSplit::of(remaining, std::max<int64_t>(1, microBatch));
+    std::vector<int64_t> sizes(static_cast<size_t>(even.parts));
+    for (int64_t i = 0; i < even.parts; ++i) sizes[static_cast<size_t>(i)] = even.sizeOf(i);
     return sizes;
 }
 

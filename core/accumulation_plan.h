@@ -1,9 +1,26 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 namespace batchpilot::core {
+
+/// The split rule without the list of sizes (for views of huge batches): `parts` micro-batches,
+/// the first `larger` of them `base + 1` samples, the rest `base`. AccumulationPlan::split and
+/// every view of a plan use it.
+struct EvenSplit {
+    int64_t parts = 0;
+    int64_t base = 0;
+    int64_t larger = 0;
+
+    /// `total` samples in micro-batches of at most `microBatch` (capped at total; both positive,
+    /// or an empty split).
+    static EvenSplit of(int64_t total, int64_t microBatch);
+    int64_t sizeOf(int64_t i) const { return base + (i < larger ? 1 : 0); }
+    /// Samples before micro-batch i.
+    int64_t offsetOf(int64_t i) const { return i * base + std::min(i, larger); }
+};
 
 /// How one training batch of `target` samples is split into micro-batches of at most
 /// `microBatch` samples: k = ceil(target / microBatch) micro-batches whose sizes differ by at most

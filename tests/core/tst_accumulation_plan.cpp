@@ -32,6 +32,27 @@ private Q_SLOTS:
         const auto [smallest, largest] = std::minmax_element(plan.sizes().begin(), plan.sizes().end());
         QVERIFY(*largest - *smallest <= 1);
         QVERIFY(*largest <= micro);
+        // The rule without the list (what views of a plan use) describes the same sizes.
+        const auto even = batchpilot::core::EvenSplit::of(target, micro);
+        QCOMPARE(even.parts, qint64(sizes.size()));
+        qint64 offset = 0;
+        for (qsizetype i = 0; i < sizes.size(); ++i) {
+            QCOMPARE(even.sizeOf(i), sizes[i]);
+            QCOMPARE(even.offsetOf(i), offset);
+            offset += sizes[i];
+        }
+        QCOMPARE(even.offsetOf(even.parts), target);
+    }
+
+    /// A view of a 2^31-sample batch in micro-batches of 1 must not build a list of 2^31 sizes.
+    void evenSplitOfHugeBatches() {
+        const qint64 target = qint64(1) << 31;
+        const auto even = batchpilot::core::EvenSplit::of(target, 3);
+        QCOMPARE(even.parts, (target + 2) / 3);
+        QCOMPARE(even.offsetOf(even.parts), target);
+        QCOMPARE(even.sizeOf(0) - even.sizeOf(even.parts - 1), qint64(even.larger > 0 ? 1 : 0));
+        const auto none = batchpilot::core::EvenSplit::of(0, 4);
+        QCOMPARE(none.parts, qint64(0));
     }
 
     void weightsSumToOne() {

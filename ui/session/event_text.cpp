@@ -3,6 +3,7 @@
 #include <QCoreApplication>
 #include <QLocale>
 
+#include "core/accumulation_plan.h"
 #include "core/byte_size.h"
 
 namespace batchpilot::ui {
@@ -180,10 +181,10 @@ EventRow describeEvent(const core::Event& event) {
 
 QString planCaption(qint64 targetBatch, qint64 microBatch) {
     if (targetBatch <= 0 || microBatch <= 0) return {};
-    const qint64 steps = (targetBatch + microBatch - 1) / microBatch;
-    // Even split: `larger` micro-batches of size base + 1, the rest of size base.
-    const qint64 base = targetBatch / steps;
-    const qint64 larger = targetBatch % steps;
+    const core::EvenSplit even = core::EvenSplit::of(targetBatch, microBatch);
+    const qint64 steps = even.parts;
+    const qint64 base = even.base;
+    const qint64 larger = even.larger;
     QString sum;
     if (larger == 0)
         sum = QStringLiteral("%1 × %2").arg(steps).arg(base);

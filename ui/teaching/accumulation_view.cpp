@@ -8,6 +8,7 @@
 #include <QVBoxLayout>
 #include <QVariantAnimation>
 
+#include "core/accumulation_plan.h"
 #include "ui/session/event_text.h"
 #include "ui/teaching/micro_batch_table.h"
 
@@ -66,17 +67,13 @@ void AccumulationBar::paintEvent(QPaintEvent*) {
     }
     // Planned micro-batch boundaries.
     if (v.m_microBatch > 0 && v.m_target > 0) {
-        const qint64 steps = (v.m_target + v.m_microBatch - 1) / v.m_microBatch;
-        if (steps > 1 && bar.width() / static_cast<double>(steps) >= 3) {
-            const qint64 base = v.m_target / steps;
-            const qint64 larger = v.m_target % steps;
+        const core::EvenSplit even = core::EvenSplit::of(v.m_target, v.m_microBatch);
+        if (even.parts > 1 && bar.width() / static_cast<double>(even.parts) >= 3) {
             QColor tick = pal.color(QPalette::Text);
             tick.setAlpha(90);
             p.setPen(QPen(tick, 1));
-            qint64 offset = 0;
-            for (qint64 i = 0; i + 1 < steps; ++i) {
-                offset += base + (i < larger ? 1 : 0);
-                const double x = bar.left() + offset * scale;
+            for (qint64 i = 1; i < even.parts; ++i) {
+                const double x = bar.left() + even.offsetOf(i) * scale;
                 p.drawLine(QPointF(x, bar.top() + 2), QPointF(x, bar.bottom() - 2));
             }
         }
