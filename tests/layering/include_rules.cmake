@@ -2,8 +2,9 @@
 # The include rules between folders, checked on every source file:
 #   core/ includes neither ui/ nor app/;  ui/ does not include app/;
 #   inside ui/, a folder includes only folders of a lower or the same rank:
-#     session (the trainer bridge, event texts)  <  charts, log, report, teaching  <  config  <  window
+#     session (the trainer bridge, event texts), style  <  charts, log, report, teaching  <  config  <  window
 set(rank_session 0)
+set(rank_style 0)
 set(rank_charts 1)
 set(rank_log 1)
 set(rank_report 1)

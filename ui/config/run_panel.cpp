@@ -23,6 +23,7 @@
 #include "core/byte_size.h"
 #include "core/device.h"
 #include "ui/session/trainer_controller.h"
+#include "ui/style/theme.h"
 
 namespace batchpilot::ui {
 
@@ -46,6 +47,51 @@ QString str(const std::string& text) {
 }  // namespace
 
 RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
+    QGroupBox* data = createModelAndData();
+    QGroupBox* device = createDevice();
+    QGroupBox* batch = createBatch();
+    QGroupBox* training = createTraining();
+    QGridLayout* buttons = createRunButtons();
+
+    m_problemLabel = new QLabel;
+    m_problemLabel->setObjectName(QStringLiteral("problemLabel"));
+    m_problemLabel->setWordWrap(true);
+    m_problemLabel->setStyleSheet(problemTextStyleSheet());
+    m_problemLabel->hide();
+
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
+    layout->setSpacing(4);
+    layout->addLayout(buttons);
+    layout->addWidget(m_problemLabel);
+    m_teaching = new TeachingBox;
+    connect(m_teaching, &TeachingBox::stepModeChanged, this, &RunPanel::stepModeChanged);
+    connect(m_teaching, &TeachingBox::nextMicroBatchRequested, this, &RunPanel::nextMicroBatchRequested);
+    connect(m_teaching, &TeachingBox::finishBatchRequested, this, &RunPanel::finishBatchRequested);
+    connect(m_teaching, &TeachingBox::equivalenceRequested, this, &RunPanel::equivalenceRequested);
+    layout->addWidget(m_teaching);
+    layout->addWidget(device);
+    layout->addWidget(batch);
+    layout->addWidget(data);
+    layout->addWidget(training);
+    layout->addStretch(1);
+
+    connectFields();
+    setRunState(false, false);
+    revalidate();
+}
+
+namespace {
+
+void styleForm(QFormLayout* form) {
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+    form->setContentsMargins(6, 4, 6, 4);
+    form->setVerticalSpacing(3);
+}
+
+}  // namespace
+
+QGroupBox* RunPanel::createModelAndData() {
     m_model = new QComboBox;
     m_model->addItems(TrainerController::builtinModelNames());
     m_model->setToolTip(
@@ -77,84 +123,6 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     m_samples = spin(1, 10'000'000, 4096,
                      tr("Number of samples in the synthetic dataset. One pass over all of them is "
                         "an epoch; after it the samples are shuffled and used again."));
-
-    m_device = new QComboBox;
-    m_device->setObjectName(QStringLiteral("deviceCombo"));
-    for (const core::DeviceInfo& info : core::availableDevices())
-        m_device->addItem(QStringLiteral("%1 — %2").arg(str(info.id), str(info.description)), str(info.id));
-    m_device->addItem(tr("Virtual GPU (simulated memory budget)"), QLatin1String(kVirtual));
-    m_device->setToolTip(
-        tr("Where to train. A virtual GPU is the CPU with a hard memory budget: "
-           "allocations past it fail exactly like a GPU running out of memory."));
-    m_virtualSize = new QLineEdit(QStringLiteral("64MiB"));
-    m_virtualSize->setObjectName(QStringLiteral("virtualSize"));
-    m_virtualSize->setToolTip(
-        tr("Memory budget of the virtual GPU, e.g. 64MiB, 512MiB, 2GiB. A "
-           "smaller budget forces smaller micro-batches and more "
-           "accumulation steps; change it during a run to watch the probe "
-           "adapt."));
-    m_deviceInfo = new QLabel;
-    m_deviceInfo->setWordWrap(true);
-    m_deviceInfo->setEnabled(false);
-
-    m_target = spin(0, 100'000'000, 1024,
-                    tr("Samples per optimizer step. Reached by gradient accumulation when it does "
-                       "not fit the device at once. Changes apply at the next training batch."));
-    m_target->setObjectName(QStringLiteral("targetBatch"));
-    m_target->setKeyboardTracking(false);  // commit on Enter or focus change, not per digit
-    m_initialMicro = spin(1, 10'000'000, 1,
-                          tr("First micro-batch size the probe tries; it doubles from there "
-                             "until memory runs out. Start higher when you know small sizes fit."));
-    m_maxMicro = spin(0, 10'000'000, 0,
-                      tr("Largest micro-batch the probe may choose, even if more would fit. Set "
-                         "it below the target batch to see accumulation at work on a big "
-                         "device."));
-    m_maxMicro->setSpecialValueText(tr("no limit"));
-    m_headroom = new QDoubleSpinBox;
-    m_headroom->setRange(0, 90);
-    m_headroom->setDecimals(1);
-    m_headroom->setSuffix(QStringLiteral(" %"));
-    m_headroom->setValue(5);
-    m_headroom->setToolTip(
-        tr("Share of the device memory the probe keeps free. Memory gets "
-           "fragmented and inputs can vary in size, so a micro-batch that "
-           "just fits once might not fit the next time."));
-    m_multiple = spin(1, 4096, 1,
-                      tr("Round the micro-batch down to a multiple of this. GPUs compute some "
-                         "sizes faster (multiples of 8 suit tensor cores)."));
-
-    m_optimizer = new QComboBox;
-    for (auto kind : {core::OptimizerKind::Sgd, core::OptimizerKind::Adam, core::OptimizerKind::AdamW})
-        m_optimizer->addItem(QString::fromLatin1(core::toString(kind)), static_cast<int>(kind));
-    m_optimizer->setToolTip(
-        tr("How the weights move along the gradient once per training batch. "
-           "Adam and AdamW keep two extra numbers per weight, which costs "
-           "memory the probe has to leave free."));
-    m_learningRate = new QDoubleSpinBox;
-    m_learningRate->setDecimals(5);
-    m_learningRate->setRange(0, 10);
-    m_learningRate->setSingleStep(0.001);
-    m_learningRate->setValue(0.05);
-    m_learningRate->setToolTip(
-        tr("How far the optimizer moves the weights in one step. Too "
-           "large and the loss jumps around; too small and it falls "
-           "slowly."));
-    m_lrScaling = new QComboBox;
-    m_lrScaling->addItem(tr("none"), static_cast<int>(core::LrScaling::None));
-    m_lrScaling->addItem(tr("linear"), static_cast<int>(core::LrScaling::Linear));
-    m_lrScaling->addItem(tr("square root"), static_cast<int>(core::LrScaling::Sqrt));
-    m_lrScaling->setToolTip(
-        tr("How the learning rate follows a change of the target batch "
-           "during a run: a larger batch gives a less noisy gradient, which "
-           "can take a proportionally (linear) or more cautiously (square "
-           "root) larger step."));
-    m_seed = spin(0, 1'000'000'000, 0,
-                  tr("Seed of the random initial weights and the sample order. The same seed "
-                     "gives the same run, so two runs can be compared."));
-    m_steps = spin(0, 100'000'000, 500,
-                   tr("Optimizer steps to run before the run ends by itself. One step = one "
-                      "whole target batch."));
-    m_steps->setSpecialValueText(tr("no limit"));
 
     auto* data = new QGroupBox(tr("Model and data"));
     auto* dataForm = new QFormLayout(data);
@@ -188,12 +156,65 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     dataForm->addRow(tr("Dataset"), m_dataset);
     dataForm->addRow(tr("Data path"), dataRow);
     dataForm->addRow(tr("Samples"), m_samples);
+    styleForm(dataForm);
+    return data;
+}
+
+QGroupBox* RunPanel::createDevice() {
+    m_device = new QComboBox;
+    m_device->setObjectName(QStringLiteral("deviceCombo"));
+    for (const core::DeviceInfo& info : core::availableDevices())
+        m_device->addItem(QStringLiteral("%1 — %2").arg(str(info.id), str(info.description)), str(info.id));
+    m_device->addItem(tr("Virtual GPU (simulated memory budget)"), QLatin1String(kVirtual));
+    m_device->setToolTip(
+        tr("Where to train. A virtual GPU is the CPU with a hard memory budget: "
+           "allocations past it fail exactly like a GPU running out of memory."));
+    m_virtualSize = new QLineEdit(QStringLiteral("64MiB"));
+    m_virtualSize->setObjectName(QStringLiteral("virtualSize"));
+    m_virtualSize->setToolTip(
+        tr("Memory budget of the virtual GPU, e.g. 64MiB, 512MiB, 2GiB. A "
+           "smaller budget forces smaller micro-batches and more "
+           "accumulation steps; change it during a run to watch the probe "
+           "adapt."));
+    m_deviceInfo = new QLabel;
+    m_deviceInfo->setWordWrap(true);
+    m_deviceInfo->setEnabled(false);
 
     auto* device = new QGroupBox(tr("Device"));
     auto* deviceForm = new QFormLayout(device);
     deviceForm->addRow(tr("Device"), m_device);
     deviceForm->addRow(tr("Budget"), m_virtualSize);
     deviceForm->addRow(m_deviceInfo);
+    styleForm(deviceForm);
+    return device;
+}
+
+QGroupBox* RunPanel::createBatch() {
+    m_target = spin(0, 100'000'000, 1024,
+                    tr("Samples per optimizer step. Reached by gradient accumulation when it does "
+                       "not fit the device at once. Changes apply at the next training batch."));
+    m_target->setObjectName(QStringLiteral("targetBatch"));
+    m_target->setKeyboardTracking(false);  // commit on Enter or focus change, not per digit
+    m_initialMicro = spin(1, 10'000'000, 1,
+                          tr("First micro-batch size the probe tries; it doubles from there "
+                             "until memory runs out. Start higher when you know small sizes fit."));
+    m_maxMicro = spin(0, 10'000'000, 0,
+                      tr("Largest micro-batch the probe may choose, even if more would fit. Set "
+                         "it below the target batch to see accumulation at work on a big "
+                         "device."));
+    m_maxMicro->setSpecialValueText(tr("no limit"));
+    m_headroom = new QDoubleSpinBox;
+    m_headroom->setRange(0, 90);
+    m_headroom->setDecimals(1);
+    m_headroom->setSuffix(QStringLiteral(" %"));
+    m_headroom->setValue(5);
+    m_headroom->setToolTip(
+        tr("Share of the device memory the probe keeps free. Memory gets "
+           "fragmented and inputs can vary in size, so a micro-batch that "
+           "just fits once might not fit the next time."));
+    m_multiple = spin(1, 4096, 1,
+                      tr("Round the micro-batch down to a multiple of this. GPUs compute some "
+                         "sizes faster (multiples of 8 suit tensor cores)."));
 
     auto* batch = new QGroupBox(tr("Batch"));
     auto* batchForm = new QFormLayout(batch);
@@ -202,6 +223,43 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     batchForm->addRow(tr("Max micro-batch"), m_maxMicro);
     batchForm->addRow(tr("Headroom"), m_headroom);
     batchForm->addRow(tr("Round to multiple"), m_multiple);
+    styleForm(batchForm);
+    return batch;
+}
+
+QGroupBox* RunPanel::createTraining() {
+    m_optimizer = new QComboBox;
+    for (auto kind : {core::OptimizerKind::Sgd, core::OptimizerKind::Adam, core::OptimizerKind::AdamW})
+        m_optimizer->addItem(QString::fromLatin1(core::toString(kind)), static_cast<int>(kind));
+    m_optimizer->setToolTip(
+        tr("How the weights move along the gradient once per training batch. "
+           "Adam and AdamW keep two extra numbers per weight, which costs "
+           "memory the probe has to leave free."));
+    m_learningRate = new QDoubleSpinBox;
+    m_learningRate->setDecimals(5);
+    m_learningRate->setRange(0, 10);
+    m_learningRate->setSingleStep(0.001);
+    m_learningRate->setValue(0.05);
+    m_learningRate->setToolTip(
+        tr("How far the optimizer moves the weights in one step. Too "
+           "large and the loss jumps around; too small and it falls "
+           "slowly."));
+    m_lrScaling = new QComboBox;
+    m_lrScaling->addItem(tr("none"), static_cast<int>(core::LrScaling::None));
+    m_lrScaling->addItem(tr("linear"), static_cast<int>(core::LrScaling::Linear));
+    m_lrScaling->addItem(tr("square root"), static_cast<int>(core::LrScaling::Sqrt));
+    m_lrScaling->setToolTip(
+        tr("How the learning rate follows a change of the target batch "
+           "during a run: a larger batch gives a less noisy gradient, which "
+           "can take a proportionally (linear) or more cautiously (square "
+           "root) larger step."));
+    m_seed = spin(0, 1'000'000'000, 0,
+                  tr("Seed of the random initial weights and the sample order. The same seed "
+                     "gives the same run, so two runs can be compared."));
+    m_steps = spin(0, 100'000'000, 500,
+                   tr("Optimizer steps to run before the run ends by itself. One step = one "
+                      "whole target batch."));
+    m_steps->setSpecialValueText(tr("no limit"));
 
     auto* training = new QGroupBox(tr("Training"));
     auto* trainingForm = new QFormLayout(training);
@@ -210,13 +268,11 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     trainingForm->addRow(tr("LR scaling"), m_lrScaling);
     trainingForm->addRow(tr("Seed"), m_seed);
     trainingForm->addRow(tr("Step limit"), m_steps);
+    styleForm(trainingForm);
+    return training;
+}
 
-    for (QFormLayout* form : {dataForm, deviceForm, batchForm, trainingForm}) {
-        form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
-        form->setContentsMargins(6, 4, 6, 4);
-        form->setVerticalSpacing(3);
-    }
-
+QGridLayout* RunPanel::createRunButtons() {
     m_start = new QPushButton(tr("Start"));
     m_start->setObjectName(QStringLiteral("startButton"));
     m_pause = new QPushButton(tr("Pause"));
@@ -247,30 +303,10 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     buttons->addWidget(m_pause, 0, 1);
     buttons->addWidget(m_stop, 1, 0);
     buttons->addWidget(m_reprobe, 1, 1);
+    return buttons;
+}
 
-    m_problemLabel = new QLabel;
-    m_problemLabel->setObjectName(QStringLiteral("problemLabel"));
-    m_problemLabel->setWordWrap(true);
-    m_problemLabel->setStyleSheet(QStringLiteral("color: #d62728;"));
-    m_problemLabel->hide();
-
-    auto* layout = new QVBoxLayout(this);
-    layout->setContentsMargins(4, 4, 4, 4);
-    layout->setSpacing(4);
-    layout->addLayout(buttons);
-    layout->addWidget(m_problemLabel);
-    m_teaching = new TeachingBox;
-    connect(m_teaching, &TeachingBox::stepModeChanged, this, &RunPanel::stepModeChanged);
-    connect(m_teaching, &TeachingBox::nextMicroBatchRequested, this, &RunPanel::nextMicroBatchRequested);
-    connect(m_teaching, &TeachingBox::finishBatchRequested, this, &RunPanel::finishBatchRequested);
-    connect(m_teaching, &TeachingBox::equivalenceRequested, this, &RunPanel::equivalenceRequested);
-    layout->addWidget(m_teaching);
-    layout->addWidget(device);
-    layout->addWidget(batch);
-    layout->addWidget(data);
-    layout->addWidget(training);
-    layout->addStretch(1);
-
+void RunPanel::connectFields() {
     const auto changed = [this] { revalidate(); };
     for (QSpinBox* box : {m_samples, m_target, m_initialMicro, m_maxMicro, m_multiple, m_seed, m_steps})
         connect(box, &QSpinBox::valueChanged, this, changed);
@@ -288,9 +324,6 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
         if (m_running && value > 0)
             Q_EMIT targetBatchChanged(value, static_cast<core::LrScaling>(m_lrScaling->currentData().toInt()));
     });
-
-    setRunState(false, false);
-    revalidate();
 }
 
 QString RunPanel::deviceId() const {
@@ -368,7 +401,7 @@ void RunPanel::setOptions(const core::TrainerOptions& o) {
 void RunPanel::markField(QWidget* field, const QString& problem) {
     if (!field->property("baseToolTip").isValid()) field->setProperty("baseToolTip", field->toolTip());
     field->setProperty("invalid", !problem.isEmpty());
-    field->setStyleSheet(problem.isEmpty() ? QString() : QStringLiteral("border: 2px solid #d62728;"));
+    field->setStyleSheet(problem.isEmpty() ? QString() : invalidFieldStyleSheet());
     field->setToolTip(problem.isEmpty() ? field->property("baseToolTip").toString() : problem);
 }
 

@@ -9,6 +9,8 @@
 class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
+class QGridLayout;
+class QGroupBox;
 class QLabel;
 class QLineEdit;
 class QPushButton;
@@ -93,6 +95,14 @@ Q_SIGNALS:
     void equivalenceRequested(qint64 samples);
 
 private:
+    // The constructor's parts: each builds a group of fields (or the run buttons) and its layout.
+    QGroupBox* createModelAndData();
+    QGroupBox* createDevice();
+    QGroupBox* createBatch();
+    QGroupBox* createTraining();
+    QGridLayout* createRunButtons();
+    void connectFields();
+
     void revalidate();
     void markField(QWidget* field, const QString& problem);
     void commitDevice();

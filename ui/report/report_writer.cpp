@@ -93,6 +93,18 @@ QString ReportWriter::html(const Images& images, bool embedImages) const {
              .arg(tr("BatchPilot run report"),
                   esc(tr("Written %1").arg(QLocale().toString(QDateTime::currentDateTime(), QLocale::LongFormat))));
 
+    h += runSection();
+    h += probeSection(images, embedImages);
+    h += memorySection(images, embedImages);
+    h += accumulationSection();
+    h += equivalenceSection();
+    h += trainingSection(images, embedImages);
+    h += QStringLiteral("</body></html>\n");
+    return h;
+}
+
+QString ReportWriter::runSection() const {
+    QString h;
     // The run.
     h += QStringLiteral("<h2>%1</h2>\n").arg(tr("Run"));
     if (m_digest.summary) {
@@ -113,7 +125,11 @@ QString ReportWriter::html(const Images& images, bool embedImages) const {
     } else {
         h += QStringLiteral("<p>%1</p>\n").arg(esc(tr("No run has reported its setup yet.")));
     }
+    return h;
+}
 
+QString ReportWriter::probeSection(const Images& images, bool embedImages) const {
+    QString h;
     // The probe.
     h += QStringLiteral("<h2>%1</h2>\n").arg(tr("Probe: the largest micro-batch that fits"));
     if (m_digest.probeStarted || !m_digest.trials.empty()) {
@@ -165,7 +181,11 @@ QString ReportWriter::html(const Images& images, bool embedImages) const {
         h += QStringLiteral("<p>%1</p>\n").arg(esc(tr("No probe has run.")));
     }
     h += imageTag(images.memoryFit, 0, embedImages, tr("peak memory against micro-batch"));
+    return h;
+}
 
+QString ReportWriter::memorySection(const Images& images, bool embedImages) const {
+    QString h;
     // Where the memory goes.
     h += QStringLiteral("<h2>%1</h2>\n").arg(tr("Where the memory goes"));
     if (m_digest.breakdown) {
@@ -193,7 +213,11 @@ QString ReportWriter::html(const Images& images, bool embedImages) const {
     } else {
         h += QStringLiteral("<p>%1</p>\n").arg(esc(tr("No memory breakdown yet.")));
     }
+    return h;
+}
 
+QString ReportWriter::accumulationSection() const {
+    QString h;
     // The accumulation plan: the latest step says what the run actually used.
     h += QStringLiteral("<h2>%1</h2>\n").arg(tr("Accumulation plan"));
     QString plan;
@@ -204,7 +228,11 @@ QString ReportWriter::html(const Images& images, bool embedImages) const {
     h += QStringLiteral("<p>%1</p>\n")
              .arg(plan.isEmpty() ? esc(tr("No plan yet: the probe has not finished."))
                                  : QStringLiteral("<b>%1</b>").arg(esc(plan)));
+    return h;
+}
 
+QString ReportWriter::equivalenceSection() const {
+    QString h;
     // The equivalence check.
     h += QStringLiteral("<h2>%1</h2>\n").arg(tr("Accumulation against one full pass"));
     if (!m_digest.equivalence) {
@@ -245,7 +273,11 @@ QString ReportWriter::html(const Images& images, bool embedImages) const {
             h += QStringLiteral("<p class=\"note\">%1</p>\n")
                      .arg(esc(tr("The full pass did not fit the virtual budget and ran in host memory.")));
     }
+    return h;
+}
 
+QString ReportWriter::trainingSection(const Images& images, bool embedImages) const {
+    QString h;
     // Training.
     h += QStringLiteral("<h2>%1</h2>\n").arg(tr("Training"));
     if (m_digest.lastStep) {
@@ -269,7 +301,6 @@ QString ReportWriter::html(const Images& images, bool embedImages) const {
                                   ? QString()
                                   : QStringLiteral(" (%1)").arg(QString::fromStdString(m_digest.lastState->detail)))));
     h += imageTag(images.loss, 2, embedImages, tr("loss per optimizer step"));
-    h += QStringLiteral("</body></html>\n");
     return h;
 }
 

@@ -40,6 +40,13 @@ public:
     int trialCount() const { return static_cast<int>(m_digest.trials.size()); }
 
 private:
+    // The report's sections, in order.
+    QString runSection() const;
+    QString probeSection(const Images& images, bool embedImages) const;
+    QString memorySection(const Images& images, bool embedImages) const;
+    QString accumulationSection() const;
+    QString equivalenceSection() const;
+    QString trainingSection(const Images& images, bool embedImages) const;
     core::RunDigest m_digest;
 };
 

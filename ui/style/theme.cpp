@@ -1,4 +1,4 @@
-#include "ui/window/theme.h"
+#include "ui/style/theme.h"
 
 #include <QApplication>
 #include <QPalette>
@@ -52,6 +52,23 @@ bool applyTheme(Theme theme) {
 
 bool paletteIsDark() {
     return QApplication::palette().color(QPalette::Window).lightness() < 128;
+}
+
+QString errorBoxStyleSheet(bool dark) {
+    return dark ? QStringLiteral(
+                      "#errorBox { background: #4a1c1c; border: 1px solid #ff5c5c; border-radius: 3px; }"
+                      " #errorBox QLabel { color: #ffd6d6; }")
+                : QStringLiteral(
+                      "#errorBox { background: #fde2e1; border: 1px solid #d62728; border-radius: 3px; }"
+                      " #errorBox QLabel { color: #7a0c0c; }");
+}
+
+QString invalidFieldStyleSheet() {
+    return QStringLiteral("border: 2px solid #d62728;");
+}
+
+QString problemTextStyleSheet(bool strong) {
+    return strong ? QStringLiteral("color: #d62728; font-weight: bold;") : QStringLiteral("color: #d62728;");
 }
 
 }  // namespace batchpilot::ui

@@ -8,6 +8,8 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
+#include "ui/style/theme.h"
+
 namespace batchpilot::ui {
 
 namespace {
@@ -125,7 +127,7 @@ EquivalenceDialog::EquivalenceDialog(QWidget* parent) : QDialog(parent) {
     m_budgetNote->setTextFormat(Qt::RichText);
     m_error = paragraph();
     m_error->setObjectName(QStringLiteral("equivalenceError"));
-    m_error->setStyleSheet(QStringLiteral("color: #d62728; font-weight: bold;"));
+    m_error->setStyleSheet(problemTextStyleSheet(true));
 
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close);
     connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::close);

@@ -51,9 +51,7 @@ MainWindow::MainWindow(QWidget* parent)
     m_errorBox = new QWidget;
     m_errorBox->setObjectName(QStringLiteral("errorBox"));
     m_errorBox->setAutoFillBackground(true);
-    m_errorBox->setStyleSheet(
-        QStringLiteral("#errorBox { background: #fde2e1; border: 1px solid #d62728; border-radius: 3px; }"
-                       "#errorBox QLabel { color: #7a0c0c; }"));
+    m_errorBox->setStyleSheet(errorBoxStyleSheet(paletteIsDark()));
     m_errorBanner = new QLabel;
     m_errorBanner->setObjectName(QStringLiteral("errorBanner"));
     m_errorBanner->setWordWrap(true);
@@ -114,6 +112,18 @@ MainWindow::MainWindow(QWidget* parent)
         updateActions();
     });
 
+    connectRunCommands();
+
+    setAcceptDrops(true);
+    createMenus();
+    loadSettings();
+    updateActions();
+}
+
+MainWindow::~MainWindow() = default;
+
+/// The run panel's requests, carried to the controller and noted in the event log.
+void MainWindow::connectRunCommands() {
     connect(m_runPanel, &RunPanel::startRequested, this, &MainWindow::start);
     connect(m_runPanel, &RunPanel::pauseRequested, this, [this] {
         m_controller->pause();
@@ -140,16 +150,16 @@ MainWindow::MainWindow(QWidget* parent)
         note(tr("switch device → %1 (at the next training batch)").arg(device));
     });
     connect(m_runPanel, &RunPanel::validityChanged, this, [this] { updateActions(); });
-
-    setAcceptDrops(true);
-    createMenus();
-    loadSettings();
-    updateActions();
 }
 
-MainWindow::~MainWindow() = default;
-
 void MainWindow::createMenus() {
+    createFileMenu();
+    createRunMenu();
+    createViewMenu();
+    createHelpMenu();
+}
+
+void MainWindow::createFileMenu() {
     QMenu* file = menuBar()->addMenu(tr("&File"));
     file->addAction(tr("&Open configuration…"), QKeySequence::Open, this, [this] {
         const QString path = QFileDialog::getOpenFileName(this, tr("Open run configuration"), QString(),
@@ -190,7 +200,9 @@ void MainWindow::createMenus() {
     QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
     quit->setMenuRole(QAction::QuitRole);
+}
 
+void MainWindow::createRunMenu() {
     QMenu* run = menuBar()->addMenu(tr("&Run"));
     m_startAction = run->addAction(tr("&Start"), this, &MainWindow::start);
     m_startAction->setShortcut(QKeySequence(Qt::Key_F5));
@@ -206,7 +218,9 @@ void MainWindow::createMenus() {
     run->addAction(tr("Start the &demo"), QKeySequence(tr("Ctrl+D")), this, &MainWindow::startDemo);
     run->addSeparator();
     m_teaching->addActions(run);
+}
 
+void MainWindow::createViewMenu() {
     QMenu* view = menuBar()->addMenu(tr("&View"));
     QAction* runPanel = m_runDock->toggleViewAction();
     runPanel->setText(tr("Run &panel"));
@@ -240,7 +254,9 @@ void MainWindow::createMenus() {
         connect(action, &QAction::triggered, this, [this, value = value] { setTheme(value); });
         m_themeActions << action;
     }
+}
 
+void MainWindow::createHelpMenu() {
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&How this works"), QKeySequence::HelpContents, this, &MainWindow::showHowItWorks);
     help->addAction(tr("&About BatchPilot"), this, &MainWindow::showAbout);
@@ -436,10 +452,7 @@ void MainWindow::setTheme(Theme theme) {
     m_charts->setDarkTheme(dark);
     for (QAction* action : std::as_const(m_themeActions))
         action->setChecked(action->data().toInt() == static_cast<int>(theme));
-    m_errorBox->setStyleSheet(dark ? QStringLiteral("#errorBox { background: #4a1c1c; border: 1px solid #ff5c5c; "
-                                                    "border-radius: 3px; } #errorBox QLabel { color: #ffd6d6; }")
-                                   : QStringLiteral("#errorBox { background: #fde2e1; border: 1px solid #d62728; "
-                                                    "border-radius: 3px; } #errorBox QLabel { color: #7a0c0c; }"));
+    m_errorBox->setStyleSheet(errorBoxStyleSheet(dark));
 }
 
 void MainWindow::showHowItWorks() {

@@ -7,7 +7,7 @@
 #include "core/trainer.h"
 #include "ui/report/report_writer.h"
 #include "ui/report/run_record.h"
-#include "ui/window/theme.h"
+#include "ui/style/theme.h"
 
 class QAction;
 class QLabel;
@@ -77,6 +77,11 @@ protected:
 
 private:
     void createMenus();
+    void createFileMenu();
+    void createRunMenu();
+    void createViewMenu();
+    void createHelpMenu();
+    void connectRunCommands();
     void onEvents(const QList<core::Event>& events);
     void onRunFinished(const core::RunResult& result);
     void updateActions();
