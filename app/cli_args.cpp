@@ -229,7 +229,7 @@ void Flags::declare(CliRequest& request) {
                         "cpu, cuda:N or virtual:<size> — a simulated GPU with a memory budget,\n"
                         "e.g. virtual:512MiB (default " +
                             d.device + ")",
-                        [](TrainerOptions& o, const std::string& v) { o.device = core::parseDevice(v)->name(); })
+                        [](TrainerOptions& o, const std::string& v) { o.device = v; })  // resolve() canonicalises
         ->type_name("DEV")
         ->check(parsedBy([](const std::string& v) { return core::parseDevice(v); }))
         ->group(group);
@@ -432,8 +432,6 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
                                         "\"; see --help for the flags"
                                   : "unexpected argument \"" + first + "\": every value follows its flag; see --help");
     }
-    if (request.help) return request;
-
     TrainerOptions& o = request.options;
     if (!request.configPath.empty()) {
         // A configuration file is read first; flags given with it override its values.

@@ -1,6 +1,7 @@
 #include "core/command_mailbox.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace batchpilot::core {
 

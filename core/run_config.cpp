@@ -114,6 +114,7 @@ void readObject(const json& object, const std::string& path, const std::map<std:
 tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, TrainerOptions base) {
     TrainerOptions o = std::move(base);
     std::optional<int64_t> epochs;
+    bool stepsGiven = false;  // a step limit in this configuration (not null, not 0)
     try {
         readObject(
             config, "",
@@ -230,6 +231,7 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
                          o.steps.reset();
                      } else if (const int64_t n = integer(v, p, 0, kMaxSteps); n > 0) {
                          o.steps = n;
+                         stepsGiven = true;
                      }
                  }},
                 {"epochs",
@@ -270,10 +272,7 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
     } catch (const ConfigError& e) {
         return tl::unexpected(e.message);
     }
-    if (epochs) {
-        const auto steps = config.is_object() ? config.find("steps") : config.end();
-        setEpochs(o, *epochs, steps != config.end() && steps->is_number() && steps->get<double>() > 0);
-    }
+    if (epochs) setEpochs(o, *epochs, stepsGiven);
     settle(o);
     if (auto ok = validate(o); !ok) return tl::unexpected(ok.error());
     return o;

@@ -406,12 +406,6 @@ void RunPanel::markField(QWidget* field, const QString& problem) {
 }
 
 void RunPanel::revalidate() {
-    QStringList problems;
-    const auto check = [&](QWidget* field, const QString& problem) {
-        markField(field, problem);
-        if (!problem.isEmpty()) problems << problem;
-    };
-
     const bool isVirtual = m_device->currentData().toString() == QLatin1String(kVirtual);
     QString deviceProblem;
     QString sizeProblem;
@@ -427,39 +421,39 @@ void RunPanel::revalidate() {
             m_deviceInfo->setText(tr("simulated GPU with %1").arg(str(core::formatBytes(parsed->budgetBytes))));
     }
     if (!isVirtual) m_deviceInfo->setText(m_device->currentText().section(QStringLiteral(" — "), 1));
-    check(m_virtualSize, sizeProblem);
-    check(m_device, deviceProblem);
-    check(m_model, m_model->count() == 0 ? tr("No model available.") : QString());
+    const QString modelProblem = m_model->count() == 0 ? tr("No model available.") : QString();
 
+    QStringList problems;
+    for (const QString& problem : {sizeProblem, deviceProblem, modelProblem})
+        if (!problem.isEmpty()) problems << problem;
     // Every other rule is core's (the CLI and configuration files share it); its problem names the
     // field, which is marked here.
-    const std::map<std::string, QWidget*> fields = {
+    std::optional<core::OptionProblem> coreProblem;
+    if (problems.isEmpty()) {
+        if (const auto resolved = core::resolve(options()); !resolved) {
+            coreProblem = resolved.error();
+            problems << str(coreProblem->message);
+        }
+    }
+    const auto coreSays = [&](const std::string& field) {
+        return coreProblem && coreProblem->field == field ? str(coreProblem->message) : QString();
+    };
+    markField(m_virtualSize, sizeProblem);
+    markField(m_device, deviceProblem.isEmpty() ? coreSays("device") : deviceProblem);
+    markField(m_model, modelProblem.isEmpty() ? coreSays("model.name") : modelProblem);
+    const std::pair<const char*, QWidget*> coreFields[] = {
         {"target_batch", m_target},
         {"probe.initial_micro_batch", m_initialMicro},
         {"probe.max_micro_batch", m_maxMicro},
         {"probe.headroom", m_headroom},
         {"probe.multiple_of", m_multiple},
         {"optimizer.learning_rate", m_learningRate},
-        {"model.name", m_model},
         {"data.name", m_dataset},
         {"data.path", m_dataPath},
         {"data.samples", m_samples},
-        {"device", m_device},
         {"steps", m_steps},
     };
-    QWidget* marked = nullptr;
-    if (problems.isEmpty()) {
-        if (const auto resolved = core::resolve(options()); !resolved) {
-            const auto field = fields.find(resolved.error().field);
-            marked = field != fields.end() ? field->second : nullptr;
-            problems << str(resolved.error().message);
-        }
-    }
-    for (const auto& [name, widget] : fields) {
-        if (widget != m_model && widget != m_device)
-            markField(widget, widget == marked ? problems.constLast() : QString());
-    }
-    if (marked == m_model || marked == m_device) markField(marked, problems.constLast());
+    for (const auto& [field, widget] : coreFields) markField(widget, coreSays(field));
 
     const QString problem = problems.join(QLatin1Char('\n'));
     const bool changed = problem != m_problem;
