@@ -196,6 +196,7 @@ void TestMemoryViews::fitViewShowsTrialsAndFit() {
     chart.show();
     QVERIFY(QTest::qWaitForWindowExposed(&chart));
     const QList<core::Event> events = probeEvents();
+    chart.setTargetBatch(kTarget);  // from the run model
     for (const core::Event& event : events) chart.handle(event);
     chart.redraw();
     QCOMPARE(chart.trialCount(), 11);
@@ -234,6 +235,7 @@ void TestMemoryViews::whatIfSlider() {
     ui::MemoryFitChart chart;
     chart.resize(900, 600);
     chart.show();
+    chart.setTargetBatch(kTarget);
     for (const core::Event& event : probeEvents()) chart.handle(event);
     chart.whatIfSlider()->setValue(microBatch);  // as a user drags it
     QCOMPARE(chart.whatIfBox()->value(), microBatch);

@@ -9,8 +9,28 @@
 
 #include "ui/config/demo_options.h"
 #include "ui/config/run_panel.h"
+#include "ui/session/run_commands.h"
+#include "ui/session/run_model.h"
+#include "ui/session/trainer_controller.h"
 
 using namespace batchpilot;
+
+namespace {
+
+/// A run panel as the window builds it: the controller, the run model following it, the commands
+/// whose actions the panel's buttons press.
+struct Session {
+    ui::TrainerController controller;
+    ui::RunModel model;
+    ui::RunCommands commands{&controller, &model};
+    ui::RunPanel panel{&commands};
+
+    Session() { model.follow(&controller); }
+    /// What the model hears when a run starts with the panel's values (no trainer runs).
+    void runStarted() { model.runStarted(panel.options()); }
+};
+
+}  // namespace
 
 class TestRunPanel : public QObject {
     Q_OBJECT
@@ -22,7 +42,7 @@ private Q_SLOTS:
     void optionsRoundTrip();
     void settingsRoundTrip();
     void runLocksStartOnlyFields();
-    void midRunChangesAreSignalled();
+    void midRunChangesBecomeCommands();
 
 private:
     static void selectVirtual(ui::RunPanel& panel, const QString& size) {
@@ -32,7 +52,8 @@ private:
 };
 
 void TestRunPanel::defaultsAreValid() {
-    ui::RunPanel panel;
+    Session session;
+    ui::RunPanel& panel = session.panel;
     QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
     QVERIFY(panel.startButton()->isEnabled());
     QVERIFY(!panel.stopButton()->isEnabled());
@@ -52,7 +73,8 @@ void TestRunPanel::invalidInputDisablesStart() {
     QFETCH(int, target);
     QFETCH(QString, budget);
     QFETCH(QString, reason);
-    ui::RunPanel panel;
+    Session session;
+    ui::RunPanel& panel = session.panel;
     panel.show();
     QSignalSpy validity(&panel, &ui::RunPanel::validityChanged);
     selectVirtual(panel, budget);
@@ -79,7 +101,8 @@ void TestRunPanel::invalidInputDisablesStart() {
 }
 
 void TestRunPanel::offersCoresModelsAndDatasets() {
-    ui::RunPanel panel;
+    Session session;
+    ui::RunPanel& panel = session.panel;
     for (const std::string& name : core::datasetNames())
         QVERIFY2(panel.datasetBox()->findData(QString::fromStdString(name)) >= 0, name.c_str());
     QCOMPARE(panel.datasetBox()->count(), int(core::datasetNames().size()));
@@ -88,7 +111,8 @@ void TestRunPanel::offersCoresModelsAndDatasets() {
 }
 
 void TestRunPanel::optionsRoundTrip() {
-    ui::RunPanel panel;
+    Session session;
+    ui::RunPanel& panel = session.panel;
     const core::TrainerOptions demo = ui::demoOptions();
     panel.setOptions(demo);
     const core::TrainerOptions back = panel.options();
@@ -106,48 +130,60 @@ void TestRunPanel::settingsRoundTrip() {
     QTemporaryDir dir;
     QSettings settings(dir.filePath(QStringLiteral("settings.ini")), QSettings::IniFormat);
     {
-        ui::RunPanel panel;
+        Session session;
+        ui::RunPanel& panel = session.panel;
         selectVirtual(panel, QStringLiteral("96MiB"));
         panel.targetBatchBox()->setValue(4096);
         panel.saveSettings(settings);
     }
-    ui::RunPanel restored;
+    Session session;
+    ui::RunPanel& restored = session.panel;
     restored.loadSettings(settings);
     QCOMPARE(restored.deviceId(), QStringLiteral("virtual:96MiB"));
     QCOMPARE(restored.targetBatchBox()->value(), 4096);
 }
 
 void TestRunPanel::runLocksStartOnlyFields() {
-    ui::RunPanel panel;
-    panel.setRunState(true, false);
+    Session session;
+    ui::RunPanel& panel = session.panel;
+    session.runStarted();
     QVERIFY(!panel.startButton()->isEnabled());
+    QVERIFY(!session.commands.startAction()->isEnabled());  // the button and the menu agree
     QVERIFY(panel.stopButton()->isEnabled());
     QVERIFY(panel.reprobeButton()->isEnabled());
+    QVERIFY(!panel.modelBox()->isEnabled());       // fixed while the run uses it
     QVERIFY(panel.targetBatchBox()->isEnabled());  // applies at the next batch
     QVERIFY(panel.deviceBox()->isEnabled());
-    panel.setRunState(true, true);
+    session.model.setPaused(true);
     QCOMPARE(panel.pauseButton()->text(), QStringLiteral("Resume"));
-    panel.setRunState(false, false);
+    QCOMPARE(session.commands.pauseAction()->text(), QStringLiteral("&Resume"));
+    QVERIFY(!panel.reprobeButton()->isEnabled());
+    session.model.runFinished();
     QVERIFY(panel.startButton()->isEnabled());
+    QVERIFY(panel.modelBox()->isEnabled());
+    QCOMPARE(panel.pauseButton()->text(), QStringLiteral("Pause"));
+    QVERIFY(!panel.pauseButton()->isEnabled());
 }
 
-void TestRunPanel::midRunChangesAreSignalled() {
-    ui::RunPanel panel;
+void TestRunPanel::midRunChangesBecomeCommands() {
+    Session session;
+    ui::RunPanel& panel = session.panel;
     selectVirtual(panel, QStringLiteral("64MiB"));
-    QSignalSpy target(&panel, &ui::RunPanel::targetBatchChanged);
-    QSignalSpy device(&panel, &ui::RunPanel::deviceChanged);
+    QSignalSpy notes(&session.commands, &ui::RunCommands::note);
     panel.targetBatchBox()->setValue(512);
-    QCOMPARE(target.count(), 0);  // not running: nothing to apply to
-    panel.setRunState(true, false);
+    QCOMPARE(notes.count(), 0);  // not running: nothing to apply to
+    session.runStarted();
     panel.targetBatchBox()->setValue(2048);
-    QCOMPARE(target.count(), 1);
-    QCOMPARE(target.first().first().toLongLong(), 2048);
+    QCOMPARE(notes.count(), 1);
+    QVERIFY2(notes.last().first().toString().contains(QStringLiteral("target batch → 2048")),
+             qPrintable(notes.last().first().toString()));
     panel.virtualSizeEdit()->setText(QStringLiteral("256MiB"));
     Q_EMIT panel.virtualSizeEdit()->editingFinished();
-    QCOMPARE(device.count(), 1);
-    QCOMPARE(device.first().first().toString(), QStringLiteral("virtual:256MiB"));
+    QCOMPARE(notes.count(), 2);
+    QVERIFY2(notes.last().first().toString().contains(QLatin1String("virtual:256MiB")),
+             qPrintable(notes.last().first().toString()));
     Q_EMIT panel.virtualSizeEdit()->editingFinished();  // same device again: nothing new
-    QCOMPARE(device.count(), 1);
+    QCOMPARE(notes.count(), 2);
 }
 
 QTEST_MAIN(TestRunPanel)

@@ -145,7 +145,7 @@ void TestTeaching::accumulationViewShowsMicroBatches() {
     ui::AccumulationView view;
     view.resize(900, 220);
     view.show();
-    view.handle(core::ProbeFinished{0, 1, 32, 2, 64, 3, 0.1, false, 0, 0});
+    view.setPlan(ui::RunPlan{32, 2, 64});  // from the run model
     view.handle(core::StepModeWaiting{0, 1, 0, 0, 32, 64, false});
     QVERIFY(view.pending().has_value());
     auto* model = view.table()->tableModel();
@@ -369,7 +369,7 @@ void TestTeaching::stepByStep() {
     // Help > How this works explains this run with its own numbers.
     const auto probe = *tape.last<core::ProbeFinished>();
     QCOMPARE(probe.microBatch, qint64(16));
-    const QString html = ui::howItWorksHtml(w.teaching()->facts());
+    const QString html = ui::howItWorksHtml(*w.runModel());
     QVERIFY2(html.contains(QLatin1String("micro-batch of <b>16</b>")), qPrintable(html));
     QVERIFY2(html.contains(QLatin1String("<b>T = 64</b>")), qPrintable(html));
     QVERIFY2(html.contains(QStringLiteral("64 = 4 × 16")), qPrintable(html));
@@ -484,8 +484,8 @@ void TestTeaching::checkEquivalence() {
         QVERIFY(dialog->grab().save(screenshotPath(QStringLiteral("screenshot-equivalence-batchnorm.png"))));
     }
     // The last result stays reachable, and Help > How this works quotes it.
-    QVERIFY(w.teaching()->lastEquivalence().has_value());
-    QVERIFY(ui::howItWorksHtml(w.teaching()->facts()).contains(QLatin1String("relative difference of")));
+    QVERIFY(w.runModel()->digest().equivalence.has_value());
+    QVERIFY(ui::howItWorksHtml(*w.runModel()).contains(QLatin1String("relative difference of")));
     stopRun(w);
 }
 

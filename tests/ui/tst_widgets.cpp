@@ -225,7 +225,7 @@ void TestWidgets::accumulationFillsAndReplays() {
     ui::AccumulationView view;
     view.resize(800, 80);
     view.show();
-    view.handle(core::ProbeFinished{0, 1, 64, 4, 256, 5, 0.1, false, 0, 0});
+    view.setPlan(ui::RunPlan{64, 4, 256});  // from the run model
     QCOMPARE(view.caption(), QStringLiteral("Training batch: 256 = 4 × 64 (micro-batch 64, 4 accumulation steps)"));
     const auto micro = [](int64_t stepNumber, int64_t index, int64_t offset, int64_t size) {
         core::MicroBatchDone m;

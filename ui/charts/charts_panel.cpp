@@ -76,6 +76,10 @@ QList<LiveChart*> ChartsPanel::drawnCharts() const {
     return {m_loss, m_probe, m_memory, m_throughput, m_memoryFit};
 }
 
+void ChartsPanel::setTargetBatch(qint64 target) {
+    m_memoryFit->setTargetBatch(target);
+}
+
 void ChartsPanel::handle(const core::Event& event) {
     for (LiveChart* chart : drawnCharts()) chart->handle(event);
     m_breakdownBar->handle(event);

@@ -31,6 +31,8 @@ public:
     /// Passes an event to every chart (cheap: charts only store it; drawing waits for the timer).
     void handle(const core::Event& event);
     void clear();
+    /// The run's target batch (from the RunModel), for the memory-fit tab's what-if plan.
+    void setTargetBatch(qint64 target);
     /// Redraws every chart whose data or range changed now (the timer does it otherwise).
     void redrawNow();
     /// Redraws the next chart that has new data (round robin): one chart per timer tick keeps

@@ -138,7 +138,6 @@ void MemoryFitChart::handle(const core::Event& event) {
     } else if (const auto* finished = std::get_if<core::ProbeFinished>(&event)) {
         m_finished = true;
         m_chosen = finished->microBatch;
-        if (finished->targetBatch > 0) m_target = finished->targetBatch;
         if (finished->bytesPerSample > 0) {
             m_model = core::MemoryModel{finished->fixedBytes, finished->bytesPerSample};
             m_modelFromProbe = true;
@@ -155,16 +154,17 @@ void MemoryFitChart::handle(const core::Event& event) {
         if (breakdown->capacityBytes == m_capacity && breakdown->usableBytes == m_usable) return;
         m_capacity = breakdown->capacityBytes;
         m_usable = breakdown->usableBytes;
-    } else if (const auto* summary = std::get_if<core::RunSummary>(&event)) {
-        m_target = summary->targetBatch;
-    } else if (const auto* changed = std::get_if<core::TargetBatchChanged>(&event)) {
-        m_target = changed->newTarget;
-    } else if (const auto* metrics = std::get_if<core::StepMetrics>(&event)) {
-        if (metrics->targetBatch == m_target || metrics->targetBatch <= 0) return;
-        m_target = metrics->targetBatch;
     } else {
         return;
     }
+    updateCaption();
+    syncWhatIf();
+    markDirty();
+}
+
+void MemoryFitChart::setTargetBatch(qint64 target) {
+    if (target == m_target) return;
+    m_target = target;
     updateCaption();
     syncWhatIf();
     markDirty();

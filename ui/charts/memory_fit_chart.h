@@ -41,6 +41,8 @@ public:
     qint64 chosenMicroBatch() const { return m_chosen; }
     qint64 usableBytes() const { return m_usable; }
     qint64 capacityBytes() const { return m_capacity; }
+    /// The run's target batch (from the RunModel): the what-if row's plan and the slider's range.
+    void setTargetBatch(qint64 target);
     qint64 targetBatch() const { return m_target; }
     QString caption() const;
 

@@ -22,6 +22,8 @@
 
 #include "core/byte_size.h"
 #include "core/device.h"
+#include "ui/session/run_commands.h"
+#include "ui/session/run_model.h"
 #include "ui/session/trainer_controller.h"
 #include "ui/style/theme.h"
 
@@ -46,7 +48,7 @@ QString str(const std::string& text) {
 
 }  // namespace
 
-RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
+RunPanel::RunPanel(RunCommands* commands, QWidget* parent) : QWidget(parent), m_commands(commands) {
     QGroupBox* data = createModelAndData();
     QGroupBox* device = createDevice();
     QGroupBox* batch = createBatch();
@@ -64,11 +66,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     layout->setSpacing(4);
     layout->addLayout(buttons);
     layout->addWidget(m_problemLabel);
-    m_teaching = new TeachingBox;
-    connect(m_teaching, &TeachingBox::stepModeChanged, this, &RunPanel::stepModeChanged);
-    connect(m_teaching, &TeachingBox::nextMicroBatchRequested, this, &RunPanel::nextMicroBatchRequested);
-    connect(m_teaching, &TeachingBox::finishBatchRequested, this, &RunPanel::finishBatchRequested);
-    connect(m_teaching, &TeachingBox::equivalenceRequested, this, &RunPanel::equivalenceRequested);
+    m_teaching = new TeachingBox(commands);
     layout->addWidget(m_teaching);
     layout->addWidget(device);
     layout->addWidget(batch);
@@ -77,7 +75,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
     layout->addStretch(1);
 
     connectFields();
-    setRunState(false, false);
+    connect(&commands->model(), &RunModel::changed, this, &RunPanel::lockFields);
+    lockFields();
     revalidate();
 }
 
@@ -130,7 +129,7 @@ QGroupBox* RunPanel::createModelAndData() {
     browseModel->setText(QStringLiteral("…"));
     browseModel->setToolTip(tr("Choose a TorchScript model file (.pt, .pth)"));
     connect(browseModel, &QToolButton::clicked, this, [this] {
-        if (m_running) return;  // the model is fixed while a run uses it
+        if (running()) return;  // the model is fixed while a run uses it
         const QString path = QFileDialog::getOpenFileName(this, tr("TorchScript model"), QString(),
                                                           tr("TorchScript models (*.pt *.pth)"));
         if (!path.isEmpty()) setModelFile(path);
@@ -142,7 +141,7 @@ QGroupBox* RunPanel::createModelAndData() {
     browseData->setText(QStringLiteral("…"));
     browseData->setToolTip(tr("Choose the dataset's folder (MNIST, image folder) or file (CSV)"));
     connect(browseData, &QToolButton::clicked, this, [this] {
-        if (m_running) return;
+        if (running()) return;
         const bool file = m_dataset->currentData().toString() == QLatin1String("csv");
         const QString path =
             file ? QFileDialog::getOpenFileName(this, tr("CSV data"), QString(), tr("CSV files (*.csv)"))
@@ -273,31 +272,17 @@ QGroupBox* RunPanel::createTraining() {
 }
 
 QGridLayout* RunPanel::createRunButtons() {
-    m_start = new QPushButton(tr("Start"));
-    m_start->setObjectName(QStringLiteral("startButton"));
-    m_pause = new QPushButton(tr("Pause"));
-    m_pause->setObjectName(QStringLiteral("pauseButton"));
-    m_stop = new QPushButton(tr("Stop"));
-    m_stop->setObjectName(QStringLiteral("stopButton"));
-    m_reprobe = new QPushButton(tr("Re-probe"));
-    m_reprobe->setObjectName(QStringLiteral("reprobeButton"));
-    m_reprobe->setToolTip(
-        tr("Search the largest micro-batch again on the current device, "
-           "without stopping (at the next training batch). Useful when memory "
-           "was freed or taken by something else."));
-    m_pause->setToolTip(
-        tr("Pause training after the current micro-batch (F6); nothing is lost, "
-           "Resume goes on with the same batch."));
-    m_stop->setToolTip(
-        tr("End the run after the current micro-batch (Shift+F5). The unfinished "
-           "batch is dropped, so the model keeps its last complete optimizer "
-           "step."));
+    const auto button = [](QAction* action, const QString& name) {
+        auto* made = new QPushButton;
+        made->setObjectName(name);
+        bindButton(made, action);
+        return made;
+    };
+    m_start = button(m_commands->startAction(), QStringLiteral("startButton"));
+    m_pause = button(m_commands->pauseAction(), QStringLiteral("pauseButton"));
+    m_stop = button(m_commands->stopAction(), QStringLiteral("stopButton"));
+    m_reprobe = button(m_commands->reprobeAction(), QStringLiteral("reprobeButton"));
     m_start->setDefault(true);
-    connect(m_start, &QPushButton::clicked, this, &RunPanel::startRequested);
-    connect(m_pause, &QPushButton::clicked, this,
-            [this] { m_paused ? Q_EMIT resumeRequested() : Q_EMIT pauseRequested(); });
-    connect(m_stop, &QPushButton::clicked, this, &RunPanel::stopRequested);
-    connect(m_reprobe, &QPushButton::clicked, this, &RunPanel::reprobeRequested);
     auto* buttons = new QGridLayout;
     buttons->addWidget(m_start, 0, 0);
     buttons->addWidget(m_pause, 0, 1);
@@ -321,8 +306,8 @@ void RunPanel::connectFields() {
     connect(m_dataPath, &QLineEdit::textChanged, this, changed);
     connect(m_virtualSize, &QLineEdit::editingFinished, this, &RunPanel::commitDevice);
     connect(m_target, &QSpinBox::valueChanged, this, [this](int value) {
-        if (m_running && value > 0)
-            Q_EMIT targetBatchChanged(value, static_cast<core::LrScaling>(m_lrScaling->currentData().toInt()));
+        if (running() && value > 0)
+            m_commands->setTargetBatch(value, static_cast<core::LrScaling>(m_lrScaling->currentData().toInt()));
     });
 }
 
@@ -460,36 +445,26 @@ void RunPanel::revalidate() {
     m_problem = problem;
     m_problemLabel->setText(problem);
     m_problemLabel->setVisible(!problem.isEmpty());
-    setRunState(m_running, m_paused);
+    m_commands->setStartProblem(problem);
+    lockFields();  // the virtual size field follows the device choice
     if (changed) Q_EMIT validityChanged(problem.isEmpty(), problem);
 }
 
 void RunPanel::commitDevice() {
-    if (!m_running || m_device->property("invalid").toBool() || m_virtualSize->property("invalid").toBool()) return;
-    const QString id = deviceId();
-    if (id == m_runDevice) return;
-    m_runDevice = id;
-    Q_EMIT deviceChanged(id);
+    if (!running() || m_device->property("invalid").toBool() || m_virtualSize->property("invalid").toBool()) return;
+    m_commands->switchDevice(deviceId());
 }
 
-void RunPanel::setRunState(bool running, bool paused) {
-    if (running && !m_running) {
-        m_runDevice = deviceId();
-    }
-    m_running = running;
-    m_paused = paused;
-    const bool valid = m_problem.isEmpty();
-    m_start->setEnabled(!running && valid);
-    m_start->setToolTip(valid ? tr("Start training (F5)") : tr("Cannot start: %1").arg(m_problem));
-    m_pause->setEnabled(running);
-    m_pause->setText(paused ? tr("Resume") : tr("Pause"));
-    m_stop->setEnabled(running);
-    m_reprobe->setEnabled(running && !paused);
-    m_teaching->setRunState(running, paused);
+bool RunPanel::running() const {
+    return m_commands->model().isRunning();
+}
+
+void RunPanel::lockFields() {
+    const bool locked = running();
     for (QWidget* field :
          std::initializer_list<QWidget*>{m_model, m_dataset, m_dataPath, m_samples, m_initialMicro, m_maxMicro,
                                          m_headroom, m_multiple, m_optimizer, m_learningRate, m_seed, m_steps})
-        field->setEnabled(!running);
+        field->setEnabled(!locked);
     m_virtualSize->setEnabled(m_device->currentData().toString() == QLatin1String(kVirtual));
 }
 

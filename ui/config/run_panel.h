@@ -19,17 +19,20 @@ class QSpinBox;
 
 namespace batchpilot::ui {
 
-/// The run configuration form and the run buttons (Start, Pause/Resume, Stop, Re-probe), and the
-/// teaching controls: step by step (Next micro-batch, Finish batch) and Check equivalence.
+class RunCommands;
+
+/// The run configuration form, the run buttons (Start, Pause/Resume, Stop, Re-probe) and the
+/// teaching controls (step by step, Next micro-batch, Finish batch, Check equivalence). The buttons
+/// press RunCommands' actions, the same ones as the Run menu's.
 ///
 /// Every field is checked as it changes: an invalid one gets a red frame and a tooltip, and Start
-/// is disabled with a tooltip saying why. During a run the fields that only matter at start are
-/// locked; the target batch and the device stay editable and are applied to the running trainer
-/// at its next training batch (targetBatchChanged, deviceChanged).
+/// is disabled with a tooltip saying why. During a run (RunModel::isRunning) the fields that only
+/// matter at start are locked; the target batch and the device stay editable and are given to the
+/// running trainer through RunCommands, applied at its next training batch.
 class RunPanel : public QWidget {
     Q_OBJECT
 public:
-    explicit RunPanel(QWidget* parent = nullptr);
+    explicit RunPanel(RunCommands* commands, QWidget* parent = nullptr);
 
     core::TrainerOptions options() const;
     /// Shows `options`; values the panel has no field for (checkpoints, loss, CSV columns, image
@@ -44,16 +47,6 @@ public:
     bool isValid() const { return m_problem.isEmpty(); }
     /// The device id the fields describe ("cpu", "cuda:0", "virtual:64MiB"); empty if invalid.
     QString deviceId() const;
-
-    /// Locks and unlocks fields and buttons for the run state.
-    void setRunState(bool running, bool paused);
-    /// Step-by-step mode: whether the trainer waits for Next micro-batch or Finish batch, and
-    /// what it waits to run (shown under the buttons). Next and Finish are enabled only while it
-    /// waits and step mode is on.
-    void setStepWaiting(bool waiting, const QString& next = {}) { m_teaching->setStepWaiting(waiting, next); }
-    bool isStepWaiting() const { return m_teaching->isStepWaiting(); }
-    bool stepMode() const { return m_teaching->stepMode(); }
-    void setStepMode(bool on) { m_teaching->setStepMode(on); }
 
     void saveSettings(QSettings& settings) const;
     void loadSettings(const QSettings& settings);
@@ -78,21 +71,7 @@ public:
     QSpinBox* checkBatchBox() const { return m_teaching->checkBatchBox(); }
 
 Q_SIGNALS:
-    void startRequested();
-    void pauseRequested();
-    void resumeRequested();
-    void stopRequested();
-    void reprobeRequested();
-    /// The target batch was committed while a run is going on.
-    void targetBatchChanged(qint64 target, batchpilot::core::LrScaling rule);
-    /// The device fields were committed to a valid, different device while a run is going on.
-    void deviceChanged(const QString& device);
     void validityChanged(bool valid, const QString& problem);
-    void stepModeChanged(bool on);
-    void nextMicroBatchRequested();
-    void finishBatchRequested();
-    /// Check equivalence was pressed: `samples` of the last batch (0: all of it).
-    void equivalenceRequested(qint64 samples);
 
 private:
     // The constructor's parts: each builds a group of fields (or the run buttons) and its layout.
@@ -106,6 +85,9 @@ private:
     void revalidate();
     void markField(QWidget* field, const QString& problem);
     void commitDevice();
+    bool running() const;
+    /// Locks the fields that only matter at start while a run goes on.
+    void lockFields();
 
     QComboBox* m_model;
     QComboBox* m_dataset;
@@ -131,11 +113,9 @@ private:
     QPushButton* m_reprobe;
     QLabel* m_problemLabel;
     TeachingBox* m_teaching;
+    RunCommands* m_commands;
 
     QString m_problem;
-    bool m_running = false;
-    bool m_paused = false;
-    QString m_runDevice;  // device of the running trainer (after switches)
 };
 
 }  // namespace batchpilot::ui

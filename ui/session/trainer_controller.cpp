@@ -115,7 +115,7 @@ bool TrainerController::start(const core::TrainerOptions& options) {
     QMetaObject::invokeMethod(
         m_worker, [worker = m_worker, trainer = m_trainer, queue = m_queue] { worker->run(trainer, queue); },
         Qt::QueuedConnection);
-    Q_EMIT runStarted();
+    Q_EMIT runStarted(runOptions);
     return true;
 }
 
@@ -155,8 +155,10 @@ void TrainerController::switchDevice(const QString& device) {
 }
 
 void TrainerController::setStepMode(bool on) {
+    if (on == m_stepMode) return;
     m_stepMode = on;
     if (m_running) m_trainer->setStepMode(on);
+    Q_EMIT stepModeChanged(on);
 }
 
 void TrainerController::advance() {

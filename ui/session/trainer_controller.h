@@ -6,20 +6,16 @@
 #include <vector>
 
 #include <QList>
-#include <QMetaType>
 #include <QObject>
 #include <QStringList>
 
 #include "core/events.h"
 #include "core/options.h"
 #include "core/trainer.h"
+#include "ui/session/event_metatypes.h"
 
 class QThread;
 class QTimer;
-
-Q_DECLARE_METATYPE(batchpilot::core::Event)
-Q_DECLARE_METATYPE(batchpilot::core::RunResult)
-Q_DECLARE_METATYPE(batchpilot::core::TrainerOptions)
 
 namespace batchpilot::ui {
 
@@ -34,7 +30,8 @@ class TrainerWorker;
 /// in a mutex-protected queue; a ~30 Hz timer on the GUI thread drains it and emits them as one batch, so the GUI does
 /// the same small amount of work per frame however many thousand events per second arrive.
 /// Commands go straight to the Trainer's thread-safe methods and never block; outside a run they
-/// do nothing (step mode is remembered for the next run).
+/// do nothing (step mode is remembered for the next run). Widgets do not call them: RunCommands
+/// does, and RunModel keeps what they and the trainer's events say for widgets to read.
 ///
 /// Thread rules: create and use on the GUI thread. The destructor stops a running trainer and
 /// waits for the worker thread.
@@ -53,7 +50,6 @@ public:
     /// mode when setStepMode(true) was called.
     bool start(const core::TrainerOptions& options);
     bool isRunning() const { return m_running; }
-    bool isPaused() const { return m_paused; }
 
     void pause();
     void resume();
@@ -86,10 +82,12 @@ public:
 Q_SIGNALS:
     /// A batch of events in the order the trainer sent them (GUI thread, at most ~30 per second).
     void eventsReceived(const QList<batchpilot::core::Event>& events);
-    void runStarted();
+    /// A run started with `options` (as the trainer got them: step mode and CPUs settled here).
+    void runStarted(const batchpilot::core::TrainerOptions& options);
     /// The run ended; every event it sent has been delivered before this signal.
     void runFinished(const batchpilot::core::RunResult& result);
     void pausedChanged(bool paused);
+    void stepModeChanged(bool on);
 
 private:
     void drain();

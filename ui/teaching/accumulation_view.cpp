@@ -225,19 +225,17 @@ void AccumulationView::handle(const core::Event& event) {
         m_pending = *waiting;
         if (waiting->targetBatch > 0 && m_segments.empty()) m_target = waiting->targetBatch;
         m_table->tableModel()->setPending(m_pending, waiting->step == m_step || m_segments.empty());
-    } else if (const auto* finished = std::get_if<core::ProbeFinished>(&event)) {
-        m_target = finished->targetBatch;
-        m_microBatch = finished->microBatch;
-        m_accumulation = finished->accumulationSteps;
-    } else if (const auto* metrics = std::get_if<core::StepMetrics>(&event)) {
-        m_target = metrics->targetBatch;
-        m_microBatch = metrics->microBatch;
-        m_accumulation = metrics->accumulationSteps;
-    } else if (const auto* changed = std::get_if<core::TargetBatchChanged>(&event)) {
-        m_target = changed->newTarget;
     } else {
         return;
     }
+    updateCaption();
+    m_bar->update();
+}
+
+void AccumulationView::setPlan(const RunPlan& plan) {
+    if (plan.targetBatch > 0) m_target = plan.targetBatch;
+    m_microBatch = plan.microBatch;
+    m_accumulation = plan.accumulationSteps;
     updateCaption();
     m_bar->update();
 }

@@ -6,6 +6,7 @@
 #include <QWidget>
 
 #include "core/events.h"
+#include "ui/session/run_model.h"
 
 class QLabel;
 class QVariantAnimation;
@@ -24,6 +25,9 @@ class MicroBatchTable;
 /// samples and the running gradient norm. In step-by-step mode the micro-batch the trainer waits
 /// to run is drawn dashed ("next"), on the bar and in the table. After the optimizer step a badge
 /// "optimizer step N" stays until the next batch starts.
+///
+/// The plan (caption and tick marks) comes from the RunModel (setPlan); the micro-batches, OOMs
+/// and steps from the events.
 class AccumulationView : public QWidget {
     Q_OBJECT
 public:
@@ -31,6 +35,8 @@ public:
 
     void handle(const core::Event& event);
     void clear();
+    /// The run's plan: micro-batch × accumulation steps = target batch.
+    void setPlan(const RunPlan& plan);
 
     /// The plan caption shown above the bar (empty before the first probe finished).
     QString caption() const;

@@ -1,30 +1,28 @@
 #include "ui/teaching/teaching_box.h"
 
+#include <QAction>
 #include <QCheckBox>
 #include <QGridLayout>
 #include <QLabel>
 #include <QPushButton>
 #include <QSpinBox>
 
+#include "ui/session/run_commands.h"
+#include "ui/session/run_model.h"
+
 namespace batchpilot::ui {
 
-TeachingBox::TeachingBox(QWidget* parent) : QGroupBox(tr("Teaching"), parent) {
-    m_stepMode = new QCheckBox(tr("Step by step"));
+TeachingBox::TeachingBox(RunCommands* commands, QWidget* parent)
+    : QGroupBox(tr("Teaching"), parent), m_commands(commands) {
+    m_stepMode = new QCheckBox;
     m_stepMode->setObjectName(QStringLiteral("stepModeBox"));
-    m_stepMode->setToolTip(
-        tr("Run one micro-batch at a time (Ctrl+T). Training stops before "
-           "each micro-batch so you can watch its gradients being added to "
-           "the batch; turn it off to let training run on."));
-    m_next = new QPushButton(tr("Next micro-batch"));
+    bindButton(m_stepMode, commands->stepModeAction());
+    m_next = new QPushButton;
     m_next->setObjectName(QStringLiteral("nextMicroBatchButton"));
-    m_next->setToolTip(
-        tr("Run exactly one more micro-batch (N): its forward and backward pass, "
-           "its gradients weighted by n_i/T and added to the batch's sum."));
-    m_finish = new QPushButton(tr("Finish batch"));
+    bindButton(m_next, commands->nextAction());
+    m_finish = new QPushButton;
     m_finish->setObjectName(QStringLiteral("finishBatchButton"));
-    m_finish->setToolTip(
-        tr("Run the rest of this training batch and the optimizer step (F), "
-           "then wait again before the next batch."));
+    bindButton(m_finish, commands->finishAction());
     m_stepInfo = new QLabel;
     m_stepInfo->setObjectName(QStringLiteral("stepInfo"));
     m_stepInfo->setWordWrap(true);
@@ -41,31 +39,18 @@ TeachingBox::TeachingBox(QWidget* parent) : QGroupBox(tr("Teaching"), parent) {
     m_checkBatch->setObjectName(QStringLiteral("checkBatch"));
     m_checkBatch->setSpecialValueText(tr("whole batch"));
     m_checkBatch->setSuffix(tr(" samples"));
-    m_check = new QPushButton(tr("Check equivalence"));
+    connect(m_checkBatch, &QSpinBox::valueChanged, this,
+            [commands](int samples) { commands->setEquivalenceSamples(samples); });
+    m_check = new QPushButton;
     m_check->setObjectName(QStringLiteral("checkEquivalenceButton"));
-    m_check->setToolTip(
-        tr("Prove that accumulation is exact (Ctrl+G): the gradient of the last "
-           "batch summed over its micro-batches is compared with the gradient of "
-           "one pass over the whole batch. Runs at the end of the current batch."));
+    bindButton(m_check, commands->checkAction());
 
-    connect(m_stepMode, &QCheckBox::toggled, this, [this](bool on) {
-        update();
-        Q_EMIT stepModeChanged(on);
-    });
-    // One click, one micro-batch: the buttons stay disabled until the trainer waits again. A
+    // One press, one micro-batch: the buttons stay disabled until the trainer waits again. A
     // disabled button loses the keyboard focus (to the Check batch box, which would swallow the
     // N and F shortcuts as typing), so Next gets it back when the trainer waits again.
-    connect(m_next, &QPushButton::clicked, this, [this] {
-        m_refocusNext = true;
-        setStepWaiting(false);
-        Q_EMIT nextMicroBatchRequested();
-    });
-    connect(m_finish, &QPushButton::clicked, this, [this] {
-        m_refocusNext = true;
-        setStepWaiting(false);
-        Q_EMIT finishBatchRequested();
-    });
-    connect(m_check, &QPushButton::clicked, this, [this] { Q_EMIT equivalenceRequested(m_checkBatch->value()); });
+    for (QAction* stepping : {commands->nextAction(), commands->finishAction()})
+        connect(stepping, &QAction::triggered, this, [this] { m_refocusNext = true; });
+    connect(&commands->model(), &RunModel::changed, this, &TeachingBox::update);
 
     setToolTip(
         tr("Slow training down to one micro-batch at a time, and check that "
@@ -85,41 +70,25 @@ TeachingBox::TeachingBox(QWidget* parent) : QGroupBox(tr("Teaching"), parent) {
     update();
 }
 
-void TeachingBox::setRunState(bool running, bool /*paused*/) {
-    // Start was just pressed: in step mode, Next takes the focus at the first wait.
-    if (running && !m_running) m_refocusNext = m_stepMode->isChecked();
-    m_running = running;
-    update();
+QString TeachingBox::stepText() const {
+    const RunModel& run = m_commands->model();
+    if (!run.stepMode()) return tr("Off: training runs on by itself.");
+    if (!run.isRunning()) return tr("The next run waits before its first micro-batch.");
+    if (!run.isWaiting()) return tr("Running…");
+    const core::StepModeWaiting& waiting = *run.waiting();
+    QString next =
+        tr("micro-batch %1 of step %2 (%3 samples)").arg(waiting.index + 1).arg(waiting.step).arg(waiting.size);
+    if (waiting.probeTrial) next += tr(", a probe trial");
+    return tr("Waiting to run %1.").arg(next);
 }
 
 void TeachingBox::update() {
-    const bool stepping = m_running && m_stepMode->isChecked();
-    m_next->setEnabled(stepping && m_stepWaiting);
-    m_finish->setEnabled(stepping && m_stepWaiting);
-    m_check->setEnabled(m_running);
-    if (!m_stepMode->isChecked())
-        m_stepInfo->setText(tr("Off: training runs on by itself."));
-    else if (!m_running)
-        m_stepInfo->setText(tr("The next run waits before its first micro-batch."));
-    else if (!m_stepWaiting)
-        m_stepInfo->setText(tr("Running…"));
-    else
-        m_stepInfo->setText(tr("Waiting to run %1.").arg(m_stepNext));
-}
-
-bool TeachingBox::stepMode() const {
-    return m_stepMode->isChecked();
-}
-
-void TeachingBox::setStepMode(bool on) {
-    m_stepMode->setChecked(on);
-}
-
-void TeachingBox::setStepWaiting(bool waiting, const QString& next) {
-    m_stepWaiting = waiting;
-    m_stepNext = next;
-    update();
-    if (waiting && m_refocusNext && m_next->isEnabled()) {
+    const RunModel& run = m_commands->model();
+    // Start was just pressed: in step mode, Next takes the focus at the first wait.
+    if (run.isRunning() && !m_wasRunning) m_refocusNext = run.stepMode();
+    m_wasRunning = run.isRunning();
+    m_stepInfo->setText(stepText());
+    if (run.isWaiting() && m_refocusNext && m_next->isEnabled()) {
         m_refocusNext = false;
         m_next->setFocus();
     }

@@ -3,6 +3,7 @@
 #include <QCoreApplication>
 #include <QLocale>
 
+#include "core/accumulation_plan.h"
 #include "core/byte_size.h"
 #include "core/math_libraries.h"
 #include "core/memory_report.h"
@@ -10,6 +11,7 @@
 #include "ui/charts/live_chart.h"
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
+#include "ui/session/run_model.h"
 #include "ui/session/trainer_controller.h"
 #include "ui/charts/probe_chart.h"
 #include "ui/charts/throughput_chart.h"
@@ -37,80 +39,83 @@ QString yourRun(const QString& text) {
     return QStringLiteral("<blockquote><b>%1</b> %2</blockquote>").arg(tr("In your run:"), text);
 }
 
-QString targetPart(const RunFacts& f) {
-    if (!f.hasRun() || f.targetBatch <= 0) return {};
-    QString text = tr("the target batch is <b>T = %1</b> samples").arg(f.targetBatch);
-    if (!f.model.isEmpty())
+QString targetPart(const RunModel& run) {
+    if (!run.hasRun() || run.targetBatch() <= 0) return {};
+    QString text = tr("the target batch is <b>T = %1</b> samples").arg(run.targetBatch());
+    if (const auto& summary = run.digest().summary; summary && !summary->model.empty())
         text += tr(", the model is %1 with %2 trainable numbers")
-                    .arg(f.model.toHtmlEscaped(), QLocale().toString(f.parameterCount));
-    if (!f.device.isEmpty()) text += tr(", and it trains on <b>%1</b>").arg(f.device.toHtmlEscaped());
+                    .arg(str(summary->model).toHtmlEscaped(), QLocale().toString(summary->parameterCount));
+    if (!run.device().isEmpty()) text += tr(", and it trains on <b>%1</b>").arg(run.device().toHtmlEscaped());
     return yourRun(text + QStringLiteral("."));
 }
 
-QString probePart(const RunFacts& f) {
-    if (f.trials.empty() && !f.probe) return {};
+QString probePart(const RunModel& run) {
+    const core::RunDigest& d = run.digest();
+    if (d.trials.empty() && !d.probeFinished) return {};
     QStringList tried;
-    for (const RunFacts::Trial& t : f.trials)
+    for (const core::ProbeTrial& t : d.trials)
         tried << QStringLiteral("%1 %2")
                      .arg(t.microBatch)
                      .arg(t.fit ? QStringLiteral("✓") : QStringLiteral("✗ (out of memory)"));
-    QString text = tr("the latest probe ran %1 trials: %2.").arg(f.trials.size()).arg(tried.join(QStringLiteral(", ")));
-    if (f.probe) {
-        text += tr(" It chose a micro-batch of <b>%1</b> samples").arg(f.probe->microBatch);
-        if (f.usableBytes > 0) text += tr(" for %1 of usable memory").arg(bytes(static_cast<double>(f.usableBytes)));
+    QString text = tr("the latest probe ran %1 trials: %2.").arg(d.trials.size()).arg(tried.join(QStringLiteral(", ")));
+    if (const auto& probe = d.probeFinished) {
+        text += tr(" It chose a micro-batch of <b>%1</b> samples").arg(probe->microBatch);
+        const qint64 usable = d.probeStarted ? d.probeStarted->usableBytes : 0;
+        if (usable > 0) text += tr(" for %1 of usable memory").arg(bytes(static_cast<double>(usable)));
         text += QStringLiteral(".");
-        if (f.probe->bytesPerSample > 0) {
-            const core::MemoryModel model{f.probe->fixedBytes, f.probe->bytesPerSample};
+        if (probe->bytesPerSample > 0) {
+            const core::MemoryModel model{probe->fixedBytes, probe->bytesPerSample};
             text += tr(" The memory it measured fits the line %1: the fixed part is the weights, "
                        "their gradients and the optimizer state, the part per sample is the "
                        "activations kept for the backward pass.")
                         .arg(str(core::describeMemoryModel(model)).toHtmlEscaped());
         }
-        if (f.probe->hitTrialLimit) text += tr(" It stopped at its trial limit.");
+        if (probe->hitTrialLimit) text += tr(" It stopped at its trial limit.");
     } else {
         text += tr(" It is still searching.");
     }
     return yourRun(text);
 }
 
-QString accumulationPart(const RunFacts& f) {
-    if (!f.probe || f.probe->microBatch <= 0 || f.probe->targetBatch <= 0) return {};
-    const qint64 target = f.probe->targetBatch;
-    const qint64 micro = f.probe->microBatch;
-    const qint64 k = (target + micro - 1) / micro;
-    const qint64 base = target / k;
-    const qint64 larger = target % k;
-    QString weights = lossWeightText(larger > 0 ? base + 1 : base, target);
-    if (larger > 0) weights += tr(" for the larger ones and %1 for the others").arg(lossWeightText(base, target));
+QString accumulationPart(const RunModel& run) {
+    const auto& probe = run.digest().probeFinished;
+    if (!probe || probe->microBatch <= 0 || probe->targetBatch <= 0) return {};
+    const qint64 target = probe->targetBatch;
+    const qint64 micro = probe->microBatch;
+    const core::EvenSplit split = core::EvenSplit::of(target, micro);
+    QString weights = lossWeightText(split.sizeOf(0), target);
+    if (split.larger > 0)
+        weights += tr(" for the larger ones and %1 for the others").arg(lossWeightText(split.base, target));
     QString text = tr("%1. Each micro-batch's mean loss is multiplied by <b>%2</b>; the weights "
                       "add up to 1, and the optimizer steps once per %3 samples.")
                        .arg(planCaption(target, micro), weights)
                        .arg(target);
-    if (k == 1)
+    if (split.parts == 1)
         text +=
             tr(" The whole batch fits at once, so there is nothing to accumulate: lower Max "
                "micro-batch or the device budget to see accumulation.");
-    if (f.steps > 0) text += tr(" %1 optimizer steps so far.").arg(f.steps);
+    if (run.steps() > 0) text += tr(" %1 optimizer steps so far.").arg(run.steps());
     return yourRun(text);
 }
 
-QString oomPart(const RunFacts& f) {
-    if (!f.hasRun()) return {};
-    if (f.trainingOoms == 0)
+QString oomPart(const RunModel& run) {
+    if (!run.hasRun()) return {};
+    if (run.trainingOoms() == 0)
         return yourRun(
             tr("no out-of-memory error has happened while training so far (the probe's "
                "own failed trials do not count: they are how it finds the limit)."));
     return yourRun(tr("%1 out-of-memory errors happened while training and all were recovered: "
                       "%2 samples of the failed micro-batches were run again in smaller "
                       "micro-batches, none lost and none counted twice.")
-                       .arg(f.trainingOoms)
-                       .arg(f.samplesReplayed));
+                       .arg(run.trainingOoms())
+                       .arg(run.samplesReplayed()));
 }
 
-QString equivalencePart(const RunFacts& f) {
-    if (!f.hasRun()) return {};
-    if (!f.equivalence) return yourRun(tr("no check yet: press <i>Check equivalence</i> in the run panel."));
-    const core::EquivalenceChecked& e = *f.equivalence;
+QString equivalencePart(const RunModel& run) {
+    if (!run.hasRun()) return {};
+    const auto& last = run.digest().equivalence;
+    if (!last) return yourRun(tr("no check yet: press <i>Check equivalence</i> in the run panel."));
+    const core::EquivalenceChecked& e = *last;
     if (!e.error.empty()) return yourRun(tr("the last check could not run: %1").arg(str(e.error).toHtmlEscaped()));
     QStringList sizes;
     for (int64_t size : e.microBatchSizes) sizes << QString::number(size);
@@ -125,44 +130,12 @@ QString equivalencePart(const RunFacts& f) {
 
 }  // namespace
 
-void RunFacts::handle(const core::Event& event) {
-    if (const auto* summary = std::get_if<core::RunSummary>(&event)) {
-        device = str(summary->device);
-        model = str(summary->model);
-        parameterCount = summary->parameterCount;
-        batchStatistics = summary->batchStatistics;
-        targetBatch = summary->targetBatch;
-    } else if (const auto* started = std::get_if<core::ProbeStarted>(&event)) {
-        trials.clear();
-        usableBytes = started->usableBytes;
-        if (!started->device.empty()) device = str(started->device);
-    } else if (const auto* trial = std::get_if<core::ProbeTrial>(&event)) {
-        trials.push_back({trial->microBatch, trial->fit});
-        m_trialFailed = !trial->fit;
-    } else if (const auto* finished = std::get_if<core::ProbeFinished>(&event)) {
-        m_trialFailed = false;
-        probe = *finished;
-        targetBatch = finished->targetBatch;
-        ++probes;
-    } else if (const auto* oom = std::get_if<core::OomEvent>(&event)) {
-        if (m_trialFailed) {
-            m_trialFailed = false;  // the probe's own trial: how it finds the limit
-        } else if (oom->recovered) {
-            ++trainingOoms;
-            if (oom->phase != core::Phase::OptimizerStep) samplesReplayed += oom->microBatch;
-        }
-    } else if (const auto* stepped = std::get_if<core::OptimizerStepped>(&event)) {
-        steps = stepped->step;
-    } else if (const auto* changed = std::get_if<core::TargetBatchChanged>(&event)) {
-        targetBatch = changed->newTarget;
-    } else if (const auto* switched = std::get_if<core::DeviceSwitched>(&event)) {
-        device = str(switched->to);
-    } else if (const auto* checked = std::get_if<core::EquivalenceChecked>(&event)) {
-        equivalence = *checked;
-    }
+QString howItWorksHtml() {
+    const RunModel none;
+    return howItWorksHtml(none);
 }
 
-QString howItWorksHtml(const RunFacts& f) {
+QString howItWorksHtml(const RunModel& f) {
     QString html;
     if (!f.hasRun())
         html +=

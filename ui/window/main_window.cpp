@@ -30,6 +30,8 @@
 #include "ui/config/run_panel.h"
 #include "ui/window/run_status.h"
 #include "ui/window/teaching_tools.h"
+#include "ui/session/run_commands.h"
+#include "ui/session/run_model.h"
 #include "ui/session/trainer_controller.h"
 
 namespace batchpilot::ui {
@@ -37,7 +39,9 @@ namespace batchpilot::ui {
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent),
       m_controller(new TrainerController(this)),
-      m_runPanel(new RunPanel),
+      m_run(new RunModel(this)),
+      m_commands(new RunCommands(m_controller, m_run, this)),
+      m_runPanel(new RunPanel(m_commands)),
       m_charts(new ChartsPanel),
       m_accumulation(new AccumulationView),
       m_eventLog(new EventLog) {
@@ -100,57 +104,28 @@ MainWindow::MainWindow(QWidget* parent)
     splitDockWidget(m_batchDock, m_logDock, Qt::Vertical);
     resizeDocks({m_batchDock, m_logDock}, {170, 120}, Qt::Vertical);
 
-    m_status = new RunStatus(statusBar(), this);
-    m_teaching = new TeachingTools(m_controller, m_runPanel, this);
-    connect(m_teaching, &TeachingTools::note, this, &MainWindow::note);
+    m_status = new RunStatus(statusBar(), m_run, this);
+    m_teaching = new TeachingTools(m_commands, this);
     explainCharts(*m_charts);
 
+    // The model follows the controller first, so every widget below reads a model that has
+    // already seen the batch of events it is handed.
+    m_run->follow(m_controller);
+    connect(m_run, &RunModel::changed, this, [this] {
+        m_charts->setTargetBatch(m_run->targetBatch());
+        m_accumulation->setPlan(m_run->plan());
+    });
     connect(m_controller, &TrainerController::eventsReceived, this, &MainWindow::onEvents);
     connect(m_controller, &TrainerController::runFinished, this, &MainWindow::onRunFinished);
-    connect(m_controller, &TrainerController::pausedChanged, this, [this](bool paused) {
-        m_runPanel->setRunState(m_controller->isRunning(), paused);
-        updateActions();
-    });
-
-    connectRunCommands();
+    connect(m_commands, &RunCommands::startRequested, this, &MainWindow::start);
+    connect(m_commands, &RunCommands::note, this, &MainWindow::note);
 
     setAcceptDrops(true);
     createMenus();
     loadSettings();
-    updateActions();
 }
 
 MainWindow::~MainWindow() = default;
-
-/// The run panel's requests, carried to the controller and noted in the event log.
-void MainWindow::connectRunCommands() {
-    connect(m_runPanel, &RunPanel::startRequested, this, &MainWindow::start);
-    connect(m_runPanel, &RunPanel::pauseRequested, this, [this] {
-        m_controller->pause();
-        note(tr("pause (within one micro-batch)"));
-    });
-    connect(m_runPanel, &RunPanel::resumeRequested, this, [this] {
-        m_controller->resume();
-        note(tr("resume"));
-    });
-    connect(m_runPanel, &RunPanel::stopRequested, this, [this] {
-        m_controller->stop();
-        note(tr("stop (within one micro-batch)"));
-    });
-    connect(m_runPanel, &RunPanel::reprobeRequested, this, [this] {
-        m_controller->reprobe();
-        note(tr("re-probe on the current device (at the next training batch)"));
-    });
-    connect(m_runPanel, &RunPanel::targetBatchChanged, this, [this](qint64 target, core::LrScaling rule) {
-        m_controller->setTargetBatch(target, rule);
-        note(tr("target batch → %1 (at the next training batch)").arg(target));
-    });
-    connect(m_runPanel, &RunPanel::deviceChanged, this, [this](const QString& device) {
-        m_controller->switchDevice(device);
-        note(tr("switch device → %1 (at the next training batch)").arg(device));
-    });
-    connect(m_runPanel, &RunPanel::validityChanged, this, [this] { updateActions(); });
-}
 
 void MainWindow::createMenus() {
     createFileMenu();
@@ -204,16 +179,8 @@ void MainWindow::createFileMenu() {
 
 void MainWindow::createRunMenu() {
     QMenu* run = menuBar()->addMenu(tr("&Run"));
-    m_startAction = run->addAction(tr("&Start"), this, &MainWindow::start);
-    m_startAction->setShortcut(QKeySequence(Qt::Key_F5));
-    m_pauseAction = run->addAction(tr("&Pause"), this, [this] {
-        m_controller->isPaused() ? m_runPanel->resumeRequested() : m_runPanel->pauseRequested();
-    });
-    m_pauseAction->setShortcut(QKeySequence(Qt::Key_F6));
-    m_stopAction = run->addAction(tr("S&top"), this, [this] { Q_EMIT m_runPanel->stopRequested(); });
-    m_stopAction->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F5));
-    m_reprobeAction = run->addAction(tr("&Re-probe"), this, [this] { Q_EMIT m_runPanel->reprobeRequested(); });
-    m_reprobeAction->setShortcut(QKeySequence(tr("Ctrl+R")));
+    run->addActions(
+        {m_commands->startAction(), m_commands->pauseAction(), m_commands->stopAction(), m_commands->reprobeAction()});
     run->addSeparator();
     run->addAction(tr("Start the &demo"), QKeySequence(tr("Ctrl+D")), this, &MainWindow::startDemo);
     run->addSeparator();
@@ -263,7 +230,7 @@ void MainWindow::createHelpMenu() {
 }
 
 bool MainWindow::start() {
-    if (m_controller->isRunning()) return false;
+    if (m_run->isRunning()) return false;
     if (!m_runPanel->isValid()) {
         showError(tr("Cannot start: %1").arg(m_runPanel->problem()));
         return false;
@@ -272,7 +239,7 @@ bool MainWindow::start() {
 }
 
 bool MainWindow::startWith(const core::TrainerOptions& options) {
-    if (m_controller->isRunning()) return false;
+    if (m_run->isRunning()) return false;
     m_errorBox->hide();
     m_charts->clear();
     m_accumulation->clear();
@@ -280,19 +247,20 @@ bool MainWindow::startWith(const core::TrainerOptions& options) {
     m_status->clear();
     m_record.clear();
     m_report.clear();
-    m_status->setDevice(QString::fromStdString(options.device));
     saveSettings();
     if (!m_controller->start(options)) return false;
     note(tr("start: %1 on %2, target batch %3")
              .arg(QString::fromStdString(options.model.name), QString::fromStdString(options.device))
              .arg(options.targetBatch));
-    m_runPanel->setRunState(true, false);
-    updateActions();
     return true;
 }
 
+QAction* MainWindow::startAction() const {
+    return m_commands->startAction();
+}
+
 bool MainWindow::startDemo() {
-    if (m_controller->isRunning()) return false;
+    if (m_run->isRunning()) return false;
     m_runPanel->setOptions(demoOptions());
     return start();
 }
@@ -313,8 +281,6 @@ void MainWindow::onEvents(const QList<core::Event>& events) {
 }
 
 void MainWindow::onRunFinished(const core::RunResult& result) {
-    m_runPanel->setRunState(false, false);
-    updateActions();
     if (result.state == core::RunState::Failed) {
         if (!result.error.empty() && errorText().isEmpty()) showError(QString::fromStdString(result.error));
         note(tr("run failed after %1 steps").arg(result.steps));
@@ -322,18 +288,6 @@ void MainWindow::onRunFinished(const core::RunResult& result) {
         note(result.stopped ? tr("stopped after %1 steps").arg(result.steps)
                             : tr("finished after %1 steps").arg(result.steps));
     }
-}
-
-void MainWindow::updateActions() {
-    const bool running = m_controller->isRunning();
-    const bool paused = m_controller->isPaused();
-    m_startAction->setEnabled(!running && m_runPanel->isValid());
-    m_startAction->setToolTip(m_runPanel->isValid() ? tr("Start training")
-                                                    : tr("Cannot start: %1").arg(m_runPanel->problem()));
-    m_pauseAction->setEnabled(running);
-    m_pauseAction->setText(paused ? tr("&Resume") : tr("&Pause"));
-    m_stopAction->setEnabled(running);
-    m_reprobeAction->setEnabled(running && !paused);
 }
 
 bool MainWindow::openConfiguration(const QString& path) {
@@ -361,7 +315,7 @@ bool MainWindow::saveConfiguration(const QString& path) {
 bool MainWindow::openDroppedFile(const QString& path) {
     const QString suffix = QFileInfo(path).suffix().toLower();
     if (suffix == QLatin1String("pt") || suffix == QLatin1String("pth")) {
-        if (m_controller->isRunning()) {
+        if (m_run->isRunning()) {
             showError(tr("Stop the run before choosing another model."));
             return false;
         }
@@ -461,7 +415,7 @@ void MainWindow::showHowItWorks() {
     dialog->setWindowTitle(tr("How BatchPilot works"));
     auto* text = new QTextBrowser;
     text->setObjectName(QStringLiteral("howItWorksText"));
-    text->setHtml(howItWorksHtml(m_teaching->facts()));
+    text->setHtml(howItWorksHtml(*m_run));
     auto* layout = new QVBoxLayout(dialog);
     layout->addWidget(text);
     dialog->resize(640, 560);

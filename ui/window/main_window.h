@@ -18,6 +18,8 @@ namespace batchpilot::ui {
 class AccumulationView;
 class ChartsPanel;
 class EventLog;
+class RunCommands;
+class RunModel;
 class RunPanel;
 class RunStatus;
 class TeachingTools;
@@ -63,10 +65,14 @@ public:
     EventLog* eventLog() const { return m_eventLog; }
     RunStatus* runStatus() const { return m_status; }
     TrainerController* controller() const { return m_controller; }
-    /// Step by step, Check equivalence and the run's facts for Help > How this works.
+    /// The run as every widget reads it (state, plan, device, what it reported).
+    const RunModel* runModel() const { return m_run; }
+    /// The run commands: the Run menu's actions, also pressed by the run panel's buttons.
+    RunCommands* commands() const { return m_commands; }
+    /// The Run menu's teaching entries and the equivalence dialog.
     TeachingTools* teaching() const { return m_teaching; }
     const RunRecord& record() const { return m_record; }
-    QAction* startAction() const { return m_startAction; }
+    QAction* startAction() const;
     /// The error message shown above the charts (empty when none).
     QString errorText() const;
 
@@ -81,10 +87,8 @@ private:
     void createRunMenu();
     void createViewMenu();
     void createHelpMenu();
-    void connectRunCommands();
     void onEvents(const QList<core::Event>& events);
     void onRunFinished(const core::RunResult& result);
-    void updateActions();
     void showError(const QString& message);
     void note(const QString& details);
     void saveSettings();
@@ -93,6 +97,8 @@ private:
     void showAbout();
 
     TrainerController* m_controller;
+    RunModel* m_run;
+    RunCommands* m_commands;
     RunPanel* m_runPanel;
     ChartsPanel* m_charts;
     AccumulationView* m_accumulation;
@@ -108,10 +114,6 @@ private:
     ReportWriter m_report;
     Theme m_theme = Theme::System;
 
-    QAction* m_startAction = nullptr;
-    QAction* m_pauseAction = nullptr;
-    QAction* m_stopAction = nullptr;
-    QAction* m_reprobeAction = nullptr;
     QAction* m_followAction = nullptr;
     QList<QAction*> m_themeActions;
 };

@@ -7,6 +7,7 @@
 #include <QStatusBar>
 
 #include "core/byte_size.h"
+#include "ui/session/run_model.h"
 
 namespace batchpilot::ui {
 
@@ -33,7 +34,7 @@ QLabel* field(QStatusBar* bar, const QString& name, const QString& tip) {
 
 }  // namespace
 
-RunStatus::RunStatus(QStatusBar* bar, QObject* parent) : QObject(parent) {
+RunStatus::RunStatus(QStatusBar* bar, const RunModel* run, QObject* parent) : QObject(parent), m_run(run) {
     m_state = field(bar, QStringLiteral("statusState"),
                     tr("What the trainer is doing: probing for the largest micro-batch, "
                        "training, paused or finished."));
@@ -63,16 +64,12 @@ RunStatus::RunStatus(QStatusBar* bar, QObject* parent) : QObject(parent) {
     m_eta->setToolTip(tr("Estimated time until the step limit, from the recent speed."));
     m_progress->setToolTip(tr("Share of the step limit done."));
     bar->addPermanentWidget(m_eta);
+    connect(run, &RunModel::changed, this, &RunStatus::refresh);
     clear();
 }
 
 void RunStatus::handle(const core::Event& event) {
-    if (const auto* state = std::get_if<core::RunStateChanged>(&event)) {
-        m_runState = state->state;
-    } else if (const auto* metrics = std::get_if<core::StepMetrics>(&event)) {
-        m_microBatch = metrics->microBatch;
-        m_accumulation = metrics->accumulationSteps;
-        m_target = metrics->targetBatch;
+    if (const auto* metrics = std::get_if<core::StepMetrics>(&event)) {
         m_stepNumber = metrics->step;
         m_epoch = metrics->epoch;
         m_totalSteps = metrics->totalSteps;
@@ -84,28 +81,19 @@ void RunStatus::handle(const core::Event& event) {
             m_firstStepTime = metrics->time;
             m_firstStep = metrics->step;
         }
-    } else if (const auto* probe = std::get_if<core::ProbeFinished>(&event)) {
-        m_microBatch = probe->microBatch;
-        m_accumulation = probe->accumulationSteps;
-        m_target = probe->targetBatch;
-    } else if (const auto* probeStart = std::get_if<core::ProbeStarted>(&event)) {
-        m_deviceName = QString::fromStdString(probeStart->device);
     } else if (const auto* sample = std::get_if<core::MemorySample>(&event)) {
         m_capacity = sample->capacityBytes;
-    } else if (const auto* switched = std::get_if<core::DeviceSwitched>(&event)) {
-        m_deviceName = QString::fromStdString(switched->to);
-    } else if (const auto* changed = std::get_if<core::TargetBatchChanged>(&event)) {
-        m_target = changed->newTarget;
     }
 }
 
 QString RunStatus::stateText() const {
-    return QString::fromLatin1(core::toString(m_runState));
+    return QString::fromLatin1(core::toString(m_run->state()));
 }
 
 QString RunStatus::planText() const {
-    if (m_microBatch <= 0) return tr("micro-batch —");
-    return tr("%1 × %2 = %3").arg(m_microBatch).arg(m_accumulation).arg(m_target);
+    const RunPlan& plan = m_run->plan();
+    if (plan.microBatch <= 0) return tr("micro-batch —");
+    return tr("%1 × %2 = %3").arg(plan.microBatch).arg(plan.accumulationSteps).arg(plan.targetBatch);
 }
 
 QString RunStatus::memoryText() const {
@@ -122,7 +110,7 @@ void RunStatus::refresh() {
     QString state = stateText();
     state[0] = state[0].toUpper();
     m_state->setText(QStringLiteral("<b>%1</b>").arg(state));
-    m_device->setText(m_deviceName.isEmpty() ? tr("no device") : m_deviceName);
+    m_device->setText(m_run->device().isEmpty() ? tr("no device") : m_run->device());
     m_plan->setText(planText());
     m_step->setText(tr("step %1 · epoch %2").arg(m_stepNumber).arg(m_epoch));
     m_rate->setText(tr("%1 samples/s").arg(m_samplesPerSecond, 0, 'f', 0));
@@ -145,17 +133,11 @@ void RunStatus::refresh() {
 }
 
 void RunStatus::clear() {
-    m_runState = core::RunState::Idle;
-    m_microBatch = m_accumulation = m_target = m_stepNumber = m_epoch = m_totalSteps = 0;
+    m_stepNumber = m_epoch = m_totalSteps = 0;
     m_samplesPerSecond = m_stepSeconds = m_time = 0;
     m_firstStepTime = -1;
     m_firstStep = 0;
     m_peak = m_capacity = 0;
-    refresh();
-}
-
-void RunStatus::setDevice(const QString& device) {
-    m_deviceName = device;
     refresh();
 }
 

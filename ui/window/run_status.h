@@ -11,19 +11,21 @@ class QStatusBar;
 
 namespace batchpilot::ui {
 
-/// Fills the window's status bar: state, device, micro-batch × accumulation = target,
-/// step/epoch, samples/s, peak memory against capacity, and a progress bar with an ETA when the
-/// run has a step limit. Updated from events; cheap per event, text set once per batch.
+class RunModel;
+
+/// Fills the window's status bar: state, device and micro-batch × accumulation = target (read
+/// from the RunModel), step/epoch, samples/s, peak memory against capacity, and a progress bar
+/// with an ETA when the run has a step limit (from the step events). Cheap per event, text set
+/// once per batch.
 class RunStatus : public QObject {
     Q_OBJECT
 public:
-    explicit RunStatus(QStatusBar* bar, QObject* parent = nullptr);
+    RunStatus(QStatusBar* bar, const RunModel* run, QObject* parent = nullptr);
 
     void handle(const core::Event& event);
     /// Applies the texts after a batch of events.
     void refresh();
     void clear();
-    void setDevice(const QString& device);
 
     QString stateText() const;
     QString planText() const;
@@ -40,11 +42,7 @@ private:
     QProgressBar* m_progress;
     QLabel* m_eta;
 
-    core::RunState m_runState = core::RunState::Idle;
-    QString m_deviceName;
-    qint64 m_microBatch = 0;
-    qint64 m_accumulation = 0;
-    qint64 m_target = 0;
+    const RunModel* m_run;
     qint64 m_stepNumber = 0;
     qint64 m_epoch = 0;
     qint64 m_totalSteps = 0;
