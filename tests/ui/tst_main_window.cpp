@@ -119,6 +119,11 @@ void TestMainWindow::demoEndToEnd() {
     }
     charts->redrawNow();
     QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-light.png"))));
+    w.resize(1600, 1000);  // the size a person looks at it on a desktop
+    QTest::qWait(50);
+    charts->redrawNow();
+    QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-1600x1000.png"))));
+    w.resize(1280, 800);
 
     // A larger virtual GPU mid-run: the micro-batch grows, accumulation steps shrink.
     const auto before = *lastProbe(w);

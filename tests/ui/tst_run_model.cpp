@@ -76,8 +76,8 @@ void TestRunModel::startResetsAndTakesTheOptions() {
     model.setPaused(true);
     model.runFinished();
     QVERIFY(!model.isRunning());
-    QVERIFY(!model.isPaused());                // a finished run is not paused
-    QCOMPARE(model.steps(), qint64(1));        // its facts stay for the report
+    QVERIFY(!model.isPaused());          // a finished run is not paused
+    QCOMPARE(model.steps(), qint64(1));  // its facts stay for the report
     QCOMPARE(model.plan().microBatch, qint64(32));
 
     QSignalSpy changed(&model, &ui::RunModel::changed);

@@ -83,13 +83,15 @@ RunCommands::RunCommands(TrainerController* controller, RunModel* model, QObject
         if (!m_model->isRunning()) return;
         m_controller->checkEquivalence(m_equivalenceSamples);
         Q_EMIT equivalenceRequested();
-        Q_EMIT note(m_equivalenceSamples > 0
-                        ? tr("check equivalence on %1 samples (at the end of the current batch)").arg(m_equivalenceSamples)
-                        : tr("check equivalence on the whole batch (at the end of the current batch)"));
+        Q_EMIT note(
+            m_equivalenceSamples > 0
+                ? tr("check equivalence on %1 samples (at the end of the current batch)").arg(m_equivalenceSamples)
+                : tr("check equivalence on the whole batch (at the end of the current batch)"));
     });
 
-    connect(m_controller, &TrainerController::runStarted, this,
-            [this](const core::TrainerOptions& options) { m_requestedDevice = QString::fromStdString(options.device); });
+    connect(m_controller, &TrainerController::runStarted, this, [this](const core::TrainerOptions& options) {
+        m_requestedDevice = QString::fromStdString(options.device);
+    });
     connect(m_model, &RunModel::changed, this, &RunCommands::update);
     update();
 }
