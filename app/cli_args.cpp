@@ -253,6 +253,15 @@ void Flags::declare(CliRequest& request) {
         ->type_name("F")
         ->check(realNumber(0.0, 0.9))
         ->group(group);
+    option<std::string>(
+        "--objective",
+        "after finding the largest micro-batch that fits: fastest (default)\n"
+        "times smaller sizes on real training micro-batches and keeps the one\n"
+        "with the most samples/s; largest keeps the largest",
+        [](TrainerOptions& o, const std::string& v) { o.probe.objective = *core::parseProbeObjective(v); })
+        ->type_name("GOAL")
+        ->check(parsedBy(core::parseProbeObjective))
+        ->group(group);
     option<int64_t>("--multiple-of",
                     "round the micro-batch down to a multiple of N (default " + text(d.probe.multipleOf) + ")",
                     [](TrainerOptions& o, const int64_t& v) { o.probe.multipleOf = v; })

@@ -117,6 +117,19 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                                 " accumulation steps = target batch %" PRId64 "%s",
                                 e.sequence, e.trials, e.seconds, e.microBatch, e.accumulationSteps, e.targetBatch,
                                 model.c_str()));
+            } else if constexpr (std::is_same_v<T, ThroughputTimed>) {
+                // One line per candidate once it is ranked would hide the repetitions; one per
+                // counted timing shows the search working without the warm-ups' noise.
+                if (e.repetitions > 0) {
+                    line(formatText("  timed micro-batch %6" PRId64 ": %9.0f samples/s (median of %d)", e.microBatch,
+                                    e.samplesPerSecond, e.repetitions));
+                }
+            } else if constexpr (std::is_same_v<T, ThroughputChosen>) {
+                line(formatText("fastest micro-batch: %" PRId64 " × %" PRId64
+                                " accumulation steps = target batch %" PRId64
+                                " after %d timed micro-batches, %.2f s (all of them trained): %s",
+                                e.microBatch, e.accumulationSteps, e.targetBatch, e.microBatchesTimed, e.seconds,
+                                e.reason.c_str()));
             } else if constexpr (std::is_same_v<T, OomEvent>) {
                 ++m_ooms;
                 // newMicroBatch 0: the probe is still searching and chooses the next size itself.

@@ -30,6 +30,7 @@ bool fits(core::TrainerOptions o, int64_t n) {
     o.targetBatch = n;
     o.probe.initialMicroBatch = n;
     o.probe.maxMicroBatch = n;
+    o.probe.objective = core::ProbeObjective::Largest;  // exactly n
     o.steps = 1;
     Collect sink;
     core::Trainer trainer(o, sink);

@@ -181,6 +181,7 @@ int main(int argc, char** argv) try {
             o.steps = 3;
             o.probe.initialMicroBatch = m;
             o.probe.maxMicroBatch = m;
+            o.probe.objective = core::ProbeObjective::Largest;  // exactly m
             const core::MemoryBreakdown b = run(o).all<core::MemoryBreakdown>().back();
             const double predicted = fit.fixedBytes + fit.bytesPerSample * static_cast<double>(m);
             const double error = (predicted - static_cast<double>(b.peakBytes)) / static_cast<double>(b.peakBytes);

@@ -24,32 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kMiB = 1024 * 1024;
 
-ProbeSetup setup(const std::string& model, int64_t width, int64_t side, int64_t budgetMiB, int64_t upperBound) {
-    ProbeSetup s;
-    s.label = model + " 3x" + std::to_string(side) + "x" + std::to_string(side);
-    s.model.name = model;
-    s.model.width = width;
-    s.data.channels = 3;
-    s.data.height = side;
-    s.data.width = side;
-    s.budgetBytes = budgetMiB * kMiB;
-    s.upperBound = upperBound;
-    return s;
-}
-
-/// Models × budgets. Budgets are chosen so the true maxima are not powers of two and the
-/// ResNet at 224×224 stays at tens of samples (its trials are the expensive ones).
-std::vector<ProbeSetup> setups(bool quick) {
-    std::vector<ProbeSetup> all = {
-        setup("mlp", 16, 32, 7, 2048),      setup("mlp", 16, 32, 10, 2048),     setup("mlp", 16, 32, 14, 2048),
-        setup("cnn", 32, 32, 24, 2048),     setup("cnn", 32, 32, 56, 2048),     setup("cnn", 32, 32, 120, 2048),
-        setup("resnet", 16, 64, 48, 512),   setup("resnet", 16, 64, 96, 512),   setup("resnet", 16, 64, 200, 512),
-        setup("resnet", 16, 224, 160, 256), setup("resnet", 16, 224, 320, 256), setup("resnet", 16, 224, 640, 256),
-    };
-    if (quick) all = {all[0], all[3], all[6], all[9]};
-    return all;
-}
-
 /// BatchPilot's probe inside a real Trainer at target batch = the upper bound, stopped when the
 /// probe finishes. Samples are accounted from the trainer's own events.
 struct TrainerProbe {
@@ -113,7 +87,8 @@ TrainerProbe runTrainerProbe(const ProbeSetup& s, double headroom) {
     options.targetBatch = 4 * s.upperBound;
     options.data.samples = 4 * s.upperBound;
     options.probe.maxMicroBatch = s.upperBound;
-    options.steps.reset();  // ProbeSink stops the run
+    options.probe.objective = core::ProbeObjective::Largest;  // the memory search alone is measured
+    options.steps.reset();                                    // ProbeSink stops the run
     options.probe.headroom = headroom;
     ProbeSink sink;
     core::Trainer trainer(options, sink);
@@ -154,7 +129,7 @@ int main(int argc, char** argv) {
     report["machine"] = bench::machineDescription();
     std::vector<std::string> rows;
     std::vector<std::string> trialRows;
-    for (const ProbeSetup& s : setups(args.quick)) {
+    for (const ProbeSetup& s : bench::probeSetups(args.quick)) {
         const auto setupStarted = Clock::now();
         bench::TrialRunner runner(s);
         const bench::TrueMaximum truth = bench::findTrueMaximum(runner);

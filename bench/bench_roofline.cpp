@@ -177,6 +177,7 @@ nlohmann::json model(const std::string& name, const std::string& label, int64_t 
     o.device = "cpu";
     o.targetBatch = micro;
     o.probe.initialMicroBatch = o.probe.maxMicroBatch = micro;
+    o.probe.objective = core::ProbeObjective::Largest;  // exactly this micro-batch
     o.steps = quick ? 4 : 8;
     o.intraOpThreads = threads;
     o.seed = 1;

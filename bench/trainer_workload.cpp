@@ -33,6 +33,7 @@ core::TrainerOptions cnnWorkload(const std::string& device, int64_t targetBatch,
     if (microBatch > 0) {
         options.probe.initialMicroBatch = microBatch;
         options.probe.maxMicroBatch = microBatch;
+        options.probe.objective = core::ProbeObjective::Largest;  // exactly this micro-batch
     }
     return options;
 }

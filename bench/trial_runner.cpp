@@ -25,6 +25,36 @@ public:
 
 }  // namespace
 
+namespace {
+
+constexpr int64_t kMiB = 1024 * 1024;
+
+ProbeSetup setup(const std::string& model, int64_t width, int64_t side, int64_t budgetMiB, int64_t upperBound) {
+    ProbeSetup s;
+    s.label = model + " 3x" + std::to_string(side) + "x" + std::to_string(side);
+    s.model.name = model;
+    s.model.width = width;
+    s.data.channels = 3;
+    s.data.height = side;
+    s.data.width = side;
+    s.budgetBytes = budgetMiB * kMiB;
+    s.upperBound = upperBound;
+    return s;
+}
+
+}  // namespace
+
+std::vector<ProbeSetup> probeSetups(bool quick) {
+    std::vector<ProbeSetup> all = {
+        setup("mlp", 16, 32, 7, 2048),      setup("mlp", 16, 32, 10, 2048),     setup("mlp", 16, 32, 14, 2048),
+        setup("cnn", 32, 32, 24, 2048),     setup("cnn", 32, 32, 56, 2048),     setup("cnn", 32, 32, 120, 2048),
+        setup("resnet", 16, 64, 48, 512),   setup("resnet", 16, 64, 96, 512),   setup("resnet", 16, 64, 200, 512),
+        setup("resnet", 16, 224, 160, 256), setup("resnet", 16, 224, 320, 256), setup("resnet", 16, 224, 640, 256),
+    };
+    if (quick) all = {all[0], all[3], all[6], all[9]};
+    return all;
+}
+
 std::string ProbeSetup::device() const {
     return "virtual:" + std::to_string(budgetBytes);
 }
@@ -48,6 +78,7 @@ const Trial& TrialRunner::run(int64_t size) {
     options.data.samples = size;
     options.probe.initialMicroBatch = size;
     options.probe.maxMicroBatch = size;
+    options.probe.objective = core::ProbeObjective::Largest;  // one trial of exactly this size
     options.probe.headroom = 0;
     const auto started = std::chrono::steady_clock::now();
     FirstTrialSink sink;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/options.h"
 
@@ -23,6 +24,11 @@ struct ProbeSetup {
     /// target batch and the probe options.
     core::TrainerOptions trainerOptions() const;
 };
+
+/// The 12 probe setups the benchmarks share: mlp and cnn at 3×32×32, the ResNet at 3×64×64 and
+/// 3×224×224, each on three virtual GPU budgets chosen so the true maxima are not powers of two
+/// and the ResNet at 224×224 stays at tens of samples. Quick: one of each model and size (4).
+std::vector<ProbeSetup> probeSetups(bool quick);
 
 /// One measured trial: a forward and backward pass of `size` samples on the virtual GPU with
 /// the model's parameters, the gradient accumulators and the optimizer state (held back as the

@@ -155,6 +155,26 @@ json fields(const StepModeWaiting& e) {
             {"target_batch", e.targetBatch},
             {"probe_trial", e.probeTrial}};
 }
+json fields(const ThroughputTimed& e) {
+    return {{"time", e.time},
+            {"sequence", e.sequence},
+            {"micro_batch", e.microBatch},
+            {"samples_per_second", e.samplesPerSecond},
+            {"repetitions", e.repetitions}};
+}
+json fields(const ThroughputChosen& e) {
+    return {{"time", e.time},
+            {"sequence", e.sequence},
+            {"micro_batch", e.microBatch},
+            {"largest_micro_batch", e.largestMicroBatch},
+            {"accumulation_steps", e.accumulationSteps},
+            {"target_batch", e.targetBatch},
+            {"samples_per_second", e.samplesPerSecond},
+            {"largest_samples_per_second", e.largestSamplesPerSecond},
+            {"micro_batches_timed", e.microBatchesTimed},
+            {"seconds", e.seconds},
+            {"reason", e.reason}};
+}
 json fields(const TensorDifference& d) {
     return {{"name", d.name},
             {"elements", d.elements},

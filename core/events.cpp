@@ -78,6 +78,10 @@ const char* eventName(const Event& event) {
                 return "memory_breakdown";
             else if constexpr (std::is_same_v<T, StepModeWaiting>)
                 return "step_mode_waiting";
+            else if constexpr (std::is_same_v<T, ThroughputTimed>)
+                return "throughput_timed";
+            else if constexpr (std::is_same_v<T, ThroughputChosen>)
+                return "throughput_chosen";
             else
                 return "equivalence";
         },

@@ -66,6 +66,31 @@ struct ProbeFinished {
     double bytesPerSample = 0;  ///< memory model slope (bytes per sample), 0 when not fitted
 };
 
+/// The fastest-micro-batch search timed a candidate once more (objective "fastest"): its median
+/// samples per second over the timings counted so far (warm-ups are not counted).
+struct ThroughputTimed {
+    double time = 0;
+    int sequence = 0;  ///< the probe this search follows
+    int64_t microBatch = 0;
+    double samplesPerSecond = 0;  ///< median of the counted timings, 0 while warming up
+    int repetitions = 0;          ///< counted timings
+};
+
+/// The fastest-micro-batch search decided. Every timed micro-batch trained (nothing was wasted).
+struct ThroughputChosen {
+    double time = 0;
+    int sequence = 0;
+    int64_t microBatch = 0;         ///< the size training uses from now on
+    int64_t largestMicroBatch = 0;  ///< the largest that fits (the first candidate)
+    int64_t accumulationSteps = 0;  ///< micro-batches per training batch at the chosen size
+    int64_t targetBatch = 0;
+    double samplesPerSecond = 0;         ///< measured at the chosen size
+    double largestSamplesPerSecond = 0;  ///< measured at the largest
+    int microBatchesTimed = 0;           ///< timed micro-batches, warm-ups included
+    double seconds = 0;                  ///< from the probe's end to the decision
+    std::string reason;
+};
+
 struct OomEvent {
     double time = 0;
     int64_t step = 0;
@@ -250,10 +275,10 @@ struct ErrorEvent {
     std::string where;    ///< e.g. "step 3, micro-batch 2 (32 samples), forward"
 };
 
-using Event =
-    std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent, MemorySample, StepMetrics,
-                 MicroBatchDone, OptimizerStepped, TargetBatchChanged, DeviceSwitched, Warning, CheckpointSaved,
-                 ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting, EquivalenceChecked>;
+using Event = std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent, MemorySample,
+                           StepMetrics, MicroBatchDone, OptimizerStepped, TargetBatchChanged, DeviceSwitched, Warning,
+                           CheckpointSaved, ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting,
+                           EquivalenceChecked, ThroughputTimed, ThroughputChosen>;
 
 /// Name of the event type as written in JSON Lines ("probe_trial", "oom", ...).
 const char* eventName(const Event& event);

@@ -99,6 +99,15 @@ void RunDigest::handle(const Event& event) {
         probeStarted = *started;
         trials.clear();
         probeFinished.reset();
+        timings.clear();
+        throughputChosen.reset();
+    } else if (const auto* timed = std::get_if<ThroughputTimed>(&event)) {
+        if (!timings.empty() && timings.back().microBatch == timed->microBatch)
+            timings.back() = *timed;
+        else if (timings.size() < kMaxTrials)
+            timings.push_back(*timed);
+    } else if (const auto* chosen = std::get_if<ThroughputChosen>(&event)) {
+        throughputChosen = *chosen;
     } else if (const auto* trial = std::get_if<ProbeTrial>(&event)) {
         if (trials.size() < kMaxTrials) trials.push_back(*trial);
     } else if (const auto* finished = std::get_if<ProbeFinished>(&event)) {
@@ -123,10 +132,16 @@ void MemoryReport::handle(const Event& event) {
         m_waitingForStep = true;
         // The probe ended inside step m_stepsDone + 1; the step after it is all plan.
         m_reportAfterStep = m_stepsDone + 2;
+    } else if (std::holds_alternative<ThroughputTimed>(event)) {
+        m_timing = true;
+    } else if (std::holds_alternative<ThroughputChosen>(event)) {
+        // The report explains the choice: it waits for the first whole step at the chosen size.
+        m_timing = false;
+        m_reportAfterStep = m_stepsDone + 2;
     } else if (const auto* stepped = std::get_if<OptimizerStepped>(&event)) {
         m_stepsDone = stepped->step;
     } else if (const auto* breakdown = std::get_if<MemoryBreakdown>(&event)) {
-        if (m_waitingForStep && !m_probing && breakdown->step >= m_reportAfterStep) {
+        if (m_waitingForStep && !m_probing && !m_timing && breakdown->step >= m_reportAfterStep) {
             m_waitingForStep = false;
             m_due = true;
         }
@@ -143,6 +158,45 @@ std::string MemoryReport::take() {
     m_due = false;
     return text();
 }
+
+namespace {
+
+std::string planLine(const char* what, int64_t microBatch, int64_t target) {
+    const auto split = AccumulationPlan::split(target, microBatch);
+    std::string line = formatText("%s %" PRId64 ": target %" PRId64 " = %zu micro-batch(es) of %" PRId64, what,
+                                  microBatch, target, split.size(), split.front());
+    if (split.back() != split.front()) line += formatText(" or %" PRId64, split.back());
+    return line + "\n";
+}
+
+/// The fastest-micro-batch search: each size's throughput, and why the choice is not the largest.
+std::string timingText(const RunDigest& d) {
+    std::string out;
+    if (d.throughputChosen) {
+        out += formatText("Fastest micro-batch, timed on %d training micro-batches in %.2f s (all of them trained):\n",
+                          d.throughputChosen->microBatchesTimed, d.throughputChosen->seconds);
+    } else {
+        out += "Fastest micro-batch: still timing (on training micro-batches)\n";
+    }
+    out += "  micro-batch   samples/s  timings\n";
+    for (const ThroughputTimed& t : d.timings) {
+        const bool chosen = d.throughputChosen && d.throughputChosen->microBatch == t.microBatch;
+        out += formatText("  %11" PRId64 "  %10.0f  %7d%s\n", t.microBatch, t.samplesPerSecond, t.repetitions,
+                          chosen ? "  <- chosen" : "");
+    }
+    if (d.throughputChosen) {
+        const ThroughputChosen& c = *d.throughputChosen;
+        out += planLine("Chosen micro-batch", c.microBatch, c.targetBatch);
+        if (c.microBatch != c.largestMicroBatch) {
+            out += formatText("  Not the largest that fits (%" PRId64 "): %s\n", c.largestMicroBatch, c.reason.c_str());
+        } else {
+            out += "  " + c.reason + "\n";
+        }
+    }
+    return out + "\n";
+}
+
+}  // namespace
 
 std::string MemoryReport::text() const {
     const RunDigest& d = m_digest;
@@ -177,12 +231,11 @@ std::string MemoryReport::text() const {
         } else {
             out += "Memory model: not fitted (fewer than two sizes fit)\n";
         }
-        const auto split = AccumulationPlan::split(finished.targetBatch, finished.microBatch);
-        out += formatText("Chosen micro-batch %" PRId64 ": target %" PRId64 " = %zu micro-batch(es) of %" PRId64,
-                          finished.microBatch, finished.targetBatch, split.size(), split.front());
-        if (split.back() != split.front()) out += formatText(" or %" PRId64, split.back());
-        out += "\n\n";
+        const bool timed = !d.timings.empty() || d.throughputChosen;
+        out += planLine(timed ? "Largest that fits" : "Chosen micro-batch", finished.microBatch, finished.targetBatch);
+        if (!timed) out += "\n";
     }
+    if (!d.timings.empty() || d.throughputChosen) out += timingText(d);
     if (d.breakdown) {
         const MemoryBreakdown& b = *d.breakdown;
         out += formatText("Where the memory goes on %s after step %" PRId64 " (peak of a %" PRId64

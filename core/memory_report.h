@@ -48,6 +48,10 @@ struct RunDigest {
     std::optional<ProbeStarted> probeStarted;
     std::vector<ProbeTrial> trials;              ///< of the latest probe, in order
     std::optional<ProbeFinished> probeFinished;  ///< of the latest probe (reset when one starts)
+    /// The fastest-micro-batch search after the latest probe: the newest timing of each size, in
+    /// the order they were timed, and its decision (both reset when a probe starts).
+    std::vector<ThroughputTimed> timings;
+    std::optional<ThroughputChosen> throughputChosen;
     std::optional<MemoryBreakdown> breakdown;
     std::optional<EquivalenceChecked> equivalence;
     std::optional<StepMetrics> lastStep;
@@ -77,6 +81,7 @@ public:
 private:
     RunDigest m_digest;
     bool m_probing = false;
+    bool m_timing = false;  ///< the fastest-micro-batch search is timing sizes
     bool m_waitingForStep = true;
     int64_t m_reportAfterStep = 1;  ///< the breakdown of this step (or a later one) completes it
     int64_t m_stepsDone = 0;

@@ -65,6 +65,21 @@ tl::expected<LrScaling, std::string> parseLrScaling(const std::string& text) {
     return tl::unexpected("unknown learning-rate scaling \"" + text + "\": choose none, linear or sqrt");
 }
 
+const char* toString(ProbeObjective objective) {
+    switch (objective) {
+    case ProbeObjective::Fastest: return "fastest";
+    case ProbeObjective::Largest: return "largest";
+    }
+    return "unknown";
+}
+
+tl::expected<ProbeObjective, std::string> parseProbeObjective(const std::string& text) {
+    const std::string name = lower(text);
+    if (name == "fastest") return ProbeObjective::Fastest;
+    if (name == "largest") return ProbeObjective::Largest;
+    return tl::unexpected("unknown probe objective \"" + text + "\": choose fastest or largest");
+}
+
 tl::expected<NormKind, std::string> parseNormKind(const std::string& text) {
     const std::string name = lower(text);
     if (name == "group" || name == "groupnorm") return NormKind::Group;

@@ -25,15 +25,20 @@ enum class NormKind { Group, Batch };
 /// Training loss: cross-entropy over class logits [N, classes] (classification) or mean squared
 /// error against float targets of the output's shape (regression). See core/loss.h.
 enum class LossKind { CrossEntropy, Mse };
+/// What the probe optimises once it knows the largest micro-batch that fits: the measured
+/// throughput (core/throughput_search.h) or the size itself.
+enum class ProbeObjective { Fastest, Largest };
 
 const char* toString(OptimizerKind kind);
 const char* toString(LrScaling rule);
 const char* toString(NormKind kind);
 const char* toString(LossKind kind);
+const char* toString(ProbeObjective objective);
 tl::expected<OptimizerKind, std::string> parseOptimizerKind(const std::string& text);
 tl::expected<LrScaling, std::string> parseLrScaling(const std::string& text);
 tl::expected<NormKind, std::string> parseNormKind(const std::string& text);
 tl::expected<LossKind, std::string> parseLossKind(const std::string& text);
+tl::expected<ProbeObjective, std::string> parseProbeObjective(const std::string& text);
 
 struct OptimizerOptions {
     OptimizerKind kind = OptimizerKind::Sgd;
@@ -53,6 +58,9 @@ struct ProbeOptions {
     int64_t maxMicroBatch = 0;      ///< 0: no limit besides the target batch and the dataset
     int maxTrials = 24;
     double tolerance = 0.02;  ///< stop when the bracket is within this fraction (or adjacent)
+    /// Fastest: after the memory search, time smaller sizes on real training micro-batches and
+    /// keep the fastest (ties go to the larger). Largest: the largest size that fits.
+    ProbeObjective objective = ProbeObjective::Fastest;
 };
 
 /// Names of the built-in models ("mlp", "cnn", "resnet"), for help texts and GUI lists.

@@ -192,6 +192,10 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
                               }},
                              {"tolerance",
                               [&](const json& x, const std::string& q) { o.probe.tolerance = number(x, q, 0.0, 0.5); }},
+                             {"objective",
+                              [&](const json& x, const std::string& q) {
+                                  o.probe.objective = parsed(parseProbeObjective(text(x, q)), q);
+                              }},
                          });
                  }},
                 {"optimizer",
@@ -353,7 +357,8 @@ json toRunConfig(const TrainerOptions& o) {
           {"headroom", o.probe.headroom},
           {"multiple_of", o.probe.multipleOf},
           {"max_trials", o.probe.maxTrials},
-          {"tolerance", o.probe.tolerance}}},
+          {"tolerance", o.probe.tolerance},
+          {"objective", toString(o.probe.objective)}}},
         {"optimizer",
          {{"kind", toString(o.optimizer.kind)},
           {"learning_rate", o.optimizer.learningRate},

@@ -280,6 +280,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
     PeakRecord trialPeak;     // probe trials that fit (used when the step had only those)
     double lossSum = 0;
     std::vector<int64_t> plan;  // remaining micro-batch sizes when not probing
+    int64_t plannedFor = 0;     // the micro-batch size `plan` was made for
     const auto stepLabel = [&] { return "step " + std::to_string(step + 1); };
     // Stopped mid-batch (paused or waiting in step mode): the partial gradients are dropped, the
     // model keeps its last step.
@@ -314,7 +315,13 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                 trial = true;
             }
         } else {
-            if (plan.empty()) plan = planFor(remaining, microBatch);
+            // While the fastest size is being timed, each micro-batch has the candidate's size
+            // (the rest of a batch that started before may be split smaller: it trains, untimed).
+            const int64_t planned = plannedMicroBatch();
+            if (plan.empty() || planned != plannedFor) {
+                plan = planFor(remaining, planned);
+                plannedFor = planned;
+            }
             size = plan.front();
         }
         const std::vector<int64_t> slice(indices.begin() + offset, indices.begin() + offset + size);
@@ -387,6 +394,12 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                 plan.clear();
             }
             emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, next});
+            if (!trial && timing) {
+                // The sizes being timed all fit at the probe; memory was taken since. Keep the
+                // best measured so far, never above what just failed.
+                timing->abandon("an out-of-memory error interrupted the timing");
+                finishTiming(std::min(timing->chosen(), next));
+            }
             sampleMemory(true);
             continue;
         }
@@ -401,6 +414,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
         largestUsed = std::max(largestUsed, size);
         offset += size;
         ++committed;
+        if (!trial && timing && timing->next() == size) recordTiming(size, r.seconds);
         sampleMemory(false);
     }
     if (probe && !probe->next()) finishProbe();

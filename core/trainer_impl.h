@@ -33,6 +33,7 @@
 #include "core/probe_search.h"
 #include "core/sampler.h"
 #include "core/text_format.h"
+#include "core/throughput_search.h"
 
 namespace batchpilot::core {
 namespace trainer_detail {
@@ -137,6 +138,10 @@ struct Trainer::Impl {
     std::optional<ProbeSearch> probe;
     int probeSequence = 0;
     Clock::time_point probeStart;
+    /// The fastest-micro-batch search after a probe (objective "fastest"): it names the size of
+    /// each training micro-batch until it decides (trainer_probe.cpp).
+    std::optional<ThroughputSearch> timing;
+    Clock::time_point timingStart;
     int64_t step = 0;
     int64_t samplesSeen = 0;
     int cleanStepsSinceShrink = -1;  ///< -1: no shrink pending a regrow
@@ -206,6 +211,15 @@ struct Trainer::Impl {
     }
     void startProbe(ProbeReason reason, int64_t initial, int64_t knownFit);
     void finishProbe();
+    /// Starts timing sizes up to `largest` (objective "fastest"; otherwise nothing); `warmSize`
+    /// just ran (the probe's last trial), so it needs no warm-up.
+    void startTiming(int64_t largest, int64_t warmSize = 0);
+    /// A training micro-batch of the size the timing asked for took `seconds`.
+    void recordTiming(int64_t size, double seconds);
+    /// Ends the timing: training uses `size` (the search's choice unless an OOM lowered it).
+    void finishTiming(int64_t size);
+    /// The micro-batch size training plans with now: the timed candidate while timing.
+    int64_t plannedMicroBatch() const { return timing && timing->next() ? *timing->next() : microBatch; }
     bool applyCommands();
     bool waitWhilePaused();
     void trainBatch(const std::vector<int64_t>& indices);

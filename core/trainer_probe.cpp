@@ -6,6 +6,7 @@
 namespace batchpilot::core {
 
 void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t knownFit) {
+    timing.reset();  // a new probe ends a timing in progress; it times again when it finishes
     ProbeOptions probeOptions = options.probe;
     probeOptions.initialMicroBatch = std::max<int64_t>(minMicroBatch, std::min(initial, upperBound()));
     probe.emplace(probeOptions, upperBound(), usableBytes(), std::min(knownFit, upperBound()));
@@ -50,9 +51,49 @@ void Trainer::Impl::finishProbe() {
         emit(Warning{now(), "the probe stopped at its trial limit (" + std::to_string(options.probe.maxTrials) +
                                 "); using the largest size that fit, " + std::to_string(found)});
     }
+    // The probe's last trial that fit warmed its size up for the timing.
+    int64_t lastFit = 0;
+    for (const TrialOutcome& trial : probe->history())
+        if (trial.fit) lastFit = trial.size;
     probe.reset();
     emit(done);
     setState(RunState::Training, "micro-batch " + std::to_string(found));
+    startTiming(found, lastFit);
+}
+
+void Trainer::Impl::startTiming(int64_t largest, int64_t warmSize) {
+    timing.reset();
+    if (options.probe.objective != ProbeObjective::Fastest) return;
+    ThroughputSearchOptions search;
+    search.largest = largest;
+    search.target = target;
+    search.multipleOf = options.probe.multipleOf;
+    search.smallest = std::max(minMicroBatch, minPart);
+    const std::vector<int64_t> sizes =
+        throughputCandidates(search.largest, search.target, search.multipleOf, search.smallest);
+    search.largestWarm = !sizes.empty() && sizes.front() == warmSize;
+    timing.emplace(search);
+    timingStart = Clock::now();
+    if (timing->done()) finishTiming(timing->chosen());  // one size only: nothing to time
+}
+
+void Trainer::Impl::recordTiming(int64_t size, double seconds) {
+    timing->record(size, seconds);
+    for (const ThroughputSearch::Candidate& c : timing->candidates()) {
+        if (c.microBatch != size) continue;
+        emit(ThroughputTimed{now(), probeSequence, size, c.median(), static_cast<int>(c.samplesPerSecond.size())});
+    }
+    if (timing->done()) finishTiming(timing->chosen());
+}
+
+void Trainer::Impl::finishTiming(int64_t size) {
+    const ThroughputSearch& search = *timing;
+    const int64_t largest = search.plan().empty() ? size : search.plan().front();
+    microBatch = size;
+    emit(ThroughputChosen{now(), probeSequence, size, largest, static_cast<int64_t>(planFor(target, size).size()),
+                          target, search.samplesPerSecond(size), search.samplesPerSecond(largest), search.spent(),
+                          std::chrono::duration<double>(Clock::now() - timingStart).count(), search.reason()});
+    timing.reset();
 }
 
 void Trainer::Impl::switchTo(const DeviceSpec& next) {

@@ -16,6 +16,9 @@ namespace {
 
 TrainerOptions options(const QString& directory = {}) {
     TrainerOptions o;
+    // The largest micro-batch, not the measured fastest: a resumed run is compared with an uninterrupted one: both
+    // split their batches the same way.
+    o.probe.objective = ProbeObjective::Largest;
     o.model.name = "cnn";
     o.model.width = 8;
     o.data.samples = 200;  // 200 = 3 × 64 + 8: epochs end on a short batch

@@ -66,6 +66,9 @@ private Q_SLOTS:
         QTest::newRow("unknown optimizer")
             << QStringList{QStringLiteral("--optimizer"), QStringLiteral("lion")} << 2
             << QStringLiteral("--optimizer: unknown optimizer \"lion\": choose sgd, adam or adamw");
+        QTest::newRow("unknown objective")
+            << QStringList{QStringLiteral("--objective"), QStringLiteral("quickest")} << 2
+            << QStringLiteral("--objective: unknown probe objective \"quickest\": choose fastest or largest");
         QTest::newRow("unknown dataset")
             << QStringList{QStringLiteral("--data"), QStringLiteral("imagenet")} << 2
             << QStringLiteral("--data: unknown value \"imagenet\": choose synthetic, mnist, image-folder or csv");

@@ -30,6 +30,7 @@ TrainerOptions optionsFor(const QString& model, int64_t microBatch) {
     // Pin the micro-batch: the probe's first trial is the maximum, so it fits at once.
     o.probe.initialMicroBatch = microBatch;
     o.probe.maxMicroBatch = microBatch;
+    o.probe.objective = ProbeObjective::Largest;  // exactly this micro-batch, not a faster one
     // Plain SGD with lr 1 and no momentum: the update is exactly −gradient.
     o.optimizer.kind = OptimizerKind::Sgd;
     o.optimizer.learningRate = 1.0;

@@ -150,6 +150,50 @@ private Q_SLOTS:
         QVERIFY(text.find("    292") < text.find("    276"));
     }
 
+    /// Objective "fastest": the report waits for the search's decision and the first whole step
+    /// after it, and says why the chosen size is not the largest that fits.
+    void fastestWaitsForTheDecision() {
+        MemoryReport report;
+        auto events = probeAndSteps();
+        events.resize(events.size() - 2);  // up to step 1's breakdown
+        // Timing starts in step 2: 256 (the probe's size, warm) twice, then 128.
+        events.insert(events.end() - 2, ThroughputTimed{0.65, 1, 256, 2000, 1});
+        for (const auto& e : events) report.handle(e);
+        report.handle(ThroughputTimed{0.7, 1, 256, 2100, 2});
+        report.handle(ThroughputTimed{0.75, 1, 128, 0, 0});
+        report.handle(ThroughputTimed{0.8, 1, 128, 3000, 1});
+        MemoryBreakdown step2;
+        step2.step = 2;
+        step2.device = "virtual:64MiB";
+        step2.totalBytes = step2.capacityBytes = int64_t(64 * kMiB);
+        report.handle(OptimizerStepped{0.85, 2, 5});
+        report.handle(step2);
+        QVERIFY2(!report.reportDue(), "still timing: the report would not explain the choice yet");
+        report.handle(ThroughputTimed{0.9, 1, 128, 3100, 2});
+        const std::string reason = "micro-batch 128 at 3100 samples/s, 48% faster than the largest that fits";
+        report.handle(ThroughputChosen{0.9, 1, 128, 256, 8, 1024, 3100, 2100, 6, 0.3, reason});
+        MemoryBreakdown step3 = step2;
+        step3.step = 3;
+        report.handle(OptimizerStepped{0.95, 3, 8});
+        report.handle(step3);
+        QVERIFY2(!report.reportDue(), "step 3 held the decision: the first whole step at 128 is step 4");
+        MemoryBreakdown step4 = step2;
+        step4.step = 4;
+        report.handle(OptimizerStepped{1.0, 4, 8});
+        report.handle(step4);
+        QVERIFY(report.reportDue());
+        const std::string text = report.take();
+        for (const char* expected : {"Largest that fits 271: target 1024 = 4 micro-batch(es) of 256",
+                                     "timed on 6 training micro-batches in 0.30 s (all of them trained)",
+                                     "Chosen micro-batch 128: target 1024 = 8 micro-batch(es) of 128",
+                                     "Not the largest that fits (256): micro-batch 128 at 3100 samples/s"}) {
+            QVERIFY2(text.find(expected) != std::string::npos, (text + "\nmissing: " + expected).c_str());
+        }
+        // One row per size with its latest median, the chosen one marked.
+        QVERIFY2(text.find("2100") != std::string::npos && text.find("2000") == std::string::npos, text.c_str());
+        QVERIFY2(text.find("3100        2  <- chosen") != std::string::npos, text.c_str());
+    }
+
     void runEndingEarlyStillReports() {
         MemoryReport report;
         auto events = probeAndSteps();

@@ -127,6 +127,7 @@ private Q_SLOTS:
         options.targetBatch = 64;
         options.probe.initialMicroBatch = 16;
         options.probe.maxMicroBatch = 16;
+        options.probe.objective = ProbeObjective::Largest;  // exactly this micro-batch, not a faster one
         options.steps = 4;
         options.intraOpThreads = 1;
         batchpilot::tests::RecordingSink sink;

@@ -17,7 +17,7 @@ private Q_SLOTS:
           "device": "virtual:2GiB",
           "target_batch": 4096,
           "probe": {"initial_micro_batch": 4, "max_micro_batch": 512, "headroom": 0.1, "multiple_of": 8,
-                    "max_trials": 30, "tolerance": 0.01},
+                    "max_trials": 30, "tolerance": 0.01, "objective": "largest"},
           "optimizer": {"kind": "adamw", "learning_rate": 0.001, "momentum": 0.5, "weight_decay": 0.01,
                         "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6},
           "steps": 200, "epochs": 0, "seed": 3, "lr_scaling": "sqrt", "regrow_after_steps": 5, "threads": 2
@@ -32,6 +32,7 @@ private Q_SLOTS:
         QCOMPARE(o->targetBatch, qint64(4096));
         QCOMPARE(o->probe.multipleOf, qint64(8));
         QCOMPARE(o->probe.headroom, 0.1);
+        QCOMPARE(o->probe.objective, ProbeObjective::Largest);
         QCOMPARE(o->optimizer.kind, OptimizerKind::AdamW);
         QCOMPARE(o->optimizer.beta2, 0.99);
         QCOMPARE(o->lrScaling, LrScaling::Sqrt);
@@ -163,6 +164,8 @@ private Q_SLOTS:
                                      << QStringLiteral("target_batch: expected an integer from 1 up, got 0");
         QTest::newRow("bad device") << QStringLiteral(R"({"device": "virtual:lots"})")
                                     << QStringLiteral("device: device \"virtual:lots\": invalid memory size");
+        QTest::newRow("bad objective") << QStringLiteral(R"({"probe": {"objective": "quickest"}})")
+                                       << QStringLiteral("probe.objective: unknown probe objective \"quickest\"");
         QTest::newRow("bad optimizer") << QStringLiteral(R"({"optimizer": {"kind": "lion"}})")
                                        << QStringLiteral("optimizer.kind: unknown optimizer \"lion\"");
         QTest::newRow("image size shape") << QStringLiteral(R"({"data": {"image_size": [32, 32]}})")
@@ -207,6 +210,7 @@ private Q_SLOTS:
         o.probe.multipleOf = 8;
         o.probe.maxTrials = 11;
         o.probe.tolerance = 0.25;
+        o.probe.objective = ProbeObjective::Largest;  // not the default
         o.optimizer.kind = OptimizerKind::AdamW;
         o.optimizer.learningRate = 0.00375;
         o.optimizer.momentum = 0.5;
@@ -252,6 +256,7 @@ private Q_SLOTS:
         QCOMPARE(r.probe.multipleOf, o.probe.multipleOf);
         QCOMPARE(r.probe.maxTrials, o.probe.maxTrials);
         QCOMPARE(r.probe.tolerance, o.probe.tolerance);
+        QCOMPARE(r.probe.objective, o.probe.objective);
         QCOMPARE(r.optimizer.kind, o.optimizer.kind);
         QCOMPARE(r.optimizer.learningRate, o.optimizer.learningRate);
         QCOMPARE(r.optimizer.momentum, o.optimizer.momentum);

@@ -37,6 +37,9 @@ std::string modelPath(const QString& file) {
 
 TrainerOptions options(const QString& file, const std::string& device) {
     TrainerOptions o;
+    // The largest micro-batch, not the measured fastest: runs with injected faults are compared with a clean one: the
+    // same split, not a timed one.
+    o.probe.objective = ProbeObjective::Largest;
     o.model.name = modelPath(file);
     o.data.samples = kSamples;
     o.data.channels = 3;

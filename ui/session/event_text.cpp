@@ -164,6 +164,23 @@ EventRow describeEvent(const core::Event& event) {
                                     .arg(e.offset),
                                 false};
             },
+            [](const core::ThroughputTimed& e) {
+                return EventRow{e.time, tr("throughput"),
+                                e.repetitions == 0
+                                    ? tr("timing micro-batch %1 (warm-up, not counted)").arg(e.microBatch)
+                                    : tr("micro-batch %1: %2 samples/s (median of %3)")
+                                          .arg(e.microBatch)
+                                          .arg(e.samplesPerSecond, 0, 'f', 0)
+                                          .arg(e.repetitions),
+                                false};
+            },
+            [](const core::ThroughputChosen& e) {
+                return EventRow{e.time, tr("throughput"),
+                                tr("chose micro-batch %1 (%2): %3")
+                                    .arg(e.microBatch)
+                                    .arg(planCaption(e.targetBatch, e.microBatch), str(e.reason)),
+                                false};
+            },
             [](const core::EquivalenceChecked& e) {
                 if (!e.error.empty()) return EventRow{e.time, tr("equivalence"), str(e.error), true};
                 return EventRow{e.time, tr("equivalence"),

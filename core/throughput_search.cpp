@@ -1,0 +1,167 @@
+#include "core/throughput_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace batchpilot::core {
+
+namespace {
+
+std::string rate(double samplesPerSecond) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.0f", samplesPerSecond);
+    return text;
+}
+
+std::string percent(double fraction) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.0f%%", 100 * fraction);
+    return text;
+}
+
+double medianOf(std::vector<double> values) {
+    if (values.empty()) return 0;
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+}  // namespace
+
+std::vector<int64_t> throughputCandidates(int64_t largest, int64_t target, int64_t multipleOf, int64_t smallest) {
+    std::vector<int64_t> sizes;
+    smallest = std::max<int64_t>(1, smallest);
+    largest = std::min(largest, target);
+    if (largest < smallest || target < 1) return sizes;
+    for (int64_t halving = largest; halving >= smallest; halving /= 2) {
+        const int64_t parts = (target + halving - 1) / halving;
+        int64_t size = (target + parts - 1) / parts;  // the even split with the fewest micro-batches
+        if (multipleOf > 1 && size >= multipleOf) size -= size % multipleOf;
+        size = std::max(size, smallest);
+        if (sizes.empty() || size < sizes.back()) sizes.push_back(size);
+        if (halving == 1) break;
+    }
+    return sizes;
+}
+
+double ThroughputSearch::Candidate::median() const {
+    return medianOf(samplesPerSecond);
+}
+
+double ThroughputSearch::Candidate::spread() const {
+    if (samplesPerSecond.size() < 3) return 0;
+    std::vector<double> sorted = samplesPerSecond;
+    std::sort(sorted.begin(), sorted.end());
+    // The middle half (at least the middle three): one slow outlier does not make it noisy.
+    const size_t n = sorted.size();
+    const size_t cut = n >= 6 ? n / 4 : (n - 3) / 2;
+    const double low = sorted[cut];
+    const double high = sorted[n - 1 - cut];
+    const double middle = median();
+    return middle > 0 ? 0.5 * (high - low) / middle : 0;
+}
+
+ThroughputSearch::ThroughputSearch(const ThroughputSearchOptions& options) : m_options(options) {
+    m_options.repetitions = std::max(1, m_options.repetitions);
+    m_options.maxRepetitions = std::max(m_options.repetitions, m_options.maxRepetitions);
+    m_options.warmups = std::max(0, m_options.warmups);
+    m_plan = throughputCandidates(options.largest, options.target, options.multipleOf, options.smallest);
+    if (m_plan.size() <= 1) {
+        m_done = true;
+        m_reason = m_plan.empty() ? "no micro-batch size to time"
+                                  : "only one micro-batch size can be chosen (" + std::to_string(m_plan[0]) + ")";
+        return;
+    }
+    // A size that just ran needs no warm-up: its kernels and memory blocks are ready.
+    m_timed.push_back(Candidate{m_plan[0], {}, m_options.largestWarm ? m_options.warmups : 0});
+}
+
+std::optional<int64_t> ThroughputSearch::next() const {
+    if (m_done) return std::nullopt;
+    return m_timed.back().microBatch;
+}
+
+void ThroughputSearch::record(int64_t microBatch, double seconds) {
+    if (m_done || microBatch != m_timed.back().microBatch) return;
+    Candidate& current = m_timed.back();
+    ++m_spent;
+    if (current.warmupsDone < m_options.warmups) {
+        ++current.warmupsDone;
+    } else if (seconds > 0 && std::isfinite(seconds)) {
+        current.samplesPerSecond.push_back(static_cast<double>(microBatch) / seconds);
+    }
+    decide();
+}
+
+double ThroughputSearch::noiseBetween(const Candidate& a, const Candidate& b) const {
+    return std::max(m_options.noise, std::max(a.spread(), b.spread()));
+}
+
+void ThroughputSearch::decide() {
+    const size_t index = m_timed.size() - 1;
+    Candidate& current = m_timed.back();
+    const auto counted = static_cast<int>(current.samplesPerSecond.size());
+    const bool budgetLeft = m_spent < m_options.budget;
+    if (counted < m_options.repetitions) {
+        if (!budgetLeft) finish("the timing budget of " + std::to_string(m_options.budget) + " micro-batches was spent");
+        return;
+    }
+    bool moveOn = true;
+    if (index > 0) {
+        const Candidate& best = m_timed[m_best];
+        const double noise = noiseBetween(best, current);
+        const double ratio = best.median() > 0 ? current.median() / best.median() : 0;
+        if (ratio > 1 + noise) {
+            m_best = index;
+        } else if (ratio >= 1 - noise && counted < m_options.maxRepetitions && budgetLeft) {
+            moveOn = false;  // within the noise: time it again before ranking it
+        }
+    }
+    if (!moveOn) return;
+    // Past a size that is not faster, one more halving may still be (a cache-sized step further
+    // down); two in a row that are not faster end the walk: the plateau.
+    const size_t sinceBest = index - m_best;
+    if (sinceBest >= 2) {
+        finish("smaller micro-batches were not faster (within " + percent(m_options.noise) + " noise or slower)");
+    } else if (index + 1 >= m_plan.size()) {
+        finish("the smallest candidate was reached");
+    } else if (!budgetLeft) {
+        finish("the timing budget of " + std::to_string(m_options.budget) + " micro-batches was spent");
+    } else {
+        m_timed.push_back(Candidate{m_plan[index + 1], {}, 0});
+    }
+}
+
+void ThroughputSearch::abandon(const std::string& why) {
+    if (!m_done) finish(why);
+}
+
+void ThroughputSearch::finish(const std::string& cause) {
+    m_done = true;
+    const Candidate& best = m_timed[m_best];
+    const Candidate& first = m_timed.front();
+    std::string text = "micro-batch " + std::to_string(best.microBatch);
+    if (best.median() > 0) text += " at " + rate(best.median()) + " samples/s";
+    if (m_best != 0 && first.median() > 0) {
+        text += ", " + percent(best.median() / first.median() - 1) + " faster than the largest that fits (" +
+                std::to_string(first.microBatch) + " at " + rate(first.median()) + " samples/s)";
+    } else if (m_best == 0) {
+        text += ", the largest that fits";
+    }
+    m_reason = text + ": " + cause;
+}
+
+int64_t ThroughputSearch::chosen() const {
+    if (m_plan.empty()) return m_options.largest;
+    if (m_timed.empty()) return m_plan.front();
+    return m_timed[m_best].microBatch;
+}
+
+double ThroughputSearch::samplesPerSecond(int64_t microBatch) const {
+    for (const Candidate& c : m_timed)
+        if (c.microBatch == microBatch) return c.median();
+    return 0;
+}
+
+}  // namespace batchpilot::core

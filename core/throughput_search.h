@@ -1,0 +1,88 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace batchpilot::core {
+
+struct ThroughputSearchOptions {
+    int64_t largest = 1;     ///< the largest micro-batch that fits (the memory search's result)
+    int64_t target = 1;      ///< the training batch the micro-batches add up to
+    int64_t multipleOf = 1;  ///< candidates are multiples of this (when at least this large)
+    int64_t smallest = 1;    ///< no candidate below this (a BatchNorm model needs 2)
+    int warmups = 1;         ///< timed micro-batches of a new size that are not counted (caches, kernels)
+    bool largestWarm = false;  ///< the largest candidate just ran (the probe's trial): no warm-up for it
+    int repetitions = 2;       ///< counted micro-batches per candidate before comparing
+    int maxRepetitions = 6;    ///< per candidate, while the comparison is within the noise
+    int budget = 40;         ///< timed micro-batches in all, warm-ups included
+    double noise = 0.03;     ///< smallest relative difference in samples/s that counts as real
+};
+
+/// Chooses the micro-batch with the highest measured throughput, by timing real training
+/// micro-batches (the caller trains on them: nothing is wasted). A pure state machine like
+/// ProbeSearch: next() says which size to run, record() takes its time.
+///
+/// Candidates go down from the largest size that fits, halving, each rounded to the size that
+/// splits the target batch evenly (so no candidate leaves a small remainder micro-batch). The
+/// search walks down while the smaller size is faster by more than the noise and stops at the
+/// first that is not (the plateau: a larger micro-batch buys nothing more). Each candidate is
+/// timed `repetitions` times after its warm-up and compared by medians; while the difference is
+/// within the noise (the option's, or the measured spread if larger) it is timed again, up to
+/// maxRepetitions, and a tie goes to the larger size. When the budget is spent the best so far
+/// wins, and the reason says so.
+class ThroughputSearch {
+public:
+    struct Candidate {
+        int64_t microBatch = 0;
+        std::vector<double> samplesPerSecond;  ///< counted timings, in order (warm-ups left out)
+        int warmupsDone = 0;
+        double median() const;
+        /// Half the spread of the middle timings relative to the median (0 with fewer than 3).
+        double spread() const;
+    };
+
+    explicit ThroughputSearch(const ThroughputSearchOptions& options);
+
+    /// The size to run next, or nothing when the search has decided.
+    std::optional<int64_t> next() const;
+    /// A micro-batch of `microBatch` samples (the size next() gave) took `seconds`.
+    void record(int64_t microBatch, double seconds);
+    /// Ends the search now with the best measured so far (e.g. an out-of-memory error intervened).
+    void abandon(const std::string& why);
+
+    bool done() const { return m_done; }
+    /// The chosen micro-batch (the largest size until something faster was measured).
+    int64_t chosen() const;
+    /// Why it was chosen, in words, with the numbers.
+    const std::string& reason() const { return m_reason; }
+    /// Candidates timed so far, largest first.
+    const std::vector<Candidate>& candidates() const { return m_timed; }
+    /// The sizes the search may try, largest first.
+    const std::vector<int64_t>& plan() const { return m_plan; }
+    /// Timed micro-batches so far (warm-ups included).
+    int spent() const { return m_spent; }
+    /// The measured throughput of a candidate; 0 when it was not timed.
+    double samplesPerSecond(int64_t microBatch) const;
+
+private:
+    void decide();
+    void finish(const std::string& reason);
+    double noiseBetween(const Candidate& a, const Candidate& b) const;
+
+    ThroughputSearchOptions m_options;
+    std::vector<int64_t> m_plan;
+    std::vector<Candidate> m_timed;  ///< m_timed[i] is m_plan[i]
+    size_t m_best = 0;               ///< index of the best candidate so far
+    int m_spent = 0;
+    bool m_done = false;
+    std::string m_reason;
+};
+
+/// Candidate sizes for a search: `largest`, then halvings, each lowered to ceil(target / k) for the
+/// fewest micro-batches k it allows, and to a multiple of `multipleOf`; distinct, at least
+/// `smallest`, largest first.
+std::vector<int64_t> throughputCandidates(int64_t largest, int64_t target, int64_t multipleOf, int64_t smallest);
+
+}  // namespace batchpilot::core

@@ -1,0 +1,150 @@
+// The objective "fastest" in a real trainer: the timed micro-batches are training micro-batches
+// (every sample of every batch exactly once, the same batches as a run that times nothing), the
+// chosen size is used afterwards, the search runs again after a target change, and "largest"
+// times nothing.
+
+#include <QtTest>
+
+#include <algorithm>
+#include <map>
+
+#include "core/accumulation_plan.h"
+#include "core/trainer.h"
+#include "recording_sink.h"
+
+using namespace batchpilot::core;
+using batchpilot::tests::RecordingSink;
+
+namespace {
+
+constexpr int64_t kTarget = 256;
+
+TrainerOptions options(ProbeObjective objective) {
+    TrainerOptions o;
+    o.model.name = "mlp";  // no BatchNorm: any split of a batch gives the same gradient
+    o.data.samples = 1024;
+    o.data.height = o.data.width = 12;
+    o.device = "virtual:64MiB";
+    o.targetBatch = kTarget;
+    o.steps = 16;
+    o.seed = 5;
+    o.optimizer.learningRate = 0.01;
+    o.reportSampleIndices = true;
+    o.intraOpThreads = 1;
+    o.probe.objective = objective;
+    return o;
+}
+
+/// The samples of each step, sorted, from its micro-batches.
+std::map<int64_t, std::vector<int64_t>> samplesPerStep(const RecordingSink& sink) {
+    std::map<int64_t, std::vector<int64_t>> steps;
+    for (const MicroBatchDone& done : sink.all<MicroBatchDone>()) {
+        auto& samples = steps[done.step];
+        samples.insert(samples.end(), done.sampleIndices.begin(), done.sampleIndices.end());
+    }
+    for (auto& [step, samples] : steps) std::sort(samples.begin(), samples.end());
+    return steps;
+}
+
+std::map<int64_t, double> lossPerStep(const RecordingSink& sink) {
+    std::map<int64_t, double> losses;
+    for (const StepMetrics& m : sink.all<StepMetrics>()) losses[m.step] = m.loss;
+    return losses;
+}
+
+}  // namespace
+
+class TestFastestMicroBatch : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void timingLosesNoSample();
+    void largestTimesNothing();
+    void targetChangeTimesAgain();
+};
+
+void TestFastestMicroBatch::timingLosesNoSample() {
+    RecordingSink fastest;
+    const RunResult timed = Trainer(options(ProbeObjective::Fastest), fastest).run();
+    QVERIFY2(timed.state == RunState::Finished, timed.error.c_str());
+    RecordingSink largest;
+    const RunResult plain = Trainer(options(ProbeObjective::Largest), largest).run();
+    QVERIFY2(plain.state == RunState::Finished, plain.error.c_str());
+
+    const auto chosen = fastest.all<ThroughputChosen>();
+    QCOMPARE(chosen.size(), size_t(1));
+    const ThroughputChosen& decision = chosen.front();
+    QCOMPARE(decision.largestMicroBatch, fastest.all<ProbeFinished>().front().microBatch);
+    QVERIFY(decision.microBatch >= 1 && decision.microBatch <= decision.largestMicroBatch);
+    QVERIFY2(!decision.reason.empty(), "the decision says why");
+    // Every timed micro-batch was reported, warm-ups included, and trained.
+    QCOMPARE(int(fastest.all<ThroughputTimed>().size()), decision.microBatchesTimed);
+    QVERIFY(decision.microBatchesTimed >= 4);  // the largest size was timed at least
+
+    // Each step trained exactly its batch, once: the same samples as the run that timed nothing.
+    const auto got = samplesPerStep(fastest);
+    const auto expected = samplesPerStep(largest);
+    QCOMPARE(got.size(), size_t(16));
+    for (const auto& [step, samples] : got) {
+        QCOMPARE(int64_t(samples.size()), kTarget);
+        QVERIFY2(std::adjacent_find(samples.begin(), samples.end()) == samples.end(), "a sample used twice");
+        QVERIFY2(samples == expected.at(step), qPrintable(QStringLiteral("step %1 trained other samples").arg(step)));
+    }
+    // And to the same effect: only the order of float sums differs.
+    const auto lossesTimed = lossPerStep(fastest);
+    const auto lossesPlain = lossPerStep(largest);
+    for (const auto& [step, loss] : lossesTimed) {
+        const double reference = lossesPlain.at(step);
+        QVERIFY2(std::abs(loss - reference) <= 1e-4 * std::abs(reference),
+                 qPrintable(QStringLiteral("step %1: %2 vs %3").arg(step).arg(loss).arg(reference)));
+    }
+
+    // After the decision, whole batches are split evenly at the chosen size.
+    const auto events = fastest.events();
+    int64_t decidedInStep = -1;
+    for (const Event& e : events) {
+        if (std::holds_alternative<ThroughputChosen>(e)) decidedInStep = 0;
+        if (const auto* done = std::get_if<MicroBatchDone>(&e); done && decidedInStep == 0) decidedInStep = done->step;
+    }
+    const EvenSplit split = EvenSplit::of(kTarget, decision.microBatch);
+    for (const MicroBatchDone& done : fastest.all<MicroBatchDone>()) {
+        if (decidedInStep <= 0 || done.step <= decidedInStep) continue;
+        QCOMPARE(done.size, split.sizeOf(done.index));
+    }
+    for (const StepMetrics& m : fastest.all<StepMetrics>()) {
+        if (decidedInStep > 0 && m.step > decidedInStep) QCOMPARE(m.accumulationSteps, split.parts);
+    }
+}
+
+void TestFastestMicroBatch::largestTimesNothing() {
+    RecordingSink sink;
+    const RunResult result = Trainer(options(ProbeObjective::Largest), sink).run();
+    QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+    QVERIFY(sink.all<ThroughputTimed>().empty());
+    QVERIFY(sink.all<ThroughputChosen>().empty());
+    const int64_t largest = sink.all<ProbeFinished>().front().microBatch;
+    const EvenSplit split = EvenSplit::of(kTarget, largest);
+    for (const StepMetrics& m : sink.all<StepMetrics>()) {
+        if (m.step > 1) QCOMPARE(m.accumulationSteps, split.parts);  // step 1 also ran the probe's trials
+    }
+}
+
+void TestFastestMicroBatch::targetChangeTimesAgain() {
+    RecordingSink sink;
+    TrainerOptions o = options(ProbeObjective::Fastest);
+    o.steps = 24;
+    Trainer trainer(o, sink);
+    sink.onEach = [&](const Event& e) {
+        if (const auto* chosen = std::get_if<ThroughputChosen>(&e); chosen && chosen->targetBatch == kTarget)
+            trainer.setTargetBatch(128);
+    };
+    const RunResult result = trainer.run();
+    QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+    const auto chosen = sink.all<ThroughputChosen>();
+    QVERIFY2(chosen.size() >= 2, "a new target batch is timed again");
+    QCOMPARE(chosen.back().targetBatch, int64_t(128));
+    QVERIFY(chosen.back().microBatch <= 128);
+    QCOMPARE(chosen.back().sequence, 2);  // after the probe the target change started
+}
+
+QTEST_MAIN(TestFastestMicroBatch)
+#include "tst_fastest_micro_batch.moc"
