@@ -104,33 +104,86 @@ void ThroughputSearch::decide() {
     const auto counted = static_cast<int>(current.samplesPerSecond.size());
     const bool budgetLeft = m_spent < m_options.budget;
     if (counted < m_options.repetitions) {
-        if (!budgetLeft) finish("the timing budget of " + std::to_string(m_options.budget) + " micro-batches was spent");
+        if (!budgetLeft)
+            finish("the timing budget of " + std::to_string(m_options.budget) + " micro-batches was spent");
         return;
     }
     bool moveOn = true;
-    if (index > 0) {
+    bool tie = false;
+    if (index != m_best) {
         const Candidate& best = m_timed[m_best];
         const double noise = noiseBetween(best, current);
         const double ratio = best.median() > 0 ? current.median() / best.median() : 0;
         if (ratio > 1 + noise) {
             m_best = index;
-        } else if (ratio >= 1 - noise && counted < m_options.maxRepetitions && budgetLeft) {
-            moveOn = false;  // within the noise: time it again before ranking it
+        } else if (ratio >= 1 - noise) {
+            if (counted < m_options.maxRepetitions && budgetLeft)
+                moveOn = false;  // within the noise: time it again before ranking it
+            else
+                tie = true;
         }
     }
     if (!moveOn) return;
+    if (m_refining) {
+        if (tie && current.microBatch > m_timed[m_best].microBatch) m_best = index;  // ties go to the larger
+        nextRefinement();
+        return;
+    }
     // Past a size that is not faster, one more halving may still be (a cache-sized step further
     // down); two in a row that are not faster end the walk: the plateau.
     const size_t sinceBest = index - m_best;
     if (sinceBest >= 2) {
-        finish("smaller micro-batches were not faster (within " + percent(m_options.noise) + " noise or slower)");
+        endWalk("smaller micro-batches were not faster (within " + percent(m_options.noise) + " noise or slower)");
     } else if (index + 1 >= m_plan.size()) {
-        finish("the smallest candidate was reached");
+        endWalk("the smallest candidate was reached");
     } else if (!budgetLeft) {
         finish("the timing budget of " + std::to_string(m_options.budget) + " micro-batches was spent");
     } else {
         m_timed.push_back(Candidate{m_plan[index + 1], {}, 0});
     }
+}
+
+int64_t ThroughputSearch::evenSize(int64_t parts) const {
+    int64_t size = (m_options.target + parts - 1) / parts;
+    if (m_options.multipleOf > 1 && size >= m_options.multipleOf) size -= size % m_options.multipleOf;
+    return std::max(size, std::max<int64_t>(1, m_options.smallest));
+}
+
+void ThroughputSearch::endWalk(const std::string& cause) {
+    m_walkCause = cause;
+    m_refining = true;
+    // Between the best halving and each neighbour that was timed, the size with the number of
+    // micro-batches half-way between theirs: the halvings are coarse, the optimum may lie between.
+    const int64_t target = m_options.target;
+    const auto partsOf = [target](int64_t size) { return (target + size - 1) / size; };
+    const int64_t bestParts = partsOf(m_timed[m_best].microBatch);
+    std::vector<size_t> neighbours;
+    if (m_best > 0) neighbours.push_back(m_best - 1);
+    if (m_best + 1 < m_timed.size()) neighbours.push_back(m_best + 1);
+    for (size_t n : neighbours) {
+        const int64_t between = (bestParts + partsOf(m_timed[n].microBatch)) / 2;
+        const int64_t size = evenSize(between);
+        const bool known =
+            std::any_of(m_timed.begin(), m_timed.end(), [size](const Candidate& c) { return c.microBatch == size; }) ||
+            std::find(m_refinements.begin(), m_refinements.end(), size) != m_refinements.end();
+        if (!known && size <= m_options.largest) m_refinements.push_back(size);
+    }
+    nextRefinement();
+}
+
+void ThroughputSearch::nextRefinement() {
+    if (m_refinements.empty()) {
+        finish(m_walkCause);
+        return;
+    }
+    if (m_spent >= m_options.budget) {
+        finish(m_walkCause + "; the timing budget was spent before the sizes between the halvings");
+        return;
+    }
+    const int64_t size = m_refinements.front();
+    m_refinements.erase(m_refinements.begin());
+    m_plan.push_back(size);
+    m_timed.push_back(Candidate{size, {}, 0});
 }
 
 void ThroughputSearch::abandon(const std::string& why) {

@@ -8,16 +8,16 @@
 namespace batchpilot::core {
 
 struct ThroughputSearchOptions {
-    int64_t largest = 1;     ///< the largest micro-batch that fits (the memory search's result)
-    int64_t target = 1;      ///< the training batch the micro-batches add up to
-    int64_t multipleOf = 1;  ///< candidates are multiples of this (when at least this large)
-    int64_t smallest = 1;    ///< no candidate below this (a BatchNorm model needs 2)
-    int warmups = 1;         ///< timed micro-batches of a new size that are not counted (caches, kernels)
+    int64_t largest = 1;       ///< the largest micro-batch that fits (the memory search's result)
+    int64_t target = 1;        ///< the training batch the micro-batches add up to
+    int64_t multipleOf = 1;    ///< candidates are multiples of this (when at least this large)
+    int64_t smallest = 1;      ///< no candidate below this (a BatchNorm model needs 2)
+    int warmups = 1;           ///< timed micro-batches of a new size that are not counted (caches, kernels)
     bool largestWarm = false;  ///< the largest candidate just ran (the probe's trial): no warm-up for it
     int repetitions = 2;       ///< counted micro-batches per candidate before comparing
     int maxRepetitions = 6;    ///< per candidate, while the comparison is within the noise
-    int budget = 40;         ///< timed micro-batches in all, warm-ups included
-    double noise = 0.03;     ///< smallest relative difference in samples/s that counts as real
+    int budget = 40;           ///< timed micro-batches in all, warm-ups included
+    double noise = 0.03;       ///< smallest relative difference in samples/s that counts as real
 };
 
 /// Chooses the micro-batch with the highest measured throughput, by timing real training
@@ -26,8 +26,10 @@ struct ThroughputSearchOptions {
 ///
 /// Candidates go down from the largest size that fits, halving, each rounded to the size that
 /// splits the target batch evenly (so no candidate leaves a small remainder micro-batch). The
-/// search walks down while the smaller size is faster by more than the noise and stops at the
-/// first that is not (the plateau: a larger micro-batch buys nothing more). Each candidate is
+/// search walks down while the smaller size is faster by more than the noise and stops after two
+/// in a row that are not (the plateau: a larger micro-batch buys nothing more); then it times the
+/// sizes half-way (in micro-batches per training batch) between the best halving and its timed
+/// neighbours, since the fastest size may lie between two halvings. Each candidate is
 /// timed `repetitions` times after its warm-up and compared by medians; while the difference is
 /// within the noise (the option's, or the measured spread if larger) it is timed again, up to
 /// maxRepetitions, and a tie goes to the larger size. When the budget is spent the best so far
@@ -59,7 +61,8 @@ public:
     const std::string& reason() const { return m_reason; }
     /// Candidates timed so far, largest first.
     const std::vector<Candidate>& candidates() const { return m_timed; }
-    /// The sizes the search may try, largest first.
+    /// The sizes the search tried or may try: the halvings, largest first, then the sizes between
+    /// the best halving and its neighbours that it added once the walk ended.
     const std::vector<int64_t>& plan() const { return m_plan; }
     /// Timed micro-batches so far (warm-ups included).
     int spent() const { return m_spent; }
@@ -68,6 +71,11 @@ public:
 
 private:
     void decide();
+    /// The walk down ended (`cause`): time the sizes between the best and its neighbours.
+    void endWalk(const std::string& cause);
+    void nextRefinement();
+    /// The size that splits the target into `parts` micro-batches (rounded as the candidates are).
+    int64_t evenSize(int64_t parts) const;
     void finish(const std::string& reason);
     double noiseBetween(const Candidate& a, const Candidate& b) const;
 
@@ -76,6 +84,9 @@ private:
     std::vector<Candidate> m_timed;  ///< m_timed[i] is m_plan[i]
     size_t m_best = 0;               ///< index of the best candidate so far
     int m_spent = 0;
+    bool m_refining = false;             ///< the walk ended; timing the sizes between
+    std::vector<int64_t> m_refinements;  ///< sizes between the halvings still to time
+    std::string m_walkCause;             ///< why the walk ended
     bool m_done = false;
     std::string m_reason;
 };

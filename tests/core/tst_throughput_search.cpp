@@ -44,8 +44,8 @@ Outcome run(ThroughputSearchOptions options, const Curve& curve, double noise = 
     int guard = 0;
     while (auto size = search.next()) {
         const bool first = out.timed[*size]++ == 0;
-        const double seconds = static_cast<double>(*size) / (curve(*size) * jitter.factor()) *
-                               (first ? warmupPenalty : 1.0);
+        const double seconds =
+            static_cast<double>(*size) / (curve(*size) * jitter.factor()) * (first ? warmupPenalty : 1.0);
         search.record(*size, seconds);
         if (++guard > 1000) break;
     }
@@ -61,6 +61,20 @@ int64_t bestOf(const std::vector<int64_t>& candidates, const Curve& curve) {
     for (int64_t size : candidates)
         if (curve(size) > curve(best)) best = size;
     return best;
+}
+
+/// A curve through measured points, straight in log-log between them (sizes between two
+/// halvings get a rate between theirs).
+Curve through(std::map<int64_t, double> points) {
+    return [points](int64_t n) {
+        auto above = points.lower_bound(n);
+        if (above == points.end()) return std::prev(above)->second;
+        if (above->first == n || above == points.begin()) return above->second;
+        const auto below = std::prev(above);
+        const double t =
+            std::log(double(n) / double(below->first)) / std::log(double(above->first) / double(below->first));
+        return std::exp(std::log(below->second) + t * (std::log(above->second) - std::log(below->second)));
+    };
 }
 
 ThroughputSearchOptions options(int64_t largest, int64_t target) {
@@ -81,6 +95,7 @@ private Q_SLOTS:
     void flatWithinNoiseKeepsTheLargest();
     void warmupsAreNotCounted();
     void budgetEndsTheSearch();
+    void refinesBetweenHalvings();
     void oneCandidateTimesNothing();
     void abandonKeepsTheBestSoFar();
 };
@@ -117,10 +132,17 @@ void TestThroughputSearch::plateauKeepsTheLargest() {
 void TestThroughputSearch::peakThenFallFindsThePeak() {
     // The CPU measured in the issue (cnn, target 1024): smaller is faster down to 64, with a
     // dip at 128, then slower again.
-    const std::map<int64_t, double> measured = {{1024, 2626}, {512, 3186}, {256, 4600}, {128, 4552},
-                                                {64, 5622},   {32, 4100},  {16, 2600},  {8, 1500},
-                                                {4, 800},     {2, 400},    {1, 200}};
-    const Curve cpu = [&](int64_t n) { return measured.at(n); };
+    const Curve cpu = through({{1024, 2626},
+                               {512, 3186},
+                               {256, 4600},
+                               {128, 4552},
+                               {64, 5622},
+                               {32, 4100},
+                               {16, 2600},
+                               {8, 1500},
+                               {4, 800},
+                               {2, 400},
+                               {1, 200}});
     const std::vector<int64_t> candidates = throughputCandidates(1024, 1024, 1, 1);
     QCOMPARE(bestOf(candidates, cpu), int64_t(64));
     const Outcome out = run(options(1024, 1024), cpu, 0.01);
@@ -142,10 +164,17 @@ void TestThroughputSearch::flatWithinNoiseKeepsTheLargest() {
 void TestThroughputSearch::warmupsAreNotCounted() {
     // The first micro-batch of every size is 5× slower; counted, it would make every new size
     // look slow and the search would stop at the largest.
-    const std::map<int64_t, double> measured = {{256, 1000}, {128, 1500}, {64, 2000}, {32, 1200}, {16, 600},
-                                                {8, 300},    {4, 150},    {2, 80},    {1, 40}};
-    const Curve curve = [&](int64_t n) { return measured.at(n); };
+    const Curve curve =
+        through({{256, 1000}, {128, 1500}, {64, 2000}, {32, 1200}, {16, 600}, {8, 300}, {4, 150}, {2, 80}, {1, 40}});
     QCOMPARE(run(options(256, 256), curve, 0, 5.0).chosen, int64_t(64));
+}
+
+void TestThroughputSearch::refinesBetweenHalvings() {
+    // The fastest size, 86 (1024 in 12 micro-batches), lies between the halvings 128 and 64.
+    const Curve peaked = [](int64_t n) { return 10000.0 - 3000.0 * std::abs(std::log(double(n) / 86.0)); };
+    const Outcome out = run(options(1024, 1024), peaked, 0.005);
+    QCOMPARE(out.chosen, int64_t(86));
+    QVERIFY(out.timed.count(64) == 1 && out.timed.count(128) == 1);  // found from its neighbours
 }
 
 void TestThroughputSearch::budgetEndsTheSearch() {
