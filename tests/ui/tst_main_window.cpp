@@ -16,6 +16,7 @@
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/probe_chart.h"
+#include "ui/charts/speed_chart.h"
 #include "ui/config/demo_options.h"
 #include "ui/log/event_log.h"
 #include "ui/window/main_window.h"
@@ -123,6 +124,10 @@ void TestMainWindow::demoEndToEnd() {
     QTest::qWait(50);
     charts->redrawNow();
     QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-1600x1000.png"))));
+    charts->tabs()->setCurrentWidget(charts->speedChart());
+    charts->redrawNow();
+    QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-fastest.png"))));
+    charts->tabs()->setCurrentIndex(0);
     w.resize(1280, 800);
 
     // A larger virtual GPU mid-run: the micro-batch grows, accumulation steps shrink.
@@ -249,7 +254,8 @@ void TestMainWindow::exportsFiles() {
         QJsonDocument::fromJson(line, &error);
         QCOMPARE(error.error, QJsonParseError::NoError);
     }
-    QCOMPARE(w.exportCharts(dir.path()).size(), 6);
+    QCOMPARE(w.exportCharts(dir.path()).size(), 7);
+    QVERIFY2(w.errorText().isEmpty(), qPrintable(w.errorText()));  // every file written, nothing to report
 }
 
 void TestMainWindow::configurationsAndResume() {

@@ -107,6 +107,15 @@ void TestRunModel::planFollowsProbeStepsAndTargetChanges() {
     model.handle({changedTarget});
     QCOMPARE(model.targetBatch(), qint64(100));
 
+    // The fastest-micro-batch search chose a smaller size than the probe's.
+    core::ThroughputChosen chosen;
+    chosen.microBatch = 32;
+    chosen.largestMicroBatch = 64;
+    chosen.accumulationSteps = 4;
+    chosen.targetBatch = 100;
+    model.handle({chosen});
+    QCOMPARE(model.plan(), (ui::RunPlan{32, 4, 100}));
+
     // A step reports the plan it used: 100 at micro-batch 64 is two micro-batches (50 + 50).
     core::StepMetrics metrics;
     metrics.step = 2;

@@ -113,9 +113,11 @@ void TestRunPanel::offersCoresModelsAndDatasets() {
 void TestRunPanel::optionsRoundTrip() {
     Session session;
     ui::RunPanel& panel = session.panel;
-    const core::TrainerOptions demo = ui::demoOptions();
+    core::TrainerOptions demo = ui::demoOptions();
+    demo.probe.objective = core::ProbeObjective::Largest;  // not the default: the field must carry it
     panel.setOptions(demo);
     const core::TrainerOptions back = panel.options();
+    QCOMPARE(back.probe.objective, core::ProbeObjective::Largest);
     QCOMPARE(back.model.name, demo.model.name);
     QCOMPARE(back.device, demo.device);
     QCOMPARE(back.targetBatch, demo.targetBatch);
@@ -134,6 +136,7 @@ void TestRunPanel::settingsRoundTrip() {
         ui::RunPanel& panel = session.panel;
         selectVirtual(panel, QStringLiteral("96MiB"));
         panel.targetBatchBox()->setValue(4096);
+        panel.objectiveBox()->setCurrentIndex(panel.objectiveBox()->findData(int(core::ProbeObjective::Largest)));
         panel.saveSettings(settings);
     }
     Session session;
@@ -141,6 +144,7 @@ void TestRunPanel::settingsRoundTrip() {
     restored.loadSettings(settings);
     QCOMPARE(restored.deviceId(), QStringLiteral("virtual:96MiB"));
     QCOMPARE(restored.targetBatchBox()->value(), 4096);
+    QCOMPARE(restored.options().probe.objective, core::ProbeObjective::Largest);
 }
 
 void TestRunPanel::runLocksStartOnlyFields() {
@@ -151,7 +155,8 @@ void TestRunPanel::runLocksStartOnlyFields() {
     QVERIFY(!session.commands.startAction()->isEnabled());  // the button and the menu agree
     QVERIFY(panel.stopButton()->isEnabled());
     QVERIFY(panel.reprobeButton()->isEnabled());
-    QVERIFY(!panel.modelBox()->isEnabled());       // fixed while the run uses it
+    QVERIFY(!panel.modelBox()->isEnabled());  // fixed while the run uses it
+    QVERIFY(!panel.objectiveBox()->isEnabled());
     QVERIFY(panel.targetBatchBox()->isEnabled());  // applies at the next batch
     QVERIFY(panel.deviceBox()->isEnabled());
     session.model.setPaused(true);

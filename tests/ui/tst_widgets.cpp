@@ -16,6 +16,7 @@
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/probe_chart.h"
+#include "ui/charts/speed_chart.h"
 #include "ui/charts/throughput_chart.h"
 #include "ui/log/event_log.h"
 #include "ui/session/event_text.h"
@@ -75,6 +76,7 @@ private Q_SLOTS:
     void memoryChartMarksOoms();
     void zoomPausesFollowLive();
     void chartsExportPng();
+    void speedChartShowsTheSearch();
     void accumulationFillsAndReplays();
     void eventLogFiltersAndCopies();
     void aboutLeavesACpuForTheWindow();
@@ -212,13 +214,53 @@ void TestWidgets::chartsExportPng() {
     for (int i = 1; i <= 50; ++i) panel.handle(step(i, 1.0 / i));
     QTemporaryDir dir;
     QVERIFY(dir.isValid());
-    const QStringList files = panel.exportAll(dir.path());
-    QCOMPARE(files.size(), 6);  // four live charts, the memory fit and the breakdown bar
+    QStringList failed;
+    const QStringList files = panel.exportAll(dir.path(), &failed);
+    QCOMPARE(files.size(), 7);  // four live charts, the speed chart, the memory fit and the breakdown bar
+    QVERIFY2(failed.isEmpty(), qPrintable(failed.join(QLatin1Char(' '))));
     for (const QString& file : files) {
         QImage image(file);
         QVERIFY2(!image.isNull(), qPrintable(file));
         QVERIFY(image.width() > 100);
     }
+}
+
+void TestWidgets::speedChartShowsTheSearch() {
+    ui::SpeedChart chart;
+    chart.resize(800, 500);
+    chart.show();
+    core::ProbeStarted started;
+    started.sequence = 1;
+    core::ProbeFinished finished;
+    finished.sequence = 1;
+    finished.microBatch = 256;
+    chart.handle(started);
+    chart.handle(finished);
+    QVERIFY2(chart.caption().contains(QLatin1String("Nothing timed")), qPrintable(chart.caption()));
+    // The search: 256 warm-up then 2000/s, 128 at 3000/s (its median moves), 64 at 2500/s.
+    const QList<core::ThroughputTimed> timed = {{1.0, 1, 256, 0, 0},    {1.1, 1, 256, 2000, 1}, {1.2, 1, 128, 0, 0},
+                                                {1.3, 1, 128, 2900, 1}, {1.4, 1, 128, 3000, 2}, {1.5, 1, 64, 0, 0},
+                                                {1.6, 1, 64, 2500, 1}};
+    for (const core::ThroughputTimed& t : timed) chart.handle(t);
+    QVERIFY2(chart.caption().contains(QLatin1String("Timing")), qPrintable(chart.caption()));
+    QCOMPARE(chart.candidates().size(), size_t(3));  // one per size, not per timing
+    QCOMPARE(chart.candidates()[1].samplesPerSecond, 3000.0);
+    QCOMPARE(chart.candidates()[1].repetitions, 2);
+    core::ThroughputChosen chosen;
+    chosen.sequence = 1;
+    chosen.microBatch = 128;
+    chosen.largestMicroBatch = 256;
+    chosen.reason = "micro-batch 128 at 3000 samples/s";
+    chart.handle(chosen);
+    chart.redraw();
+    QCOMPARE(chart.chosenMicroBatch(), qint64(128));
+    QVERIFY2(chart.caption().contains(QLatin1String("Chose 128 over the largest that fits (256)")),
+             qPrintable(chart.caption()));
+    // A new probe starts a new search.
+    started.sequence = 2;
+    chart.handle(started);
+    QVERIFY(chart.candidates().empty());
+    QCOMPARE(chart.chosenMicroBatch(), qint64(0));
 }
 
 void TestWidgets::accumulationFillsAndReplays() {

@@ -13,6 +13,7 @@
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/memory_fit_chart.h"
 #include "ui/charts/probe_chart.h"
+#include "ui/charts/speed_chart.h"
 #include "ui/charts/throughput_chart.h"
 #include "ui/charts/memory_breakdown_bar.h"
 
@@ -25,6 +26,7 @@ ChartsPanel::ChartsPanel(QWidget* parent)
       m_memory(new MemoryChart),
       m_throughput(new ThroughputChart),
       m_memoryFit(new MemoryFitChart),
+      m_speed(new SpeedChart),
       m_breakdownBar(new MemoryBreakdownBar),
       m_tabs(new QTabWidget),
       m_timer(new QTimer(this)) {
@@ -33,6 +35,7 @@ ChartsPanel::ChartsPanel(QWidget* parent)
     m_memory->setObjectName(QStringLiteral("memoryChart"));
     m_throughput->setObjectName(QStringLiteral("throughputChart"));
     m_memoryFit->setObjectName(QStringLiteral("memoryFitChart"));
+    m_speed->setObjectName(QStringLiteral("speedChart"));
     m_breakdownBar->setObjectName(QStringLiteral("memoryBreakdownBar"));
     auto* live = new QWidget;
     auto* grid = new QGridLayout(live);
@@ -55,9 +58,12 @@ ChartsPanel::ChartsPanel(QWidget* parent)
     m_tabs->setDocumentMode(true);
     m_tabs->addTab(live, tr("Live"));
     m_tabs->addTab(m_memoryFit, tr("Memory fit && what-if"));
+    m_tabs->addTab(m_speed, tr("Fastest micro-batch"));
     m_tabs->setTabToolTip(0, tr("Loss, probe trials, device memory with its breakdown, throughput"));
     m_tabs->setTabToolTip(1, tr("Peak memory against micro-batch for the latest probe, the fitted "
                                 "line, and a slider to ask what another micro-batch would need"));
+    m_tabs->setTabToolTip(2, tr("Samples per second of each micro-batch size the trainer timed after the "
+                                "probe, and the one it chose"));
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(m_tabs);
@@ -73,7 +79,7 @@ QList<LiveChart*> ChartsPanel::charts() const {
 }
 
 QList<LiveChart*> ChartsPanel::drawnCharts() const {
-    return {m_loss, m_probe, m_memory, m_throughput, m_memoryFit};
+    return {m_loss, m_probe, m_memory, m_throughput, m_memoryFit, m_speed};
 }
 
 void ChartsPanel::setTargetBatch(qint64 target) {
@@ -138,7 +144,7 @@ QImage ChartsPanel::breakdownImage() {
     return m_breakdownBar->grab().toImage();
 }
 
-QStringList ChartsPanel::exportAll(const QString& directory) {
+QStringList ChartsPanel::exportAll(const QString& directory, QStringList* failed) {
     QStringList written;
     const QDir dir(directory);
     const QList<std::pair<LiveChart*, QString>> files = {
@@ -146,10 +152,14 @@ QStringList ChartsPanel::exportAll(const QString& directory) {
         {m_probe, QStringLiteral("probe.png")},
         {m_memory, QStringLiteral("memory.png")},
         {m_throughput, QStringLiteral("throughput.png")},
+        {m_speed, QStringLiteral("fastest-micro-batch.png")},
     };
     for (const auto& [chart, name] : files) {
         const QString path = dir.filePath(name);
-        if (chart->exportPng(path)) written << path;
+        if (chart->exportPng(path))
+            written << path;
+        else if (failed != nullptr)
+            *failed << path;
     }
     // The memory views too: the fit with its what-if marker, and the breakdown bar.
     const QList<std::pair<QImage, QString>> images = {
@@ -158,7 +168,10 @@ QStringList ChartsPanel::exportAll(const QString& directory) {
     };
     for (const auto& [image, name] : images) {
         const QString path = dir.filePath(name);
-        if (!image.isNull() && image.save(path)) written << path;
+        if (!image.isNull() && image.save(path))
+            written << path;
+        else if (failed != nullptr)
+            *failed << path;
     }
     return written;
 }

@@ -16,6 +16,7 @@ class LossChart;
 class MemoryBreakdownBar;
 class MemoryChart;
 class MemoryFitChart;
+class SpeedChart;
 class ProbeChart;
 class ThroughputChart;
 
@@ -41,15 +42,16 @@ public:
     void setFollowLive(bool follow);
     bool followLive() const;
     void setDarkTheme(bool dark);
-    /// Saves the four live charts, the memory fit and the breakdown bar as `<directory>/<name>.png`;
-    /// returns the files written.
-    QStringList exportAll(const QString& directory);
+    /// Saves the four live charts, the speed chart, the memory fit and the breakdown bar as
+    /// `<directory>/<name>.png`; returns the files written, and those that could not be in `failed`.
+    QStringList exportAll(const QString& directory, QStringList* failed = nullptr);
 
     LossChart* lossChart() const { return m_loss; }
     ProbeChart* probeChart() const { return m_probe; }
     MemoryChart* memoryChart() const { return m_memory; }
     ThroughputChart* throughputChart() const { return m_throughput; }
     MemoryFitChart* memoryFitChart() const { return m_memoryFit; }
+    SpeedChart* speedChart() const { return m_speed; }
     MemoryBreakdownBar* breakdownBar() const { return m_breakdownBar; }
     QTabWidget* tabs() const { return m_tabs; }
     /// The four live charts (follow live, Export all charts).
@@ -66,7 +68,7 @@ Q_SIGNALS:
     void followLiveChanged(bool allFollowing);
 
 private:
-    /// Every chart the timer redraws: the four live ones and the memory fit.
+    /// Every chart the timer redraws: the four live ones, the memory fit and the speed chart.
     QList<LiveChart*> drawnCharts() const;
 
     LossChart* m_loss;
@@ -74,6 +76,7 @@ private:
     MemoryChart* m_memory;
     ThroughputChart* m_throughput;
     MemoryFitChart* m_memoryFit;
+    SpeedChart* m_speed;
     MemoryBreakdownBar* m_breakdownBar;
     QTabWidget* m_tabs;
     QTimer* m_timer;

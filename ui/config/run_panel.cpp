@@ -214,6 +214,15 @@ QGroupBox* RunPanel::createBatch() {
     m_multiple = spin(1, 4096, 1,
                       tr("Round the micro-batch down to a multiple of this. GPUs compute some "
                          "sizes faster (multiples of 8 suit tensor cores)."));
+    m_objective = new QComboBox;
+    m_objective->setObjectName(QStringLiteral("objectiveBox"));
+    m_objective->addItem(tr("fastest (timed)"), static_cast<int>(core::ProbeObjective::Fastest));
+    m_objective->addItem(tr("largest that fits"), static_cast<int>(core::ProbeObjective::Largest));
+    m_objective->setToolTip(
+        tr("Which micro-batch to train with. Largest: the largest that fits in memory. Fastest: "
+           "after finding the largest, time smaller sizes on real training micro-batches (none "
+           "is wasted) and keep the one with the most samples per second — a larger micro-batch "
+           "is often not faster."));
 
     auto* batch = new QGroupBox(tr("Batch"));
     auto* batchForm = new QFormLayout(batch);
@@ -222,6 +231,7 @@ QGroupBox* RunPanel::createBatch() {
     batchForm->addRow(tr("Max micro-batch"), m_maxMicro);
     batchForm->addRow(tr("Headroom"), m_headroom);
     batchForm->addRow(tr("Round to multiple"), m_multiple);
+    batchForm->addRow(tr("Micro-batch"), m_objective);
     styleForm(batchForm);
     return batch;
 }
@@ -296,7 +306,7 @@ void RunPanel::connectFields() {
     for (QSpinBox* box : {m_samples, m_target, m_initialMicro, m_maxMicro, m_multiple, m_seed, m_steps})
         connect(box, &QSpinBox::valueChanged, this, changed);
     for (QDoubleSpinBox* box : {m_headroom, m_learningRate}) connect(box, &QDoubleSpinBox::valueChanged, this, changed);
-    for (QComboBox* box : {m_model, m_dataset, m_optimizer, m_lrScaling})
+    for (QComboBox* box : {m_model, m_dataset, m_optimizer, m_lrScaling, m_objective})
         connect(box, &QComboBox::currentIndexChanged, this, changed);
     connect(m_device, &QComboBox::currentIndexChanged, this, [this] {
         revalidate();
@@ -330,6 +340,7 @@ core::TrainerOptions RunPanel::options() const {
     o.probe.maxMicroBatch = m_maxMicro->value();
     o.probe.headroom = m_headroom->value() / 100.0;
     o.probe.multipleOf = m_multiple->value();
+    o.probe.objective = static_cast<core::ProbeObjective>(m_objective->currentData().toInt());
     o.optimizer.kind = static_cast<core::OptimizerKind>(m_optimizer->currentData().toInt());
     o.optimizer.learningRate = m_learningRate->value();
     o.lrScaling = static_cast<core::LrScaling>(m_lrScaling->currentData().toInt());
@@ -375,6 +386,7 @@ void RunPanel::setOptions(const core::TrainerOptions& o) {
     m_maxMicro->setValue(static_cast<int>(o.probe.maxMicroBatch));
     m_headroom->setValue(o.probe.headroom * 100.0);
     m_multiple->setValue(static_cast<int>(o.probe.multipleOf));
+    m_objective->setCurrentIndex(m_objective->findData(static_cast<int>(o.probe.objective)));
     m_optimizer->setCurrentIndex(m_optimizer->findData(static_cast<int>(o.optimizer.kind)));
     m_learningRate->setValue(o.optimizer.learningRate);
     m_lrScaling->setCurrentIndex(m_lrScaling->findData(static_cast<int>(o.lrScaling)));
@@ -461,9 +473,9 @@ bool RunPanel::running() const {
 
 void RunPanel::lockFields() {
     const bool locked = running();
-    for (QWidget* field :
-         std::initializer_list<QWidget*>{m_model, m_dataset, m_dataPath, m_samples, m_initialMicro, m_maxMicro,
-                                         m_headroom, m_multiple, m_optimizer, m_learningRate, m_seed, m_steps})
+    for (QWidget* field : std::initializer_list<QWidget*>{m_model, m_dataset, m_dataPath, m_samples, m_initialMicro,
+                                                          m_maxMicro, m_headroom, m_multiple, m_objective, m_optimizer,
+                                                          m_learningRate, m_seed, m_steps})
         field->setEnabled(!locked);
     m_virtualSize->setEnabled(m_device->currentData().toString() == QLatin1String(kVirtual));
 }
@@ -480,6 +492,7 @@ void RunPanel::saveSettings(QSettings& s) const {
     s.setValue(QStringLiteral("maxMicroBatch"), m_maxMicro->value());
     s.setValue(QStringLiteral("headroomPercent"), m_headroom->value());
     s.setValue(QStringLiteral("multipleOf"), m_multiple->value());
+    s.setValue(QStringLiteral("objective"), m_objective->currentData());
     s.setValue(QStringLiteral("optimizer"), m_optimizer->currentData());
     s.setValue(QStringLiteral("learningRate"), m_learningRate->value());
     s.setValue(QStringLiteral("lrScaling"), m_lrScaling->currentData());
@@ -504,6 +517,7 @@ void RunPanel::loadSettings(const QSettings& s) {
     m_maxMicro->setValue(value("maxMicroBatch").toInt());
     m_headroom->setValue(value("headroomPercent").toDouble());
     m_multiple->setValue(value("multipleOf").toInt());
+    if (value("objective").isValid()) setCombo(m_objective, m_objective->findData(value("objective")));
     setCombo(m_optimizer, m_optimizer->findData(value("optimizer")));
     m_learningRate->setValue(value("learningRate").toDouble());
     setCombo(m_lrScaling, m_lrScaling->findData(value("lrScaling")));

@@ -58,6 +58,7 @@ public:
     QSpinBox* targetBatchBox() const { return m_target; }
     QSpinBox* stepLimitBox() const { return m_steps; }
     QComboBox* deviceBox() const { return m_device; }
+    QComboBox* objectiveBox() const { return m_objective; }
     QComboBox* modelBox() const { return m_model; }
     QComboBox* datasetBox() const { return m_dataset; }
     QLineEdit* dataPathEdit() const { return m_dataPath; }
@@ -102,6 +103,7 @@ private:
     QSpinBox* m_maxMicro;
     QDoubleSpinBox* m_headroom;
     QSpinBox* m_multiple;
+    QComboBox* m_objective;
     QComboBox* m_optimizer;
     QDoubleSpinBox* m_learningRate;
     QComboBox* m_lrScaling;

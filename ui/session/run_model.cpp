@@ -100,6 +100,9 @@ bool RunModel::apply(const core::Event& event) {
                            metrics->targetBatch > 0 ? metrics->targetBatch : m_plan.targetBatch};
         if (plan == m_plan) return false;
         m_plan = plan;
+    } else if (const auto* chosen = std::get_if<core::ThroughputChosen>(&event)) {
+        m_plan = RunPlan{chosen->microBatch, chosen->accumulationSteps,
+                         chosen->targetBatch > 0 ? chosen->targetBatch : m_plan.targetBatch};
     } else if (const auto* changed = std::get_if<core::TargetBatchChanged>(&event)) {
         m_plan.targetBatch = changed->newTarget;
     } else if (const auto* switched = std::get_if<core::DeviceSwitched>(&event)) {

@@ -77,11 +77,39 @@ QString probePart(const RunModel& run) {
     return yourRun(text);
 }
 
+QString fastestPart(const RunModel& run) {
+    const core::RunDigest& d = run.digest();
+    if (d.timings.empty() && !d.throughputChosen) return {};
+    QStringList timed;
+    for (const core::ThroughputTimed& t : d.timings)
+        if (t.repetitions > 0) timed << tr("%1 → %2 samples/s").arg(t.microBatch).arg(t.samplesPerSecond, 0, 'f', 0);
+    QString text = tr("the sizes timed so far: %1.").arg(timed.join(QStringLiteral(", ")));
+    if (const auto& c = d.throughputChosen) {
+        if (c->microBatch != c->largestMicroBatch && c->largestSamplesPerSecond > 0)
+            text += tr(" It chose <b>%1</b> rather than the largest that fits, %2: %3 against %4 samples/s, "
+                       "%5× as fast.")
+                        .arg(c->microBatch)
+                        .arg(c->largestMicroBatch)
+                        .arg(c->samplesPerSecond, 0, 'f', 0)
+                        .arg(c->largestSamplesPerSecond, 0, 'f', 0)
+                        .arg(c->samplesPerSecond / c->largestSamplesPerSecond, 0, 'f', 2);
+        else
+            text += tr(" It kept the largest that fits, <b>%1</b>: smaller sizes were not faster.").arg(c->microBatch);
+        text += tr(" The timing took %1 training micro-batches (%2 s), all of which trained.")
+                    .arg(c->microBatchesTimed)
+                    .arg(c->seconds, 0, 'f', 1);
+    } else {
+        text += tr(" It is still timing.");
+    }
+    return yourRun(text);
+}
+
 QString accumulationPart(const RunModel& run) {
-    const auto& probe = run.digest().probeFinished;
-    if (!probe || probe->microBatch <= 0 || probe->targetBatch <= 0) return {};
-    const qint64 target = probe->targetBatch;
-    const qint64 micro = probe->microBatch;
+    // The plan training uses now: the probe's, or the fastest size timed after it.
+    const RunPlan& plan = run.plan();
+    if (plan.microBatch <= 0 || plan.targetBatch <= 0) return {};
+    const qint64 target = plan.targetBatch;
+    const qint64 micro = plan.microBatch;
     const core::EvenSplit split = core::EvenSplit::of(target, micro);
     QString weights = lossWeightText(split.sizeOf(0), target);
     if (split.larger > 0)
@@ -159,6 +187,17 @@ first training batch. The <i>Probe</i> chart shows every trial: green circles fi
 out of memory, the dashed line is the size chosen.</p>
 )");
     html += probePart(f);
+    html += tr(R"(
+<h3>Fastest, not just largest</h3>
+<p>The largest micro-batch that fits is often not the fastest: on a CPU the caches decide, on a
+GPU throughput levels off long before memory runs out. So after the probe, BatchPilot times
+smaller sizes — halving, each one a size that splits the target batch evenly — on real training
+micro-batches (every one of them trains, none is wasted), compares the median samples per second,
+and keeps the fastest. Two sizes within the measuring noise go to the larger. The <i>Fastest
+micro-batch</i> tab shows each size it timed. Choose <i>largest that fits</i> in the run panel
+(or <code>--objective largest</code>) to skip this.</p>
+)");
+    html += fastestPart(f);
     html += tr(R"(
 <h3>Accumulation: reaching the target exactly</h3>
 <p>With micro-batch <i>m</i> the target <i>T</i> is split into <i>k = ⌈T/m⌉</i> micro-batches of

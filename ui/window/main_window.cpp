@@ -384,8 +384,9 @@ bool MainWindow::exportEventsJsonl(const QString& path) {
 }
 
 QStringList MainWindow::exportCharts(const QString& directory) {
-    const QStringList written = m_charts->exportAll(directory);
-    if (written.size() != m_charts->charts().size()) showError(tr("Could not write every chart to %1").arg(directory));
+    QStringList failed;
+    const QStringList written = m_charts->exportAll(directory, &failed);
+    if (!failed.isEmpty()) showError(tr("Could not write %1").arg(failed.join(QStringLiteral(", "))));
     return written;
 }
 
