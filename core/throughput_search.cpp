@@ -88,9 +88,21 @@ void ThroughputSearch::record(int64_t microBatch, double seconds) {
     ++m_spent;
     if (current.warmupsDone < m_options.warmups) {
         ++current.warmupsDone;
-    } else if (seconds > 0 && std::isfinite(seconds)) {
-        current.samplesPerSecond.push_back(static_cast<double>(microBatch) / seconds);
+        ++m_timings;
+        decide();
+        return;
     }
+    if (!(seconds > 0) || !std::isfinite(seconds)) return;
+    current.pendingSeconds += seconds;
+    current.pendingSamples += microBatch;
+    ++current.pendingMicroBatches;
+    // Short micro-batches are timed together; a cap keeps a stalled clock from holding it forever.
+    if (current.pendingSeconds < m_options.minTimingSeconds && current.pendingMicroBatches < 256) return;
+    current.samplesPerSecond.push_back(static_cast<double>(current.pendingSamples) / current.pendingSeconds);
+    current.pendingSeconds = 0;
+    current.pendingSamples = 0;
+    current.pendingMicroBatches = 0;
+    ++m_timings;
     decide();
 }
 
@@ -102,10 +114,10 @@ void ThroughputSearch::decide() {
     const size_t index = m_timed.size() - 1;
     Candidate& current = m_timed.back();
     const auto counted = static_cast<int>(current.samplesPerSecond.size());
-    const bool budgetLeft = m_spent < m_options.budget;
+    const bool budgetLeft = m_timings < m_options.budget;
     if (counted < m_options.repetitions) {
         if (!budgetLeft)
-            finish("the timing budget of " + std::to_string(m_options.budget) + " micro-batches was spent");
+            finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
         return;
     }
     bool moveOn = true;
@@ -137,7 +149,7 @@ void ThroughputSearch::decide() {
     } else if (index + 1 >= m_plan.size()) {
         endWalk("the smallest candidate was reached");
     } else if (!budgetLeft) {
-        finish("the timing budget of " + std::to_string(m_options.budget) + " micro-batches was spent");
+        finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
     } else {
         m_timed.push_back(Candidate{m_plan[index + 1], {}, 0});
     }
@@ -176,7 +188,7 @@ void ThroughputSearch::nextRefinement() {
         finish(m_walkCause);
         return;
     }
-    if (m_spent >= m_options.budget) {
+    if (m_timings >= m_options.budget) {
         finish(m_walkCause + "; the timing budget was spent before the sizes between the halvings");
         return;
     }

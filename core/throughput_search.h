@@ -16,7 +16,10 @@ struct ThroughputSearchOptions {
     bool largestWarm = false;  ///< the largest candidate just ran (the probe's trial): no warm-up for it
     int repetitions = 2;       ///< counted micro-batches per candidate before comparing
     int maxRepetitions = 6;    ///< per candidate, while the comparison is within the noise
-    int budget = 40;           ///< timed micro-batches in all, warm-ups included
+    int budget = 40;           ///< timings in all, warm-ups included
+    /// A timing spans consecutive micro-batches of one size until they took this long: one
+    /// micro-batch of a few milliseconds is mostly timer and scheduler noise.
+    double minTimingSeconds = 0.05;
     double noise = 0.03;       ///< smallest relative difference in samples/s that counts as real
 };
 
@@ -30,7 +33,8 @@ struct ThroughputSearchOptions {
 /// in a row that are not (the plateau: a larger micro-batch buys nothing more); then it times the
 /// sizes half-way (in micro-batches per training batch) between the best halving and its timed
 /// neighbours, since the fastest size may lie between two halvings. Each candidate is
-/// timed `repetitions` times after its warm-up and compared by medians; while the difference is
+/// timed `repetitions` times after its warm-up (a timing covers micro-batches worth at least
+/// minTimingSeconds) and compared by medians; while the difference is
 /// within the noise (the option's, or the measured spread if larger) it is timed again, up to
 /// maxRepetitions, and a tie goes to the larger size. When the budget is spent the best so far
 /// wins, and the reason says so.
@@ -40,6 +44,9 @@ public:
         int64_t microBatch = 0;
         std::vector<double> samplesPerSecond;  ///< counted timings, in order (warm-ups left out)
         int warmupsDone = 0;
+        double pendingSeconds = 0;   ///< micro-batches of the timing in progress
+        int64_t pendingSamples = 0;
+        int pendingMicroBatches = 0;
         double median() const;
         /// Half the spread of the middle timings relative to the median (0 with fewer than 3).
         double spread() const;
@@ -66,6 +73,8 @@ public:
     const std::vector<int64_t>& plan() const { return m_plan; }
     /// Timed micro-batches so far (warm-ups included).
     int spent() const { return m_spent; }
+    /// Timings so far (warm-ups included): what the budget counts.
+    int timings() const { return m_timings; }
     /// The measured throughput of a candidate; 0 when it was not timed.
     double samplesPerSecond(int64_t microBatch) const;
 
@@ -84,6 +93,7 @@ private:
     std::vector<Candidate> m_timed;  ///< m_timed[i] is m_plan[i]
     size_t m_best = 0;               ///< index of the best candidate so far
     int m_spent = 0;
+    int m_timings = 0;
     bool m_refining = false;             ///< the walk ended; timing the sizes between
     std::vector<int64_t> m_refinements;  ///< sizes between the halvings still to time
     std::string m_walkCause;             ///< why the walk ended

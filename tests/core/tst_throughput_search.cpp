@@ -32,7 +32,8 @@ struct Outcome {
     int64_t chosen = 0;
     int spent = 0;
     std::string reason;
-    std::map<int64_t, int> timed;  ///< micro-batches run per size (warm-ups included)
+    std::map<int64_t, int> timed;    ///< micro-batches run per size (warm-ups included)
+    std::map<int64_t, int> counted;  ///< counted timings per size
 };
 
 /// Runs the search to its end: each micro-batch takes n / (curve(n) · noise) seconds; the first
@@ -50,7 +51,9 @@ Outcome run(ThroughputSearchOptions options, const Curve& curve, double noise = 
         if (++guard > 1000) break;
     }
     out.chosen = search.chosen();
-    out.spent = search.spent();
+    out.spent = search.timings();
+    for (const ThroughputSearch::Candidate& c : search.candidates())
+        out.counted[c.microBatch] = static_cast<int>(c.samplesPerSecond.size());
     out.reason = search.reason();
     return out;
 }
@@ -97,6 +100,7 @@ private Q_SLOTS:
     void budgetEndsTheSearch();
     void refinesBetweenHalvings();
     void oneCandidateTimesNothing();
+    void shortMicroBatchesAreTimedTogether();
     void abandonKeepsTheBestSoFar();
 };
 
@@ -157,7 +161,7 @@ void TestThroughputSearch::flatWithinNoiseKeepsTheLargest() {
     const Outcome out = run(o, flat, 0.02);
     QCOMPARE(out.chosen, int64_t(512));
     // Ties are timed again, but never beyond the per-candidate cap or the budget.
-    for (const auto& [size, count] : out.timed) QVERIFY(count <= o.warmups + o.maxRepetitions);
+    for (const auto& [size, count] : out.counted) QVERIFY(count <= o.maxRepetitions);
     QVERIFY(out.spent <= o.budget);
 }
 
@@ -181,7 +185,7 @@ void TestThroughputSearch::budgetEndsTheSearch() {
     const Curve smallerIsFaster = [](int64_t n) { return 10000.0 / std::sqrt(static_cast<double>(n)); };
     ThroughputSearchOptions o = options(1024, 1024);
     o.repetitions = 3;
-    o.budget = 10;  // 1 warm-up + 3 timings per size: the third size cannot finish
+    o.budget = 10;  // 1 warm-up + 3 timings per size (each micro-batch ≥ 50 ms): the third size cannot finish
     const Outcome out = run(o, smallerIsFaster);
     QCOMPARE(out.spent, 10);
     QCOMPARE(out.chosen, int64_t(512));  // the best that was fully timed
@@ -194,6 +198,28 @@ void TestThroughputSearch::oneCandidateTimesNothing() {
     QVERIFY(!search.next());
     QCOMPARE(search.chosen(), int64_t(1));
     QCOMPARE(search.spent(), 0);
+}
+
+void TestThroughputSearch::shortMicroBatchesAreTimedTogether() {
+    // 1.1 ms micro-batches: a timing spans them until 50 ms have passed, so one late micro-batch
+    // (a scheduler hiccup of 21 ms) moves a timing by a third instead of one timing by 20×.
+    ThroughputSearchOptions o = options(16, 64);
+    o.largestWarm = true;
+    ThroughputSearch search(o);
+    int64_t samples = 0;
+    double seconds = 0;
+    int microBatches = 0;
+    while (search.candidates().front().samplesPerSecond.empty() && microBatches < 1000) {
+        const double took = microBatches == 7 ? 0.021 : 0.0011;
+        search.record(16, took);
+        samples += 16;
+        seconds += took;
+        ++microBatches;
+    }
+    QCOMPARE(microBatches, 28);  // 27 × 1.1 ms + 21 ms ≥ 50 ms
+    QCOMPARE(search.spent(), 28);
+    QCOMPARE(search.timings(), 1);
+    QCOMPARE(search.candidates().front().samplesPerSecond.front(), double(samples) / seconds);
 }
 
 void TestThroughputSearch::abandonKeepsTheBestSoFar() {
