@@ -107,7 +107,8 @@ void ThroughputSearch::record(int64_t microBatch, double seconds) {
 }
 
 double ThroughputSearch::noiseBetween(const Candidate& a, const Candidate& b) const {
-    return std::max(m_options.noise, std::max(a.spread(), b.spread()));
+    // Each median can be off by about its own spread: only a difference beyond both is real.
+    return std::max(m_options.noise, a.spread() + b.spread());
 }
 
 void ThroughputSearch::decide() {
@@ -116,8 +117,7 @@ void ThroughputSearch::decide() {
     const auto counted = static_cast<int>(current.samplesPerSecond.size());
     const bool budgetLeft = m_timings < m_options.budget;
     if (counted < m_options.repetitions) {
-        if (!budgetLeft)
-            finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
+        if (!budgetLeft) finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
         return;
     }
     bool moveOn = true;

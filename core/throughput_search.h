@@ -14,13 +14,13 @@ struct ThroughputSearchOptions {
     int64_t smallest = 1;      ///< no candidate below this (a BatchNorm model needs 2)
     int warmups = 1;           ///< timed micro-batches of a new size that are not counted (caches, kernels)
     bool largestWarm = false;  ///< the largest candidate just ran (the probe's trial): no warm-up for it
-    int repetitions = 2;       ///< counted micro-batches per candidate before comparing
+    int repetitions = 3;       ///< counted timings per candidate before comparing (3: a spread to judge by)
     int maxRepetitions = 6;    ///< per candidate, while the comparison is within the noise
     int budget = 40;           ///< timings in all, warm-ups included
     /// A timing spans consecutive micro-batches of one size until they took this long: one
     /// micro-batch of a few milliseconds is mostly timer and scheduler noise.
     double minTimingSeconds = 0.05;
-    double noise = 0.03;       ///< smallest relative difference in samples/s that counts as real
+    double noise = 0.03;  ///< smallest relative difference in samples/s that counts as real
 };
 
 /// Chooses the micro-batch with the highest measured throughput, by timing real training
@@ -35,8 +35,8 @@ struct ThroughputSearchOptions {
 /// neighbours, since the fastest size may lie between two halvings. Each candidate is
 /// timed `repetitions` times after its warm-up (a timing covers micro-batches worth at least
 /// minTimingSeconds) and compared by medians; while the difference is
-/// within the noise (the option's, or the measured spread if larger) it is timed again, up to
-/// maxRepetitions, and a tie goes to the larger size. When the budget is spent the best so far
+/// within the noise (the option's, or the two candidates' measured spreads added, if larger) it
+/// is timed again, up to maxRepetitions, and a tie goes to the larger size. When the budget is spent the best so far
 /// wins, and the reason says so.
 class ThroughputSearch {
 public:
@@ -44,7 +44,7 @@ public:
         int64_t microBatch = 0;
         std::vector<double> samplesPerSecond;  ///< counted timings, in order (warm-ups left out)
         int warmupsDone = 0;
-        double pendingSeconds = 0;   ///< micro-batches of the timing in progress
+        double pendingSeconds = 0;  ///< micro-batches of the timing in progress
         int64_t pendingSamples = 0;
         int pendingMicroBatches = 0;
         double median() const;

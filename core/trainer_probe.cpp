@@ -78,10 +78,15 @@ void Trainer::Impl::startTiming(int64_t largest, int64_t warmSize) {
 }
 
 void Trainer::Impl::recordTiming(int64_t size, double seconds) {
+    const int before = timing->timings();
     timing->record(size, seconds);
-    for (const ThroughputSearch::Candidate& c : timing->candidates()) {
-        if (c.microBatch != size) continue;
-        emit(ThroughputTimed{now(), probeSequence, size, c.median(), static_cast<int>(c.samplesPerSecond.size())});
+    // One event per finished timing (a warm-up, or micro-batches worth at least 50 ms), not one
+    // per micro-batch: a fast model runs dozens of them per timing.
+    if (timing->timings() != before) {
+        for (const ThroughputSearch::Candidate& c : timing->candidates()) {
+            if (c.microBatch != size) continue;
+            emit(ThroughputTimed{now(), probeSequence, size, c.median(), static_cast<int>(c.samplesPerSecond.size())});
+        }
     }
     if (timing->done()) finishTiming(timing->chosen());
 }

@@ -226,9 +226,9 @@ void TestThroughputSearch::abandonKeepsTheBestSoFar() {
     ThroughputSearchOptions o = options(256, 256);
     o.largestWarm = true;  // the probe just ran 256: its first timing counts
     ThroughputSearch search(o);
-    for (int i = 0; i < 2; ++i) search.record(256, 256 / 1000.0);  // 1000 samples/s
+    for (int i = 0; i < o.repetitions; ++i) search.record(256, 256 / 1000.0);  // 1000 samples/s
     QCOMPARE(*search.next(), int64_t(128));
-    for (int i = 0; i < 3; ++i) search.record(128, 128 / 2000.0);  // warm-up, then 2000 samples/s
+    for (int i = 0; i <= o.repetitions; ++i) search.record(128, 128 / 2000.0);  // warm-up, then 2000 samples/s
     QCOMPARE(*search.next(), int64_t(64));
     search.record(64, 64 / 100.0);
     search.abandon("an out-of-memory error interrupted the timing");
