@@ -409,6 +409,65 @@ void insightSection(std::ostream& md, const json& insight) {
           "measured yet: no GPU was available to these benchmarks).\n\n";
 }
 
+void fastestSection(std::ostream& md, const json& fastest) {
+    md << "## 6. Fastest micro-batch (probe objective \"fastest\")\n\n";
+    if (fastest.is_null()) {
+        md << "_fastest.json is missing: the fastest-micro-batch benchmark did not run._\n\n";
+        return;
+    }
+    md << "For each probe setup and a TorchScript model: the largest micro-batch that fits (the probe), "
+          "the throughput of a sweep of fitting sizes — the search's own candidates and, between them, "
+          "every size that splits the target batch into 3, 6, 12, 24, … equal micro-batches, down to "
+          "target/256 — each measured in its own run with the micro-batch pinned (the steps after the first, at least "
+          "four and at least 1 s of training; best of "
+       << fastest["rounds"].get<int>()
+       << " interleaved rounds, a size that runs out of memory while training scores 0), and "
+       << fastest["searches"].get<int>()
+       << " runs with the objective \"fastest\" until it decides. *fastest/best* scores the chosen size "
+          "with the sweep's measurement of it; *largest/best* is what the objective \"largest\" gets. "
+          "The cost is the search's time minus what the samples it trained would take at the chosen "
+          "size, against a 100-step run at the best size.\n\n";
+    md << "| setup | target | fits | best size (samples/s) | chosen | fastest/best (worst) | largest/best | "
+          "timed micro-batches | cost, % of 100 steps |\n"
+          "|---|---|---|---|---|---|---|---|---|\n";
+    for (const json& c : fastest["configs"]) {
+        std::string chosen, timed;
+        for (const json& s : c["searches"]) {
+            chosen += (chosen.empty() ? "" : ", ") + std::to_string(s["chosen"].get<int64_t>());
+            timed += (timed.empty() ? "" : ", ") + std::to_string(s["micro_batches_timed"].get<int>());
+        }
+        md << "| " << c["setup"].get<std::string>() << " | " << c["target_batch"].get<int64_t>() << " | "
+           << c["largest_fit"].get<int64_t>() << " | " << c["best_size"].get<int64_t>() << " ("
+           << fixed(c["best_samples_per_second"].get<double>(), 0) << ") | " << chosen << " | "
+           << fixed(c["chosen_over_best_mean"].get<double>(), 3) << " ("
+           << fixed(c["chosen_over_best_worst"].get<double>(), 3) << ") | "
+           << fixed(c["largest_over_best"].get<double>(), 3) << " | " << timed << " | "
+           << fixed(100.0 * c["cost_share_of_100_steps_mean"].get<double>(), 2) << " |\n";
+    }
+    const json& sum = fastest["summary"];
+    const double mean = sum["fastest_over_best_mean"].get<double>();
+    const double cost = sum["cost_share_of_100_steps_mean"].get<double>();
+    md << "\nFastest: **" << fixed(mean, 3)
+       << "** of the best measured throughput on average (goal ≥ 0.98: " << verdict(mean >= 0.98) << "), worst "
+       << fixed(sum["fastest_over_best_worst"].get<double>(), 3)
+       << "; largest: " << fixed(sum["largest_over_best_mean"].get<double>(), 3) << " on average, worst "
+       << fixed(sum["largest_over_best_worst"].get<double>(), 3) << ". The search costs " << fixed(100.0 * cost, 2)
+       << "% of a 100-step run on average (goal < 3%: " << verdict(cost < 0.03) << "), "
+       << fixed(100.0 * sum["cost_share_of_100_steps_worst"].get<double>(), 2) << "% at worst.\n\n";
+    if (fastest.contains("demo_switch")) {
+        md << "The desktop demo's experiment (cnn, target batch 1024, Adam, a 64 MiB virtual GPU switched to "
+              "256 MiB mid-run, which re-probes): median samples/s of the steps before and after the switch.\n\n"
+              "| objective | before | after | after/before | micro-batch before → after |\n|---|---|---|---|---|\n";
+        for (const auto& [objective, d] : fastest["demo_switch"].items()) {
+            md << "| " << objective << " | " << fixed(d["samples_per_second_before"].get<double>(), 0) << " | "
+               << fixed(d["samples_per_second_after"].get<double>(), 0) << " | "
+               << fixed(d["after_over_before"].get<double>(), 2) << " | " << d["micro_batch_before"].get<int64_t>()
+               << " → " << d["micro_batch_after"].get<int64_t>() << " |\n";
+        }
+        md << "\n";
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -440,6 +499,7 @@ int main(int argc, char** argv) {
     const json meter = load(args.in, "meter.json");
     const json gui = load(args.in, "gui.json");
     const json insight = load(args.in, "insight.json");
+    const json fastest = load(args.in, "fastest.json");
     json machine;
     std::string torch = "?";
     for (const json* j : {&probe, &acc, &meter, &gui}) {
@@ -463,12 +523,14 @@ int main(int argc, char** argv) {
        << ", CPU only) |\n"
        << "| BLAS LibTorch uses | " << args.blas << " |\n"
        << "| Qt | " << (gui.is_null() ? "not built" : gui["qt_version"].get<std::string>()) << " |\n"
-       << "| benchmarks' wall time | " << args.benchSeconds << " s |\n\n";
+       << "| benchmarks' wall time | " << args.benchSeconds
+       << (args.benchSeconds.find_first_not_of("0123456789.") == std::string::npos ? " s" : "") << " |\n\n";
     probeSection(md, probe);
     accumulationSection(md, acc);
     meterSection(md, meter);
     guiSection(md, gui);
     insightSection(md, insight);
+    fastestSection(md, fastest);
     // The roofline section comes from scripts/bench-roofline (per LibTorch build): kept as it is.
     if (std::ifstream roofline(args.in + "/roofline.md"); roofline) md << "\n" << roofline.rdbuf();
     std::ofstream out(args.out);

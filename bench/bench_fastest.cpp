@@ -1,0 +1,436 @@
+// batchpilot-bench-fastest: how close the probe objective "fastest" comes to the fastest
+// micro-batch, and what finding it costs (issue 16). For each of the 12 probe setups and a
+// TorchScript model: the largest micro-batch that fits (the probe); the throughput of a sweep of
+// fitting sizes, each measured in its own run with the micro-batch pinned; then runs with the
+// objective "fastest" until it decides. Writes fastest.json and fastest.csv.
+//
+// Ratios, not absolute speeds: every size's throughput is measured in this one process, side by
+// side, in rounds that interleave the sizes (the best of the rounds counts), and the chosen size
+// is scored with the sweep's own measurement of it (so a lucky timing inside the search cannot
+// flatter it). A size that runs out of memory while training scores 0.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include <torch/version.h>
+
+#include "bench/bench_util.h"
+#include "bench/trainer_workload.h"
+#include "bench/trial_runner.h"
+#include "core/counting_allocator.h"
+#include "core/throughput_search.h"
+#include "core/trainer.h"
+
+namespace {
+
+using namespace batchpilot;
+using Clock = std::chrono::steady_clock;
+
+struct Case {
+    std::string label;
+    core::TrainerOptions options;  ///< model, data, device, target batch
+};
+
+/// The target batch of a setup: the training batch a user of such a model would ask for, small
+/// enough that a sweep of sizes stays within minutes on two cores.
+int64_t targetFor(const bench::ProbeSetup& s) {
+    if (s.model.name != "resnet") return 1024;
+    return s.data.height >= 224 ? 64 : 256;
+}
+
+std::vector<Case> cases(bool quick, const std::string& torchscript, const std::string& device) {
+    std::vector<Case> out;
+    for (const bench::ProbeSetup& s : bench::probeSetups(quick)) {
+        core::TrainerOptions o = s.trainerOptions();
+        o.targetBatch = targetFor(s);
+        o.data.samples = std::max<int64_t>(4096, 8 * o.targetBatch);
+        o.optimizer.learningRate = 0.01;
+        out.push_back({s.label + ", " + std::to_string(s.budgetBytes / (1024 * 1024)) + " MiB", o});
+    }
+    if (!torchscript.empty()) {
+        core::TrainerOptions o = bench::cnnWorkload("virtual:256MiB", 1024, 0, 1);
+        o.model.name = torchscript;
+        o.optimizer.learningRate = 0.01;
+        out.push_back({"TorchScript SmallNet 3x32x32, 256 MiB", o});
+    }
+    if (!device.empty()) {
+        // A real device instead of the virtual budgets (the GPU check): its memory decides.
+        for (Case& c : out) {
+            c.options.device = device;
+            c.label = c.label.substr(0, c.label.find(',')) + ", " + device;
+        }
+        if (quick) out.resize(std::min<size_t>(out.size(), 2));
+    }
+    return out;
+}
+
+class StoringSink final : public core::EventSink {
+public:
+    void onEvent(const core::Event& event) override {
+        events.push_back(event);
+        if (stopAtProbe && trainer && std::holds_alternative<core::ProbeFinished>(event)) trainer->stop();
+        if (stopAfterDecision && trainer) {
+            if (std::holds_alternative<core::ThroughputChosen>(event)) decided = true;
+            // One more whole step after the decision, so the run ends cleanly at a boundary.
+            if (const auto* m = std::get_if<core::StepMetrics>(&event); m && decided && ++stepsAfter >= 1)
+                trainer->stop();
+        }
+    }
+    std::vector<core::Event> events;
+    core::Trainer* trainer = nullptr;
+    bool stopAfterDecision = false;
+    bool stopAtProbe = false;
+    bool decided = false;
+    int stepsAfter = 0;
+};
+
+/// The largest micro-batch that fits: the probe of a run with the objective "largest".
+int64_t largestFit(const Case& c) {
+    core::TrainerOptions o = c.options;
+    o.probe.objective = core::ProbeObjective::Largest;
+    o.steps = 50;  // a probe may need more trials than one training batch holds; stopped when it ends
+    StoringSink sink;
+    sink.stopAtProbe = true;
+    core::Trainer trainer(o, sink);
+    sink.trainer = &trainer;
+    const core::RunResult result = trainer.run();
+    if (result.state == core::RunState::Failed) throw std::runtime_error(c.label + ": " + result.error);
+    for (const core::Event& e : sink.events)
+        if (const auto* f = std::get_if<core::ProbeFinished>(&e)) return f->microBatch;
+    throw std::runtime_error(c.label + ": no probe finished");
+}
+
+/// Samples per second over steps 2..N with the micro-batch pinned to `size`, N at least `steps`
+/// and enough for `minSeconds` of counted training (a fast model's step is a few milliseconds:
+/// four of them would be mostly noise); 0 when the size ran out of memory while training
+/// (recovered at a smaller size: not a rate of `size`).
+double measure(const Case& c, int64_t size, int64_t steps, double minSeconds = 1.0) {
+    core::TrainerOptions o = c.options;
+    o.probe.initialMicroBatch = o.probe.maxMicroBatch = size;
+    o.probe.objective = core::ProbeObjective::Largest;
+    o.steps = 100000;  // stopped below
+    struct Timer final : core::EventSink {
+        StoringSink* inner = nullptr;
+        core::Trainer* trainer = nullptr;
+        int64_t minSteps = 0;
+        double minSeconds = 0;
+        double firstEnd = -1;
+        void onEvent(const core::Event& event) override {
+            inner->onEvent(event);
+            const auto* m = std::get_if<core::StepMetrics>(&event);
+            if (!m) return;
+            if (m->step == 1) firstEnd = m->time;
+            if (m->step >= minSteps && firstEnd >= 0 && m->time - firstEnd >= minSeconds) trainer->stop();
+        }
+    };
+    StoringSink sink;
+    Timer timer;
+    timer.inner = &sink;
+    timer.minSteps = steps;
+    timer.minSeconds = minSeconds;
+    core::Trainer trainer(o, timer);
+    timer.trainer = &trainer;
+    const core::RunResult result = trainer.run();
+    if (result.state == core::RunState::Failed) throw std::runtime_error(c.label + ": " + result.error);
+    for (const core::Event& e : sink.events)
+        if (std::holds_alternative<core::OomEvent>(e)) return 0;
+    return bench::throughputOf(sink.events, size).samplesPerSecond;
+}
+
+/// The best of `rounds` measurements: interference from the rest of the machine only slows a
+/// run down, so the fastest of a few is the closest to the size's own speed.
+double bestOf(const std::vector<double>& rates) {
+    return rates.empty() ? 0 : *std::max_element(rates.begin(), rates.end());
+}
+
+/// The sweep: the search's own candidates (halvings, each an even split of the target) and,
+/// between them, every size that splits the target into k equal micro-batches for k = 3, 6, 12,
+/// 24, … — twice as dense — down to a floor of target/256 samples (at least 1).
+std::vector<int64_t> sweepSizes(int64_t largest, int64_t target) {
+    std::set<int64_t> sizes;
+    const int64_t floor = std::max<int64_t>(1, target / 256);
+    for (int64_t n : core::throughputCandidates(largest, target, 1, 1))
+        if (n >= floor) sizes.insert(n);
+    for (int64_t k = 3; k <= 4 * target; k *= 2) {
+        const int64_t n = (target + k - 1) / k;
+        if (n <= largest && n >= floor) sizes.insert(n);
+    }
+    return {sizes.rbegin(), sizes.rend()};
+}
+
+struct Search {
+    int64_t chosen = 0;
+    int64_t largest = 0;
+    int timed = 0;
+    double seconds = 0;
+    int64_t samplesTimed = 0;  ///< samples trained while the search timed
+    std::map<int64_t, double> measured;  ///< the search's own median samples/s per size
+    std::string reason;
+};
+
+/// A run with the objective "fastest", stopped one step after its decision.
+Search runFastest(const Case& c) {
+    core::TrainerOptions o = c.options;
+    o.probe.objective = core::ProbeObjective::Fastest;
+    o.steps = 400;  // an upper limit: the sink stops the run after the decision
+    StoringSink sink;
+    sink.stopAfterDecision = true;
+    core::Trainer trainer(o, sink);
+    sink.trainer = &trainer;
+    const core::RunResult result = trainer.run();
+    if (result.state == core::RunState::Failed) throw std::runtime_error(c.label + ": " + result.error);
+    Search s;
+    // Samples trained between the probe's end and the decision: the timed micro-batches and the
+    // rest of batches split around them.
+    bool timing = false;
+    for (const core::Event& e : sink.events) {
+        if (std::holds_alternative<core::ProbeFinished>(e)) timing = s.chosen == 0;
+        if (const auto* done = std::get_if<core::MicroBatchDone>(&e); done && timing && !done->probeTrial)
+            s.samplesTimed += done->size;
+        if (const auto* t = std::get_if<core::ThroughputTimed>(&e); t && t->repetitions > 0)
+            s.measured[t->microBatch] = t->samplesPerSecond;
+        if (const auto* d = std::get_if<core::ThroughputChosen>(&e)) {
+            timing = false;
+            s.chosen = d->microBatch;
+            s.largest = d->largestMicroBatch;
+            s.timed = d->microBatchesTimed;
+            s.seconds = d->seconds;
+            s.reason = d->reason;
+        }
+    }
+    if (s.chosen == 0) {
+        // Only one size to choose from: nothing was timed, the largest is used.
+        for (const core::Event& e : sink.events)
+            if (const auto* f = std::get_if<core::ProbeFinished>(&e)) s.chosen = s.largest = f->microBatch;
+    }
+    return s;
+}
+
+/// The desktop demo's experiment (issue 16): the cnn at target batch 1024 with Adam on a 64 MiB
+/// virtual GPU, switched to 256 MiB after step `switchAt` (the switch re-probes). Median samples/s
+/// of the steps before the switch (after the first decision) and of the last steps after it.
+struct DemoSwitch {
+    double before = 0;
+    double after = 0;
+    int64_t microBefore = 0;
+    int64_t microAfter = 0;
+};
+
+DemoSwitch runDemoSwitch(core::ProbeObjective objective, bool quick) {
+    const int64_t switchAt = quick ? 8 : 14;
+    const int64_t steps = quick ? 16 : 30;
+    core::TrainerOptions o = bench::cnnWorkload("virtual:64MiB", 1024, 0, steps);
+    o.optimizer.kind = core::OptimizerKind::Adam;
+    o.optimizer.learningRate = 0.003;
+    o.probe.objective = objective;
+    StoringSink sink;
+    struct Switcher final : core::EventSink {
+        StoringSink* inner = nullptr;
+        core::Trainer* trainer = nullptr;
+        int64_t at = 0;
+        void onEvent(const core::Event& event) override {
+            inner->onEvent(event);
+            if (const auto* m = std::get_if<core::StepMetrics>(&event); m && m->step == at)
+                trainer->switchDevice("virtual:256MiB");
+        }
+    };
+    Switcher switcher;
+    switcher.inner = &sink;
+    switcher.at = switchAt;
+    core::Trainer run(o, switcher);
+    switcher.trainer = &run;
+    const core::RunResult result = run.run();
+    if (result.state == core::RunState::Failed) throw std::runtime_error("demo switch: " + result.error);
+    std::vector<double> before, after;
+    DemoSwitch out;
+    for (const core::Event& e : sink.events) {
+        const auto* m = std::get_if<core::StepMetrics>(&e);
+        if (!m) continue;
+        // Before: the steps after the first search settled; after: the last third of the run.
+        if (m->step > switchAt / 2 && m->step <= switchAt) {
+            before.push_back(m->samplesPerSecond);
+            out.microBefore = m->microBatch;
+        }
+        if (m->step > steps - (steps - switchAt) / 2) {
+            after.push_back(m->samplesPerSecond);
+            out.microAfter = m->microBatch;
+        }
+    }
+    out.before = bench::median(before);
+    out.after = bench::median(after);
+    return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    // --torchscript MODEL.pt and --device DEV are this benchmark's own; the rest are every benchmark's.
+    std::string torchscript;
+    std::string device;
+    std::string only;  // run the cases whose label contains this (trying one out)
+    std::vector<char*> rest{argv[0]};
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--torchscript") == 0 && i + 1 < argc)
+            torchscript = argv[++i];
+        else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+            device = argv[++i];
+        else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            only = argv[++i];
+        else
+            rest.push_back(argv[i]);
+    }
+    const auto args =
+        bench::parseArgs(static_cast<int>(rest.size()), rest.data(), "batchpilot-bench-fastest",
+                         "The objective \"fastest\" against a sweep of micro-batch sizes (also takes "
+                         "--torchscript MODEL.pt, --device DEV to use one real device instead of "
+                         "the virtual budgets, and --only TEXT for the cases whose name holds it).");
+    core::installCountingAllocator();
+    const auto started = Clock::now();
+    const int rounds = args.quick ? 1 : 2;          // sweep rounds, interleaving the sizes
+    const int searches = args.quick ? 1 : 3;        // runs of the search per case
+    const int64_t steps = args.quick ? 3 : 5;  // per sweep measurement: steps 2..N count, at least 1 s
+    nlohmann::json report;
+    report["bench"] = "fastest";
+    report["torch_version"] = TORCH_VERSION;
+    report["machine"] = bench::machineDescription();
+    report["rounds"] = rounds;
+    report["searches"] = searches;
+    std::vector<std::string> rows;
+    for (const Case& c : cases(args.quick, torchscript, device)) {
+        if (!only.empty() && c.label.find(only) == std::string::npos) continue;
+        const auto caseStarted = Clock::now();
+        const int64_t target = c.options.targetBatch;
+        const int64_t largest = largestFit(c);
+        const std::vector<int64_t> sizes = sweepSizes(largest, target);
+        std::map<int64_t, std::vector<double>> rates;
+        measure(c, sizes.front(), 2, 0.0);  // warms up the process for this model (kernels, caches)
+        for (int round = 0; round < rounds; ++round) {
+            // Large to small, then small to large: a slow drift of the machine cancels out.
+            std::vector<int64_t> order = sizes;
+            if (round % 2 == 1) std::reverse(order.begin(), order.end());
+            for (int64_t n : order) rates[n].push_back(measure(c, n, steps));
+        }
+        std::vector<Search> runs;
+        for (int i = 0; i < searches; ++i) runs.push_back(runFastest(c));
+        // Sizes the search chose that the sweep did not measure are measured the same way now.
+        for (const Search& s : runs)
+            if (!rates.count(s.chosen))
+                for (int round = 0; round < rounds; ++round) rates[s.chosen].push_back(measure(c, s.chosen, steps));
+
+        std::map<int64_t, double> rate;
+        for (const auto& [n, values] : rates) rate[n] = bestOf(values);
+        int64_t best = sizes.front();
+        for (const auto& [n, r] : rate)
+            if (r > rate[best]) best = n;
+        const int64_t largestSize = core::throughputCandidates(largest, target, 1, 1).front();
+        if (!rate.count(largestSize)) rate[largestSize] = measure(c, largestSize, steps);
+        const double largestRatio = rate[largestSize] / rate[best];
+        // A 100-step run at the best size: what the search's cost is compared with.
+        const double hundredSteps = 100.0 * static_cast<double>(target) / rate[best];
+
+        nlohmann::json config = {{"setup", c.label},
+                                 {"model", c.options.model.name},
+                                 {"device", c.options.device},
+                                 {"target_batch", target},
+                                 {"largest_fit", largest},
+                                 {"largest_size", largestSize},
+                                 {"best_size", best},
+                                 {"best_samples_per_second", rate[best]},
+                                 {"largest_over_best", largestRatio},
+                                 {"hundred_step_seconds", hundredSteps}};
+        for (const auto& [n, r] : rate) {
+            config["sweep"].push_back({{"micro_batch", n}, {"samples_per_second", r}});
+            if (rates.count(n)) config["sweep"].back()["rounds"] = rates[n];
+        }
+        double ratioSum = 0, worst = 1, costSum = 0;
+        for (const Search& s : runs) {
+            const double ratio = rate[s.chosen] / rate[best];
+            // Time lost to timing: the search's time minus what its samples take at the chosen size.
+            const double cost =
+                std::max(0.0, s.seconds - static_cast<double>(s.samplesTimed) / std::max(rate[s.chosen], 1e-9));
+            ratioSum += ratio;
+            worst = std::min(worst, ratio);
+            costSum += cost;
+            config["searches"].push_back({{"chosen", s.chosen},
+                                          {"chosen_over_best", ratio},
+                                          {"micro_batches_timed", s.timed},
+                                          {"search_seconds", s.seconds},
+                                          {"cost_seconds", cost},
+                                          {"cost_share_of_100_steps", cost / hundredSteps},
+                                          {"reason", s.reason}});
+            // What the search measured, next to the sweep: a systematic difference between timing
+            // micro-batches and timing whole steps shows here.
+            for (const auto& [size, r] : s.measured)
+                config["searches"].back()["measured"].push_back(
+                    {{"micro_batch", size}, {"samples_per_second", r}, {"sweep_samples_per_second", rate.count(size) ? rate[size] : 0.0}});
+            rows.push_back("\"" + c.label + "\"," + std::to_string(target) + "," + std::to_string(largest) + "," +
+                           std::to_string(best) + "," + bench::fixed(rate[best], 0) + "," + std::to_string(s.chosen) +
+                           "," + bench::fixed(ratio, 3) + "," + bench::fixed(largestRatio, 3) + "," +
+                           std::to_string(s.timed) + "," + bench::fixed(cost, 3) + "," +
+                           bench::fixed(100.0 * cost / hundredSteps, 2));
+        }
+        const double meanRatio = ratioSum / static_cast<double>(runs.size());
+        const double meanCost = costSum / static_cast<double>(runs.size());
+        config["chosen_over_best_mean"] = meanRatio;
+        config["chosen_over_best_worst"] = worst;
+        config["cost_share_of_100_steps_mean"] = meanCost / hundredSteps;
+        config["seconds"] = std::chrono::duration<double>(Clock::now() - caseStarted).count();
+        report["configs"].push_back(config);
+        std::printf("%-38s T %5lld  fits %5lld  best %5lld (%7.0f/s)  fastest %.3f (worst %.3f)  largest %.3f  "
+                    "cost %.1f%% of 100 steps  (%.0f s)\n",
+                    c.label.c_str(), static_cast<long long>(target), static_cast<long long>(largest),
+                    static_cast<long long>(best), rate[best], meanRatio, worst, largestRatio,
+                    100.0 * meanCost / hundredSteps, config["seconds"].get<double>());
+        std::fflush(stdout);
+    }
+    // The demo's 64 MiB → 256 MiB switch, both objectives (virtual devices only).
+    for (const auto objective : {core::ProbeObjective::Fastest, core::ProbeObjective::Largest}) {
+        if (!device.empty()) break;
+        const DemoSwitch d = runDemoSwitch(objective, args.quick);
+        report["demo_switch"][core::toString(objective)] = {{"samples_per_second_before", d.before},
+                                                             {"samples_per_second_after", d.after},
+                                                             {"after_over_before", d.after / d.before},
+                                                             {"micro_batch_before", d.microBefore},
+                                                             {"micro_batch_after", d.microAfter}};
+        std::printf("demo, 64 MiB -> 256 MiB, %-7s: %6.0f -> %6.0f samples/s (%.2fx), micro-batch %lld -> %lld\n",
+                    core::toString(objective), d.before, d.after, d.after / d.before,
+                    static_cast<long long>(d.microBefore), static_cast<long long>(d.microAfter));
+        std::fflush(stdout);
+    }
+    // Averages over the cases.
+    double fastestSum = 0, largestSum = 0, costSum = 0, fastestWorst = 1, largestWorst = 1, costWorst = 0;
+    int n = 0;
+    for (const auto& config : report["configs"]) {
+        fastestSum += config["chosen_over_best_mean"].get<double>();
+        largestSum += config["largest_over_best"].get<double>();
+        costSum += config["cost_share_of_100_steps_mean"].get<double>();
+        fastestWorst = std::min(fastestWorst, config["chosen_over_best_worst"].get<double>());
+        largestWorst = std::min(largestWorst, config["largest_over_best"].get<double>());
+        costWorst = std::max(costWorst, config["cost_share_of_100_steps_mean"].get<double>());
+        ++n;
+    }
+    report["summary"] = {{"cases", n},
+                         {"fastest_over_best_mean", n ? fastestSum / n : 0.0},
+                         {"fastest_over_best_worst", fastestWorst},
+                         {"largest_over_best_mean", n ? largestSum / n : 0.0},
+                         {"largest_over_best_worst", largestWorst},
+                         {"cost_share_of_100_steps_mean", n ? costSum / n : 0.0},
+                         {"cost_share_of_100_steps_worst", costWorst}};
+    report["seconds"] = std::chrono::duration<double>(Clock::now() - started).count();
+    bench::writeJson(args.outDir, "fastest.json", report);
+    bench::writeCsv(args.outDir, "fastest.csv",
+                    "setup,target_batch,largest_fit,best_size,best_samples_per_s,chosen,chosen_over_best,"
+                    "largest_over_best,micro_batches_timed,cost_s,cost_pct_of_100_steps",
+                    rows);
+    std::printf("fastest: %.3f of the best on average (worst %.3f); largest: %.3f (worst %.3f); search cost "
+                "%.2f%% of a 100-step run on average (worst %.2f%%); %.0f s\n",
+                report["summary"]["fastest_over_best_mean"].get<double>(), fastestWorst,
+                report["summary"]["largest_over_best_mean"].get<double>(), largestWorst, 100.0 * costSum / std::max(n, 1),
+                100.0 * costWorst, report["seconds"].get<double>());
+    return 0;
+}
