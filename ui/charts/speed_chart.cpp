@@ -120,16 +120,15 @@ void SpeedChart::clear() {
 void SpeedChart::updateCaption() {
     QString text;
     if (m_chosen > 0)
-        text = m_chosen == m_largest ? tr("Kept %1: %2").arg(m_chosen).arg(m_reason)
-                                          : tr("Chose %1 over the largest that fits (%2): %3")
-                                                .arg(m_chosen)
-                                                .arg(m_largest)
-                                                .arg(m_reason);
+        text = m_chosen == m_largest
+                   ? tr("Kept %1: %2").arg(m_chosen).arg(m_reason)
+                   : tr("Chose %1 over the largest that fits (%2): %3").arg(m_chosen).arg(m_largest).arg(m_reason);
     else if (!m_candidates.empty())
         text = tr("Timing micro-batch sizes on training micro-batches…");
     else if (m_largestObjective)
-        text = tr("Nothing timed: the run keeps the largest micro-batch that fits (objective \"largest\", "
-                       "or only one size to choose from).");
+        text =
+            tr("Nothing timed: the run keeps the largest micro-batch that fits (objective \"largest\", "
+               "or only one size to choose from).");
     else
         text = tr("After the probe, the sizes timed for speed appear here.");
     m_caption->setText(text);
@@ -155,11 +154,13 @@ void SpeedChart::refresh(bool follow) {
     m_chosenPoint->replace(chosen);
     const double top = std::max(rateMax * 1.1, 1.0);
     if (m_largest > 0)
-        m_largestLine->replace({QPointF(static_cast<double>(m_largest), 0), QPointF(static_cast<double>(m_largest), top)});
+        m_largestLine->replace(
+            {QPointF(static_cast<double>(m_largest), 0), QPointF(static_cast<double>(m_largest), top)});
     else
         m_largestLine->clear();
     if (follow) {
-        const double xMax = std::max<double>(static_cast<double>(m_largest), counted.empty() ? 1.0 : counted.back().microBatch);
+        const double xMax =
+            std::max<double>(static_cast<double>(m_largest), counted.empty() ? 1.0 : counted.back().microBatch);
         setPaddedRange(xAxis(), 0, std::max(xMax, 4.0), /*fromZero=*/true);
         setPaddedRange(m_rateAxis, 0, top, /*fromZero=*/true);
     }
