@@ -168,7 +168,7 @@ struct Search {
     int64_t largest = 0;
     int timed = 0;
     double seconds = 0;
-    int64_t samplesTimed = 0;  ///< samples trained while the search timed
+    int64_t samplesTimed = 0;            ///< samples trained while the search timed
     std::map<int64_t, double> measured;  ///< the search's own median samples/s per size
     std::string reason;
 };
@@ -284,15 +284,14 @@ int main(int argc, char** argv) {
         else
             rest.push_back(argv[i]);
     }
-    const auto args =
-        bench::parseArgs(static_cast<int>(rest.size()), rest.data(), "batchpilot-bench-fastest",
-                         "The objective \"fastest\" against a sweep of micro-batch sizes (also takes "
-                         "--torchscript MODEL.pt, --device DEV to use one real device instead of "
-                         "the virtual budgets, and --only TEXT for the cases whose name holds it).");
+    const auto args = bench::parseArgs(static_cast<int>(rest.size()), rest.data(), "batchpilot-bench-fastest",
+                                       "The objective \"fastest\" against a sweep of micro-batch sizes (also takes "
+                                       "--torchscript MODEL.pt, --device DEV to use one real device instead of "
+                                       "the virtual budgets, and --only TEXT for the cases whose name holds it).");
     core::installCountingAllocator();
     const auto started = Clock::now();
-    const int rounds = args.quick ? 1 : 2;          // sweep rounds, interleaving the sizes
-    const int searches = args.quick ? 1 : 3;        // runs of the search per case
+    const int rounds = args.quick ? 1 : 2;     // sweep rounds, interleaving the sizes
+    const int searches = args.quick ? 1 : 3;   // runs of the search per case
     const int64_t steps = args.quick ? 3 : 5;  // per sweep measurement: steps 2..N count, at least 1 s
     nlohmann::json report;
     report["bench"] = "fastest";
@@ -367,7 +366,9 @@ int main(int argc, char** argv) {
             // micro-batches and timing whole steps shows here.
             for (const auto& [size, r] : s.measured)
                 config["searches"].back()["measured"].push_back(
-                    {{"micro_batch", size}, {"samples_per_second", r}, {"sweep_samples_per_second", rate.count(size) ? rate[size] : 0.0}});
+                    {{"micro_batch", size},
+                     {"samples_per_second", r},
+                     {"sweep_samples_per_second", rate.count(size) ? rate[size] : 0.0}});
             rows.push_back("\"" + c.label + "\"," + std::to_string(target) + "," + std::to_string(largest) + "," +
                            std::to_string(best) + "," + bench::fixed(rate[best], 0) + "," + std::to_string(s.chosen) +
                            "," + bench::fixed(ratio, 3) + "," + bench::fixed(largestRatio, 3) + "," +
@@ -381,11 +382,12 @@ int main(int argc, char** argv) {
         config["cost_share_of_100_steps_mean"] = meanCost / hundredSteps;
         config["seconds"] = std::chrono::duration<double>(Clock::now() - caseStarted).count();
         report["configs"].push_back(config);
-        std::printf("%-38s T %5lld  fits %5lld  best %5lld (%7.0f/s)  fastest %.3f (worst %.3f)  largest %.3f  "
-                    "cost %.1f%% of 100 steps  (%.0f s)\n",
-                    c.label.c_str(), static_cast<long long>(target), static_cast<long long>(largest),
-                    static_cast<long long>(best), rate[best], meanRatio, worst, largestRatio,
-                    100.0 * meanCost / hundredSteps, config["seconds"].get<double>());
+        std::printf(
+            "%-38s T %5lld  fits %5lld  best %5lld (%7.0f/s)  fastest %.3f (worst %.3f)  largest %.3f  "
+            "cost %.1f%% of 100 steps  (%.0f s)\n",
+            c.label.c_str(), static_cast<long long>(target), static_cast<long long>(largest),
+            static_cast<long long>(best), rate[best], meanRatio, worst, largestRatio, 100.0 * meanCost / hundredSteps,
+            config["seconds"].get<double>());
         std::fflush(stdout);
     }
     // The demo's 64 MiB → 256 MiB switch, both objectives (virtual devices only).
@@ -393,10 +395,10 @@ int main(int argc, char** argv) {
         if (!device.empty()) break;
         const DemoSwitch d = runDemoSwitch(objective, args.quick);
         report["demo_switch"][core::toString(objective)] = {{"samples_per_second_before", d.before},
-                                                             {"samples_per_second_after", d.after},
-                                                             {"after_over_before", d.after / d.before},
-                                                             {"micro_batch_before", d.microBefore},
-                                                             {"micro_batch_after", d.microAfter}};
+                                                            {"samples_per_second_after", d.after},
+                                                            {"after_over_before", d.after / d.before},
+                                                            {"micro_batch_before", d.microBefore},
+                                                            {"micro_batch_after", d.microAfter}};
         std::printf("demo, 64 MiB -> 256 MiB, %-7s: %6.0f -> %6.0f samples/s (%.2fx), micro-batch %lld -> %lld\n",
                     core::toString(objective), d.before, d.after, d.after / d.before,
                     static_cast<long long>(d.microBefore), static_cast<long long>(d.microAfter));
@@ -427,10 +429,11 @@ int main(int argc, char** argv) {
                     "setup,target_batch,largest_fit,best_size,best_samples_per_s,chosen,chosen_over_best,"
                     "largest_over_best,micro_batches_timed,cost_s,cost_pct_of_100_steps",
                     rows);
-    std::printf("fastest: %.3f of the best on average (worst %.3f); largest: %.3f (worst %.3f); search cost "
-                "%.2f%% of a 100-step run on average (worst %.2f%%); %.0f s\n",
-                report["summary"]["fastest_over_best_mean"].get<double>(), fastestWorst,
-                report["summary"]["largest_over_best_mean"].get<double>(), largestWorst, 100.0 * costSum / std::max(n, 1),
-                100.0 * costWorst, report["seconds"].get<double>());
+    std::printf(
+        "fastest: %.3f of the best on average (worst %.3f); largest: %.3f (worst %.3f); search cost "
+        "%.2f%% of a 100-step run on average (worst %.2f%%); %.0f s\n",
+        report["summary"]["fastest_over_best_mean"].get<double>(), fastestWorst,
+        report["summary"]["largest_over_best_mean"].get<double>(), largestWorst, 100.0 * costSum / std::max(n, 1),
+        100.0 * costWorst, report["seconds"].get<double>());
     return 0;
 }
