@@ -425,9 +425,9 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
     const double seconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
     emit(OptimizerStepped{now(), step, committed});
     emit(StepMetrics{now(), step, sampler->epoch(), samplesSeen, lossSum, largestUsed,
-                     microBatch > 0 ? static_cast<int64_t>(planFor(target, microBatch).size()) : committed, target,
-                     optimizer->learningRate(), seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0, seconds,
-                     stepPeak, totalSteps()});
+                     microBatch > 0 && !timing ? static_cast<int64_t>(planFor(target, microBatch).size()) : committed,
+                     target, optimizer->learningRate(), seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0,
+                     seconds, stepPeak, totalSteps()});
     sampleMemory(true);
     reportBreakdown();
     if (const int64_t retries = meter->allocatorRetries(); retries > allocatorRetriesSeen) {

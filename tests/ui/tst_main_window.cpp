@@ -124,6 +124,10 @@ void TestMainWindow::demoEndToEnd() {
     QTest::qWait(50);
     charts->redrawNow();
     QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-1600x1000.png"))));
+    // The fastest-micro-batch search decides within the run's first seconds, and the tab shows it.
+    QTRY_VERIFY_WITH_TIMEOUT(charts->speedChart()->chosenMicroBatch() > 0, kTimeout);
+    QVERIFY2(charts->speedChart()->caption().contains(QString::number(charts->speedChart()->chosenMicroBatch())),
+             qPrintable(charts->speedChart()->caption()));
     charts->tabs()->setCurrentWidget(charts->speedChart());
     charts->redrawNow();
     QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-fastest.png"))));
