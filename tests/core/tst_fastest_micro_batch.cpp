@@ -26,7 +26,7 @@ TrainerOptions options(ProbeObjective objective) {
     o.data.height = o.data.width = 12;
     o.device = "virtual:64MiB";
     o.targetBatch = kTarget;
-    o.steps = 160;  // each timing spans 50 ms of training: enough steps for the search to decide
+    o.steps = 160;
     o.seed = 5;
     o.optimizer.learningRate = 0.01;
     o.reportSampleIndices = true;
@@ -63,11 +63,25 @@ private Q_SLOTS:
 };
 
 void TestFastestMicroBatch::timingLosesNoSample() {
+    // The timed run goes on until three steps after its decision (how many steps the search
+    // needs depends on the machine's speed: a timing spans 50 ms); the untimed run trains as many.
     RecordingSink fastest;
-    const RunResult timed = Trainer(options(ProbeObjective::Fastest), fastest).run();
+    TrainerOptions timedOptions = options(ProbeObjective::Fastest);
+    timedOptions.steps = 20000;
+    Trainer timedTrainer(timedOptions, fastest);
+    int stepsAfterDecision = -1;
+    fastest.onEach = [&](const Event& e) {
+        if (std::holds_alternative<ThroughputChosen>(e)) stepsAfterDecision = 0;
+        if (std::holds_alternative<StepMetrics>(e) && stepsAfterDecision >= 0 && ++stepsAfterDecision == 3)
+            timedTrainer.stop();
+    };
+    const RunResult timed = timedTrainer.run();
     QVERIFY2(timed.state == RunState::Finished, timed.error.c_str());
+    QVERIFY2(stepsAfterDecision >= 3, "the search decided");
     RecordingSink largest;
-    const RunResult plain = Trainer(options(ProbeObjective::Largest), largest).run();
+    TrainerOptions plainOptions = options(ProbeObjective::Largest);
+    plainOptions.steps = timed.steps;
+    const RunResult plain = Trainer(plainOptions, largest).run();
     QVERIFY2(plain.state == RunState::Finished, plain.error.c_str());
 
     const auto chosen = fastest.all<ThroughputChosen>();
@@ -87,7 +101,7 @@ void TestFastestMicroBatch::timingLosesNoSample() {
     // Each step trained exactly its batch, once: the same samples as the run that timed nothing.
     const auto got = samplesPerStep(fastest);
     const auto expected = samplesPerStep(largest);
-    QCOMPARE(got.size(), size_t(160));
+    QCOMPARE(int64_t(got.size()), timed.steps);
     for (const auto& [step, samples] : got) {
         QCOMPARE(int64_t(samples.size()), kTarget);
         QVERIFY2(std::adjacent_find(samples.begin(), samples.end()) == samples.end(), "a sample used twice");
@@ -135,11 +149,12 @@ void TestFastestMicroBatch::largestTimesNothing() {
 void TestFastestMicroBatch::targetChangeTimesAgain() {
     RecordingSink sink;
     TrainerOptions o = options(ProbeObjective::Fastest);
-    o.steps = 1000;
+    o.steps = 50000;  // stopped at the second decision (the searches' length depends on the machine)
     Trainer trainer(o, sink);
     sink.onEach = [&](const Event& e) {
-        if (const auto* chosen = std::get_if<ThroughputChosen>(&e); chosen && chosen->targetBatch == kTarget)
-            trainer.setTargetBatch(128);
+        const auto* chosen = std::get_if<ThroughputChosen>(&e);
+        if (chosen && chosen->targetBatch == kTarget) trainer.setTargetBatch(128);
+        if (chosen && chosen->targetBatch == 128) trainer.stop();
     };
     const RunResult result = trainer.run();
     QVERIFY2(result.state == RunState::Finished, result.error.c_str());
