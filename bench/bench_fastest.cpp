@@ -69,38 +69,15 @@ std::vector<Case> cases(bool quick, const std::string& torchscript, const std::s
     return out;
 }
 
-class StoringSink final : public core::EventSink {
-public:
-    void onEvent(const core::Event& event) override {
-        events.push_back(event);
-        if (stopAtProbe && trainer && std::holds_alternative<core::ProbeFinished>(event)) trainer->stop();
-        if (stopAfterDecision && trainer) {
-            if (std::holds_alternative<core::ThroughputChosen>(event)) decided = true;
-            // One more whole step after the decision, so the run ends cleanly at a boundary.
-            if (const auto* m = std::get_if<core::StepMetrics>(&event); m && decided && ++stepsAfter >= 1)
-                trainer->stop();
-        }
-    }
-    std::vector<core::Event> events;
-    core::Trainer* trainer = nullptr;
-    bool stopAfterDecision = false;
-    bool stopAtProbe = false;
-    bool decided = false;
-    int stepsAfter = 0;
-};
-
 /// The largest micro-batch that fits: the probe of a run with the objective "largest".
 int64_t largestFit(const Case& c) {
     core::TrainerOptions o = c.options;
     o.probe.objective = core::ProbeObjective::Largest;
     o.steps = 50;  // a probe may need more trials than one training batch holds; stopped when it ends
-    StoringSink sink;
-    sink.stopAtProbe = true;
-    core::Trainer trainer(o, sink);
-    sink.trainer = &trainer;
-    const core::RunResult result = trainer.run();
-    if (result.state == core::RunState::Failed) throw std::runtime_error(c.label + ": " + result.error);
-    for (const core::Event& e : sink.events)
+    const auto run = bench::runEvents(o, [](const core::Event& e, core::Trainer& trainer) {
+        if (std::holds_alternative<core::ProbeFinished>(e)) trainer.stop();
+    });
+    for (const core::Event& e : run.events)
         if (const auto* f = std::get_if<core::ProbeFinished>(&e)) return f->microBatch;
     throw std::runtime_error(c.label + ": no probe finished");
 }
@@ -114,32 +91,16 @@ double measure(const Case& c, int64_t size, int64_t steps, double minSeconds = 1
     o.probe.initialMicroBatch = o.probe.maxMicroBatch = size;
     o.probe.objective = core::ProbeObjective::Largest;
     o.steps = 100000;  // stopped below
-    struct Timer final : core::EventSink {
-        StoringSink* inner = nullptr;
-        core::Trainer* trainer = nullptr;
-        int64_t minSteps = 0;
-        double minSeconds = 0;
-        double firstEnd = -1;
-        void onEvent(const core::Event& event) override {
-            inner->onEvent(event);
-            const auto* m = std::get_if<core::StepMetrics>(&event);
-            if (!m) return;
-            if (m->step == 1) firstEnd = m->time;
-            if (m->step >= minSteps && firstEnd >= 0 && m->time - firstEnd >= minSeconds) trainer->stop();
-        }
-    };
-    StoringSink sink;
-    Timer timer;
-    timer.inner = &sink;
-    timer.minSteps = steps;
-    timer.minSeconds = minSeconds;
-    core::Trainer trainer(o, timer);
-    timer.trainer = &trainer;
-    const core::RunResult result = trainer.run();
-    if (result.state == core::RunState::Failed) throw std::runtime_error(c.label + ": " + result.error);
-    for (const core::Event& e : sink.events)
+    double firstEnd = -1;
+    const auto run = bench::runEvents(o, [&](const core::Event& e, core::Trainer& trainer) {
+        const auto* m = std::get_if<core::StepMetrics>(&e);
+        if (!m) return;
+        if (m->step == 1) firstEnd = m->time;
+        if (m->step >= steps && firstEnd >= 0 && m->time - firstEnd >= minSeconds) trainer.stop();
+    });
+    for (const core::Event& e : run.events)
         if (std::holds_alternative<core::OomEvent>(e)) return 0;
-    return bench::throughputOf(sink.events, size).samplesPerSecond;
+    return bench::throughputOf(run.events, size).samplesPerSecond;
 }
 
 /// The best of `rounds` measurements: interference from the rest of the machine only slows a
@@ -177,18 +138,17 @@ struct Search {
 Search runFastest(const Case& c) {
     core::TrainerOptions o = c.options;
     o.probe.objective = core::ProbeObjective::Fastest;
-    o.steps = 400;  // an upper limit: the sink stops the run after the decision
-    StoringSink sink;
-    sink.stopAfterDecision = true;
-    core::Trainer trainer(o, sink);
-    sink.trainer = &trainer;
-    const core::RunResult result = trainer.run();
-    if (result.state == core::RunState::Failed) throw std::runtime_error(c.label + ": " + result.error);
+    o.steps = 400;  // an upper limit: the hook stops the run one whole step after the decision
+    bool decided = false;
+    const auto run = bench::runEvents(o, [&](const core::Event& e, core::Trainer& trainer) {
+        if (std::holds_alternative<core::ThroughputChosen>(e)) decided = true;
+        if (decided && std::holds_alternative<core::StepMetrics>(e)) trainer.stop();
+    });
     Search s;
     // Samples trained between the probe's end and the decision: the timed micro-batches and the
     // rest of batches split around them.
     bool timing = false;
-    for (const core::Event& e : sink.events) {
+    for (const core::Event& e : run.events) {
         if (std::holds_alternative<core::ProbeFinished>(e)) timing = s.chosen == 0;
         if (const auto* done = std::get_if<core::MicroBatchDone>(&e); done && timing && !done->probeTrial)
             s.samplesTimed += done->size;
@@ -205,7 +165,7 @@ Search runFastest(const Case& c) {
     }
     if (s.chosen == 0) {
         // Only one size to choose from: nothing was timed, the largest is used.
-        for (const core::Event& e : sink.events)
+        for (const core::Event& e : run.events)
             if (const auto* f = std::get_if<core::ProbeFinished>(&e)) s.chosen = s.largest = f->microBatch;
     }
     return s;
@@ -228,27 +188,13 @@ DemoSwitch runDemoSwitch(core::ProbeObjective objective, bool quick) {
     o.optimizer.kind = core::OptimizerKind::Adam;
     o.optimizer.learningRate = 0.003;
     o.probe.objective = objective;
-    StoringSink sink;
-    struct Switcher final : core::EventSink {
-        StoringSink* inner = nullptr;
-        core::Trainer* trainer = nullptr;
-        int64_t at = 0;
-        void onEvent(const core::Event& event) override {
-            inner->onEvent(event);
-            if (const auto* m = std::get_if<core::StepMetrics>(&event); m && m->step == at)
-                trainer->switchDevice("virtual:256MiB");
-        }
-    };
-    Switcher switcher;
-    switcher.inner = &sink;
-    switcher.at = switchAt;
-    core::Trainer run(o, switcher);
-    switcher.trainer = &run;
-    const core::RunResult result = run.run();
-    if (result.state == core::RunState::Failed) throw std::runtime_error("demo switch: " + result.error);
+    const auto run = bench::runEvents(o, [&](const core::Event& e, core::Trainer& trainer) {
+        if (const auto* m = std::get_if<core::StepMetrics>(&e); m && m->step == switchAt)
+            trainer.switchDevice("virtual:256MiB");
+    });
     std::vector<double> before, after;
     DemoSwitch out;
-    for (const core::Event& e : sink.events) {
+    for (const core::Event& e : run.events) {
         const auto* m = std::get_if<core::StepMetrics>(&e);
         if (!m) continue;
         // Before: the steps after the first search settled; after: the last third of the run.

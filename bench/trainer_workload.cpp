@@ -10,8 +10,13 @@ namespace {
 
 class StoringSink final : public core::EventSink {
 public:
-    void onEvent(const core::Event& event) override { events.push_back(event); }
+    void onEvent(const core::Event& event) override {
+        events.push_back(event);
+        if (hook) hook(event, *trainer);
+    }
     std::vector<core::Event> events;
+    EventHook hook;
+    core::Trainer* trainer = nullptr;
 };
 
 }  // namespace
@@ -61,12 +66,21 @@ Throughput throughputOf(const std::vector<core::Event>& events, int64_t microBat
     return out;
 }
 
-Throughput runTrainer(const core::TrainerOptions& options) {
+RecordedRun runEvents(const core::TrainerOptions& options, const EventHook& hook) {
     StoringSink sink;
+    sink.hook = hook;
     core::Trainer trainer(options, sink);
-    const core::RunResult result = trainer.run();
-    if (result.state == core::RunState::Failed) throw std::runtime_error("benchmark run failed: " + result.error);
-    return throughputOf(sink.events, result.microBatch);
+    sink.trainer = &trainer;
+    RecordedRun run{trainer.run(), {}};
+    if (run.result.state == core::RunState::Failed)
+        throw std::runtime_error("benchmark run failed: " + run.result.error);
+    run.events = std::move(sink.events);
+    return run;
+}
+
+Throughput runTrainer(const core::TrainerOptions& options) {
+    const RecordedRun run = runEvents(options);
+    return throughputOf(run.events, run.result.microBatch);
 }
 
 }  // namespace batchpilot::bench

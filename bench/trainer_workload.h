@@ -1,11 +1,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/events.h"
 #include "core/options.h"
+#include "core/trainer.h"
 
 /// The training workload the accumulation and meter benchmarks time, and how they time it.
 namespace batchpilot::bench {
@@ -27,8 +29,22 @@ struct Throughput {
 /// the run's final one). Throws when the run made fewer than two steps.
 Throughput throughputOf(const std::vector<core::Event>& events, int64_t microBatch);
 
-/// Runs a Trainer with `options` (steps ≥ 2); events go to a sink that stores every one of
-/// them, as the CLI's JSON Lines writer or the GUI's queue would. Throws on a failed run.
+/// Sees each event on the trainer's thread, with the trainer, to stop or steer the run.
+using EventHook = std::function<void(const core::Event&, core::Trainer&)>;
+
+/// A finished run and every event it sent, stored as the CLI's JSON Lines writer or the GUI's
+/// queue would.
+struct RecordedRun {
+    core::RunResult result;
+    std::vector<core::Event> events;
+};
+
+/// Runs a Trainer with `options`; `hook` (optional) sees each event as it is stored. Throws on a
+/// failed run.
+RecordedRun runEvents(const core::TrainerOptions& options, const EventHook& hook = {});
+
+/// Runs a Trainer with `options` (steps ≥ 2) and measures its throughput (runEvents, then
+/// throughputOf). Throws on a failed run.
 Throughput runTrainer(const core::TrainerOptions& options);
 
 }  // namespace batchpilot::bench

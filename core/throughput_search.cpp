@@ -2,22 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
+
+#include "core/text_format.h"
 
 namespace batchpilot::core {
 
 namespace {
 
 std::string rate(double samplesPerSecond) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.0f", samplesPerSecond);
-    return text;
+    return formatText("%.0f", samplesPerSecond);
 }
 
 std::string percent(double fraction) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.0f%%", 100 * fraction);
-    return text;
+    return formatText("%.0f%%", 100 * fraction);
 }
 
 double medianOf(std::vector<double> values) {
@@ -29,16 +26,20 @@ double medianOf(std::vector<double> values) {
 
 }  // namespace
 
+int64_t evenSplitSize(int64_t target, int64_t parts, int64_t multipleOf, int64_t smallest) {
+    int64_t size = (target + parts - 1) / parts;
+    if (multipleOf > 1 && size >= multipleOf) size -= size % multipleOf;
+    return std::max(size, std::max<int64_t>(1, smallest));
+}
+
 std::vector<int64_t> throughputCandidates(int64_t largest, int64_t target, int64_t multipleOf, int64_t smallest) {
     std::vector<int64_t> sizes;
     smallest = std::max<int64_t>(1, smallest);
     largest = std::min(largest, target);
     if (largest < smallest || target < 1) return sizes;
     for (int64_t halving = largest; halving >= smallest; halving /= 2) {
-        const int64_t parts = (target + halving - 1) / halving;
-        int64_t size = (target + parts - 1) / parts;  // the even split with the fewest micro-batches
-        if (multipleOf > 1 && size >= multipleOf) size -= size % multipleOf;
-        size = std::max(size, smallest);
+        // The even split with the fewest micro-batches of at most `halving` samples.
+        const int64_t size = evenSplitSize(target, (target + halving - 1) / halving, multipleOf, smallest);
         if (sizes.empty() || size < sizes.back()) sizes.push_back(size);
         if (halving == 1) break;
     }
@@ -74,7 +75,7 @@ ThroughputSearch::ThroughputSearch(const ThroughputSearchOptions& options) : m_o
         return;
     }
     // A size that just ran needs no warm-up: its kernels and memory blocks are ready.
-    m_timed.push_back(Candidate{m_plan[0], {}, m_options.largestWarm ? m_options.warmups : 0});
+    m_timed.push_back(Candidate{m_plan[0], {}, m_plan[0] == m_options.justRan ? m_options.warmups : 0});
 }
 
 std::optional<int64_t> ThroughputSearch::next() const {
@@ -155,12 +156,6 @@ void ThroughputSearch::decide() {
     }
 }
 
-int64_t ThroughputSearch::evenSize(int64_t parts) const {
-    int64_t size = (m_options.target + parts - 1) / parts;
-    if (m_options.multipleOf > 1 && size >= m_options.multipleOf) size -= size % m_options.multipleOf;
-    return std::max(size, std::max<int64_t>(1, m_options.smallest));
-}
-
 void ThroughputSearch::endWalk(const std::string& cause) {
     m_walkCause = cause;
     m_refining = true;
@@ -174,7 +169,7 @@ void ThroughputSearch::endWalk(const std::string& cause) {
     if (m_best + 1 < m_timed.size()) neighbours.push_back(m_best + 1);
     for (size_t n : neighbours) {
         const int64_t between = (bestParts + partsOf(m_timed[n].microBatch)) / 2;
-        const int64_t size = evenSize(between);
+        const int64_t size = evenSplitSize(target, between, m_options.multipleOf, m_options.smallest);
         const bool known =
             std::any_of(m_timed.begin(), m_timed.end(), [size](const Candidate& c) { return c.microBatch == size; }) ||
             std::find(m_refinements.begin(), m_refinements.end(), size) != m_refinements.end();

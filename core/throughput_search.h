@@ -8,15 +8,15 @@
 namespace batchpilot::core {
 
 struct ThroughputSearchOptions {
-    int64_t largest = 1;       ///< the largest micro-batch that fits (the memory search's result)
-    int64_t target = 1;        ///< the training batch the micro-batches add up to
-    int64_t multipleOf = 1;    ///< candidates are multiples of this (when at least this large)
-    int64_t smallest = 1;      ///< no candidate below this (a BatchNorm model needs 2)
-    int warmups = 1;           ///< timed micro-batches of a new size that are not counted (caches, kernels)
-    bool largestWarm = false;  ///< the largest candidate just ran (the probe's trial): no warm-up for it
-    int repetitions = 3;       ///< counted timings per candidate before comparing (3: a spread to judge by)
-    int maxRepetitions = 6;    ///< per candidate, while the comparison is within the noise
-    int budget = 40;           ///< timings in all, warm-ups included
+    int64_t largest = 1;     ///< the largest micro-batch that fits (the memory search's result)
+    int64_t target = 1;      ///< the training batch the micro-batches add up to
+    int64_t multipleOf = 1;  ///< candidates are multiples of this (when at least this large)
+    int64_t smallest = 1;    ///< no candidate below this (a BatchNorm model needs 2)
+    int warmups = 1;         ///< timed micro-batches of a new size that are not counted (caches, kernels)
+    int64_t justRan = 0;     ///< a size that just ran (the probe's last trial): no warm-up for it
+    int repetitions = 3;     ///< counted timings per candidate before comparing (3: a spread to judge by)
+    int maxRepetitions = 6;  ///< per candidate, while the comparison is within the noise
+    int budget = 40;         ///< timings in all, warm-ups included
     /// A timing spans consecutive micro-batches of one size until they took this long: one
     /// micro-batch of a few milliseconds is mostly timer and scheduler noise.
     double minTimingSeconds = 0.05;
@@ -32,11 +32,11 @@ struct ThroughputSearchOptions {
 /// search walks down while the smaller size is faster by more than the noise and stops after two
 /// in a row that are not (the plateau: a larger micro-batch buys nothing more); then it times the
 /// sizes half-way (in micro-batches per training batch) between the best halving and its timed
-/// neighbours, since the fastest size may lie between two halvings. Each candidate is
-/// timed `repetitions` times after its warm-up (a timing covers micro-batches worth at least
-/// minTimingSeconds) and compared by medians; while the difference is
-/// within the noise (the option's, or the two candidates' measured spreads added, if larger) it
-/// is timed again, up to maxRepetitions, and a tie goes to the larger size. When the budget is spent the best so far
+/// neighbours, since the fastest size may lie between two halvings. Each candidate is timed
+/// `repetitions` times after its warm-up (a timing covers micro-batches worth at least
+/// minTimingSeconds) and compared by medians; while the difference is within the noise (the
+/// option's, or the two candidates' measured spreads added, if larger) it is timed again, up to
+/// maxRepetitions, and a tie goes to the larger size. When the budget is spent the best so far
 /// wins, and the reason says so.
 class ThroughputSearch {
 public:
@@ -83,8 +83,6 @@ private:
     /// The walk down ended (`cause`): time the sizes between the best and its neighbours.
     void endWalk(const std::string& cause);
     void nextRefinement();
-    /// The size that splits the target into `parts` micro-batches (rounded as the candidates are).
-    int64_t evenSize(int64_t parts) const;
     void finish(const std::string& reason);
     double noiseBetween(const Candidate& a, const Candidate& b) const;
 
@@ -100,6 +98,10 @@ private:
     bool m_done = false;
     std::string m_reason;
 };
+
+/// The size that splits `target` into `parts` micro-batches (ceil(target / parts)), lowered to a
+/// multiple of `multipleOf` and at least `smallest`: every candidate of a search is one.
+int64_t evenSplitSize(int64_t target, int64_t parts, int64_t multipleOf, int64_t smallest);
 
 /// Candidate sizes for a search: `largest`, then halvings, each lowered to ceil(target / k) for the
 /// fewest micro-batches k it allows, and to a multiple of `multipleOf`; distinct, at least

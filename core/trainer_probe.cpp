@@ -69,9 +69,7 @@ void Trainer::Impl::startTiming(int64_t largest, int64_t warmSize) {
     search.target = target;
     search.multipleOf = options.probe.multipleOf;
     search.smallest = std::max(minMicroBatch, minPart);
-    const std::vector<int64_t> sizes =
-        throughputCandidates(search.largest, search.target, search.multipleOf, search.smallest);
-    search.largestWarm = !sizes.empty() && sizes.front() == warmSize;
+    search.justRan = warmSize;
     timing.emplace(search);
     timingStart = Clock::now();
     if (timing->done()) finishTiming(timing->chosen());  // one size only: nothing to time

@@ -204,7 +204,7 @@ void TestThroughputSearch::shortMicroBatchesAreTimedTogether() {
     // 1.1 ms micro-batches: a timing spans them until 50 ms have passed, so one late micro-batch
     // (a scheduler hiccup of 21 ms) moves a timing by a third instead of one timing by 20×.
     ThroughputSearchOptions o = options(16, 64);
-    o.largestWarm = true;
+    o.justRan = 16;  // no warm-up: every micro-batch below is timed
     ThroughputSearch search(o);
     int64_t samples = 0;
     double seconds = 0;
@@ -224,7 +224,7 @@ void TestThroughputSearch::shortMicroBatchesAreTimedTogether() {
 
 void TestThroughputSearch::abandonKeepsTheBestSoFar() {
     ThroughputSearchOptions o = options(256, 256);
-    o.largestWarm = true;  // the probe just ran 256: its first timing counts
+    o.justRan = 256;  // the probe just ran 256: its first timing counts
     ThroughputSearch search(o);
     for (int i = 0; i < o.repetitions; ++i) search.record(256, 256 / 1000.0);  // 1000 samples/s
     QCOMPARE(*search.next(), int64_t(128));
