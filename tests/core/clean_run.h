@@ -19,6 +19,8 @@ namespace batchpilot::tests {
 struct CleanRun {
     std::vector<int64_t> microBatchAllocations;
     std::vector<int64_t> optimizerAllocations;
+    /// The first counted allocation of each micro-batch: the copy of its inputs to the device.
+    std::vector<int64_t> firstOfMicroBatch;
     std::vector<torch::Tensor> weights;
 };
 
@@ -48,6 +50,7 @@ inline CleanRun measureCleanRun(const core::TrainerOptions& options) {
         if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Probing && start < 0) {
             start = now;
         } else if (start >= 0 && std::holds_alternative<MicroBatchDone>(e)) {
+            if (now - start > last) run.firstOfMicroBatch.push_back(last + 1);
             for (int64_t n = last + 1; n <= now - start; ++n) run.microBatchAllocations.push_back(n);
             last = now - start;
         } else if (start >= 0 && std::holds_alternative<OptimizerStepped>(e)) {
