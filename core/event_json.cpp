@@ -171,6 +171,7 @@ json fields(const ThroughputChosen& e) {
             {"target_batch", e.targetBatch},
             {"samples_per_second", e.samplesPerSecond},
             {"largest_samples_per_second", e.largestSamplesPerSecond},
+            {"speed_over_largest", e.speedOverLargest},
             {"micro_batches_timed", e.microBatchesTimed},
             {"seconds", e.seconds},
             {"reason", e.reason}};

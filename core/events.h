@@ -86,8 +86,11 @@ struct ThroughputChosen {
     int64_t targetBatch = 0;
     double samplesPerSecond = 0;         ///< measured at the chosen size
     double largestSamplesPerSecond = 0;  ///< measured at the largest
-    int microBatchesTimed = 0;           ///< timed micro-batches, warm-ups included
-    double seconds = 0;                  ///< from the probe's end to the decision
+    /// The chosen size's speed over the largest's, measured in turns (drift cancelled: a better
+    /// figure than the two medians' ratio); 1 when the largest was kept, 0 when not measured.
+    double speedOverLargest = 0;
+    int microBatchesTimed = 0;  ///< timed micro-batches, warm-ups included
+    double seconds = 0;         ///< from the probe's end to the decision
     std::string reason;
 };
 

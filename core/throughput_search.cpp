@@ -50,18 +50,20 @@ double ThroughputSearch::Candidate::median() const {
     return medianOf(samplesPerSecond);
 }
 
-double ThroughputSearch::Candidate::spread() const {
-    if (samplesPerSecond.size() < 3) return 0;
-    std::vector<double> sorted = samplesPerSecond;
-    std::sort(sorted.begin(), sorted.end());
-    // The middle half (at least the middle three): one slow outlier does not make it noisy.
-    const size_t n = sorted.size();
+namespace {
+
+/// Half the spread of the middle values (at least the middle three) relative to their median: one
+/// outlier does not make a series noisy. 0 with fewer than 3 values.
+double spreadOf(std::vector<double> values) {
+    if (values.size() < 3) return 0;
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
     const size_t cut = n >= 6 ? n / 4 : (n - 3) / 2;
-    const double low = sorted[cut];
-    const double high = sorted[n - 1 - cut];
-    const double middle = median();
-    return middle > 0 ? 0.5 * (high - low) / middle : 0;
+    const double middle = medianOf(values);
+    return middle > 0 ? 0.5 * (values[n - 1 - cut] - values[cut]) / middle : 0;
 }
+
+}  // namespace
 
 ThroughputSearch::ThroughputSearch(const ThroughputSearchOptions& options) : m_options(options) {
     m_options.repetitions = std::max(1, m_options.repetitions);
@@ -75,22 +77,33 @@ ThroughputSearch::ThroughputSearch(const ThroughputSearchOptions& options) : m_o
         return;
     }
     // A size that just ran needs no warm-up: its kernels and memory blocks are ready.
-    m_timed.push_back(Candidate{m_plan[0], {}, m_plan[0] == m_options.justRan ? m_options.warmups : 0});
+    m_timed.push_back(Candidate{m_plan[0], {}, m_plan[0] == m_options.justRan ? m_options.warmups : 0, 1.0});
+    m_timed.push_back(Candidate{m_plan[1], {}, 0});
+}
+
+bool ThroughputSearch::incumbentActive() const {
+    const Candidate& best = incumbent();
+    if (best.warmupsDone < m_options.warmups) return true;
+    if (m_timed.back().warmupsDone < m_options.warmups) return false;
+    return m_incumbentTurn;
 }
 
 std::optional<int64_t> ThroughputSearch::next() const {
     if (m_done) return std::nullopt;
-    return m_timed.back().microBatch;
+    return incumbentActive() ? incumbent().microBatch : m_timed.back().microBatch;
 }
 
 void ThroughputSearch::record(int64_t microBatch, double seconds) {
-    if (m_done || microBatch != m_timed.back().microBatch) return;
-    Candidate& current = m_timed.back();
+    if (m_done) return;
+    const bool isIncumbent = incumbentActive();
+    Candidate& current = isIncumbent ? incumbent() : m_timed.back();
+    if (microBatch != current.microBatch) return;
     ++m_spent;
     if (current.warmupsDone < m_options.warmups) {
         ++current.warmupsDone;
         ++m_timings;
-        decide();
+        if (m_timings >= m_options.budget)
+            finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
         return;
     }
     if (!(seconds > 0) || !std::isfinite(seconds)) return;
@@ -99,49 +112,62 @@ void ThroughputSearch::record(int64_t microBatch, double seconds) {
     ++current.pendingMicroBatches;
     // Short micro-batches are timed together; a cap keeps a stalled clock from holding it forever.
     if (current.pendingSeconds < m_options.minTimingSeconds && current.pendingMicroBatches < 256) return;
-    current.samplesPerSecond.push_back(static_cast<double>(current.pendingSamples) / current.pendingSeconds);
+    const double rate = static_cast<double>(current.pendingSamples) / current.pendingSeconds;
+    current.samplesPerSecond.push_back(rate);
     current.pendingSeconds = 0;
     current.pendingSamples = 0;
     current.pendingMicroBatches = 0;
     ++m_timings;
+    (isIncumbent ? m_incumbentRun : m_challengerRun).push_back(rate);
+    m_incumbentTurn = !isIncumbent;
     decide();
 }
 
-double ThroughputSearch::noiseBetween(const Candidate& a, const Candidate& b) const {
-    // Each median can be off by about its own spread: only a difference beyond both is real.
-    return std::max(m_options.noise, a.spread() + b.spread());
-}
-
 void ThroughputSearch::decide() {
-    const size_t index = m_timed.size() - 1;
-    Candidate& current = m_timed.back();
-    const auto counted = static_cast<int>(current.samplesPerSecond.size());
     const bool budgetLeft = m_timings < m_options.budget;
-    if (counted < m_options.repetitions) {
+    const size_t pairs = m_challengerRun.size();
+    // Judged only with every challenger timing between two of the incumbent's.
+    const bool bracketed = pairs > 0 && m_incumbentRun.size() == pairs + 1;
+    std::vector<double> ratios;
+    for (size_t i = 0; bracketed && i < pairs; ++i) {
+        const double around = 0.5 * (m_incumbentRun[i] + m_incumbentRun[i + 1]);
+        ratios.push_back(around > 0 ? m_challengerRun[i] / around : 0);
+    }
+    // Two turns that both differ by more than twice the noise, the same way, need no third: a
+    // 1.4× faster size is clear at once, and the largest sizes' timings are the longest.
+    const bool clear = bracketed && pairs >= 2 &&
+                       (*std::min_element(ratios.begin(), ratios.end()) > 1 + 2 * m_options.noise ||
+                        *std::max_element(ratios.begin(), ratios.end()) < 1 - 2 * m_options.noise);
+    if (!bracketed || (static_cast<int>(pairs) < m_options.repetitions && !clear)) {
         if (!budgetLeft) finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
         return;
     }
-    bool moveOn = true;
-    bool tie = false;
-    if (index != m_best) {
-        const Candidate& best = m_timed[m_best];
-        const double noise = noiseBetween(best, current);
-        const double ratio = best.median() > 0 ? current.median() / best.median() : 0;
-        if (ratio > 1 + noise) {
-            m_best = index;
-        } else if (ratio >= 1 - noise) {
-            if (counted < m_options.maxRepetitions && budgetLeft)
-                moveOn = false;  // within the noise: time it again before ranking it
-            else
-                tie = true;
-        }
+    const double ratio = medianOf(ratios);
+    const double noise = std::max(m_options.noise, spreadOf(ratios));
+    if (ratio > 1 + noise) {
+        judged(true, false, ratio);
+    } else if (ratio < 1 - noise) {
+        judged(false, false, ratio);
+    } else if (static_cast<int>(pairs) < m_options.maxRepetitions && budgetLeft) {
+        return;  // within the noise: another challenger timing, and one of the incumbent after it
+    } else {
+        judged(false, true, ratio);
     }
-    if (!moveOn) return;
+}
+
+void ThroughputSearch::judged(bool challengerWins, bool tie, double ratio) {
+    const size_t index = m_timed.size() - 1;
+    m_timed[index].overLargest = incumbent().overLargest * ratio;
+    m_challengerRun.clear();
+    m_incumbentRun.clear();
+    m_incumbentTurn = true;
     if (m_refining) {
-        if (tie && current.microBatch > m_timed[m_best].microBatch) m_best = index;  // ties go to the larger
+        // Ties go to the larger size.
+        if (challengerWins || (tie && m_timed[index].microBatch > incumbent().microBatch)) m_best = index;
         nextRefinement();
         return;
     }
+    if (challengerWins) m_best = index;
     // Past a size that is not faster, one more halving may still be (a cache-sized step further
     // down); two in a row that are not faster end the walk: the plateau.
     const size_t sinceBest = index - m_best;
@@ -149,7 +175,7 @@ void ThroughputSearch::decide() {
         endWalk("smaller micro-batches were not faster (within " + percent(m_options.noise) + " noise or slower)");
     } else if (index + 1 >= m_plan.size()) {
         endWalk("the smallest candidate was reached");
-    } else if (!budgetLeft) {
+    } else if (m_timings >= m_options.budget) {
         finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
     } else {
         m_timed.push_back(Candidate{m_plan[index + 1], {}, 0});
@@ -203,9 +229,9 @@ void ThroughputSearch::finish(const std::string& cause) {
     const Candidate& first = m_timed.front();
     std::string text = "micro-batch " + std::to_string(best.microBatch);
     if (best.median() > 0) text += " at " + rate(best.median()) + " samples/s";
-    if (m_best != 0 && first.median() > 0) {
-        text += ", " + percent(best.median() / first.median() - 1) + " faster than the largest that fits (" +
-                std::to_string(first.microBatch) + " at " + rate(first.median()) + " samples/s)";
+    if (m_best != 0 && best.overLargest > 0) {
+        text += ", " + percent(best.overLargest - 1) + " faster than the largest that fits (" +
+                std::to_string(first.microBatch) + ", timed in turns with it)";
     } else if (m_best == 0) {
         text += ", the largest that fits";
     }
@@ -216,6 +242,12 @@ int64_t ThroughputSearch::chosen() const {
     if (m_plan.empty()) return m_options.largest;
     if (m_timed.empty()) return m_plan.front();
     return m_timed[m_best].microBatch;
+}
+
+double ThroughputSearch::overLargest(int64_t microBatch) const {
+    for (const Candidate& c : m_timed)
+        if (c.microBatch == microBatch) return c.overLargest;
+    return 0;
 }
 
 double ThroughputSearch::samplesPerSecond(int64_t microBatch) const {

@@ -14,9 +14,11 @@ struct ThroughputSearchOptions {
     int64_t smallest = 1;    ///< no candidate below this (a BatchNorm model needs 2)
     int warmups = 1;         ///< timed micro-batches of a new size that are not counted (caches, kernels)
     int64_t justRan = 0;     ///< a size that just ran (the probe's last trial): no warm-up for it
-    int repetitions = 3;     ///< counted timings per candidate before comparing (3: a spread to judge by)
-    int maxRepetitions = 6;  ///< per candidate, while the comparison is within the noise
-    int budget = 40;         ///< timings in all, warm-ups included
+    /// Challenger timings per comparison before judging (3: a spread to judge by), unless the
+    /// first two already differ clearly (both beyond twice the noise, the same way).
+    int repetitions = 3;
+    int maxRepetitions = 4;  ///< per comparison, while the difference is within the noise
+    int budget = 80;         ///< timings in all, warm-ups included
     /// A timing spans consecutive micro-batches of one size until they took this long: one
     /// micro-batch of a few milliseconds is mostly timer and scheduler noise.
     double minTimingSeconds = 0.05;
@@ -32,24 +34,31 @@ struct ThroughputSearchOptions {
 /// search walks down while the smaller size is faster by more than the noise and stops after two
 /// in a row that are not (the plateau: a larger micro-batch buys nothing more); then it times the
 /// sizes half-way (in micro-batches per training batch) between the best halving and its timed
-/// neighbours, since the fastest size may lie between two halvings. Each candidate is timed
-/// `repetitions` times after its warm-up (a timing covers micro-batches worth at least
-/// minTimingSeconds) and compared by medians; while the difference is within the noise (the
-/// option's, or the two candidates' measured spreads added, if larger) it is timed again, up to
-/// maxRepetitions, and a tie goes to the larger size. When the budget is spent the best so far
+/// neighbours, since the fastest size may lie between two halvings.
+///
+/// Each comparison pits a challenger against the best size so far, timed in turns — best,
+/// challenger, best, …, best — so that every challenger timing lies between two of the best's
+/// (a timing covers micro-batches worth at least minTimingSeconds). A machine whose speed drifts
+/// while the search runs (other processes, a shared virtual machine, clocks) then slows both
+/// alike: each challenger timing is divided by the mean of the two around it, and the median of
+/// these ratios decides (after three turns, or two that both differ by more than twice the noise
+/// the same way). While it is within the noise (the option's, or the ratios' own spread if
+/// larger) the pair is timed again, up to maxRepetitions, and a tie goes to the larger size. A new
+/// size's first micro-batch is a warm-up, not counted. When the budget is spent the best so far
 /// wins, and the reason says so.
 class ThroughputSearch {
 public:
     struct Candidate {
         int64_t microBatch = 0;
-        std::vector<double> samplesPerSecond;  ///< counted timings, in order (warm-ups left out)
+        std::vector<double> samplesPerSecond;  ///< all counted timings, in order (warm-ups left out)
         int warmupsDone = 0;
+        /// Its speed over the largest size's, from the comparisons in turns that led to it (the
+        /// product of their paired ratios); 1 for the largest, 0 while not compared.
+        double overLargest = 0;
         double pendingSeconds = 0;  ///< micro-batches of the timing in progress
         int64_t pendingSamples = 0;
         int pendingMicroBatches = 0;
         double median() const;
-        /// Half the spread of the middle timings relative to the median (0 with fewer than 3).
-        double spread() const;
     };
 
     explicit ThroughputSearch(const ThroughputSearchOptions& options);
@@ -77,19 +86,30 @@ public:
     int timings() const { return m_timings; }
     /// The measured throughput of a candidate; 0 when it was not timed.
     double samplesPerSecond(int64_t microBatch) const;
+    /// A candidate's speed over the largest size's, measured in turns (Candidate::overLargest).
+    double overLargest(int64_t microBatch) const;
 
 private:
     void decide();
+    /// The comparison in progress ended: the challenger is better, not better, or tied.
+    void judged(bool challengerWins, bool tie, double ratio);
     /// The walk down ended (`cause`): time the sizes between the best and its neighbours.
     void endWalk(const std::string& cause);
     void nextRefinement();
     void finish(const std::string& reason);
-    double noiseBetween(const Candidate& a, const Candidate& b) const;
+    Candidate& incumbent() { return m_timed[m_best]; }
+    const Candidate& incumbent() const { return m_timed[m_best]; }
+    /// Whether the next micro-batch is the incumbent's (its warm-up first, then the
+    /// challenger's, then the turns).
+    bool incumbentActive() const;
 
     ThroughputSearchOptions m_options;
     std::vector<int64_t> m_plan;
-    std::vector<Candidate> m_timed;  ///< m_timed[i] is m_plan[i]
-    size_t m_best = 0;               ///< index of the best candidate so far
+    std::vector<Candidate> m_timed;       ///< m_timed[i] is m_plan[i]
+    size_t m_best = 0;                    ///< index of the best candidate so far (the incumbent)
+    std::vector<double> m_challengerRun;  ///< the comparison's challenger timings
+    std::vector<double> m_incumbentRun;   ///< the comparison's incumbent timings, one more when complete
+    bool m_incumbentTurn = true;          ///< whose timing is next in the comparison
     int m_spent = 0;
     int m_timings = 0;
     bool m_refining = false;             ///< the walk ended; timing the sizes between

@@ -315,10 +315,24 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                 trial = true;
             }
         } else {
-            // While the fastest size is being timed, each micro-batch has the candidate's size
-            // (the rest of a batch that started before may be split smaller: it trains, untimed).
             const int64_t planned = plannedMicroBatch();
-            if (plan.empty() || planned != plannedFor) {
+            if (timing) {
+                // While the fastest size is being timed, each micro-batch that can have the timed
+                // size has it exactly: the turns switch sizes every timing, and an even split of
+                // the rest would leave micro-batches of neither size. Only the end of a batch, too
+                // short for it, trains untimed.
+                const int64_t rest = remaining - planned;
+                if (rest >= 0 && (rest == 0 || rest >= minPart)) {
+                    plan = {planned};
+                    if (rest > 0) {
+                        const std::vector<int64_t> after = planFor(rest, planned);
+                        plan.insert(plan.end(), after.begin(), after.end());
+                    }
+                } else {
+                    plan = planFor(remaining, planned);
+                }
+                plannedFor = 0;  // planned again for the next micro-batch
+            } else if (plan.empty() || planned != plannedFor) {
                 plan = planFor(remaining, planned);
                 plannedFor = planned;
             }

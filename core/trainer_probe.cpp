@@ -94,7 +94,8 @@ void Trainer::Impl::finishTiming(int64_t size) {
     const int64_t largest = search.plan().empty() ? size : search.plan().front();
     microBatch = size;
     emit(ThroughputChosen{now(), probeSequence, size, largest, static_cast<int64_t>(planFor(target, size).size()),
-                          target, search.samplesPerSecond(size), search.samplesPerSecond(largest), search.spent(),
+                          target, search.samplesPerSecond(size), search.samplesPerSecond(largest),
+                          size == largest ? 1.0 : search.overLargest(size), search.spent(),
                           std::chrono::duration<double>(Clock::now() - timingStart).count(), search.reason()});
     timing.reset();
 }

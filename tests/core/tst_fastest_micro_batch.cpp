@@ -90,6 +90,11 @@ void TestFastestMicroBatch::timingLosesNoSample() {
     QCOMPARE(decision.largestMicroBatch, fastest.all<ProbeFinished>().front().microBatch);
     QVERIFY(decision.microBatch >= 1 && decision.microBatch <= decision.largestMicroBatch);
     QVERIFY2(!decision.reason.empty(), "the decision says why");
+    // The speed over the largest, measured in turns: 1 when the largest was kept.
+    if (decision.microBatch == decision.largestMicroBatch)
+        QCOMPARE(decision.speedOverLargest, 1.0);
+    else
+        QVERIFY(decision.speedOverLargest > 0);
     // Every finished timing was reported (a timing spans one or more micro-batches), and the
     // largest size was timed at least three times.
     const auto timings = fastest.all<ThroughputTimed>();

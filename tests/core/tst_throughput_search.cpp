@@ -31,26 +31,34 @@ struct Noise {
 struct Outcome {
     int64_t chosen = 0;
     int spent = 0;
+    double overLargest = 0;  ///< the chosen size's speed over the largest, as the search measured it
     std::string reason;
     std::map<int64_t, int> timed;    ///< micro-batches run per size (warm-ups included)
     std::map<int64_t, int> counted;  ///< counted timings per size
 };
 
-/// Runs the search to its end: each micro-batch takes n / (curve(n) · noise) seconds; the first
-/// one of every size is `warmupPenalty` times slower (caches, kernels being picked).
-Outcome run(ThroughputSearchOptions options, const Curve& curve, double noise = 0, double warmupPenalty = 1) {
+/// The machine's speed, as a factor of its usual one, after `elapsed` seconds of the search.
+using Drift = std::function<double(double elapsed)>;
+
+/// Runs the search to its end: each micro-batch takes n / (curve(n) · noise · drift) seconds; the
+/// first one of every size is `warmupPenalty` times slower (caches, kernels being picked).
+Outcome run(ThroughputSearchOptions options, const Curve& curve, double noise = 0, double warmupPenalty = 1,
+            const Drift& drift = {}) {
     ThroughputSearch search(options);
     Noise jitter{noise};
     Outcome out;
     int guard = 0;
+    double elapsed = 0;
     while (auto size = search.next()) {
         const bool first = out.timed[*size]++ == 0;
-        const double seconds =
-            static_cast<double>(*size) / (curve(*size) * jitter.factor()) * (first ? warmupPenalty : 1.0);
+        const double speed = curve(*size) * jitter.factor() * (drift ? drift(elapsed) : 1.0);
+        const double seconds = static_cast<double>(*size) / speed * (first ? warmupPenalty : 1.0);
+        elapsed += seconds;
         search.record(*size, seconds);
-        if (++guard > 1000) break;
+        if (++guard > 5000) break;
     }
     out.chosen = search.chosen();
+    out.overLargest = search.overLargest(out.chosen);
     out.spent = search.timings();
     for (const ThroughputSearch::Candidate& c : search.candidates())
         out.counted[c.microBatch] = static_cast<int>(c.samplesPerSecond.size());
@@ -98,7 +106,9 @@ private Q_SLOTS:
     void flatWithinNoiseKeepsTheLargest();
     void warmupsAreNotCounted();
     void budgetEndsTheSearch();
+    void clearDifferenceNeedsTwoTurns();
     void refinesBetweenHalvings();
+    void driftSlowsBothSidesAlike();
     void oneCandidateTimesNothing();
     void shortMicroBatchesAreTimedTogether();
     void abandonKeepsTheBestSoFar();
@@ -151,6 +161,9 @@ void TestThroughputSearch::peakThenFallFindsThePeak() {
     QCOMPARE(bestOf(candidates, cpu), int64_t(64));
     const Outcome out = run(options(1024, 1024), cpu, 0.01);
     QCOMPARE(out.chosen, int64_t(64));
+    // Its speed over the largest, chained through the comparisons in turns, is the curve's.
+    QVERIFY2(std::abs(out.overLargest / (cpu(64) / cpu(1024)) - 1) < 0.05,
+             qPrintable(QString::number(out.overLargest)));
     QVERIFY2(out.timed.count(8) == 0, "stops two sizes past the best");
     QVERIFY2(out.reason.find("faster than the largest") != std::string::npos, out.reason.c_str());
 }
@@ -160,8 +173,11 @@ void TestThroughputSearch::flatWithinNoiseKeepsTheLargest() {
     ThroughputSearchOptions o = options(512, 512);
     const Outcome out = run(o, flat, 0.02);
     QCOMPARE(out.chosen, int64_t(512));
-    // Ties are timed again, but never beyond the per-candidate cap or the budget.
-    for (const auto& [size, count] : out.counted) QVERIFY(count <= o.maxRepetitions);
+    // Ties are timed again, but never beyond the per-comparison cap or the budget: a challenger
+    // is compared once, the largest (the incumbent all along) once per challenger.
+    for (const auto& [size, count] : out.counted) {
+        if (size != 512) QVERIFY(count <= o.maxRepetitions);
+    }
     QVERIFY(out.spent <= o.budget);
 }
 
@@ -185,11 +201,41 @@ void TestThroughputSearch::budgetEndsTheSearch() {
     const Curve smallerIsFaster = [](int64_t n) { return 10000.0 / std::sqrt(static_cast<double>(n)); };
     ThroughputSearchOptions o = options(1024, 1024);
     o.repetitions = 3;
-    o.budget = 10;  // 1 warm-up + 3 timings per size (each micro-batch ≥ 50 ms): the third size cannot finish
+    // Warm-ups of 1024 and 512, then 1024, 512, 1024, 512, 1024 (every micro-batch ≥ 50 ms): 512
+    // is √2× as fast in both turns, clear without a third; 256's warm-up, then 512, 256, 512 spend
+    // 11 with one turn of that comparison done.
+    o.budget = 11;
     const Outcome out = run(o, smallerIsFaster);
-    QCOMPARE(out.spent, 10);
-    QCOMPARE(out.chosen, int64_t(512));  // the best that was fully timed
+    QCOMPARE(out.spent, 11);
+    QCOMPARE(out.chosen, int64_t(512));  // the best that was fully compared
     QVERIFY2(out.reason.find("budget") != std::string::npos, out.reason.c_str());
+}
+
+void TestThroughputSearch::clearDifferenceNeedsTwoTurns() {
+    // 512 is 1.5× as fast as 1024: two turns show it. 256 is 5% faster than 512, beyond the 3%
+    // noise but not twice it: three turns.
+    const Curve curve =
+        through({{1024, 2000}, {512, 3000}, {342, 3000}, {256, 3150}, {171, 2800}, {128, 2000}, {64, 1000}});
+    const Outcome out = run(options(1024, 1024), curve);
+    QCOMPARE(out.chosen, int64_t(256));
+    QCOMPARE(out.counted.at(1024), 3);     // around 512's two turns
+    QCOMPARE(out.counted.at(512), 2 + 4);  // its two turns, then around 256's three
+}
+
+void TestThroughputSearch::driftSlowsBothSidesAlike() {
+    // The machine slows down while the search runs (another process starts, a shared virtual
+    // machine's neighbour wakes up): 5% per second of search, to half speed. Timed one after the
+    // other, each smaller size would look slower by what the machine lost in between and the
+    // search would keep the largest; timed in turns, the drift cancels and it finds the peak.
+    const Curve curve = through({{1024, 3000}, {512, 3400}, {256, 3900}, {128, 3500}, {64, 3000}, {32, 2400}});
+    const Drift slowing = [](double elapsed) { return std::max(0.5, 1.0 - 0.05 * elapsed); };
+    const Outcome out = run(options(1024, 1024), curve, 0.01, 1.0, slowing);
+    QCOMPARE(bestOf(throughputCandidates(1024, 1024, 1, 1), curve), int64_t(256));
+    QCOMPARE(out.chosen, int64_t(256));
+    // And speeding up (the neighbour finished) does not make smaller sizes look faster than they are.
+    const Curve plateau = [](int64_t n) { return 8000.0 * static_cast<double>(std::min<int64_t>(n, 256)) / 256; };
+    const Drift speeding = [](double elapsed) { return std::min(2.0, 1.0 + 0.05 * elapsed); };
+    QCOMPARE(run(options(1024, 4096), plateau, 0.01, 1.0, speeding).chosen, int64_t(1024));
 }
 
 void TestThroughputSearch::oneCandidateTimesNothing() {
@@ -204,12 +250,15 @@ void TestThroughputSearch::shortMicroBatchesAreTimedTogether() {
     // 1.1 ms micro-batches: a timing spans them until 50 ms have passed, so one late micro-batch
     // (a scheduler hiccup of 21 ms) moves a timing by a third instead of one timing by 20×.
     ThroughputSearchOptions o = options(16, 64);
-    o.justRan = 16;  // no warm-up: every micro-batch below is timed
+    o.justRan = 16;  // no warm-up for 16
     ThroughputSearch search(o);
+    QCOMPARE(*search.next(), int64_t(8));  // the challenger's warm-up comes first
+    search.record(8, 0.001);
     int64_t samples = 0;
     double seconds = 0;
     int microBatches = 0;
     while (search.candidates().front().samplesPerSecond.empty() && microBatches < 1000) {
+        QCOMPARE(*search.next(), int64_t(16));  // the incumbent's turn until its timing is complete
         const double took = microBatches == 7 ? 0.021 : 0.0011;
         search.record(16, took);
         samples += 16;
@@ -217,18 +266,23 @@ void TestThroughputSearch::shortMicroBatchesAreTimedTogether() {
         ++microBatches;
     }
     QCOMPARE(microBatches, 28);  // 27 × 1.1 ms + 21 ms ≥ 50 ms
-    QCOMPARE(search.spent(), 28);
-    QCOMPARE(search.timings(), 1);
+    QCOMPARE(search.spent(), 29);
+    QCOMPARE(search.timings(), 2);
     QCOMPARE(search.candidates().front().samplesPerSecond.front(), double(samples) / seconds);
+    QCOMPARE(*search.next(), int64_t(8));  // then the challenger's turn
 }
 
 void TestThroughputSearch::abandonKeepsTheBestSoFar() {
     ThroughputSearchOptions o = options(256, 256);
-    o.justRan = 256;  // the probe just ran 256: its first timing counts
+    o.justRan = 256;  // the probe just ran 256: no warm-up for it
     ThroughputSearch search(o);
-    for (int i = 0; i < o.repetitions; ++i) search.record(256, 256 / 1000.0);  // 1000 samples/s
-    QCOMPARE(*search.next(), int64_t(128));
-    for (int i = 0; i <= o.repetitions; ++i) search.record(128, 128 / 2000.0);  // warm-up, then 2000 samples/s
+    // 256 runs at 1000 samples/s, 128 at 2000: 128 wins its comparison, then 64 is tried.
+    const std::map<int64_t, double> rate{{256, 1000.0}, {128, 2000.0}, {64, 100.0}};
+    int guard = 0;
+    while (search.next() && *search.next() != 64 && ++guard < 100) {
+        const int64_t n = *search.next();
+        search.record(n, static_cast<double>(n) / rate.at(n));
+    }
     QCOMPARE(*search.next(), int64_t(64));
     search.record(64, 64 / 100.0);
     search.abandon("an out-of-memory error interrupted the timing");

@@ -85,14 +85,15 @@ QString fastestPart(const RunModel& run) {
         if (t.repetitions > 0) timed << tr("%1 → %2 samples/s").arg(t.microBatch).arg(t.samplesPerSecond, 0, 'f', 0);
     QString text = tr("the sizes timed so far: %1.").arg(timed.join(QStringLiteral(", ")));
     if (const auto& c = d.throughputChosen) {
-        if (c->microBatch != c->largestMicroBatch && c->largestSamplesPerSecond > 0)
-            text += tr(" It chose <b>%1</b> rather than the largest that fits, %2: %3 against %4 samples/s, "
-                       "%5× as fast.")
+        if (c->microBatch != c->largestMicroBatch && c->speedOverLargest > 0)
+            text += tr(" It chose <b>%1</b> rather than the largest that fits, %2: %3× as fast, timed in turns "
+                       "with it (%4 against %5 samples/s over the whole timing, while the machine's own speed "
+                       "varied).")
                         .arg(c->microBatch)
                         .arg(c->largestMicroBatch)
+                        .arg(c->speedOverLargest, 0, 'f', 2)
                         .arg(c->samplesPerSecond, 0, 'f', 0)
-                        .arg(c->largestSamplesPerSecond, 0, 'f', 0)
-                        .arg(c->samplesPerSecond / c->largestSamplesPerSecond, 0, 'f', 2);
+                        .arg(c->largestSamplesPerSecond, 0, 'f', 0);
         else
             text += tr(" It kept the largest that fits, <b>%1</b>: smaller sizes were not faster.").arg(c->microBatch);
         text += tr(" The timing took %1 training micro-batches (%2 s), all of which trained.")
