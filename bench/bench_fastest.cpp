@@ -4,10 +4,13 @@
 // fitting sizes, each measured in its own run with the micro-batch pinned; then runs with the
 // objective "fastest" until it decides. Writes fastest.json and fastest.csv.
 //
-// Ratios, not absolute speeds: every size's throughput is measured in this one process, side by
-// side, in rounds that interleave the sizes (the best of the rounds counts), and the chosen size
-// is scored with the sweep's own measurement of it (so a lucky timing inside the search cannot
-// flatter it). A size that runs out of memory while training scores 0.
+// Ratios, not absolute speeds, all measured in this one process. The sweep measures every size
+// in rounds that interleave the sizes (the best of the rounds counts) to find the best size; then
+// each size the search chose, and the largest, is scored against that best size measured in
+// turns (best, size, best, size, …), so that the machine's drift, larger than the differences
+// between neighbouring sizes on a shared machine, cannot flatter or wrong it; a lucky timing
+// inside the search cannot flatter it either. A size that runs out of memory while training
+// scores 0.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -109,6 +112,36 @@ double bestOf(const std::vector<double>& rates) {
     return rates.empty() ? 0 : *std::max_element(rates.begin(), rates.end());
 }
 
+/// `size` against `best`, measured in turns — best, size, best, size, best, size, best — each
+/// run as in measure(): the median over the three of size's rate divided by the mean of the two
+/// best-rates around it. A shared machine's speed drifts by more than neighbouring sizes differ
+/// (seen: ±10% between two runs of one size a minute apart); in turns, the drift slows both alike.
+/// Capped at 1: a size that beats the sweep's best in turns was the best itself.
+struct Paired {
+    double ratio = 0;            ///< capped at 1
+    double raw = 0;              ///< uncapped
+    std::vector<double> ratios;  ///< one per turn
+};
+
+Paired pairedRatio(const Case& c, int64_t size, int64_t best, int64_t steps, int turns) {
+    Paired out;
+    if (size == best) {
+        out.ratio = out.raw = 1;
+        return out;
+    }
+    double before = measure(c, best, steps);
+    for (int i = 0; i < turns; ++i) {
+        const double mine = measure(c, size, steps);
+        const double after = measure(c, best, steps);
+        const double around = 0.5 * (before + after);
+        out.ratios.push_back(around > 0 ? mine / around : 0);
+        before = after;
+    }
+    out.raw = bench::median(out.ratios);
+    out.ratio = std::min(1.0, out.raw);
+    return out;
+}
+
 /// The sweep: the search's own candidates (halvings, each an even split of the target) and,
 /// between them, every size that splits the target into k equal micro-batches for k = 3, 6, 12,
 /// 24, … — twice as dense — down to a floor of target/256 samples (at least 1).
@@ -179,6 +212,8 @@ struct DemoSwitch {
     double after = 0;
     int64_t microBefore = 0;
     int64_t microAfter = 0;
+    std::vector<std::string> reasons;               ///< each decision of the search, in words
+    std::vector<std::pair<int64_t, double>> timed;  ///< each counted timing: size, median so far
 };
 
 DemoSwitch runDemoSwitch(core::ProbeObjective objective, bool quick) {
@@ -195,6 +230,9 @@ DemoSwitch runDemoSwitch(core::ProbeObjective objective, bool quick) {
     std::vector<double> before, after;
     DemoSwitch out;
     for (const core::Event& e : run.events) {
+        if (const auto* c = std::get_if<core::ThroughputChosen>(&e)) out.reasons.push_back(c->reason);
+        if (const auto* t = std::get_if<core::ThroughputTimed>(&e); t && t->repetitions > 0)
+            out.timed.emplace_back(t->microBatch, t->samplesPerSecond);
         const auto* m = std::get_if<core::StepMetrics>(&e);
         if (!m) continue;
         // Before: the steps after the first search settled; after: the last third of the run.
@@ -239,12 +277,14 @@ int main(int argc, char** argv) {
     const int rounds = args.quick ? 1 : 2;     // sweep rounds, interleaving the sizes
     const int searches = args.quick ? 1 : 3;   // runs of the search per case
     const int64_t steps = args.quick ? 3 : 5;  // per sweep measurement: steps 2..N count, at least 1 s
+    const int turns = args.quick ? 1 : 3;      // scoring a size against the best, in turns
     nlohmann::json report;
     report["bench"] = "fastest";
     report["torch_version"] = TORCH_VERSION;
     report["machine"] = bench::machineDescription();
     report["rounds"] = rounds;
     report["searches"] = searches;
+    report["turns"] = turns;
     std::vector<std::string> rows;
     for (const Case& c : cases(args.quick, torchscript, device)) {
         if (!only.empty() && c.label.find(only) == std::string::npos) continue;
@@ -274,7 +314,12 @@ int main(int argc, char** argv) {
             if (r > rate[best]) best = n;
         const int64_t largestSize = core::throughputCandidates(largest, target, 1, 1).front();
         if (!rate.count(largestSize)) rate[largestSize] = measure(c, largestSize, steps);
-        const double largestRatio = rate[largestSize] / rate[best];
+        // Each chosen size and the largest, scored against the sweep's best in turns.
+        std::map<int64_t, Paired> paired;
+        paired[largestSize] = pairedRatio(c, largestSize, best, steps, turns);
+        for (const Search& s : runs)
+            if (!paired.count(s.chosen)) paired[s.chosen] = pairedRatio(c, s.chosen, best, steps, turns);
+        const double largestRatio = paired[largestSize].ratio;
         // A 100-step run at the best size: what the search's cost is compared with.
         const double hundredSteps = 100.0 * static_cast<double>(target) / rate[best];
 
@@ -292,9 +337,20 @@ int main(int argc, char** argv) {
             config["sweep"].push_back({{"micro_batch", n}, {"samples_per_second", r}});
             if (rates.count(n)) config["sweep"].back()["rounds"] = rates[n];
         }
+        // How far the sweep's two rounds of one size lie apart: the machine's own noise.
+        std::vector<double> spreads;
+        for (const auto& [n, values] : rates) {
+            if (values.size() < 2) continue;
+            const auto [low, high] = std::minmax_element(values.begin(), values.end());
+            if (*high > 0) spreads.push_back((*high - *low) / (0.5 * (*high + *low)));
+        }
+        config["sweep_noise"] = spreads.empty() ? 0.0 : bench::median(spreads);
+        for (const auto& [n, p] : paired)
+            config["in_turns"].push_back(
+                {{"micro_batch", n}, {"over_best", p.ratio}, {"over_best_uncapped", p.raw}, {"turns", p.ratios}});
         double ratioSum = 0, worst = 1, costSum = 0;
         for (const Search& s : runs) {
-            const double ratio = rate[s.chosen] / rate[best];
+            const double ratio = paired[s.chosen].ratio;
             // Time lost to timing: the search's time minus what its samples take at the chosen size.
             const double cost =
                 std::max(0.0, s.seconds - static_cast<double>(s.samplesTimed) / std::max(rate[s.chosen], 1e-9));
@@ -303,6 +359,7 @@ int main(int argc, char** argv) {
             costSum += cost;
             config["searches"].push_back({{"chosen", s.chosen},
                                           {"chosen_over_best", ratio},
+                                          {"chosen_over_best_sweep", rate[s.chosen] / rate[best]},
                                           {"micro_batches_timed", s.timed},
                                           {"search_seconds", s.seconds},
                                           {"cost_seconds", cost},
@@ -344,7 +401,9 @@ int main(int argc, char** argv) {
                                                             {"samples_per_second_after", d.after},
                                                             {"after_over_before", d.after / d.before},
                                                             {"micro_batch_before", d.microBefore},
-                                                            {"micro_batch_after", d.microAfter}};
+                                                            {"micro_batch_after", d.microAfter},
+                                                            {"decisions", d.reasons},
+                                                            {"timings", d.timed}};
         std::printf("demo, 64 MiB -> 256 MiB, %-7s: %6.0f -> %6.0f samples/s (%.2fx), micro-batch %lld -> %lld\n",
                     core::toString(objective), d.before, d.after, d.after / d.before,
                     static_cast<long long>(d.microBefore), static_cast<long long>(d.microAfter));
@@ -352,6 +411,7 @@ int main(int argc, char** argv) {
     }
     // Averages over the cases.
     double fastestSum = 0, largestSum = 0, costSum = 0, fastestWorst = 1, largestWorst = 1, costWorst = 0;
+    std::vector<double> noises;
     int n = 0;
     for (const auto& config : report["configs"]) {
         fastestSum += config["chosen_over_best_mean"].get<double>();
@@ -360,6 +420,7 @@ int main(int argc, char** argv) {
         fastestWorst = std::min(fastestWorst, config["chosen_over_best_worst"].get<double>());
         largestWorst = std::min(largestWorst, config["largest_over_best"].get<double>());
         costWorst = std::max(costWorst, config["cost_share_of_100_steps_mean"].get<double>());
+        noises.push_back(config["sweep_noise"].get<double>());
         ++n;
     }
     report["summary"] = {{"cases", n},
@@ -368,7 +429,8 @@ int main(int argc, char** argv) {
                          {"largest_over_best_mean", n ? largestSum / n : 0.0},
                          {"largest_over_best_worst", largestWorst},
                          {"cost_share_of_100_steps_mean", n ? costSum / n : 0.0},
-                         {"cost_share_of_100_steps_worst", costWorst}};
+                         {"cost_share_of_100_steps_worst", costWorst},
+                         {"sweep_noise_median", noises.empty() ? 0.0 : bench::median(noises)}};
     report["seconds"] = std::chrono::duration<double>(Clock::now() - started).count();
     bench::writeJson(args.outDir, "fastest.json", report);
     bench::writeCsv(args.outDir, "fastest.csv",

@@ -423,13 +423,18 @@ void fastestSection(std::ostream& md, const json& fastest) {
        << fastest["rounds"].get<int>()
        << " interleaved rounds, a size that runs out of memory while training scores 0), and "
        << fastest["searches"].get<int>()
-       << " runs with the objective \"fastest\" until it decides. *fastest/best* scores the chosen size "
-          "with the sweep's measurement of it; *largest/best* is what the objective \"largest\" gets. "
-          "The cost is the search's time minus what the samples it trained would take at the chosen "
-          "size, against a 100-step run at the best size.\n\n";
-    md << "| setup | target | fits | best size (samples/s) | chosen | fastest/best (worst) | largest/best | "
-          "timed micro-batches | cost, % of 100 steps |\n"
-          "|---|---|---|---|---|---|---|---|---|\n";
+       << " runs with the objective \"fastest\" until it decides. *fastest/best* scores each chosen size "
+          "against the sweep's best size measured in turns with it — best, chosen, best, chosen, best, "
+          "chosen, best, each a run as in the sweep: the median of the chosen size's rates over the mean of "
+          "the two best-rates around each — capped at 1 (a size that beats the sweep's best in turns was "
+          "the best); *largest/best* scores the largest size the same way: what the objective \"largest\" "
+          "gets. Measured in turns because this machine's speed drifts by more than neighbouring sizes "
+          "differ: *sweep noise* is the median, over the sizes, of the difference between the sweep's two "
+          "rounds of one size relative to their mean. The cost is the search's time minus what the samples "
+          "it trained would take at the chosen size, against a 100-step run at the best size.\n\n";
+    md << "| setup | target | fits | best size (samples/s) | sweep noise | chosen | fastest/best (worst) | "
+          "largest/best | timed micro-batches | cost, % of 100 steps |\n"
+          "|---|---|---|---|---|---|---|---|---|---|\n";
     for (const json& c : fastest["configs"]) {
         std::string chosen, timed;
         for (const json& s : c["searches"]) {
@@ -438,8 +443,9 @@ void fastestSection(std::ostream& md, const json& fastest) {
         }
         md << "| " << c["setup"].get<std::string>() << " | " << c["target_batch"].get<int64_t>() << " | "
            << c["largest_fit"].get<int64_t>() << " | " << c["best_size"].get<int64_t>() << " ("
-           << fixed(c["best_samples_per_second"].get<double>(), 0) << ") | " << chosen << " | "
-           << fixed(c["chosen_over_best_mean"].get<double>(), 3) << " ("
+           << fixed(c["best_samples_per_second"].get<double>(), 0) << ") | "
+           << (c.contains("sweep_noise") ? fixed(100.0 * c["sweep_noise"].get<double>(), 1) + "%" : "") << " | "
+           << chosen << " | " << fixed(c["chosen_over_best_mean"].get<double>(), 3) << " ("
            << fixed(c["chosen_over_best_worst"].get<double>(), 3) << ") | "
            << fixed(c["largest_over_best"].get<double>(), 3) << " | " << timed << " | "
            << fixed(100.0 * c["cost_share_of_100_steps_mean"].get<double>(), 2) << " |\n";
@@ -453,7 +459,13 @@ void fastestSection(std::ostream& md, const json& fastest) {
        << "; largest: " << fixed(sum["largest_over_best_mean"].get<double>(), 3) << " on average, worst "
        << fixed(sum["largest_over_best_worst"].get<double>(), 3) << ". The search costs " << fixed(100.0 * cost, 2)
        << "% of a 100-step run on average (goal < 3%: " << verdict(cost < 0.03) << "), "
-       << fixed(100.0 * sum["cost_share_of_100_steps_worst"].get<double>(), 2) << "% at worst.\n\n";
+       << fixed(100.0 * sum["cost_share_of_100_steps_worst"].get<double>(), 2) << "% at worst.";
+    if (sum.contains("sweep_noise_median"))
+        md << " Two runs of one size a minute apart differ by "
+           << fixed(100.0 * sum["sweep_noise_median"].get<double>(), 1)
+           << "% here (the sweep noise, median of the setups): a ratio closer to 1 than that is as close as this "
+              "machine can tell.";
+    md << "\n\n";
     if (fastest.contains("demo_switch")) {
         md << "The desktop demo's experiment (cnn, target batch 1024, Adam, a 64 MiB virtual GPU switched to "
               "256 MiB mid-run, which re-probes): median samples/s of the steps before and after the switch.\n\n"
