@@ -463,8 +463,8 @@ void fastestSection(std::ostream& md, const json& fastest) {
     if (sum.contains("sweep_noise_median"))
         md << " Two runs of one size a minute apart differ by "
            << fixed(100.0 * sum["sweep_noise_median"].get<double>(), 1)
-           << "% here (the sweep noise, median of the setups): a ratio closer to 1 than that is as close as this "
-              "machine can tell.";
+           << "% here (the sweep noise, median of the setups): more than neighbouring sizes differ, which is why "
+              "the scores are measured in turns.";
     md << "\n\n";
     if (fastest.contains("demo_switch")) {
         md << "The desktop demo's experiment (cnn, target batch 1024, Adam, a 64 MiB virtual GPU switched to "
