@@ -24,6 +24,17 @@ double medianOf(std::vector<double> values) {
     return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+/// Half the spread of the middle values (at least the middle three) relative to their median: one
+/// outlier does not make a series noisy. 0 with fewer than 3 values.
+double spreadOf(std::vector<double> values) {
+    if (values.size() < 3) return 0;
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    const size_t cut = n >= 6 ? n / 4 : (n - 3) / 2;
+    const double middle = medianOf(values);
+    return middle > 0 ? 0.5 * (values[n - 1 - cut] - values[cut]) / middle : 0;
+}
+
 }  // namespace
 
 int64_t evenSplitSize(int64_t target, int64_t parts, int64_t multipleOf, int64_t smallest) {
@@ -49,21 +60,6 @@ std::vector<int64_t> throughputCandidates(int64_t largest, int64_t target, int64
 double ThroughputSearch::Candidate::median() const {
     return medianOf(samplesPerSecond);
 }
-
-namespace {
-
-/// Half the spread of the middle values (at least the middle three) relative to their median: one
-/// outlier does not make a series noisy. 0 with fewer than 3 values.
-double spreadOf(std::vector<double> values) {
-    if (values.size() < 3) return 0;
-    std::sort(values.begin(), values.end());
-    const size_t n = values.size();
-    const size_t cut = n >= 6 ? n / 4 : (n - 3) / 2;
-    const double middle = medianOf(values);
-    return middle > 0 ? 0.5 * (values[n - 1 - cut] - values[cut]) / middle : 0;
-}
-
-}  // namespace
 
 ThroughputSearch::ThroughputSearch(const ThroughputSearchOptions& options) : m_options(options) {
     m_options.repetitions = std::max(1, m_options.repetitions);
@@ -102,8 +98,7 @@ void ThroughputSearch::record(int64_t microBatch, double seconds) {
     if (current.warmupsDone < m_options.warmups) {
         ++current.warmupsDone;
         ++m_timings;
-        if (m_timings >= m_options.budget)
-            finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
+        if (m_timings >= m_options.budget) finishOnBudget();
         return;
     }
     if (!(seconds > 0) || !std::isfinite(seconds)) return;
@@ -139,7 +134,7 @@ void ThroughputSearch::decide() {
                        (*std::min_element(ratios.begin(), ratios.end()) > 1 + 2 * m_options.noise ||
                         *std::max_element(ratios.begin(), ratios.end()) < 1 - 2 * m_options.noise);
     if (!bracketed || (static_cast<int>(pairs) < m_options.repetitions && !clear)) {
-        if (!budgetLeft) finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
+        if (!budgetLeft) finishOnBudget();
         return;
     }
     const double ratio = medianOf(ratios);
@@ -176,7 +171,7 @@ void ThroughputSearch::judged(bool challengerWins, bool tie, double ratio) {
     } else if (index + 1 >= m_plan.size()) {
         endWalk("the smallest candidate was reached");
     } else if (m_timings >= m_options.budget) {
-        finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
+        finishOnBudget();
     } else {
         m_timed.push_back(Candidate{m_plan[index + 1], {}, 0});
     }
@@ -219,6 +214,10 @@ void ThroughputSearch::nextRefinement() {
     m_timed.push_back(Candidate{size, {}, 0});
 }
 
+void ThroughputSearch::finishOnBudget() {
+    finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
+}
+
 void ThroughputSearch::abandon(const std::string& why) {
     if (!m_done) finish(why);
 }
@@ -244,16 +243,22 @@ int64_t ThroughputSearch::chosen() const {
     return m_timed[m_best].microBatch;
 }
 
-double ThroughputSearch::overLargest(int64_t microBatch) const {
+const ThroughputSearch::Candidate* ThroughputSearch::find(int64_t microBatch) const {
     for (const Candidate& c : m_timed)
-        if (c.microBatch == microBatch) return c.overLargest;
-    return 0;
+        if (c.microBatch == microBatch) return &c;
+    return nullptr;
+}
+
+double ThroughputSearch::overLargest(int64_t microBatch) const {
+    // The largest is the reference, also when it was the only size and nothing was timed.
+    if (!m_plan.empty() && microBatch == m_plan.front()) return 1.0;
+    const Candidate* c = find(microBatch);
+    return c ? c->overLargest : 0;
 }
 
 double ThroughputSearch::samplesPerSecond(int64_t microBatch) const {
-    for (const Candidate& c : m_timed)
-        if (c.microBatch == microBatch) return c.median();
-    return 0;
+    const Candidate* c = find(microBatch);
+    return c ? c->median() : 0;
 }
 
 }  // namespace batchpilot::core

@@ -86,7 +86,8 @@ public:
     int timings() const { return m_timings; }
     /// The measured throughput of a candidate; 0 when it was not timed.
     double samplesPerSecond(int64_t microBatch) const;
-    /// A candidate's speed over the largest size's, measured in turns (Candidate::overLargest).
+    /// A candidate's speed over the largest size's, measured in turns (Candidate::overLargest);
+    /// 1 for the largest.
     double overLargest(int64_t microBatch) const;
 
 private:
@@ -97,6 +98,8 @@ private:
     void endWalk(const std::string& cause);
     void nextRefinement();
     void finish(const std::string& reason);
+    void finishOnBudget();
+    const Candidate* find(int64_t microBatch) const;
     Candidate& incumbent() { return m_timed[m_best]; }
     const Candidate& incumbent() const { return m_timed[m_best]; }
     /// Whether the next micro-batch is the incumbent's (its warm-up first, then the

@@ -95,7 +95,7 @@ void Trainer::Impl::finishTiming(int64_t size) {
     microBatch = size;
     emit(ThroughputChosen{now(), probeSequence, size, largest, static_cast<int64_t>(planFor(target, size).size()),
                           target, search.samplesPerSecond(size), search.samplesPerSecond(largest),
-                          size == largest ? 1.0 : search.overLargest(size), search.spent(),
+                          search.overLargest(size), search.spent(),
                           std::chrono::duration<double>(Clock::now() - timingStart).count(), search.reason()});
     timing.reset();
 }

@@ -301,10 +301,10 @@ private Q_SLOTS:
     }
     void probeFindsTrueMaximum() {
         QFETCH(QString, file);
-        // Resident state of each model plus room for about 16 samples (often more: activations grow slower
-        // than linearly at first), measured on this machine:
-        // the activations per sample depend on the convolution code LibTorch picks for the CPU
-        // (seen: 7 samples of resnet18 in 24 MiB on one CPU, far more on another).
+        // Resident state of each model plus room for about 16 samples (often more: activations
+        // grow slower than linearly at first), measured on this machine: the activations per
+        // sample depend on the convolution code LibTorch picks for the CPU (seen: 7 samples of
+        // resnet18 in 24 MiB on one CPU, far more on another).
         const auto measured = [&](int64_t n) {
             RecordingSink sink;
             TrainerOptions o = options(file, "virtual:4GiB");
