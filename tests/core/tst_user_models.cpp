@@ -103,6 +103,28 @@ class TestUserModels : public QObject {
         return m_clean.emplace(file, measureCleanRun(o)).first->second;
     }
 
+    std::map<QString, double> m_splitNoise;
+
+    /// How far undisturbed runs that only split their batches differently end from the clean run
+    /// (as in tst_fault_injection): float sums in another order round differently, and a ResNet
+    /// can amplify that rounding (seen with LibTorch 2.x: weights 1.5e-8 apart after one step gave
+    /// gradients 1e-3 apart in the next, the probe's sizes 12 then 16 against a fixed 8). A
+    /// recovered OOM changes the split too, so this is the noise its weights may show.
+    double splitNoise(const QString& file) {
+        if (auto found = m_splitNoise.find(file); found != m_splitNoise.end()) return found->second;
+        const CleanRun& reference = clean(file);
+        double noise = 0;
+        // Fixed sizes, and probes that grow into the next batch as a recovery's probe does.
+        for (const auto& [initial, max] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {6, 6}, {4, 8}, {12, 16}}) {
+            TrainerOptions o = options(file, "virtual:4GiB");
+            o.probe.initialMicroBatch = initial;
+            o.probe.maxMicroBatch = max;
+            noise = std::max(noise, largestDifference(measureCleanRun(o).weights, reference.weights));
+        }
+        qInfo("%s: runs split otherwise end up to %g from the clean run", qPrintable(file), noise);
+        return m_splitNoise[file] = noise;
+    }
+
 private Q_SLOTS:
     void initTestCase() {
         installCountingAllocator();
@@ -224,7 +246,8 @@ private Q_SLOTS:
 
     /// Injected OOMs at distinct allocations (drawn without replacement, after set-up) until at
     /// least 20 landed in forward, 20 in backward and 20 in optimizer steps: every run ends with
-    /// the undisturbed run's weights (≤ 1e-6) and every sample used exactly once.
+    /// the undisturbed run's weights (≤ 1e-6, or twice the rounding another micro-batch split
+    /// alone causes) and every sample used exactly once.
     void faultInjection_data() {
         QTest::addColumn<QString>("file");
         // GroupNorm: a smaller micro-batch after an OOM computes the same gradient. (BatchNorm's
@@ -244,6 +267,7 @@ private Q_SLOTS:
         std::shuffle(microPool.begin(), microPool.end(), random);
         std::shuffle(stepPool.begin(), stepPool.end(), random);
         std::map<Phase, std::set<int64_t>> hit;
+        const double bound = std::max(1e-6, 2 * splitNoise(file));
         const auto inject = [&](int64_t failAt) {
             RecordingSink sink;
             int64_t base = -1;
@@ -271,8 +295,17 @@ private Q_SLOTS:
                 hit[ooms.front().phase].insert(failAt);
             }
             const double difference = largestDifference(finalWeights(trainer), reference.weights);
-            QVERIFY2(difference <= 1e-6,
-                     qPrintable(QStringLiteral("allocation %1: max abs difference %2").arg(failAt).arg(difference)));
+            const QString what = ooms.empty() ? QStringLiteral("no OOM event")
+                                              : QStringLiteral("OOM in %1 at micro-batch %2: %3")
+                                                    .arg(QString::fromStdString(toString(ooms.front().phase)))
+                                                    .arg(ooms.front().microBatch)
+                                                    .arg(QString::fromStdString(ooms.front().message.substr(0, 300)));
+            QVERIFY2(difference <= bound, qPrintable(QStringLiteral("allocation %1 (%2): max abs difference %3, more "
+                                                                    "than %4")
+                                                         .arg(failAt)
+                                                         .arg(what)
+                                                         .arg(difference)
+                                                         .arg(bound)));
             const QString samples = sampleUseError(sink, 4, 16);
             QVERIFY2(samples.isEmpty(), qPrintable(QStringLiteral("allocation %1: %2").arg(failAt).arg(samples)));
         };
