@@ -72,9 +72,26 @@ ThroughputSearch::ThroughputSearch(const ThroughputSearchOptions& options) : m_o
                                   : "only one micro-batch size can be chosen (" + std::to_string(m_plan[0]) + ")";
         return;
     }
+    if (options.start > 0) {
+        // The size chosen before, as the even split of this target it stands for.
+        const int64_t parts = (options.target + options.start - 1) / options.start;
+        const int64_t start = evenSplitSize(options.target, parts, options.multipleOf, options.smallest);
+        if (start < m_plan.front() && start >= m_plan.back()) {
+            const auto at = std::find_if(m_plan.begin(), m_plan.end(), [start](int64_t n) { return n <= start; });
+            if (*at != start) m_plan.insert(at, start);
+            m_startIndex = static_cast<size_t>(std::find(m_plan.begin(), m_plan.end(), start) - m_plan.begin());
+        }
+    }
     // A size that just ran needs no warm-up: its kernels and memory blocks are ready.
-    m_timed.push_back(Candidate{m_plan[0], {}, m_plan[0] == m_options.justRan ? m_options.warmups : 0, 1.0});
-    m_timed.push_back(Candidate{m_plan[1], {}, 0});
+    const int64_t first = m_plan[m_startIndex];
+    m_timed.push_back(Candidate{first, {}, first == m_options.justRan ? m_options.warmups : 0, 1.0});
+    m_walkingUp = m_startIndex > 0;
+    challenge(m_walkingUp ? m_startIndex - 1 : m_startIndex + 1);
+}
+
+void ThroughputSearch::challenge(size_t index) {
+    m_edge = index;
+    m_timed.push_back(Candidate{m_plan[index], {}, 0});
 }
 
 bool ThroughputSearch::incumbentActive() const {
@@ -152,48 +169,80 @@ void ThroughputSearch::decide() {
 
 void ThroughputSearch::judged(bool challengerWins, bool tie, double ratio) {
     const size_t index = m_timed.size() - 1;
-    m_timed[index].overLargest = incumbent().overLargest * ratio;
+    m_timed[index].overFirst = incumbent().overFirst * ratio;
     m_challengerRun.clear();
     m_incumbentRun.clear();
     m_incumbentTurn = true;
+    // Ties go to the larger size.
+    const bool larger = m_timed[index].microBatch > incumbent().microBatch;
+    const bool wins = challengerWins || (tie && larger);
+    if (wins) m_best = index;
     if (m_refining) {
-        // Ties go to the larger size.
-        if (challengerWins || (tie && m_timed[index].microBatch > incumbent().microBatch)) m_best = index;
         nextRefinement();
         return;
     }
-    if (challengerWins) m_best = index;
-    // Past a size that is not faster, one more halving may still be (a cache-sized step further
-    // down); two in a row that are not faster end the walk: the plateau.
-    const size_t sinceBest = index - m_best;
-    if (sinceBest >= 2) {
-        endWalk("smaller micro-batches were not faster (within " + percent(m_options.noise) + " noise or slower)");
-    } else if (index + 1 >= m_plan.size()) {
-        endWalk("the smallest candidate was reached");
-    } else if (m_timings >= m_options.budget) {
-        finishOnBudget();
-    } else {
-        m_timed.push_back(Candidate{m_plan[index + 1], {}, 0});
+    m_notFaster = wins ? 0 : m_notFaster + 1;
+    walkOn(ratio);
+}
+
+void ThroughputSearch::walkOn(double ratio) {
+    const std::string direction = m_walkingUp ? "larger" : "smaller";
+    std::string cause;
+    if (ratio < 1 - m_options.clearlySlower) {
+        cause = "a " + direction + " micro-batch (" + std::to_string(m_timed.back().microBatch) + ") was " +
+                percent(1 - ratio) + " slower";
+    } else if (m_notFaster >= 2) {
+        // Past a size that is not faster, one more may still be (a cache-sized step further on);
+        // two in a row that are not end the walk: the plateau.
+        cause = direction + " micro-batches were not faster (within " + percent(m_options.noise) + " noise or slower)";
+    } else if (m_walkingUp && m_edge == 0) {
+        cause = "the largest that fits was reached";
+    } else if (!m_walkingUp && m_edge + 1 >= m_plan.size()) {
+        cause = "the smallest candidate was reached";
     }
+    if (cause.empty()) {
+        if (m_timings >= m_options.budget) {
+            finishOnBudget();
+        } else {
+            challenge(m_walkingUp ? m_edge - 1 : m_edge + 1);
+        }
+        return;
+    }
+    // Up from the start and nothing above was better: walk down from it.
+    if (m_walkingUp && incumbent().microBatch == m_plan[m_startIndex] && m_startIndex + 1 < m_plan.size()) {
+        m_walkingUp = false;
+        m_notFaster = 0;
+        if (m_timings >= m_options.budget) {
+            finishOnBudget();
+        } else {
+            challenge(m_startIndex + 1);
+        }
+        return;
+    }
+    endWalk(cause);
 }
 
 void ThroughputSearch::endWalk(const std::string& cause) {
     m_walkCause = cause;
     m_refining = true;
-    // Between the best halving and each neighbour that was timed, the size with the number of
-    // micro-batches half-way between theirs: the halvings are coarse, the optimum may lie between.
+    // Between the best and each nearest timed size above and below it, the size with the number
+    // of micro-batches half-way between theirs: the halvings are coarse, the optimum may lie
+    // between.
     const int64_t target = m_options.target;
     const auto partsOf = [target](int64_t size) { return (target + size - 1) / size; };
-    const int64_t bestParts = partsOf(m_timed[m_best].microBatch);
-    std::vector<size_t> neighbours;
-    if (m_best > 0) neighbours.push_back(m_best - 1);
-    if (m_best + 1 < m_timed.size()) neighbours.push_back(m_best + 1);
-    for (size_t n : neighbours) {
-        const int64_t between = (bestParts + partsOf(m_timed[n].microBatch)) / 2;
+    const int64_t best = m_timed[m_best].microBatch;
+    int64_t above = 0;
+    int64_t below = 0;
+    for (const Candidate& c : m_timed) {
+        if (c.microBatch > best && (above == 0 || c.microBatch < above)) above = c.microBatch;
+        if (c.microBatch < best && c.microBatch > below) below = c.microBatch;
+    }
+    for (const int64_t neighbour : {above, below}) {
+        if (neighbour == 0) continue;
+        const int64_t between = (partsOf(best) + partsOf(neighbour)) / 2;
         const int64_t size = evenSplitSize(target, between, m_options.multipleOf, m_options.smallest);
         const bool known =
-            std::any_of(m_timed.begin(), m_timed.end(), [size](const Candidate& c) { return c.microBatch == size; }) ||
-            std::find(m_refinements.begin(), m_refinements.end(), size) != m_refinements.end();
+            find(size) != nullptr || std::find(m_refinements.begin(), m_refinements.end(), size) != m_refinements.end();
         if (!known && size <= m_options.largest) m_refinements.push_back(size);
     }
     nextRefinement();
@@ -225,15 +274,22 @@ void ThroughputSearch::abandon(const std::string& why) {
 void ThroughputSearch::finish(const std::string& cause) {
     m_done = true;
     const Candidate& best = m_timed[m_best];
-    const Candidate& first = m_timed.front();
+    const int64_t largest = m_plan.front();
     std::string text = "micro-batch " + std::to_string(best.microBatch);
     if (best.median() > 0) text += " at " + rate(best.median()) + " samples/s";
-    if (m_best != 0 && best.overLargest > 0) {
-        text += ", " + percent(best.overLargest - 1) + " faster than the largest that fits (" +
-                std::to_string(first.microBatch) + ", timed in turns with it)";
-    } else if (m_best == 0) {
+    const double over = overLargest(best.microBatch);
+    if (best.microBatch == largest) {
         text += ", the largest that fits";
+    } else if (over >= 1.005) {
+        text += ", " + percent(over - 1) + " faster than the largest that fits (" + std::to_string(largest) +
+                ", timed in turns with it)";
+    } else if (over > 0) {
+        text += ", as fast as the largest that fits (" + std::to_string(largest) + ") within the noise";
+    } else {
+        text += "; the largest that fits (" + std::to_string(largest) + ") was not timed";
     }
+    if (m_startIndex > 0)
+        text += "; the search started from the size chosen before (" + std::to_string(startedFrom()) + ")";
     m_reason = text + ": " + cause;
 }
 
@@ -253,7 +309,9 @@ double ThroughputSearch::overLargest(int64_t microBatch) const {
     // The largest is the reference, also when it was the only size and nothing was timed.
     if (!m_plan.empty() && microBatch == m_plan.front()) return 1.0;
     const Candidate* c = find(microBatch);
-    return c ? c->overLargest : 0;
+    const Candidate* largest = m_plan.empty() ? nullptr : find(m_plan.front());
+    if (!c || !largest || c->overFirst <= 0 || largest->overFirst <= 0) return 0;
+    return c->overFirst / largest->overFirst;
 }
 
 double ThroughputSearch::samplesPerSecond(int64_t microBatch) const {

@@ -14,6 +14,11 @@ struct ThroughputSearchOptions {
     int64_t smallest = 1;    ///< no candidate below this (a BatchNorm model needs 2)
     int warmups = 1;         ///< timed micro-batches of a new size that are not counted (caches, kernels)
     int64_t justRan = 0;     ///< a size that just ran (the probe's last trial): no warm-up for it
+    /// The size an earlier search of this run chose (0: none). When it still fits, the search
+    /// starts from it (rounded to an even split of the target) instead of the largest: after a
+    /// larger budget on the same hardware the old optimum is the likeliest one, and the largest
+    /// sizes are the slowest to time.
+    int64_t start = 0;
     /// Challenger timings per comparison before judging (3: a spread to judge by), unless the
     /// first two already differ clearly (both beyond twice the noise, the same way).
     int repetitions = 3;
@@ -23,18 +28,24 @@ struct ThroughputSearchOptions {
     /// micro-batch of a few milliseconds is mostly timer and scheduler noise.
     double minTimingSeconds = 0.05;
     double noise = 0.03;  ///< smallest relative difference in samples/s that counts as real
+    /// A challenger this much slower than the best ends the walk in its direction at once; a
+    /// smaller difference still lets one more size be tried (a cache-sized step further on).
+    double clearlySlower = 0.25;
 };
 
 /// Chooses the micro-batch with the highest measured throughput, by timing real training
 /// micro-batches (the caller trains on them: nothing is wasted). A pure state machine like
 /// ProbeSearch: next() says which size to run, record() takes its time.
 ///
-/// Candidates go down from the largest size that fits, halving, each rounded to the size that
+/// Candidates are the largest size that fits and its halvings, each rounded to the size that
 /// splits the target batch evenly (so no candidate leaves a small remainder micro-batch). The
-/// search walks down while the smaller size is faster by more than the noise and stops after two
-/// in a row that are not (the plateau: a larger micro-batch buys nothing more); then it times the
-/// sizes half-way (in micro-batches per training batch) between the best halving and its timed
-/// neighbours, since the fastest size may lie between two halvings.
+/// search walks from the largest (or from `start`, a size chosen before) to smaller sizes while
+/// they are faster by more than the noise, and stops after two in a row that are not (the
+/// plateau: a larger micro-batch buys nothing more) or one that is clearly slower. From `start`
+/// it first walks up the same way (a tie goes up: the larger size wins it), and down only when
+/// nothing above was better. Then it times the sizes half-way (in micro-batches per training
+/// batch) between the best and its timed neighbours, since the fastest size may lie between two
+/// halvings.
 ///
 /// Each comparison pits a challenger against the best size so far, timed in turns — best,
 /// challenger, best, …, best — so that every challenger timing lies between two of the best's
@@ -52,9 +63,9 @@ public:
         int64_t microBatch = 0;
         std::vector<double> samplesPerSecond;  ///< all counted timings, in order (warm-ups left out)
         int warmupsDone = 0;
-        /// Its speed over the largest size's, from the comparisons in turns that led to it (the
-        /// product of their paired ratios); 1 for the largest, 0 while not compared.
-        double overLargest = 0;
+        /// Its speed over the first size timed (the largest, or the start), from the comparisons
+        /// in turns that led to it (the product of their paired ratios); 0 while not compared.
+        double overFirst = 0;
         double pendingSeconds = 0;  ///< micro-batches of the timing in progress
         int64_t pendingSamples = 0;
         int pendingMicroBatches = 0;
@@ -75,10 +86,10 @@ public:
     int64_t chosen() const;
     /// Why it was chosen, in words, with the numbers.
     const std::string& reason() const { return m_reason; }
-    /// Candidates timed so far, largest first.
+    /// Candidates timed so far, in the order they were first timed.
     const std::vector<Candidate>& candidates() const { return m_timed; }
-    /// The sizes the search tried or may try: the halvings, largest first, then the sizes between
-    /// the best halving and its neighbours that it added once the walk ended.
+    /// The sizes the search tried or may try: the halvings (and the start), largest first, then
+    /// the sizes between the best and its neighbours that it added once the walk ended.
     const std::vector<int64_t>& plan() const { return m_plan; }
     /// Timed micro-batches so far (warm-ups included).
     int spent() const { return m_spent; }
@@ -86,15 +97,22 @@ public:
     int timings() const { return m_timings; }
     /// The measured throughput of a candidate; 0 when it was not timed.
     double samplesPerSecond(int64_t microBatch) const;
-    /// A candidate's speed over the largest size's, measured in turns (Candidate::overLargest);
-    /// 1 for the largest.
+    /// A candidate's speed over the largest size's, measured in turns (through
+    /// Candidate::overFirst); 1 for the largest, 0 when either was not compared (a search from
+    /// `start` may never time the largest).
     double overLargest(int64_t microBatch) const;
+    /// The size the search started from: the largest, or the rounded `start`.
+    int64_t startedFrom() const { return m_plan.empty() ? 0 : m_plan[m_startIndex]; }
 
 private:
     void decide();
     /// The comparison in progress ended: the challenger is better, not better, or tied.
     void judged(bool challengerWins, bool tie, double ratio);
-    /// The walk down ended (`cause`): time the sizes between the best and its neighbours.
+    /// The next size of the walk, or the end of the walk.
+    void walkOn(double ratio);
+    /// Times the halving at plan index `index` next.
+    void challenge(size_t index);
+    /// The walk ended (`cause`): time the sizes between the best and its neighbours.
     void endWalk(const std::string& cause);
     void nextRefinement();
     void finish(const std::string& reason);
@@ -108,8 +126,12 @@ private:
 
     ThroughputSearchOptions m_options;
     std::vector<int64_t> m_plan;
-    std::vector<Candidate> m_timed;       ///< m_timed[i] is m_plan[i]
-    size_t m_best = 0;                    ///< index of the best candidate so far (the incumbent)
+    std::vector<Candidate> m_timed;       ///< in the order first timed; the last is the challenger
+    size_t m_best = 0;                    ///< index in m_timed of the best candidate so far (the incumbent)
+    size_t m_startIndex = 0;              ///< plan index of the size the walk started from
+    bool m_walkingUp = false;             ///< from `start`, toward the largest
+    size_t m_edge = 0;                    ///< plan index of the walk's latest challenger
+    int m_notFaster = 0;                  ///< challengers in a row, in this direction, that lost
     std::vector<double> m_challengerRun;  ///< the comparison's challenger timings
     std::vector<double> m_incumbentRun;   ///< the comparison's incumbent timings, one more when complete
     bool m_incumbentTurn = true;          ///< whose timing is next in the comparison

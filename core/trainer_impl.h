@@ -142,6 +142,9 @@ struct Trainer::Impl {
     /// each training micro-batch until it decides (trainer_probe.cpp).
     std::optional<ThroughputSearch> timing;
     Clock::time_point timingStart;
+    /// The size the last search chose, where the next one starts (0: none yet, or the run moved
+    /// to other hardware, where the old timings say nothing).
+    int64_t lastChosen = 0;
     int64_t step = 0;
     int64_t samplesSeen = 0;
     int cleanStepsSinceShrink = -1;  ///< -1: no shrink pending a regrow

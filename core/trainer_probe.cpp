@@ -70,6 +70,7 @@ void Trainer::Impl::startTiming(int64_t largest, int64_t warmSize) {
     search.multipleOf = options.probe.multipleOf;
     search.smallest = std::max(minMicroBatch, minPart);
     search.justRan = warmSize;
+    search.start = lastChosen;
     timing.emplace(search);
     timingStart = Clock::now();
     if (timing->done()) finishTiming(timing->chosen());  // one size only: nothing to time
@@ -93,6 +94,7 @@ void Trainer::Impl::finishTiming(int64_t size) {
     const ThroughputSearch& search = *timing;
     const int64_t largest = search.plan().empty() ? size : search.plan().front();
     microBatch = size;
+    lastChosen = size;
     emit(ThroughputChosen{now(), probeSequence, size, largest, static_cast<int64_t>(planFor(target, size).size()),
                           target, search.samplesPerSecond(size), search.samplesPerSecond(largest),
                           search.overLargest(size), search.spent(),
@@ -118,6 +120,7 @@ void Trainer::Impl::switchTo(const DeviceSpec& next) {
         for (auto& g : gradients) g = g.to(target_device);
         if (reservation.defined()) reservation = reservation.to(target_device);
         meter->releaseCache();
+        lastChosen = 0;  // other hardware: search from the largest again
     }
     device = next;
     meter = openMeter(device);

@@ -60,6 +60,7 @@ private Q_SLOTS:
     void timingLosesNoSample();
     void largestTimesNothing();
     void targetChangeTimesAgain();
+    void deviceSwitchStartsFromTheChoiceBefore();
 };
 
 void TestFastestMicroBatch::timingLosesNoSample() {
@@ -168,6 +169,65 @@ void TestFastestMicroBatch::targetChangeTimesAgain() {
     QCOMPARE(chosen.back().targetBatch, int64_t(128));
     QVERIFY(chosen.back().microBatch <= 128);
     QCOMPARE(chosen.back().sequence, 2);  // after the probe the target change started
+}
+
+void TestFastestMicroBatch::deviceSwitchStartsFromTheChoiceBefore() {
+    // The demo's move to a larger budget: the first device fits about half the target batch, the
+    // second all of it. The second search starts from the size the first chose (the likeliest
+    // optimum on the same hardware) instead of timing the largest, slowest sizes first.
+    const auto measured = [](int64_t n) {
+        RecordingSink sink;
+        TrainerOptions o = options(ProbeObjective::Largest);
+        o.device = "virtual:4GiB";
+        o.probe.initialMicroBatch = o.probe.maxMicroBatch = n;
+        o.steps = 1;
+        if (Trainer(o, sink).run().state != RunState::Finished) qFatal("the measuring run failed");
+        const auto memory = sink.all<MemoryBreakdown>();
+        if (memory.empty() || memory.back().activationMicroBatch != n) qFatal("no memory breakdown");
+        return memory.back();
+    };
+    // Activations: a part per micro-batch (backward's fresh gradients) and a part per sample.
+    const MemoryBreakdown at8 = measured(8);
+    const int64_t perSample = std::max<int64_t>(1, (at8.activationBytes - measured(4).activationBytes) / 4);
+    const int64_t small = at8.peakBytes + (kTarget / 2 - 8) * perSample;
+
+    RecordingSink sink;
+    TrainerOptions o = options(ProbeObjective::Fastest);
+    o.device = "virtual:" + std::to_string(small) + "B";
+    o.steps = 50000;  // stopped at the second decision
+    Trainer trainer(o, sink);
+    sink.onEach = [&](const Event& e) {
+        const auto* chosen = std::get_if<ThroughputChosen>(&e);
+        if (chosen && chosen->sequence == 1) trainer.switchDevice("virtual:4GiB");
+        if (chosen && chosen->sequence == 2) trainer.stop();
+    };
+    const RunResult result = trainer.run();
+    QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+    const auto probes = sink.all<ProbeFinished>();
+    const auto chosen = sink.all<ThroughputChosen>();
+    QCOMPARE(chosen.size(), size_t(2));
+    QVERIFY2(probes.front().microBatch < kTarget,
+             qPrintable(QStringLiteral("the first device fits %1 of %2").arg(probes.front().microBatch).arg(kTarget)));
+    QCOMPARE(chosen.back().largestMicroBatch, kTarget);
+    qInfo("on the first device: %s; after the switch: %s", chosen.front().reason.c_str(), chosen.back().reason.c_str());
+    const int64_t before = chosen.front().microBatch;
+    const std::string startedFrom = "started from the size chosen before (" + std::to_string(before) + ")";
+    QVERIFY2(chosen.back().reason.find(startedFrom) != std::string::npos, chosen.back().reason.c_str());
+    // Its first timing is the size chosen before (a warm-up), unless the probe had just run it.
+    std::vector<int64_t> timedSizes;
+    for (const ThroughputTimed& t : sink.all<ThroughputTimed>())
+        if (t.sequence == 2) timedSizes.push_back(t.microBatch);
+    QVERIFY(!timedSizes.empty());
+    const auto lastFit = [&] {
+        int64_t size = 0;
+        for (const ProbeTrial& trial : sink.all<ProbeTrial>())
+            if (trial.sequence == 2 && trial.fit) size = trial.microBatch;
+        return size;
+    }();
+    if (lastFit != before) QCOMPARE(timedSizes.front(), before);
+    // A speed over the largest is claimed only where the largest was timed.
+    const bool largestTimed = std::find(timedSizes.begin(), timedSizes.end(), kTarget) != timedSizes.end();
+    if (chosen.back().microBatch != kTarget) QCOMPARE(chosen.back().speedOverLargest > 0, largestTimed);
 }
 
 QTEST_MAIN(TestFastestMicroBatch)

@@ -4,6 +4,7 @@
 
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -112,6 +113,10 @@ private Q_SLOTS:
     void oneCandidateTimesNothing();
     void shortMicroBatchesAreTimedTogether();
     void abandonKeepsTheBestSoFar();
+    void clearlySlowerEndsTheWalk();
+    void startsFromTheChoiceBefore();
+    void startBelowTheOptimumWalksUp();
+    void startIsRoundedToAnEvenSplit();
 };
 
 void TestThroughputSearch::candidatesSplitTheTargetEvenly() {
@@ -291,6 +296,84 @@ void TestThroughputSearch::abandonKeepsTheBestSoFar() {
     QCOMPARE(search.chosen(), int64_t(128));
     QCOMPARE(search.samplesPerSecond(128), 2000.0);
     QVERIFY2(search.reason().find("out-of-memory") != std::string::npos, search.reason().c_str());
+}
+
+void TestThroughputSearch::clearlySlowerEndsTheWalk() {
+    // 512 is 40% slower than 1024: the walk ends there, 256 is never timed. 15% slower (a dip one
+    // halving deep, as 128 in the curve) still lets the next halving be tried.
+    const Curve falling = through({{1024, 3000}, {512, 1800}, {256, 1000}, {128, 500}});
+    const Outcome out = run(options(1024, 1024), falling, 0.01);
+    QCOMPARE(out.chosen, int64_t(1024));
+    QCOMPARE(out.timed.count(256), size_t(0));
+    QVERIFY2(out.reason.find("(512) was 40% slower") != std::string::npos, out.reason.c_str());
+    const Curve dip = through({{1024, 3000}, {512, 2550}, {256, 4000}, {128, 2000}, {64, 1000}});
+    QCOMPARE(run(options(1024, 1024), dip, 0.01).chosen, int64_t(256));
+}
+
+void TestThroughputSearch::startsFromTheChoiceBefore() {
+    // The CPU curve on a larger device: the size chosen before, 64, is still the best.
+    // Starting from it, the search times the sizes around it and never the slow largest ones,
+    // whose single micro-batches take the longest.
+    const Curve cpu =
+        through({{1024, 2626}, {512, 3186}, {256, 4600}, {128, 4552}, {64, 5622}, {32, 4100}, {16, 2600}, {8, 1500}});
+    ThroughputSearchOptions o = options(1024, 1024);
+    o.start = 64;
+    const Outcome fromStart = run(o, cpu, 0.01);
+    const Outcome fromLargest = run(options(1024, 1024), cpu, 0.01);
+    QCOMPARE(fromStart.chosen, int64_t(64));
+    QCOMPARE(fromLargest.chosen, int64_t(64));
+    QCOMPARE(fromStart.timed.count(1024), size_t(0));
+    QCOMPARE(fromStart.timed.count(512), size_t(0));
+    // Up to 128 (19% slower: one more), 256 (18% slower: the walk up ends), then down to 32
+    // (27% slower: it ends at once), then the sizes half-way to the neighbours.
+    QVERIFY(fromStart.timed.count(128) == 1 && fromStart.timed.count(256) == 1 && fromStart.timed.count(32) == 1);
+    QVERIFY2(fromStart.spent < fromLargest.spent,
+             qPrintable(QStringLiteral("%1 timings from the start, %2 from the largest")
+                            .arg(fromStart.spent)
+                            .arg(fromLargest.spent)));
+    // The largest was not timed: no speed over it is claimed, and the reason says why.
+    QCOMPARE(fromStart.overLargest, 0.0);
+    QVERIFY2(fromStart.reason.find("(1024) was not timed") != std::string::npos, fromStart.reason.c_str());
+    QVERIFY2(fromStart.reason.find("started from the size chosen before (64)") != std::string::npos,
+             fromStart.reason.c_str());
+}
+
+void TestThroughputSearch::startBelowTheOptimumWalksUp() {
+    // A GPU-like curve (rising to 256, flat above) after a move to a device with more memory:
+    // from the size chosen before, 64, the search walks up past the plateau's start (ties go to
+    // the larger size) to the largest, as a search from the largest would have kept it.
+    const Curve plateau = [](int64_t n) { return 9000.0 * static_cast<double>(std::min<int64_t>(n, 256)) / 256; };
+    ThroughputSearchOptions o = options(1024, 4096);
+    o.start = 64;
+    const Outcome out = run(o, plateau, 0.01);
+    QCOMPARE(out.chosen, int64_t(1024));
+    QCOMPARE(out.overLargest, 1.0);
+    QCOMPARE(out.timed.count(32), size_t(0));  // something above was better: no walk down
+    QVERIFY2(out.reason.find("the largest that fits") != std::string::npos, out.reason.c_str());
+    // Rising all the way: each larger size wins outright up to the largest.
+    const Curve rising = [](int64_t n) { return 100.0 * static_cast<double>(n); };
+    o.start = 128;
+    const Outcome up = run(o, rising);
+    QCOMPARE(up.chosen, int64_t(1024));
+    QVERIFY2(up.reason.find("the largest that fits was reached") != std::string::npos, up.reason.c_str());
+}
+
+void TestThroughputSearch::startIsRoundedToAnEvenSplit() {
+    // 100 chosen for target 1024 before; the target is now 1000: 10 micro-batches of 100. It is
+    // not a halving of 1000's candidates (500, 250, 125, …): it is inserted among them.
+    ThroughputSearchOptions o = options(1000, 1000);
+    o.start = 100;
+    ThroughputSearch search(o);
+    QCOMPARE(search.startedFrom(), int64_t(100));
+    QCOMPARE(*search.next(), int64_t(100));  // its warm-up first
+    const auto& plan = search.plan();
+    QVERIFY(std::is_sorted(plan.rbegin(), plan.rend()));
+    QVERIFY(std::find(plan.begin(), plan.end(), int64_t(100)) != plan.end());
+    // A start at or above the largest is the largest; one that no longer fits is ignored.
+    o.start = 4000;
+    QCOMPARE(ThroughputSearch(o).startedFrom(), int64_t(1000));
+    o.start = 0;
+    QCOMPARE(ThroughputSearch(o).startedFrom(), int64_t(1000));
 }
 
 QTEST_MAIN(TestThroughputSearch)

@@ -94,6 +94,11 @@ QString fastestPart(const RunModel& run) {
                         .arg(c->speedOverLargest, 0, 'f', 2)
                         .arg(c->samplesPerSecond, 0, 'f', 0)
                         .arg(c->largestSamplesPerSecond, 0, 'f', 0);
+        else if (c->microBatch != c->largestMicroBatch)
+            text += tr(" It chose <b>%1</b>, starting from the size it chose before; the largest that fits, %2, "
+                       "was not timed: the sizes next to %1 already ran slower.")
+                        .arg(c->microBatch)
+                        .arg(c->largestMicroBatch);
         else
             text += tr(" It kept the largest that fits, <b>%1</b>: smaller sizes were not faster.").arg(c->microBatch);
         text += tr(" The timing took %1 training micro-batches (%2 s), all of which trained.")
@@ -194,7 +199,9 @@ out of memory, the dashed line is the size chosen.</p>
 GPU throughput levels off long before memory runs out. So after the probe, BatchPilot times
 smaller sizes — halving, each one a size that splits the target batch evenly — on real training
 micro-batches (every one of them trains, none is wasted), compares the median samples per second,
-and keeps the fastest. Two sizes within the measuring noise go to the larger. The <i>Fastest
+and keeps the fastest. Two sizes within the measuring noise go to the larger. After a re-probe
+(a larger budget, say) it starts from the size it chose before and times its neighbours first,
+rather than the largest, slowest sizes. The <i>Fastest
 micro-batch</i> tab shows each size it timed. Choose <i>largest that fits</i> in the run panel
 (or <code>--objective largest</code>) to skip this.</p>
 )");
