@@ -468,11 +468,19 @@ void fastestSection(std::ostream& md, const json& fastest) {
     md << "\n\n";
     if (fastest.contains("demo_switch")) {
         md << "The desktop demo's experiment (cnn, target batch 1024, Adam, a 64 MiB virtual GPU switched to "
-              "256 MiB mid-run, which re-probes): median samples/s of the steps before and after the switch.\n\n"
-              "| objective | before | after | after/before | micro-batch before → after |\n|---|---|---|---|---|\n";
+              "256 MiB mid-run, which re-probes and searches again): median samples/s of the steps before the "
+              "switch, from the switch to the new decision (probe and search), and after the decision.";
+        if (fastest.contains("demo_switch_note")) md << " " << fastest["demo_switch_note"].get<std::string>() << ".";
+        md << "\n\n"
+              "| objective | before | steps to decide | during | after | after/before | micro-batch before → after "
+              "|\n|---|---|---|---|---|---|---|\n";
         for (const auto& [objective, d] : fastest["demo_switch"].items()) {
             md << "| " << objective << " | " << fixed(d["samples_per_second_before"].get<double>(), 0) << " | "
-               << fixed(d["samples_per_second_after"].get<double>(), 0) << " | "
+               << (d.contains("steps_to_decision") ? std::to_string(d["steps_to_decision"].get<int64_t>()) : "–")
+               << " | "
+               << (d.contains("samples_per_second_during") ? fixed(d["samples_per_second_during"].get<double>(), 0)
+                                                           : "–")
+               << " | " << fixed(d["samples_per_second_after"].get<double>(), 0) << " | "
                << fixed(d["after_over_before"].get<double>(), 2) << " | " << d["micro_batch_before"].get<int64_t>()
                << " → " << d["micro_batch_after"].get<int64_t>() << " |\n";
         }
