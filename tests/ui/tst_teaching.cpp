@@ -31,6 +31,7 @@
 #include "ui/teaching/micro_batch_table.h"
 #include "ui/config/run_panel.h"
 #include "ui/window/teaching_tools.h"
+#include "ui/session/run_model.h"
 #include "ui/session/trainer_controller.h"
 
 using namespace batchpilot;
@@ -108,6 +109,7 @@ private Q_SLOTS:
     void initTestCase();
     void lossWeightText_data();
     void lossWeightText();
+    void helpExplainsTheFastestChoice();
     void accumulationViewShowsMicroBatches();
     void equivalenceDialogVerdicts();
     void everyControlExplainsItself();
@@ -139,6 +141,40 @@ void TestTeaching::lossWeightText() {
     QFETCH(qint64, target);
     QFETCH(QString, text);
     QCOMPARE(ui::lossWeightText(size, target), text);
+}
+
+void TestTeaching::helpExplainsTheFastestChoice() {
+    // Help > How this works quotes the search's decision: faster than the largest by a factor
+    // measured in turns; a search that started from the size chosen before and never timed the
+    // largest claims no factor; a kept largest says smaller sizes were not faster.
+    const auto help = [](int64_t chosenSize, double speedOverLargest) {
+        ui::RunModel model;
+        core::ProbeFinished probed;  // the search follows a probe
+        probed.sequence = 1;
+        probed.microBatch = 1024;
+        probed.accumulationSteps = 1;
+        probed.targetBatch = 1024;
+        core::ThroughputTimed timed{1.0, 1, 128, 3000, 3};
+        core::ThroughputChosen chosen;
+        chosen.sequence = 1;
+        chosen.microBatch = chosenSize;
+        chosen.largestMicroBatch = 1024;
+        chosen.targetBatch = 1024;
+        chosen.samplesPerSecond = 3000;
+        chosen.largestSamplesPerSecond = 2000;
+        chosen.speedOverLargest = speedOverLargest;
+        chosen.microBatchesTimed = 12;
+        model.handle({probed, timed, chosen});
+        return ui::howItWorksHtml(model);
+    };
+    const QString faster = help(128, 1.46);
+    QVERIFY2(faster.contains(QStringLiteral("It chose <b>128</b> rather than the largest that fits, 1024: 1.46×")),
+             qPrintable(faster));
+    const QString notTimed = help(128, 0);
+    QVERIFY2(notTimed.contains(QLatin1String("the largest that fits, 1024, was not timed")), qPrintable(notTimed));
+    QVERIFY(!notTimed.contains(QLatin1String("kept the largest")));
+    const QString kept = help(1024, 1.0);
+    QVERIFY2(kept.contains(QLatin1String("It kept the largest that fits, <b>1024</b>")), qPrintable(kept));
 }
 
 void TestTeaching::accumulationViewShowsMicroBatches() {
