@@ -1,5 +1,7 @@
 #include <QtTest>
 
+#include <optional>
+
 #include <QAction>
 #include <QComboBox>
 #include <QDir>
@@ -151,8 +153,21 @@ void TestMainWindow::demoEndToEnd() {
     QVERIFY(after.accumulationSteps < before.accumulationSteps);
     const std::size_t stepsBefore = charts->lossChart()->rawStore().rawCount();
     QTRY_VERIFY_WITH_TIMEOUT(charts->lossChart()->rawStore().rawCount() > stepsBefore + 1, kTimeout);
+    // Then the fastest search after that probe decides, and the accumulation view shows its choice
+    // (it may start from the size chosen before and never run the probe's largest).
+    const auto chosenAfter = [&]() -> std::optional<core::ThroughputChosen> {
+        std::optional<core::ThroughputChosen> found;
+        hasEvent(w, [&](const core::Event& e) {
+            if (const auto* c = std::get_if<core::ThroughputChosen>(&e); c && c->sequence == after.sequence) found = *c;
+            return false;
+        });
+        return found;
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(chosenAfter().has_value(), kTimeout);
+    QVERIFY(chosenAfter()->microBatch <= after.microBatch);
     QTRY_VERIFY_WITH_TIMEOUT(
-        w.accumulationView()->caption().contains(QStringLiteral("micro-batch %1,").arg(after.microBatch)), kTimeout);
+        w.accumulationView()->caption().contains(QStringLiteral("micro-batch %1,").arg(chosenAfter()->microBatch)),
+        kTimeout);
 
     // The same window in the dark palette, after the switch.
     w.setTheme(ui::Theme::Dark);
