@@ -77,9 +77,9 @@ ThroughputSearch::ThroughputSearch(const ThroughputSearchOptions& options) : m_o
         const int64_t parts = (options.target + options.start - 1) / options.start;
         const int64_t start = evenSplitSize(options.target, parts, options.multipleOf, options.smallest);
         if (start < m_plan.front() && start >= m_plan.back()) {
-            const auto at = std::find_if(m_plan.begin(), m_plan.end(), [start](int64_t n) { return n <= start; });
-            if (*at != start) m_plan.insert(at, start);
-            m_startIndex = static_cast<size_t>(std::find(m_plan.begin(), m_plan.end(), start) - m_plan.begin());
+            auto at = std::find_if(m_plan.begin(), m_plan.end(), [start](int64_t n) { return n <= start; });
+            if (*at != start) at = m_plan.insert(at, start);
+            m_startIndex = static_cast<size_t>(at - m_plan.begin());
         }
     }
     // A size that just ran needs no warm-up: its kernels and memory blocks are ready.
@@ -90,6 +90,10 @@ ThroughputSearch::ThroughputSearch(const ThroughputSearchOptions& options) : m_o
 }
 
 void ThroughputSearch::challenge(size_t index) {
+    if (m_timings >= m_options.budget) {
+        finishOnBudget();
+        return;
+    }
     m_edge = index;
     m_timed.push_back(Candidate{m_plan[index], {}, 0});
 }
@@ -201,22 +205,15 @@ void ThroughputSearch::walkOn(double ratio) {
         cause = "the smallest candidate was reached";
     }
     if (cause.empty()) {
-        if (m_timings >= m_options.budget) {
-            finishOnBudget();
-        } else {
-            challenge(m_walkingUp ? m_edge - 1 : m_edge + 1);
-        }
+        challenge(m_walkingUp ? m_edge - 1 : m_edge + 1);
         return;
     }
-    // Up from the start and nothing above was better: walk down from it.
-    if (m_walkingUp && incumbent().microBatch == m_plan[m_startIndex] && m_startIndex + 1 < m_plan.size()) {
+    // Up from the start and nothing above was better (the start, timed first, is still the best):
+    // walk down from it.
+    if (m_walkingUp && m_best == 0 && m_startIndex + 1 < m_plan.size()) {
         m_walkingUp = false;
         m_notFaster = 0;
-        if (m_timings >= m_options.budget) {
-            finishOnBudget();
-        } else {
-            challenge(m_startIndex + 1);
-        }
+        challenge(m_startIndex + 1);
         return;
     }
     endWalk(cause);

@@ -110,7 +110,7 @@ private:
     void judged(bool challengerWins, bool tie, double ratio);
     /// The next size of the walk, or the end of the walk.
     void walkOn(double ratio);
-    /// Times the halving at plan index `index` next.
+    /// Times the halving at plan index `index` next, or ends the search when the budget is spent.
     void challenge(size_t index);
     /// The walk ended (`cause`): time the sizes between the best and its neighbours.
     void endWalk(const std::string& cause);
