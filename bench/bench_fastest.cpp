@@ -203,9 +203,7 @@ Search runFastest(const Case& c) {
     return s;
 }
 
-/// The desktop demo's experiment (issue 16): the cnn at target batch 1024 with Adam on a 64 MiB
-/// virtual GPU, switched to 256 MiB after step `switchAt` (the switch re-probes). Median samples/s
-/// of the steps before the switch (after the first decision) and of the last steps after it.
+/// What runDemoSwitch measured: median samples/s of the steps in each phase.
 struct DemoSwitch {
     double before = 0;        ///< samples/s: steps after the first decision, before the switch
     double during = 0;        ///< samples/s: from the switch to the second decision (re-probe and search)
@@ -217,9 +215,9 @@ struct DemoSwitch {
     std::vector<std::pair<int64_t, double>> timed;  ///< each counted timing: size, median so far
 };
 
-/// The desktop demo's experiment: cnn, target 1024, Adam, 64 MiB, switched to 256 MiB (which
-/// re-probes and, for "fastest", searches again). Runs until `settled` steps after the second
-/// decision (the probe's end for "largest"), so "after" is what the user then sees.
+/// The desktop demo's experiment (issue 16): cnn, target 1024, Adam, 64 MiB, switched to 256 MiB
+/// after step `switchAt` (which re-probes and, for "fastest", searches again). Runs until `settled` steps after the
+/// second decision (the probe's end for "largest"), so "after" is what the user then sees.
 DemoSwitch runDemoSwitch(core::ProbeObjective objective, bool quick) {
     const int64_t switchAt = quick ? 8 : 14;
     const int64_t settled = quick ? 4 : 10;
