@@ -31,12 +31,17 @@ namespace {
 
 constexpr int kTimeout = 120'000;  // ms; the trainer runs on the CPU of a test machine
 
-/// The most recent ProbeFinished the window received, or nullopt.
-std::optional<core::ProbeFinished> lastProbe(const ui::MainWindow& w) {
+/// The most recent event of type T the window received, or nullopt.
+template <class T>
+std::optional<T> lastEvent(const ui::MainWindow& w) {
     const auto& events = w.record().events();
     for (auto it = events.rbegin(); it != events.rend(); ++it)
-        if (const auto* p = std::get_if<core::ProbeFinished>(&*it)) return *p;
+        if (const auto* e = std::get_if<T>(&*it)) return *e;
     return std::nullopt;
+}
+
+std::optional<core::ProbeFinished> lastProbe(const ui::MainWindow& w) {
+    return lastEvent<core::ProbeFinished>(w);
 }
 
 bool hasEvent(const ui::MainWindow& w, auto predicate) {
@@ -155,18 +160,12 @@ void TestMainWindow::demoEndToEnd() {
     QTRY_VERIFY_WITH_TIMEOUT(charts->lossChart()->rawStore().rawCount() > stepsBefore + 1, kTimeout);
     // Then the fastest search after that probe decides, and the accumulation view shows its choice
     // (it may start from the size chosen before and never run the probe's largest).
-    const auto chosenAfter = [&]() -> std::optional<core::ThroughputChosen> {
-        std::optional<core::ThroughputChosen> found;
-        hasEvent(w, [&](const core::Event& e) {
-            if (const auto* c = std::get_if<core::ThroughputChosen>(&e); c && c->sequence == after.sequence) found = *c;
-            return false;
-        });
-        return found;
-    };
-    QTRY_VERIFY_WITH_TIMEOUT(chosenAfter().has_value(), kTimeout);
-    QVERIFY(chosenAfter()->microBatch <= after.microBatch);
     QTRY_VERIFY_WITH_TIMEOUT(
-        w.accumulationView()->caption().contains(QStringLiteral("micro-batch %1,").arg(chosenAfter()->microBatch)),
+        lastEvent<core::ThroughputChosen>(w).value_or(core::ThroughputChosen{}).sequence == after.sequence, kTimeout);
+    const auto chosenAfter = *lastEvent<core::ThroughputChosen>(w);
+    QVERIFY(chosenAfter.microBatch <= after.microBatch);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        w.accumulationView()->caption().contains(QStringLiteral("micro-batch %1,").arg(chosenAfter.microBatch)),
         kTimeout);
 
     // The same window in the dark palette, after the switch.
