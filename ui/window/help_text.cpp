@@ -198,8 +198,9 @@ out of memory, the dashed line is the size chosen.</p>
 <p>The largest micro-batch that fits is often not the fastest: on a CPU the caches decide, on a
 GPU throughput levels off long before memory runs out. So after the probe, BatchPilot times
 smaller sizes — halving, each one a size that splits the target batch evenly — on real training
-micro-batches (every one of them trains, none is wasted), compares the median samples per second,
-and keeps the fastest. Two sizes within the measuring noise go to the larger. After a re-probe
+micro-batches (every one of them trains, none is wasted), each new size in turns with the best so
+far (best, new, best, …, so a machine whose speed drifts slows both alike), and keeps the
+fastest. Two sizes within the measuring noise go to the larger. After a re-probe
 (a larger budget, say) it starts from the size it chose before and times its neighbours first,
 rather than the largest, slowest sizes. The <i>Fastest
 micro-batch</i> tab shows each size it timed. Choose <i>largest that fits</i> in the run panel
