@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -23,6 +24,15 @@ struct CleanRun {
     std::vector<int64_t> firstOfMicroBatch;
     std::vector<torch::Tensor> weights;
 };
+
+/// The largest absolute difference between two runs' weights, tensor by tensor (1e30 when they
+/// hold different numbers of tensors).
+inline double largestDifference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+    double worst = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+        worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+    return a.size() == b.size() ? worst : 1e30;
+}
 
 inline std::vector<torch::Tensor> finalWeights(core::Trainer& trainer) {
     std::vector<torch::Tensor> out;
@@ -65,6 +75,18 @@ inline CleanRun measureCleanRun(const core::TrainerOptions& options) {
     }
     run.weights = finalWeights(trainer);
     return run;
+}
+
+/// How far undisturbed runs that only split their batches differently (`variants`: the clean
+/// run's options with other micro-batch sizes) end from the clean run's weights: float sums in
+/// another order round differently, and a model can amplify that rounding. A recovered OOM changes
+/// the split too, so this is the noise its weights may show.
+inline double splitNoise(const std::vector<core::TrainerOptions>& variants,
+                         const std::vector<torch::Tensor>& reference) {
+    double noise = 0;
+    for (const core::TrainerOptions& options : variants)
+        noise = std::max(noise, largestDifference(measureCleanRun(options).weights, reference));
+    return noise;
 }
 
 }  // namespace batchpilot::tests

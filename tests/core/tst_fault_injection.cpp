@@ -16,6 +16,7 @@
 using namespace batchpilot::core;
 using batchpilot::tests::CleanRun;
 using batchpilot::tests::finalWeights;
+using batchpilot::tests::largestDifference;
 using batchpilot::tests::measureCleanRun;
 using batchpilot::tests::RecordingSink;
 
@@ -66,21 +67,15 @@ class TestFaultInjection : public QObject {
 
     std::map<OptimizerKind, double> m_splitNoise;
 
-    /// How far undisturbed runs that only split their batches differently (micro-batches capped at
-    /// 4, 8 and 12) end from the clean run: float sums in another order round differently. A
-    /// recovered OOM changes the split too, so this is the noise its weights may show.
+    /// batchpilot::tests::splitNoise for runs whose micro-batches are capped at 4, 8 and 12.
     double splitNoise(OptimizerKind kind) {
         if (auto found = m_splitNoise.find(kind); found != m_splitNoise.end()) return found->second;
-        double noise = 0;
+        std::vector<TrainerOptions> variants;
         for (const int64_t cap : {4, 8, 12}) {
-            TrainerOptions o = options(kind);
-            o.probe.maxMicroBatch = cap;
-            const auto weights = measureCleanRun(o).weights;
-            const auto& reference = clean(kind).weights;
-            for (size_t i = 0; i < weights.size(); ++i)
-                noise = std::max(noise, (weights[i] - reference[i]).abs().max().item<double>());
+            variants.push_back(options(kind));
+            variants.back().probe.maxMicroBatch = cap;
         }
-        return m_splitNoise[kind] = noise;
+        return m_splitNoise[kind] = batchpilot::tests::splitNoise(variants, clean(kind).weights);
     }
 
 private Q_SLOTS:
@@ -165,9 +160,7 @@ private Q_SLOTS:
         const auto weights = finalWeights(trainer);
         const auto& reference = clean(kind).weights;
         QCOMPARE(weights.size(), reference.size());
-        double worst = 0;
-        for (size_t i = 0; i < weights.size(); ++i)
-            worst = std::max(worst, (weights[i] - reference[i]).abs().max().item<double>());
+        const double worst = largestDifference(weights, reference);
         // 1e-6, or twice what another split alone causes where a build's float sums round more
         // (seen: 1.2e-6 with Adam under Clang and the sanitizers).
         const double bound = std::max(1e-6, 2 * splitNoise(kind));

@@ -19,6 +19,7 @@
 using namespace batchpilot::core;
 using batchpilot::tests::CleanRun;
 using batchpilot::tests::finalWeights;
+using batchpilot::tests::largestDifference;
 using batchpilot::tests::measureCleanRun;
 using batchpilot::tests::RecordingSink;
 
@@ -55,13 +56,6 @@ TrainerOptions options(const QString& file, const std::string& device) {
     o.reportSampleIndices = true;
     o.intraOpThreads = 1;
     return o;
-}
-
-double largestDifference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-    double worst = 0;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-        worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
-    return a.size() == b.size() ? worst : 1e30;
 }
 
 /// Every sample index exactly once per epoch, in committed micro-batches (every epoch, the last
@@ -105,22 +99,19 @@ class TestUserModels : public QObject {
 
     std::map<QString, double> m_splitNoise;
 
-    /// How far undisturbed runs that only split their batches differently end from the clean run
-    /// (as in tst_fault_injection): float sums in another order round differently, and a ResNet
-    /// can amplify that rounding (seen with LibTorch 2.x: weights 1.5e-8 apart after one step gave
-    /// gradients 1e-3 apart in the next, the probe's sizes 12 then 16 against a fixed 8). A
-    /// recovered OOM changes the split too, so this is the noise its weights may show.
+    /// batchpilot::tests::splitNoise for fixed sizes and for probes that grow into the next batch,
+    /// as a recovery's probe does. A ResNet can amplify the rounding (seen with LibTorch 2.x:
+    /// weights 1.5e-8 apart after one step gave gradients 1e-3 apart in the next, the probe's
+    /// sizes 12 then 16 against a fixed 8).
     double splitNoise(const QString& file) {
         if (auto found = m_splitNoise.find(file); found != m_splitNoise.end()) return found->second;
-        const CleanRun& reference = clean(file);
-        double noise = 0;
-        // Fixed sizes, and probes that grow into the next batch as a recovery's probe does.
+        std::vector<TrainerOptions> variants;
         for (const auto& [initial, max] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {6, 6}, {4, 8}, {12, 16}}) {
-            TrainerOptions o = options(file, "virtual:4GiB");
-            o.probe.initialMicroBatch = initial;
-            o.probe.maxMicroBatch = max;
-            noise = std::max(noise, largestDifference(measureCleanRun(o).weights, reference.weights));
+            variants.push_back(options(file, "virtual:4GiB"));
+            variants.back().probe.initialMicroBatch = initial;
+            variants.back().probe.maxMicroBatch = max;
         }
+        const double noise = batchpilot::tests::splitNoise(variants, clean(file).weights);
         qInfo("%s: runs split otherwise end up to %g from the clean run", qPrintable(file), noise);
         return m_splitNoise[file] = noise;
     }
