@@ -7,7 +7,10 @@
 
 #include <torch/torch.h>
 
+#include <QtGlobal>
+
 #include "core/counting_allocator.h"
+#include "core/model.h"
 #include "core/trainer.h"
 #include "recording_sink.h"
 
@@ -75,6 +78,21 @@ inline CleanRun measureCleanRun(const core::TrainerOptions& options) {
     }
     run.weights = finalWeights(trainer);
     return run;
+}
+
+/// The memory breakdown of one undisturbed step of `options` at micro-batch `n` (the probe pinned
+/// to it) on a 4 GiB virtual GPU: how a test sizes a budget from what this machine's LibTorch
+/// allocates. Aborts the test when the run fails.
+inline core::MemoryBreakdown breakdownAt(core::TrainerOptions options, int64_t n) {
+    options.device = "virtual:4GiB";
+    options.probe.initialMicroBatch = options.probe.maxMicroBatch = n;
+    options.steps = 1;
+    RecordingSink sink;
+    core::Trainer trainer(options, sink);
+    if (trainer.run().state != core::RunState::Finished) qFatal("the measuring run failed");
+    const auto memory = sink.all<core::MemoryBreakdown>();
+    if (memory.empty()) qFatal("the measuring run reported no memory breakdown");
+    return memory.back();
 }
 
 /// How far undisturbed runs that only split their batches differently (`variants`: the clean

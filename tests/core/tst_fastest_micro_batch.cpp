@@ -10,9 +10,11 @@
 
 #include "core/accumulation_plan.h"
 #include "core/trainer.h"
+#include "clean_run.h"
 #include "recording_sink.h"
 
 using namespace batchpilot::core;
+using batchpilot::tests::breakdownAt;
 using batchpilot::tests::RecordingSink;
 
 namespace {
@@ -175,20 +177,12 @@ void TestFastestMicroBatch::deviceSwitchStartsFromTheChoiceBefore() {
     // The demo's move to a larger budget: the first device fits about half the target batch, the
     // second all of it. The second search starts from the size the first chose (the likeliest
     // optimum on the same hardware) instead of timing the largest, slowest sizes first.
-    const auto measured = [](int64_t n) {
-        RecordingSink sink;
-        TrainerOptions o = options(ProbeObjective::Largest);
-        o.device = "virtual:4GiB";
-        o.probe.initialMicroBatch = o.probe.maxMicroBatch = n;
-        o.steps = 1;
-        if (Trainer(o, sink).run().state != RunState::Finished) qFatal("the measuring run failed");
-        const auto memory = sink.all<MemoryBreakdown>();
-        if (memory.empty() || memory.back().activationMicroBatch != n) qFatal("no memory breakdown");
-        return memory.back();
-    };
     // Activations: a part per micro-batch (backward's fresh gradients) and a part per sample.
-    const MemoryBreakdown at8 = measured(8);
-    const int64_t perSample = std::max<int64_t>(1, (at8.activationBytes - measured(4).activationBytes) / 4);
+    const MemoryBreakdown at4 = breakdownAt(options(ProbeObjective::Largest), 4);
+    const MemoryBreakdown at8 = breakdownAt(options(ProbeObjective::Largest), 8);
+    QCOMPARE(at4.activationMicroBatch, int64_t{4});
+    QCOMPARE(at8.activationMicroBatch, int64_t{8});
+    const int64_t perSample = std::max<int64_t>(1, (at8.activationBytes - at4.activationBytes) / 4);
     const int64_t small = at8.peakBytes + (kTarget / 2 - 8) * perSample;
 
     RecordingSink sink;

@@ -17,6 +17,7 @@
 #include "recording_sink.h"
 
 using namespace batchpilot::core;
+using batchpilot::tests::breakdownAt;
 using batchpilot::tests::CleanRun;
 using batchpilot::tests::finalWeights;
 using batchpilot::tests::largestDifference;
@@ -329,19 +330,8 @@ private Q_SLOTS:
         // grow slower than linearly at first), measured on this machine: the activations per
         // sample depend on the convolution code LibTorch picks for the CPU (seen: 7 samples of
         // resnet18 in 24 MiB on one CPU, far more on another).
-        const auto measured = [&](int64_t n) {
-            RecordingSink sink;
-            TrainerOptions o = options(file, "virtual:4GiB");
-            o.probe.initialMicroBatch = o.probe.maxMicroBatch = n;
-            o.steps = 1;
-            Trainer trainer(o, sink);
-            if (trainer.run().state != RunState::Finished) qFatal("the measuring run failed");
-            const auto memory = sink.all<MemoryBreakdown>();
-            if (memory.empty()) qFatal("the measuring run reported no memory breakdown");
-            return memory.back();
-        };
-        const MemoryBreakdown at4 = measured(4);
-        const MemoryBreakdown at8 = measured(8);
+        const MemoryBreakdown at4 = breakdownAt(options(file, "virtual:4GiB"), 4);
+        const MemoryBreakdown at8 = breakdownAt(options(file, "virtual:4GiB"), 8);
         QCOMPARE(at4.activationMicroBatch, int64_t{4});
         QCOMPARE(at8.activationMicroBatch, int64_t{8});
         // Backward also creates a fresh gradient per parameter before adding it to the
