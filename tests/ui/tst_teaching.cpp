@@ -175,6 +175,15 @@ void TestTeaching::helpExplainsTheFastestChoice() {
     QVERIFY(!notTimed.contains(QLatin1String("kept the largest")));
     const QString kept = help(1024, 1.0);
     QVERIFY2(kept.contains(QLatin1String("It kept the largest that fits, <b>1024</b>")), qPrintable(kept));
+    // Only a warm-up so far: no empty list of sizes.
+    ui::RunModel warming;
+    core::ProbeFinished probed;
+    probed.sequence = 1;
+    probed.microBatch = 1024;
+    warming.handle({probed, core::ThroughputTimed{1.0, 1, 1024, 0, 0}});
+    const QString early = ui::howItWorksHtml(warming);
+    QVERIFY2(early.contains(QLatin1String("no size has a counted timing yet")), qPrintable(early));
+    QVERIFY(!early.contains(QLatin1String("timed so far: .")));
 }
 
 void TestTeaching::accumulationViewShowsMicroBatches() {

@@ -83,7 +83,10 @@ QString fastestPart(const RunModel& run) {
     QStringList timed;
     for (const core::ThroughputTimed& t : d.timings)
         if (t.repetitions > 0) timed << tr("%1 → %2 samples/s").arg(t.microBatch).arg(t.samplesPerSecond, 0, 'f', 0);
-    QString text = tr("the sizes timed so far: %1.").arg(timed.join(QStringLiteral(", ")));
+    // Before the first counted timing only warm-ups ran: an empty list would read "so far: .".
+    QString text = timed.isEmpty() ? tr("no size has a counted timing yet (each size's first micro-batch is a "
+                                        "warm-up, not counted).")
+                                   : tr("the sizes timed so far: %1.").arg(timed.join(QStringLiteral(", ")));
     if (const auto& c = d.throughputChosen) {
         if (c->microBatch != c->largestMicroBatch && c->speedOverLargest > 0)
             text += tr(" It chose <b>%1</b> rather than the largest that fits, %2: %3× as fast, timed in turns "
