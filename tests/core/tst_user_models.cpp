@@ -28,13 +28,16 @@ namespace {
 
 constexpr int64_t kSamples = 48;
 
-QTemporaryDir& exportDir() {
-    static QTemporaryDir dir;
+/// Where the models are: the folder CTest's export fixture wrote (BATCHPILOT_USER_MODELS), so that
+/// the test functions, each run by CTest in its own process, share one export; run by hand without
+/// it, the test exports them itself into a temporary folder.
+QString& modelDir() {
+    static QString dir = qEnvironmentVariable("BATCHPILOT_USER_MODELS");
     return dir;
 }
 
 std::string modelPath(const QString& file) {
-    return exportDir().filePath(file).toStdString();
+    return QDir(modelDir()).filePath(file).toStdString();
 }
 
 TrainerOptions options(const QString& file, const std::string& device) {
@@ -120,19 +123,25 @@ class TestUserModels : public QObject {
 private Q_SLOTS:
     void initTestCase() {
         installCountingAllocator();
-        QVERIFY(exportDir().isValid());
-        QProcess python;
-        python.setProcessChannelMode(QProcess::MergedChannels);
-        python.start(QStringLiteral(BATCHPILOT_TEST_PYTHON),
-                     {QStringLiteral(BATCHPILOT_EXPORT_SCRIPT), exportDir().path()});
-        QVERIFY2(python.waitForFinished(600000), "exporting the models took more than 10 minutes");
-        QVERIFY2(
-            python.exitStatus() == QProcess::NormalExit && python.exitCode() == 0,
-            qPrintable(QStringLiteral("%1 could not export the test models (the scripts install torch and "
-                                      "torchvision for it):\n%2")
-                           .arg(QStringLiteral(BATCHPILOT_TEST_PYTHON), QString::fromLocal8Bit(python.readAll()))));
-        QFile versions(exportDir().filePath(QStringLiteral("versions.txt")));
-        QVERIFY(versions.open(QIODevice::ReadOnly));
+        static QTemporaryDir exported;
+        if (modelDir().isEmpty()) {
+            QVERIFY(exported.isValid());
+            modelDir() = exported.path();
+            QProcess python;
+            python.setProcessChannelMode(QProcess::MergedChannels);
+            python.start(QStringLiteral(BATCHPILOT_TEST_PYTHON), {QStringLiteral(BATCHPILOT_EXPORT_SCRIPT), modelDir()});
+            QVERIFY2(python.waitForFinished(600000), "exporting the models took more than 10 minutes");
+            QVERIFY2(python.exitStatus() == QProcess::NormalExit && python.exitCode() == 0,
+                     qPrintable(QStringLiteral("%1 could not export the test models (the scripts install torch and "
+                                               "torchvision for it):\n%2")
+                                    .arg(QStringLiteral(BATCHPILOT_TEST_PYTHON),
+                                         QString::fromLocal8Bit(python.readAll()))));
+        }
+        QFile versions(QDir(modelDir()).filePath(QStringLiteral("versions.txt")));
+        QVERIFY2(versions.open(QIODevice::ReadOnly),
+                 qPrintable(QStringLiteral("no exported models in %1 (BATCHPILOT_USER_MODELS): run the "
+                                           "core.user_models.export test first, or unset it")
+                                .arg(modelDir())));
         qInfo("models exported by %s", versions.readAll().replace('\n', ", ").constData());
     }
 
@@ -172,7 +181,7 @@ private Q_SLOTS:
         QVERIFY2(low > 0 && high > low, qPrintable(QStringLiteral("peaks %1 and %2").arg(low).arg(high)));
 
         std::set<Phase> phases;
-        for (double share : {0.1, 0.25, 0.4, 0.55, 0.7, 0.85, 0.97}) {
+        for (double share : {0.1, 0.4, 0.7, 0.85, 0.97}) {
             RecordingSink sink;
             const int64_t budget = low + static_cast<int64_t>(share * double(high - low));
             TrainerOptions run = sized("virtual:" + std::to_string(budget) + "B", 16);
@@ -192,6 +201,7 @@ private Q_SLOTS:
                 QVERIFY2(oom.message.find("out of memory") != std::string::npos, oom.message.c_str());
                 phases.insert(oom.phase);
             }
+            qInfo("share %.2f: first OOM in %s", share, toString(ooms.front().phase));
             const QString samples = sampleUseError(sink, 3, 16);
             QVERIFY2(samples.isEmpty(), qPrintable(samples));
         }
