@@ -129,13 +129,14 @@ private Q_SLOTS:
             modelDir() = exported.path();
             QProcess python;
             python.setProcessChannelMode(QProcess::MergedChannels);
-            python.start(QStringLiteral(BATCHPILOT_TEST_PYTHON), {QStringLiteral(BATCHPILOT_EXPORT_SCRIPT), modelDir()});
+            python.start(QStringLiteral(BATCHPILOT_TEST_PYTHON),
+                         {QStringLiteral(BATCHPILOT_EXPORT_SCRIPT), modelDir()});
             QVERIFY2(python.waitForFinished(600000), "exporting the models took more than 10 minutes");
-            QVERIFY2(python.exitStatus() == QProcess::NormalExit && python.exitCode() == 0,
-                     qPrintable(QStringLiteral("%1 could not export the test models (the scripts install torch and "
-                                               "torchvision for it):\n%2")
-                                    .arg(QStringLiteral(BATCHPILOT_TEST_PYTHON),
-                                         QString::fromLocal8Bit(python.readAll()))));
+            QVERIFY2(
+                python.exitStatus() == QProcess::NormalExit && python.exitCode() == 0,
+                qPrintable(QStringLiteral("%1 could not export the test models (the scripts install torch and "
+                                          "torchvision for it):\n%2")
+                               .arg(QStringLiteral(BATCHPILOT_TEST_PYTHON), QString::fromLocal8Bit(python.readAll()))));
         }
         QFile versions(QDir(modelDir()).filePath(QStringLiteral("versions.txt")));
         QVERIFY2(versions.open(QIODevice::ReadOnly),
