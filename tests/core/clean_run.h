@@ -28,6 +28,15 @@ struct CleanRun {
     std::vector<torch::Tensor> weights;
 };
 
+/// How many distinct injected OOMs the fault-injection tests need in each phase: 20, or
+/// BATCHPILOT_FAULTS_PER_PHASE where a sanitizer build sets it lower (tests/core/CMakeLists.txt:
+/// under ASan each injected run of a ResNet takes seconds, and the recovery code is the same).
+inline int faultsPerPhase() {
+    bool ok = false;
+    const int n = qEnvironmentVariableIntValue("BATCHPILOT_FAULTS_PER_PHASE", &ok);
+    return ok && n > 0 ? n : 20;
+}
+
 /// The largest absolute difference between two runs' weights, tensor by tensor (1e30 when they
 /// hold different numbers of tensors).
 inline double largestDifference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {

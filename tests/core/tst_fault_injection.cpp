@@ -82,7 +82,8 @@ private Q_SLOTS:
     void initTestCase() { installCountingAllocator(); }
 
     /// For each optimizer: 40 distinct allocations inside micro-batches and 20 distinct ones inside
-    /// optimizer steps, drawn without replacement, and 3 first allocations of a micro-batch (its
+    /// optimizer steps (2n and n, n = faultsPerPhase(), 20 but in sanitizer builds), drawn without
+    /// replacement, and 3 first allocations of a micro-batch (its
     /// copy to the device); each run recovers, ends with the clean run's
     /// weights (≤ 1e-6, or twice the rounding another micro-batch split alone causes), and uses every
     /// sample exactly once per epoch, the last partial one included.
@@ -90,20 +91,22 @@ private Q_SLOTS:
         QTest::addColumn<int>("optimizer");
         QTest::addColumn<qint64>("failAt");
         QTest::addColumn<bool>("inStep");
+        const size_t perPhase = static_cast<size_t>(batchpilot::tests::faultsPerPhase());
+        const auto microDraws = static_cast<std::ptrdiff_t>(2 * perPhase);
         for (OptimizerKind kind : {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW}) {
             const CleanRun& run = clean(kind);
-            if (run.microBatchAllocations.size() < 40 || run.optimizerAllocations.size() < 20)
+            if (run.microBatchAllocations.size() < 2 * perPhase || run.optimizerAllocations.size() < perPhase)
                 qFatal("too few allocations to draw from");
             std::mt19937_64 random(2024 + static_cast<int>(kind));
             auto micro = run.microBatchAllocations;
             auto step = run.optimizerAllocations;
             std::shuffle(micro.begin(), micro.end(), random);
             std::shuffle(step.begin(), step.end(), random);
-            for (int i = 0; i < 40; ++i) {
+            for (std::ptrdiff_t i = 0; i < microDraws; ++i) {
                 QTest::addRow("%s, micro-batch allocation %lld", toString(kind), static_cast<long long>(micro[i]))
                     << static_cast<int>(kind) << qint64(micro[i]) << false;
             }
-            for (int i = 0; i < 20; ++i) {
+            for (size_t i = 0; i < perPhase; ++i) {
                 QTest::addRow("%s, optimizer allocation %lld", toString(kind), static_cast<long long>(step[i]))
                     << static_cast<int>(kind) << qint64(step[i]) << true;
             }
@@ -114,7 +117,7 @@ private Q_SLOTS:
             int aimed = 0;
             for (const int64_t n : firsts) {
                 if (aimed == 3) break;
-                if (std::find(micro.begin(), micro.begin() + 40, n) != micro.begin() + 40) continue;
+                if (std::find(micro.begin(), micro.begin() + microDraws, n) != micro.begin() + microDraws) continue;
                 QTest::addRow("%s, first allocation of a micro-batch %lld", toString(kind), static_cast<long long>(n))
                     << static_cast<int>(kind) << qint64(n) << false;
                 ++aimed;
@@ -192,12 +195,15 @@ private Q_SLOTS:
             "%d",
             m_phasesHit[Phase::Copy].size(), m_phasesHit[Phase::Forward].size(), m_phasesHit[Phase::Backward].size(),
             m_phasesHit[Phase::OptimizerStep].size(), m_absorbed);
-        QVERIFY2(m_phasesHit[Phase::Forward].size() >= 20,
-                 "fewer than 20 distinct injected OOMs landed in forward passes");
-        QVERIFY2(m_phasesHit[Phase::Backward].size() >= 20,
-                 "fewer than 20 distinct injected OOMs landed in backward passes");
-        QVERIFY2(m_phasesHit[Phase::OptimizerStep].size() >= 60,
-                 "fewer than 60 distinct injected OOMs landed in optimizer steps");
+        // Three optimizers, each with 2n draws inside micro-batches and n inside optimizer steps.
+        const auto n = static_cast<size_t>(batchpilot::tests::faultsPerPhase());
+        QVERIFY2(m_phasesHit[Phase::Forward].size() >= n,
+                 qPrintable(QStringLiteral("fewer than %1 distinct injected OOMs landed in forward passes").arg(n)));
+        QVERIFY2(m_phasesHit[Phase::Backward].size() >= n,
+                 qPrintable(QStringLiteral("fewer than %1 distinct injected OOMs landed in backward passes").arg(n)));
+        QVERIFY2(
+            m_phasesHit[Phase::OptimizerStep].size() >= 3 * n,
+            qPrintable(QStringLiteral("fewer than %1 distinct injected OOMs landed in optimizer steps").arg(3 * n)));
         QVERIFY2(!m_phasesHit[Phase::Copy].empty(), "no injected OOM landed in a host-to-device copy");
     }
 

@@ -248,7 +248,8 @@ private Q_SLOTS:
     }
 
     /// Injected OOMs at distinct allocations (drawn without replacement, after set-up) until at
-    /// least 20 landed in forward, 20 in backward and 20 in optimizer steps: every run ends with
+    /// least 20 (faultsPerPhase(): fewer in sanitizer builds) landed in forward, in backward and in
+    /// optimizer steps: every run ends with
     /// the undisturbed run's weights (≤ 1e-6, or twice the rounding another micro-batch split
     /// alone causes) and every sample used exactly once.
     void faultInjection_data() {
@@ -271,6 +272,7 @@ private Q_SLOTS:
         std::shuffle(stepPool.begin(), stepPool.end(), random);
         std::map<Phase, std::set<int64_t>> hit;
         const double bound = std::max(1e-6, 2 * splitNoise(file));
+        const size_t perPhase = static_cast<size_t>(batchpilot::tests::faultsPerPhase());
         const auto inject = [&](int64_t failAt) {
             RecordingSink sink;
             int64_t base = -1;
@@ -313,20 +315,21 @@ private Q_SLOTS:
             QVERIFY2(samples.isEmpty(), qPrintable(QStringLiteral("allocation %1: %2").arg(failAt).arg(samples)));
         };
         for (size_t i = 0;
-             i < microPool.size() && (hit[Phase::Forward].size() < 20 || hit[Phase::Backward].size() < 20); ++i) {
+             i < microPool.size() && (hit[Phase::Forward].size() < perPhase || hit[Phase::Backward].size() < perPhase);
+             ++i) {
             inject(microPool[i]);
             if (QTest::currentTestFailed()) return;
         }
-        for (size_t i = 0; i < stepPool.size() && hit[Phase::OptimizerStep].size() < 20; ++i) {
+        for (size_t i = 0; i < stepPool.size() && hit[Phase::OptimizerStep].size() < perPhase; ++i) {
             inject(stepPool[i]);
             if (QTest::currentTestFailed()) return;
         }
         qInfo("distinct allocations hit: copy %zu, forward %zu, backward %zu, optimizer step %zu",
               hit[Phase::Copy].size(), hit[Phase::Forward].size(), hit[Phase::Backward].size(),
               hit[Phase::OptimizerStep].size());
-        QVERIFY(hit[Phase::Forward].size() >= 20);
-        QVERIFY(hit[Phase::Backward].size() >= 20);
-        QVERIFY(hit[Phase::OptimizerStep].size() >= 20);
+        QVERIFY(hit[Phase::Forward].size() >= perPhase);
+        QVERIFY(hit[Phase::Backward].size() >= perPhase);
+        QVERIFY(hit[Phase::OptimizerStep].size() >= perPhase);
     }
 
     /// The probe reaches ≥ 97% of the true largest micro-batch (headroom 0) on a user's model.
