@@ -1,7 +1,14 @@
 #include "core/counting_allocator.h"
 
+#include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -105,9 +112,32 @@ void CountingAllocator::copy_data(void* dest, const void* src, std::size_t count
 }
 #endif
 
+namespace {
+
+/// glibc hands freed blocks of more than 128 KiB back to the system (it trims the heap and unmaps
+/// large blocks) and faults them in again, zeroed, at the next micro-batch. Measured here (cnn,
+/// target 1024, Adam, 2 threads): micro-batch 1024 ran at 1,162 samples/s with 5.6 s of system
+/// time in 8 steps, 2,096 samples/s with 2.5 s when freed memory is kept; ResNet at 224x224,
+/// micro-batch 32: 32 -> 67 samples/s. So freed host memory is kept for reuse, as LibTorch's CUDA
+/// caching allocator keeps device memory: blocks up to 32 MiB (glibc's largest threshold) come
+/// from the heap, and the heap is not trimmed. Malloc settings a user gives in GLIBC_TUNABLES win.
+void keepFreedHostMemory() {
+#if defined(__GLIBC__)
+    const char* tunables = std::getenv("GLIBC_TUNABLES");
+    if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return;
+    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
+    mallopt(M_TRIM_THRESHOLD, INT_MAX);
+#endif
+}
+
+}  // namespace
+
 void installCountingAllocator() {
     static std::once_flag once;
-    std::call_once(once, [] { c10::SetCPUAllocator(&CountingAllocator::instance(), /*priority=*/100); });
+    std::call_once(once, [] {
+        keepFreedHostMemory();
+        c10::SetCPUAllocator(&CountingAllocator::instance(), /*priority=*/100);
+    });
 }
 
 CountingScope::CountingScope(bool counting) : m_previous(t_counting) {
