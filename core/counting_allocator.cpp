@@ -118,9 +118,9 @@ namespace {
 /// large blocks) and faults them in again, zeroed, at the next micro-batch. Measured here (cnn,
 /// target 1024, Adam, 2 threads): micro-batch 1024 ran at 1,162 samples/s with 5.6 s of system
 /// time in 8 steps, 2,230 samples/s with 1.9 s when freed memory is kept; ResNet at 224x224,
-/// micro-batch 32: ~33 -> 63-69 samples/s once the heap has grown (sixth step on). So freed host memory is kept for reuse, as LibTorch's CUDA
-/// caching allocator keeps device memory: blocks up to 32 MiB (glibc's largest threshold) come
-/// from the heap, and the heap is not trimmed. Malloc settings a user gives in GLIBC_TUNABLES win.
+/// micro-batch 32: ~33 -> 63-69 samples/s once the heap has grown (sixth step on). So freed host memory is kept for
+/// reuse, as LibTorch's CUDA caching allocator keeps device memory: blocks up to 32 MiB (glibc's largest threshold)
+/// come from the heap, and the heap is not trimmed. Malloc settings a user gives in GLIBC_TUNABLES win.
 void keepFreedHostMemory() {
 #if defined(__GLIBC__)
     const char* tunables = std::getenv("GLIBC_TUNABLES");
