@@ -471,6 +471,12 @@ void fastestSection(std::ostream& md, const json& fastest) {
               "256 MiB mid-run, which re-probes and searches again): median samples/s of the steps before the "
               "switch, from the switch to the new decision (probe and search), and after the decision.";
         if (fastest.contains("demo_switch_note")) md << " " << fastest["demo_switch_note"].get<std::string>() << ".";
+        const auto& first = fastest["demo_switch"].begin().value();
+        const int64_t runs = first.value("runs", int64_t{1});
+        if (runs > 1)
+            md << " Each objective ran " << runs
+               << " times, in turns with the other; the table gives the medians of the runs, the range of "
+                  "after/before, and each run's micro-batch before → after.";
         md << "\n\n"
               "| objective | before | steps to decide | during | after | after/before | micro-batch before → after "
               "|\n|---|---|---|---|---|---|---|\n";
@@ -481,8 +487,22 @@ void fastestSection(std::ostream& md, const json& fastest) {
                << (d.contains("samples_per_second_during") ? fixed(d["samples_per_second_during"].get<double>(), 0)
                                                            : "–")
                << " | " << fixed(d["samples_per_second_after"].get<double>(), 0) << " | "
-               << fixed(d["after_over_before"].get<double>(), 2) << " | " << d["micro_batch_before"].get<int64_t>()
-               << " → " << d["micro_batch_after"].get<int64_t>() << " |\n";
+               << fixed(d["after_over_before"].get<double>(), 2);
+            if (d.contains("after_over_before_min"))
+                md << " (" << fixed(d["after_over_before_min"].get<double>(), 2) << "–"
+                   << fixed(d["after_over_before_max"].get<double>(), 2) << ")";
+            md << " | ";
+            if (d.contains("each_run")) {
+                std::string sep;
+                for (const auto& r : d["each_run"]) {
+                    md << sep << r["micro_batch_before"].get<int64_t>() << " → "
+                       << r["micro_batch_after"].get<int64_t>();
+                    sep = ", ";
+                }
+            } else {
+                md << d["micro_batch_before"].get<int64_t>() << " → " << d["micro_batch_after"].get<int64_t>();
+            }
+            md << " |\n";
         }
         md << "\n";
     }
