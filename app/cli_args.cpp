@@ -262,6 +262,19 @@ void Flags::declare(CliRequest& request) {
         ->type_name("GOAL")
         ->check(parsedBy(core::parseProbeObjective))
         ->group(group);
+    option<int64_t>("--retime-every",
+                    "fastest: every N steps compare the throughput with the one after the\n"
+                    "decision and time the sizes again when it drifted (default: never)",
+                    [](TrainerOptions& o, const int64_t& v) { o.probe.retimeEvery = v; })
+        ->type_name("N")
+        ->check(wholeNumber(0, core::kMaxRetimeEvery))
+        ->group(group);
+    option<double>("--retime-drift",
+                   "the drift that --retime-every acts on, a fraction (default " + text(d.probe.retimeDrift) + ")",
+                   [](TrainerOptions& o, const double& v) { o.probe.retimeDrift = v; })
+        ->type_name("F")
+        ->check(realNumber(0.01, 10.0))
+        ->group(group);
     option<int64_t>("--multiple-of",
                     "round the micro-batch down to a multiple of N (default " + text(d.probe.multipleOf) + ")",
                     [](TrainerOptions& o, const int64_t& v) { o.probe.multipleOf = v; })

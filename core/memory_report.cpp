@@ -102,6 +102,12 @@ void RunDigest::handle(const Event& event) {
         timings.clear();
         throughputChosen.reset();
     } else if (const auto* timed = std::get_if<ThroughputTimed>(&event)) {
+        if (throughputChosen) {
+            // A timing after a decision without a new probe: the throughput drifted and the
+            // sizes are timed again (probe.retime_every); the new search replaces the old one.
+            timings.clear();
+            throughputChosen.reset();
+        }
         if (!timings.empty() && timings.back().microBatch == timed->microBatch)
             timings.back() = *timed;
         else if (timings.size() < kMaxTrials)

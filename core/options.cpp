@@ -196,6 +196,14 @@ tl::expected<void, OptionProblem> check(const TrainerOptions& o) {
     if (!(p.tolerance >= 0.0 && p.tolerance <= 0.5)) {
         return problem("probe.tolerance", outOfRange("probe tolerance", p.tolerance, "between 0 and 0.5"));
     }
+    if (p.retimeEvery < 0 || p.retimeEvery > kMaxRetimeEvery) {
+        return problem("probe.retime_every", outOfRange("re-timing interval", p.retimeEvery,
+                                                        "0 (never) to " + std::to_string(kMaxRetimeEvery) + " steps"));
+    }
+    if (!(p.retimeDrift >= 0.01 && p.retimeDrift <= 10.0)) {
+        return problem("probe.retime_drift",
+                       outOfRange("throughput drift", p.retimeDrift, "between 0.01 and 10 (a fraction: 0.15 is 15%)"));
+    }
     const OptimizerOptions& opt = o.optimizer;
     if (!(opt.learningRate > 0.0 && opt.learningRate <= kMaxLearningRate)) {
         return problem("optimizer.learning_rate",

@@ -61,6 +61,12 @@ struct ProbeOptions {
     /// Fastest: after the memory search, time smaller sizes on real training micro-batches and
     /// keep the fastest (ties go to the larger). Largest: the largest size that fits.
     ProbeObjective objective = ProbeObjective::Fastest;
+    /// Fastest only: after each decision, every this many full training batches compare the
+    /// throughput with the one measured right after the decision, and time the sizes again when
+    /// it drifted by more than `retimeDrift` either way (DriftWatch, core/throughput_search.h);
+    /// 0: never (the default: a re-probe, device switch, target change or regrow times again anyway).
+    int64_t retimeEvery = 0;
+    double retimeDrift = 0.15;  ///< relative change in samples/s, e.g. 0.15 for ±15%
 };
 
 /// Names of the built-in models ("mlp", "cnn", "resnet"), for help texts and GUI lists.
@@ -158,6 +164,7 @@ inline constexpr int64_t kMinModelWidth = 8;
 inline constexpr int64_t kMaxModelWidth = 4096;
 inline constexpr int kMaxProbeTrials = 1000;
 inline constexpr int kMaxRegrowAfterSteps = 1'000'000;
+inline constexpr int64_t kMaxRetimeEvery = 1'000'000;
 inline constexpr double kMaxLearningRate = 1e6;
 inline constexpr double kMaxWeightDecay = 1e6;
 

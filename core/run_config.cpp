@@ -196,6 +196,14 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
                               [&](const json& x, const std::string& q) {
                                   o.probe.objective = parsed(parseProbeObjective(text(x, q)), q);
                               }},
+                             {"retime_every",
+                              [&](const json& x, const std::string& q) {
+                                  o.probe.retimeEvery = integer(x, q, 0, kMaxRetimeEvery);
+                              }},
+                             {"retime_drift",
+                              [&](const json& x, const std::string& q) {
+                                  o.probe.retimeDrift = number(x, q, 0.01, 10.0);
+                              }},
                          });
                  }},
                 {"optimizer",
@@ -358,7 +366,9 @@ json toRunConfig(const TrainerOptions& o) {
           {"multiple_of", o.probe.multipleOf},
           {"max_trials", o.probe.maxTrials},
           {"tolerance", o.probe.tolerance},
-          {"objective", toString(o.probe.objective)}}},
+          {"objective", toString(o.probe.objective)},
+          {"retime_every", o.probe.retimeEvery},
+          {"retime_drift", o.probe.retimeDrift}}},
         {"optimizer",
          {{"kind", toString(o.optimizer.kind)},
           {"learning_rate", o.optimizer.learningRate},

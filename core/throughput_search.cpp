@@ -316,4 +316,27 @@ double ThroughputSearch::samplesPerSecond(int64_t microBatch) const {
     return c ? c->median() : 0;
 }
 
+DriftWatch::DriftWatch(int64_t everySteps, double drift) : m_every(std::max<int64_t>(1, everySteps)), m_drift(drift) {}
+
+std::optional<std::string> DriftWatch::observe(double samplesPerSecond) {
+    if (!(samplesPerSecond > 0)) return std::nullopt;
+    m_window.push_back(samplesPerSecond);
+    if (static_cast<int64_t>(m_window.size()) < m_every) return std::nullopt;
+    std::vector<double> sorted = m_window;
+    m_window.clear();
+    std::sort(sorted.begin(), sorted.end());
+    const size_t mid = sorted.size() / 2;
+    const double median = sorted.size() % 2 == 1 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
+    if (m_baseline <= 0) {
+        m_baseline = median;
+        return std::nullopt;
+    }
+    const double change = median / m_baseline - 1.0;
+    if (std::abs(change) <= m_drift) return std::nullopt;
+    return formatText(
+        "training ran at %.0f samples/s over the last %lld steps, %+.0f%% from the %.0f samples/s "
+        "measured after the decision (more than the %.0f%% allowed): timing the sizes again",
+        median, static_cast<long long>(m_every), 100.0 * change, m_baseline, 100.0 * m_drift);
+}
+
 }  // namespace batchpilot::core

@@ -144,6 +144,28 @@ private:
     std::string m_reason;
 };
 
+/// Watches training's throughput after a decision of the search (the option
+/// probe.retime_every): the median samples/s of the first `everySteps` full training batches at
+/// the chosen size is the baseline; the median of each following `everySteps` batches is
+/// compared with it, and a change by more than `drift` either way (a neighbour's job started or
+/// ended, clocks throttled) asks for the sizes to be timed again. Medians, so one slow step (a
+/// checkpoint, a page fault) does not count as a drift. A pure class, like the searches.
+class DriftWatch {
+public:
+    DriftWatch(int64_t everySteps, double drift);
+    /// A full training batch at the chosen size ran at `samplesPerSecond`. Returns why the sizes
+    /// should be timed again, in words with the numbers, once the window that ends here drifted.
+    std::optional<std::string> observe(double samplesPerSecond);
+    /// The baseline (0 until the first window is complete).
+    double baseline() const { return m_baseline; }
+
+private:
+    int64_t m_every;
+    double m_drift;
+    double m_baseline = 0;
+    std::vector<double> m_window;
+};
+
 /// The size that splits `target` into `parts` micro-batches (ceil(target / parts)), lowered to a
 /// multiple of `multipleOf` and at least `smallest`: every candidate of a search is one.
 int64_t evenSplitSize(int64_t target, int64_t parts, int64_t multipleOf, int64_t smallest);

@@ -404,6 +404,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                 }
                 next = std::max<int64_t>(minMicroBatch, size / 2);
                 microBatch = next;
+                drift.reset();  // no longer the chosen size
                 cleanStepsSinceShrink = 0;
                 plan.clear();
             }
@@ -451,6 +452,13 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                                 ": device memory is fragmented; a larger --headroom leaves "
                                 "it room (each retry costs time)"});
         allocatorRetriesSeen = retries;
+    }
+    if (drift && !probe && !timing && batchSize == target && largestUsed == microBatch && seconds > 0) {
+        if (std::optional<std::string> why = drift->observe(static_cast<double>(batchSize) / seconds)) {
+            emit(Warning{now(), *why});
+            lastChosen = microBatch;
+            startTiming(probedMicroBatch, microBatch);  // from the size in use, which just ran
+        }
     }
     lastBatch = indices;
     commands.batchDone();

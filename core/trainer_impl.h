@@ -145,6 +145,9 @@ struct Trainer::Impl {
     /// The size the last search chose, where the next one starts (0: none yet, or the run moved
     /// to other hardware, where the old timings say nothing).
     int64_t lastChosen = 0;
+    /// After a decision, with probe.retime_every: watches the throughput for a drift that asks
+    /// for a new search (trainBatch). Empty while probing or timing, and after an OOM shrink.
+    std::optional<DriftWatch> drift;
     int64_t step = 0;
     int64_t samplesSeen = 0;
     int cleanStepsSinceShrink = -1;  ///< -1: no shrink pending a regrow

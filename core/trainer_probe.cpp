@@ -7,6 +7,7 @@ namespace batchpilot::core {
 
 void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t knownFit) {
     timing.reset();  // a new probe ends a timing in progress; it times again when it finishes
+    drift.reset();
     ProbeOptions probeOptions = options.probe;
     probeOptions.initialMicroBatch = std::max<int64_t>(minMicroBatch, std::min(initial, upperBound()));
     probe.emplace(probeOptions, upperBound(), usableBytes(), std::min(knownFit, upperBound()));
@@ -63,6 +64,7 @@ void Trainer::Impl::finishProbe() {
 
 void Trainer::Impl::startTiming(int64_t largest, int64_t warmSize) {
     timing.reset();
+    drift.reset();
     if (options.probe.objective != ProbeObjective::Fastest) return;
     ThroughputSearchOptions search;
     search.largest = largest;
@@ -100,6 +102,8 @@ void Trainer::Impl::finishTiming(int64_t size) {
                           search.overLargest(size), search.spent(),
                           std::chrono::duration<double>(Clock::now() - timingStart).count(), search.reason()});
     timing.reset();
+    drift.reset();
+    if (options.probe.retimeEvery > 0) drift.emplace(options.probe.retimeEvery, options.probe.retimeDrift);
 }
 
 void Trainer::Impl::switchTo(const DeviceSpec& next) {

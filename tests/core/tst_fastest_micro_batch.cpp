@@ -6,9 +6,15 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
+#include <set>
+#include <thread>
 
 #include "core/accumulation_plan.h"
+#include "core/dataset.h"
+#include "core/model.h"
 #include "core/trainer.h"
 #include "clean_run.h"
 #include "recording_sink.h"
@@ -54,6 +60,75 @@ std::map<int64_t, double> lossPerStep(const RecordingSink& sink) {
     return losses;
 }
 
+/// A built-in model whose forward sleeps per sample once `slow` is set: the machine training got
+/// slower (a neighbour's job), the same for every micro-batch size.
+class SlowedModel : public Model {
+public:
+    SlowedModel(std::shared_ptr<Model> inner, std::shared_ptr<std::atomic<bool>> slow)
+        : m_inner(std::move(inner)), m_slow(std::move(slow)) {}
+    std::string name() const override { return m_inner->name(); }
+    torch::Tensor forward(const torch::Tensor& input) override {
+        if (m_slow->load()) std::this_thread::sleep_for(std::chrono::microseconds(200) * input.size(0));
+        return m_inner->forward(input);
+    }
+    std::vector<torch::Tensor> parameters() const override { return m_inner->parameters(); }
+    std::vector<torch::Tensor> buffers() const override { return m_inner->buffers(); }
+    void to(const torch::Device& device) override { m_inner->to(device); }
+    void train(bool on) override { m_inner->train(on); }
+    bool usesBatchStatistics() const override { return m_inner->usesBatchStatistics(); }
+
+private:
+    std::shared_ptr<Model> m_inner;
+    std::shared_ptr<std::atomic<bool>> m_slow;
+};
+
+struct DriftRun {
+    std::vector<ThroughputChosen> chosen;
+    std::vector<std::string> retimings;  ///< the warnings that started a new search
+    int64_t slowFrom = 0;                ///< the first step trained slowly
+    int64_t probes = 0;
+    std::map<int64_t, std::vector<int64_t>> samples;
+};
+
+/// Trains with the objective "fastest", slows the machine down 6 steps after the first decision,
+/// and stops at a second decision or 60 steps after the slowdown.
+DriftRun runWithSlowdown(int64_t retimeEvery) {
+    auto slow = std::make_shared<std::atomic<bool>>(false);
+    TrainerOptions o = options(ProbeObjective::Fastest);
+    o.steps = 50000;
+    o.probe.retimeEvery = retimeEvery;
+    o.probe.retimeDrift = 0.5;  // far beyond this machine's noise; the slowdown is several-fold
+    o.modelFactory = [slow, o](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
+        auto inner = makeBuiltinModel(o.model, data.sampleShape(), data.classes());
+        if (!inner) return tl::unexpected(inner.error());
+        return std::make_shared<SlowedModel>(*inner, slow);
+    };
+    RecordingSink sink;
+    Trainer trainer(o, sink);
+    DriftRun out;
+    int64_t decidedAt = -1;
+    sink.onEach = [&](const Event& e) {
+        if (std::holds_alternative<ThroughputChosen>(e) && decidedAt < 0) decidedAt = 0;
+        if (std::holds_alternative<ThroughputChosen>(e) && out.slowFrom > 0) trainer.stop();
+        if (const auto* m = std::get_if<StepMetrics>(&e); m && decidedAt >= 0) {
+            if (decidedAt == 0) decidedAt = m->step;
+            if (m->step == decidedAt + 6) {
+                slow->store(true);
+                out.slowFrom = m->step + 1;
+            }
+            if (out.slowFrom > 0 && m->step >= out.slowFrom + 60) trainer.stop();
+        }
+    };
+    const RunResult result = trainer.run();
+    if (result.state != RunState::Finished) qFatal("the run failed: %s", result.error.c_str());
+    out.chosen = sink.all<ThroughputChosen>();
+    for (const Warning& w : sink.all<Warning>())
+        if (w.message.find("timing the sizes again") != std::string::npos) out.retimings.push_back(w.message);
+    out.probes = static_cast<int64_t>(sink.all<ProbeStarted>().size());
+    out.samples = samplesPerStep(sink);
+    return out;
+}
+
 }  // namespace
 
 class TestFastestMicroBatch : public QObject {
@@ -63,6 +138,7 @@ private Q_SLOTS:
     void largestTimesNothing();
     void targetChangeTimesAgain();
     void deviceSwitchStartsFromTheChoiceBefore();
+    void throughputDriftTimesAgain();
 };
 
 void TestFastestMicroBatch::timingLosesNoSample() {
@@ -222,6 +298,27 @@ void TestFastestMicroBatch::deviceSwitchStartsFromTheChoiceBefore() {
     // A speed over the largest is claimed only where the largest was timed.
     const bool largestTimed = std::find(timedSizes.begin(), timedSizes.end(), kTarget) != timedSizes.end();
     if (chosen.back().microBatch != kTarget) QCOMPARE(chosen.back().speedOverLargest > 0, largestTimed);
+}
+
+void TestFastestMicroBatch::throughputDriftTimesAgain() {
+    // probe.retime_every 3: the machine slows down several-fold after the decision; within a few
+    // steps the trainer says so and times the sizes again, without a new probe (the memory did
+    // not change) and without losing a sample. Off (the default), the same slowdown times nothing.
+    const DriftRun on = runWithSlowdown(3);
+    QCOMPARE(on.probes, int64_t{1});
+    QVERIFY2(on.retimings.size() == 1, qPrintable(QStringLiteral("%1 re-timings").arg(on.retimings.size())));
+    qInfo("%s", on.retimings.front().c_str());
+    QVERIFY2(on.retimings.front().find("-") != std::string::npos, on.retimings.front().c_str());  // slower
+    QCOMPARE(on.chosen.size(), size_t{2});
+    QCOMPARE(on.chosen.back().sequence, 1);  // no new probe
+    for (const auto& [step, samples] : on.samples) {
+        QCOMPARE(static_cast<int64_t>(samples.size()), kTarget);
+        QCOMPARE(static_cast<int64_t>(std::set<int64_t>(samples.begin(), samples.end()).size()), kTarget);
+    }
+    const DriftRun off = runWithSlowdown(0);
+    QVERIFY(off.slowFrom > 0);
+    QVERIFY(off.retimings.empty());
+    QCOMPARE(off.chosen.size(), size_t{1});
 }
 
 QTEST_MAIN(TestFastestMicroBatch)

@@ -166,6 +166,11 @@ private Q_SLOTS:
                                     << QStringLiteral("device: device \"virtual:lots\": invalid memory size");
         QTest::newRow("bad objective") << QStringLiteral(R"({"probe": {"objective": "quickest"}})")
                                        << QStringLiteral("probe.objective: unknown probe objective \"quickest\"");
+        QTest::newRow("zero drift") << QStringLiteral(R"({"probe": {"retime_drift": 0}})")
+                                    << QStringLiteral("probe.retime_drift: expected a number in [0.01, 10], got 0");
+        QTest::newRow("negative re-timing")
+            << QStringLiteral(R"({"probe": {"retime_every": -3}})")
+            << QStringLiteral("probe.retime_every: expected an integer from 0 to 1000000, got -3");
         QTest::newRow("bad optimizer") << QStringLiteral(R"({"optimizer": {"kind": "lion"}})")
                                        << QStringLiteral("optimizer.kind: unknown optimizer \"lion\"");
         QTest::newRow("image size shape") << QStringLiteral(R"({"data": {"image_size": [32, 32]}})")
@@ -211,6 +216,8 @@ private Q_SLOTS:
         o.probe.maxTrials = 11;
         o.probe.tolerance = 0.25;
         o.probe.objective = ProbeObjective::Largest;  // not the default
+        o.probe.retimeEvery = 7;
+        o.probe.retimeDrift = 0.25;
         o.optimizer.kind = OptimizerKind::AdamW;
         o.optimizer.learningRate = 0.00375;
         o.optimizer.momentum = 0.5;
@@ -257,6 +264,8 @@ private Q_SLOTS:
         QCOMPARE(r.probe.maxTrials, o.probe.maxTrials);
         QCOMPARE(r.probe.tolerance, o.probe.tolerance);
         QCOMPARE(r.probe.objective, o.probe.objective);
+        QCOMPARE(r.probe.retimeEvery, o.probe.retimeEvery);
+        QCOMPARE(r.probe.retimeDrift, o.probe.retimeDrift);
         QCOMPARE(r.optimizer.kind, o.optimizer.kind);
         QCOMPARE(r.optimizer.learningRate, o.optimizer.learningRate);
         QCOMPARE(r.optimizer.momentum, o.optimizer.momentum);

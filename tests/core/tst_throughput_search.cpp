@@ -117,6 +117,7 @@ private Q_SLOTS:
     void startsFromTheChoiceBefore();
     void startBelowTheOptimumWalksUp();
     void startIsRoundedToAnEvenSplit();
+    void driftWatchActsOnLastingChanges();
 };
 
 void TestThroughputSearch::candidatesSplitTheTargetEvenly() {
@@ -374,6 +375,47 @@ void TestThroughputSearch::startIsRoundedToAnEvenSplit() {
     QCOMPARE(ThroughputSearch(o).startedFrom(), int64_t(1000));
     o.start = 0;
     QCOMPARE(ThroughputSearch(o).startedFrom(), int64_t(1000));
+}
+
+void TestThroughputSearch::driftWatchActsOnLastingChanges() {
+    // Windows of 5 steps, ±15%. Steady training with ±8% noise and a single step at half speed
+    // (a checkpoint, a page fault) never asks for a new search: the window's median resists them.
+    DriftWatch steady(5, 0.15);
+    const double noise[] = {1.0, 1.08, 0.92, 1.03, 0.97};
+    for (int step = 0; step < 100; ++step) {
+        const double rate = step == 42 ? 500.0 : 1000.0 * noise[step % 5];
+        QVERIFY2(!steady.observe(rate), qPrintable(QStringLiteral("step %1").arg(step)));
+    }
+    QCOMPARE(steady.baseline(), 1000.0);
+    // A lasting slowdown of 30% from step 12: the window of steps 11-15 holds four slow steps, so
+    // its median is the slow speed and the search is asked for at step 15.
+    DriftWatch slowing(5, 0.15);
+    int askedAt = -1;
+    std::string why;
+    for (int step = 1; step <= 30 && askedAt < 0; ++step) {
+        if (auto reason = slowing.observe(step >= 12 ? 700.0 : 1000.0)) {
+            askedAt = step;
+            why = *reason;
+        }
+    }
+    QCOMPARE(askedAt, 15);
+    QVERIFY2(why.find("700 samples/s") != std::string::npos && why.find("-30%") != std::string::npos &&
+                 why.find("1000 samples/s") != std::string::npos && why.find("15%") != std::string::npos,
+             why.c_str());
+    // Faster counts too (the neighbour's job ended: a smaller size may now win), and a change
+    // within the threshold does not.
+    DriftWatch faster(4, 0.15);
+    for (int step = 1; step <= 4; ++step) QVERIFY(!faster.observe(1000));
+    for (int step = 1; step <= 3; ++step) QVERIFY(!faster.observe(1400));
+    QVERIFY(faster.observe(1400).has_value());
+    DriftWatch small(4, 0.15);
+    for (int step = 1; step <= 40; ++step) QVERIFY(!small.observe(step <= 4 ? 1000 : 1120));
+    // Steps without a throughput (a zero-length clock reading) are not counted.
+    DriftWatch zeros(2, 0.15);
+    QVERIFY(!zeros.observe(1000));
+    QVERIFY(!zeros.observe(0));
+    QVERIFY(!zeros.observe(1000));
+    QCOMPARE(zeros.baseline(), 1000.0);
 }
 
 QTEST_MAIN(TestThroughputSearch)

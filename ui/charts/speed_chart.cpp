@@ -83,6 +83,12 @@ void SpeedChart::handle(const core::Event& event) {
         m_largestObjective = true;  // until a timing says otherwise
     } else if (const auto* timed = std::get_if<core::ThroughputTimed>(&event)) {
         m_largestObjective = false;
+        if (m_chosen > 0) {
+            // Timed again after a decision without a new probe (a throughput drift): a new search.
+            m_candidates.clear();
+            m_chosen = 0;
+            m_reason.clear();
+        }
         auto same = std::find_if(m_candidates.begin(), m_candidates.end(),
                                  [&](const Candidate& c) { return c.microBatch == timed->microBatch; });
         if (same == m_candidates.end()) {
