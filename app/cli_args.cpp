@@ -373,6 +373,27 @@ void Flags::declare(CliRequest& request) {
         ->type_name("FILE")
         ->group(group);
 
+    group = "Validation";
+    option<double>("--validation-split",
+                   "share of the data held out for validation, 0..0.9, drawn from the data\n"
+                   "seed (default 0.1; synthetic data gets that share of extra samples of\n"
+                   "its own); 0: no validation",
+                   [](TrainerOptions& o, const double& v) { o.validation.split = v; })
+        ->type_name("F")
+        ->check(realNumber(0.0, 0.9))
+        ->group(group);
+    option<std::string>("--validation-data",
+                        "evaluate this file or folder instead of a held-out share (the training\n"
+                        "data's format, e.g. MNIST's t10k-images-idx3-ubyte)",
+                        [](TrainerOptions& o, const std::string& v) { o.validation.path = v; })
+        ->type_name("PATH")
+        ->group(group);
+    option<int64_t>("--validate-every", "validate every N optimizer steps (default: at the end of each epoch)",
+                    [](TrainerOptions& o, const int64_t& v) { o.validation.everySteps = v; })
+        ->type_name("N")
+        ->check(wholeNumber(1, core::kMaxSteps))
+        ->group(group);
+
     group = "Checkpoints";
     option<std::string>("--checkpoint-dir",
                         "save model, optimizer and trainer state to DIR/checkpoint.pt when the run\n"
@@ -399,6 +420,22 @@ void Flags::declare(CliRequest& request) {
 
     group = "Output";
     m_app.add_option("--events", request.eventsPath, "write every event as JSON Lines to FILE")
+        ->type_name("FILE")
+        ->group(group);
+    m_app
+        .add_option("--runs-dir", request.runsDirectory,
+                    "keep this run's folder (config.json, events.jsonl, summary.json) under\n"
+                    "DIR (default: $BATCHPILOT_RUNS_DIR, else ~/.local/share/batchpilot/runs)")
+        ->type_name("DIR")
+        ->group(group);
+    m_app.add_flag("--no-run-folder", request.noRunFolder, "do not record this run in a run folder")->group(group);
+    m_app
+        .add_option("--export-csv", request.exportCsv,
+                    "write every series of the run in RUN_FOLDER (loss, validation, memory,\n"
+                    "throughput, probe trials) as one CSV table and exit")
+        ->type_name("RUN_FOLDER")
+        ->group(group);
+    m_app.add_option("--csv-out", request.csvOut, "where --export-csv writes (default RUN_FOLDER/series.csv)")
         ->type_name("FILE")
         ->group(group);
     m_app.add_flag("--quiet", request.quiet, "print only the final summary")->group(group);

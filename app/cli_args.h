@@ -15,6 +15,10 @@ struct CliRequest {
     std::string configPath;      ///< --config FILE, read before the flags are applied
     std::string eventsPath;      ///< --events FILE, empty when not asked
     std::string saveConfigPath;  ///< --save-config FILE: write the configuration and exit
+    std::string runsDirectory;   ///< --runs-dir DIR; empty: core::defaultRunsDirectory()
+    bool noRunFolder = false;    ///< --no-run-folder: record nothing
+    std::string exportCsv;       ///< --export-csv RUN_FOLDER: write its series as CSV and exit
+    std::string csvOut;          ///< --csv-out FILE: where --export-csv writes (default RUN_FOLDER/series.csv)
     bool help = false;
     bool listDevices = false;
     bool quiet = false;

@@ -1,6 +1,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <csignal>
@@ -18,6 +19,8 @@
 #include "core/device.h"
 #include "core/math_libraries.h"
 #include "core/run_config.h"
+#include "core/run_folder.h"
+#include "core/series_export.h"
 #include "core/trainer.h"
 
 namespace {
@@ -84,20 +87,24 @@ private:
     std::thread m_thread;
 };
 
-/// Tells the watcher when training has begun (the first probe or training state).
+/// Tells the watcher when training has begun (the first probe or training state), and hands
+/// every event to the reporter and the run folder.
 class TrainingStarted final : public core::EventSink {
 public:
-    TrainingStarted(core::EventSink& next, std::atomic<bool>& training) : m_next(next), m_training(training) {}
+    TrainingStarted(core::EventSink& next, core::EventSink* folder, std::atomic<bool>& training)
+        : m_next(next), m_folder(folder), m_training(training) {}
     void onEvent(const core::Event& event) override {
         if (const auto* s = std::get_if<core::RunStateChanged>(&event);
             s && (s->state == core::RunState::Probing || s->state == core::RunState::Training)) {
             m_training.store(true);
         }
+        if (m_folder) m_folder->onEvent(event);
         m_next.onEvent(event);
     }
 
 private:
     core::EventSink& m_next;
+    core::EventSink* m_folder;
     std::atomic<bool>& m_training;
 };
 
@@ -136,6 +143,32 @@ int main(int argc, char** argv) {
         std::printf("wrote %s\n", request->saveConfigPath.c_str());
         return 0;
     }
+    if (!request->exportCsv.empty()) {
+        const auto exported = core::exportRunCsv(request->exportCsv, request->csvOut);
+        if (!exported) {
+            std::fprintf(stderr, "batchpilot-cli: %s\n", exported.error().c_str());
+            return kExitBadInput;
+        }
+        std::printf("wrote %s: %lld rows from %lld events\n", exported->path.c_str(),
+                    static_cast<long long>(exported->rows), static_cast<long long>(exported->events));
+        if (exported->skipped > 0) {
+            std::fprintf(stderr,
+                         "batchpilot-cli: warning: %lld line(s) of %s/events.jsonl were not JSON events and were "
+                         "skipped (a run cut off mid-line?)\n",
+                         static_cast<long long>(exported->skipped), request->exportCsv.c_str());
+        }
+        return 0;
+    }
+    std::unique_ptr<core::RunFolder> folder;
+    if (!request->noRunFolder) {
+        const std::string runs = request->runsDirectory.empty() ? core::defaultRunsDirectory() : request->runsDirectory;
+        auto made = core::RunFolder::create(runs, request->options);
+        if (!made) {
+            std::fprintf(stderr, "batchpilot-cli: %s\n", made.error().c_str());
+            return kExitBadInput;
+        }
+        folder = std::move(*made);
+    }
     app::ConsoleReporter reporter(stdout, isatty(fileno(stdout)) != 0, request->quiet);
     if (!request->eventsPath.empty()) {
         std::string error;
@@ -156,7 +189,8 @@ int main(int argc, char** argv) {
                     request->options.resumeFrom.c_str(), core::kCheckpointFile);
     }
     std::atomic<bool> training{false};
-    TrainingStarted sink(reporter, training);
+    if (folder && !request->quiet) std::printf("run folder: %s\n", folder->path().c_str());
+    TrainingStarted sink(reporter, folder.get(), training);
     core::Trainer trainer(request->options, sink);
     reporter.setTrainer(&trainer);
     reporter.setMemoryReport(request->memoryReport);
@@ -168,7 +202,11 @@ int main(int argc, char** argv) {
         InterruptWatcher watcher(trainer, training);
         result = trainer.run();
     }
-    const std::string eventsError = reporter.closeEvents();
+    std::string eventsError = reporter.closeEvents();
+    if (folder) {
+        folder->flush();
+        if (eventsError.empty()) eventsError = folder->error();
+    }
     if (result.state == core::RunState::Failed) {
         std::fprintf(stderr, "batchpilot-cli: %s\n", result.error.c_str());
         if (!eventsError.empty()) std::fprintf(stderr, "batchpilot-cli: %s\n", eventsError.c_str());
@@ -178,6 +216,8 @@ int main(int argc, char** argv) {
     std::printf("\n%s after %lld steps: loss %.4f, micro-batch %lld, %d OOM event(s) recovered, peak %.1f MiB\n",
                 result.stopped ? "stopped" : "done", static_cast<long long>(result.steps), last.loss,
                 static_cast<long long>(result.microBatch), reporter.oomCount(), core::toMiB(last.peakBytes));
+    if (const std::string validation = reporter.validationSummary(); !validation.empty())
+        std::printf("%s\n", validation.c_str());
     std::fflush(stdout);
     // Whatever --quiet says: a run whose results were not saved must not look like a success.
     int status = 0;

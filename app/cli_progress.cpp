@@ -22,7 +22,40 @@ std::string duration(double seconds) {
     return formatText("%" PRId64 "s", total);
 }
 
+/// "loss 0.2113, accuracy 93.1%, top-5 99.4%" with the metrics that apply.
+std::string validationMetrics(const core::ValidationDone& e) {
+    std::string text = formatText("loss %.4f", e.loss);
+    if (e.accuracy >= 0) text += formatText(", accuracy %.1f%%", 100.0 * e.accuracy);
+    if (e.top5Accuracy >= 0) text += formatText(", top-5 %.1f%%", 100.0 * e.top5Accuracy);
+    if (e.meanSquaredError >= 0) text += formatText(", MSE %.4g", e.meanSquaredError);
+    if (e.meanAbsoluteError >= 0) text += formatText(", MAE %.4g", e.meanAbsoluteError);
+    return text;
+}
+
+/// Whether `a` is a better validation result than `b`: higher accuracy, or lower loss.
+bool better(const core::ValidationDone& a, const core::ValidationDone& b) {
+    if (a.accuracy >= 0 && b.accuracy >= 0 && a.accuracy != b.accuracy) return a.accuracy > b.accuracy;
+    return a.loss < b.loss;
+}
+
 }  // namespace
+
+std::string ConsoleReporter::lastValidationShort() const {
+    if (!m_lastValidation) return {};
+    if (m_lastValidation->accuracy >= 0) return formatText("  val acc %.1f%%", 100.0 * m_lastValidation->accuracy);
+    return formatText("  val loss %.4f", m_lastValidation->loss);
+}
+
+std::string ConsoleReporter::validationSummary() const {
+    if (!m_lastValidation) return {};
+    std::string text =
+        "validation: " + validationMetrics(*m_lastValidation) + " after step " + std::to_string(m_lastValidation->step);
+    if (m_bestValidation && m_bestValidation->step != m_lastValidation->step) {
+        text +=
+            "; best " + validationMetrics(*m_bestValidation) + " after step " + std::to_string(m_bestValidation->step);
+    }
+    return text;
+}
 
 ConsoleReporter::ConsoleReporter(std::FILE* out, bool interactive, bool quiet)
     : m_out(out), m_interactive(interactive), m_quiet(quiet) {}
@@ -146,10 +179,10 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                                                                         static_cast<double>(e.totalSteps - e.step)
                                                                   : NAN;
                 const std::string text = formatText(
-                    "step %" PRId64 "/%" PRId64 "  epoch %" PRId64 "  loss %.4f  %.1f samples/s  micro-batch %" PRId64
+                    "step %" PRId64 "/%" PRId64 "  epoch %" PRId64 "  loss %.4f%s  %.1f samples/s  micro-batch %" PRId64
                     " × %" PRId64 "  peak %.1f MiB  ETA %s",
-                    e.step, e.totalSteps, e.epoch, e.loss, e.samplesPerSecond, e.microBatch, e.accumulationSteps,
-                    toMiB(e.peakBytes), duration(eta).c_str());
+                    e.step, e.totalSteps, e.epoch, e.loss, lastValidationShort().c_str(), e.samplesPerSecond,
+                    e.microBatch, e.accumulationSteps, toMiB(e.peakBytes), duration(eta).c_str());
                 if (m_interactive) {
                     std::fprintf(m_out, "\r\033[K%s", text.c_str());
                     m_openLine = true;
@@ -157,6 +190,13 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                 } else {
                     line(text);
                 }
+            } else if constexpr (std::is_same_v<T, ValidationDone>) {
+                m_lastValidation = e;
+                if (!m_bestValidation || better(e, *m_bestValidation)) m_bestValidation = e;
+                line(formatText("validation after step %" PRId64 ": %s on %" PRId64
+                                " held-out samples (micro-batch %" PRId64 ", %.2f s%s)",
+                                e.step, validationMetrics(e).c_str(), e.samples, e.microBatch, e.seconds,
+                                e.ooms > 0 ? formatText(", %d OOM(s) recovered", e.ooms).c_str() : ""));
             } else if constexpr (std::is_same_v<T, TargetBatchChanged>) {
                 line(formatText("target batch %" PRId64 " → %" PRId64 ", learning rate %g → %g", e.oldTarget,
                                 e.newTarget, e.oldLearningRate, e.newLearningRate));

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "core/events.h"
@@ -40,6 +41,9 @@ public:
     /// The last step's metrics line, for the final summary.
     const core::StepMetrics& lastStep() const { return m_lastStep; }
     int oomCount() const { return m_ooms; }
+    /// The validation results' summary for the end of the run: the last one and the best one
+    /// (by accuracy for classification, by loss otherwise); empty when nothing was validated.
+    std::string validationSummary() const;
 
 private:
     void line(const std::string& text);
@@ -54,6 +58,10 @@ private:
     std::string m_eventsError;  ///< the first write error, reported once
     core::Trainer* m_trainer = nullptr;
     core::StepMetrics m_lastStep;
+    std::optional<core::ValidationDone> m_lastValidation;
+    std::optional<core::ValidationDone> m_bestValidation;
+    /// "  val acc 93.1%" (or "  val loss 0.2113") for the step line; empty before a validation.
+    std::string lastValidationShort() const;
     int m_ooms = 0;
     bool m_memoryReport = false;
     core::MemoryReport m_report;

@@ -23,5 +23,5 @@ function(batchpilot_add_test name)
     set(ARG_COST 1)
   endif()
   set_tests_properties(${ARG_GROUP}.${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} COST ${ARG_COST}
-                       ENVIRONMENT "QT_QPA_PLATFORM=offscreen")
+                       ENVIRONMENT "QT_QPA_PLATFORM=offscreen;BATCHPILOT_RUNS_DIR=${CMAKE_BINARY_DIR}/test-runs")
 endfunction()

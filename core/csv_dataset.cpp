@@ -193,6 +193,7 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
             squares += d * d;
         }
         const double deviation = std::sqrt(squares / static_cast<double>(rows));
+        dataset->m_standardisation.push_back({scale, mean, deviation > 1e-12 ? deviation : 0.0});
         for (int64_t r = 0; r < rows; ++r) {
             const double centred = values[static_cast<size_t>(r * features + f)] / scale - mean;
             out[r * features + f] = static_cast<float>(deviation > 1e-12 ? centred / deviation : 0.0);
@@ -296,6 +297,31 @@ std::string CsvDataset::name() const {
 Batch CsvDataset::get(const std::vector<int64_t>& indices) const {
     const auto index = torch::tensor(indices, torch::kInt64);
     return Batch{m_features.index_select(/*dim=*/0, index), m_targets.index_select(/*dim=*/0, index)};
+}
+
+tl::expected<void, std::string> CsvDataset::standardiseLike(const CsvDataset& reference) {
+    if (m_featureNames != reference.m_featureNames) {
+        std::string mine, theirs;
+        for (const auto& n : m_featureNames) mine += (mine.empty() ? "" : ", ") + n;
+        for (const auto& n : reference.m_featureNames) theirs += (theirs.empty() ? "" : ", ") + n;
+        return tl::unexpected("CSV file " + m_path + " has the feature columns " + mine + "; " + reference.m_path +
+                              " has " + theirs + ": give the same columns in the same order");
+    }
+    float* values = m_features.data_ptr<float>();
+    const int64_t rows = m_features.size(0);
+    const auto features = static_cast<int64_t>(m_standardisation.size());
+    for (int64_t f = 0; f < features; ++f) {
+        const Standardisation& own = m_standardisation[static_cast<size_t>(f)];
+        const Standardisation& ref = reference.m_standardisation[static_cast<size_t>(f)];
+        for (int64_t r = 0; r < rows; ++r) {
+            float& x = values[r * features + f];
+            // Back to this file's value over its scale, then to the reference's standard units.
+            const double raw = (static_cast<double>(x) * own.deviation + own.mean) * own.scale;
+            x = static_cast<float>(ref.deviation > 0 ? (raw / ref.scale - ref.mean) / ref.deviation : 0.0);
+        }
+    }
+    m_standardisation = reference.m_standardisation;
+    return {};
 }
 
 }  // namespace batchpilot::core

@@ -43,6 +43,10 @@ public:
     /// Feature column names, in input order.
     const std::vector<std::string>& featureNames() const { return m_featureNames; }
     bool regression() const { return m_regression; }
+    /// Standardises this file's features with `reference`'s column statistics instead of its own
+    /// (validation data must be scaled as the training data was). The feature columns must be
+    /// the same, by name and order; an error says which differ.
+    tl::expected<void, std::string> standardiseLike(const CsvDataset& reference);
 
 private:
     CsvDataset() = default;
@@ -53,6 +57,14 @@ private:
     std::vector<std::string> m_featureNames;
     std::vector<std::string> m_classNames;
     int64_t m_classes = 0;
+    /// Per feature column, how it was standardised: x' = (x / scale - mean) / deviation (0 when
+    /// the column was constant).
+    struct Standardisation {
+        double scale = 1;
+        double mean = 0;
+        double deviation = 0;
+    };
+    std::vector<Standardisation> m_standardisation;
     torch::Tensor m_features;  ///< float [N, F], standardised
     torch::Tensor m_targets;   ///< int64 [N] or float [N, 1]
 };

@@ -176,6 +176,23 @@ json fields(const ThroughputChosen& e) {
             {"seconds", e.seconds},
             {"reason", e.reason}};
 }
+json fields(const ValidationDone& e) {
+    json j = {{"time", e.time},
+              {"step", e.step},
+              {"epoch", e.epoch},
+              {"samples_seen", e.samplesSeen},
+              {"samples", e.samples},
+              {"loss", e.loss},
+              {"micro_batch", e.microBatch},
+              {"ooms", e.ooms},
+              {"seconds", e.seconds}};
+    // Metrics that do not apply to the data are left out rather than written as -1.
+    if (e.accuracy >= 0) j["accuracy"] = e.accuracy;
+    if (e.top5Accuracy >= 0) j["top5_accuracy"] = e.top5Accuracy;
+    if (e.meanSquaredError >= 0) j["mse"] = e.meanSquaredError;
+    if (e.meanAbsoluteError >= 0) j["mae"] = e.meanAbsoluteError;
+    return j;
+}
 json fields(const TensorDifference& d) {
     return {{"name", d.name},
             {"elements", d.elements},

@@ -25,6 +25,7 @@ const char* toString(Phase phase) {
     case Phase::Backward: return "backward";
     case Phase::OptimizerStep: return "optimizer step";
     case Phase::Setup: return "setup";
+    case Phase::Validation: return "validation";
     }
     return "unknown";
 }
@@ -82,6 +83,8 @@ const char* eventName(const Event& event) {
                 return "throughput_timed";
             else if constexpr (std::is_same_v<T, ThroughputChosen>)
                 return "throughput_chosen";
+            else if constexpr (std::is_same_v<T, ValidationDone>)
+                return "validation";
             else
                 return "equivalence";
         },

@@ -16,7 +16,7 @@ namespace batchpilot::core {
 enum class RunState { Idle, Starting, Probing, Training, Paused, Stopping, Finished, Failed };
 
 /// Where in a micro-batch an out-of-memory error happened.
-enum class Phase { Copy, Forward, Backward, OptimizerStep, Setup };
+enum class Phase { Copy, Forward, Backward, OptimizerStep, Setup, Validation };
 
 /// Why a probe started.
 enum class ProbeReason { Initial, UserRequest, DeviceSwitch, TargetBatchChange, Regrow };
@@ -128,6 +128,25 @@ struct StepMetrics {
     double stepSeconds = 0;
     int64_t peakBytes = 0;   ///< peak device memory during this step
     int64_t totalSteps = 0;  ///< step limit of the run, 0 when unbounded
+};
+
+/// The model evaluated on the held-out data (TrainerOptions::validation): forward passes without
+/// gradients, in eval mode (BatchNorm uses its running statistics), at a micro-batch of its own.
+/// Training's state is not changed.
+struct ValidationDone {
+    double time = 0;
+    int64_t step = 0;              ///< optimizer steps done when it ran
+    int64_t epoch = 0;             ///< epochs of training completed
+    int64_t samplesSeen = 0;       ///< training samples seen so far (the x axis comparing target batches)
+    int64_t samples = 0;           ///< held-out samples evaluated (all of them)
+    double loss = 0;               ///< mean loss per sample, as training defines it
+    double accuracy = -1;          ///< top-1, 0..1; -1 when the targets are not class ids
+    double top5Accuracy = -1;      ///< top-5, 0..1; -1 unless class ids and more than 5 classes
+    double meanSquaredError = -1;  ///< regression data only; -1 otherwise
+    double meanAbsoluteError = -1;
+    int64_t microBatch = 0;  ///< the largest validation micro-batch that ran
+    int ooms = 0;            ///< out-of-memory errors recovered during this pass
+    double seconds = 0;
 };
 
 struct MicroBatchDone {
@@ -281,7 +300,7 @@ struct ErrorEvent {
 using Event = std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent, MemorySample,
                            StepMetrics, MicroBatchDone, OptimizerStepped, TargetBatchChanged, DeviceSwitched, Warning,
                            CheckpointSaved, ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting,
-                           EquivalenceChecked, ThroughputTimed, ThroughputChosen>;
+                           EquivalenceChecked, ThroughputTimed, ThroughputChosen, ValidationDone>;
 
 /// Name of the event type as written in JSON Lines ("probe_trial", "oom", ...).
 const char* eventName(const Event& event);

@@ -122,6 +122,8 @@ void RunDigest::handle(const Event& event) {
         breakdown = *b;
     } else if (const auto* check = std::get_if<EquivalenceChecked>(&event)) {
         equivalence = *check;
+    } else if (const auto* v = std::get_if<ValidationDone>(&event)) {
+        validation = *v;
     } else if (const auto* metrics = std::get_if<StepMetrics>(&event)) {
         lastStep = *metrics;
     } else if (const auto* state = std::get_if<RunStateChanged>(&event)) {
@@ -260,6 +262,17 @@ std::string MemoryReport::text() const {
             "  measured peak %.2f MiB; parameters + gradients + optimizer state + activations = %.2f MiB "
             "(%.1f%% of it)\n",
             toMiB(b.peakBytes), toMiB(b.attributedBytes()), explained);
+    }
+    if (d.validation && d.validation->microBatch > 0) {
+        const ValidationDone& v = *d.validation;
+        const int64_t training = d.lastStep ? d.lastStep->microBatch : 0;
+        out += formatText("Validation after step %" PRId64 ": %" PRId64
+                          " held-out samples in micro-batches of up to %" PRId64,
+                          v.step, v.samples, v.microBatch);
+        if (training > 0) out += formatText(" (training's: %" PRId64 ")", training);
+        out += ": without gradients nothing is kept for a backward pass, so a larger micro-batch fits";
+        if (v.ooms > 0) out += formatText("; %d out-of-memory error(s) halved it", v.ooms);
+        out += "\n";
     }
     return out;
 }

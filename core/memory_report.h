@@ -54,6 +54,7 @@ struct RunDigest {
     std::optional<ThroughputChosen> throughputChosen;
     std::optional<MemoryBreakdown> breakdown;
     std::optional<EquivalenceChecked> equivalence;
+    std::optional<ValidationDone> validation;  ///< the latest validation pass
     std::optional<StepMetrics> lastStep;
     std::optional<RunStateChanged> lastState;
 

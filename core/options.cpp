@@ -204,6 +204,14 @@ tl::expected<void, OptionProblem> check(const TrainerOptions& o) {
         return problem("probe.retime_drift",
                        outOfRange("throughput drift", p.retimeDrift, "between 0.01 and 10 (a fraction: 0.15 is 15%)"));
     }
+    if (o.validation.split && !(*o.validation.split >= 0.0 && *o.validation.split <= 0.9)) {
+        return problem("validation.split", outOfRange("validation split", *o.validation.split,
+                                                      "between 0 (no validation) and 0.9 (a fraction of the data)"));
+    }
+    if (o.validation.everySteps && (*o.validation.everySteps < 1 || *o.validation.everySteps > kMaxSteps)) {
+        return problem("validation.every_steps",
+                       outOfRange("validation interval", *o.validation.everySteps, "at least 1 step"));
+    }
     const OptimizerOptions& opt = o.optimizer;
     if (!(opt.learningRate > 0.0 && opt.learningRate <= kMaxLearningRate)) {
         return problem("optimizer.learning_rate",
@@ -303,6 +311,20 @@ tl::expected<TrainerOptions, OptionProblem> resolve(TrainerOptions o) {
             if (!std::filesystem::exists(o.data.path, ec)) {
                 return Problem(OptionProblem{
                     "data.path", "data path " + o.data.path + " does not exist: name the " + what + " to read"});
+            }
+        }
+        if (!o.validation.path.empty()) {
+            if (o.data.name == "synthetic") {
+                return Problem(OptionProblem{"validation.path",
+                                             "validation data " + o.validation.path +
+                                                 " given for synthetic data, which holds out samples of its own: "
+                                                 "leave the validation data out, or train on a data file"});
+            }
+            std::error_code ec;
+            if (!std::filesystem::exists(o.validation.path, ec)) {
+                return Problem(OptionProblem{"validation.path", "validation data " + o.validation.path +
+                                                                    " does not exist: name a file or folder in "
+                                                                    "the training data's format"});
             }
         }
     }

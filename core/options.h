@@ -104,6 +104,24 @@ struct DataOptions {
     int64_t imageCacheBytes = int64_t{1} << 30;
 };
 
+/// The share of the data held out for validation when none is given (core/validation.h).
+inline constexpr double kDefaultValidationSplit = 0.1;
+
+/// Held-out data and when it is evaluated (core/validation.h, trainer_validation.cpp).
+struct ValidationOptions {
+    /// Share of the data held out, 0 to 0.9, drawn from data.seed alone (the same samples for any
+    /// run seed). nullopt: kDefaultValidationSplit, except for data given by a DatasetFactory
+    /// (tests), which is not split unless asked. Synthetic data gets that share of extra samples
+    /// of its own instead. 0: no validation.
+    std::optional<double> split;
+    /// A second data set in the training data's format (e.g. MNIST's t10k files) evaluated instead
+    /// of a held-out share; empty: use the split.
+    std::string path;
+    /// Evaluate every this many optimizer steps; nullopt: at the end of every epoch. Always also
+    /// when the run reaches its limit.
+    std::optional<int64_t> everySteps;
+};
+
 /// Builds the model on the trainer thread (so its parameters count against the device).
 using ModelFactory = std::function<tl::expected<std::shared_ptr<Model>, std::string>(const Dataset& data)>;
 using DatasetFactory = std::function<tl::expected<std::shared_ptr<Dataset>, std::string>()>;
@@ -142,6 +160,7 @@ struct TrainerOptions {
     /// cuda:N only: cap this process's share of the GPU's memory (0 < f <= 1) through the
     /// caching allocator, so that a large GPU runs out of memory like a small one; 0: no cap.
     double cudaMemoryFraction = 0.0;
+    ValidationOptions validation;
     CheckpointOptions checkpoint;
     std::string resumeFrom;  ///< checkpoint directory to continue from; empty: fresh start
 

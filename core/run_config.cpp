@@ -269,6 +269,30 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
                  }},
                 {"cuda_memory_fraction",
                  [&](const json& v, const std::string& p) { o.cudaMemoryFraction = number(v, p, 0.0, 1.0); }},
+                {"validation",
+                 [&](const json& v, const std::string& p) {
+                     readObject(
+                         v, p,
+                         {
+                             // null: the default (a tenth held out).
+                             {"split",
+                              [&](const json& x, const std::string& q) {
+                                  if (x.is_null())
+                                      o.validation.split.reset();
+                                  else
+                                      o.validation.split = number(x, q, 0.0, 0.9);
+                              }},
+                             {"path", [&](const json& x, const std::string& q) { o.validation.path = text(x, q); }},
+                             // null: at the end of every epoch.
+                             {"every_steps",
+                              [&](const json& x, const std::string& q) {
+                                  if (x.is_null())
+                                      o.validation.everySteps.reset();
+                                  else
+                                      o.validation.everySteps = integer(x, q, 1, kMaxSteps);
+                              }},
+                         });
+                 }},
                 {"checkpoint",
                  [&](const json& v, const std::string& p) {
                      readObject(
@@ -385,6 +409,10 @@ json toRunConfig(const TrainerOptions& o) {
         {"regrow_after_steps", o.regrowAfterSteps},
         {"threads", o.intraOpThreads},
         {"cuda_memory_fraction", o.cudaMemoryFraction},
+        {"validation",
+         {{"split", o.validation.split ? json(*o.validation.split) : json(nullptr)},
+          {"path", o.validation.path},
+          {"every_steps", o.validation.everySteps ? json(*o.validation.everySteps) : json(nullptr)}}},
         {"checkpoint", {{"directory", o.checkpoint.directory}, {"every_steps", o.checkpoint.everySteps}}},
     };
 }

@@ -21,7 +21,11 @@ void Trainer::Impl::setup() {
         auto made = options.datasetFactory ? options.datasetFactory() : makeDataset(options.data);
         if (!made && commands.cancelFlag().load()) throw LoadingCancelled{};
         if (!made) throw FatalError{made.error(), "dataset"};
-        data = *made;
+        auto split = makeValidation(options, *made);
+        if (!split && commands.cancelFlag().load()) throw LoadingCancelled{};
+        if (!split) throw FatalError{split.error(), "dataset"};
+        data = split->training;
+        validationData = split->validation;
     }
     if (data->size() <= 0) throw FatalError{"the dataset \"" + data->name() + "\" is empty", "dataset"};
     if (options.loss == LossKind::CrossEntropy && !options.data.regression && data->classes() < 2) {
@@ -47,6 +51,10 @@ void Trainer::Impl::setup() {
         }
     }
     for (const std::string& warning : data->warnings()) emit(Warning{now(), warning});
+    if (validationData && !options.validation.path.empty()) {
+        for (const std::string& warning : validationData->warnings())
+            emit(Warning{now(), "validation data: " + warning});
+    }
     prefetcher = std::make_unique<Prefetcher>(data);
     if (device.kind == DeviceKind::Cuda && options.cudaMemoryFraction > 0) {
         setCudaMemoryFraction(device.index, options.cudaMemoryFraction);
@@ -496,11 +504,14 @@ RunResult Trainer::run() {
             if (!d.applyCommands() || !d.waitWhilePaused()) break;
             d.trainBatch(d.sampler->next(d.target));
             if (d.commands.stopRequested()) break;
+            if (d.validationDue()) d.runValidation();
         }
         result.stopped = d.commands.stopRequested();
         const std::optional<int64_t> equivalence = d.commands.takeEquivalence();
         // A check asked for during the last batch still runs: the user is waiting for it.
         if (equivalence && !result.stopped) d.checkEquivalence(*equivalence);
+        // The end of the run is always evaluated (a stop asked for by the user is not held up by it).
+        if (!result.stopped && d.validationData && d.step > 0 && d.lastValidationStep != d.step) d.runValidation();
         if (result.stopped) d.setState(RunState::Stopping);
         d.reservation = torch::Tensor();
         const bool savedThisStep = d.options.checkpoint.everySteps > 0 && d.step % d.options.checkpoint.everySteps == 0;

@@ -34,6 +34,7 @@
 #include "core/sampler.h"
 #include "core/text_format.h"
 #include "core/throughput_search.h"
+#include "core/validation.h"
 
 namespace batchpilot::core {
 namespace trainer_detail {
@@ -114,7 +115,13 @@ struct Trainer::Impl {
 
     // Run state: touched by the run thread only.
     Clock::time_point start = Clock::now();
-    std::shared_ptr<Dataset> data;
+    std::shared_ptr<Dataset> data;  ///< the training data (without the held-out samples)
+    /// The held-out data (core/validation.h); null without validation.
+    std::shared_ptr<Dataset> validationData;
+    int64_t validationMicroBatch = 0;        ///< where the next validation pass starts (0: none ran yet)
+    int64_t validationCeiling = 0;           ///< smallest validation micro-batch that ran out of memory (0: none)
+    int64_t lastValidationStep = 0;          ///< step of the last validation pass
+    int64_t validatedEpochs = 0;             ///< completed epochs at the last validation pass
     std::unique_ptr<Prefetcher> prefetcher;  ///< loads the next micro-batch during this one
     std::shared_ptr<Model> model;
     std::unique_ptr<Optimizer> optimizer;
@@ -197,6 +204,11 @@ struct Trainer::Impl {
     }
 
     void setup();
+    /// A validation pass is due after this step: every validation.every_steps steps, or when an
+    /// epoch was completed since the last one.
+    bool validationDue() const;
+    /// Evaluates the held-out data and reports ValidationDone (trainer_validation.cpp).
+    void runValidation();
     void sampleMemory(bool force);
     void reportBreakdown();
     void reportSummary();

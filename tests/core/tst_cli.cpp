@@ -1,5 +1,7 @@
 #include <QtTest>
 
+#include <QDir>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -163,6 +165,17 @@ private Q_SLOTS:
                                         << 2
                                         << QStringLiteral(
                                                "--samples: must be from 1 to 100000000, got 9223372036854775807");
+        QTest::newRow("validation split 1.5")
+            << base({QStringLiteral("--validation-split"), QStringLiteral("1.5")}) << 2
+            << QStringLiteral("--validation-split: must be from 0 to 0.9, got 1.5");
+        QTest::newRow("validation data for synthetic data")
+            << base({QStringLiteral("--validation-data"), dir + QStringLiteral("/file")}) << 2
+            << QStringLiteral("given for synthetic data, which holds out samples of its own");
+        QTest::newRow("validation data missing")
+            << base({QStringLiteral("--data"), QStringLiteral("image-folder"), QStringLiteral("--data-path"),
+                     dir + QStringLiteral("/oneclass"), QStringLiteral("--validation-data"),
+                     dir + QStringLiteral("/nowhere")})
+            << 2 << QStringLiteral("/nowhere does not exist: name a file or folder in the training data's format");
         QTest::newRow("headroom 0.9") << base({QStringLiteral("--headroom"), QStringLiteral("0.9")}) << 1
                                       << QStringLiteral("are usable with headroom 0.9; lower the headroom");
         QTest::newRow("single-class image folder")
@@ -466,6 +479,12 @@ private Q_SLOTS:
         QVERIFY(types.value(QStringLiteral("memory")) >= 1);
         QCOMPARE(types.value(QStringLiteral("memory_breakdown")), 1 + 3);
         QCOMPARE(types.value(QStringLiteral("run_summary")), 1);
+        // The run's end is validated on the synthetic data's own 410 held-out samples.
+        QCOMPARE(types.value(QStringLiteral("validation")), 1);
+        QVERIFY2(run.out.contains(QStringLiteral("validation after step 3: loss ")) &&
+                     run.out.contains(QStringLiteral("on 410 held-out samples")),
+                 qPrintable(run.out));
+        QVERIFY2(run.out.contains(QStringLiteral("\nvalidation: loss ")), qPrintable(run.out));
     }
 
     void memoryReportAndEquivalenceCheck() {
@@ -500,6 +519,98 @@ private Q_SLOTS:
         const auto row = overall.match(run.out);
         QVERIFY(row.hasMatch());
         QVERIFY2(row.captured(2).toDouble() <= 1e-4, qPrintable(row.captured(0)));
+    }
+
+    /// Issue 13: a run leaves a folder (configuration, events, summary with the validation
+    /// results) under --runs-dir, and --export-csv turns its events into one CSV table.
+    void runFolderAndCsvExport() {
+        QTemporaryDir dir;
+        // A CSV classification table: 300 rows, 3 classes that the features separate.
+        const QString table = dir.filePath(QStringLiteral("table.csv"));
+        {
+            QFile file(table);
+            QVERIFY(file.open(QIODevice::WriteOnly));
+            file.write("a,b,label\n");
+            for (int i = 0; i < 300; ++i) {
+                const int label = i % 3;
+                file.write(QStringLiteral("%1,%2,%3\n")
+                               .arg(label * 2 + (i % 7) * 0.1)
+                               .arg(-label + (i % 5) * 0.1)
+                               .arg(label)
+                               .toUtf8());
+            }
+        }
+        const QString runs = dir.filePath(QStringLiteral("runs"));
+        const Run run =
+            runCli({QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--data"), QStringLiteral("csv"),
+                    QStringLiteral("--data-path"), table, QStringLiteral("--target-column"), QStringLiteral("label"),
+                    QStringLiteral("--target-batch"), QStringLiteral("30"), QStringLiteral("--epochs"),
+                    QStringLiteral("3"), QStringLiteral("--lr"), QStringLiteral("0.1"), QStringLiteral("--runs-dir"),
+                    runs, QStringLiteral("--threads"), QStringLiteral("1")});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err + run.out));
+        // 30 of 300 held out: 270 train, 9 steps per epoch, validated after each epoch.
+        for (const char* step : {"validation after step 9:", "validation after step 18:", "validation after step 27:"})
+            QVERIFY2(run.out.contains(QLatin1String(step)), qPrintable(run.out));
+        QVERIFY2(run.out.contains(QStringLiteral("on 30 held-out samples")), qPrintable(run.out));
+        const QStringList folders = QDir(runs).entryList(QDir::Dirs | QDir::NoDotAndDotDot);
+        QCOMPARE(folders.size(), 1);
+        QVERIFY2(folders.front().endsWith(QStringLiteral("-mlp-csv")), qPrintable(folders.front()));
+        const QString folder = runs + QLatin1Char('/') + folders.front();
+        QVERIFY2(run.out.contains(QStringLiteral("run folder: ") + folder), qPrintable(run.out));
+        const auto readJson = [](const QString& path) {
+            QFile file(path);
+            return file.open(QIODevice::ReadOnly) ? QJsonDocument::fromJson(file.readAll()).object() : QJsonObject();
+        };
+        const QJsonObject config = readJson(folder + QStringLiteral("/config.json"));
+        QCOMPARE(config.value(QStringLiteral("data")).toObject().value(QStringLiteral("path")).toString(), table);
+        const QJsonObject summary = readJson(folder + QStringLiteral("/summary.json"));
+        QCOMPARE(summary.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QCOMPARE(summary.value(QStringLiteral("steps")).toInt(), 27);
+        QCOMPARE(summary.value(QStringLiteral("dataset_size")).toInt(), 270);
+        const QJsonObject metrics = summary.value(QStringLiteral("metrics")).toObject();
+        const QJsonObject accuracy = metrics.value(QStringLiteral("val_accuracy")).toObject();
+        QCOMPARE(accuracy.value(QStringLiteral("count")).toInt(), 3);
+        QCOMPARE(accuracy.value(QStringLiteral("last_step")).toInt(), 27);
+        QVERIFY(accuracy.value(QStringLiteral("best")).toDouble() >= accuracy.value(QStringLiteral("last")).toDouble());
+        QCOMPARE(metrics.value(QStringLiteral("train_loss")).toObject().value(QStringLiteral("count")).toInt(), 27);
+
+        // The CSV: a header, then one row per value; every step's training loss and every validation.
+        const Run exported = runCli({QStringLiteral("--export-csv"), folder});
+        QVERIFY2(exported.exitCode == 0, qPrintable(exported.err));
+        QFile csv(folder + QStringLiteral("/series.csv"));
+        QVERIFY(csv.open(QIODevice::ReadOnly | QIODevice::Text));
+        const QStringList lines = QString::fromUtf8(csv.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+        QCOMPARE(lines.front(), QStringLiteral("series,step,samples_seen,time_s,micro_batch,value"));
+        std::map<QString, int> rows;
+        std::vector<double> accuracies;
+        for (int i = 1; i < lines.size(); ++i) {
+            const QStringList cells = lines[i].split(QLatin1Char(','));
+            QCOMPARE(cells.size(), 6);
+            ++rows[cells[0]];
+            bool number = false;
+            cells[5].toDouble(&number);
+            QVERIFY2(number, qPrintable(lines[i]));
+            if (cells[0] == QStringLiteral("val_accuracy")) {
+                accuracies.push_back(cells[5].toDouble());
+                QCOMPARE(cells[2].toInt(), cells[1].toInt() * 30);  // samples seen
+            }
+        }
+        QCOMPARE(rows[QStringLiteral("train_loss")], 27);
+        QCOMPARE(rows[QStringLiteral("val_accuracy")], 3);
+        QCOMPARE(rows[QStringLiteral("val_loss")], 3);
+        QVERIFY(rows[QStringLiteral("memory_allocated_bytes")] > 0);
+        QVERIFY(std::abs(accuracies.back() - accuracy.value(QStringLiteral("last")).toDouble()) < 1e-8);
+        QVERIFY2(exported.out.contains(QStringLiteral("rows from")), qPrintable(exported.out));
+
+        // Not a run folder, and a runs folder that cannot be made: one line each, exit 2.
+        const Run notRun = runCli({QStringLiteral("--export-csv"), dir.path()});
+        QCOMPARE(notRun.exitCode, 2);
+        QVERIFY2(notRun.err.contains(QStringLiteral("is not a run folder: it has no events.jsonl")),
+                 qPrintable(notRun.err));
+        const Run blocked = runCli({QStringLiteral("--steps"), QStringLiteral("1"), QStringLiteral("--runs-dir"),
+                                    table + QStringLiteral("/runs")});
+        QCOMPARE(blocked.exitCode, 2);
+        QVERIFY2(blocked.err.contains(QStringLiteral("cannot create the runs folder")), qPrintable(blocked.err));
     }
 };
 

@@ -24,6 +24,7 @@ private Q_SLOTS:
     void thinningKeepsNeighboursOutsideRange();
     void emaIsDebiased();
     void emaZeroSmoothingIsRaw();
+    void emaWeighsBySpacing();
 };
 
 void TestChartStore::keepsEverythingBelowCapacity() {
@@ -121,6 +122,36 @@ void TestChartStore::emaIsDebiased() {
     const auto smoothed = DebiasedEma::smooth(std::vector<QPointF>{{0, 4}, {1, 4}}, 0.9);
     QCOMPARE(smoothed[0].y(), 4.0);
     QCOMPARE(smoothed[1].y(), 4.0);
+}
+
+void TestChartStore::emaWeighsBySpacing() {
+    // Evenly spaced points smooth as the point-by-point EMA does, at any scale of x (steps,
+    // samples seen, seconds).
+    const std::vector<double> values = {3, 1, 4, 1, 5, 9, 2, 6};
+    DebiasedEma byPoint(0.8), bySteps(0.8), bySamples(0.8);
+    for (size_t i = 0; i < values.size(); ++i) {
+        const double expected = byPoint.add(values[i]);
+        QVERIFY(std::abs(bySteps.add(static_cast<double>(i + 1), values[i]) - expected) < 1e-12);
+        QVERIFY(std::abs(bySamples.add(4096.0 * static_cast<double>(i), values[i]) - expected) < 1e-12);
+    }
+    // A constant signal stays constant whatever the spacing.
+    DebiasedEma constant(0.9);
+    for (const double x : {0.0, 0.1, 0.2, 5.0, 5.1, 60.0}) QCOMPARE(constant.add(x, 7.0), 7.0);
+    // After a long pause the new value counts for the time that passed: it pulls the average
+    // further than the same value one step later does.
+    DebiasedEma soon(0.9), late(0.9);
+    for (int i = 0; i < 20; ++i) {
+        soon.add(i, 1.0);
+        late.add(i, 1.0);
+    }
+    const double oneStepLater = soon.add(20, 0.0);
+    const double longAfter = late.add(60, 0.0);
+    QVERIFY2(longAfter < oneStepLater && oneStepLater < 1.0,
+             qPrintable(QStringLiteral("%1 after a pause, %2 one step later").arg(longAfter).arg(oneStepLater)));
+    // Smoothing 0 is the raw line, also with uneven spacing.
+    DebiasedEma raw(0.0);
+    QCOMPARE(raw.add(0, 1.0), 1.0);
+    QCOMPARE(raw.add(7, 5.0), 5.0);
 }
 
 void TestChartStore::emaZeroSmoothingIsRaw() {

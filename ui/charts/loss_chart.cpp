@@ -20,10 +20,15 @@ LossChart::LossChart(QWidget* parent) : LiveChart(tr("Loss per optimizer step"),
     m_rawSeries->setName(tr("raw"));
     m_smoothSeries = new QLineSeries;
     m_smoothSeries->setName(tr("smoothed"));
+    m_validationSeries = new QLineSeries;
+    m_validationSeries->setName(tr("validation"));
+    m_validationSeries->setPointsVisible(true);
     chart()->addSeries(m_rawSeries);
     chart()->addSeries(m_smoothSeries);
+    chart()->addSeries(m_validationSeries);
     m_rawSeries->attachAxis(xAxis());
     m_smoothSeries->attachAxis(xAxis());
+    m_validationSeries->attachAxis(xAxis());
     xAxis()->setTitleText(xTitle());
     setLogScale(false);
 
@@ -64,6 +69,21 @@ LossChart::LossChart(QWidget* parent) : LiveChart(tr("Loss per optimizer step"),
         const double loss = m_log ? std::pow(10.0, p.y()) : p.y();
         return tr("%1 %2\nsmoothed loss %3").arg(xTitle()).arg(p.x(), 0, 'g', 6).arg(loss, 0, 'g', 4);
     });
+    showTipsFor(m_validationSeries, [this](const QPointF& p) {
+        // The validation nearest to the point (there are few).
+        const SeriesStore& store = validationStore();
+        const auto& points = store.points();
+        size_t best = 0;
+        for (size_t i = 1; i < points.size(); ++i)
+            if (std::abs(points[i].x() - p.x()) < std::abs(points[best].x() - p.x())) best = i;
+        if (best >= m_validations.size()) return QString();
+        const core::ValidationDone& v = m_validations[best];
+        QString text = tr("validation after step %1\nloss %2").arg(v.step).arg(v.loss, 0, 'g', 4);
+        if (v.accuracy >= 0) text += tr("\naccuracy %1%").arg(100.0 * v.accuracy, 0, 'f', 1);
+        if (v.top5Accuracy >= 0) text += tr("\ntop-5 %1%").arg(100.0 * v.top5Accuracy, 0, 'f', 1);
+        if (v.meanAbsoluteError >= 0) text += tr("\nMAE %1").arg(v.meanAbsoluteError, 0, 'g', 4);
+        return text;
+    });
     applyColors(colors());
 }
 
@@ -77,18 +97,29 @@ QString LossChart::xTitle() const {
 }
 
 void LossChart::handle(const core::Event& event) {
+    if (const auto* v = std::get_if<core::ValidationDone>(&event)) {
+        m_validation[0].append(static_cast<double>(v->step), v->loss);
+        m_validation[1].append(static_cast<double>(v->samplesSeen), v->loss);
+        m_validation[2].append(v->time, v->loss);
+        m_validations.push_back(*v);
+        markDirty();
+        return;
+    }
     const auto* metrics = std::get_if<core::StepMetrics>(&event);
     if (!metrics) return;
     m_raw[0].append(static_cast<double>(metrics->step), metrics->loss);
     m_raw[1].append(static_cast<double>(metrics->samplesSeen), metrics->loss);
     m_raw[2].append(metrics->time, metrics->loss);
     const QPointF p = rawStore().last();
-    m_smoothed.append(p.x(), m_ema.add(p.y()));
+    m_smoothed.append(p.x(), m_ema.add(p.x(), p.y()));
     markDirty();
 }
 
 void LossChart::clear() {
     for (auto& store : m_raw) store.clear();
+    for (auto& store : m_validation) store.clear();
+    m_validations.clear();
+    m_validationSeries->clear();
     m_smoothed.clear();
     m_ema.reset();
     m_rawSeries->clear();
@@ -100,7 +131,7 @@ void LossChart::rebuildSmoothed() {
     // Smooth the raw (full-resolution) history, never the thinned points that are drawn.
     m_ema.setSmoothing(m_smoothing);
     m_smoothed.clear();
-    for (const QPointF& p : rawStore().points()) m_smoothed.append(p.x(), m_ema.add(p.y()));
+    for (const QPointF& p : rawStore().points()) m_smoothed.append(p.x(), m_ema.add(p.x(), p.y()));
     markDirty();
 }
 
@@ -143,6 +174,7 @@ void LossChart::setLogScale(bool on) {
         chart()->addAxis(m_yAxis, Qt::AlignLeft);
         m_rawSeries->attachAxis(m_yAxis);
         m_smoothSeries->attachAxis(m_yAxis);
+        m_validationSeries->attachAxis(m_yAxis);
     }
     m_yAxis->setTitleText(on ? tr("log₁₀ loss") : tr("loss"));
     setFollowLive(true);
@@ -168,6 +200,7 @@ void LossChart::refresh(bool follow) {
     double (*transform)(double) = m_log ? +log10 : nullptr;
     replaceThinned(m_rawSeries, raw, x0, x1, columns, &yMin, &yMax, transform);
     replaceThinned(m_smoothSeries, m_smoothed, x0, x1, columns, nullptr, nullptr, transform);
+    replaceThinned(m_validationSeries, validationStore(), x0, x1, columns, &yMin, &yMax, transform);
     if (follow && !raw.isEmpty()) setPaddedRange(m_yAxis, yMin, yMax, /*fromZero=*/!m_log);
 }
 
@@ -178,6 +211,8 @@ int LossChart::drawnPointCount() const {
 void LossChart::applyColors(const ChartColors& c) {
     m_rawSeries->setPen(linePen(c.faint, 1.0));
     m_smoothSeries->setPen(linePen(c.primary, 2.0));
+    m_validationSeries->setPen(linePen(c.secondary, 1.5, Qt::DashLine));
+    m_validationSeries->setColor(c.secondary);
     if (auto* axis = qobject_cast<QValueAxis*>(m_yAxis))
         axis->setLabelFormat(QStringLiteral("%.3g"));  // also fine for log10 values
 }

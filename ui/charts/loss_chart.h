@@ -1,6 +1,7 @@
 #pragma once
 
 #include <array>
+#include <vector>
 
 #include "ui/charts/ema.h"
 #include "ui/charts/live_chart.h"
@@ -16,7 +17,8 @@ class QSlider;
 namespace batchpilot::ui {
 
 /// Loss per optimizer step: the raw loss drawn faintly, a debiased EMA of it on top (the slider
-/// sets the smoothing), a log-scale toggle, and the x axis as step, samples seen or wall time.
+/// sets the smoothing), the validation loss as marked points (ValidationDone; its tooltip gives
+/// the accuracy), a log-scale toggle, and the x axis as step, samples seen or wall time.
 class LossChart : public LiveChart {
     Q_OBJECT
 public:
@@ -25,6 +27,7 @@ public:
     explicit LossChart(QWidget* parent = nullptr);
 
     void handle(const core::Event& event) override;
+    bool timeAxis() const override { return m_xKind == XAxis::WallTime; }
     void clear() override;
 
     void setXAxis(XAxis axis);
@@ -38,6 +41,8 @@ public:
     /// Raw loss points for the current x axis (full resolution until the store is full).
     const SeriesStore& rawStore() const { return m_raw[static_cast<int>(m_xKind)]; }
     const SeriesStore& smoothedStore() const { return m_smoothed; }
+    /// Validation loss points for the current x axis.
+    const SeriesStore& validationStore() const { return m_validation[static_cast<int>(m_xKind)]; }
     /// Points currently handed to the drawn series (after thinning).
     int drawnPointCount() const;
 
@@ -50,6 +55,8 @@ private:
     QString xTitle() const;
 
     std::array<SeriesStore, 3> m_raw;
+    std::array<SeriesStore, 3> m_validation;
+    std::vector<core::ValidationDone> m_validations;  ///< for the tooltips, in order
     SeriesStore m_smoothed;
     DebiasedEma m_ema;
     XAxis m_xKind = XAxis::Step;
@@ -58,6 +65,7 @@ private:
 
     QLineSeries* m_rawSeries = nullptr;
     QLineSeries* m_smoothSeries = nullptr;
+    QLineSeries* m_validationSeries = nullptr;
     QAbstractAxis* m_yAxis = nullptr;
     QComboBox* m_xCombo = nullptr;
     QSlider* m_slider = nullptr;

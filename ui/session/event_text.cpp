@@ -181,6 +181,9 @@ EventRow describeEvent(const core::Event& event) {
                                     .arg(planCaption(e.targetBatch, e.microBatch), str(e.reason)),
                                 false};
             },
+            [](const core::ValidationDone& e) {
+                return EventRow{e.time, tr("validation"), validationText(e), false};
+            },
             [](const core::EquivalenceChecked& e) {
                 if (!e.error.empty()) return EventRow{e.time, tr("equivalence"), str(e.error), true};
                 return EventRow{e.time, tr("equivalence"),
@@ -194,6 +197,22 @@ EventRow describeEvent(const core::Event& event) {
             },
         },
         event);
+}
+
+QString validationText(const core::ValidationDone& e) {
+    QString metrics = tr("loss %1").arg(e.loss, 0, 'f', 4);
+    if (e.accuracy >= 0) metrics += tr(", accuracy %1%").arg(100.0 * e.accuracy, 0, 'f', 1);
+    if (e.top5Accuracy >= 0) metrics += tr(", top-5 %1%").arg(100.0 * e.top5Accuracy, 0, 'f', 1);
+    if (e.meanSquaredError >= 0) metrics += tr(", MSE %1").arg(e.meanSquaredError, 0, 'g', 4);
+    if (e.meanAbsoluteError >= 0) metrics += tr(", MAE %1").arg(e.meanAbsoluteError, 0, 'g', 4);
+    QString text = tr("after step %1: %2 on %3 held-out samples (micro-batch %4, %5 s)")
+                       .arg(e.step)
+                       .arg(metrics)
+                       .arg(e.samples)
+                       .arg(e.microBatch)
+                       .arg(e.seconds, 0, 'f', 2);
+    if (e.ooms > 0) text += tr("; %1 out-of-memory error(s) recovered").arg(e.ooms);
+    return text;
 }
 
 QString planCaption(qint64 targetBatch, qint64 microBatch) {

@@ -112,6 +112,17 @@ bool TrainerController::start(const core::TrainerOptions& options) {
     // Built here, so that every command from now on goes to it (its mailbox keeps what arrives
     // before run() starts); it runs, and sends its events, on the worker thread.
     m_trainer = std::make_shared<core::Trainer>(runOptions, *m_queue);
+    // The run's folder, fed from drain() on this thread (the trainer thread never waits for it).
+    m_folder.reset();
+    m_folderPath.clear();
+    const std::string runs = m_runsDirectory.isEmpty() ? core::defaultRunsDirectory() : m_runsDirectory.toStdString();
+    if (auto folder = core::RunFolder::create(runs, runOptions)) {
+        m_folder = std::move(*folder);
+        m_folderPath = QString::fromStdString(m_folder->path());
+        Q_EMIT runRecorded(m_folderPath, QString());
+    } else {
+        Q_EMIT runRecorded(QString(), QString::fromStdString(folder.error()));
+    }
     QMetaObject::invokeMethod(
         m_worker, [worker = m_worker, trainer = m_trainer, queue = m_queue] { worker->run(trainer, queue); },
         Qt::QueuedConnection);
@@ -190,6 +201,12 @@ QStringList TrainerController::builtinModelNames() {
 void TrainerController::drain() {
     std::vector<core::Event> events = m_queue->take();
     if (events.empty()) return;
+    if (m_folder) {
+        const bool failedBefore = !m_folder->error().empty();
+        for (const core::Event& event : events) m_folder->onEvent(event);
+        if (!failedBefore && !m_folder->error().empty())
+            Q_EMIT runRecorded(m_folderPath, QString::fromStdString(m_folder->error()));
+    }
     QList<core::Event> batch;
     batch.reserve(static_cast<qsizetype>(events.size()));
     for (core::Event& event : events) batch.append(std::move(event));
@@ -199,6 +216,13 @@ void TrainerController::drain() {
 void TrainerController::onWorkerFinished(const core::RunResult& result) {
     drain();  // deliver the last events before saying the run is over
     m_drainTimer->stop();
+    if (m_folder) {
+        const bool failedBefore = !m_folder->error().empty();
+        m_folder->flush();
+        if (!failedBefore && !m_folder->error().empty())
+            Q_EMIT runRecorded(m_folderPath, QString::fromStdString(m_folder->error()));
+        m_folder.reset();
+    }
     m_running = false;
     m_trainer.reset();  // the worker has let go of it: its model and tensors are freed here
     if (m_paused) {

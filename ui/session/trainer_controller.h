@@ -11,6 +11,7 @@
 
 #include "core/events.h"
 #include "core/options.h"
+#include "core/run_folder.h"
 #include "core/trainer.h"
 #include "ui/session/event_metatypes.h"
 
@@ -70,6 +71,12 @@ public:
     /// batch, or its first `samples` samples when 0 < samples < its size).
     void checkEquivalence(qint64 samples);
 
+    /// Where each run's folder goes (core::RunFolder: config.json, events.jsonl, summary.json);
+    /// empty (the default): core::defaultRunsDirectory().
+    void setRunsDirectory(const QString& directory) { m_runsDirectory = directory; }
+    /// The folder of the current or last run; empty when none was written.
+    QString runFolder() const { return m_folderPath; }
+
     /// Milliseconds between drains of the event queue (default 33).
     void setDrainInterval(int milliseconds);
     /// Events dropped because the GUI fell far behind (memory samples and micro-batch events
@@ -87,6 +94,9 @@ Q_SIGNALS:
     /// The run ended; every event it sent has been delivered before this signal.
     void runFinished(const batchpilot::core::RunResult& result);
     void pausedChanged(bool paused);
+    /// Where the run is recorded (`path`), or why it is not (`error`); sent at the start, and
+    /// again when a write failed during the run.
+    void runRecorded(const QString& path, const QString& error);
     void stepModeChanged(bool on);
 
 private:
@@ -97,7 +107,10 @@ private:
     TrainerWorker* m_worker;
     QTimer* m_drainTimer;
     std::shared_ptr<EventQueue> m_queue;
-    std::shared_ptr<core::Trainer> m_trainer;  ///< the current run's, from start() to runFinished
+    std::shared_ptr<core::Trainer> m_trainer;   ///< the current run's, from start() to runFinished
+    std::unique_ptr<core::RunFolder> m_folder;  ///< the current run's folder, fed on the GUI thread
+    QString m_runsDirectory;
+    QString m_folderPath;
     bool m_running = false;
     bool m_paused = false;
     bool m_stepMode = false;

@@ -117,6 +117,12 @@ MainWindow::MainWindow(QWidget* parent)
     });
     connect(m_controller, &TrainerController::eventsReceived, this, &MainWindow::onEvents);
     connect(m_controller, &TrainerController::runFinished, this, &MainWindow::onRunFinished);
+    connect(m_controller, &TrainerController::runRecorded, this, [this](const QString& path, const QString& error) {
+        if (error.isEmpty())
+            note(tr("run folder: %1").arg(path));
+        else
+            note(tr("the run is not recorded: %1").arg(error));
+    });
     connect(m_commands, &RunCommands::startRequested, this, &MainWindow::start);
     connect(m_commands, &RunCommands::note, this, &MainWindow::note);
 
