@@ -8,6 +8,8 @@
 #include <QClipboard>
 #include <QImage>
 #include <QTemporaryDir>
+#include <QChartView>
+#include <QValueAxis>
 
 #include "core/events.h"
 #include "core/math_libraries.h"
@@ -75,6 +77,8 @@ private Q_SLOTS:
     void probeChartShowsSequences();
     void memoryChartMarksOoms();
     void zoomPausesFollowLive();
+    void wallTimeChartsZoomTogether();
+    void lossChartMarksValidations();
     void chartsExportPng();
     void speedChartShowsTheSearch();
     void accumulationFillsAndReplays();
@@ -201,10 +205,85 @@ void TestWidgets::zoomPausesFollowLive() {
     // More data does not move a paused chart.
     for (int i = 201; i <= 400; ++i) panel.handle(step(i, 1.0 / i));
     panel.redrawNow();
-    // The button (and View > Follow live) resumes.
+    QCOMPARE(panel.lossChart()->xAxis()->max(), 50.0);
+    QCOMPARE(panel.lossChart()->rawStore().size(), std::size_t{400});  // kept while zoomed
+    // The button (and View > Follow live) resumes, and shows what arrived meanwhile.
     panel.setFollowLive(true);
     QVERIFY(panel.followLive());
     QCOMPARE(spy.last().first().toBool(), true);
+    panel.redrawNow();
+    QVERIFY(panel.lossChart()->xAxis()->max() >= 400.0);
+}
+
+void TestWidgets::wallTimeChartsZoomTogether() {
+    ui::ChartsPanel panel;
+    panel.resize(1200, 800);
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    for (int i = 1; i <= 300; ++i) {
+        panel.handle(step(i, 1.0 / i));
+        panel.handle(core::MemorySample{0.1 * i, 10 * kMiB, 10 * kMiB, 20 * kMiB, 64 * kMiB, 60 * kMiB});
+    }
+    panel.redrawNow();
+    ui::LiveChart* memory = panel.charts()[2];
+    ui::LiveChart* throughput = panel.charts()[3];
+    QVERIFY(memory->timeAxis() && throughput->timeAxis() && !panel.lossChart()->timeAxis());
+    // The wheel over the throughput chart zooms it, and the memory chart shows the same span;
+    // the loss chart (x: optimizer steps) keeps following.
+    const double before = throughput->xAxis()->max() - throughput->xAxis()->min();
+    QWidget* view = throughput->chartView()->viewport();
+    const QPointF centre(view->width() / 2.0, view->height() / 2.0);
+    QWheelEvent wheel(centre, view->mapToGlobal(centre), QPoint(), QPoint(0, 120), Qt::NoButton, Qt::NoModifier,
+                      Qt::NoScrollPhase, false);
+    QApplication::sendEvent(view, &wheel);
+    const double x0 = throughput->xAxis()->min();
+    const double x1 = throughput->xAxis()->max();
+    QVERIFY2(x1 - x0 < 0.9 * before, qPrintable(QStringLiteral("%1 .. %2 of %3 s").arg(x0).arg(x1).arg(before)));
+    QVERIFY(!throughput->followLive() && !memory->followLive());
+    QCOMPARE(memory->xAxis()->min(), x0);
+    QCOMPARE(memory->xAxis()->max(), x1);
+    QVERIFY(panel.lossChart()->followLive());
+    // Panning the memory chart (middle button) moves both.
+    QWidget* memoryView = memory->chartView()->viewport();
+    const QPoint from(memoryView->width() / 2, memoryView->height() / 2);
+    QTest::mousePress(memoryView, Qt::MiddleButton, Qt::NoModifier, from);
+    QMouseEvent move(QEvent::MouseMove, QPointF(from + QPoint(60, 0)),
+                     memoryView->mapToGlobal(QPointF(from + QPoint(60, 0))), Qt::NoButton, Qt::MiddleButton,
+                     Qt::NoModifier);
+    QApplication::sendEvent(memoryView, &move);
+    QTest::mouseRelease(memoryView, Qt::MiddleButton, Qt::NoModifier, from + QPoint(60, 0));
+    QVERIFY2(memory->xAxis()->min() < x0, "dragging right shows earlier times");
+    QCOMPARE(throughput->xAxis()->min(), memory->xAxis()->min());
+    // A double click follows live again, in both.
+    QTest::mouseDClick(memoryView, Qt::LeftButton, Qt::NoModifier, from);
+    QVERIFY(memory->followLive());
+    QVERIFY(throughput->followLive());
+}
+
+void TestWidgets::lossChartMarksValidations() {
+    ui::LossChart chart;
+    for (int i = 1; i <= 20; ++i) chart.handle(step(i, 2.0 / i));
+    core::ValidationDone v;
+    v.time = 1.0;
+    v.step = 10;
+    v.samplesSeen = 2560;
+    v.loss = 0.4;
+    v.accuracy = 0.875;
+    chart.handle(v);
+    v.time = 2.0;
+    v.step = 20;
+    v.samplesSeen = 5120;
+    v.loss = 0.3;
+    chart.handle(v);
+    QCOMPARE(chart.validationStore().size(), std::size_t{2});
+    QCOMPARE(chart.validationStore().points().back(), QPointF(20, 0.3));
+    chart.setXAxis(ui::LossChart::XAxis::Samples);
+    QCOMPARE(chart.validationStore().points().front(), QPointF(2560, 0.4));
+    chart.setXAxis(ui::LossChart::XAxis::WallTime);
+    QCOMPARE(chart.validationStore().points().back(), QPointF(2.0, 0.3));
+    QVERIFY(chart.timeAxis());
+    chart.clear();
+    QCOMPARE(chart.validationStore().size(), std::size_t{0});
 }
 
 void TestWidgets::chartsExportPng() {

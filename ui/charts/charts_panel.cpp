@@ -69,6 +69,20 @@ ChartsPanel::ChartsPanel(QWidget* parent)
     layout->addWidget(m_tabs);
     for (LiveChart* chart : charts())
         connect(chart, &LiveChart::followLiveChanged, this, [this] { Q_EMIT followLiveChanged(followLive()); });
+    // The charts whose x axis is wall time show the same span: zooming or panning one moves the
+    // others, and following live again in one resumes them all.
+    for (LiveChart* source : charts()) {
+        connect(source, &LiveChart::xRangeChosen, this, [this, source](double x0, double x1) {
+            if (!source->timeAxis()) return;
+            for (LiveChart* other : charts())
+                if (other != source && other->timeAxis()) other->showXRange(x0, x1);
+        });
+        connect(source, &LiveChart::followLiveChanged, this, [this, source](bool follow) {
+            if (!follow || !source->timeAxis()) return;
+            for (LiveChart* other : charts())
+                if (other != source && other->timeAxis()) other->setFollowLive(true);
+        });
+    }
     m_timer->setInterval(16);
     connect(m_timer, &QTimer::timeout, this, &ChartsPanel::redrawNext);
     m_timer->start();

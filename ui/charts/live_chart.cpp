@@ -23,8 +23,8 @@
 
 namespace batchpilot::ui {
 
-/// QChartView whose rubber-band zoom and wheel zoom pause "follow live", and whose right click
-/// brings following back.
+/// QChartView whose rubber-band zoom, wheel zoom and pan pause "follow live", and whose right
+/// click or double click brings following back.
 class ZoomableChartView : public QChartView {
 public:
     ZoomableChartView(QChart* chart, LiveChart* owner) : QChartView(chart), m_owner(owner) {
@@ -35,7 +35,43 @@ public:
     }
 
 protected:
+    void mousePressEvent(QMouseEvent* event) override {
+        const bool pan = event->button() == Qt::MiddleButton ||
+                         (event->button() == Qt::LeftButton && (event->modifiers() & Qt::ShiftModifier));
+        if (pan) {
+            m_panning = true;
+            m_panFrom = event->position();
+            setCursor(Qt::ClosedHandCursor);
+            event->accept();
+            return;
+        }
+        QChartView::mousePressEvent(event);
+    }
+
+    void mouseMoveEvent(QMouseEvent* event) override {
+        if (m_panning) {
+            const QPointF delta = event->position() - m_panFrom;
+            m_panFrom = event->position();
+            chart()->scroll(-delta.x(), delta.y());
+            m_owner->userZoomed();
+            event->accept();
+            return;
+        }
+        QChartView::mouseMoveEvent(event);
+    }
+
+    void mouseDoubleClickEvent(QMouseEvent* event) override {
+        event->accept();
+        m_owner->setFollowLive(true);
+    }
+
     void mouseReleaseEvent(QMouseEvent* event) override {
+        if (m_panning) {
+            m_panning = false;
+            unsetCursor();
+            event->accept();
+            return;
+        }
         if (event->button() == Qt::RightButton) {
             // QChartView would zoom out one step; resuming the live view is more useful.
             event->accept();
@@ -56,6 +92,8 @@ protected:
 
 private:
     LiveChart* m_owner;
+    bool m_panning = false;
+    QPointF m_panFrom;
 };
 
 LiveChart::LiveChart(const QString& title, QWidget* parent) : QWidget(parent), m_title(title) {
@@ -91,7 +129,9 @@ LiveChart::LiveChart(const QString& title, QWidget* parent) : QWidget(parent), m
     m_followButton->setChecked(true);
     m_followButton->setToolTip(
         tr("Keep the whole run in view as data arrives. Zooming (drag a rectangle or use the "
-           "wheel) pauses following; right-click the chart or press this button to resume."));
+           "wheel) or panning (drag with the middle button, or with Shift) pauses following while "
+           "data keeps arriving; double-click or right-click the chart, or press this button, to "
+           "resume. The wall-time charts zoom together."));
     m_followButton->setAutoRaise(true);
     connect(m_followButton, &QToolButton::toggled, this, &LiveChart::setFollowLive);
     tools->addWidget(m_followButton);
@@ -140,6 +180,15 @@ void LiveChart::setFollowLive(bool follow) {
 void LiveChart::userZoomed() {
     setFollowLive(false);
     m_dirty = true;  // re-thin to the new range
+    redraw();
+    Q_EMIT xRangeChosen(m_xAxis->min(), m_xAxis->max());
+}
+
+void LiveChart::showXRange(double x0, double x1) {
+    if (!(x0 < x1)) return;
+    setFollowLive(false);
+    m_xAxis->setRange(x0, x1);
+    m_dirty = true;
     redraw();
 }
 

@@ -22,9 +22,10 @@ namespace batchpilot::ui {
 class SeriesStore;
 
 /// Base of the live charts: a Qt Charts view with a small tool row (chart-specific controls,
-/// "Follow live", "Export PNG"), rubber-band zoom that pauses following, hover tooltips, and
-/// timer-driven redraws. Subclasses keep their data in SeriesStores, take events in handle(),
-/// and draw in refresh() with one replace() per series.
+/// "Follow live", "Export PNG"), zoom (drag a rectangle, or the wheel) and pan (drag with the
+/// middle button, or Shift and the left button) that pause following while data keeps arriving,
+/// double-click or right-click to follow live again, hover tooltips, and timer-driven redraws. Subclasses keep their
+/// data in SeriesStores, take events in handle(), and draw in refresh() with one replace() per series.
 ///
 /// Thread rules: GUI thread only.
 class LiveChart : public QWidget {
@@ -46,6 +47,11 @@ public:
     /// Shows the x range [x0, x1] and the y range [y0, y1] and pauses following, as a user's
     /// rubber-band zoom does.
     void zoomTo(const QRectF& valueRect);
+    /// Shows the x range [x0, x1] (y fitted to it) and pauses following, without reporting it as
+    /// the user's choice: how the charts panel keeps the wall-time charts' x axes in step.
+    void showXRange(double x0, double x1);
+    /// True when the x axis is wall time (seconds since the run started) at the moment.
+    virtual bool timeAxis() const { return false; }
     /// Saves the chart as it looks now.
     bool exportPng(const QString& path);
     void setDarkTheme(bool dark);
@@ -57,6 +63,8 @@ public:
 
 Q_SIGNALS:
     void followLiveChanged(bool follow);
+    /// The user zoomed or panned this chart to show x in [x0, x1].
+    void xRangeChosen(double x0, double x1);
 
 protected:
     /// Row above the chart where subclasses add their controls.

@@ -10,9 +10,11 @@
 #include <QGraphicsRectItem>
 #include <QGraphicsScene>
 #include <QLegendMarker>
+#include <QLabel>
 #include <QLineSeries>
 #include <QPen>
 #include <QScatterSeries>
+#include <QVBoxLayout>
 #include <QValueAxis>
 
 #include "core/byte_size.h"
@@ -33,7 +35,7 @@ QString bytesText(int64_t bytes) {
 
 MemoryChart::MemoryChart(QWidget* parent) : LiveChart(tr("Device memory"), parent) {
     auto* yAxis = new QValueAxis;
-    yAxis->setTitleText(tr("memory (MiB)"));
+    yAxis->setTitleText(tr("MiB"));  // short: Qt elides a title longer than the plot is high
     yAxis->setLabelFormat(QStringLiteral("%.0f"));
     m_yAxis = yAxis;
     chart()->addAxis(m_yAxis, Qt::AlignLeft);
@@ -42,13 +44,15 @@ MemoryChart::MemoryChart(QWidget* parent) : LiveChart(tr("Device memory"), paren
     m_capacitySeries = new QLineSeries;
     m_capacitySeries->setName(tr("capacity"));
     m_headroomSeries = new QLineSeries;
-    m_headroomSeries->setName(tr("headroom line"));
+    m_headroomSeries->setName(tr("usable"));
     m_reservedSeries = new QLineSeries;
     m_reservedSeries->setName(tr("reserved"));
     m_peakSeries = new QLineSeries;
-    m_peakSeries->setName(tr("peak"));
+    // Named for what a student sees: the peak is sampled per micro-batch, "allocated" between
+    // micro-batches (what stays: parameters, gradients, optimizer state).
+    m_peakSeries->setName(tr("micro-batch peak"));
     m_allocatedSeries = new QLineSeries;
-    m_allocatedSeries->setName(tr("allocated"));
+    m_allocatedSeries->setName(tr("resident"));
     m_oomSeries = new QScatterSeries;
     m_oomSeries->setName(tr("OOM"));
     m_oomSeries->setMarkerShape(QScatterSeries::MarkerShapeTriangle);
@@ -68,8 +72,9 @@ MemoryChart::MemoryChart(QWidget* parent) : LiveChart(tr("Device memory"), paren
             return tr("%1: %2 MiB at %3 s").arg(name).arg(p.y(), 0, 'f', 1).arg(p.x(), 0, 'f', 1);
         };
     };
-    showTipsFor(m_allocatedSeries, lineTip(tr("allocated")));
-    showTipsFor(m_peakSeries, lineTip(tr("peak")));
+    showTipsFor(m_allocatedSeries,
+                lineTip(tr("resident between micro-batches (parameters, gradients, optimizer state)")));
+    showTipsFor(m_peakSeries, lineTip(tr("peak of the micro-batch (resident + its activations)")));
     showTipsFor(m_reservedSeries, lineTip(tr("reserved")));
     showTipsFor(m_capacitySeries, lineTip(tr("capacity")));
     showTipsFor(m_headroomSeries, lineTip(tr("usable (capacity minus headroom)")));
@@ -80,6 +85,14 @@ MemoryChart::MemoryChart(QWidget* parent) : LiveChart(tr("Device memory"), paren
             if (!best || std::abs(oom.time - p.x()) < std::abs(best->time - p.x())) best = &oom;
         return best ? best->text : QString();
     });
+
+    auto* caption =
+        new QLabel(tr("<b>micro-batch peak</b>: the most memory a micro-batch used (resident + its "
+                      "activations); <b>resident</b>: what stays between micro-batches"));
+    caption->setObjectName(QStringLiteral("memoryCaption"));
+    caption->setWordWrap(true);
+    caption->setContentsMargins(6, 0, 6, 2);
+    if (auto* box = qobject_cast<QVBoxLayout*>(layout())) box->addWidget(caption);
 
     // Markers follow the plot when the chart is resized or zoomed.
     connect(chart(), &QChart::plotAreaChanged, this, [this] { placeMarkers(); });

@@ -23,6 +23,7 @@ public:
     explicit MemoryChart(QWidget* parent = nullptr);
     ~MemoryChart() override;
 
+    bool timeAxis() const override { return true; }
     void handle(const core::Event& event) override;
     void clear() override;
 

@@ -37,7 +37,7 @@ QString bytes(qint64 value) {
 
 ProbeChart::ProbeChart(QWidget* parent) : LiveChart(tr("Probe: micro-batch trials"), parent) {
     m_yAxis = new QValueAxis;
-    m_yAxis->setTitleText(tr("micro-batch"));
+    m_yAxis->setTitleText(tr("samples"));  // short: Qt elides a title longer than the plot is high
     m_yAxis->setLabelFormat(QStringLiteral("%.0f"));
     chart()->addAxis(m_yAxis, Qt::AlignLeft);
     setPaddedRange(m_yAxis, 0, 64, /*fromZero=*/true);

@@ -25,6 +25,7 @@ public:
     explicit ProbeChart(QWidget* parent = nullptr);
 
     void handle(const core::Event& event) override;
+    bool timeAxis() const override { return m_xKind == XAxis::WallTime; }
     void clear() override;
     void setXAxis(XAxis axis);
 

@@ -15,10 +15,15 @@ ThroughputChart::ThroughputChart(QWidget* parent) : LiveChart(tr("Throughput and
     m_rateAxis->setTitleText(tr("samples / s"));
     m_rateAxis->setLabelFormat(QStringLiteral("%.0f"));
     m_planAxis = new QValueAxis;
-    m_planAxis->setTitleText(tr("micro-batch, steps"));
+    // Short titles: Qt elides an axis title longer than the plot is high.
+    m_planAxis->setTitleText(tr("micro-batch"));
     m_planAxis->setLabelFormat(QStringLiteral("%.0f"));
+    m_stepsAxis = new QValueAxis;
+    m_stepsAxis->setTitleText(tr("steps"));
+    m_stepsAxis->setLabelFormat(QStringLiteral("%.0f"));
     chart()->addAxis(m_rateAxis, Qt::AlignLeft);
     chart()->addAxis(m_planAxis, Qt::AlignRight);
+    chart()->addAxis(m_stepsAxis, Qt::AlignRight);
     xAxis()->setTitleText(tr("wall time (s)"));
 
     m_throughputSeries = new QLineSeries;
@@ -32,10 +37,10 @@ ThroughputChart::ThroughputChart(QWidget* parent) : LiveChart(tr("Throughput and
     chart()->addSeries(m_accumulationSeries);
     m_throughputSeries->attachAxis(xAxis());
     m_throughputSeries->attachAxis(m_rateAxis);
-    for (QLineSeries* series : {m_microBatchSeries, m_accumulationSeries}) {
-        series->attachAxis(xAxis());
-        series->attachAxis(m_planAxis);
-    }
+    m_microBatchSeries->attachAxis(xAxis());
+    m_microBatchSeries->attachAxis(m_planAxis);
+    m_accumulationSeries->attachAxis(xAxis());
+    m_accumulationSeries->attachAxis(m_stepsAxis);
     showTipsFor(m_throughputSeries, [](const QPointF& p) {
         return tr("%1 samples/s at %2 s").arg(p.y(), 0, 'f', 0).arg(p.x(), 0, 'f', 1);
     });
@@ -81,12 +86,15 @@ void ThroughputChart::refresh(bool follow) {
     double rateMax = -std::numeric_limits<double>::infinity();
     double planMin = 0;
     double planMax = -std::numeric_limits<double>::infinity();
+    double stepsMin = 0;
+    double stepsMax = -std::numeric_limits<double>::infinity();
     replaceThinned(m_throughputSeries, m_throughput, x0, x1, columns, &rateMin, &rateMax);
     replaceThinned(m_microBatchSeries, m_microBatch, x0, x1, columns, &planMin, &planMax);
-    replaceThinned(m_accumulationSeries, m_accumulation, x0, x1, columns, &planMin, &planMax);
+    replaceThinned(m_accumulationSeries, m_accumulation, x0, x1, columns, &stepsMin, &stepsMax);
     if (follow) {
         setPaddedRange(m_rateAxis, 0, std::isfinite(rateMax) ? rateMax : 1, /*fromZero=*/true);
         setPaddedRange(m_planAxis, 0, std::isfinite(planMax) ? planMax : 1, /*fromZero=*/true);
+        setPaddedRange(m_stepsAxis, 0, std::isfinite(stepsMax) ? std::max(stepsMax, 1.0) : 1, /*fromZero=*/true);
     }
 }
 
@@ -96,6 +104,12 @@ void ThroughputChart::applyColors(const ChartColors& c) {
     m_accumulationSeries->setPen(linePen(c.tertiary, 1.5, Qt::DashLine));
     m_rateAxis->setLabelFormat(QStringLiteral("%.0f"));
     m_planAxis->setLabelFormat(QStringLiteral("%.0f"));
+    m_stepsAxis->setLabelFormat(QStringLiteral("%.0f"));
+    // Each right axis in its line's colour, so that which line reads on which axis is plain.
+    m_planAxis->setLinePenColor(c.secondary);
+    m_planAxis->setLabelsColor(c.secondary);
+    m_stepsAxis->setLinePenColor(c.tertiary);
+    m_stepsAxis->setLabelsColor(c.tertiary);
 }
 
 }  // namespace batchpilot::ui

@@ -15,6 +15,7 @@ class ThroughputChart : public LiveChart {
 public:
     explicit ThroughputChart(QWidget* parent = nullptr);
 
+    bool timeAxis() const override { return true; }
     void handle(const core::Event& event) override;
     void clear() override;
 
@@ -33,7 +34,8 @@ private:
     QLineSeries* m_microBatchSeries = nullptr;
     QLineSeries* m_accumulationSeries = nullptr;
     QValueAxis* m_rateAxis = nullptr;
-    QValueAxis* m_planAxis = nullptr;
+    QValueAxis* m_planAxis = nullptr;   ///< micro-batch size (samples)
+    QValueAxis* m_stepsAxis = nullptr;  ///< accumulation steps: its own scale (a few, next to hundreds of samples)
 };
 
 }  // namespace batchpilot::ui
