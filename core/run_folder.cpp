@@ -33,8 +33,8 @@ std::string environment(const char* name) {
 std::string slug(const std::string& text) {
     std::string out;
     for (const char c : text) {
-        const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                           c == '_';
+        const bool plain =
+            (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
         if (plain)
             out += c;
         else if (!out.empty() && out.back() != '-')
@@ -63,8 +63,8 @@ std::string defaultRunsDirectory() {
 }
 
 std::string runFolderName(const TrainerOptions& options, std::time_t when) {
-    const std::string model = isModelFile(options.model.name) ? fs::path(options.model.name).stem().string()
-                                                               : options.model.name;
+    const std::string model =
+        isModelFile(options.model.name) ? fs::path(options.model.name).stem().string() : options.model.name;
     return localTime(when, "%Y%m%d-%H%M%S") + "-" + slug(model) + "-" + slug(options.data.name);
 }
 
@@ -120,8 +120,8 @@ void RunSummaryBuilder::handle(const Event& event) {
 json RunSummaryBuilder::toJson(const std::string& name, const std::string& started) const {
     json metrics = json::object();
     for (const auto& [key, t] : m_metrics) {
-        metrics[key] = {{"last", t.last},         {"last_step", t.lastStep}, {"best", t.best},
-                        {"best_step", t.bestStep}, {"count", t.count},       {"higher_is_better", t.higherIsBetter}};
+        metrics[key] = {{"last", t.last},          {"last_step", t.lastStep}, {"best", t.best},
+                        {"best_step", t.bestStep}, {"count", t.count},        {"higher_is_better", t.higherIsBetter}};
     }
     json j = {{"name", name},
               {"started", started},
@@ -228,7 +228,8 @@ tl::expected<json, std::string> readRunSummary(const std::string& runFolder) {
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
     if (ec) return tl::unexpected(path + " cannot be read: not a run folder?");
-    if (size > kMaxSummaryBytes) return tl::unexpected(path + " is " + std::to_string(size) + " bytes: not a run summary");
+    if (size > kMaxSummaryBytes)
+        return tl::unexpected(path + " is " + std::to_string(size) + " bytes: not a run summary");
     std::ifstream in(path);
     std::stringstream text;
     text << in.rdbuf();

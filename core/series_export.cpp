@@ -43,8 +43,10 @@ void SeriesCsvWriter::row(const char* series, const json& value, bool withStep, 
     const std::string v = field(value);
     if (v.empty()) return;
     m_out << series << ',';
-    if (withStep) m_out << m_step << ',' << m_samplesSeen;
-    else m_out << ',';
+    if (withStep)
+        m_out << m_step << ',' << m_samplesSeen;
+    else
+        m_out << ',';
     m_out << ',' << formatText("%.4f", m_time) << ',' << (micro ? field(*micro) : std::string()) << ',' << v << '\n';
     ++m_rows;
 }
@@ -95,8 +97,9 @@ tl::expected<SeriesExport, std::string> exportRunCsv(const std::string& runFolde
     const std::string eventsPath = runFolder + "/events.jsonl";
     std::error_code ec;
     if (!fs::is_regular_file(eventsPath, ec)) {
-        return tl::unexpected(runFolder + " is not a run folder: it has no events.jsonl (run folders are under "
-                                          "the runs directory, see --runs-dir)");
+        return tl::unexpected(runFolder +
+                              " is not a run folder: it has no events.jsonl (run folders are under "
+                              "the runs directory, see --runs-dir)");
     }
     std::ifstream in(eventsPath);
     if (!in) return tl::unexpected("cannot read " + eventsPath);
@@ -105,7 +108,8 @@ tl::expected<SeriesExport, std::string> exportRunCsv(const std::string& runFolde
     const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
     std::string temporary = (folder / ("." + target.filename().string() + ".XXXXXX")).string();
     const int fd = ::mkstemp(temporary.data());
-    if (fd < 0) return tl::unexpected("cannot write in " + folder.string() + ": choose a writable place with --csv-out");
+    if (fd < 0)
+        return tl::unexpected("cannot write in " + folder.string() + ": choose a writable place with --csv-out");
     ::close(fd);
     SeriesExport result;
     {

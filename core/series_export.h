@@ -29,7 +29,8 @@ public:
     int64_t rows() const { return m_rows; }
 
 private:
-    void row(const char* series, const nlohmann::json& value, bool withStep = true, const nlohmann::json* micro = nullptr);
+    void row(const char* series, const nlohmann::json& value, bool withStep = true,
+             const nlohmann::json* micro = nullptr);
 
     std::ostream& m_out;
     int64_t m_rows = 0;
@@ -40,10 +41,10 @@ private:
 
 /// What exportRunCsv did.
 struct SeriesExport {
-    std::string path;       ///< the CSV written
-    int64_t rows = 0;       ///< data rows (without the header)
-    int64_t events = 0;     ///< events read
-    int64_t skipped = 0;    ///< lines that were not a JSON object (a run cut off mid-line, damage)
+    std::string path;     ///< the CSV written
+    int64_t rows = 0;     ///< data rows (without the header)
+    int64_t events = 0;   ///< events read
+    int64_t skipped = 0;  ///< lines that were not a JSON object (a run cut off mid-line, damage)
 };
 
 /// Reads `runFolder`/events.jsonl and writes the table to `outPath` (empty: `runFolder`/series.csv)

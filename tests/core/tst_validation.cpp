@@ -32,7 +32,8 @@ public:
     std::vector<int64_t> sampleShape() const override { return {1}; }
     int64_t classes() const override { return 2; }
     Batch get(const std::vector<int64_t>& indices) const override {
-        Batch b{torch::empty({static_cast<int64_t>(indices.size()), 1}), torch::empty({static_cast<int64_t>(indices.size())}, torch::kInt64)};
+        Batch b{torch::empty({static_cast<int64_t>(indices.size()), 1}),
+                torch::empty({static_cast<int64_t>(indices.size())}, torch::kInt64)};
         for (size_t i = 0; i < indices.size(); ++i) {
             b.inputs[static_cast<int64_t>(i)][0] = static_cast<float>(indices[i]);
             b.targets[static_cast<int64_t>(i)] = indices[i] % 2;
@@ -318,7 +319,9 @@ void TestValidation::splitZeroTurnsItOff() {
     QVERIFY(sink.all<ValidationDone>().empty());
     // Data given by a factory (tests, embedding code) is not split unless asked.
     TrainerOptions f = synthetic(256, 8);
-    f.datasetFactory = [] { return tl::expected<std::shared_ptr<Dataset>, std::string>(std::make_shared<NumberedData>(256)); };
+    f.datasetFactory = [] {
+        return tl::expected<std::shared_ptr<Dataset>, std::string>(std::make_shared<NumberedData>(256));
+    };
     f.optimizer.learningRate = 1e-5;  // the inputs are the numbers 0..255
     RecordingSink factory;
     const RunResult r = Trainer(f, factory).run();
@@ -358,9 +361,9 @@ void TestValidation::validationTableIsScaledLikeTraining() {
     std::iota(first.begin(), first.end(), 0);
     const Batch expected = (*training)->get(first);
     const Batch got = made->validation->get(first);
-    QVERIFY2(torch::allclose(got.inputs, expected.inputs, 1e-5, 1e-5),
-             qPrintable(QStringLiteral("max difference %1")
-                            .arg((got.inputs - expected.inputs).abs().max().item<double>())));
+    QVERIFY2(
+        torch::allclose(got.inputs, expected.inputs, 1e-5, 1e-5),
+        qPrintable(QStringLiteral("max difference %1").arg((got.inputs - expected.inputs).abs().max().item<double>())));
     QVERIFY(torch::equal(got.targets, expected.targets));
     // Standardised over its own rows they would differ by far more than rounding.
     auto own = makeDataset(DataOptions{.name = "csv", .path = validPath, .targetColumn = "label"});

@@ -18,6 +18,9 @@
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/probe_chart.h"
+#include "ui/charts/runs_panel.h"
+#include <QTabWidget>
+#include <QTableWidget>
 #include "ui/charts/speed_chart.h"
 #include "ui/config/demo_options.h"
 #include "ui/log/event_log.h"
@@ -66,6 +69,7 @@ private Q_SLOTS:
     void invalidInputsDisableStart();
     void exportsFiles();
     void configurationsAndResume();
+    void comparesRunsWithDifferentTargetBatches();
 
 private:
     static void startDemo(ui::MainWindow& w, int64_t steps = 100000) {
@@ -272,6 +276,24 @@ void TestMainWindow::exportsFiles() {
         QJsonDocument::fromJson(line, &error);
         QCOMPARE(error.error, QJsonParseError::NoError);
     }
+    // Every series as one tidy table, from the run's folder: 3 steps' training loss, the demo's
+    // validation at the end, memory samples.
+    const QString data = dir.filePath(QStringLiteral("series.csv"));
+    QVERIFY2(w.exportDataCsv(data), qPrintable(w.errorText()));
+    QFile dataFile(data);
+    QVERIFY(dataFile.open(QIODevice::ReadOnly));
+    const QList<QByteArray> table = dataFile.readAll().trimmed().split('\n');
+    QCOMPARE(table.front(), QByteArray("series,step,samples_seen,time_s,micro_batch,value"));
+    int losses = 0, validations = 0, memory = 0;
+    for (const QByteArray& row : table) {
+        if (row.startsWith("train_loss,")) ++losses;
+        if (row.startsWith("val_accuracy,")) ++validations;
+        if (row.startsWith("memory_allocated_bytes,")) ++memory;
+    }
+    QCOMPARE(losses, 3);
+    QCOMPARE(validations, 1);
+    QVERIFY(memory > 0);
+    QVERIFY(w.controller()->runFolder().startsWith(qEnvironmentVariable("BATCHPILOT_RUNS_DIR")));
     QCOMPARE(w.exportCharts(dir.path()).size(), 7);
     QVERIFY2(w.errorText().isEmpty(), qPrintable(w.errorText()));  // every file written, nothing to report
 }
@@ -327,6 +349,53 @@ void TestMainWindow::configurationsAndResume() {
     w.runPanel()->datasetBox()->setCurrentIndex(w.runPanel()->datasetBox()->findData(QStringLiteral("csv")));
     QVERIFY(!w.startAction()->isEnabled());
     QVERIFY(w.runPanel()->problem().contains(QLatin1String("needs a data path")));
+}
+
+void TestMainWindow::comparesRunsWithDifferentTargetBatches() {
+    // Issue 13's "done": two runs with different target batches, each recorded in its folder,
+    // overlaid in the Compare runs tab on the samples-seen axis.
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    w.resize(1600, 1000);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    w.controller()->setRunsDirectory(runs.path());
+    ui::RunsPanel* panel = w.chartsPanel()->runsPanel();
+    panel->setRunsDirectory(runs.path());
+    QStringList folders;
+    for (const int64_t target : {256, 1024}) {
+        core::TrainerOptions options = ui::demoOptions();
+        options.targetBatch = target;
+        options.device = "virtual:256MiB";
+        options.steps = 6;
+        options.validation.everySteps = 2;
+        options.probe.objective = core::ProbeObjective::Largest;
+        QVERIFY(w.startWith(options));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
+        folders << w.controller()->runFolder();
+        QVERIFY2(folders.back().startsWith(runs.path()), qPrintable(folders.back()));
+    }
+    QCOMPARE(panel->folders().size(), 2);  // listed again when each run ended
+    w.chartsPanel()->tabs()->setCurrentWidget(panel);
+    for (const QString& folder : folders) panel->setCompared(folder, true);
+    ui::CompareChart* chart = panel->chart();
+    chart->setMetric(ui::CompareChart::Metric::ValidationAccuracy);
+    chart->setXAxis(ui::CompareChart::XAxis::Samples);
+    QCOMPARE(chart->overlayCount(), std::size_t{2});
+    // Table order is newest first: the 1024-sample run, then the 256-sample one.
+    const QStringList order = panel->folders();
+    for (std::size_t i = 0; i < 2; ++i) {
+        const int64_t target = order[static_cast<int>(i)] == folders[1] ? 1024 : 256;
+        const auto points = chart->overlayPoints(i);
+        QCOMPARE(points.size(), std::size_t{3});  // validated after steps 2, 4 and 6
+        for (std::size_t k = 0; k < points.size(); ++k) {
+            QCOMPARE(points[k].x(), static_cast<double>(2 * (k + 1) * target));
+            QVERIFY(points[k].y() >= 0 && points[k].y() <= 1);
+        }
+    }
+    QTest::qWait(200);  // let the event loop draw the new series (and delete the replaced ones)
+    chart->redraw();
+    QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-compare.png"))));
 }
 
 QTEST_MAIN(TestMainWindow)

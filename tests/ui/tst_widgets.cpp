@@ -18,6 +18,9 @@
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/probe_chart.h"
+#include "ui/charts/runs_panel.h"
+#include "core/run_folder.h"
+#include <QTableWidget>
 #include "ui/charts/speed_chart.h"
 #include "ui/charts/throughput_chart.h"
 #include "ui/log/event_log.h"
@@ -79,6 +82,7 @@ private Q_SLOTS:
     void zoomPausesFollowLive();
     void wallTimeChartsZoomTogether();
     void lossChartMarksValidations();
+    void runsPanelComparesRuns();
     void chartsExportPng();
     void speedChartShowsTheSearch();
     void accumulationFillsAndReplays();
@@ -284,6 +288,85 @@ void TestWidgets::lossChartMarksValidations() {
     QVERIFY(chart.timeAxis());
     chart.clear();
     QCOMPARE(chart.validationStore().size(), std::size_t{0});
+}
+
+void TestWidgets::runsPanelComparesRuns() {
+    // Two recorded runs with different target batches (64 and 256), validated every 2 steps.
+    QTemporaryDir dir;
+    const auto record = [&](int64_t target, double accuracyGain, std::time_t when) {
+        core::TrainerOptions o;
+        o.model.name = "mlp";
+        o.targetBatch = target;
+        auto folder = core::RunFolder::create(dir.path().toStdString(), o, when);
+        if (!folder) qFatal("%s", folder.error().c_str());
+        core::RunSummary s;
+        s.model = "mlp";
+        s.dataset = "synthetic";
+        s.targetBatch = target;
+        (*folder)->onEvent(s);
+        for (int n = 1; n <= 6; ++n) {
+            core::StepMetrics m = step(n, 1.0 / n);
+            m.targetBatch = target;
+            m.samplesSeen = n * target;
+            (*folder)->onEvent(m);
+            if (n % 2 == 0) {
+                core::ValidationDone v;
+                v.time = m.time;
+                v.step = n;
+                v.samplesSeen = m.samplesSeen;
+                v.loss = 1.0 / n;
+                v.accuracy = std::min(1.0, accuracyGain * n);
+                (*folder)->onEvent(v);
+            }
+        }
+        (*folder)->onEvent(core::RunStateChanged{1.0, core::RunState::Finished, "done"});
+        return QString::fromStdString((*folder)->path());
+    };
+    const QString small = record(64, 0.1, 1'700'000'000);
+    const QString large = record(256, 0.15, 1'700'000'100);
+    ui::RunsPanel panel;
+    panel.resize(1000, 700);
+    panel.show();
+    panel.setRunsDirectory(dir.path());
+    QCOMPARE(panel.folders(), (QStringList{large, small}));  // newest first
+    // Sorting by best validation accuracy (0.6 and 0.9), ascending: the small batch first.
+    panel.table()->sortItems(7, Qt::AscendingOrder);
+    QCOMPARE(panel.folders(), (QStringList{small, large}));
+    QCOMPARE(panel.table()->item(0, 7)->text(), QStringLiteral("60.0%"));
+    // Ticking both overlays them: validation accuracy on the samples-seen axis.
+    panel.setCompared(small, true);
+    panel.setCompared(large, true);
+    ui::CompareChart* chart = panel.chart();
+    chart->setMetric(ui::CompareChart::Metric::ValidationAccuracy);
+    chart->setXAxis(ui::CompareChart::XAxis::Samples);
+    QCOMPARE(chart->overlayCount(), std::size_t{2});
+    const auto first = chart->overlayPoints(0);  // the small batch (table order)
+    const auto second = chart->overlayPoints(1);
+    QCOMPARE(first.size(), std::size_t{3});
+    QCOMPARE(first.back().x(), 6.0 * 64);
+    QVERIFY(std::abs(first.back().y() - 0.6) < 1e-12);
+    QCOMPARE(second.back().x(), 6.0 * 256);
+    QVERIFY(std::abs(second.back().y() - 0.9) < 1e-12);
+    // The live run is drawn with them.
+    core::ValidationDone live;
+    live.step = 2;
+    live.samplesSeen = 200;
+    live.accuracy = 0.3;
+    chart->handle(live);
+    QCOMPARE(chart->livePoints().size(), std::size_t{1});
+    QCOMPARE(chart->livePoints().front(), QPointF(200, 0.3));
+    chart->redraw();
+    // Rename and delete, but never the live run's folder.
+    QVERIFY(panel.renameRun(small, QStringLiteral("batch 64")));
+    QCOMPARE(panel.table()->item(panel.folders().indexOf(small), 1)->text(), QStringLiteral("batch 64"));
+    panel.setLiveFolder(large);
+    QVERIFY(!panel.deleteRun(large));
+    QVERIFY2(panel.errorText().contains(QStringLiteral("still running")), qPrintable(panel.errorText()));
+    panel.setLiveFolder(QString());
+    QVERIFY(panel.deleteRun(large));
+    QCOMPARE(panel.folders(), QStringList{small});
+    QVERIFY(!QDir(large).exists());
+    QCOMPARE(chart->overlayCount(), std::size_t{1});  // the ticked run that is left
 }
 
 void TestWidgets::chartsExportPng() {

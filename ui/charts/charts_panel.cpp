@@ -13,6 +13,7 @@
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/memory_fit_chart.h"
 #include "ui/charts/probe_chart.h"
+#include "ui/charts/runs_panel.h"
 #include "ui/charts/speed_chart.h"
 #include "ui/charts/throughput_chart.h"
 #include "ui/charts/memory_breakdown_bar.h"
@@ -28,6 +29,7 @@ ChartsPanel::ChartsPanel(QWidget* parent)
       m_memoryFit(new MemoryFitChart),
       m_speed(new SpeedChart),
       m_breakdownBar(new MemoryBreakdownBar),
+      m_runs(new RunsPanel),
       m_tabs(new QTabWidget),
       m_timer(new QTimer(this)) {
     m_loss->setObjectName(QStringLiteral("lossChart"));
@@ -59,6 +61,10 @@ ChartsPanel::ChartsPanel(QWidget* parent)
     m_tabs->addTab(live, tr("Live"));
     m_tabs->addTab(m_memoryFit, tr("Memory fit && what-if"));
     m_tabs->addTab(m_speed, tr("Fastest micro-batch"));
+    m_runs->setObjectName(QStringLiteral("runsPanel"));
+    m_tabs->addTab(m_runs, tr("Compare runs"));
+    m_tabs->setTabToolTip(3, tr("Every recorded run: tick runs to draw their loss or validation curves next to "
+                                "this one, on the samples-seen axis when their target batches differ"));
     m_tabs->setTabToolTip(0, tr("Loss, probe trials, device memory with its breakdown, throughput"));
     m_tabs->setTabToolTip(1, tr("Peak memory against micro-batch for the latest probe, the fitted "
                                 "line, and a slider to ask what another micro-batch would need"));
@@ -93,7 +99,7 @@ QList<LiveChart*> ChartsPanel::charts() const {
 }
 
 QList<LiveChart*> ChartsPanel::drawnCharts() const {
-    return {m_loss, m_probe, m_memory, m_throughput, m_memoryFit, m_speed};
+    return {m_loss, m_probe, m_memory, m_throughput, m_memoryFit, m_speed, m_runs->chart()};
 }
 
 void ChartsPanel::setTargetBatch(qint64 target) {

@@ -18,6 +18,7 @@ class MemoryChart;
 class MemoryFitChart;
 class SpeedChart;
 class ProbeChart;
+class RunsPanel;
 class ThroughputChart;
 
 /// Two tabs: "Live" with the four live charts in a grid and the memory breakdown bar next to the
@@ -53,6 +54,8 @@ public:
     MemoryFitChart* memoryFitChart() const { return m_memoryFit; }
     SpeedChart* speedChart() const { return m_speed; }
     MemoryBreakdownBar* breakdownBar() const { return m_breakdownBar; }
+    /// The "Compare runs" tab: the runs list and the chart overlaying them with the live run.
+    RunsPanel* runsPanel() const { return m_runs; }
     QTabWidget* tabs() const { return m_tabs; }
     /// The four live charts (follow live, Export all charts).
     QList<LiveChart*> charts() const;
@@ -78,6 +81,7 @@ private:
     MemoryFitChart* m_memoryFit;
     SpeedChart* m_speed;
     MemoryBreakdownBar* m_breakdownBar;
+    RunsPanel* m_runs;
     QTabWidget* m_tabs;
     QTimer* m_timer;
     int m_nextChart = 0;

@@ -50,7 +50,7 @@ MemoryChart::MemoryChart(QWidget* parent) : LiveChart(tr("Device memory"), paren
     m_peakSeries = new QLineSeries;
     // Named for what a student sees: the peak is sampled per micro-batch, "allocated" between
     // micro-batches (what stays: parameters, gradients, optimizer state).
-    m_peakSeries->setName(tr("micro-batch peak"));
+    m_peakSeries->setName(tr("peak"));
     m_allocatedSeries = new QLineSeries;
     m_allocatedSeries->setName(tr("resident"));
     m_oomSeries = new QScatterSeries;
@@ -86,11 +86,16 @@ MemoryChart::MemoryChart(QWidget* parent) : LiveChart(tr("Device memory"), paren
         return best ? best->text : QString();
     });
 
-    auto* caption =
-        new QLabel(tr("<b>micro-batch peak</b>: the most memory a micro-batch used (resident + its "
-                      "activations); <b>resident</b>: what stays between micro-batches"));
+    // One line, so that it never takes height from the charts above (the full sentence is its
+    // tooltip).
+    auto* caption = new QLabel(tr("<b>peak</b>: per micro-batch · <b>resident</b>: between them"));
     caption->setObjectName(QStringLiteral("memoryCaption"));
-    caption->setWordWrap(true);
+    caption->setToolTip(
+        tr("peak: the most memory each micro-batch (or probe trial) used — what stays resident "
+           "plus its activations. resident: what stays allocated between micro-batches — parameters, "
+           "gradients and optimizer state."));
+    caption->setWordWrap(false);
+    caption->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
     caption->setContentsMargins(6, 0, 6, 2);
     if (auto* box = qobject_cast<QVBoxLayout*>(layout())) box->addWidget(caption);
 

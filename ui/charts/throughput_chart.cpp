@@ -16,7 +16,7 @@ ThroughputChart::ThroughputChart(QWidget* parent) : LiveChart(tr("Throughput and
     m_rateAxis->setLabelFormat(QStringLiteral("%.0f"));
     m_planAxis = new QValueAxis;
     // Short titles: Qt elides an axis title longer than the plot is high.
-    m_planAxis->setTitleText(tr("micro-batch"));
+    m_planAxis->setTitleText(tr("size"));  // the micro-batch line's axis, in its colour
     m_planAxis->setLabelFormat(QStringLiteral("%.0f"));
     m_stepsAxis = new QValueAxis;
     m_stepsAxis->setTitleText(tr("steps"));

@@ -22,8 +22,10 @@
 #include <QVBoxLayout>
 
 #include "core/run_config.h"
+#include "core/series_export.h"
 #include "ui/teaching/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
+#include "ui/charts/runs_panel.h"
 #include "ui/config/demo_options.h"
 #include "ui/log/event_log.h"
 #include "ui/window/help_text.h"
@@ -122,6 +124,16 @@ MainWindow::MainWindow(QWidget* parent)
             note(tr("run folder: %1").arg(path));
         else
             note(tr("the run is not recorded: %1").arg(error));
+        if (!path.isEmpty() && m_controller->isRunning()) {
+            m_charts->runsPanel()->setLiveFolder(path);
+            m_charts->runsPanel()->refresh();
+        }
+    });
+    // The runs list: what is recorded now, and again when a run has ended.
+    m_charts->runsPanel()->refresh();
+    connect(m_controller, &TrainerController::runFinished, this, [this] {
+        m_charts->runsPanel()->setLiveFolder(QString());
+        m_charts->runsPanel()->refresh();
     });
     connect(m_commands, &RunCommands::startRequested, this, &MainWindow::start);
     connect(m_commands, &RunCommands::note, this, &MainWindow::note);
@@ -157,6 +169,11 @@ void MainWindow::createFileMenu() {
         if (!dir.isEmpty()) resumeFrom(dir);
     });
     file->addSeparator();
+    file->addAction(tr("Export &data (every series, one CSV table)…"), QKeySequence(tr("Ctrl+Shift+E")), this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export data"), QStringLiteral("series.csv"),
+                                                          tr("CSV files (*.csv)"));
+        if (!path.isEmpty()) exportDataCsv(path);
+    });
     file->addAction(tr("Export &metrics as CSV…"), QKeySequence(tr("Ctrl+E")), this, [this] {
         const QString path = QFileDialog::getSaveFileName(this, tr("Export metrics"), QStringLiteral("metrics.csv"),
                                                           tr("CSV files (*.csv)"));
@@ -376,6 +393,25 @@ bool MainWindow::exportMetricsCsv(const QString& path) {
         return false;
     }
     statusBar()->showMessage(tr("Metrics written to %1").arg(path), 4000);
+    return true;
+}
+
+bool MainWindow::exportDataCsv(const QString& path) {
+    const QString folder = m_controller->runFolder();
+    if (folder.isEmpty()) {
+        showError(
+            tr("No run has been recorded yet (a run's data is exported from its run folder): start a run "
+               "first"));
+        return false;
+    }
+    // The folder's events file is complete once the run's events were delivered; during a run it
+    // holds everything up to the last batch of events.
+    const auto exported = core::exportRunCsv(folder.toStdString(), path.toStdString());
+    if (!exported) {
+        showError(QString::fromStdString(exported.error()));
+        return false;
+    }
+    statusBar()->showMessage(tr("%1 rows written to %2").arg(exported->rows).arg(path), 4000);
     return true;
 }
 

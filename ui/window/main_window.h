@@ -53,6 +53,9 @@ public:
     bool openDroppedFile(const QString& path);
 
     bool exportMetricsCsv(const QString& path);
+    /// Every series of every chart of the current or last run as one tidy CSV table (the CLI's
+    /// --export-csv format, read from the run's folder).
+    bool exportDataCsv(const QString& path);
     bool exportEventsJsonl(const QString& path);
     QStringList exportCharts(const QString& directory);
     /// Writes the run report: self-contained HTML, or PDF when `path` ends in ".pdf". A file
