@@ -17,7 +17,8 @@ namespace {
 /// is dropped and only every `stride`-th new one is kept, so memory stays bounded.
 class BoundedCurve {
 public:
-    BoundedCurve(std::vector<CurvePoint>& points, std::size_t limit) : m_points(points), m_limit(std::max<std::size_t>(limit, 2)) {}
+    BoundedCurve(std::vector<CurvePoint>& points, std::size_t limit)
+        : m_points(points), m_limit(std::max<std::size_t>(limit, 2)) {}
     void add(const CurvePoint& p) {
         if (m_seen++ % m_stride != 0) return;
         m_points.push_back(p);
@@ -112,7 +113,7 @@ tl::expected<void, std::string> renameRun(const std::string& runFolder, const st
 }
 
 tl::expected<void, std::string> deleteRun(const std::string& runFolder) {
-    static const std::set<std::string> runFiles = {"summary.json", "events.jsonl", "config.json",
+    static const std::set<std::string> runFiles = {"summary.json", "events.jsonl",  "config.json",
                                                    "series.csv",   "checkpoint.pt", "best.pt"};
     std::error_code ec;
     if (!fs::is_regular_file(runFolder + "/summary.json", ec) || !fs::is_regular_file(runFolder + "/events.jsonl", ec))

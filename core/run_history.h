@@ -15,8 +15,8 @@ namespace batchpilot::core {
 
 /// A run folder found under a runs directory.
 struct RunListing {
-    std::string folder;       ///< its path
-    nlohmann::json summary;   ///< summary.json as written (name, started, state, metrics, …)
+    std::string folder;      ///< its path
+    nlohmann::json summary;  ///< summary.json as written (name, started, state, metrics, …)
 };
 
 /// The run folders directly under `runsDirectory` that hold a readable summary.json, newest

@@ -86,8 +86,9 @@ CompareChart::CompareChart(QWidget* parent) : LiveChart(tr("Compare runs"), pare
     m_xCombo = new QComboBox;
     m_xCombo->addItems({tr("Step"), tr("Samples seen"), tr("Wall time")});
     m_xCombo->setCurrentIndex(static_cast<int>(m_x));
-    m_xCombo->setToolTip(tr("Samples seen compares runs with different target batches fairly: each step of a "
-                            "larger batch sees more samples"));
+    m_xCombo->setToolTip(
+        tr("Samples seen compares runs with different target batches fairly: each step of a "
+           "larger batch sees more samples"));
     connect(m_xCombo, &QComboBox::currentIndexChanged, this, [this](int i) { setXAxis(static_cast<XAxis>(i)); });
     controls()->addWidget(m_metricCombo);
     controls()->addWidget(m_xCombo);
@@ -262,8 +263,9 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     m_table->horizontalHeader()->setSectionResizeMode(Name, QHeaderView::Stretch);
     m_table->setSortingEnabled(true);
-    m_table->setToolTip(tr("Every run recorded under the runs folder; tick runs to draw them next to this one, "
-                           "click a column title to sort"));
+    m_table->setToolTip(
+        tr("Every run recorded under the runs folder; tick runs to draw them next to this one, "
+           "click a column title to sort"));
     connect(m_table, &QTableWidget::itemChanged, this, [this](QTableWidgetItem* item) {
         if (!m_filling && item->column() == Compare) updateChart();
     });
@@ -284,8 +286,8 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent) {
     connect(deleteButton, &QPushButton::clicked, this, [this] {
         const QString folder = selectedFolder();
         if (folder.isEmpty()) return;
-        if (QMessageBox::question(this, tr("Delete run"), tr("Delete the run folder %1 and everything in it?").arg(folder)) !=
-            QMessageBox::Yes)
+        if (QMessageBox::question(this, tr("Delete run"),
+                                  tr("Delete the run folder %1 and everything in it?").arg(folder)) != QMessageBox::Yes)
             return;
         if (!deleteRun(folder)) QMessageBox::warning(this, tr("Delete run"), m_error);
     });
@@ -338,7 +340,9 @@ void RunsPanel::refresh() {
         tick->setToolTip(folder);
         m_table->setItem(row, Compare, tick);
         m_table->setItem(row, Name, new QTableWidgetItem(text(run.summary, "name")));
-        m_table->setItem(row, Started, new QTableWidgetItem(text(run.summary, "started").left(19).replace(QLatin1Char('T'), QLatin1Char(' '))));
+        m_table->setItem(
+            row, Started,
+            new QTableWidgetItem(text(run.summary, "started").left(19).replace(QLatin1Char('T'), QLatin1Char(' '))));
         m_table->setItem(row, Model, new QTableWidgetItem(text(run.summary, "model")));
         m_table->setItem(row, Data, new QTableWidgetItem(text(run.summary, "dataset")));
         const double target = number(run.summary, "target_batch");
@@ -346,7 +350,8 @@ void RunsPanel::refresh() {
         const double steps = number(run.summary, "steps");
         m_table->setItem(row, Steps, numberItem(steps, QString::number(steps, 'f', 0)));
         const double accuracy = summaryMetric(run.summary, "val_accuracy", "best");
-        m_table->setItem(row, BestAccuracy, numberItem(accuracy, QString::number(100.0 * accuracy, 'f', 1) + QLatin1Char('%')));
+        m_table->setItem(row, BestAccuracy,
+                         numberItem(accuracy, QString::number(100.0 * accuracy, 'f', 1) + QLatin1Char('%')));
         const double loss = summaryMetric(run.summary, "train_loss", "last");
         m_table->setItem(row, LastLoss, numberItem(loss, QString::number(loss, 'g', 4)));
         m_table->setItem(row, State, new QTableWidgetItem(text(run.summary, "state")));
@@ -365,7 +370,8 @@ int RunsPanel::rowOf(const QString& folder) const {
 
 QStringList RunsPanel::folders() const {
     QStringList out;
-    for (int row = 0; row < m_table->rowCount(); ++row) out << m_table->item(row, Compare)->data(Qt::UserRole).toString();
+    for (int row = 0; row < m_table->rowCount(); ++row)
+        out << m_table->item(row, Compare)->data(Qt::UserRole).toString();
     return out;
 }
 
