@@ -13,4 +13,11 @@ namespace batchpilot::core {
 /// On failure returns the system's reason (e.g. "No space left on device"). Does not close `fd`.
 tl::expected<void, std::string> writeAllAndSync(int fd, std::initializer_list<std::string_view> parts);
 
+/// Replaces `path` with `text` atomically: a unique temporary beside it (never an existing file),
+/// written and fsynced, then renamed over it, so a crash leaves the old file or the new one. Only
+/// a regular file (or nothing) at `path` is replaced: a symbolic link, folder, FIFO or device is
+/// left as it is. Messages name the file as `named` (e.g. "the configuration \"run.json\"").
+tl::expected<void, std::string> replaceFileAtomically(const std::string& path, std::string_view text,
+                                                      const std::string& named);
+
 }  // namespace batchpilot::core

@@ -418,37 +418,7 @@ json toRunConfig(const TrainerOptions& o) {
 }
 
 tl::expected<void, std::string> saveRunConfig(const std::string& path, const TrainerOptions& options) {
-    namespace fs = std::filesystem;
-    const std::string named = "the configuration \"" + path + "\"";
-    std::error_code ec;
-    // Only a regular file is ever replaced: a symlink, FIFO or device at the path stays as it is.
-    const auto status = fs::symlink_status(path, ec);
-    if (!ec && fs::exists(status) && !fs::is_regular_file(status)) {
-        return tl::unexpected("not writing " + named + ": the path is " +
-                              (fs::is_symlink(status)     ? std::string("a symbolic link")
-                               : fs::is_directory(status) ? std::string("a folder")
-                                                          : std::string("a FIFO, socket or device")) +
-                              ", and only a regular file is replaced; choose another path");
-    }
-    const fs::path target(path);
-    const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
-    // A unique temporary beside the target (never an existing file), renamed over it when complete.
-    std::string temporary = (folder / ("." + target.filename().string() + ".XXXXXX")).string();
-    const int fd = ::mkstemp(temporary.data());
-    if (fd < 0) return tl::unexpected("cannot write " + named + ": check the folder exists and is writable");
-    const std::string text = toRunConfig(options).dump(2) + "\n";
-    const auto written = writeAllAndSync(fd, {text});
-    const bool closed = ::close(fd) == 0;
-    if (!written || !closed) {
-        std::remove(temporary.c_str());
-        return tl::unexpected("writing " + named + " failed (disk full?); the previous file, if any, is unchanged");
-    }
-    ::chmod(temporary.c_str(), 0644);
-    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-        std::remove(temporary.c_str());
-        return tl::unexpected("cannot replace " + named);
-    }
-    return {};
+    return replaceFileAtomically(path, toRunConfig(options).dump(2) + "\n", "the configuration \"" + path + "\"");
 }
 
 }  // namespace batchpilot::core

@@ -1,10 +1,5 @@
 #include "core/run_folder.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -172,7 +167,9 @@ tl::expected<std::unique_ptr<RunFolder>, std::string> RunFolder::create(const st
     }
     if (folder->m_path.empty()) return tl::unexpected("the runs folder " + runsDirectory + " has no free name left");
     folder->m_started = localTime(when, "%Y-%m-%dT%H:%M:%S%z");
-    if (auto written = replaceFile(folder->m_path + "/config.json", toRunConfig(options).dump(2) + "\n"); !written) {
+    if (auto written = replaceFileAtomically(folder->m_path + "/config.json", toRunConfig(options).dump(2) + "\n",
+                                             folder->m_path + "/config.json");
+        !written) {
         return tl::unexpected("cannot write the run's configuration in " + folder->m_path + ": " + written.error());
     }
     folder->m_events.open(folder->m_path + "/events.jsonl", std::ios::out | std::ios::trunc);
@@ -217,7 +214,8 @@ void RunFolder::flush() {
 
 void RunFolder::writeSummary() {
     m_stepsSinceSummary = 0;
-    if (auto written = replaceFile(m_path + "/summary.json", m_summary.toJson(m_name, m_started).dump(2) + "\n");
+    if (auto written = replaceFileAtomically(
+            m_path + "/summary.json", m_summary.toJson(m_name, m_started).dump(2) + "\n", m_path + "/summary.json");
         !written) {
         fail("writing " + m_path + "/summary.json failed: " + written.error());
     }
@@ -236,31 +234,6 @@ tl::expected<json, std::string> readRunSummary(const std::string& runFolder) {
     json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) return tl::unexpected(path + " is not a JSON object: the file is damaged");
     return j;
-}
-
-tl::expected<void, std::string> replaceFile(const std::string& path, const std::string& text) {
-    std::error_code ec;
-    const auto status = fs::symlink_status(path, ec);
-    if (!ec && fs::exists(status) && !fs::is_regular_file(status))
-        return tl::unexpected(path + " is not a regular file, and only one is replaced");
-    const fs::path target(path);
-    const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
-    std::string temporary = (folder / ("." + target.filename().string() + ".XXXXXX")).string();
-    const int fd = ::mkstemp(temporary.data());
-    if (fd < 0) return tl::unexpected("cannot create a file in " + folder.string() + ": is it writable?");
-    const auto written = writeAllAndSync(fd, {text});
-    const bool closed = ::close(fd) == 0;
-    if (!written || !closed) {
-        std::remove(temporary.c_str());
-        return tl::unexpected((written ? std::string("closing failed") : written.error()) +
-                              "; the previous file, if any, is unchanged");
-    }
-    ::chmod(temporary.c_str(), 0644);
-    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-        std::remove(temporary.c_str());
-        return tl::unexpected("cannot replace " + path);
-    }
-    return {};
 }
 
 }  // namespace batchpilot::core

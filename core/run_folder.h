@@ -110,9 +110,4 @@ private:
 /// cannot be read. A file larger than 1 MiB is refused (a summary is a few KiB).
 tl::expected<nlohmann::json, std::string> readRunSummary(const std::string& runFolder);
 
-/// Replaces `path` with `text` atomically: a temporary file beside it, written and fsynced, then
-/// renamed over it, so a crash leaves the old file or the new one. Only a regular file (or
-/// nothing) at `path` is replaced.
-tl::expected<void, std::string> replaceFile(const std::string& path, const std::string& text);
-
 }  // namespace batchpilot::core

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <set>
 
+#include "core/durable_file.h"
 #include "core/run_folder.h"
 
 namespace batchpilot::core {
@@ -109,7 +110,7 @@ tl::expected<void, std::string> renameRun(const std::string& runFolder, const st
     auto summary = readRunSummary(runFolder);
     if (!summary) return tl::unexpected(summary.error());
     (*summary)["name"] = name;
-    return replaceFile(runFolder + "/summary.json", summary->dump(2) + "\n");
+    return replaceFileAtomically(runFolder + "/summary.json", summary->dump(2) + "\n", runFolder + "/summary.json");
 }
 
 tl::expected<void, std::string> deleteRun(const std::string& runFolder) {
