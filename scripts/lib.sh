@@ -15,7 +15,7 @@ VENV="$ROOT/.venv-torch"
 PIP_TORCH="${BATCHPILOT_PIP_TORCH:-torch==2.15.0}"
 
 PACKAGES=(
-  cmake g++ ninja-build ccache pkg-config
+  cmake g++ ninja-build ccache pkg-config mold
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
   nlohmann-json3-dev libexpected-dev libcli11-dev libstb-dev zlib1g-dev libpng-dev libturbojpeg0-dev
   fonts-dejavu-core
@@ -101,30 +101,50 @@ install_pip_torch() {
   fi
 }
 
-configure_and_build() {
+# ccache settings every build shares.
+use_ccache() {
   # The precompiled torch header makes ccache need these to reuse results.
   export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
   export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
   # Relative paths in the cache keys: a fresh clone in another folder still hits the cache.
   export CCACHE_BASEDIR="$ROOT"
+}
+
+# Sets PIP_TORCH_ARGS: the CMake arguments that build against the virtual environment's LibTorch.
+pip_torch_args() {
+  local prefix torch_root
+  prefix="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+  torch_root="$(dirname "$(dirname "$prefix")")"
+  # The torch folder itself comes first, so that its lib/ is searched before the system's: where
+  # Debian's libtorch-dev is installed too, LibTorch's CMake files would otherwise link
+  # /usr/lib's libtorch.so with the wheel's headers.
+  PIP_TORCH_ARGS=(-DCMAKE_PREFIX_PATH="$torch_root;$prefix" -DBATCHPILOT_TEST_PYTHON="$VENV/bin/python")
+  # LibTorch's CMake files look for the CUDA toolkit; the wheel's own copies are not a toolkit.
+  if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH="/usr/local/cuda/bin:$PATH"
+  fi
+}
+
+configure_and_build() {
+  use_ccache
   local torch_args=()
   if [ "${TORCH_BUILD:-debian}" = pip ]; then
-    local prefix torch_root
-    prefix="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
-    torch_root="$(dirname "$(dirname "$prefix")")"
-    # The torch folder itself comes first, so that its lib/ is searched before the system's: where
-    # Debian's libtorch-dev is installed too, LibTorch's CMake files would otherwise link
-    # /usr/lib's libtorch.so with the wheel's headers.
-    torch_args=(-DCMAKE_PREFIX_PATH="$torch_root;$prefix" -DBATCHPILOT_TEST_PYTHON="$VENV/bin/python")
-    # LibTorch's CMake files look for the CUDA toolkit; the wheel's own copies are not a toolkit.
-    if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
-      export PATH="/usr/local/cuda/bin:$PATH"
-    fi
+    pip_torch_args
+    torch_args=("${PIP_TORCH_ARGS[@]}")
   else
     torch_args=(-DBATCHPILOT_TEST_PYTHON=/usr/bin/python3)
   fi
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${torch_args[@]}" "$@"
-  cmake --build "$BUILD_DIR" -j "$(nproc)"
+  build_tree
+}
+
+# cmake --build with every core; BATCHPILOT_QUIET_BUILD=1 (.ci/run) leaves out ninja's progress
+# lines, so that a CI log's tail shows test results and stage times (compiler output still shows).
+#   build_tree [cmake --build arguments]
+build_tree() {
+  local quiet=()
+  [ -z "${BATCHPILOT_QUIET_BUILD:-}" ] || quiet=(-- --quiet)
+  cmake --build "$BUILD_DIR" -j "$(nproc)" "$@" "${quiet[@]}"
 }
 
 # The sanitizer build shared by scripts/check and scripts/fuzz: Clang (libFuzzer is Clang's) with
@@ -141,20 +161,13 @@ configure_sanitizer_build() {
   esac
   PACKAGES+=(clang libclang-rt-dev)
   install_missing
-  export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
-  export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
-  export CCACHE_BASEDIR="$ROOT"
-  local prefix torch_root
-  prefix="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
-  torch_root="$(dirname "$(dirname "$prefix")")"
-  if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
-    export PATH="/usr/local/cuda/bin:$PATH"
-  fi
+  use_ccache
+  pip_torch_args
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only" \
-    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_PREFIX_PATH="$torch_root;$prefix" -DBATCHPILOT_TEST_PYTHON="$VENV/bin/python" \
+    -DCMAKE_CXX_COMPILER=clang++ "${PIP_TORCH_ARGS[@]}" \
     -DBUILD_TESTING=ON -DBATCHPILOT_GUI=OFF -DBATCHPILOT_BENCH=OFF \
     -DBATCHPILOT_SANITIZE="$sanitize" -DBATCHPILOT_FUZZ="$fuzz"
-  cmake --build "$BUILD_DIR" -j "$(nproc)" "$@"
+  build_tree "$@"
 }
 
 # Sanitizer run-time settings; reports from inside LibTorch or Qt are suppressed in
