@@ -73,23 +73,31 @@ std::vector<RunListing> listRuns(const std::string& runsDirectory, std::size_t l
     return runs;
 }
 
-tl::expected<RunCurves, std::string> readRunCurves(const std::string& runFolder, std::size_t maxPoints) {
-    const std::string path = runFolder + "/events.jsonl";
-    std::ifstream in(path);
-    if (!in) return tl::unexpected(path + " cannot be read: is " + runFolder + " a run folder?");
-    RunCurves curves;
-    BoundedCurve train(curves.trainLoss, maxPoints), valLoss(curves.valLoss, maxPoints),
-        valAccuracy(curves.valAccuracy, maxPoints);
+tl::expected<int64_t, std::string> forEachEvent(const std::string& eventsPath,
+                                                const std::function<void(const json&)>& visit) {
+    std::ifstream in(eventsPath);
+    if (!in) return tl::unexpected(eventsPath + " cannot be read");
+    int64_t skipped = 0;
     std::string line;
     while (std::getline(in, line)) {
         if (line.empty()) continue;
         const json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
         if (!event.is_object()) {
-            ++curves.skipped;
+            ++skipped;
             continue;
         }
+        visit(event);
+    }
+    return skipped;
+}
+
+tl::expected<RunCurves, std::string> readRunCurves(const std::string& runFolder, std::size_t maxPoints) {
+    RunCurves curves;
+    BoundedCurve train(curves.trainLoss, maxPoints), valLoss(curves.valLoss, maxPoints),
+        valAccuracy(curves.valAccuracy, maxPoints);
+    const auto skipped = forEachEvent(runFolder + "/events.jsonl", [&](const json& event) {
         const auto type = event.find("type");
-        if (type == event.end() || !type->is_string()) continue;
+        if (type == event.end() || !type->is_string()) return;
         const CurvePoint at{whole(event, "step"), whole(event, "samples_seen"), number(event, "time")};
         if (*type == "step") {
             if (const auto loss = event.find("loss"); loss != event.end() && loss->is_number())
@@ -100,7 +108,9 @@ tl::expected<RunCurves, std::string> readRunCurves(const std::string& runFolder,
             if (const auto acc = event.find("accuracy"); acc != event.end() && acc->is_number())
                 valAccuracy.add({at.step, at.samplesSeen, at.time, acc->get<double>()});
         }
-    }
+    });
+    if (!skipped) return tl::unexpected(skipped.error() + ": is " + runFolder + " a run folder?");
+    curves.skipped = *skipped;
     return curves;
 }
 

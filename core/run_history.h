@@ -5,6 +5,7 @@
 // and deleting a run. Torch-free; the desktop app's Compare runs tab reads runs through this.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,13 @@
 #include <tl/expected.hpp>
 
 namespace batchpilot::core {
+
+/// Reads the events file `eventsPath` (a run folder's events.jsonl) line by line and calls `visit`
+/// with each JSON object, in order; blank lines are passed over, and lines that are not a JSON
+/// object (a run cut off mid-line, damage) are counted and returned. Memory stays one line.
+/// An error names the file when it cannot be opened.
+tl::expected<int64_t, std::string> forEachEvent(const std::string& eventsPath,
+                                                const std::function<void(const nlohmann::json&)>& visit);
 
 /// A run folder found under a runs directory.
 struct RunListing {

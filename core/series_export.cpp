@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "core/run_history.h"
 #include "core/text_format.h"
 
 namespace batchpilot::core {
@@ -35,11 +37,39 @@ const json& member(const json& event, const char* key) {
 
 }  // namespace
 
-SeriesCsvWriter::SeriesCsvWriter(std::ostream& out) : m_out(out) {
+const std::vector<std::string>& exportedSeries() {
+    static const std::vector<std::string> names = {
+        "train_loss",
+        "learning_rate",
+        "samples_per_second",
+        "micro_batch",
+        "accumulation_steps",
+        "target_batch",
+        "step_peak_bytes",
+        "val_loss",
+        "val_accuracy",
+        "val_top5_accuracy",
+        "val_mse",
+        "val_mae",
+        "memory_allocated_bytes",
+        "memory_reserved_bytes",
+        "memory_peak_bytes",
+        "memory_capacity_bytes",
+        "probe_fit_peak_bytes",
+        "probe_oom_micro_batch",
+        "timed_samples_per_second",
+        "oom_requested_bytes",
+    };
+    return names;
+}
+
+SeriesCsvWriter::SeriesCsvWriter(std::ostream& out, std::vector<std::string> only)
+    : m_out(out), m_only(std::move(only)) {
     m_out << "series,step,samples_seen,time_s,micro_batch,value\n";
 }
 
 void SeriesCsvWriter::row(const char* series, const json& value, bool withStep, const json* micro) {
+    if (!m_only.empty() && std::find(m_only.begin(), m_only.end(), series) == m_only.end()) return;
     const std::string v = field(value);
     if (v.empty()) return;
     m_out << series << ',';
@@ -93,7 +123,8 @@ void SeriesCsvWriter::add(const json& event) {
     }
 }
 
-tl::expected<SeriesExport, std::string> exportRunCsv(const std::string& runFolder, std::string outPath) {
+tl::expected<SeriesExport, std::string> exportRunCsv(const std::string& runFolder, std::string outPath,
+                                                     const std::vector<std::string>& only) {
     const std::string eventsPath = runFolder + "/events.jsonl";
     std::error_code ec;
     if (!fs::is_regular_file(eventsPath, ec)) {
@@ -101,8 +132,6 @@ tl::expected<SeriesExport, std::string> exportRunCsv(const std::string& runFolde
                               " is not a run folder: it has no events.jsonl (run folders are under "
                               "the runs directory, see --runs-dir)");
     }
-    std::ifstream in(eventsPath);
-    if (!in) return tl::unexpected("cannot read " + eventsPath);
     if (outPath.empty()) outPath = runFolder + "/series.csv";
     const fs::path target(outPath);
     const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
@@ -114,18 +143,16 @@ tl::expected<SeriesExport, std::string> exportRunCsv(const std::string& runFolde
     SeriesExport result;
     {
         std::ofstream out(temporary, std::ios::out | std::ios::trunc);
-        SeriesCsvWriter writer(out);
-        std::string line;
-        while (std::getline(in, line)) {
-            if (line.empty()) continue;
-            json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
-            if (!event.is_object()) {
-                ++result.skipped;
-                continue;
-            }
+        SeriesCsvWriter writer(out, only);
+        const auto skipped = forEachEvent(eventsPath, [&](const json& event) {
             ++result.events;
             writer.add(event);
+        });
+        if (!skipped) {
+            std::remove(temporary.c_str());
+            return tl::unexpected(skipped.error());
         }
+        result.skipped = *skipped;
         out.flush();
         if (!out) {
             std::remove(temporary.c_str());

@@ -14,16 +14,21 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <tl/expected.hpp>
 
 namespace batchpilot::core {
 
+/// Every series name the table can hold, in the order the README lists them.
+const std::vector<std::string>& exportedSeries();
+
 /// Writes the table's rows to `out` as events are added (nothing is kept but the position).
 class SeriesCsvWriter {
 public:
-    explicit SeriesCsvWriter(std::ostream& out);
+    /// `only`: the series to write (a chart's own, e.g. {"train_loss", "val_loss"}); empty: all.
+    explicit SeriesCsvWriter(std::ostream& out, std::vector<std::string> only = {});
     /// Adds the rows of one event; events that feed no chart add none.
     void add(const nlohmann::json& event);
     int64_t rows() const { return m_rows; }
@@ -33,6 +38,7 @@ private:
              const nlohmann::json* micro = nullptr);
 
     std::ostream& m_out;
+    std::vector<std::string> m_only;
     int64_t m_rows = 0;
     int64_t m_step = 0;  ///< optimizer steps done so far
     int64_t m_samplesSeen = 0;
@@ -48,7 +54,9 @@ struct SeriesExport {
 };
 
 /// Reads `runFolder`/events.jsonl and writes the table to `outPath` (empty: `runFolder`/series.csv)
-/// through a temporary file and a rename. Errors name the file and what to do.
-tl::expected<SeriesExport, std::string> exportRunCsv(const std::string& runFolder, std::string outPath = {});
+/// through a temporary file and a rename; `only` limits it to those series (empty: all). Errors
+/// name the file and what to do.
+tl::expected<SeriesExport, std::string> exportRunCsv(const std::string& runFolder, std::string outPath = {},
+                                                     const std::vector<std::string>& only = {});
 
 }  // namespace batchpilot::core

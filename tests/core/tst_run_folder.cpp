@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -234,6 +235,36 @@ void TestRunFolder::exportsOneTidyTable() {
     QVERIFY(exportRunCsv(folder, elsewhere).has_value());
     QCOMPARE(slurp(elsewhere), csv);
     QVERIFY(!exportRunCsv(dir.path().toStdString()).has_value());  // not a run folder
+
+    // Every row names a series of exportedSeries() (the list the charts' menus choose from).
+    {
+        std::istringstream rows(csv);
+        std::string row;
+        std::getline(rows, row);
+        const auto& names = exportedSeries();
+        while (std::getline(rows, row)) {
+            const std::string name = row.substr(0, row.find(','));
+            QVERIFY2(std::find(names.begin(), names.end(), name) != names.end(), row.c_str());
+        }
+    }
+    // One chart's series only (its context menu): exactly the rows of the whole table that name them.
+    const std::string lossOnly = dir.path().toStdString() + "/loss.csv";
+    const auto partial = exportRunCsv(folder, lossOnly, {"train_loss", "val_accuracy"});
+    QVERIFY2(partial.has_value(), partial ? "" : partial.error().c_str());
+    std::string expected = "series,step,samples_seen,time_s,micro_batch,value\n";
+    int64_t expectedRows = 0;
+    std::istringstream whole(csv);
+    std::string line;
+    std::getline(whole, line);  // the header
+    while (std::getline(whole, line)) {
+        if (line.rfind("train_loss,", 0) == 0 || line.rfind("val_accuracy,", 0) == 0) {
+            expected += line + "\n";
+            ++expectedRows;
+        }
+    }
+    QCOMPARE(expectedRows, int64_t{6});  // four steps' losses, validations after steps 2 and 4
+    QCOMPARE(partial->rows, expectedRows);
+    QCOMPARE(slurp(lossOnly), expected);
 }
 
 void TestRunFolder::refusesAFolderItCannotCreate() {

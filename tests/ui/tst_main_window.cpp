@@ -293,6 +293,19 @@ void TestMainWindow::exportsFiles() {
     QCOMPARE(losses, 3);
     QCOMPARE(validations, 1);
     QVERIFY(memory > 0);
+    // The memory chart's menu exports its own series: the same rows the whole table holds for them.
+    const QStringList memorySeries = w.chartsPanel()->memoryChart()->dataSeries();
+    QList<QByteArray> expected;
+    for (const QByteArray& row : table.mid(1))
+        if (memorySeries.contains(QString::fromUtf8(row.left(row.indexOf(','))))) expected.append(row);
+    const QString memoryData = dir.filePath(QStringLiteral("device_memory.csv"));
+    QVERIFY2(w.exportDataCsv(memoryData, memorySeries), qPrintable(w.errorText()));
+    QFile memoryFile(memoryData);
+    QVERIFY(memoryFile.open(QIODevice::ReadOnly));
+    const QList<QByteArray> memoryTable = memoryFile.readAll().trimmed().split('\n');
+    QCOMPARE(memoryTable.front(), table.front());
+    QVERIFY(expected.size() >= memory);
+    QCOMPARE(memoryTable.mid(1), expected);
     QVERIFY(w.controller()->runFolder().startsWith(qEnvironmentVariable("BATCHPILOT_RUNS_DIR")));
     QCOMPARE(w.exportCharts(dir.path()).size(), 7);
     QVERIFY2(w.errorText().isEmpty(), qPrintable(w.errorText()));  // every file written, nothing to report

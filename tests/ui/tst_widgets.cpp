@@ -7,16 +7,19 @@
 #include <QApplication>
 #include <QClipboard>
 #include <QImage>
+#include <QMenu>
 #include <QTemporaryDir>
 #include <QChartView>
 #include <QValueAxis>
 
 #include "core/events.h"
 #include "core/math_libraries.h"
+#include "core/series_export.h"
 #include "ui/teaching/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
+#include "ui/charts/memory_fit_chart.h"
 #include "ui/charts/probe_chart.h"
 #include "ui/charts/runs_panel.h"
 #include "core/run_folder.h"
@@ -84,6 +87,7 @@ private Q_SLOTS:
     void lossChartMarksValidations();
     void runsPanelComparesRuns();
     void chartsExportPng();
+    void chartMenusExportTheirSeries();
     void speedChartShowsTheSearch();
     void accumulationFillsAndReplays();
     void eventLogFiltersAndCopies();
@@ -385,6 +389,60 @@ void TestWidgets::chartsExportPng() {
         QVERIFY2(!image.isNull(), qPrintable(file));
         QVERIFY(image.width() > 100);
     }
+}
+
+void TestWidgets::chartMenusExportTheirSeries() {
+    ui::ChartsPanel panel;
+    panel.resize(1000, 700);
+    panel.show();
+    for (int i = 1; i <= 50; ++i) panel.handle(step(i, 1.0 / i));
+    panel.redrawNow();
+    QSignalSpy requested(&panel, &ui::ChartsPanel::exportDataRequested);
+    const auto& names = core::exportedSeries();
+    const QList<std::pair<ui::LiveChart*, QString>> charts = {
+        {panel.lossChart(), QStringLiteral("train_loss")},
+        {panel.probeChart(), QStringLiteral("probe_fit_peak_bytes")},
+        {panel.memoryChart(), QStringLiteral("memory_allocated_bytes")},
+        {panel.throughputChart(), QStringLiteral("samples_per_second")},
+        {panel.memoryFitChart(), QStringLiteral("probe_fit_peak_bytes")},
+        {panel.speedChart(), QStringLiteral("timed_samples_per_second")},
+    };
+    for (const auto& [chart, mainSeries] : charts) {
+        const QStringList series = chart->dataSeries();
+        QVERIFY2(series.contains(mainSeries), qPrintable(chart->title()));
+        for (const QString& name : series)  // names the exported table really uses
+            QVERIFY2(std::find(names.begin(), names.end(), name.toStdString()) != names.end(), qPrintable(name));
+        std::unique_ptr<QMenu> menu(chart->createContextMenu(nullptr));
+        auto* exportData = menu->findChild<QAction*>(QStringLiteral("exportDataAction"));
+        QVERIFY2(exportData, qPrintable(chart->title()));
+        QVERIFY(menu->findChild<QAction*>(QStringLiteral("exportPngAction")));
+        exportData->trigger();
+        QCOMPARE(requested.count(), 1);
+        QCOMPARE(requested.last().at(0).toStringList(), series);
+        QVERIFY(requested.last().at(1).toString().endsWith(QLatin1String(".csv")));
+        requested.clear();
+    }
+    // The compare chart overlays other runs: its data is exported per run (--export-csv), not here.
+    std::unique_ptr<QMenu> compare(panel.runsPanel()->chart()->createContextMenu(nullptr));
+    QVERIFY(!compare->findChild<QAction*>(QStringLiteral("exportDataAction")));
+
+    // The menu's Follow live resumes a zoomed chart.
+    panel.lossChart()->zoomTo(QRectF(QPointF(10, 0), QPointF(20, 1)));
+    std::unique_ptr<QMenu> menu(panel.lossChart()->createContextMenu(nullptr));
+    auto* follow = menu->findChild<QAction*>(QStringLiteral("followLiveAction"));
+    QVERIFY(follow && !follow->isChecked());
+    follow->trigger();
+    QVERIFY(panel.lossChart()->followLive());
+
+    // A right click on the chart opens that menu (and no longer zooms out or resumes by itself).
+    panel.lossChart()->zoomTo(QRectF(QPointF(10, 0), QPointF(20, 1)));
+    QWidget* viewport = panel.lossChart()->chartView()->viewport();
+    QTest::mouseClick(viewport, Qt::RightButton, {}, viewport->rect().center());
+    QTRY_VERIFY(qobject_cast<QMenu*>(QApplication::activePopupWidget()));
+    auto* popup = qobject_cast<QMenu*>(QApplication::activePopupWidget());
+    QVERIFY(popup->findChild<QAction*>(QStringLiteral("exportDataAction")));
+    QVERIFY(!panel.lossChart()->followLive());
+    popup->close();
 }
 
 void TestWidgets::speedChartShowsTheSearch() {

@@ -89,6 +89,8 @@ ChartsPanel::ChartsPanel(QWidget* parent)
                 if (other != source && other->timeAxis()) other->setFollowLive(true);
         });
     }
+    for (LiveChart* chart : drawnCharts())
+        connect(chart, &LiveChart::exportDataRequested, this, &ChartsPanel::exportDataRequested);
     m_timer->setInterval(16);
     connect(m_timer, &QTimer::timeout, this, &ChartsPanel::redrawNext);
     m_timer->start();

@@ -69,6 +69,8 @@ public:
 Q_SIGNALS:
     /// Some chart started or stopped following live.
     void followLiveChanged(bool allFollowing);
+    /// A chart's menu asked for its data as CSV (LiveChart::exportDataRequested).
+    void exportDataRequested(const QStringList& series, const QString& suggestedName);
 
 private:
     /// Every chart the timer redraws: the four live ones, the memory fit and the speed chart.

@@ -10,6 +10,7 @@
 #include <QFileDialog>
 #include <QGraphicsLayout>
 #include <QHBoxLayout>
+#include <QMenu>
 #include <QMouseEvent>
 #include <QToolButton>
 #include <QToolTip>
@@ -23,8 +24,8 @@
 
 namespace batchpilot::ui {
 
-/// QChartView whose rubber-band zoom, wheel zoom and pan pause "follow live", and whose right
-/// click or double click brings following back.
+/// QChartView whose rubber-band zoom, wheel zoom and pan pause "follow live", whose double click
+/// brings following back, and whose right click opens the chart's menu.
 class ZoomableChartView : public QChartView {
 public:
     ZoomableChartView(QChart* chart, LiveChart* owner) : QChartView(chart), m_owner(owner) {
@@ -73,9 +74,11 @@ protected:
             return;
         }
         if (event->button() == Qt::RightButton) {
-            // QChartView would zoom out one step; resuming the live view is more useful.
+            // QChartView would zoom out one step; the menu (follow live, export) is more useful.
             event->accept();
-            m_owner->setFollowLive(true);
+            QMenu* menu = m_owner->createContextMenu(this);
+            menu->setAttribute(Qt::WA_DeleteOnClose);
+            menu->popup(event->globalPosition().toPoint());
             return;
         }
         const auto before = std::pair(m_owner->xAxis()->min(), m_owner->xAxis()->max());
@@ -130,8 +133,8 @@ LiveChart::LiveChart(const QString& title, QWidget* parent) : QWidget(parent), m
     m_followButton->setToolTip(
         tr("Keep the whole run in view as data arrives. Zooming (drag a rectangle or use the "
            "wheel) or panning (drag with the middle button, or with Shift) pauses following while "
-           "data keeps arriving; double-click or right-click the chart, or press this button, to "
-           "resume. The wall-time charts zoom together."));
+           "data keeps arriving; double-click the chart, press this button or choose Follow live "
+           "in its right-click menu to resume. The wall-time charts zoom together."));
     m_followButton->setAutoRaise(true);
     connect(m_followButton, &QToolButton::toggled, this, &LiveChart::setFollowLive);
     tools->addWidget(m_followButton);
@@ -140,13 +143,7 @@ LiveChart::LiveChart(const QString& title, QWidget* parent) : QWidget(parent), m
     exportButton->setText(tr("Export PNG…"));
     exportButton->setToolTip(tr("Save this chart as a PNG image"));
     exportButton->setAutoRaise(true);
-    connect(exportButton, &QToolButton::clicked, this, [this] {
-        const QString path = QFileDialog::getSaveFileName(
-            this, tr("Export chart"),
-            m_title.toLower().replace(QLatin1Char(' '), QLatin1Char('_')) + QStringLiteral(".png"),
-            tr("PNG images (*.png)"));
-        if (!path.isEmpty()) exportPng(path);
-    });
+    connect(exportButton, &QToolButton::clicked, this, &LiveChart::askForPng);
     tools->addWidget(exportButton);
 
     auto* layout = new QVBoxLayout(this);
@@ -199,6 +196,35 @@ void LiveChart::zoomTo(const QRectF& valueRect) {
     if (!vertical.isEmpty()) vertical.first()->setRange(valueRect.top(), valueRect.bottom());
     m_dirty = true;
     redraw();
+}
+
+QString LiveChart::fileStem() const {
+    return m_title.toLower().replace(QLatin1Char(' '), QLatin1Char('_'));
+}
+
+void LiveChart::askForPng() {
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export chart"), fileStem() + QStringLiteral(".png"),
+                                                      tr("PNG images (*.png)"));
+    if (!path.isEmpty()) exportPng(path);
+}
+
+QMenu* LiveChart::createContextMenu(QWidget* parent) {
+    auto* menu = new QMenu(parent);
+    QAction* follow = menu->addAction(tr("Follow live"), this, [this] { setFollowLive(true); });
+    follow->setCheckable(true);
+    follow->setChecked(m_followLive);
+    follow->setObjectName(QStringLiteral("followLiveAction"));
+    menu->addSeparator();
+    const QStringList series = dataSeries();
+    if (!series.isEmpty()) {
+        QAction* data = menu->addAction(tr("Export data as CSV…"), this, [this, series] {
+            Q_EMIT exportDataRequested(series, fileStem() + QStringLiteral(".csv"));
+        });
+        data->setObjectName(QStringLiteral("exportDataAction"));
+        data->setToolTip(tr("This chart's series from the run's events: %1").arg(series.join(QStringLiteral(", "))));
+    }
+    menu->addAction(tr("Export PNG…"), this, &LiveChart::askForPng)->setObjectName(QStringLiteral("exportPngAction"));
+    return menu;
 }
 
 bool LiveChart::exportPng(const QString& path) {

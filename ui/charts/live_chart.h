@@ -4,6 +4,7 @@
 
 #include <QRectF>
 #include <QString>
+#include <QStringList>
 #include <QWidget>
 
 #include "core/events.h"
@@ -13,6 +14,7 @@ class QAbstractAxis;
 class QChart;
 class QChartView;
 class QHBoxLayout;
+class QMenu;
 class QToolButton;
 class QValueAxis;
 class QXYSeries;
@@ -24,8 +26,9 @@ class SeriesStore;
 /// Base of the live charts: a Qt Charts view with a small tool row (chart-specific controls,
 /// "Follow live", "Export PNG"), zoom (drag a rectangle, or the wheel) and pan (drag with the
 /// middle button, or Shift and the left button) that pause following while data keeps arriving,
-/// double-click or right-click to follow live again, hover tooltips, and timer-driven redraws. Subclasses keep their
-/// data in SeriesStores, take events in handle(), and draw in refresh() with one replace() per series.
+/// double-click to follow live again, a right-click menu (follow live, export this chart's data as
+/// CSV, export it as PNG), hover tooltips, and timer-driven redraws. Subclasses keep their data in
+/// SeriesStores, take events in handle(), and draw in refresh() with one replace() per series.
 ///
 /// Thread rules: GUI thread only.
 class LiveChart : public QWidget {
@@ -54,6 +57,11 @@ public:
     virtual bool timeAxis() const { return false; }
     /// Saves the chart as it looks now.
     bool exportPng(const QString& path);
+    /// The series of the exported table (core/series_export.h: "train_loss", "val_loss", …) that
+    /// this chart draws; empty: the chart draws none of them (its menu then offers no CSV export).
+    virtual QStringList dataSeries() const { return {}; }
+    /// The right-click menu, owned by `parent`: Follow live, Export data as CSV…, Export PNG….
+    QMenu* createContextMenu(QWidget* parent);
     void setDarkTheme(bool dark);
     QString title() const { return m_title; }
 
@@ -65,6 +73,9 @@ Q_SIGNALS:
     void followLiveChanged(bool follow);
     /// The user zoomed or panned this chart to show x in [x0, x1].
     void xRangeChosen(double x0, double x1);
+    /// The user asked for this chart's data as CSV (its menu): `series` is dataSeries(),
+    /// `suggestedName` a file name for the save dialog.
+    void exportDataRequested(const QStringList& series, const QString& suggestedName);
 
 protected:
     /// Row above the chart where subclasses add their controls.
@@ -91,6 +102,9 @@ protected:
 private:
     friend class ZoomableChartView;
     void userZoomed();
+    /// The title as a file name: "Device memory" -> "device_memory".
+    QString fileStem() const;
+    void askForPng();
 
     QString m_title;
     QChart* m_chart = nullptr;

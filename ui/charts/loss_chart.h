@@ -29,6 +29,10 @@ public:
     void handle(const core::Event& event) override;
     bool timeAxis() const override { return m_xKind == XAxis::WallTime; }
     void clear() override;
+    QStringList dataSeries() const override {
+        return {QStringLiteral("train_loss"),        QStringLiteral("val_loss"), QStringLiteral("val_accuracy"),
+                QStringLiteral("val_top5_accuracy"), QStringLiteral("val_mse"),  QStringLiteral("val_mae")};
+    }
 
     void setXAxis(XAxis axis);
     XAxis xAxisKind() const { return m_xKind; }

@@ -26,6 +26,11 @@ public:
     bool timeAxis() const override { return true; }
     void handle(const core::Event& event) override;
     void clear() override;
+    QStringList dataSeries() const override {
+        return {QStringLiteral("memory_allocated_bytes"), QStringLiteral("memory_reserved_bytes"),
+                QStringLiteral("memory_peak_bytes"),      QStringLiteral("memory_capacity_bytes"),
+                QStringLiteral("step_peak_bytes"),        QStringLiteral("oom_requested_bytes")};
+    }
 
     const SeriesStore& allocatedStore() const { return m_allocated; }
     int oomMarkerCount() const { return static_cast<int>(m_ooms.size()); }

@@ -31,6 +31,10 @@ public:
 
     void handle(const core::Event& event) override;
     void clear() override;
+    QStringList dataSeries() const override {
+        return {QStringLiteral("probe_fit_peak_bytes"), QStringLiteral("probe_oom_micro_batch"),
+                QStringLiteral("memory_capacity_bytes")};
+    }
 
     /// Trials of the latest probe.
     int trialCount() const { return static_cast<int>(m_trials.size()); }

@@ -27,6 +27,9 @@ public:
     void handle(const core::Event& event) override;
     bool timeAxis() const override { return m_xKind == XAxis::WallTime; }
     void clear() override;
+    QStringList dataSeries() const override {
+        return {QStringLiteral("probe_fit_peak_bytes"), QStringLiteral("probe_oom_micro_batch")};
+    }
     void setXAxis(XAxis axis);
 
     int trialCount() const { return static_cast<int>(m_trials.size()); }

@@ -24,6 +24,7 @@ public:
 
     void handle(const core::Event& event) override;
     void clear() override;
+    QStringList dataSeries() const override { return {QStringLiteral("timed_samples_per_second")}; }
 
     struct Candidate {
         qint64 microBatch = 0;

@@ -18,6 +18,10 @@ public:
     bool timeAxis() const override { return true; }
     void handle(const core::Event& event) override;
     void clear() override;
+    QStringList dataSeries() const override {
+        return {QStringLiteral("samples_per_second"), QStringLiteral("micro_batch"),
+                QStringLiteral("accumulation_steps"), QStringLiteral("target_batch")};
+    }
 
     const SeriesStore& throughputStore() const { return m_throughput; }
     const SeriesStore& microBatchStore() const { return m_microBatch; }

@@ -228,6 +228,12 @@ void MainWindow::createViewMenu() {
     m_followAction->setShortcut(QKeySequence(tr("Ctrl+L")));
     m_followAction->setToolTip(tr("Keep every chart showing the whole run as it grows"));
     connect(m_followAction, &QAction::toggled, m_charts, &ChartsPanel::setFollowLive);
+    connect(m_charts, &ChartsPanel::exportDataRequested, this,
+            [this](const QStringList& series, const QString& suggestedName) {
+                const QString path =
+                    QFileDialog::getSaveFileName(this, tr("Export chart data"), suggestedName, tr("CSV files (*.csv)"));
+                if (!path.isEmpty()) exportDataCsv(path, series);
+            });
     connect(m_charts, &ChartsPanel::followLiveChanged, this, [this](bool following) {
         const QSignalBlocker blocker(m_followAction);
         m_followAction->setChecked(following);
@@ -396,7 +402,7 @@ bool MainWindow::exportMetricsCsv(const QString& path) {
     return true;
 }
 
-bool MainWindow::exportDataCsv(const QString& path) {
+bool MainWindow::exportDataCsv(const QString& path, const QStringList& series) {
     const QString folder = m_controller->runFolder();
     if (folder.isEmpty()) {
         showError(
@@ -406,7 +412,9 @@ bool MainWindow::exportDataCsv(const QString& path) {
     }
     // The folder's events file is complete once the run's events were delivered; during a run it
     // holds everything up to the last batch of events.
-    const auto exported = core::exportRunCsv(folder.toStdString(), path.toStdString());
+    std::vector<std::string> only;
+    for (const QString& name : series) only.push_back(name.toStdString());
+    const auto exported = core::exportRunCsv(folder.toStdString(), path.toStdString(), only);
     if (!exported) {
         showError(QString::fromStdString(exported.error()));
         return false;

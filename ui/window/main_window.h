@@ -54,8 +54,9 @@ public:
 
     bool exportMetricsCsv(const QString& path);
     /// Every series of every chart of the current or last run as one tidy CSV table (the CLI's
-    /// --export-csv format, read from the run's folder).
-    bool exportDataCsv(const QString& path);
+    /// --export-csv format, read from the run's folder); `series` limits it to those (a chart's
+    /// own, from its right-click menu).
+    bool exportDataCsv(const QString& path, const QStringList& series = {});
     bool exportEventsJsonl(const QString& path);
     QStringList exportCharts(const QString& directory);
     /// Writes the run report: self-contained HTML, or PDF when `path` ends in ".pdf". A file
