@@ -1,6 +1,7 @@
 #include <QtTest>
 
 #include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSettings>
@@ -40,6 +41,7 @@ private Q_SLOTS:
     void offersCoresModelsAndDatasets();
     void invalidInputDisablesStart();
     void optionsRoundTrip();
+    void validationFields();
     void settingsRoundTrip();
     void runLocksStartOnlyFields();
     void midRunChangesBecomeCommands();
@@ -128,6 +130,50 @@ void TestRunPanel::optionsRoundTrip() {
     QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
 }
 
+void TestRunPanel::validationFields() {
+    Session session;
+    ui::RunPanel& panel = session.panel;
+    // Untouched, the held-out share stays core's default choice (data from a DatasetFactory is
+    // then not split) and validation follows the epochs.
+    QCOMPARE(panel.heldOutBox()->value(), 10.0);
+    QCOMPARE(panel.options().validation.split, std::optional<double>());
+    QCOMPARE(panel.options().validation.everySteps, std::optional<int64_t>());
+
+    core::TrainerOptions chosen = ui::demoOptions();
+    chosen.validation.split = 0.25;
+    chosen.validation.everySteps = 7;
+    panel.setOptions(chosen);
+    QCOMPARE(panel.heldOutBox()->value(), 25.0);
+    QCOMPARE(panel.validateEveryBox()->value(), 7);
+    core::TrainerOptions back = panel.options();
+    QCOMPARE(back.validation.split, std::optional<double>(0.25));
+    QCOMPARE(back.validation.everySteps, std::optional<int64_t>(7));
+    QVERIFY(back.validation.path.empty());
+
+    // 0 % is "no validation", not "the default".
+    panel.heldOutBox()->setValue(0);
+    QCOMPARE(panel.heldOutBox()->text(), panel.heldOutBox()->specialValueText());
+    QCOMPARE(panel.options().validation.split, std::optional<double>(0.0));
+    panel.validateEveryBox()->setValue(0);
+    QCOMPARE(panel.options().validation.everySteps, std::optional<int64_t>());
+
+    // Validation data for the synthetic set is refused by core's rule, and the field is marked.
+    panel.validationPathEdit()->setText(QStringLiteral("digits-test.csv"));
+    QVERIFY(!panel.isValid());
+    QVERIFY2(panel.problem().contains(QStringLiteral("validation data")), qPrintable(panel.problem()));
+    QVERIFY(panel.validationPathEdit()->property("invalid").toBool());
+    QVERIFY(!panel.startButton()->isEnabled());
+    panel.validationPathEdit()->clear();
+    QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
+    QVERIFY(!panel.validationPathEdit()->property("invalid").toBool());
+
+    // Locked while a run uses them.
+    session.runStarted();
+    QVERIFY(!panel.heldOutBox()->isEnabled());
+    QVERIFY(!panel.validationPathEdit()->isEnabled());
+    QVERIFY(!panel.validateEveryBox()->isEnabled());
+}
+
 void TestRunPanel::settingsRoundTrip() {
     QTemporaryDir dir;
     QSettings settings(dir.filePath(QStringLiteral("settings.ini")), QSettings::IniFormat);
@@ -137,6 +183,8 @@ void TestRunPanel::settingsRoundTrip() {
         selectVirtual(panel, QStringLiteral("96MiB"));
         panel.targetBatchBox()->setValue(4096);
         panel.objectiveBox()->setCurrentIndex(panel.objectiveBox()->findData(int(core::ProbeObjective::Largest)));
+        panel.heldOutBox()->setValue(20);
+        panel.validateEveryBox()->setValue(50);
         panel.saveSettings(settings);
     }
     Session session;
@@ -145,6 +193,8 @@ void TestRunPanel::settingsRoundTrip() {
     QCOMPARE(restored.deviceId(), QStringLiteral("virtual:96MiB"));
     QCOMPARE(restored.targetBatchBox()->value(), 4096);
     QCOMPARE(restored.options().probe.objective, core::ProbeObjective::Largest);
+    QCOMPARE(restored.options().validation.split, std::optional<double>(0.2));
+    QCOMPARE(restored.options().validation.everySteps, std::optional<int64_t>(50));
 }
 
 void TestRunPanel::runLocksStartOnlyFields() {

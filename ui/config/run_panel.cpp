@@ -17,6 +17,7 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include <cmath>
 #include <map>
 #include <optional>
 
@@ -151,10 +152,50 @@ QGroupBox* RunPanel::createModelAndData() {
     auto* dataRow = new QHBoxLayout;
     dataRow->addWidget(m_dataPath, 1);
     dataRow->addWidget(browseData);
+
+    m_heldOut = new QDoubleSpinBox;
+    m_heldOut->setRange(0, 90);
+    m_heldOut->setDecimals(1);
+    m_heldOut->setSingleStep(5);
+    m_heldOut->setSuffix(QStringLiteral(" %"));
+    m_heldOut->setValue(core::kDefaultValidationSplit * 100.0);
+    m_heldOut->setSpecialValueText(tr("none (no validation)"));
+    m_heldOut->setToolTip(
+        tr("Share of the data kept out of training to measure how well the model does on samples it "
+           "never learned from (validation loss and accuracy). The same samples for any seed. "
+           "Synthetic data gets this share as extra samples of its own."));
+    m_validationPath = new QLineEdit;
+    m_validationPath->setPlaceholderText(tr("held out from the data"));
+    m_validationPath->setToolTip(
+        tr("A second data set in the same format to validate on instead (e.g. MNIST's t10k files); "
+           "empty: the held-out share is used."));
+    auto* browseValidation = new QToolButton;
+    browseValidation->setText(QStringLiteral("…"));
+    browseValidation->setToolTip(tr("Choose the validation data's folder (MNIST, image folder) or file (CSV)"));
+    connect(browseValidation, &QToolButton::clicked, this, [this] {
+        if (running()) return;
+        const bool file = m_dataset->currentData().toString() == QLatin1String("csv");
+        const QString path =
+            file ? QFileDialog::getOpenFileName(this, tr("CSV validation data"), QString(), tr("CSV files (*.csv)"))
+                 : QFileDialog::getExistingDirectory(this, tr("Validation data folder"));
+        if (!path.isEmpty()) m_validationPath->setText(path);
+    });
+    auto* validationRow = new QHBoxLayout;
+    validationRow->addWidget(m_validationPath, 1);
+    validationRow->addWidget(browseValidation);
+    m_validateEvery = spin(0, 100'000'000, 0,
+                           tr("Validate every this many optimizer steps; at each epoch's end when set to "
+                              "\"each epoch\". A run also validates when it reaches its limit."));
+    m_validateEvery->setSpecialValueText(tr("each epoch"));
+    m_validateEvery->setSuffix(tr(" steps"));
+
     dataForm->addRow(tr("Model"), modelRow);
     dataForm->addRow(tr("Dataset"), m_dataset);
     dataForm->addRow(tr("Data path"), dataRow);
     dataForm->addRow(tr("Samples"), m_samples);
+    dataForm->addRow(tr("Held out"), m_heldOut);
+    dataForm->addRow(tr("Validation data"), validationRow);
+    dataForm->addRow(tr("Validate every"), m_validateEvery);
     styleForm(dataForm);
     return data;
 }
@@ -303,9 +344,11 @@ QGridLayout* RunPanel::createRunButtons() {
 
 void RunPanel::connectFields() {
     const auto changed = [this] { revalidate(); };
-    for (QSpinBox* box : {m_samples, m_target, m_initialMicro, m_maxMicro, m_multiple, m_seed, m_steps})
+    for (QSpinBox* box :
+         {m_samples, m_target, m_initialMicro, m_maxMicro, m_multiple, m_seed, m_steps, m_validateEvery})
         connect(box, &QSpinBox::valueChanged, this, changed);
-    for (QDoubleSpinBox* box : {m_headroom, m_learningRate}) connect(box, &QDoubleSpinBox::valueChanged, this, changed);
+    for (QDoubleSpinBox* box : {m_headroom, m_learningRate, m_heldOut})
+        connect(box, &QDoubleSpinBox::valueChanged, this, changed);
     for (QComboBox* box : {m_model, m_dataset, m_optimizer, m_lrScaling, m_objective})
         connect(box, &QComboBox::currentIndexChanged, this, changed);
     connect(m_device, &QComboBox::currentIndexChanged, this, [this] {
@@ -314,6 +357,7 @@ void RunPanel::connectFields() {
     });
     connect(m_virtualSize, &QLineEdit::textChanged, this, changed);
     connect(m_dataPath, &QLineEdit::textChanged, this, changed);
+    connect(m_validationPath, &QLineEdit::textChanged, this, changed);
     connect(m_virtualSize, &QLineEdit::editingFinished, this, &RunPanel::commitDevice);
     connect(m_target, &QSpinBox::valueChanged, this, [this](int value) {
         if (running() && value > 0)
@@ -346,6 +390,14 @@ core::TrainerOptions RunPanel::options() const {
     o.lrScaling = static_cast<core::LrScaling>(m_lrScaling->currentData().toInt());
     o.seed = static_cast<uint64_t>(m_seed->value());
     o.steps = m_steps->value() > 0 ? std::optional<int64_t>(m_steps->value()) : std::nullopt;
+    // The default share stays "not chosen" (nullopt) unless setOptions() gave one: core does not
+    // split data given by a DatasetFactory unless asked.
+    const double split = m_heldOut->value() / 100.0;
+    const bool defaultSplit = std::abs(split - core::kDefaultValidationSplit) < 1e-9;
+    o.validation.split = defaultSplit && !m_base.validation.split ? std::nullopt : std::optional<double>(split);
+    o.validation.path = m_validationPath->text().trimmed().toStdString();
+    o.validation.everySteps =
+        m_validateEvery->value() > 0 ? std::optional<int64_t>(m_validateEvery->value()) : std::nullopt;
     return o;
 }
 
@@ -392,6 +444,11 @@ void RunPanel::setOptions(const core::TrainerOptions& o) {
     m_lrScaling->setCurrentIndex(m_lrScaling->findData(static_cast<int>(o.lrScaling)));
     m_seed->setValue(static_cast<int>(o.seed));
     m_steps->setValue(o.steps ? static_cast<int>(std::min<int64_t>(*o.steps, m_steps->maximum())) : 0);
+    m_heldOut->setValue(o.validation.split.value_or(core::kDefaultValidationSplit) * 100.0);
+    m_validationPath->setText(str(o.validation.path));
+    m_validateEvery->setValue(o.validation.everySteps ? static_cast<int>(std::min<int64_t>(*o.validation.everySteps,
+                                                                                           m_validateEvery->maximum()))
+                                                      : 0);
     revalidate();
 }
 
@@ -449,6 +506,9 @@ void RunPanel::revalidate() {
         {"data.path", m_dataPath},
         {"data.samples", m_samples},
         {"steps", m_steps},
+        {"validation.split", m_heldOut},
+        {"validation.path", m_validationPath},
+        {"validation.every_steps", m_validateEvery},
     };
     for (const auto& [field, widget] : coreFields) markField(widget, coreSays(field));
 
@@ -473,9 +533,9 @@ bool RunPanel::running() const {
 
 void RunPanel::lockFields() {
     const bool locked = running();
-    for (QWidget* field : std::initializer_list<QWidget*>{m_model, m_dataset, m_dataPath, m_samples, m_initialMicro,
-                                                          m_maxMicro, m_headroom, m_multiple, m_objective, m_optimizer,
-                                                          m_learningRate, m_seed, m_steps})
+    for (QWidget* field : std::initializer_list<QWidget*>{
+             m_model, m_dataset, m_dataPath, m_samples, m_heldOut, m_validationPath, m_validateEvery, m_initialMicro,
+             m_maxMicro, m_headroom, m_multiple, m_objective, m_optimizer, m_learningRate, m_seed, m_steps})
         field->setEnabled(!locked);
     m_virtualSize->setEnabled(m_device->currentData().toString() == QLatin1String(kVirtual));
 }
@@ -498,6 +558,9 @@ void RunPanel::saveSettings(QSettings& s) const {
     s.setValue(QStringLiteral("lrScaling"), m_lrScaling->currentData());
     s.setValue(QStringLiteral("seed"), m_seed->value());
     s.setValue(QStringLiteral("steps"), m_steps->value());
+    s.setValue(QStringLiteral("validationPercent"), m_heldOut->value());
+    s.setValue(QStringLiteral("validationData"), m_validationPath->text());
+    s.setValue(QStringLiteral("validateEvery"), m_validateEvery->value());
     s.endGroup();
 }
 
@@ -523,6 +586,10 @@ void RunPanel::loadSettings(const QSettings& s) {
     setCombo(m_lrScaling, m_lrScaling->findData(value("lrScaling")));
     m_seed->setValue(value("seed").toInt());
     m_steps->setValue(value("steps").toInt());
+    // Settings saved before the validation fields existed keep the defaults.
+    if (value("validationPercent").isValid()) m_heldOut->setValue(value("validationPercent").toDouble());
+    m_validationPath->setText(value("validationData").toString());
+    m_validateEvery->setValue(value("validateEvery").toInt());
     revalidate();
 }
 

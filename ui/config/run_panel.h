@@ -36,7 +36,8 @@ public:
 
     core::TrainerOptions options() const;
     /// Shows `options`; values the panel has no field for (checkpoints, loss, CSV columns, image
-    /// size) are kept and returned by options() unchanged.
+    /// size) are kept and returned by options() unchanged. The validation fields: held-out share,
+    /// validation data and interval (core::ValidationOptions).
     void setOptions(const core::TrainerOptions& options);
     /// Selects a TorchScript model file (a .pt or .pth exported from Python) as the model.
     void setModelFile(const QString& path);
@@ -63,6 +64,9 @@ public:
     QComboBox* datasetBox() const { return m_dataset; }
     QLineEdit* dataPathEdit() const { return m_dataPath; }
     QLineEdit* virtualSizeEdit() const { return m_virtualSize; }
+    QDoubleSpinBox* heldOutBox() const { return m_heldOut; }
+    QLineEdit* validationPathEdit() const { return m_validationPath; }
+    QSpinBox* validateEveryBox() const { return m_validateEvery; }
     TeachingBox* teachingBox() const { return m_teaching; }
     QCheckBox* stepModeBox() const { return m_teaching->stepModeBox(); }
     QPushButton* nextMicroBatchButton() const { return m_teaching->nextMicroBatchButton(); }
@@ -95,6 +99,9 @@ private:
     QLineEdit* m_dataPath;
     core::TrainerOptions m_base;  ///< values without a field, kept from setOptions()
     QSpinBox* m_samples;
+    QDoubleSpinBox* m_heldOut;    ///< validation split, percent; 0: no validation
+    QLineEdit* m_validationPath;  ///< validation data in the training data's format; empty: held out
+    QSpinBox* m_validateEvery;    ///< steps; 0: at each epoch's end
     QComboBox* m_device;
     QLineEdit* m_virtualSize;
     QLabel* m_deviceInfo;
