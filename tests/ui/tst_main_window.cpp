@@ -130,6 +130,7 @@ void TestMainWindow::demoEndToEnd() {
         QTRY_VERIFY_WITH_TIMEOUT(charts->lossChart()->rawStore().rawCount() >= now + 3, kTimeout);
     }
     charts->redrawNow();
+    QTest::qWait(50);  // let the scene lay out what the redraw changed (axis ticks) before the grab
     QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-light.png"))));
     w.resize(1600, 1000);  // the size a person looks at it on a desktop
     QTest::qWait(50);

@@ -11,6 +11,7 @@
 #include <QTemporaryDir>
 #include <QChartView>
 #include <QValueAxis>
+#include <QXYSeries>
 
 #include "core/events.h"
 #include "core/math_libraries.h"
@@ -88,6 +89,7 @@ private Q_SLOTS:
     void runsPanelComparesRuns();
     void chartsExportPng();
     void chartMenusExportTheirSeries();
+    void throughputAxisInThousands();
     void speedChartShowsTheSearch();
     void accumulationFillsAndReplays();
     void eventLogFiltersAndCopies();
@@ -443,6 +445,42 @@ void TestWidgets::chartMenusExportTheirSeries() {
     QVERIFY(popup->findChild<QAction*>(QStringLiteral("exportDataAction")));
     QVERIFY(!panel.lossChart()->followLive());
     popup->close();
+}
+
+void TestWidgets::throughputAxisInThousands() {
+    ui::ThroughputChart chart;
+    chart.resize(640, 400);
+    chart.show();
+    // 2,000 samples/s (step()): the left axis counts whole thousands, the points are drawn in
+    // them, and the store keeps the measured values.
+    for (int i = 1; i <= 20; ++i) chart.handle(step(i, 1.0));
+    chart.redraw();
+    QCOMPARE(chart.rateUnit(), 1000.0);
+    QCOMPARE(chart.rateAxis()->labelFormat(), QStringLiteral("%.0fk"));
+    QCOMPARE(chart.rateAxis()->max(), 3.0);  // 2,000 and 4% headroom: ticks 0k, 1k, 2k, 3k
+    QCOMPARE(chart.rateAxis()->tickCount(), 4);
+    auto* line = qobject_cast<QXYSeries*>(chart.chart()->series().first());
+    QVERIFY(line && !line->points().isEmpty());
+    for (const QPointF& p : line->points()) QCOMPARE(p.y(), 2.0);
+    QCOMPARE(chart.throughputStore().maxY(), 2000.0);
+    // 26,000 samples/s: ticks every 10k.
+    core::StepMetrics fast = step(21, 1.0);
+    fast.samplesPerSecond = 26'000;
+    chart.handle(fast);
+    chart.redraw();
+    QCOMPARE(chart.rateAxis()->max(), 30.0);
+    QCOMPARE(chart.rateAxis()->tickCount(), 4);
+    // A slower run starts again in samples per second.
+    chart.clear();
+    for (int i = 1; i <= 20; ++i) {
+        core::StepMetrics m = step(i, 1.0);
+        m.samplesPerSecond = 640;
+        chart.handle(m);
+    }
+    chart.redraw();
+    QCOMPARE(chart.rateUnit(), 1.0);
+    QCOMPARE(chart.rateAxis()->labelFormat(), QStringLiteral("%.0f"));
+    QVERIFY(chart.rateAxis()->max() >= 640.0);
 }
 
 void TestWidgets::speedChartShowsTheSearch() {

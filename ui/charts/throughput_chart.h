@@ -24,6 +24,10 @@ public:
     }
 
     const SeriesStore& throughputStore() const { return m_throughput; }
+    /// Samples per second per unit of the left axis: 1, or 1000 once the run's rate reaches 1000
+    /// (labels "1k", "2k" on whole thousands: at 1280x800 Qt cut labels like "1500" to "1…").
+    double rateUnit() const { return m_rateUnit; }
+    QValueAxis* rateAxis() const { return m_rateAxis; }
     const SeriesStore& microBatchStore() const { return m_microBatch; }
 
 protected:
@@ -38,6 +42,7 @@ private:
     QLineSeries* m_microBatchSeries = nullptr;
     QLineSeries* m_accumulationSeries = nullptr;
     QValueAxis* m_rateAxis = nullptr;
+    double m_rateUnit = 1;
     QValueAxis* m_planAxis = nullptr;   ///< micro-batch size (samples)
     QValueAxis* m_stepsAxis = nullptr;  ///< accumulation steps: its own scale (a few, next to hundreds of samples)
 };

@@ -53,6 +53,7 @@ RunPanel::RunPanel(RunCommands* commands, QWidget* parent) : QWidget(parent), m_
     QGroupBox* data = createModelAndData();
     QGroupBox* device = createDevice();
     QGroupBox* batch = createBatch();
+    QGroupBox* validation = createValidation();
     QGroupBox* training = createTraining();
     QGridLayout* buttons = createRunButtons();
 
@@ -72,6 +73,7 @@ RunPanel::RunPanel(RunCommands* commands, QWidget* parent) : QWidget(parent), m_
     layout->addWidget(device);
     layout->addWidget(batch);
     layout->addWidget(data);
+    layout->addWidget(validation);
     layout->addWidget(training);
     layout->addStretch(1);
 
@@ -153,6 +155,15 @@ QGroupBox* RunPanel::createModelAndData() {
     dataRow->addWidget(m_dataPath, 1);
     dataRow->addWidget(browseData);
 
+    dataForm->addRow(tr("Model"), modelRow);
+    dataForm->addRow(tr("Dataset"), m_dataset);
+    dataForm->addRow(tr("Data path"), dataRow);
+    dataForm->addRow(tr("Samples"), m_samples);
+    styleForm(dataForm);
+    return data;
+}
+
+QGroupBox* RunPanel::createValidation() {
     m_heldOut = new QDoubleSpinBox;
     m_heldOut->setRange(0, 90);
     m_heldOut->setDecimals(1);
@@ -189,15 +200,14 @@ QGroupBox* RunPanel::createModelAndData() {
     m_validateEvery->setSpecialValueText(tr("each epoch"));
     m_validateEvery->setSuffix(tr(" steps"));
 
-    dataForm->addRow(tr("Model"), modelRow);
-    dataForm->addRow(tr("Dataset"), m_dataset);
-    dataForm->addRow(tr("Data path"), dataRow);
-    dataForm->addRow(tr("Samples"), m_samples);
-    dataForm->addRow(tr("Held out"), m_heldOut);
-    dataForm->addRow(tr("Validation data"), validationRow);
-    dataForm->addRow(tr("Validate every"), m_validateEvery);
-    styleForm(dataForm);
-    return data;
+    // Its own group with short labels: "Validation data" in the data form widened the whole panel.
+    auto* validation = new QGroupBox(tr("Validation"));
+    auto* form = new QFormLayout(validation);
+    form->addRow(tr("Held out"), m_heldOut);
+    form->addRow(tr("Other data"), validationRow);
+    form->addRow(tr("Every"), m_validateEvery);
+    styleForm(form);
+    return validation;
 }
 
 QGroupBox* RunPanel::createDevice() {

@@ -81,6 +81,7 @@ Q_SIGNALS:
 private:
     // The constructor's parts: each builds a group of fields (or the run buttons) and its layout.
     QGroupBox* createModelAndData();
+    QGroupBox* createValidation();
     QGroupBox* createDevice();
     QGroupBox* createBatch();
     QGroupBox* createTraining();
