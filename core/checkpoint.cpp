@@ -147,6 +147,7 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
         archive.write("micro_batch", c10::IValue(state.microBatch));
         archive.write("learning_rate", c10::IValue(state.learningRate));
         archive.write("device", c10::IValue(state.device));
+        archive.write("training_samples", c10::IValue(state.trainingSamples));
         writeTensors(archive, "parameter", model.parameters());
         writeTensors(archive, "buffer", model.buffers());
         writeTensors(archive, "first", optimizer.firstState());
@@ -239,6 +240,10 @@ tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& direct
         state.samplerPosition = readInt(archive, "sampler_position");
         state.targetBatch = readInt(archive, "target_batch");
         state.microBatch = readInt(archive, "micro_batch");
+        c10::IValue trainingSamples;  // absent from checkpoints written before it was recorded
+        state.trainingSamples = archive.try_read("training_samples", trainingSamples) && trainingSamples.isInt()
+                                    ? trainingSamples.toInt()
+                                    : -1;
         parameters = readTensors(archive, "parameter");
         buffers = readTensors(archive, "buffer");
         first = readTensors(archive, "first");

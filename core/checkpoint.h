@@ -21,6 +21,9 @@ struct TrainerState {
     double learningRate = 0;
     std::string device;
     std::string modelName;
+    /// Samples of the training set the sampler walks (the data set less any held-out share);
+    /// -1: not recorded (a checkpoint written before validation data was held out).
+    int64_t trainingSamples = -1;
 };
 
 /// File name of the latest checkpoint inside a checkpoint directory.

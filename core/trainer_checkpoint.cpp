@@ -6,9 +6,9 @@
 namespace batchpilot::core {
 
 void Trainer::Impl::writeCheckpoint() {
-    TrainerState saved{step,         samplesSeen, sampler->epoch(),          sampler->position(),
-                       target,       microBatch,  optimizer->learningRate(), device.name(),
-                       model->name()};
+    TrainerState saved{step,          samplesSeen, sampler->epoch(),          sampler->position(),
+                       target,        microBatch,  optimizer->learningRate(), device.name(),
+                       model->name(), data->size()};
     // A batch that ended an epoch leaves the position at its end: the next one starts a new epoch.
     if (sampler->position() >= data->size()) {
         saved.samplerEpoch = sampler->completedEpochs();
@@ -27,6 +27,22 @@ void Trainer::Impl::restoreCheckpoint() {
     const int64_t beforeState = meter->allocated();
     auto resumed = loadCheckpoint(options.resumeFrom, *model, *optimizer);
     if (!resumed) throw FatalError{resumed.error(), "resume"};
+    // The sampler's position counts samples of the training set: on another set (another data
+    // file, or another held-out share) it would skip or repeat samples without a word.
+    if (resumed->trainingSamples >= 0 && resumed->trainingSamples != data->size()) {
+        throw FatalError{"the checkpoint in " + options.resumeFrom + " was written while training on " +
+                             std::to_string(resumed->trainingSamples) + " samples, but this run trains on " +
+                             std::to_string(data->size()) +
+                             " (other data, or another --validation-split or --validation-data): resume with "
+                             "the data and validation options of the run that wrote it, or start a new run",
+                         "resume"};
+    }
+    if (resumed->trainingSamples < 0 && validationData && data->size() > 0) {
+        emit(Warning{now(), "the checkpoint in " + options.resumeFrom +
+                                " does not record how many samples it trained on (it was written before "
+                                "validation data was held out): if that run trained on all of the data, "
+                                "resume with --validation-split 0 so that the same samples follow"});
+    }
     if (optimizer->stateReady()) ledger.optimizerStateBytes = std::max<int64_t>(0, meter->allocated() - beforeState);
     step = resumed->step;
     samplesSeen = resumed->samplesSeen;

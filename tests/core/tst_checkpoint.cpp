@@ -121,6 +121,10 @@ private Q_SLOTS:
                                          << QStringLiteral("written with the adam optimizer, but this run uses sgd");
         QTest::newRow("other width") << QStringLiteral("width")
                                      << QStringLiteral("does not match this model's parameters");
+        // The sampler's position would point into another set of samples.
+        QTest::newRow("other training set")
+            << QStringLiteral("samples")
+            << QStringLiteral("written while training on 200 samples, but this run trains on 150");
     }
     void rejectsBadCheckpoints() {
         QFETCH(QString, change);
@@ -143,6 +147,7 @@ private Q_SLOTS:
         if (change == QStringLiteral("model")) again.model.name = "mlp";
         if (change == QStringLiteral("optimizer")) again.optimizer.kind = OptimizerKind::Sgd;
         if (change == QStringLiteral("width")) again.model.width = 16;
+        if (change == QStringLiteral("samples")) again.data.samples = 150;
         RecordingSink failed;
         Trainer next(again, failed);
         const RunResult result = next.run();
