@@ -412,6 +412,23 @@ private Q_SLOTS:
         const int resumedFrom = match.captured(1).toInt();
         QVERIFY2(resumedFrom >= 3 && resumedFrom < 8, qPrintable(resumed.out));
         QVERIFY(resumed.out.contains(QStringLiteral("done after 8 steps")));
+        // On another training set the checkpoint's sampler position would walk other samples:
+        // refused as bad input, and the checkpoint is left as it was.
+        const QByteArray saved = [&] {
+            QFile file(checkpoints + QStringLiteral("/checkpoint.pt"));
+            return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
+        }();
+        QVERIFY(!saved.isEmpty());
+        const Run otherSet =
+            runCli(resumeArgs + QStringList{QStringLiteral("--steps"), QStringLiteral("9"), QStringLiteral("--samples"),
+                                            QStringLiteral("1000"), QStringLiteral("--resume"), checkpoints});
+        QCOMPARE(otherSet.exitCode, 2);
+        QVERIFY2(otherSet.err.contains(QStringLiteral("was written while training on 4096 samples, but this run "
+                                                      "trains on 1000")),
+                 qPrintable(otherSet.err));
+        QFile unchanged(checkpoints + QStringLiteral("/checkpoint.pt"));
+        QVERIFY(unchanged.open(QIODevice::ReadOnly));
+        QCOMPARE(unchanged.readAll(), saved);
 
         const QString straightEvents = dir.filePath(QStringLiteral("straight.jsonl"));
         const Run straight = runCli(common + QStringList{QStringLiteral("--steps"), QStringLiteral("8"),
