@@ -37,7 +37,11 @@ void Trainer::Impl::restoreCheckpoint() {
                              "the data and validation options of the run that wrote it, or start a new run",
                          "resume"};
     }
-    if (resumed->trainingSamples < 0 && validationData && data->size() > 0) {
+    // Only a share held out of the data itself changed the training set: synthetic data gets
+    // extra samples of its own, and --validation-data leaves the training file whole.
+    const bool heldOutOfTraining = validationData && options.validation.path.empty() &&
+                                   !(options.data.name == "synthetic" && !options.datasetFactory);
+    if (resumed->trainingSamples < 0 && heldOutOfTraining) {
         emit(Warning{now(), "the checkpoint in " + options.resumeFrom +
                                 " does not record how many samples it trained on (it was written before "
                                 "validation data was held out): if that run trained on all of the data, "
