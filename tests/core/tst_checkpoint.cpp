@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include "core/checkpoint.h"
+#include "core/dataset.h"
+#include "core/optimizer.h"
 #include "core/trainer.h"
 #include "core/model.h"
 #include "recording_sink.h"
@@ -107,6 +109,51 @@ private Q_SLOTS:
         const RunResult result = next.run();
         QVERIFY2(result.state == RunState::Finished, result.error.c_str());
         QCOMPARE(resumed.all<StepMetrics>().size(), size_t(1));
+    }
+
+    /// A checkpoint written before training_samples was recorded (-1 on load) resumes; it warns
+    /// only where a share was held out of the data (the training set it walked may have been
+    /// larger), not for synthetic data, whose held-out samples are extra ones of its own.
+    void unrecordedTrainingSizeWarnsOnlyWhenHeldOut_data() {
+        QTest::addColumn<bool>("heldOutOfData");
+        QTest::newRow("synthetic, extra held-out samples") << false;
+        QTest::newRow("a share held out of the data") << true;
+    }
+    void unrecordedTrainingSizeWarnsOnlyWhenHeldOut() {
+        QFETCH(bool, heldOutOfData);
+        QTemporaryDir dir;
+        TrainerOptions o = options(dir.path());
+        o.steps = 2;
+        o.validation.split = 0.2;
+        if (heldOutOfData) {  // data from a factory is split like a file's
+            o.datasetFactory = [data = o.data]() -> tl::expected<std::shared_ptr<Dataset>, std::string> {
+                return std::make_shared<SyntheticImages>(data);
+            };
+        }
+        RecordingSink first;
+        Trainer writer(o, first);
+        QCOMPARE(writer.run().steps, qint64(2));
+        // Rewrite the checkpoint as an older BatchPilot wrote it: without the training set's size.
+        const auto model = writer.model();
+        Optimizer optimizer(o.optimizer, model->parameters());
+        auto state = loadCheckpoint(dir.path().toStdString(), *model, optimizer);
+        QVERIFY2(state.has_value(), state ? "" : state.error().c_str());
+        QCOMPARE(state->trainingSamples, heldOutOfData ? int64_t{160} : int64_t{200});
+        state->trainingSamples = -1;
+        QVERIFY(saveCheckpoint(dir.path().toStdString(), *model, optimizer, *state).has_value());
+
+        TrainerOptions again = o;
+        again.steps = 3;
+        again.resumeFrom = dir.path().toStdString();
+        RecordingSink resumed;
+        Trainer next(again, resumed);
+        const RunResult result = next.run();
+        QVERIFY2(result.state != RunState::Failed, result.error.c_str());
+        QCOMPARE(result.steps, qint64(3));
+        bool warned = false;
+        for (const auto& w : resumed.all<Warning>())
+            warned = warned || w.message.find("does not record how many samples") != std::string::npos;
+        QCOMPARE(warned, heldOutOfData);
     }
 
     void rejectsBadCheckpoints_data() {
