@@ -24,6 +24,7 @@ void Trainer::Impl::setup() {
         auto split = makeValidation(options, *made);
         if (!split && commands.cancelFlag().load()) throw LoadingCancelled{};
         if (!split) throw FatalError{split.error(), "dataset"};
+        heldOutOfTraining = split->training != *made;
         data = split->training;
         validationData = split->validation;
     }

@@ -39,8 +39,6 @@ void Trainer::Impl::restoreCheckpoint() {
     }
     // Only a share held out of the data itself changed the training set: synthetic data gets
     // extra samples of its own, and --validation-data leaves the training file whole.
-    const bool heldOutOfTraining = validationData && options.validation.path.empty() &&
-                                   !(options.data.name == "synthetic" && !options.datasetFactory);
     if (resumed->trainingSamples < 0 && heldOutOfTraining) {
         emit(Warning{now(), "the checkpoint in " + options.resumeFrom +
                                 " does not record how many samples it trained on (it was written before "

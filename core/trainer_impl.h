@@ -118,6 +118,9 @@ struct Trainer::Impl {
     std::shared_ptr<Dataset> data;  ///< the training data (without the held-out samples)
     /// The held-out data (core/validation.h); null without validation.
     std::shared_ptr<Dataset> validationData;
+    /// The validation samples were taken out of the data set (makeValidation returned a smaller
+    /// training set), rather than generated extra or read from --validation-data.
+    bool heldOutOfTraining = false;
     int64_t validationMicroBatch = 0;        ///< where the next validation pass starts (0: none ran yet)
     int64_t validationCeiling = 0;           ///< smallest validation micro-batch that ran out of memory (0: none)
     int64_t lastValidationStep = 0;          ///< step of the last validation pass
