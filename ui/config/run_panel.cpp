@@ -140,20 +140,8 @@ QGroupBox* RunPanel::createModelAndData() {
     auto* modelRow = new QHBoxLayout;
     modelRow->addWidget(m_model, 1);
     modelRow->addWidget(browseModel);
-    auto* browseData = new QToolButton;
-    browseData->setText(QStringLiteral("…"));
-    browseData->setToolTip(tr("Choose the dataset's folder (MNIST, image folder) or file (CSV)"));
-    connect(browseData, &QToolButton::clicked, this, [this] {
-        if (running()) return;
-        const bool file = m_dataset->currentData().toString() == QLatin1String("csv");
-        const QString path =
-            file ? QFileDialog::getOpenFileName(this, tr("CSV data"), QString(), tr("CSV files (*.csv)"))
-                 : QFileDialog::getExistingDirectory(this, tr("Dataset folder"));
-        if (!path.isEmpty()) m_dataPath->setText(path);
-    });
-    auto* dataRow = new QHBoxLayout;
-    dataRow->addWidget(m_dataPath, 1);
-    dataRow->addWidget(browseData);
+    QHBoxLayout* dataRow = pathRow(m_dataPath, tr("Choose the dataset's folder (MNIST, image folder) or file (CSV)"),
+                                   tr("CSV data"), tr("Dataset folder"));
 
     dataForm->addRow(tr("Model"), modelRow);
     dataForm->addRow(tr("Dataset"), m_dataset);
@@ -161,6 +149,24 @@ QGroupBox* RunPanel::createModelAndData() {
     dataForm->addRow(tr("Samples"), m_samples);
     styleForm(dataForm);
     return data;
+}
+
+QHBoxLayout* RunPanel::pathRow(QLineEdit* edit, const QString& tip, const QString& fileTitle,
+                               const QString& folderTitle) {
+    auto* browse = new QToolButton;
+    browse->setText(QStringLiteral("…"));
+    browse->setToolTip(tip);
+    connect(browse, &QToolButton::clicked, this, [this, edit, fileTitle, folderTitle] {
+        if (running()) return;  // the data is fixed while a run uses it
+        const bool file = m_dataset->currentData().toString() == QLatin1String("csv");
+        const QString path = file ? QFileDialog::getOpenFileName(this, fileTitle, QString(), tr("CSV files (*.csv)"))
+                                  : QFileDialog::getExistingDirectory(this, folderTitle);
+        if (!path.isEmpty()) edit->setText(path);
+    });
+    auto* row = new QHBoxLayout;
+    row->addWidget(edit, 1);
+    row->addWidget(browse);
+    return row;
 }
 
 QGroupBox* RunPanel::createValidation() {
@@ -180,20 +186,9 @@ QGroupBox* RunPanel::createValidation() {
     m_validationPath->setToolTip(
         tr("A second data set in the same format to validate on instead (e.g. MNIST's t10k files); "
            "empty: the held-out share is used."));
-    auto* browseValidation = new QToolButton;
-    browseValidation->setText(QStringLiteral("…"));
-    browseValidation->setToolTip(tr("Choose the validation data's folder (MNIST, image folder) or file (CSV)"));
-    connect(browseValidation, &QToolButton::clicked, this, [this] {
-        if (running()) return;
-        const bool file = m_dataset->currentData().toString() == QLatin1String("csv");
-        const QString path =
-            file ? QFileDialog::getOpenFileName(this, tr("CSV validation data"), QString(), tr("CSV files (*.csv)"))
-                 : QFileDialog::getExistingDirectory(this, tr("Validation data folder"));
-        if (!path.isEmpty()) m_validationPath->setText(path);
-    });
-    auto* validationRow = new QHBoxLayout;
-    validationRow->addWidget(m_validationPath, 1);
-    validationRow->addWidget(browseValidation);
+    QHBoxLayout* validationRow =
+        pathRow(m_validationPath, tr("Choose the validation data's folder (MNIST, image folder) or file (CSV)"),
+                tr("CSV validation data"), tr("Validation data folder"));
     m_validateEvery = spin(0, 100'000'000, 0,
                            tr("Validate every this many optimizer steps; at each epoch's end when set to "
                               "\"each epoch\". A run also validates when it reaches its limit."));

@@ -11,6 +11,7 @@ class QComboBox;
 class QDoubleSpinBox;
 class QGridLayout;
 class QGroupBox;
+class QHBoxLayout;
 class QLabel;
 class QLineEdit;
 class QPushButton;
@@ -82,6 +83,8 @@ private:
     // The constructor's parts: each builds a group of fields (or the run buttons) and its layout.
     QGroupBox* createModelAndData();
     QGroupBox* createValidation();
+    /// `edit` with a "…" button that chooses a CSV file or, for the other data sets, a folder.
+    QHBoxLayout* pathRow(QLineEdit* edit, const QString& tip, const QString& fileTitle, const QString& folderTitle);
     QGroupBox* createDevice();
     QGroupBox* createBatch();
     QGroupBox* createTraining();
