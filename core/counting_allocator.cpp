@@ -20,18 +20,18 @@ namespace batchpilot::core {
 namespace {
 
 // Keeps the data 64-byte aligned, as alloc_cpu's blocks are.
-constexpr size_t kHeaderBytes = 64;
+constexpr size_t kBlockHeaderBytes = 64;
 
 struct Header {
     int64_t bytes;
     bool counted;
 };
-static_assert(sizeof(Header) <= kHeaderBytes);
+static_assert(sizeof(Header) <= kBlockHeaderBytes);
 
 thread_local bool t_counting = false;
 
 Header* headerOf(void* data) {
-    return reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes);
+    return reinterpret_cast<Header*>(static_cast<char*>(data) - kBlockHeaderBytes);
 }
 
 }  // namespace
@@ -71,7 +71,7 @@ c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST
     }
     void* base = nullptr;
     try {
-        base = c10::alloc_cpu(bytes + kHeaderBytes);
+        base = c10::alloc_cpu(bytes + kBlockHeaderBytes);
     } catch (...) {
         // The host itself is out of memory: undo the count, then let the caller classify it.
         if (counted) {
@@ -82,7 +82,7 @@ c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST
     auto* header = static_cast<Header*>(base);
     header->bytes = size;
     header->counted = counted;
-    void* data = static_cast<char*>(base) + kHeaderBytes;
+    void* data = static_cast<char*>(base) + kBlockHeaderBytes;
     return {data, data, &CountingAllocator::release, c10::Device(c10::DeviceType::CPU)};
 }
 

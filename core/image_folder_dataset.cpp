@@ -27,7 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kMaxSide = 4096;
+constexpr int64_t kMaxImageFolderSide = 4096;
 /// Largest image decoded (8192 x 8192): bounds what one file can make BatchPilot allocate.
 constexpr int64_t kMaxDecodedPixels = int64_t{1} << 26;
 constexpr size_t kListed = 20;  // unreadable files named in the warning; the rest are counted
@@ -265,10 +265,11 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
         return tl::unexpected("image-folder data has 1 (grey) or 3 (RGB) channels, not " +
                               std::to_string(options.channels) + ": use an image size such as 3x64x64");
     }
-    if (options.height < 1 || options.width < 1 || options.height > kMaxSide || options.width > kMaxSide) {
+    if (options.height < 1 || options.width < 1 || options.height > kMaxImageFolderSide ||
+        options.width > kMaxImageFolderSide) {
         return tl::unexpected("image-folder size " + std::to_string(options.height) + "x" +
                               std::to_string(options.width) + " is out of range: each side must be 1 to " +
-                              std::to_string(kMaxSide) + " pixels");
+                              std::to_string(kMaxImageFolderSide) + " pixels");
     }
     std::error_code ec;
     if (!fs::exists(root, ec)) return tl::unexpected("image folder " + root + " does not exist");

@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 
 constexpr uint32_t kImagesMagic = 0x00000803;  // unsigned bytes, 3 dimensions
 constexpr uint32_t kLabelsMagic = 0x00000801;  // unsigned bytes, 1 dimension
-constexpr uint32_t kMaxSide = 4096;
+constexpr uint32_t kMaxMnistSide = 4096;
 
 uint32_t bigEndian32(const uint8_t* bytes) {
     return (uint32_t{bytes[0]} << 24) | (uint32_t{bytes[1]} << 16) | (uint32_t{bytes[2]} << 8) | uint32_t{bytes[3]};
@@ -163,9 +163,9 @@ tl::expected<std::shared_ptr<MnistDataset>, std::string> MnistDataset::load(cons
     const uint32_t rows = bigEndian32(images->data() + 8);
     const uint32_t cols = bigEndian32(images->data() + 12);
     const uint64_t labelCount = bigEndian32(labels->data() + 4);
-    if (rows == 0 || cols == 0 || rows > kMaxSide || cols > kMaxSide) {
+    if (rows == 0 || cols == 0 || rows > kMaxMnistSide || cols > kMaxMnistSide) {
         return corrupt(pair->images, "declares images of " + std::to_string(rows) + "x" + std::to_string(cols) +
-                                         " pixels (expected 1 to " + std::to_string(kMaxSide) + " per side)");
+                                         " pixels (expected 1 to " + std::to_string(kMaxMnistSide) + " per side)");
     }
     if (count == 0) return corrupt(pair->images, "declares 0 images");
     const uint64_t expectedImages = 16 + count * rows * cols;

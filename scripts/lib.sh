@@ -134,7 +134,10 @@ configure_and_build() {
   else
     torch_args=(-DBATCHPILOT_TEST_PYTHON=/usr/bin/python3)
   fi
-  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${torch_args[@]}" "$@"
+  # -g1: line tables and function names (backtraces, profilers), no variable locations. With
+  # torch's headers full -g made a test file compile 25% slower (56 s against 45 s).
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" "${torch_args[@]}" "$@"
   build_tree
 }
 
