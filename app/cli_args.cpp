@@ -13,6 +13,7 @@
 
 #include "core/device.h"
 #include "core/run_config.h"
+#include "core/run_folder.h"
 
 // The flags are declared once, with CLI11: each with its range or choices, its help text and
 // what it sets. Ranges are core's limits (core/options.h), the ones the configuration file
@@ -401,10 +402,20 @@ void Flags::declare(CliRequest& request) {
                         [](TrainerOptions& o, const std::string& v) { o.checkpoint.directory = v; })
         ->type_name("DIR")
         ->group(group);
-    option<int64_t>("--checkpoint-every", "also every N optimizer steps",
+    option<int64_t>("--checkpoint-every",
+                    "also every N optimizer steps (without --checkpoint-dir: in the run\n"
+                    "folder's checkpoint/)",
                     [](TrainerOptions& o, const int64_t& v) { o.checkpoint.everySteps = v; })
         ->type_name("N")
         ->check(wholeNumber(1, core::kMaxSteps))
+        ->group(group);
+    option<std::string>("--keep-best",
+                        "also keep the model that scored best so far on this validation metric\n"
+                        "in CHECKPOINT_DIR/best (val_loss, val_accuracy, val_top5_accuracy,\n"
+                        "val_mse, val_mae; without --checkpoint-dir: in the run folder's\n"
+                        "checkpoint/best); resume from it or load its model like any checkpoint",
+                        [](TrainerOptions& o, const std::string& v) { o.checkpoint.keepBest = v; })
+        ->type_name("METRIC")
         ->group(group);
     option<std::string>("--resume",
                         "continue exactly where the checkpoint in DIR left off (same model,\n"
@@ -504,6 +515,11 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
             std::string("--target-batch cannot be given with --resume: a resumed run continues at its "
                         "checkpoint's target batch, so that it goes on exactly where it stopped; drop "
                         "--target-batch, or start a new run without --resume"));
+    }
+    if (core::checkpointsInRunFolder(o) && request.noRunFolder) {
+        return tl::unexpected(std::string(o.checkpoint.keepBest.empty() ? "--checkpoint-every" : "--keep-best") +
+                              " without --checkpoint-dir keeps the checkpoints in the run's folder, but "
+                              "--no-run-folder was given: name a folder with --checkpoint-dir DIR");
     }
     request.checkpointReplacesResumed =
         !o.resumeFrom.empty() && !flags.given("--checkpoint-dir") && o.checkpoint.directory == o.resumeFrom;

@@ -160,6 +160,8 @@ int main(int argc, char** argv) {
         return 0;
     }
     std::unique_ptr<core::RunFolder> folder;
+    // Checkpoints asked for without a directory go into the run folder, which names it now.
+    const bool checkpointsInFolder = core::checkpointsInRunFolder(request->options);
     if (!request->noRunFolder) {
         const std::string runs = request->runsDirectory.empty() ? core::defaultRunsDirectory() : request->runsDirectory;
         auto made = core::RunFolder::create(runs, request->options);
@@ -190,6 +192,9 @@ int main(int argc, char** argv) {
     }
     std::atomic<bool> training{false};
     if (folder && !request->quiet) std::printf("run folder: %s\n", folder->path().c_str());
+    if (checkpointsInFolder && !request->quiet) {
+        std::printf("checkpoints: %s\n", request->options.checkpoint.directory.c_str());
+    }
     TrainingStarted sink(reporter, folder.get(), training);
     core::Trainer trainer(request->options, sink);
     reporter.setTrainer(&trainer);

@@ -54,6 +54,10 @@ std::string ConsoleReporter::validationSummary() const {
         text +=
             "; best " + validationMetrics(*m_bestValidation) + " after step " + std::to_string(m_bestValidation->step);
     }
+    if (m_bestCheckpoint) {
+        text += formatText("\nbest model by %s (%.4f, step %" PRId64 "): %s", m_bestCheckpoint->metric.c_str(),
+                           m_bestCheckpoint->value, m_bestCheckpoint->step, m_bestCheckpoint->path.c_str());
+    }
     return text;
 }
 
@@ -203,7 +207,13 @@ void ConsoleReporter::onEvent(const core::Event& event) {
             } else if constexpr (std::is_same_v<T, DeviceSwitched>) {
                 line("device " + e.from + " → " + e.to);
             } else if constexpr (std::is_same_v<T, CheckpointSaved>) {
-                if (!m_interactive) line("checkpoint saved at step " + std::to_string(e.step) + ": " + e.path);
+                if (!e.metric.empty()) {
+                    m_bestCheckpoint = e;
+                    line(formatText("best model so far (%s %.4f) saved at step %" PRId64 ": %s", e.metric.c_str(),
+                                    e.value, e.step, e.path.c_str()));
+                } else if (!m_interactive) {
+                    line("checkpoint saved at step " + std::to_string(e.step) + ": " + e.path);
+                }
             } else if constexpr (std::is_same_v<T, Warning>) {
                 line("warning: " + e.message);
             } else if constexpr (std::is_same_v<T, ErrorEvent>) {

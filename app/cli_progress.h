@@ -60,6 +60,7 @@ private:
     core::StepMetrics m_lastStep;
     std::optional<core::ValidationDone> m_lastValidation;
     std::optional<core::ValidationDone> m_bestValidation;
+    std::optional<core::CheckpointSaved> m_bestCheckpoint;  ///< the best model's latest save (--keep-best)
     /// "  val acc 93.1%" (or "  val loss 0.2113") for the step line; empty before a validation.
     std::string lastValidationShort() const;
     int m_ooms = 0;

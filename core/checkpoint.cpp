@@ -33,7 +33,7 @@ std::string indexed(const char* prefix, size_t i) {
 /// The file: this header, then LibTorch's archive (a zip). The CRC-32 covers the archive, whose
 /// own zip reader does not check its records, so any damaged byte is found before it is used.
 constexpr char kMagic[16] = {'B', 'A', 'T', 'C', 'H', 'P', 'I', 'L', 'O', 'T', '-', 'C', 'K', 'P', 'T', '\n'};
-constexpr size_t kHeaderBytes = sizeof(kMagic) + 8 + 4;
+constexpr size_t kCheckpointHeaderBytes = sizeof(kMagic) + 8 + 4;
 
 void putLittleEndian(char* out, uint64_t value, int bytes) {
     for (int i = 0; i < bytes; ++i) out[i] = static_cast<char>((value >> (8 * i)) & 0xff);
@@ -148,6 +148,8 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
         archive.write("learning_rate", c10::IValue(state.learningRate));
         archive.write("device", c10::IValue(state.device));
         archive.write("training_samples", c10::IValue(state.trainingSamples));
+        archive.write("best_metric", c10::IValue(state.bestMetric));
+        archive.write("best_value", c10::IValue(state.bestValue));
         writeTensors(archive, "parameter", model.parameters());
         writeTensors(archive, "buffer", model.buffers());
         writeTensors(archive, "first", optimizer.firstState());
@@ -157,7 +159,7 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
         return tl::unexpected("could not write the checkpoint \"" + path + "\": " + e.what());
     }
     const std::string bytes = std::move(payload).str();
-    std::string header(kHeaderBytes, '\0');
+    std::string header(kCheckpointHeaderBytes, '\0');
     std::memcpy(header.data(), kMagic, sizeof(kMagic));
     putLittleEndian(header.data() + sizeof(kMagic), bytes.size(), 8);
     putLittleEndian(header.data() + sizeof(kMagic) + 8, crc32Of(bytes), 4);
@@ -195,11 +197,11 @@ tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& direct
     std::error_code sizeError;
     const auto fileBytes = fs::file_size(path, sizeError);
     if (sizeError || !fs::is_regular_file(path)) return corrupt("not a readable regular file");
-    if (fileBytes < kHeaderBytes) return corrupt("the file is only " + std::to_string(fileBytes) + " bytes");
+    if (fileBytes < kCheckpointHeaderBytes) return corrupt("the file is only " + std::to_string(fileBytes) + " bytes");
     std::string bytes;
     {
         std::ifstream in(path, std::ios::binary);
-        std::string header(kHeaderBytes, '\0');
+        std::string header(kCheckpointHeaderBytes, '\0');
         in.read(header.data(), static_cast<std::streamsize>(header.size()));
         if (!in || std::memcmp(header.data(), kMagic, sizeof(kMagic)) != 0)
             return corrupt("no BatchPilot checkpoint header");
@@ -207,9 +209,9 @@ tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& direct
         const auto expectedCrc = static_cast<uint32_t>(getLittleEndian(header.data() + sizeof(kMagic) + 8, 4));
         // The length the header claims must be what the file holds: nothing is allocated for a
         // size the file does not have.
-        if (length != fileBytes - kHeaderBytes) {
+        if (length != fileBytes - kCheckpointHeaderBytes) {
             return corrupt("the header says " + std::to_string(length) + " bytes follow, the file holds " +
-                           std::to_string(fileBytes - kHeaderBytes) + "; it was cut short or altered");
+                           std::to_string(fileBytes - kCheckpointHeaderBytes) + "; it was cut short or altered");
         }
         bytes.resize(length);
         in.read(bytes.data(), static_cast<std::streamsize>(length));
@@ -244,6 +246,13 @@ tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& direct
         state.trainingSamples = archive.try_read("training_samples", trainingSamples) && trainingSamples.isInt()
                                     ? trainingSamples.toInt()
                                     : -1;
+        c10::IValue bestMetric;  // absent from checkpoints written before the best model was kept
+        c10::IValue bestValue;
+        if (archive.try_read("best_metric", bestMetric) && bestMetric.isString() &&
+            archive.try_read("best_value", bestValue) && bestValue.isDouble()) {
+            state.bestMetric = bestMetric.toStringRef();
+            state.bestValue = bestValue.toDouble();
+        }
         parameters = readTensors(archive, "parameter");
         buffers = readTensors(archive, "buffer");
         first = readTensors(archive, "first");

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include <tl/expected.hpp>
@@ -24,7 +25,14 @@ struct TrainerState {
     /// Samples of the training set the sampler walks (the data set less any held-out share);
     /// -1: not recorded (a checkpoint written before validation data was held out).
     int64_t trainingSamples = -1;
+    /// The validation metric the run keeps its best model by (CheckpointOptions::keepBest) and
+    /// the best value it reached so far (NaN: none yet), so that a resumed run goes on comparing.
+    std::string bestMetric;
+    double bestValue = std::numeric_limits<double>::quiet_NaN();
 };
+
+/// Folder inside a checkpoint directory that holds the best model so far (CheckpointOptions::keepBest).
+inline constexpr const char* kBestCheckpointFolder = "best";
 
 /// File name of the latest checkpoint inside a checkpoint directory.
 inline constexpr const char* kCheckpointFile = "checkpoint.pt";

@@ -108,7 +108,12 @@ json fields(const Warning& e) {
     return {{"time", e.time}, {"message", e.message}};
 }
 json fields(const CheckpointSaved& e) {
-    return {{"time", e.time}, {"step", e.step}, {"path", e.path}};
+    json j = {{"time", e.time}, {"step", e.step}, {"path", e.path}};
+    if (!e.metric.empty()) {
+        j["metric"] = e.metric;
+        j["value"] = e.value;
+    }
+    return j;
 }
 json fields(const ErrorEvent& e) {
     return {{"time", e.time}, {"message", e.message}, {"where", e.where}};

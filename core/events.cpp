@@ -30,6 +30,26 @@ const char* toString(Phase phase) {
     return "unknown";
 }
 
+const std::vector<std::string>& validationMetricNames() {
+    static const std::vector<std::string> names{"val_loss", "val_accuracy", "val_top5_accuracy", "val_mse", "val_mae"};
+    return names;
+}
+
+bool higherIsBetter(const std::string& metric) {
+    return metric == "val_accuracy" || metric == "val_top5_accuracy";
+}
+
+std::optional<double> validationMetric(const ValidationDone& done, const std::string& metric) {
+    // Metrics a pass does not have are -1 in the event.
+    const auto present = [](double value) { return value >= 0 ? std::optional<double>(value) : std::nullopt; };
+    if (metric == "val_loss") return done.loss;
+    if (metric == "val_accuracy") return present(done.accuracy);
+    if (metric == "val_top5_accuracy") return present(done.top5Accuracy);
+    if (metric == "val_mse") return present(done.meanSquaredError);
+    if (metric == "val_mae") return present(done.meanAbsoluteError);
+    return std::nullopt;
+}
+
 const char* toString(ProbeReason reason) {
     switch (reason) {
     case ProbeReason::Initial: return "initial";

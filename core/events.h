@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -149,6 +150,15 @@ struct ValidationDone {
     double seconds = 0;
 };
 
+/// The validation metrics by the names run summaries, exports and CheckpointOptions::keepBest
+/// give them: val_loss, val_accuracy, val_top5_accuracy, val_mse, val_mae.
+const std::vector<std::string>& validationMetricNames();
+/// Whether a higher value of the named metric is better (accuracies) or a lower one (losses, errors).
+bool higherIsBetter(const std::string& metric);
+/// The named metric of a validation pass; nullopt when the pass has none (accuracy of a
+/// regression, top-5 with 5 classes or fewer) or the name is not a metric.
+std::optional<double> validationMetric(const ValidationDone& done, const std::string& metric);
+
 struct MicroBatchDone {
     double time = 0;
     int64_t step = 0;    ///< the optimizer step this micro-batch belongs to (1-based)
@@ -289,6 +299,10 @@ struct CheckpointSaved {
     double time = 0;
     int64_t step = 0;
     std::string path;
+    /// Empty: the latest checkpoint. Otherwise the best model so far by this validation metric
+    /// (CheckpointOptions::keepBest), which reached `value` at `step`.
+    std::string metric;
+    double value = 0;
 };
 
 struct ErrorEvent {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/device_spec.h"
+#include "core/events.h"
 
 namespace batchpilot::core {
 namespace {
@@ -256,8 +257,30 @@ tl::expected<void, OptionProblem> check(const TrainerOptions& o) {
         return problem("checkpoint.every_steps",
                        outOfRange("checkpoint interval", o.checkpoint.everySteps, "0 (only at the end) or more steps"));
     }
-    if (o.checkpoint.everySteps > 0 && o.checkpoint.directory.empty()) {
-        return problem("checkpoint.every_steps", "a checkpoint interval needs a checkpoint directory");
+    if (const std::string& metric = o.checkpoint.keepBest; !metric.empty()) {
+        const auto& names = validationMetricNames();
+        if (std::find(names.begin(), names.end(), metric) == names.end()) {
+            std::string known;
+            for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
+            return problem("checkpoint.keep_best",
+                           "unknown validation metric \"" + metric + "\" to keep the best model by: one of " + known);
+        }
+        const bool classification = o.loss == LossKind::CrossEntropy;
+        if (classification && (metric == "val_mse" || metric == "val_mae")) {
+            return problem("checkpoint.keep_best", metric +
+                                                       " is measured for regression (--loss mse) only; a classifier "
+                                                       "keeps its best model by val_accuracy or val_loss");
+        }
+        if (!classification && (metric == "val_accuracy" || metric == "val_top5_accuracy")) {
+            return problem("checkpoint.keep_best", metric +
+                                                       " is measured for classification only; a regression keeps "
+                                                       "its best model by val_loss, val_mse or val_mae");
+        }
+        if (o.validation.split && *o.validation.split == 0 && o.validation.path.empty()) {
+            return problem("checkpoint.keep_best", "keeping the best model by " + metric +
+                                                       " needs validation, but --validation-split is 0: hold out a "
+                                                       "share of the data or give --validation-data");
+        }
     }
     if (o.regrowAfterSteps < 0 || o.regrowAfterSteps > kMaxRegrowAfterSteps) {
         return problem("regrow_after_steps", outOfRange("regrow-after steps", o.regrowAfterSteps,

@@ -127,9 +127,16 @@ using ModelFactory = std::function<tl::expected<std::shared_ptr<Model>, std::str
 using DatasetFactory = std::function<tl::expected<std::shared_ptr<Dataset>, std::string>()>;
 
 /// When and where checkpoints are written (see checkpoint.h).
+/// An interval or keepBest without a directory asks for checkpoints in the run's folder: the
+/// front end that records the run fills in `directory` (core/run_folder.h); a trainer given
+/// neither refuses to start.
 struct CheckpointOptions {
     std::string directory;   ///< empty: no checkpoints
     int64_t everySteps = 0;  ///< also every N optimizer steps; 0: only when the run ends or stops
+    /// Also keep the model that scored best on this validation metric so far in
+    /// `directory`/best (a checkpoint like the latest one: resume from it, or load its model);
+    /// one of validationMetricNames() (core/events.h), e.g. "val_accuracy"; empty: only the latest.
+    std::string keepBest;
 };
 
 struct TrainerOptions {

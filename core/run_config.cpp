@@ -302,6 +302,8 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
                               [&](const json& x, const std::string& q) { o.checkpoint.directory = text(x, q); }},
                              {"every_steps",
                               [&](const json& x, const std::string& q) { o.checkpoint.everySteps = integer(x, q, 0); }},
+                             {"keep_best",
+                              [&](const json& x, const std::string& q) { o.checkpoint.keepBest = text(x, q); }},
                          });
                  }},
             });
@@ -413,7 +415,10 @@ json toRunConfig(const TrainerOptions& o) {
          {{"split", o.validation.split ? json(*o.validation.split) : json(nullptr)},
           {"path", o.validation.path},
           {"every_steps", o.validation.everySteps ? json(*o.validation.everySteps) : json(nullptr)}}},
-        {"checkpoint", {{"directory", o.checkpoint.directory}, {"every_steps", o.checkpoint.everySteps}}},
+        {"checkpoint",
+         {{"directory", o.checkpoint.directory},
+          {"every_steps", o.checkpoint.everySteps},
+          {"keep_best", o.checkpoint.keepBest}}},
     };
 }
 

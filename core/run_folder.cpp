@@ -63,6 +63,11 @@ std::string runFolderName(const TrainerOptions& options, std::time_t when) {
     return localTime(when, "%Y%m%d-%H%M%S") + "-" + slug(model) + "-" + slug(options.data.name);
 }
 
+bool checkpointsInRunFolder(const TrainerOptions& options) {
+    return options.checkpoint.directory.empty() &&
+           (options.checkpoint.everySteps > 0 || !options.checkpoint.keepBest.empty());
+}
+
 void MetricTrack::add(double value, int64_t step) {
     last = value;
     lastStep = step;
@@ -95,11 +100,12 @@ void RunSummaryBuilder::handle(const Event& event) {
         track("train_loss", false, m->loss, m->step);
         track("samples_per_second", true, m->samplesPerSecond, m->step);
     } else if (const auto* v = std::get_if<ValidationDone>(&event)) {
-        track("val_loss", false, v->loss, v->step);
-        if (v->accuracy >= 0) track("val_accuracy", true, v->accuracy, v->step);
-        if (v->top5Accuracy >= 0) track("val_top5_accuracy", true, v->top5Accuracy, v->step);
-        if (v->meanSquaredError >= 0) track("val_mse", false, v->meanSquaredError, v->step);
-        if (v->meanAbsoluteError >= 0) track("val_mae", false, v->meanAbsoluteError, v->step);
+        for (const std::string& name : validationMetricNames()) {
+            if (const std::optional<double> value = validationMetric(*v, name))
+                track(name.c_str(), higherIsBetter(name), *value, v->step);
+        }
+    } else if (const auto* c = std::get_if<CheckpointSaved>(&event)) {
+        (c->metric.empty() ? m_checkpoint : m_bestCheckpoint) = *c;
     } else if (std::holds_alternative<OomEvent>(event)) {
         ++m_ooms;
     } else if (const auto* d = std::get_if<DeviceSwitched>(&event)) {
@@ -135,12 +141,18 @@ json RunSummaryBuilder::toJson(const std::string& name, const std::string& start
               {"ooms", m_ooms},
               {"metrics", metrics}};
     if (!m_error.empty()) j["error"] = m_error;
+    if (m_checkpoint) j["checkpoint"] = {{"path", m_checkpoint->path}, {"step", m_checkpoint->step}};
+    if (m_bestCheckpoint) {
+        j["best_checkpoint"] = {{"path", m_bestCheckpoint->path},
+                                {"step", m_bestCheckpoint->step},
+                                {"metric", m_bestCheckpoint->metric},
+                                {"value", m_bestCheckpoint->value}};
+    }
     return j;
 }
 
 tl::expected<std::unique_ptr<RunFolder>, std::string> RunFolder::create(const std::string& runsDirectory,
-                                                                        const TrainerOptions& options,
-                                                                        std::time_t when) {
+                                                                        TrainerOptions& options, std::time_t when) {
     if (runsDirectory.empty()) {
         return tl::unexpected(std::string(
             "no runs folder: neither BATCHPILOT_RUNS_DIR, XDG_DATA_HOME nor HOME is set; give one with --runs-dir"));
@@ -167,6 +179,9 @@ tl::expected<std::unique_ptr<RunFolder>, std::string> RunFolder::create(const st
     }
     if (folder->m_path.empty()) return tl::unexpected("the runs folder " + runsDirectory + " has no free name left");
     folder->m_started = localTime(when, "%Y-%m-%dT%H:%M:%S%z");
+    if (checkpointsInRunFolder(options)) {
+        options.checkpoint.directory = (fs::path(folder->m_path) / kRunCheckpointFolder).string();
+    }
     if (auto written = replaceFileAtomically(folder->m_path + "/config.json", toRunConfig(options).dump(2) + "\n",
                                              folder->m_path + "/config.json");
         !written) {

@@ -30,6 +30,13 @@ std::string defaultRunsDirectory();
 /// the model's name (a file's stem) and the data set's, reduced to letters, digits, '-' and '_'.
 std::string runFolderName(const TrainerOptions& options, std::time_t when);
 
+/// The run folder's subfolder for checkpoints asked for without a directory.
+inline constexpr const char* kRunCheckpointFolder = "checkpoint";
+
+/// True when `options` ask for checkpoints (an interval, or keeping the best model) without
+/// naming a directory: the run's folder keeps them (RunFolder::create).
+bool checkpointsInRunFolder(const TrainerOptions& options);
+
 /// One metric over a run: its last value and its best (lowest loss or error, highest accuracy
 /// or throughput), with the step each was reported at.
 struct MetricTrack {
@@ -45,7 +52,7 @@ struct MetricTrack {
 /// The summary of a run, kept up to date from its events: what ran (model, data, device, target
 /// batch), how it went (state, steps, samples, epochs, micro-batch, OOMs, seconds) and each
 /// metric's track (train_loss, samples_per_second, val_loss, val_accuracy, val_top5_accuracy,
-/// val_mse, val_mae).
+/// val_mse, val_mae), and where its latest checkpoint and best model were saved.
 class RunSummaryBuilder {
 public:
     void handle(const Event& event);
@@ -67,6 +74,8 @@ private:
     double m_seconds = 0;
     std::string m_device;
     std::map<std::string, MetricTrack> m_metrics;
+    std::optional<CheckpointSaved> m_checkpoint;      ///< the latest checkpoint saved
+    std::optional<CheckpointSaved> m_bestCheckpoint;  ///< the best model saved
 };
 
 /// Records a run into its own folder. The folder is new (a name that exists gets "-2", "-3", …);
@@ -77,9 +86,11 @@ private:
 class RunFolder : public EventSink {
 public:
     /// Creates the run's folder under `runsDirectory` (created too when missing) and writes its
-    /// config.json. Fails with a message naming the folder and what to do.
+    /// config.json. When `options` ask for checkpoints without naming a directory
+    /// (checkpointsInRunFolder), their directory becomes the folder's checkpoint/ first, and
+    /// config.json records it. Fails with a message naming the folder and what to do.
     static tl::expected<std::unique_ptr<RunFolder>, std::string> create(const std::string& runsDirectory,
-                                                                        const TrainerOptions& options,
+                                                                        TrainerOptions& options,
                                                                         std::time_t when = std::time(nullptr));
     ~RunFolder() override;
 

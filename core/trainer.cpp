@@ -45,6 +45,28 @@ void Trainer::Impl::setup() {
                 std::to_string(data->size()),
             "configuration"};
     }
+    if (options.checkpoint.directory.empty() &&
+        (options.checkpoint.everySteps > 0 || !options.checkpoint.keepBest.empty())) {
+        throw FatalError{std::string("checkpoints were asked for (") +
+                             (options.checkpoint.everySteps > 0 ? "an interval" : "keeping the best model") +
+                             ") without a directory: give one (--checkpoint-dir DIR), or let the run's folder keep "
+                             "them",
+                         "configuration"};
+    }
+    if (!options.checkpoint.keepBest.empty()) {
+        const std::string& metric = options.checkpoint.keepBest;
+        if (!validationData) {
+            throw FatalError{"keeping the best model by " + metric +
+                                 " needs validation data: hold out a share of the data (--validation-split) or give "
+                                 "--validation-data",
+                             "configuration"};
+        }
+        if (metric == "val_top5_accuracy" && data->classes() <= 5) {
+            throw FatalError{"keeping the best model by val_top5_accuracy needs more than 5 classes, but " +
+                                 data->name() + " has " + std::to_string(data->classes()) + ": keep it by val_accuracy",
+                             "configuration"};
+        }
+    }
     if (!options.checkpoint.directory.empty()) {
         // Found out now, not after hours of training: a checkpoint folder that cannot be written.
         if (auto writable = checkCheckpointDirectory(options.checkpoint.directory); !writable) {

@@ -1,26 +1,50 @@
 // The trainer's checkpoints: saving one, and restoring a run from one (core/checkpoint.h writes
 // and reads the file).
 
+#include <filesystem>
+
 #include "core/trainer_impl.h"
 
 namespace batchpilot::core {
 
-void Trainer::Impl::writeCheckpoint() {
-    TrainerState saved{step,          samplesSeen, sampler->epoch(),          sampler->position(),
-                       target,        microBatch,  optimizer->learningRate(), device.name(),
-                       model->name(), data->size()};
+void Trainer::Impl::writeCheckpoint(const std::string& metric, double value) {
+    TrainerState saved{step,
+                       samplesSeen,
+                       sampler->epoch(),
+                       sampler->position(),
+                       target,
+                       microBatch,
+                       optimizer->learningRate(),
+                       device.name(),
+                       model->name(),
+                       data->size(),
+                       options.checkpoint.keepBest,
+                       bestValue};
     // A batch that ended an epoch leaves the position at its end: the next one starts a new epoch.
     if (sampler->position() >= data->size()) {
         saved.samplerEpoch = sampler->completedEpochs();
         saved.samplerPosition = 0;
     }
-    auto written = saveCheckpoint(options.checkpoint.directory, *model, *optimizer, saved);
+    const std::string directory =
+        metric.empty() ? options.checkpoint.directory
+                       : (std::filesystem::path(options.checkpoint.directory) / kBestCheckpointFolder).string();
+    auto written = saveCheckpoint(directory, *model, *optimizer, saved);
     if (written) {
-        emit(CheckpointSaved{now(), step, *written});
+        emit(CheckpointSaved{now(), step, *written, metric, value});
     } else {
         checkpointError = written.error();
-        emit(Warning{now(), "checkpoint not saved: " + written.error()});
+        emit(Warning{now(), (metric.empty() ? "checkpoint not saved: " : "best model not saved: ") + written.error()});
     }
+}
+
+void Trainer::Impl::keepBestModel(const ValidationDone& done) {
+    const std::string& metric = options.checkpoint.keepBest;
+    if (metric.empty()) return;
+    const std::optional<double> value = validationMetric(done, metric);
+    if (!value || !std::isfinite(*value)) return;
+    if (!std::isnan(bestValue) && (higherIsBetter(metric) ? *value <= bestValue : *value >= bestValue)) return;
+    bestValue = *value;
+    writeCheckpoint(metric, *value);
 }
 
 void Trainer::Impl::restoreCheckpoint() {
@@ -46,6 +70,9 @@ void Trainer::Impl::restoreCheckpoint() {
                                 "resume with --validation-split 0 so that the same samples follow"});
     }
     if (optimizer->stateReady()) ledger.optimizerStateBytes = std::max<int64_t>(0, meter->allocated() - beforeState);
+    // The best value so far carries over only when this run keeps its best model by the same metric.
+    if (!options.checkpoint.keepBest.empty() && resumed->bestMetric == options.checkpoint.keepBest)
+        bestValue = resumed->bestValue;
     step = resumed->step;
     samplesSeen = resumed->samplesSeen;
     sampler->restore(resumed->samplerEpoch, resumed->samplerPosition);

@@ -249,7 +249,15 @@ struct Trainer::Impl {
     MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next = {});
     void optimizerStep();
     void switchTo(const DeviceSpec& next);
-    void writeCheckpoint();
+    /// Saves the latest checkpoint in options.checkpoint.directory; with `metric`, the best model
+    /// so far (its `value` on that validation metric) in the directory's best/ folder.
+    void writeCheckpoint(const std::string& metric = {}, double value = 0);
+    /// After a validation pass: saves the model as the best so far when `done` beats every earlier
+    /// pass on options.checkpoint.keepBest (strictly: a tie keeps the earlier model).
+    void keepBestModel(const ValidationDone& done);
+    /// The best value of options.checkpoint.keepBest so far, kept in every checkpoint so that a
+    /// resumed run goes on comparing; NaN: none yet.
+    double bestValue = std::numeric_limits<double>::quiet_NaN();
     /// Model, optimizer and trainer state from options.resumeFrom (setup, after the model exists).
     void restoreCheckpoint();
     void releaseFailedBackward();

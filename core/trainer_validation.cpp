@@ -112,6 +112,7 @@ void Trainer::Impl::runValidation() {
     done.ooms = ooms;
     done.seconds = std::chrono::duration<double>(Clock::now() - started).count();
     emit(done);
+    keepBestModel(done);
     sampleMemory(true);
 }
 

@@ -111,6 +111,83 @@ private Q_SLOTS:
         QCOMPARE(resumed.all<StepMetrics>().size(), size_t(1));
     }
 
+    /// Keeping the best model (--keep-best): it is saved to best/ after exactly the validation
+    /// passes that beat every earlier one (a tie keeps the earlier model), and the model saved
+    /// there scores its recorded value again when a run resumes from it.
+    void keepsBestModel_data() {
+        QTest::addColumn<QString>("metric");
+        QTest::newRow("lowest val_loss") << QStringLiteral("val_loss");
+        QTest::newRow("highest val_accuracy") << QStringLiteral("val_accuracy");
+    }
+    void keepsBestModel() {
+        QFETCH(QString, metric);
+        const bool accuracy = metric == QStringLiteral("val_accuracy");
+        // The reference: read from the validation events, not through the trainer's helpers.
+        const auto valueOf = [&](const ValidationDone& v) { return accuracy ? v.accuracy : v.loss; };
+        const auto beats = [&](double a, double b) { return accuracy ? a > b : a < b; };
+        const auto withValidation = [&](const QString& directory) {
+            TrainerOptions o = options(directory);
+            o.validation.split = 0.2;  // synthetic data: 40 held-out samples of its own
+            o.model.name = "mlp";
+            o.validation.everySteps = 1;
+            o.checkpoint.keepBest = metric.toStdString();
+            // Uneven progress (seen: validation accuracy 0.175, 0.85, 0.9, 0.975, 0.95, 0.975, 0.975,
+            // 1, 0.975): passes that improve, fall back and tie.
+            o.optimizer.learningRate = 0.05;
+            return o;
+        };
+        QTemporaryDir dir;
+        RecordingSink sink;
+        Trainer trainer(withValidation(dir.path()), sink);
+        QCOMPARE(trainer.run().steps, qint64(9));
+        std::vector<int64_t> expectedSteps;
+        std::optional<ValidationDone> best;
+        for (const auto& v : sink.all<ValidationDone>()) {
+            if (!best || beats(valueOf(v), valueOf(*best))) {
+                best = v;
+                expectedSteps.push_back(v.step);
+            }
+        }
+        QCOMPARE(sink.all<ValidationDone>().size(), size_t(9));
+        std::vector<int64_t> savedSteps;
+        std::vector<double> savedValues;
+        const QString bestDir = dir.filePath(QStringLiteral("best"));
+        for (const auto& c : sink.all<CheckpointSaved>()) {
+            if (c.metric.empty()) continue;
+            QCOMPARE(QString::fromStdString(c.metric), metric);
+            QCOMPARE(QString::fromStdString(c.path), bestDir + QStringLiteral("/checkpoint.pt"));
+            savedSteps.push_back(c.step);
+            savedValues.push_back(c.value);
+        }
+        QCOMPARE(savedSteps, expectedSteps);
+        QCOMPARE(savedValues.back(), valueOf(*best));
+        QVERIFY(QFile::exists(dir.filePath(QStringLiteral("checkpoint.pt"))));  // the latest, as before
+
+        // Resumed from best/ up to its own step: no training, and the end-of-run validation
+        // evaluates the kept model. The best value so far travels with the checkpoint: an equal
+        // accuracy (counted, so exactly equal) is no improvement and saves nothing.
+        QTemporaryDir elsewhere;
+        TrainerOptions again = withValidation(elsewhere.path());
+        again.resumeFrom = bestDir.toStdString();
+        again.steps = best->step;
+        RecordingSink resumedSink;
+        Trainer resumed(again, resumedSink);
+        const RunResult result = resumed.run();
+        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+        QVERIFY(resumedSink.all<StepMetrics>().empty());
+        const auto passes = resumedSink.all<ValidationDone>();
+        QCOMPARE(passes.size(), size_t(1));
+        QCOMPARE(passes.front().step, best->step);
+        QVERIFY2(std::abs(valueOf(passes.front()) - valueOf(*best)) <= 1e-5 * std::max(1.0, valueOf(*best)),
+                 qPrintable(QStringLiteral("%1 vs %2").arg(valueOf(passes.front())).arg(valueOf(*best))));
+        bool savedAgain = false;
+        for (const auto& c : resumedSink.all<CheckpointSaved>()) savedAgain = savedAgain || !c.metric.empty();
+        if (accuracy)
+            QVERIFY(!savedAgain);
+        else
+            QVERIFY(!savedAgain || valueOf(passes.front()) < valueOf(*best));
+    }
+
     /// A checkpoint written before training_samples was recorded (-1 on load) resumes; it warns
     /// only where a share was held out of the data (the training set it walked may have been
     /// larger), not for synthetic data, whose held-out samples are extra ones of its own.

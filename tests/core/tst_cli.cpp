@@ -86,6 +86,24 @@ private Q_SLOTS:
             << 2 << QStringLiteral("maximum micro-batch 8 is below the initial micro-batch 64");
         QTest::newRow("stray argument") << QStringList{QStringLiteral("mlp")} << 2
                                         << QStringLiteral("unexpected argument \"mlp\"");
+        QTest::newRow("keep best by an unknown metric")
+            << QStringList{QStringLiteral("--keep-best"), QStringLiteral("val_f1")} << 2
+            << QStringLiteral(
+                   "unknown validation metric \"val_f1\" to keep the best model by: one of val_loss, "
+                   "val_accuracy, val_top5_accuracy, val_mse, val_mae");
+        QTest::newRow("keep best by a regression metric for a classifier")
+            << QStringList{QStringLiteral("--keep-best"), QStringLiteral("val_mse")} << 2
+            << QStringLiteral("val_mse is measured for regression (--loss mse) only");
+        QTest::newRow("keep best without validation")
+            << QStringList{QStringLiteral("--keep-best"), QStringLiteral("val_loss"),
+                           QStringLiteral("--validation-split"), QStringLiteral("0")}
+            << 2 << QStringLiteral("needs validation, but --validation-split is 0");
+        QTest::newRow("checkpoints in a run folder that is not written")
+            << QStringList{QStringLiteral("--checkpoint-every"), QStringLiteral("5"), QStringLiteral("--no-run-folder")}
+            << 2
+            << QStringLiteral(
+                   "--checkpoint-every without --checkpoint-dir keeps the checkpoints in the run's folder, "
+                   "but --no-run-folder was given");
         QTest::newRow("budget too small")
             << QStringList{QStringLiteral("--model"),      QStringLiteral("resnet"),  QStringLiteral("--device"),
                            QStringLiteral("virtual:1MiB"), QStringLiteral("--steps"), QStringLiteral("1")}
@@ -628,6 +646,64 @@ private Q_SLOTS:
                                     table + QStringLiteral("/runs")});
         QCOMPARE(blocked.exitCode, 2);
         QVERIFY2(blocked.err.contains(QStringLiteral("cannot create the runs folder")), qPrintable(blocked.err));
+    }
+
+    /// Checkpoints asked for without a folder go into the run folder (checkpoint/, the best
+    /// model in checkpoint/best), which config.json and summary.json record; the best model is
+    /// the one a run resumed from it scores again.
+    void keepsBestModelInRunFolder() {
+        QTemporaryDir dir;
+        const QString runs = dir.filePath(QStringLiteral("runs"));
+        // A resumed run keeps its checkpoint's target batch: --target-batch only for the first.
+        const QStringList common{QStringLiteral("--model"),   QStringLiteral("mlp"),  QStringLiteral("--samples"),
+                                 QStringLiteral("320"),       QStringLiteral("--lr"), QStringLiteral("0.2"),
+                                 QStringLiteral("--threads"), QStringLiteral("1")};
+        const Run run = runCli(common + QStringList{QStringLiteral("--target-batch"), QStringLiteral("32"),
+                                                    QStringLiteral("--steps"), QStringLiteral("8"),
+                                                    QStringLiteral("--validate-every"), QStringLiteral("2"),
+                                                    QStringLiteral("--keep-best"), QStringLiteral("val_accuracy"),
+                                                    QStringLiteral("--checkpoint-every"), QStringLiteral("4"),
+                                                    QStringLiteral("--runs-dir"), runs});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err + run.out));
+        const QStringList folders = QDir(runs).entryList(QDir::Dirs | QDir::NoDotAndDotDot);
+        QCOMPARE(folders.size(), 1);
+        const QString folder = runs + QLatin1Char('/') + folders.front();
+        const QString checkpoints = folder + QStringLiteral("/checkpoint");
+        QVERIFY2(run.out.contains(QStringLiteral("checkpoints: ") + checkpoints), qPrintable(run.out));
+        QVERIFY2(run.out.contains(QStringLiteral("best model so far (val_accuracy ")), qPrintable(run.out));
+        QVERIFY(QFile::exists(checkpoints + QStringLiteral("/checkpoint.pt")));
+        QVERIFY(QFile::exists(checkpoints + QStringLiteral("/best/checkpoint.pt")));
+        const auto readJson = [](const QString& path) {
+            QFile file(path);
+            return file.open(QIODevice::ReadOnly) ? QJsonDocument::fromJson(file.readAll()).object() : QJsonObject();
+        };
+        const QJsonObject config =
+            readJson(folder + QStringLiteral("/config.json")).value(QStringLiteral("checkpoint")).toObject();
+        QCOMPARE(config.value(QStringLiteral("directory")).toString(), checkpoints);
+        QCOMPARE(config.value(QStringLiteral("keep_best")).toString(), QStringLiteral("val_accuracy"));
+        // The summary's best accuracy (the first pass that reached it) is the kept model's.
+        const QJsonObject summary = readJson(folder + QStringLiteral("/summary.json"));
+        const QJsonObject accuracy =
+            summary.value(QStringLiteral("metrics")).toObject().value(QStringLiteral("val_accuracy")).toObject();
+        const QJsonObject kept = summary.value(QStringLiteral("best_checkpoint")).toObject();
+        QCOMPARE(kept.value(QStringLiteral("path")).toString(), checkpoints + QStringLiteral("/best/checkpoint.pt"));
+        QCOMPARE(kept.value(QStringLiteral("metric")).toString(), QStringLiteral("val_accuracy"));
+        QCOMPARE(kept.value(QStringLiteral("value")).toDouble(), accuracy.value(QStringLiteral("best")).toDouble());
+        const int bestStep = kept.value(QStringLiteral("step")).toInt();
+        QCOMPARE(bestStep, accuracy.value(QStringLiteral("best_step")).toInt());
+        QCOMPARE(summary.value(QStringLiteral("checkpoint")).toObject().value(QStringLiteral("step")).toInt(), 8);
+
+        // Resumed from the best model up to its own step: its validation accuracy again.
+        const Run resumed = runCli(
+            common + QStringList{QStringLiteral("--steps"), QString::number(bestStep), QStringLiteral("--resume"),
+                                 checkpoints + QStringLiteral("/best"), QStringLiteral("--checkpoint-dir"),
+                                 dir.filePath(QStringLiteral("other")), QStringLiteral("--no-run-folder")});
+        QVERIFY2(resumed.exitCode == 0, qPrintable(resumed.err + resumed.out));
+        const QString expected = QStringLiteral("validation after step %1: loss ").arg(bestStep);
+        QVERIFY2(resumed.out.contains(expected), qPrintable(resumed.out));
+        const QString accuracyText =
+            QString::asprintf("accuracy %.1f%%", 100.0 * accuracy.value(QStringLiteral("best")).toDouble());
+        QVERIFY2(resumed.out.contains(accuracyText), qPrintable(resumed.out + QStringLiteral(" vs ") + accuracyText));
     }
 };
 

@@ -179,6 +179,11 @@ private Q_SLOTS:
                                             << QStringLiteral("data.image_size[1]: expected an integer from 1");
         QTest::newRow("not an object") << QStringLiteral(R"([1, 2])")
                                        << QStringLiteral("configuration: expected an object");
+        QTest::newRow("keep best by an unknown metric") << QStringLiteral(R"({"checkpoint": {"keep_best": "val_f1"}})")
+                                                        << QStringLiteral("unknown validation metric \"val_f1\"");
+        QTest::newRow("keep best by accuracy for a regression")
+            << QStringLiteral(R"({"loss": "mse", "checkpoint": {"keep_best": "val_accuracy"}})")
+            << QStringLiteral("val_accuracy is measured for classification only");
         QTest::newRow("momentum open range") << QStringLiteral(R"({"optimizer": {"momentum": 1.0}})")
                                              << QStringLiteral("optimizer.momentum: expected a number in [0, 1)");
     }
@@ -235,6 +240,7 @@ private Q_SLOTS:
         o.cudaMemoryFraction = 0.5;
         o.checkpoint.directory = "ckpt";
         o.checkpoint.everySteps = 4;
+        o.checkpoint.keepBest = "val_mae";  // a regression's (loss MSE above)
 
         QTemporaryDir dir;
         const std::string path = dir.filePath(QStringLiteral("all.json")).toStdString();
@@ -283,6 +289,7 @@ private Q_SLOTS:
         QCOMPARE(r.cudaMemoryFraction, o.cudaMemoryFraction);
         QCOMPARE(r.checkpoint.directory, o.checkpoint.directory);
         QCOMPARE(r.checkpoint.everySteps, o.checkpoint.everySteps);
+        QCOMPARE(r.checkpoint.keepBest, o.checkpoint.keepBest);
     }
 
     void filesRoundTripAndReportProblems() {

@@ -89,7 +89,58 @@ private Q_SLOTS:
     void renamesAndDeletesOnlyRuns();
     void exportsOneTidyTable();
     void refusesAFolderItCannotCreate();
+    void keepsCheckpointsInside();
 };
+
+/// Checkpoints asked for without a directory go into the run's folder; a directory the user
+/// named is kept; the summary says where the latest checkpoint and the best model are.
+void TestRunFolder::keepsCheckpointsInside() {
+    QTemporaryDir dir;
+    const std::string runs = dir.path().toStdString();
+    TrainerOptions none;
+    QVERIFY(RunFolder::create(runs, none, 1).has_value());
+    QVERIFY(none.checkpoint.directory.empty());  // nothing asked for: no checkpoints
+
+    TrainerOptions named;
+    named.checkpoint.directory = "/elsewhere";
+    named.checkpoint.keepBest = "val_loss";
+    QVERIFY(RunFolder::create(runs, named, 2).has_value());
+    QCOMPARE(named.checkpoint.directory, std::string("/elsewhere"));
+
+    for (const bool interval : {true, false}) {
+        TrainerOptions o;
+        if (interval)
+            o.checkpoint.everySteps = 5;
+        else
+            o.checkpoint.keepBest = "val_accuracy";
+        auto folder = RunFolder::create(runs, o, interval ? 3 : 4);
+        QVERIFY(folder.has_value());
+        const std::string inside = (*folder)->path() + "/checkpoint";
+        QCOMPARE(o.checkpoint.directory, inside);
+        const auto config = loadRunConfig((*folder)->path() + "/config.json");
+        QVERIFY2(config.has_value(), config ? "" : config.error().c_str());
+        QCOMPARE(config->checkpoint.directory, inside);
+        QCOMPARE(config->checkpoint.keepBest, o.checkpoint.keepBest);
+        QCOMPARE(config->checkpoint.everySteps, o.checkpoint.everySteps);
+        if (interval) continue;
+
+        (*folder)->onEvent(CheckpointSaved{1.0, 2, inside + "/best/checkpoint.pt", "val_accuracy", 0.5});
+        (*folder)->onEvent(CheckpointSaved{2.0, 5, inside + "/checkpoint.pt", "", 0});
+        (*folder)->onEvent(CheckpointSaved{3.0, 6, inside + "/best/checkpoint.pt", "val_accuracy", 0.75});
+        (*folder)->onEvent(CheckpointSaved{4.0, 10, inside + "/checkpoint.pt", "", 0});
+        (*folder)->flush();
+        const auto summary = readRunSummary((*folder)->path());
+        QVERIFY(summary.has_value());
+        QCOMPARE((*summary)["checkpoint"]["step"].get<int64_t>(), int64_t{10});
+        QCOMPARE((*summary)["checkpoint"]["path"].get<std::string>(), inside + "/checkpoint.pt");
+        QCOMPARE((*summary)["best_checkpoint"]["step"].get<int64_t>(), int64_t{6});
+        QCOMPARE((*summary)["best_checkpoint"]["value"].get<double>(), 0.75);
+        QCOMPARE((*summary)["best_checkpoint"]["metric"].get<std::string>(), std::string("val_accuracy"));
+        // The event file keeps which checkpoint was the best model's.
+        const std::string events = slurp((*folder)->path() + "/events.jsonl");
+        QVERIFY(events.find(R"("metric":"val_accuracy")") != std::string::npos);
+    }
+}
 
 void TestRunFolder::writesConfigEventsAndSummary() {
     QTemporaryDir dir;
