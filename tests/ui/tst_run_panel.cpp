@@ -167,8 +167,31 @@ void TestRunPanel::validationFields() {
     QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
     QVERIFY(!panel.validationPathEdit()->property("invalid").toBool());
 
+    // Keeping the best model: the metric goes to the options (the run folder keeps the
+    // checkpoint); without validation core refuses it, and the field is marked.
+    QCOMPARE(panel.keepBestBox()->currentText(), QStringLiteral("no"));
+    QVERIFY(panel.options().checkpoint.keepBest.empty());
+    panel.keepBestBox()->setCurrentIndex(panel.keepBestBox()->findData(QStringLiteral("val_accuracy")));
+    QCOMPARE(panel.options().checkpoint.keepBest, std::string("val_accuracy"));
+    QVERIFY(panel.options().checkpoint.directory.empty());
+    QVERIFY(!panel.isValid());  // the held-out share is 0 % from above
+    QVERIFY2(panel.problem().contains(QStringLiteral("needs validation")), qPrintable(panel.problem()));
+    QVERIFY(panel.keepBestBox()->property("invalid").toBool());
+    panel.heldOutBox()->setValue(10);
+    QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
+    QVERIFY(!panel.keepBestBox()->property("invalid").toBool());
+    // A regression metric for the demo's classifier is refused too.
+    panel.keepBestBox()->setCurrentIndex(panel.keepBestBox()->findData(QStringLiteral("val_mse")));
+    QVERIFY(!panel.isValid());
+    QVERIFY2(panel.problem().contains(QStringLiteral("regression")), qPrintable(panel.problem()));
+    chosen.checkpoint.keepBest = "val_loss";
+    panel.setOptions(chosen);
+    QCOMPARE(panel.keepBestBox()->currentData().toString(), QStringLiteral("val_loss"));
+    QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
+
     // Locked while a run uses them.
     session.runStarted();
+    QVERIFY(!panel.keepBestBox()->isEnabled());
     QVERIFY(!panel.heldOutBox()->isEnabled());
     QVERIFY(!panel.validationPathEdit()->isEnabled());
     QVERIFY(!panel.validateEveryBox()->isEnabled());
@@ -185,6 +208,7 @@ void TestRunPanel::settingsRoundTrip() {
         panel.objectiveBox()->setCurrentIndex(panel.objectiveBox()->findData(int(core::ProbeObjective::Largest)));
         panel.heldOutBox()->setValue(20);
         panel.validateEveryBox()->setValue(50);
+        panel.keepBestBox()->setCurrentIndex(panel.keepBestBox()->findData(QStringLiteral("val_loss")));
         panel.saveSettings(settings);
     }
     Session session;
@@ -195,6 +219,7 @@ void TestRunPanel::settingsRoundTrip() {
     QCOMPARE(restored.options().probe.objective, core::ProbeObjective::Largest);
     QCOMPARE(restored.options().validation.split, std::optional<double>(0.2));
     QCOMPARE(restored.options().validation.everySteps, std::optional<int64_t>(50));
+    QCOMPARE(restored.options().checkpoint.keepBest, std::string("val_loss"));
 }
 
 void TestRunPanel::runLocksStartOnlyFields() {

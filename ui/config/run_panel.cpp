@@ -194,6 +194,18 @@ QGroupBox* RunPanel::createValidation() {
                               "\"each epoch\". A run also validates when it reaches its limit."));
     m_validateEvery->setSpecialValueText(tr("each epoch"));
     m_validateEvery->setSuffix(tr(" steps"));
+    m_keepBest = new QComboBox;
+    m_keepBest->setObjectName(QStringLiteral("keepBestCombo"));
+    m_keepBest->addItem(tr("no"), QString());
+    m_keepBest->addItem(tr("lowest loss"), QStringLiteral("val_loss"));
+    m_keepBest->addItem(tr("highest accuracy"), QStringLiteral("val_accuracy"));
+    m_keepBest->addItem(tr("highest top-5 accuracy"), QStringLiteral("val_top5_accuracy"));
+    m_keepBest->addItem(tr("lowest MSE"), QStringLiteral("val_mse"));
+    m_keepBest->addItem(tr("lowest MAE"), QStringLiteral("val_mae"));
+    m_keepBest->setToolTip(
+        tr("Keep the model that scored best on the validation data so far, as a checkpoint in the run's "
+           "folder (checkpoint/best; the run's last state goes to checkpoint/). Continue from either with "
+           "File → Resume from checkpoint…"));
 
     // Its own group with short labels: "Validation data" in the data form widened the whole panel.
     auto* validation = new QGroupBox(tr("Validation"));
@@ -201,6 +213,7 @@ QGroupBox* RunPanel::createValidation() {
     form->addRow(tr("Held out"), m_heldOut);
     form->addRow(tr("Other data"), validationRow);
     form->addRow(tr("Every"), m_validateEvery);
+    form->addRow(tr("Keep best"), m_keepBest);
     styleForm(form);
     return validation;
 }
@@ -354,7 +367,7 @@ void RunPanel::connectFields() {
         connect(box, &QSpinBox::valueChanged, this, changed);
     for (QDoubleSpinBox* box : {m_headroom, m_learningRate, m_heldOut})
         connect(box, &QDoubleSpinBox::valueChanged, this, changed);
-    for (QComboBox* box : {m_model, m_dataset, m_optimizer, m_lrScaling, m_objective})
+    for (QComboBox* box : {m_model, m_dataset, m_optimizer, m_lrScaling, m_objective, m_keepBest})
         connect(box, &QComboBox::currentIndexChanged, this, changed);
     connect(m_device, &QComboBox::currentIndexChanged, this, [this] {
         revalidate();
@@ -403,6 +416,7 @@ core::TrainerOptions RunPanel::options() const {
     o.validation.path = m_validationPath->text().trimmed().toStdString();
     o.validation.everySteps =
         m_validateEvery->value() > 0 ? std::optional<int64_t>(m_validateEvery->value()) : std::nullopt;
+    o.checkpoint.keepBest = m_keepBest->currentData().toString().toStdString();
     return o;
 }
 
@@ -454,6 +468,7 @@ void RunPanel::setOptions(const core::TrainerOptions& o) {
     m_validateEvery->setValue(o.validation.everySteps ? static_cast<int>(std::min<int64_t>(*o.validation.everySteps,
                                                                                            m_validateEvery->maximum()))
                                                       : 0);
+    m_keepBest->setCurrentIndex(std::max(0, m_keepBest->findData(str(o.checkpoint.keepBest))));
     revalidate();
 }
 
@@ -514,6 +529,7 @@ void RunPanel::revalidate() {
         {"validation.split", m_heldOut},
         {"validation.path", m_validationPath},
         {"validation.every_steps", m_validateEvery},
+        {"checkpoint.keep_best", m_keepBest},
     };
     for (const auto& [field, widget] : coreFields) markField(widget, coreSays(field));
 
@@ -538,9 +554,10 @@ bool RunPanel::running() const {
 
 void RunPanel::lockFields() {
     const bool locked = running();
-    for (QWidget* field : std::initializer_list<QWidget*>{
-             m_model, m_dataset, m_dataPath, m_samples, m_heldOut, m_validationPath, m_validateEvery, m_initialMicro,
-             m_maxMicro, m_headroom, m_multiple, m_objective, m_optimizer, m_learningRate, m_seed, m_steps})
+    for (QWidget* field :
+         std::initializer_list<QWidget*>{m_model, m_dataset, m_dataPath, m_samples, m_heldOut, m_validationPath,
+                                         m_validateEvery, m_keepBest, m_initialMicro, m_maxMicro, m_headroom,
+                                         m_multiple, m_objective, m_optimizer, m_learningRate, m_seed, m_steps})
         field->setEnabled(!locked);
     m_virtualSize->setEnabled(m_device->currentData().toString() == QLatin1String(kVirtual));
 }
@@ -566,6 +583,7 @@ void RunPanel::saveSettings(QSettings& s) const {
     s.setValue(QStringLiteral("validationPercent"), m_heldOut->value());
     s.setValue(QStringLiteral("validationData"), m_validationPath->text());
     s.setValue(QStringLiteral("validateEvery"), m_validateEvery->value());
+    s.setValue(QStringLiteral("keepBest"), m_keepBest->currentData());
     s.endGroup();
 }
 
@@ -595,6 +613,7 @@ void RunPanel::loadSettings(const QSettings& s) {
     if (value("validationPercent").isValid()) m_heldOut->setValue(value("validationPercent").toDouble());
     m_validationPath->setText(value("validationData").toString());
     m_validateEvery->setValue(value("validateEvery").toInt());
+    m_keepBest->setCurrentIndex(std::max(0, m_keepBest->findData(value("keepBest").toString())));
     revalidate();
 }
 

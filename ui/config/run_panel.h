@@ -68,6 +68,7 @@ public:
     QDoubleSpinBox* heldOutBox() const { return m_heldOut; }
     QLineEdit* validationPathEdit() const { return m_validationPath; }
     QSpinBox* validateEveryBox() const { return m_validateEvery; }
+    QComboBox* keepBestBox() const { return m_keepBest; }
     TeachingBox* teachingBox() const { return m_teaching; }
     QCheckBox* stepModeBox() const { return m_teaching->stepModeBox(); }
     QPushButton* nextMicroBatchButton() const { return m_teaching->nextMicroBatchButton(); }
@@ -106,6 +107,7 @@ private:
     QDoubleSpinBox* m_heldOut;    ///< validation split, percent; 0: no validation
     QLineEdit* m_validationPath;  ///< validation data in the training data's format; empty: held out
     QSpinBox* m_validateEvery;    ///< steps; 0: at each epoch's end
+    QComboBox* m_keepBest;        ///< the validation metric the best model is kept by; "": none
     QComboBox* m_device;
     QLineEdit* m_virtualSize;
     QLabel* m_deviceInfo;

@@ -128,6 +128,15 @@ EventRow describeEvent(const core::Event& event) {
                 return EventRow{e.time, tr("warning"), str(e.message), true};
             },
             [](const core::CheckpointSaved& e) {
+                if (!e.metric.empty()) {
+                    return EventRow{e.time, tr("checkpoint"),
+                                    tr("best model so far (%1 %2) at step %3 saved to %4")
+                                        .arg(str(e.metric))
+                                        .arg(e.value, 0, 'f', 4)
+                                        .arg(e.step)
+                                        .arg(str(e.path)),
+                                    false};
+                }
                 return EventRow{e.time, tr("checkpoint"), tr("step %1 saved to %2").arg(e.step).arg(str(e.path)),
                                 false};
             },

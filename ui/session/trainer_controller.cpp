@@ -109,20 +109,22 @@ bool TrainerController::start(const core::TrainerOptions& options) {
     // forward and backward pass, and it lets the accumulation view show the gradient growing.
     runOptions.reportGradientNorm = true;
     runOptions.reservedCpus = kGuiReservedCpus;
-    // Built here, so that every command from now on goes to it (its mailbox keeps what arrives
-    // before run() starts); it runs, and sends its events, on the worker thread.
-    m_trainer = std::make_shared<core::Trainer>(runOptions, *m_queue);
     // The run's folder, fed from drain() on this thread (the trainer thread never waits for it).
+    // Made first: checkpoints asked for without a directory (keeping the best model) go into it.
     m_folder.reset();
     m_folderPath.clear();
     const std::string runs = m_runsDirectory.isEmpty() ? core::defaultRunsDirectory() : m_runsDirectory.toStdString();
+    QString folderError;
     if (auto folder = core::RunFolder::create(runs, runOptions)) {
         m_folder = std::move(*folder);
         m_folderPath = QString::fromStdString(m_folder->path());
-        Q_EMIT runRecorded(m_folderPath, QString());
     } else {
-        Q_EMIT runRecorded(QString(), QString::fromStdString(folder.error()));
+        folderError = QString::fromStdString(folder.error());
     }
+    // Built here, so that every command from now on goes to it (its mailbox keeps what arrives
+    // before run() starts); it runs, and sends its events, on the worker thread.
+    m_trainer = std::make_shared<core::Trainer>(runOptions, *m_queue);
+    Q_EMIT runRecorded(m_folderPath, folderError);
     QMetaObject::invokeMethod(
         m_worker, [worker = m_worker, trainer = m_trainer, queue = m_queue] { worker->run(trainer, queue); },
         Qt::QueuedConnection);
