@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
     core::Trainer trainer(request->options, sink);
     reporter.setTrainer(&trainer);
     reporter.setMemoryReport(request->memoryReport);
+    reporter.setKeepBest(request->options.checkpoint.keepBest);
     if (request->checkEquivalence >= 0) reporter.requestEquivalenceCheck(request->checkEquivalence);
     std::signal(SIGINT, onSignal);
     std::signal(SIGTERM, onSignal);

@@ -32,8 +32,15 @@ std::string validationMetrics(const core::ValidationDone& e) {
     return text;
 }
 
-/// Whether `a` is a better validation result than `b`: higher accuracy, or lower loss.
-bool better(const core::ValidationDone& a, const core::ValidationDone& b) {
+/// Whether `a` is a better validation result than `b`: by `metric` when the run keeps its best
+/// model by one (the summary then names the same pass as the kept model), else higher accuracy,
+/// or lower loss.
+bool better(const core::ValidationDone& a, const core::ValidationDone& b, const std::string& metric) {
+    if (!metric.empty()) {
+        const auto x = core::validationMetric(a, metric);
+        const auto y = core::validationMetric(b, metric);
+        if (x && y) return core::higherIsBetter(metric) ? *x > *y : *x < *y;
+    }
     if (a.accuracy >= 0 && b.accuracy >= 0 && a.accuracy != b.accuracy) return a.accuracy > b.accuracy;
     return a.loss < b.loss;
 }
@@ -196,7 +203,7 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                 }
             } else if constexpr (std::is_same_v<T, ValidationDone>) {
                 m_lastValidation = e;
-                if (!m_bestValidation || better(e, *m_bestValidation)) m_bestValidation = e;
+                if (!m_bestValidation || better(e, *m_bestValidation, m_keepBest)) m_bestValidation = e;
                 line(formatText("validation after step %" PRId64 ": %s on %" PRId64
                                 " held-out samples (micro-batch %" PRId64 ", %.2f s%s)",
                                 e.step, validationMetrics(e).c_str(), e.samples, e.microBatch, e.seconds,

@@ -30,6 +30,9 @@ public:
     void setTrainer(core::Trainer* trainer) { m_trainer = trainer; }
     /// Prints the memory report (probe trials, memory model, breakdown) after each probe.
     void setMemoryReport(bool on) { m_memoryReport = on; }
+    /// The validation metric the run keeps its best model by (--keep-best); the summary's "best"
+    /// pass is then the best by it. Empty: by accuracy, then loss.
+    void setKeepBest(const std::string& metric) { m_keepBest = metric; }
     /// Asks the trainer (set by setTrainer) for an equivalence check of `samples` samples
     /// after the first optimizer step (0: the whole batch), and prints its result.
     void requestEquivalenceCheck(int64_t samples) { m_checkSamples = samples; }
@@ -60,6 +63,7 @@ private:
     core::StepMetrics m_lastStep;
     std::optional<core::ValidationDone> m_lastValidation;
     std::optional<core::ValidationDone> m_bestValidation;
+    std::string m_keepBest;
     std::optional<core::CheckpointSaved> m_bestCheckpoint;  ///< the best model's latest save (--keep-best)
     /// "  val acc 93.1%" (or "  val loss 0.2113") for the step line; empty before a validation.
     std::string lastValidationShort() const;

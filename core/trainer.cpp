@@ -62,9 +62,10 @@ void Trainer::Impl::setup() {
                              "configuration"};
         }
         if (metric == "val_top5_accuracy" && data->classes() <= 5) {
-            throw FatalError{"keeping the best model by val_top5_accuracy needs more than 5 classes, but " +
-                                 data->name() + " has " + std::to_string(data->classes()) + ": keep it by val_accuracy",
-                             "configuration"};
+            throw FatalError{
+                "keeping the best model by val_top5_accuracy needs more than 5 classes, but the data has " +
+                    std::to_string(data->classes()) + ": keep it by val_accuracy",
+                "configuration"};
         }
     }
     if (!options.checkpoint.directory.empty()) {

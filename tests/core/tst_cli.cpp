@@ -692,6 +692,11 @@ private Q_SLOTS:
         const int bestStep = kept.value(QStringLiteral("step")).toInt();
         QCOMPARE(bestStep, accuracy.value(QStringLiteral("best_step")).toInt());
         QCOMPARE(summary.value(QStringLiteral("checkpoint")).toObject().value(QStringLiteral("step")).toInt(), 8);
+        // The CLI's closing lines name the kept model, and their best pass (shown when it was not
+        // the last) is the same one.
+        QVERIFY2(run.out.contains(QStringLiteral("best model by val_accuracy (")), qPrintable(run.out));
+        static const QRegularExpression bestPass(QStringLiteral("; best [^\n]* after step (\\d+)"));
+        if (const auto m = bestPass.match(run.out); m.hasMatch()) QCOMPARE(m.captured(1).toInt(), bestStep);
 
         // Resumed from the best model up to its own step: its validation accuracy again.
         const Run resumed = runCli(
