@@ -424,7 +424,8 @@ void Flags::declare(CliRequest& request) {
                         "unless --checkpoint-dir names another folder",
                         [](TrainerOptions& o, const std::string& v) {
                             o.resumeFrom = v;
-                            if (o.checkpoint.directory.empty()) o.checkpoint.directory = v;
+                            if (o.checkpoint.directory.empty())
+                                o.checkpoint.directory = core::resumedCheckpointDirectory(v);
                         })
         ->type_name("DIR")
         ->group(group);
@@ -517,12 +518,16 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
                         "--target-batch, or start a new run without --resume"));
     }
     if (core::checkpointsInRunFolder(o) && request.noRunFolder) {
-        return tl::unexpected(std::string(o.checkpoint.keepBest.empty() ? "--checkpoint-every" : "--keep-best") +
+        const char* asked =
+            !o.checkpoint.keepBest.empty()
+                ? (flags.given("--keep-best") ? "--keep-best" : "checkpoint.keep_best (configuration)")
+                : (flags.given("--checkpoint-every") ? "--checkpoint-every" : "checkpoint.every_steps (configuration)");
+        return tl::unexpected(std::string(asked) +
                               " without --checkpoint-dir keeps the checkpoints in the run's folder, but "
                               "--no-run-folder was given: name a folder with --checkpoint-dir DIR");
     }
-    request.checkpointReplacesResumed =
-        !o.resumeFrom.empty() && !flags.given("--checkpoint-dir") && o.checkpoint.directory == o.resumeFrom;
+    request.checkpointReplacesResumed = !o.resumeFrom.empty() && !flags.given("--checkpoint-dir") &&
+                                        o.checkpoint.directory == core::resumedCheckpointDirectory(o.resumeFrom);
     auto resolved = core::resolve(std::move(o));
     if (!resolved) return tl::unexpected(resolved.error().message);
     request.options = std::move(*resolved);

@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
     }
     if (request->checkpointReplacesResumed && !request->quiet) {
         std::printf("checkpoints replace %s/%s as training goes on (--checkpoint-dir DIR keeps it)\n",
-                    request->options.resumeFrom.c_str(), core::kCheckpointFile);
+                    request->options.checkpoint.directory.c_str(), core::kCheckpointFile);
     }
     std::atomic<bool> training{false};
     if (folder && !request->quiet) std::printf("run folder: %s\n", folder->path().c_str());

@@ -39,7 +39,11 @@ bool better(const core::ValidationDone& a, const core::ValidationDone& b, const 
     if (!metric.empty()) {
         const auto x = core::validationMetric(a, metric);
         const auto y = core::validationMetric(b, metric);
-        if (x && y) return core::higherIsBetter(metric) ? *x > *y : *x < *y;
+        if (x && y) {
+            if (!std::isfinite(*y)) return std::isfinite(*x);  // a NaN pass is beaten by any finite one
+            if (!std::isfinite(*x)) return false;
+            return core::higherIsBetter(metric) ? *x > *y : *x < *y;
+        }
     }
     if (a.accuracy >= 0 && b.accuracy >= 0 && a.accuracy != b.accuracy) return a.accuracy > b.accuracy;
     return a.loss < b.loss;

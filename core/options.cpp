@@ -265,15 +265,18 @@ tl::expected<void, OptionProblem> check(const TrainerOptions& o) {
             return problem("checkpoint.keep_best",
                            "unknown validation metric \"" + metric + "\" to keep the best model by: one of " + known);
         }
-        const bool classification = o.loss == LossKind::CrossEntropy;
-        if (classification && (metric == "val_mse" || metric == "val_mae")) {
+        // What validation measures follows the targets: class ids get accuracies (also when
+        // trained with MSE on one-hot targets), a regression table (data.regression) MSE and MAE.
+        const bool classIds = !o.data.regression;
+        if (classIds && (metric == "val_mse" || metric == "val_mae")) {
             return problem("checkpoint.keep_best", metric +
-                                                       " is measured for regression (--loss mse) only; a classifier "
-                                                       "keeps its best model by val_accuracy or val_loss");
+                                                       " is measured for regression data only (a CSV trained with "
+                                                       "--loss mse); with class ids keep the best model by "
+                                                       "val_accuracy or val_loss");
         }
-        if (!classification && (metric == "val_accuracy" || metric == "val_top5_accuracy")) {
+        if (!classIds && (metric == "val_accuracy" || metric == "val_top5_accuracy")) {
             return problem("checkpoint.keep_best", metric +
-                                                       " is measured for classification only; a regression keeps "
+                                                       " is measured for class ids only; a regression keeps "
                                                        "its best model by val_loss, val_mse or val_mae");
         }
         if (o.validation.split && *o.validation.split == 0 && o.validation.path.empty()) {

@@ -68,6 +68,13 @@ bool checkpointsInRunFolder(const TrainerOptions& options) {
            (options.checkpoint.everySteps > 0 || !options.checkpoint.keepBest.empty());
 }
 
+std::string resumedCheckpointDirectory(const std::string& resumeFrom) {
+    fs::path from(resumeFrom);
+    if (!from.has_filename()) from = from.parent_path();  // "…/best/"
+    if (from.filename() == "best" && from.has_parent_path()) return from.parent_path().string();
+    return resumeFrom;
+}
+
 void MetricTrack::add(double value, int64_t step) {
     last = value;
     lastStep = step;
@@ -179,10 +186,13 @@ tl::expected<std::unique_ptr<RunFolder>, std::string> RunFolder::create(const st
     }
     if (folder->m_path.empty()) return tl::unexpected("the runs folder " + runsDirectory + " has no free name left");
     folder->m_started = localTime(when, "%Y-%m-%dT%H:%M:%S%z");
+    // `options` change only once the folder is complete: a run whose folder failed must not save
+    // into a half-made one.
+    TrainerOptions recorded = options;
     if (checkpointsInRunFolder(options)) {
-        options.checkpoint.directory = (fs::path(folder->m_path) / kRunCheckpointFolder).string();
+        recorded.checkpoint.directory = (fs::path(folder->m_path) / kRunCheckpointFolder).string();
     }
-    if (auto written = replaceFileAtomically(folder->m_path + "/config.json", toRunConfig(options).dump(2) + "\n",
+    if (auto written = replaceFileAtomically(folder->m_path + "/config.json", toRunConfig(recorded).dump(2) + "\n",
                                              folder->m_path + "/config.json");
         !written) {
         return tl::unexpected("cannot write the run's configuration in " + folder->m_path + ": " + written.error());
@@ -191,6 +201,7 @@ tl::expected<std::unique_ptr<RunFolder>, std::string> RunFolder::create(const st
     if (!folder->m_events) return tl::unexpected("cannot write the run's events in " + folder->m_path);
     folder->writeSummary();
     if (!folder->m_error.empty()) return tl::unexpected(folder->m_error);
+    options.checkpoint.directory = recorded.checkpoint.directory;
     return folder;
 }
 
@@ -210,7 +221,7 @@ void RunFolder::onEvent(const Event& event) {
         fail("writing " + m_path + "/events.jsonl failed (disk full?); the run goes on, but its folder is incomplete");
         return;
     }
-    bool summaryDue = std::holds_alternative<ValidationDone>(event);
+    bool summaryDue = std::holds_alternative<ValidationDone>(event) || std::holds_alternative<CheckpointSaved>(event);
     if (std::holds_alternative<StepMetrics>(event)) summaryDue = ++m_stepsSinceSummary >= kStepsPerSummary;
     if (const auto* state = std::get_if<RunStateChanged>(&event))
         summaryDue = state->state == RunState::Finished || state->state == RunState::Failed;

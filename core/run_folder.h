@@ -37,6 +37,11 @@ inline constexpr const char* kRunCheckpointFolder = "checkpoint";
 /// naming a directory: the run's folder keeps them (RunFolder::create).
 bool checkpointsInRunFolder(const TrainerOptions& options);
 
+/// Where a resumed run saves its checkpoints when no directory is named: the folder it resumes
+/// from, or for a best model's folder (a checkpoint folder's best/) the checkpoint folder above
+/// it, so that the kept model is replaced only by a better one, not by the run's latest state.
+std::string resumedCheckpointDirectory(const std::string& resumeFrom);
+
 /// One metric over a run: its last value and its best (lowest loss or error, highest accuracy
 /// or throughput), with the step each was reported at.
 struct MetricTrack {

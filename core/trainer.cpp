@@ -49,8 +49,8 @@ void Trainer::Impl::setup() {
         (options.checkpoint.everySteps > 0 || !options.checkpoint.keepBest.empty())) {
         throw FatalError{std::string("checkpoints were asked for (") +
                              (options.checkpoint.everySteps > 0 ? "an interval" : "keeping the best model") +
-                             ") without a directory: give one (--checkpoint-dir DIR), or let the run's folder keep "
-                             "them",
+                             ") but there is no folder to keep them in: name a checkpoint directory "
+                             "(--checkpoint-dir DIR), or record the run in a run folder, which keeps them",
                          "configuration"};
     }
     if (!options.checkpoint.keepBest.empty()) {
@@ -538,8 +538,9 @@ RunResult Trainer::run() {
         if (!result.stopped && d.validationData && d.step > 0 && d.lastValidationStep != d.step) d.runValidation();
         if (result.stopped) d.setState(RunState::Stopping);
         d.reservation = torch::Tensor();
-        const bool savedThisStep = d.options.checkpoint.everySteps > 0 && d.step % d.options.checkpoint.everySteps == 0;
-        if (!d.options.checkpoint.directory.empty() && d.step > 0 && !savedThisStep) d.writeCheckpoint();
+        // Saved already at this step (an interval, re-saved after a new best model), or not.
+        if (!d.options.checkpoint.directory.empty() && d.step > 0 && d.latestCheckpointStep != d.step)
+            d.writeCheckpoint();
         result.state = RunState::Finished;
         d.setState(RunState::Finished, result.stopped ? "stopped" : "done");
     } catch (const LoadingCancelled&) {

@@ -30,6 +30,7 @@ void Trainer::Impl::writeCheckpoint(const std::string& metric, double value) {
                        : (std::filesystem::path(options.checkpoint.directory) / kBestCheckpointFolder).string();
     auto written = saveCheckpoint(directory, *model, *optimizer, saved);
     if (written) {
+        if (metric.empty()) latestCheckpointStep = step;
         emit(CheckpointSaved{now(), step, *written, metric, value});
     } else {
         checkpointError = written.error();
@@ -45,6 +46,9 @@ void Trainer::Impl::keepBestModel(const ValidationDone& done) {
     if (!std::isnan(bestValue) && (higherIsBetter(metric) ? *value <= bestValue : *value >= bestValue)) return;
     bestValue = *value;
     writeCheckpoint(metric, *value);
+    // A latest checkpoint written at this step (an interval that ends here) was saved before
+    // this validation: save it again, so that it records the new best value for a resumed run.
+    if (latestCheckpointStep == step) writeCheckpoint();
 }
 
 void Trainer::Impl::restoreCheckpoint() {

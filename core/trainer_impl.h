@@ -261,8 +261,9 @@ struct Trainer::Impl {
     /// Model, optimizer and trainer state from options.resumeFrom (setup, after the model exists).
     void restoreCheckpoint();
     void releaseFailedBackward();
-    std::string checkpointError;       ///< the last failed save's message
-    int64_t allocatorRetriesSeen = 0;  ///< the meter's allocator retries already reported
+    std::string checkpointError;        ///< the last failed save's message
+    int64_t latestCheckpointStep = -1;  ///< step of the latest checkpoint written (-1: none)
+    int64_t allocatorRetriesSeen = 0;   ///< the meter's allocator retries already reported
     [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false);
     /// Why the loss is not finite: the data, the model before any update, or divergence.
     std::string nonFiniteLossReason(double loss, const torch::Tensor& inputs, const torch::Tensor& output,

@@ -152,13 +152,30 @@ private Q_SLOTS:
         QVERIFY(relativeDifference(a.grad(), b.grad()) <= 1e-6);
     }
 
-    /// Without grad mode a segment is a plain call: no graph, nothing kept.
-    void plainCallWithoutGradMode() {
-        Blocks model(2, 8, Norm::Batch, 0.0, 5);
-        torch::NoGradGuard noGrad;
-        const torch::Tensor out = model.forward(torch::randn({2, 3, 8, 8}), true);
-        QVERIFY(!out.requires_grad());
-        QVERIFY(!out.grad_fn());
+    /// A segment runs once forward and once more in backward, never more; without grad mode
+    /// (evaluation, validation) only once, and nothing is kept.
+    void recomputesOncePerBackward() {
+        torch::manual_seed(2);
+        torch::nn::Linear layer(4, 3);
+        int calls = 0;
+        const Segment segment = [&](const torch::Tensor& x) {
+            ++calls;
+            return torch::relu(layer->forward(x));
+        };
+        const torch::Tensor x = torch::randn({5, 4});
+        {
+            torch::NoGradGuard noGrad;
+            const torch::Tensor out = checkpointed(segment, x, layer->parameters());
+            QCOMPARE(calls, 1);
+            QVERIFY(!out.requires_grad());
+        }
+        calls = 0;
+        const torch::Tensor out = checkpointed(segment, x, layer->parameters());
+        QCOMPARE(calls, 1);
+        QVERIFY(out.requires_grad());
+        out.sum().backward();
+        QCOMPARE(calls, 2);
+        QVERIFY(layer->weight.grad().defined());
     }
 
     /// The point of it: 8 blocks of two conv layers, 32 channels at 32x32, keep each block's input

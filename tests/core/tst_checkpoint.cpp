@@ -149,6 +149,7 @@ private Q_SLOTS:
             }
         }
         QCOMPARE(sink.all<ValidationDone>().size(), size_t(9));
+        QVERIFY2(expectedSteps.size() < 9, "every pass improved: the run does not test a drop or a tie");
         std::vector<int64_t> savedSteps;
         std::vector<double> savedValues;
         const QString bestDir = dir.filePath(QStringLiteral("best"));
@@ -186,6 +187,28 @@ private Q_SLOTS:
             QVERIFY(!savedAgain);
         else
             QVERIFY(!savedAgain || valueOf(passes.front()) < valueOf(*best));
+
+        // The latest checkpoint of a step whose validation found a new best (here every step
+        // saves one, before that step's validation) records that best too: a run resumed from it
+        // compares with it, and the same model scoring the same accuracy saves nothing.
+        QTemporaryDir latestDir;
+        TrainerOptions upToBest = withValidation(latestDir.path());
+        upToBest.checkpoint.everySteps = 1;
+        upToBest.steps = best->step;
+        RecordingSink upToBestSink;
+        Trainer upToBestTrainer(upToBest, upToBestSink);
+        QCOMPARE(upToBestTrainer.run().steps, best->step);
+        TrainerOptions fromLatest = withValidation(latestDir.path());
+        fromLatest.resumeFrom = latestDir.path().toStdString();
+        fromLatest.steps = best->step;
+        RecordingSink fromLatestSink;
+        Trainer fromLatestTrainer(fromLatest, fromLatestSink);
+        QVERIFY(fromLatestTrainer.run().state == RunState::Finished);
+        QCOMPARE(fromLatestSink.all<ValidationDone>().size(), size_t(1));
+        bool savedFromLatest = false;
+        for (const auto& c : fromLatestSink.all<CheckpointSaved>())
+            savedFromLatest = savedFromLatest || !c.metric.empty();
+        if (accuracy) QVERIFY(!savedFromLatest);
     }
 
     /// A checkpoint written before training_samples was recorded (-1 on load) resumes; it warns

@@ -93,7 +93,7 @@ private Q_SLOTS:
                    "val_accuracy, val_top5_accuracy, val_mse, val_mae");
         QTest::newRow("keep best by a regression metric for a classifier")
             << QStringList{QStringLiteral("--keep-best"), QStringLiteral("val_mse")} << 2
-            << QStringLiteral("val_mse is measured for regression (--loss mse) only");
+            << QStringLiteral("val_mse is measured for regression data only");
         QTest::newRow("keep best without validation")
             << QStringList{QStringLiteral("--keep-best"), QStringLiteral("val_loss"),
                            QStringLiteral("--validation-split"), QStringLiteral("0")}

@@ -90,7 +90,16 @@ private Q_SLOTS:
     void exportsOneTidyTable();
     void refusesAFolderItCannotCreate();
     void keepsCheckpointsInside();
+    void resumedRunsKeepTheBestModel();
 };
+
+/// A run resumed from a best model's folder saves next to it, not over it.
+void TestRunFolder::resumedRunsKeepTheBestModel() {
+    QCOMPARE(resumedCheckpointDirectory("runs/a/checkpoint"), std::string("runs/a/checkpoint"));
+    QCOMPARE(resumedCheckpointDirectory("runs/a/checkpoint/best"), std::string("runs/a/checkpoint"));
+    QCOMPARE(resumedCheckpointDirectory("runs/a/checkpoint/best/"), std::string("runs/a/checkpoint"));
+    QCOMPARE(resumedCheckpointDirectory("/ckpt/bestever"), std::string("/ckpt/bestever"));
+}
 
 /// Checkpoints asked for without a directory go into the run's folder; a directory the user
 /// named is kept; the summary says where the latest checkpoint and the best model are.

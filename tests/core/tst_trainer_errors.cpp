@@ -1,5 +1,7 @@
 #include <QtTest>
 
+#include <QTemporaryDir>
+
 #include <torch/torch.h>
 
 #include "core/dataset.h"
@@ -176,6 +178,53 @@ private Q_SLOTS:
         QCOMPARE(result.state, RunState::Failed);
         QVERIFY2(QString::fromStdString(result.error).contains(field), result.error.c_str());
         QCOMPARE(sink.all<ErrorEvent>().size(), size_t(1));
+    }
+
+    /// Checkpoints the run could not keep are refused before training, as bad input, with the
+    /// reason (the front ends normally fill in the run folder, or refuse earlier).
+    void checkpointRequestsItCannotKeep_data() {
+        QTest::addColumn<QString>("request");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("interval without a folder")
+            << QStringLiteral("interval")
+            << QStringLiteral("checkpoints were asked for (an interval) but there is no folder");
+        QTest::newRow("best model without a folder")
+            << QStringLiteral("best")
+            << QStringLiteral("checkpoints were asked for (keeping the best model) but there is no folder");
+        QTest::newRow("top-5 with three classes")
+            << QStringLiteral("top5") << QStringLiteral("needs more than 5 classes, but the data has 3");
+        QTest::newRow("best model of unsplit data")
+            << QStringLiteral("unsplit") << QStringLiteral("keeping the best model by val_loss needs validation data");
+    }
+    void checkpointRequestsItCannotKeep() {
+        QFETCH(QString, request);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        TrainerOptions o = small();
+        if (request == QStringLiteral("interval")) o.checkpoint.everySteps = 2;
+        if (request == QStringLiteral("best")) o.checkpoint.keepBest = "val_loss";
+        if (request == QStringLiteral("top5")) {
+            o.data.classes = 3;
+            o.checkpoint.keepBest = "val_top5_accuracy";
+            o.checkpoint.directory = dir.path().toStdString();
+        }
+        if (request == QStringLiteral("unsplit")) {
+            // Data from a factory is not split unless asked: no validation data.
+            const DataOptions data = o.data;
+            o.datasetFactory = [data]() -> tl::expected<std::shared_ptr<Dataset>, std::string> {
+                return std::make_shared<SyntheticImages>(data);
+            };
+            o.checkpoint.keepBest = "val_loss";
+            o.checkpoint.directory = dir.path().toStdString();
+        }
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Failed);
+        QVERIFY(result.badInput);
+        QVERIFY2(QString::fromStdString(result.error).contains(message), result.error.c_str());
+        QVERIFY(sink.all<StepMetrics>().empty());
+        QVERIFY(QDir(dir.path()).isEmpty());  // nothing written
     }
 
     void batchNormWarns() {

@@ -22,6 +22,7 @@
 #include <QVBoxLayout>
 
 #include "core/run_config.h"
+#include "core/run_folder.h"
 #include "core/series_export.h"
 #include "ui/teaching/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
@@ -375,7 +376,7 @@ bool MainWindow::resumeFrom(const QString& directory) {
     }
     core::TrainerOptions options = m_runPanel->options();
     options.resumeFrom = directory.toStdString();
-    options.checkpoint.directory = directory.toStdString();
+    options.checkpoint.directory = core::resumedCheckpointDirectory(directory.toStdString());
     return startWith(options);
 }
 
