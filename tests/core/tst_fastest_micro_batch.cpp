@@ -68,7 +68,7 @@ public:
         : m_inner(std::move(inner)), m_slow(std::move(slow)) {}
     std::string name() const override { return m_inner->name(); }
     torch::Tensor forward(const torch::Tensor& input) override {
-        if (m_slow->load()) std::this_thread::sleep_for(std::chrono::microseconds(200) * input.size(0));
+        if (m_slow->load()) std::this_thread::sleep_for(std::chrono::microseconds(400) * input.size(0));
         return m_inner->forward(input);
     }
     std::vector<torch::Tensor> parameters() const override { return m_inner->parameters(); }
@@ -84,20 +84,25 @@ private:
 
 struct DriftRun {
     std::vector<ThroughputChosen> chosen;
-    std::vector<std::string> retimings;  ///< the warnings that started a new search
-    int64_t slowFrom = 0;                ///< the first step trained slowly
+    std::vector<std::string> retimings;      ///< the warnings that started a new search
+    std::vector<std::string> slowRetimings;  ///< those whose window held a slowed step
+    int64_t slowFrom = 0;                    ///< the first step trained slowly
     int64_t probes = 0;
     std::map<int64_t, std::vector<int64_t>> samples;
 };
 
-/// Trains with the objective "fastest", slows the machine down 6 steps after the first decision,
-/// and stops at a second decision or 60 steps after the slowdown.
+/// Trains with the objective "fastest", slows the machine down 6 steps after the last decision
+/// (so that the drift watch has its baseline from unslowed steps), and stops at the decision that
+/// follows a re-timing caused by the slowdown, or 30 steps after the slowdown.
+/// On a shared machine the speed also drifts by itself (a CI runner measured +89% between two
+/// windows when its neighbours finished): a re-timing before the slowdown is the watch doing its
+/// job, so the slowdown is found by the windows that held slowed steps.
 DriftRun runWithSlowdown(int64_t retimeEvery) {
     auto slow = std::make_shared<std::atomic<bool>>(false);
     TrainerOptions o = options(ProbeObjective::Fastest);
     o.steps = 50000;
     o.probe.retimeEvery = retimeEvery;
-    o.probe.retimeDrift = 0.5;  // far beyond this machine's noise; the slowdown is several-fold
+    o.probe.retimeDrift = 0.5;  // the slowdown is several-fold (-75% or more)
     o.modelFactory = [slow, o](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
         auto inner = makeBuiltinModel(o.model, data.sampleShape(), data.classes());
         if (!inner) return tl::unexpected(inner.error());
@@ -106,24 +111,31 @@ DriftRun runWithSlowdown(int64_t retimeEvery) {
     RecordingSink sink;
     Trainer trainer(o, sink);
     DriftRun out;
-    int64_t decidedAt = -1;
+    int64_t decidedAt = -1;  // the first step after the last decision; 0 until it is known
+    int64_t lastStep = 0;
     sink.onEach = [&](const Event& e) {
-        if (std::holds_alternative<ThroughputChosen>(e) && decidedAt < 0) decidedAt = 0;
-        if (std::holds_alternative<ThroughputChosen>(e) && out.slowFrom > 0) trainer.stop();
-        if (const auto* m = std::get_if<StepMetrics>(&e); m && decidedAt >= 0) {
+        if (std::holds_alternative<ThroughputChosen>(e)) {
+            if (!out.slowRetimings.empty()) trainer.stop();
+            if (out.slowFrom == 0) decidedAt = 0;
+        }
+        if (const auto* w = std::get_if<Warning>(&e);
+            w && w->message.find("timing the sizes again") != std::string::npos) {
+            out.retimings.push_back(w->message);
+            if (out.slowFrom > 0 && lastStep >= out.slowFrom) out.slowRetimings.push_back(w->message);
+        }
+        if (const auto* m = std::get_if<StepMetrics>(&e)) {
+            lastStep = m->step;
             if (decidedAt == 0) decidedAt = m->step;
-            if (m->step == decidedAt + 6) {
+            if (decidedAt > 0 && out.slowFrom == 0 && m->step == decidedAt + 6) {
                 slow->store(true);
                 out.slowFrom = m->step + 1;
             }
-            if (out.slowFrom > 0 && m->step >= out.slowFrom + 60) trainer.stop();
+            if (out.slowFrom > 0 && m->step >= out.slowFrom + 30) trainer.stop();
         }
     };
     const RunResult result = trainer.run();
     if (result.state != RunState::Finished) qFatal("the run failed: %s", result.error.c_str());
     out.chosen = sink.all<ThroughputChosen>();
-    for (const Warning& w : sink.all<Warning>())
-        if (w.message.find("timing the sizes again") != std::string::npos) out.retimings.push_back(w.message);
     out.probes = static_cast<int64_t>(sink.all<ProbeStarted>().size());
     out.samples = samplesPerStep(sink);
     return out;
@@ -306,11 +318,16 @@ void TestFastestMicroBatch::throughputDriftTimesAgain() {
     // not change) and without losing a sample. Off (the default), the same slowdown times nothing.
     const DriftRun on = runWithSlowdown(3);
     QCOMPARE(on.probes, int64_t{1});
-    QVERIFY2(on.retimings.size() == 1, qPrintable(QStringLiteral("%1 re-timings").arg(on.retimings.size())));
-    qInfo("%s", on.retimings.front().c_str());
-    QVERIFY2(on.retimings.front().find("-") != std::string::npos, on.retimings.front().c_str());  // slower
-    QCOMPARE(on.chosen.size(), size_t{2});
-    QCOMPARE(on.chosen.back().sequence, 1);  // no new probe
+    QVERIFY(on.slowFrom > 0);
+    QVERIFY2(!on.slowRetimings.empty(), "the slowdown was seen within 30 steps");
+    qInfo("%s", on.slowRetimings.front().c_str());
+    if (on.retimings.size() > on.slowRetimings.size())
+        qInfo("and %d re-timing(s) before the slowdown: %s", int(on.retimings.size() - on.slowRetimings.size()),
+              on.retimings.front().c_str());
+    QVERIFY2(on.slowRetimings.front().find("-") != std::string::npos, on.slowRetimings.front().c_str());  // slower
+    QCOMPARE(on.chosen.size(), on.retimings.size() + 1);                  // each re-timing ends in a decision
+    for (const ThroughputChosen& c : on.chosen) QCOMPARE(c.sequence, 1);  // no new probe
+    QVERIFY(!on.samples.empty());
     for (const auto& [step, samples] : on.samples) {
         QCOMPARE(static_cast<int64_t>(samples.size()), kTarget);
         QCOMPARE(static_cast<int64_t>(std::set<int64_t>(samples.begin(), samples.end()).size()), kTarget);
