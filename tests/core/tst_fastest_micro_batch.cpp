@@ -122,6 +122,7 @@ DriftRun runWithSlowdown(int64_t retimeEvery) {
             w && w->message.find("timing the sizes again") != std::string::npos) {
             out.retimings.push_back(w->message);
             if (out.slowFrom > 0 && lastStep >= out.slowFrom) out.slowRetimings.push_back(w->message);
+            if (out.slowFrom == 0) decidedAt = -1;  // the slowdown waits for this search's decision
         }
         if (const auto* m = std::get_if<StepMetrics>(&e)) {
             lastStep = m->step;
@@ -130,7 +131,7 @@ DriftRun runWithSlowdown(int64_t retimeEvery) {
                 slow->store(true);
                 out.slowFrom = m->step + 1;
             }
-            if (out.slowFrom > 0 && m->step >= out.slowFrom + 30) trainer.stop();
+            if (out.slowFrom > 0 && out.slowRetimings.empty() && m->step >= out.slowFrom + 30) trainer.stop();
         }
     };
     const RunResult result = trainer.run();

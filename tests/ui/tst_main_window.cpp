@@ -32,7 +32,7 @@ using namespace batchpilot;
 
 namespace {
 
-constexpr int kTimeout = 120'000;  // ms; the trainer runs on the CPU of a test machine
+constexpr int kTimeout = 300'000;  // ms; the trainer runs on the CPU of a shared test machine
 
 /// The most recent event of type T the window received, or nullopt.
 template <class T>
