@@ -339,6 +339,14 @@ void Flags::declare(CliRequest& request) {
         ->type_name("NAME")
         ->check(parsedBy(core::parseLossKind))
         ->group(group);
+    option<std::string>("--memory-savers",
+                        "trade speed or precision for memory: checkpoint (recompute activations\n"
+                        "in backward), bf16 (bfloat16 autocast), both, auto (none until nothing\n"
+                        "fits at micro-batch 1, then the first that fits) or off (default)",
+                        [](TrainerOptions& o, const std::string& v) { o.memorySavers = *core::parseMemorySavers(v); })
+        ->type_name("SAVERS")
+        ->check(parsedBy(core::parseMemorySavers))
+        ->group(group);
     option<int64_t>("--steps",
                     "optimizer steps to run (default " + text(core::kDefaultSteps) + " unless --epochs is given)",
                     [](TrainerOptions& o, const int64_t& v) { o.steps = v; })

@@ -510,6 +510,62 @@ void fastestSection(std::ostream& md, const json& fastest) {
 
 }  // namespace
 
+void memorySaversSection(std::ostream& md, const json& savers) {
+    md << "## 7. Memory savers (issue 15)\n\n";
+    if (savers.is_null()) {
+        md << "_memory_savers.json is missing: the memory-savers benchmark did not run._\n\n";
+        return;
+    }
+    md << "`batchpilot-bench-memory-savers`: for each setup and each memory saver, one run with the objective "
+          "\"largest\" on the setup's virtual budget — the probe's micro-batch, the bytes per sample and fixed "
+          "bytes of its fitted memory model, and the samples/s of the steps after the probe. Then a *tight* "
+          "budget, 2% below what one sample needs without a saver (by that memory model): every saver alone, "
+          "and `auto`, whose choice is scored against the fastest saver measured there. On this machine's CPU "
+          "bfloat16 has no fast kernels, so its samples/s say what it costs here, not on a GPU "
+          "(scripts/gpu-check).\n\n";
+    for (const json& s : savers["setups"]) {
+        md << "**" << s["label"].get<std::string>() << "**, target batch " << s["target_batch"].get<int64_t>()
+           << "\n\n| savers | micro-batch | accumulation steps | bytes/sample | fixed MiB | samples/s | "
+              "vs off |\n|---|---|---|---|---|---|---|\n";
+        double off = 0;
+        for (const json& r : s["on_budget"]) {
+            if (r["savers"] == "off" && r["fits"].get<bool>()) off = r["samples_per_s"].get<double>();
+        }
+        for (const json& r : s["on_budget"]) {
+            md << "| " << r["savers"].get<std::string>() << " | ";
+            if (!r["fits"].get<bool>()) {
+                md << "does not fit | | | | | |\n";
+                continue;
+            }
+            const double rate = r["samples_per_s"].get<double>();
+            md << r["micro_batch"].get<int64_t>() << " | " << r["accumulation_steps"].get<int64_t>() << " | "
+               << fixed(r["bytes_per_sample"].get<double>(), 0) << " | "
+               << fixed(r["fixed_bytes"].get<double>() / (1 << 20), 1) << " | " << fixed(rate, 2) << " | "
+               << (off > 0 ? fixed(rate / off, 2) + "×" : "") << " |\n";
+        }
+        if (s.contains("tight")) {
+            md << "\nTight budget " << fixed(s["tight_budget_bytes"].get<double>() / (1 << 20), 2) << " MiB: ";
+            std::string sep;
+            for (const json& r : s["tight"]) {
+                md << sep << "`" << r["savers"].get<std::string>() << "` ";
+                if (!r["fits"].get<bool>()) {
+                    md << "does not fit";
+                } else {
+                    md << "micro-batch " << r["micro_batch"].get<int64_t>() << " at "
+                       << fixed(r["samples_per_s"].get<double>(), 2) << " samples/s";
+                    if (r.contains("auto_chose")) md << " (chose " << r["auto_chose"].get<std::string>() << ")";
+                }
+                sep = "; ";
+            }
+            md << ".";
+            if (s.contains("best_on_tight"))
+                md << " Fastest there: `" << s["best_on_tight"].get<std::string>() << "`; auto reached "
+                   << fixed(s["auto_over_best"].get<double>(), 2) << " of it.";
+            md << "\n\n";
+        }
+    }
+}
+
 int main(int argc, char** argv) {
     Args args;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -540,6 +596,7 @@ int main(int argc, char** argv) {
     const json gui = load(args.in, "gui.json");
     const json insight = load(args.in, "insight.json");
     const json fastest = load(args.in, "fastest.json");
+    const json memorySavers = load(args.in, "memory_savers.json");
     json machine;
     std::string torch = "?";
     for (const json* j : {&probe, &acc, &meter, &gui}) {
@@ -571,6 +628,7 @@ int main(int argc, char** argv) {
     guiSection(md, gui);
     insightSection(md, insight);
     fastestSection(md, fastest);
+    memorySaversSection(md, memorySavers);
     // The roofline section comes from scripts/bench-roofline (per LibTorch build): kept as it is.
     if (std::ifstream roofline(args.in + "/roofline.md"); roofline) md << "\n" << roofline.rdbuf();
     std::ofstream out(args.out);

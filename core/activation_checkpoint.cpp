@@ -2,6 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "core/torch_compat.h"
+
 namespace batchpilot::core {
 namespace {
 
@@ -15,6 +17,8 @@ struct SegmentRecord : torch::CustomClassHolder {
     std::vector<torch::Tensor> parameters;  ///< the tensors forward was given, in order
     std::vector<torch::Tensor> buffers;
     torch::Tensor generatorState;
+    AutocastState cpuAutocast;  ///< the recomputation casts as forward did (bfloat16 or not)
+    AutocastState cudaAutocast;
 };
 
 torch::Tensor cpuGeneratorState() {
@@ -76,6 +80,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
         torch::Tensor input = saved.detach().requires_grad_(saved.requires_grad());
         try {
             torch::AutoGradMode enable(true);
+            AutocastScope cpu(c10::DeviceType::CPU, record.cpuAutocast);
+            AutocastScope cuda(c10::DeviceType::CUDA, record.cudaAutocast);
             output = record.segment(input);
         } catch (...) {
             setCpuGeneratorState(generatorNow);
@@ -118,6 +124,8 @@ torch::Tensor checkpointed(const Segment& segment, const torch::Tensor& input,
     record->buffers = buffers;
     record->parameters = parameters;
     record->generatorState = cpuGeneratorState();
+    record->cpuAutocast = AutocastState::current(c10::DeviceType::CPU);
+    record->cudaAutocast = AutocastState::current(c10::DeviceType::CUDA);
     return CheckpointFunction::apply(input, at::TensorList(parameters), record);
 }
 

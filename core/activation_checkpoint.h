@@ -25,7 +25,8 @@ using Segment = std::function<torch::Tensor(const torch::Tensor&)>;
 ///
 /// Gradients equal the ones without checkpointing when the segment computes the same thing
 /// twice: deterministic layers, and random ones (dropout) only with the CPU generator, whose
-/// state is restored for the recomputation (CUDA's is not). Without grad mode, or when nothing
+/// state is restored for the recomputation (CUDA's is not). The recomputation autocasts as
+/// forward did (bfloat16 autocast, core/memory_savers.h). Without grad mode, or when nothing
 /// the segment depends on requires a gradient, it is a plain call.
 torch::Tensor checkpointed(const Segment& segment, const torch::Tensor& input,
                            const std::vector<torch::Tensor>& parameters,

@@ -149,7 +149,8 @@ json fields(const MemoryBreakdown& e) {
             {"peak_bytes", e.peakBytes},
             {"cache_bytes", e.cacheBytes},
             {"other_process_bytes", e.otherProcessBytes},
-            {"free_bytes", e.freeBytes}};
+            {"free_bytes", e.freeBytes},
+            {"memory_savers", e.memorySavers.empty() ? std::string("off") : e.memorySavers}};
 }
 json fields(const StepModeWaiting& e) {
     return {{"time", e.time},
@@ -216,6 +217,7 @@ json fields(const EquivalenceChecked& e) {
               {"overall", fields(e.overall)},
               {"batch_statistics", e.batchStatistics},
               {"full_pass_outside_budget", e.fullPassOutsideBudget},
+              {"bfloat16", e.bfloat16},
               {"explanation", e.explanation},
               {"seconds", e.seconds}};
     if (e.runningStatisticsRelativeDifference >= 0) {

@@ -57,6 +57,7 @@ const char* toString(ProbeReason reason) {
     case ProbeReason::DeviceSwitch: return "device switch";
     case ProbeReason::TargetBatchChange: return "target batch change";
     case ProbeReason::Regrow: return "memory may have come back";
+    case ProbeReason::MemorySavers: return "memory savers turned on";
     }
     return "unknown";
 }

@@ -20,7 +20,7 @@ enum class RunState { Idle, Starting, Probing, Training, Paused, Stopping, Finis
 enum class Phase { Copy, Forward, Backward, OptimizerStep, Setup, Validation };
 
 /// Why a probe started.
-enum class ProbeReason { Initial, UserRequest, DeviceSwitch, TargetBatchChange, Regrow };
+enum class ProbeReason { Initial, UserRequest, DeviceSwitch, TargetBatchChange, Regrow, MemorySavers };
 
 const char* toString(RunState state);
 const char* toString(Phase phase);
@@ -215,6 +215,9 @@ struct MemoryBreakdown {
     int64_t cacheBytes = 0;               ///< allocator cache above the peak (CUDA), 0 elsewhere
     int64_t otherProcessBytes = 0;        ///< CUDA: total − driver free − reserved; 0 elsewhere
     int64_t freeBytes = 0;                ///< total − peak − cache − other processes (never negative)
+    /// The memory savers in use ("checkpoint", "bf16", "both"; "" for none): they shape the
+    /// activations (core/memory_savers.h).
+    std::string memorySavers;
 
     /// Parameters + gradients + optimizer state + activations: what the parts explain of the
     /// peak. It equals peakBytes when nothing else stayed resident.
@@ -262,8 +265,11 @@ struct EquivalenceChecked {
     /// running statistics (eval mode), where samples are normalised independently.
     double runningStatisticsRelativeDifference = -1;
     bool fullPassOutsideBudget = false;  ///< the full pass did not fit the virtual budget and ran in host memory
-    std::string explanation;             ///< what the numbers mean, in plain words
-    std::string error;                   ///< non-empty: the check could not run, and why
+    /// Both ways ran the forward pass under bfloat16 autocast (memory savers bf16 or both): its
+    /// rounding depends on the split, so differences far above float32 rounding are expected.
+    bool bfloat16 = false;
+    std::string explanation;  ///< what the numbers mean, in plain words
+    std::string error;        ///< non-empty: the check could not run, and why
     double seconds = 0;
 
     /// The check ran and the overall difference is float32 rounding (kRoundingTolerance).

@@ -69,11 +69,23 @@ std::vector<MemoryPart> memoryParts(const MemoryBreakdown& b) {
                "its first step; reserving it now keeps the probe honest."
              : "What the optimizer remembers between steps: Adam keeps two numbers per weight, SGD with "
                "momentum one, plain SGD none."});
+    std::string activations =
+        "What one micro-batch needs while it runs: its inputs, every layer's outputs kept for the backward "
+        "pass, and its own gradients before they are added. It grows with the micro-batch size, which is "
+        "why a smaller micro-batch fits.";
+    if (b.memorySavers == "checkpoint" || b.memorySavers == "both") {
+        activations +=
+            " With activation checkpointing, forward keeps only the input of each part of the model (a residual "
+            "block, a convolution stage) and backward runs each part again, one at a time: the bar holds one "
+            "part's layer outputs instead of every layer's, for about one more forward pass of time.";
+    }
+    if (b.memorySavers == "bf16" || b.memorySavers == "both") {
+        activations +=
+            " Under bfloat16 autocast the convolution and linear layers' outputs take 2 bytes a number instead "
+            "of 4 (about 3 significant digits instead of 7).";
+    }
     parts.push_back(
-        {"activations (micro-batch " + std::to_string(b.activationMicroBatch) + ")", b.activationBytes,
-         "What one micro-batch needs while it runs: its inputs, every layer's outputs kept for the backward "
-         "pass, and its own gradients before they are added. It grows with the micro-batch size, which is "
-         "why a smaller micro-batch fits."});
+        {"activations (micro-batch " + std::to_string(b.activationMicroBatch) + ")", b.activationBytes, activations});
     if (b.peakBytes > b.attributedBytes()) {
         // Without it the parts would fall short of the device's memory by that much.
         parts.push_back({"other resident", b.peakBytes - b.attributedBytes(),

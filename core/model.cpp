@@ -1,5 +1,8 @@
 #include "core/model.h"
 
+#include "core/activation_checkpoint.h"
+#include "core/torch_compat.h"
+
 #include <sstream>
 
 namespace batchpilot::core {
@@ -24,8 +27,19 @@ std::vector<std::string> Model::parameterNames() const {
     return names;
 }
 
-ModuleModel::ModuleModel(std::string name, std::shared_ptr<nn::Module> module, Forward forward)
-    : m_name(std::move(name)), m_module(std::move(module)), m_forward(std::move(forward)) {}
+ModuleModel::ModuleModel(std::string name, std::shared_ptr<nn::Module> module, Forward forward,
+                         std::function<void(bool)> checkpointing)
+    : m_name(std::move(name)),
+      m_module(std::move(module)),
+      m_forward(std::move(forward)),
+      m_checkpointing(std::move(checkpointing)) {}
+
+std::string ModuleModel::checkpointingUnsupported() const {
+    return m_checkpointing ? std::string() : Model::checkpointingUnsupported();
+}
+void ModuleModel::setCheckpointing(bool on) {
+    if (m_checkpointing) m_checkpointing(on);
+}
 
 std::vector<torch::Tensor> ModuleModel::parameters() const {
     return m_module->parameters();
@@ -56,30 +70,55 @@ bool ModuleModel::usesBatchStatistics() const {
 
 namespace {
 
-struct MlpImpl : nn::Module {
+/// A built-in model's switch for activation checkpointing, and its parts run through it.
+struct Checkpointable {
+    bool checkpointing = false;
+
+    /// `part(x)`; with checkpointing on, without keeping its activations (recomputed in
+    /// backward). `modules`: every module the part uses (their parameters and buffers).
+    torch::Tensor run(std::initializer_list<const nn::Module*> modules, const torch::Tensor& x,
+                      const Segment& part) const {
+        if (!checkpointing) return part(x);
+        std::vector<torch::Tensor> parameters;
+        std::vector<torch::Tensor> buffers;
+        for (const nn::Module* m : modules) {
+            for (const auto& p : m->parameters()) parameters.push_back(p);
+            for (const auto& b : m->buffers()) buffers.push_back(b);
+        }
+        return checkpointed(part, x, parameters, buffers);
+    }
+};
+
+struct MlpImpl : nn::Module, Checkpointable {
     MlpImpl(int64_t inputs, int64_t hidden, int64_t classes)
         : fc1(register_module("fc1", nn::Linear(inputs, hidden))),
           fc2(register_module("fc2", nn::Linear(hidden, hidden))),
           out(register_module("out", nn::Linear(hidden, classes))) {}
     torch::Tensor forward(const torch::Tensor& x) {
-        auto h = torch::relu(fc1->forward(x.flatten(/*start_dim=*/1)));
-        h = torch::relu(fc2->forward(h));
+        auto h = run({fc1.get()}, x.flatten(/*start_dim=*/1),
+                     [this](const torch::Tensor& in) { return torch::relu(fc1->forward(in)); });
+        h = run({fc2.get()}, h, [this](const torch::Tensor& in) { return torch::relu(fc2->forward(in)); });
         return out->forward(h);
     }
     nn::Linear fc1, fc2, out;
 };
 
-struct SmallCnnImpl : nn::Module {
+struct SmallCnnImpl : nn::Module, Checkpointable {
     SmallCnnImpl(int64_t channels, int64_t width, int64_t classes)
         : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(channels, width / 2, 3).padding(1)))),
           conv2(register_module("conv2", nn::Conv2d(nn::Conv2dOptions(width / 2, width, 3).padding(1)))),
           conv3(register_module("conv3", nn::Conv2d(nn::Conv2dOptions(width, 2 * width, 3).padding(1)))),
           out(register_module("out", nn::Linear(2 * width, classes))) {}
     torch::Tensor forward(const torch::Tensor& x) {
-        auto h = torch::max_pool2d(torch::relu(conv1->forward(x)), /*kernel_size=*/2);
-        h = torch::max_pool2d(torch::relu(conv2->forward(h)), /*kernel_size=*/2);
-        h = torch::relu(conv3->forward(h));
-        h = torch::adaptive_avg_pool2d(h, {1, 1}).flatten(/*start_dim=*/1);
+        auto h = run({conv1.get()}, x, [this](const torch::Tensor& in) {
+            return torch::max_pool2d(torch::relu(conv1->forward(in)), /*kernel_size=*/2);
+        });
+        h = run({conv2.get()}, h, [this](const torch::Tensor& in) {
+            return torch::max_pool2d(torch::relu(conv2->forward(in)), /*kernel_size=*/2);
+        });
+        h = run({conv3.get()}, h, [this](const torch::Tensor& in) {
+            return torch::adaptive_avg_pool2d(torch::relu(conv3->forward(in)), {1, 1}).flatten(/*start_dim=*/1);
+        });
         return out->forward(h);
     }
     nn::Conv2d conv1, conv2, conv3;
@@ -92,6 +131,15 @@ nn::AnyModule makeNorm(NormKind kind, int64_t channels) {
         return nn::AnyModule(nn::BatchNorm2d(channels));
     }
     return nn::AnyModule(nn::GroupNorm(nn::GroupNormOptions(std::min<int64_t>(8, channels), channels)));
+}
+
+/// `norm` on `x`. Under bfloat16 autocast (memory savers) LibTorch 2.1 and later normalise
+/// bfloat16 input with the float32 weights directly; 1.13's CPU kernels reject that mix, so there
+/// the layer computes in float32 (as CUDA's autocast runs normalisations), which holds a float32
+/// copy of its input, and its output goes back to bfloat16 for the layers after it.
+torch::Tensor normalised(nn::AnyModule& norm, const torch::Tensor& x) {
+    if (BATCHPILOT_NORMS_TAKE_MIXED_TYPES || x.scalar_type() == torch::kFloat) return norm.forward(x);
+    return norm.forward(x.to(torch::kFloat)).to(x.scalar_type());
 }
 
 struct ResidualBlockImpl : nn::Module {
@@ -111,9 +159,9 @@ struct ResidualBlockImpl : nn::Module {
         }
     }
     torch::Tensor forward(const torch::Tensor& x) {
-        auto h = torch::relu(norm1.forward(conv1->forward(x)));
-        h = norm2.forward(conv2->forward(h));
-        auto skip = shortcut ? shortcutNorm.forward(shortcut->forward(x)) : x;
+        auto h = torch::relu(normalised(norm1, conv1->forward(x)));
+        h = normalised(norm2, conv2->forward(h));
+        auto skip = shortcut ? normalised(shortcutNorm, shortcut->forward(x)) : x;
         return torch::relu(h + skip);
     }
     nn::Conv2d conv1, conv2;
@@ -123,7 +171,7 @@ struct ResidualBlockImpl : nn::Module {
 };
 TORCH_MODULE(ResidualBlock);
 
-struct ResNetImpl : nn::Module {
+struct ResNetImpl : nn::Module, Checkpointable {
     ResNetImpl(int64_t channels, int64_t width, int64_t classes, NormKind norm)
         : stem(register_module("stem", nn::Conv2d(nn::Conv2dOptions(channels, width, 3).padding(1).bias(false)))),
           stemNorm(makeNorm(norm, width)),
@@ -135,10 +183,15 @@ struct ResNetImpl : nn::Module {
         register_module("stem_norm", stemNorm.ptr());
     }
     torch::Tensor forward(const torch::Tensor& x) {
-        auto h = torch::relu(stemNorm.forward(stem->forward(x)));
-        // Large inputs (224×224) are reduced early, as ImageNet ResNets do.
-        if (h.size(2) > 64) h = torch::max_pool2d(h, /*kernel_size=*/4);
-        h = blocks->forward(h);
+        auto h = run({stem.get(), stemNorm.ptr().get()}, x, [this](const torch::Tensor& in) {
+            auto s = torch::relu(normalised(stemNorm, stem->forward(in)));
+            // Large inputs (224×224) are reduced early, as ImageNet ResNets do.
+            return s.size(2) > 64 ? torch::max_pool2d(s, /*kernel_size=*/4) : s;
+        });
+        for (size_t i = 0; i < blocks->size(); ++i) {
+            auto* block = blocks->ptr(i)->as<ResidualBlockImpl>();
+            h = run({block}, h, [block](const torch::Tensor& in) { return block->forward(in); });
+        }
         h = torch::adaptive_avg_pool2d(h, {1, 1}).flatten(/*start_dim=*/1);
         return out->forward(h);
     }
@@ -151,8 +204,9 @@ struct ResNetImpl : nn::Module {
 template <typename Impl, typename... Args>
 std::shared_ptr<Model> wrap(const std::string& name, Args&&... args) {
     auto module = std::make_shared<Impl>(std::forward<Args>(args)...);
-    return std::make_shared<ModuleModel>(name, module,
-                                         [raw = module.get()](const torch::Tensor& x) { return raw->forward(x); });
+    return std::make_shared<ModuleModel>(
+        name, module, [raw = module.get()](const torch::Tensor& x) { return raw->forward(x); },
+        [raw = module.get()](bool on) { raw->checkpointing = on; });
 }
 
 }  // namespace

@@ -35,6 +35,15 @@ public:
     /// True when a layer normalises over the batch, so micro-batches change its statistics.
     virtual bool usesBatchStatistics() const = 0;
 
+    /// Activation checkpointing (core/activation_checkpoint.h, the option memory_savers): an
+    /// empty string when the model can run its parts without keeping their activations and
+    /// recompute them in backward, else why it cannot, for a message.
+    virtual std::string checkpointingUnsupported() const {
+        return "its forward is a single function that cannot be split into parts to recompute";
+    }
+    /// Turns checkpointing on or off from the next forward pass (ignored when unsupported).
+    virtual void setCheckpointing(bool /*on*/) {}
+
     /// Number of trainable scalars.
     int64_t parameterCount() const;
     /// Bytes held by the parameters.
@@ -45,7 +54,9 @@ public:
 class ModuleModel : public Model {
 public:
     using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
-    ModuleModel(std::string name, std::shared_ptr<torch::nn::Module> module, Forward forward);
+    /// `checkpointing`, when given, turns the module's activation checkpointing on and off.
+    ModuleModel(std::string name, std::shared_ptr<torch::nn::Module> module, Forward forward,
+                std::function<void(bool)> checkpointing = {});
 
     std::string name() const override { return m_name; }
     torch::Tensor forward(const torch::Tensor& input) override { return m_forward(input); }
@@ -55,14 +66,19 @@ public:
     void to(const torch::Device& device) override;
     void train(bool on) override;
     bool usesBatchStatistics() const override;
+    std::string checkpointingUnsupported() const override;
+    void setCheckpointing(bool on) override;
 
 private:
     std::string m_name;
     std::shared_ptr<torch::nn::Module> m_module;
     Forward m_forward;
+    std::function<void(bool)> m_checkpointing;
 };
 
-/// Builds "mlp", "cnn" or "resnet" for inputs of shape [C, H, W] and `classes` outputs. The
+/// Builds "mlp", "cnn" or "resnet" for inputs of shape [C, H, W] and `classes` outputs. Each
+/// can checkpoint its activations: the MLP per hidden layer, the CNN per convolution stage, the
+/// ResNet per residual block and its stem. The
 /// current torch seed decides the initial weights. Unknown names are an error listing the valid
 /// ones.
 tl::expected<std::shared_ptr<Model>, std::string> makeBuiltinModel(const ModelOptions& options,

@@ -81,6 +81,27 @@ tl::expected<ProbeObjective, std::string> parseProbeObjective(const std::string&
     return tl::unexpected("unknown probe objective \"" + text + "\": choose fastest or largest");
 }
 
+const char* toString(MemorySavers savers) {
+    switch (savers) {
+    case MemorySavers::Off: return "off";
+    case MemorySavers::Checkpoint: return "checkpoint";
+    case MemorySavers::Bf16: return "bf16";
+    case MemorySavers::Both: return "both";
+    case MemorySavers::Auto: return "auto";
+    }
+    return "unknown";
+}
+
+tl::expected<MemorySavers, std::string> parseMemorySavers(const std::string& text) {
+    const std::string name = lower(text);
+    if (name == "off" || name == "none") return MemorySavers::Off;
+    if (name == "checkpoint" || name == "checkpointing") return MemorySavers::Checkpoint;
+    if (name == "bf16" || name == "bfloat16") return MemorySavers::Bf16;
+    if (name == "both") return MemorySavers::Both;
+    if (name == "auto") return MemorySavers::Auto;
+    return tl::unexpected("unknown memory savers \"" + text + "\": choose auto, checkpoint, bf16, both or off");
+}
+
 tl::expected<NormKind, std::string> parseNormKind(const std::string& text) {
     const std::string name = lower(text);
     if (name == "group" || name == "groupnorm") return NormKind::Group;

@@ -28,17 +28,25 @@ enum class LossKind { CrossEntropy, Mse };
 /// What the probe optimises once it knows the largest micro-batch that fits: the measured
 /// throughput (core/throughput_search.h) or the size itself.
 enum class ProbeObjective { Fastest, Largest };
+/// What training may trade for device memory (issue 15, core/memory_savers.h): activation
+/// checkpointing (recompute in backward: ~1 more forward pass), bfloat16 autocast (the forward's
+/// matrix products in bfloat16: half the activation bytes, ~3 significant digits), both, or
+/// auto: none until nothing fits at the smallest micro-batch, then the first of checkpointing,
+/// bfloat16, both that makes it fit.
+enum class MemorySavers { Off, Checkpoint, Bf16, Both, Auto };
 
 const char* toString(OptimizerKind kind);
 const char* toString(LrScaling rule);
 const char* toString(NormKind kind);
 const char* toString(LossKind kind);
 const char* toString(ProbeObjective objective);
+const char* toString(MemorySavers savers);
 tl::expected<OptimizerKind, std::string> parseOptimizerKind(const std::string& text);
 tl::expected<LrScaling, std::string> parseLrScaling(const std::string& text);
 tl::expected<NormKind, std::string> parseNormKind(const std::string& text);
 tl::expected<LossKind, std::string> parseLossKind(const std::string& text);
 tl::expected<ProbeObjective, std::string> parseProbeObjective(const std::string& text);
+tl::expected<MemorySavers, std::string> parseMemorySavers(const std::string& text);
 
 struct OptimizerOptions {
     OptimizerKind kind = OptimizerKind::Sgd;
@@ -147,6 +155,7 @@ struct TrainerOptions {
     ProbeOptions probe;
     OptimizerOptions optimizer;
     LossKind loss = LossKind::CrossEntropy;
+    MemorySavers memorySavers = MemorySavers::Off;
     /// Optimizer steps to run; nullopt: no step limit. With neither steps nor epochs the run goes
     /// on until it is stopped (the GUI's "unlimited"). See setEpochs() for how the two combine.
     std::optional<int64_t> steps = kDefaultSteps;

@@ -259,6 +259,10 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
                 {"lr_scaling",
                  [&](const json& v, const std::string& p) { o.lrScaling = parsed(parseLrScaling(text(v, p)), p); }},
                 {"loss", [&](const json& v, const std::string& p) { o.loss = parsed(parseLossKind(text(v, p)), p); }},
+                {"memory_savers",
+                 [&](const json& v, const std::string& p) {
+                     o.memorySavers = parsed(parseMemorySavers(text(v, p)), p);
+                 }},
                 {"regrow_after_steps",
                  [&](const json& v, const std::string& p) {
                      o.regrowAfterSteps = static_cast<int>(integer(v, p, 0, kMaxRegrowAfterSteps));
@@ -408,6 +412,7 @@ json toRunConfig(const TrainerOptions& o) {
         {"seed", o.seed},
         {"lr_scaling", toString(o.lrScaling)},
         {"loss", toString(o.loss)},
+        {"memory_savers", toString(o.memorySavers)},
         {"regrow_after_steps", o.regrowAfterSteps},
         {"threads", o.intraOpThreads},
         {"cuda_memory_fraction", o.cudaMemoryFraction},

@@ -112,6 +112,16 @@ void Trainer::Impl::setup() {
         throw FatalError{"could not build the model: " + failure.message, "model"};
     }
     if (!options.resumeFrom.empty()) restoreCheckpoint();
+    if (checkpoints(options.memorySavers)) {
+        if (const std::string why = model->checkpointingUnsupported(); !why.empty()) {
+            throw FatalError{std::string("activation checkpointing (memory savers ") + toString(options.memorySavers) +
+                                 ") needs a model whose parts can be recomputed in backward, but " + model->name() +
+                                 ": " + why +
+                                 "; use the memory savers bf16, or auto (which goes without checkpointing)",
+                             "model"};
+        }
+    }
+    useMemorySavers(options.memorySavers == MemorySavers::Auto ? MemorySavers::Off : options.memorySavers);
     if (model->usesBatchStatistics()) {
         minPart = 2;
         emit(Warning{now(),
@@ -196,8 +206,8 @@ bool Trainer::Impl::applyCommands() {
     return !commands.stopRequested();
 }
 
-MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, double weight,
-                                         std::vector<int64_t> next) {
+MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next,
+                                         bool keepGradients) {
     MicroResult result;
     const auto started = Clock::now();
     result.residentBytes = meter->allocated();
@@ -215,7 +225,12 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         host = Batch{};
         result.phase = Phase::Forward;
         for (const auto& b : model->buffers()) savedBuffers.push_back(b.clone());
-        torch::Tensor output = model->forward(inputs);
+        torch::Tensor output;
+        {
+            AutocastScope autocast(where.type(), forwardAutocast());  // bfloat16 with that memory saver
+            output = model->forward(inputs);
+        }
+        if (output.is_floating_point() && output.scalar_type() != torch::kFloat) output = output.to(torch::kFloat);
         torch::Tensor loss = computeLoss(options.loss, output, targets);
         result.loss = loss.item<double>();
         if (!std::isfinite(result.loss)) throw NonFiniteLoss(nonFiniteLossReason(result.loss, inputs, output, targets));
@@ -224,7 +239,7 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         // backward succeeded, so an OOM half-way never leaves part of a micro-batch behind.
         auto grads = torch::autograd::grad({loss * weight}, parameters, /*grad_outputs=*/{},
                                            /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
-        {
+        if (keepGradients) {
             torch::NoGradGuard noGrad;
             CountingScope inPlace(false);
             for (size_t i = 0; i < grads.size(); ++i) {
@@ -248,6 +263,12 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
             meter->releaseCache();
             if (result.failure.requestedBytes == 0) result.failure.requestedBytes = meter->lastFailedAllocation();
         }
+    } else if (!keepGradients) {
+        // A measurement: the model's state is as before it.
+        torch::NoGradGuard noGrad;
+        CountingScope inPlace(false);
+        auto buffers = model->buffers();
+        for (size_t i = 0; i < savedBuffers.size() && i < buffers.size(); ++i) buffers[i].copy_(savedBuffers[i]);
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
     return result;
@@ -333,7 +354,11 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                 continue;
             }
             // Below the model's smallest micro-batch: the probe has run out of sizes that fit.
-            if (*proposed < minMicroBatch) doesNotFit(0);
+            if (*proposed < minMicroBatch) {
+                if (!nextMemorySavers(0)) doesNotFit(0);
+                plan.clear();
+                continue;  // a new probe, with memory savers
+            }
             // A trial that would leave one sample for a model that cannot train on one waits for
             // the next batch.
             const bool leavesTooFew = remaining - *proposed > 0 && remaining - *proposed < minPart;
@@ -423,6 +448,12 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                         "here: allow at least 2 with --max-micro-batch and --target-batch)";
                 }
             }
+            if (autocastsBf16(savers) && message.find("BFloat16") != std::string::npos) {
+                message +=
+                    " (under bfloat16 autocast, the memory saver bf16, a layer of the model got inputs of two "
+                    "types: this LibTorch runs it in float32 only; train without bf16, e.g. --memory-savers "
+                    "checkpoint)";
+            }
             throw FatalError{message, stepLabel() + ", micro-batch " + std::to_string(committed + 1) + " (" +
                                           std::to_string(size) + " samples), " + toString(r.phase)};
         }
@@ -432,7 +463,12 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                 next = probe->result();
             } else {
                 if (size <= 1 || (size / 2 < minMicroBatch && microBatch <= minMicroBatch)) {
-                    doesNotFit(r.failure.requestedBytes);
+                    if (!nextMemorySavers(r.failure.requestedBytes)) doesNotFit(r.failure.requestedBytes);
+                    emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true,
+                                  minMicroBatch});
+                    plan.clear();
+                    sampleMemory(true);
+                    continue;  // a new probe, with memory savers
                 }
                 next = std::max<int64_t>(minMicroBatch, size / 2);
                 microBatch = next;

@@ -25,6 +25,7 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
     const auto n = static_cast<int64_t>(indices.size());
     r.samples = n;
     r.batchStatistics = model->usesBatchStatistics();
+    r.bfloat16 = autocastsBf16(savers);
     const int64_t micro = microBatch > 0 ? microBatch : (probe ? probe->result() : 0);
     if (micro <= 0) {
         r.error = "no micro-batch size is known yet: check again once the probe has chosen one";
@@ -74,8 +75,12 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
         };
         const auto compare = [&](EquivalenceChecked& into) {
             auto accumulated = guarded([&] { return accumulateAsTraining(indices, into.microBatchSizes); }, nullptr);
-            auto full = guarded([&] { return fullBatchGradient(*model, inputs, targets, options.loss); },
-                                &into.fullPassOutsideBudget);
+            auto full = guarded(
+                [&] {
+                    AutocastScope autocast(where.type(), forwardAutocast());  // as training runs it
+                    return fullBatchGradient(*model, inputs, targets, options.loss);
+                },
+                &into.fullPassOutsideBudget);
             compareGradients(model->parameterNames(), accumulated, full, into);
         };
         compare(r);

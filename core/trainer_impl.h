@@ -18,6 +18,7 @@
 #include "core/checkpoint.h"
 #include "core/command_mailbox.h"
 #include "core/math_libraries.h"
+#include "core/memory_savers.h"
 #include "core/cuda_meter.h"
 #include "core/counting_allocator.h"
 #include "core/dataset.h"
@@ -34,6 +35,7 @@
 #include "core/sampler.h"
 #include "core/text_format.h"
 #include "core/throughput_search.h"
+#include "core/torch_compat.h"
 #include "core/validation.h"
 
 namespace batchpilot::core {
@@ -246,7 +248,9 @@ struct Trainer::Impl {
     void trainBatch(const std::vector<int64_t>& indices);
     /// `next`: the micro-batch after this one, when known; it is requested from the prefetcher
     /// once this one's samples are taken (requesting it earlier would replace this one's load).
-    MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next = {});
+    /// `keepGradients` false: forward and backward only, for a measurement (saverThatFits).
+    MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next = {},
+                              bool keepGradients = true);
     void optimizerStep();
     void switchTo(const DeviceSpec& next);
     /// Saves the latest checkpoint in options.checkpoint.directory; with `metric`, the best model
@@ -264,7 +268,22 @@ struct Trainer::Impl {
     std::string checkpointError;        ///< the last failed save's message
     int64_t latestCheckpointStep = -1;  ///< step of the latest checkpoint written (-1: none)
     int64_t allocatorRetriesSeen = 0;   ///< the meter's allocator retries already reported
-    [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false);
+    /// Stops the run: the model does not fit. Where a memory saver would help (not during setup,
+    /// nor for the optimizer state: `suggestSavers` false) the message names the one that makes
+    /// the smallest micro-batch fit, measured (saverThatFits).
+    [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false, bool suggestSavers = true);
+    /// The memory savers in use: options.memorySavers, or what "auto" turned on so far (never Auto).
+    MemorySavers savers = MemorySavers::Off;
+    void useMemorySavers(MemorySavers next);
+    /// The forward pass's autocast for the savers in use: bfloat16, or off.
+    AutocastState forwardAutocast() const { return {autocastsBf16(savers), c10::ScalarType::BFloat16}; }
+    /// memory_savers auto, when nothing fits at the smallest micro-batch: turns on the next
+    /// savers (nextAutoSavers), says so, and starts a probe. False when none is left, or the
+    /// option is not auto: the caller stops the run (doesNotFit).
+    bool nextMemorySavers(int64_t requested);
+    /// The first savers of auto's sequence, other than the ones in use, with which the smallest
+    /// micro-batch fits in the usable memory, measured on the data's first samples; nullopt: none.
+    std::optional<MemorySavers> saverThatFits();
     /// Why the loss is not finite: the data, the model before any update, or divergence.
     std::string nonFiniteLossReason(double loss, const torch::Tensor& inputs, const torch::Tensor& output,
                                     const torch::Tensor& targets) const;

@@ -23,7 +23,7 @@ void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t know
         } catch (const std::exception&) {
             const FailureInfo failure = classifyFailure(std::current_exception());
             if (!failure.outOfMemory) throw;
-            doesNotFit(failure.requestedBytes);
+            doesNotFit(failure.requestedBytes, /*duringSetup=*/false, /*suggestSavers=*/false);
         }
     }
     setState(RunState::Probing, toString(reason));
@@ -33,7 +33,10 @@ void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t know
 
 void Trainer::Impl::finishProbe() {
     const int64_t found = probe->result();
-    if (found <= 0) doesNotFit(0);
+    if (found <= 0) {
+        if (nextMemorySavers(0)) return;  // probes again, with memory savers
+        doesNotFit(0);
+    }
     microBatch = found;
     probedMicroBatch = found;
     ProbeFinished done{now(),

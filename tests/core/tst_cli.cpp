@@ -71,6 +71,10 @@ private Q_SLOTS:
         QTest::newRow("unknown objective")
             << QStringList{QStringLiteral("--objective"), QStringLiteral("quickest")} << 2
             << QStringLiteral("--objective: unknown probe objective \"quickest\": choose fastest or largest");
+        QTest::newRow("unknown memory savers")
+            << QStringList{QStringLiteral("--memory-savers"), QStringLiteral("fp16")} << 2
+            << QStringLiteral(
+                   "--memory-savers: unknown memory savers \"fp16\": choose auto, checkpoint, bf16, both or off");
         QTest::newRow("unknown dataset")
             << QStringList{QStringLiteral("--data"), QStringLiteral("imagenet")} << 2
             << QStringLiteral("--data: unknown value \"imagenet\": choose synthetic, mnist, image-folder or csv");

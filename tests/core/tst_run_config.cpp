@@ -164,6 +164,10 @@ private Q_SLOTS:
                                      << QStringLiteral("target_batch: expected an integer from 1 up, got 0");
         QTest::newRow("bad device") << QStringLiteral(R"({"device": "virtual:lots"})")
                                     << QStringLiteral("device: device \"virtual:lots\": invalid memory size");
+        QTest::newRow("bad memory savers")
+            << QStringLiteral(R"({"memory_savers": "fp8"})")
+            << QStringLiteral(
+                   "memory_savers: unknown memory savers \"fp8\": choose auto, checkpoint, bf16, both or off");
         QTest::newRow("bad objective") << QStringLiteral(R"({"probe": {"objective": "quickest"}})")
                                        << QStringLiteral("probe.objective: unknown probe objective \"quickest\"");
         QTest::newRow("zero drift") << QStringLiteral(R"({"probe": {"retime_drift": 0}})")
@@ -236,6 +240,7 @@ private Q_SLOTS:
         o.seed = 12345;
         o.lrScaling = LrScaling::Sqrt;
         o.loss = LossKind::Mse;
+        o.memorySavers = MemorySavers::Both;  // not the default
         o.regrowAfterSteps = 9;
         o.intraOpThreads = 3;
         o.cudaMemoryFraction = 0.5;
@@ -285,6 +290,7 @@ private Q_SLOTS:
         QCOMPARE(r.seed, o.seed);
         QCOMPARE(r.lrScaling, o.lrScaling);
         QCOMPARE(r.loss, o.loss);
+        QCOMPARE(r.memorySavers, o.memorySavers);
         QCOMPARE(r.regrowAfterSteps, o.regrowAfterSteps);
         QCOMPARE(r.intraOpThreads, o.intraOpThreads);
         QCOMPARE(r.cudaMemoryFraction, o.cudaMemoryFraction);

@@ -189,6 +189,17 @@ void TestRunPanel::validationFields() {
     QCOMPARE(panel.keepBestBox()->currentData().toString(), QStringLiteral("val_loss"));
     QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
 
+    // Memory savers: off by default, each choice reaches the options, and a configuration's shows.
+    QCOMPARE(panel.options().memorySavers, core::MemorySavers::Off);
+    for (const core::MemorySavers savers : {core::MemorySavers::Auto, core::MemorySavers::Checkpoint,
+                                            core::MemorySavers::Bf16, core::MemorySavers::Both}) {
+        panel.memorySaversBox()->setCurrentIndex(panel.memorySaversBox()->findData(int(savers)));
+        QCOMPARE(panel.options().memorySavers, savers);
+    }
+    chosen.memorySavers = core::MemorySavers::Checkpoint;
+    panel.setOptions(chosen);
+    QCOMPARE(panel.memorySaversBox()->currentText(), QStringLiteral("activation checkpointing"));
+
     // Locked while a run uses them.
     session.runStarted();
     QVERIFY(!panel.keepBestBox()->isEnabled());
@@ -209,6 +220,7 @@ void TestRunPanel::settingsRoundTrip() {
         panel.heldOutBox()->setValue(20);
         panel.validateEveryBox()->setValue(50);
         panel.keepBestBox()->setCurrentIndex(panel.keepBestBox()->findData(QStringLiteral("val_loss")));
+        panel.memorySaversBox()->setCurrentIndex(panel.memorySaversBox()->findData(int(core::MemorySavers::Auto)));
         panel.saveSettings(settings);
     }
     Session session;
@@ -220,6 +232,7 @@ void TestRunPanel::settingsRoundTrip() {
     QCOMPARE(restored.options().validation.split, std::optional<double>(0.2));
     QCOMPARE(restored.options().validation.everySteps, std::optional<int64_t>(50));
     QCOMPARE(restored.options().checkpoint.keepBest, std::string("val_loss"));
+    QCOMPARE(restored.options().memorySavers, core::MemorySavers::Auto);
 }
 
 void TestRunPanel::runLocksStartOnlyFields() {
@@ -232,6 +245,7 @@ void TestRunPanel::runLocksStartOnlyFields() {
     QVERIFY(panel.reprobeButton()->isEnabled());
     QVERIFY(!panel.modelBox()->isEnabled());  // fixed while the run uses it
     QVERIFY(!panel.objectiveBox()->isEnabled());
+    QVERIFY(!panel.memorySaversBox()->isEnabled());
     QVERIFY(panel.targetBatchBox()->isEnabled());  // applies at the next batch
     QVERIFY(panel.deviceBox()->isEnabled());
     session.model.setPaused(true);

@@ -25,6 +25,7 @@ QString reasonText(core::ProbeReason reason) {
     case core::ProbeReason::DeviceSwitch: return ProbeChart::tr("device switch");
     case core::ProbeReason::TargetBatchChange: return ProbeChart::tr("target batch change");
     case core::ProbeReason::Regrow: return ProbeChart::tr("trying to grow after OOM");
+    case core::ProbeReason::MemorySavers: return ProbeChart::tr("memory savers turned on");
     }
     return {};
 }

@@ -283,6 +283,21 @@ QGroupBox* RunPanel::createBatch() {
            "is wasted) and keep the one with the most samples per second — a larger micro-batch "
            "is often not faster."));
 
+    m_memorySavers = new QComboBox;
+    m_memorySavers->setObjectName(QStringLiteral("memorySaversBox"));
+    m_memorySavers->addItem(tr("off"), static_cast<int>(core::MemorySavers::Off));
+    m_memorySavers->addItem(tr("auto (when nothing fits)"), static_cast<int>(core::MemorySavers::Auto));
+    m_memorySavers->addItem(tr("activation checkpointing"), static_cast<int>(core::MemorySavers::Checkpoint));
+    m_memorySavers->addItem(tr("bfloat16 autocast"), static_cast<int>(core::MemorySavers::Bf16));
+    m_memorySavers->addItem(tr("both"), static_cast<int>(core::MemorySavers::Both));
+    m_memorySavers->setToolTip(
+        tr("What training may trade for device memory when even a small micro-batch hardly fits. "
+           "Activation checkpointing keeps only each block's input during forward and recomputes the "
+           "block in backward: the same gradients, about one more forward pass of time. bfloat16 "
+           "autocast runs the forward pass's matrix products in bfloat16: half the activation bytes, "
+           "about three significant digits. Auto turns them on in that order only when nothing fits "
+           "at micro-batch 1."));
+
     auto* batch = new QGroupBox(tr("Batch"));
     auto* batchForm = new QFormLayout(batch);
     batchForm->addRow(tr("Target batch"), m_target);
@@ -291,6 +306,7 @@ QGroupBox* RunPanel::createBatch() {
     batchForm->addRow(tr("Headroom"), m_headroom);
     batchForm->addRow(tr("Round to multiple"), m_multiple);
     batchForm->addRow(tr("Micro-batch"), m_objective);
+    batchForm->addRow(tr("Memory savers"), m_memorySavers);
     styleForm(batchForm);
     return batch;
 }
@@ -367,7 +383,7 @@ void RunPanel::connectFields() {
         connect(box, &QSpinBox::valueChanged, this, changed);
     for (QDoubleSpinBox* box : {m_headroom, m_learningRate, m_heldOut})
         connect(box, &QDoubleSpinBox::valueChanged, this, changed);
-    for (QComboBox* box : {m_model, m_dataset, m_optimizer, m_lrScaling, m_objective, m_keepBest})
+    for (QComboBox* box : {m_model, m_dataset, m_optimizer, m_lrScaling, m_objective, m_memorySavers, m_keepBest})
         connect(box, &QComboBox::currentIndexChanged, this, changed);
     connect(m_device, &QComboBox::currentIndexChanged, this, [this] {
         revalidate();
@@ -403,6 +419,7 @@ core::TrainerOptions RunPanel::options() const {
     o.probe.headroom = m_headroom->value() / 100.0;
     o.probe.multipleOf = m_multiple->value();
     o.probe.objective = static_cast<core::ProbeObjective>(m_objective->currentData().toInt());
+    o.memorySavers = static_cast<core::MemorySavers>(m_memorySavers->currentData().toInt());
     o.optimizer.kind = static_cast<core::OptimizerKind>(m_optimizer->currentData().toInt());
     o.optimizer.learningRate = m_learningRate->value();
     o.lrScaling = static_cast<core::LrScaling>(m_lrScaling->currentData().toInt());
@@ -458,6 +475,7 @@ void RunPanel::setOptions(const core::TrainerOptions& o) {
     m_headroom->setValue(o.probe.headroom * 100.0);
     m_multiple->setValue(static_cast<int>(o.probe.multipleOf));
     m_objective->setCurrentIndex(m_objective->findData(static_cast<int>(o.probe.objective)));
+    m_memorySavers->setCurrentIndex(m_memorySavers->findData(static_cast<int>(o.memorySavers)));
     m_optimizer->setCurrentIndex(m_optimizer->findData(static_cast<int>(o.optimizer.kind)));
     m_learningRate->setValue(o.optimizer.learningRate);
     m_lrScaling->setCurrentIndex(m_lrScaling->findData(static_cast<int>(o.lrScaling)));
@@ -530,6 +548,7 @@ void RunPanel::revalidate() {
         {"validation.path", m_validationPath},
         {"validation.every_steps", m_validateEvery},
         {"checkpoint.keep_best", m_keepBest},
+        {"memory_savers", m_memorySavers},
     };
     for (const auto& [field, widget] : coreFields) markField(widget, coreSays(field));
 
@@ -554,10 +573,10 @@ bool RunPanel::running() const {
 
 void RunPanel::lockFields() {
     const bool locked = running();
-    for (QWidget* field :
-         std::initializer_list<QWidget*>{m_model, m_dataset, m_dataPath, m_samples, m_heldOut, m_validationPath,
-                                         m_validateEvery, m_keepBest, m_initialMicro, m_maxMicro, m_headroom,
-                                         m_multiple, m_objective, m_optimizer, m_learningRate, m_seed, m_steps})
+    for (QWidget* field : std::initializer_list<QWidget*>{m_model, m_dataset, m_dataPath, m_samples, m_heldOut,
+                                                          m_validationPath, m_validateEvery, m_keepBest, m_initialMicro,
+                                                          m_maxMicro, m_headroom, m_multiple, m_objective,
+                                                          m_memorySavers, m_optimizer, m_learningRate, m_seed, m_steps})
         field->setEnabled(!locked);
     m_virtualSize->setEnabled(m_device->currentData().toString() == QLatin1String(kVirtual));
 }
@@ -575,6 +594,7 @@ void RunPanel::saveSettings(QSettings& s) const {
     s.setValue(QStringLiteral("headroomPercent"), m_headroom->value());
     s.setValue(QStringLiteral("multipleOf"), m_multiple->value());
     s.setValue(QStringLiteral("objective"), m_objective->currentData());
+    s.setValue(QStringLiteral("memorySavers"), m_memorySavers->currentData());
     s.setValue(QStringLiteral("optimizer"), m_optimizer->currentData());
     s.setValue(QStringLiteral("learningRate"), m_learningRate->value());
     s.setValue(QStringLiteral("lrScaling"), m_lrScaling->currentData());
@@ -604,6 +624,7 @@ void RunPanel::loadSettings(const QSettings& s) {
     m_headroom->setValue(value("headroomPercent").toDouble());
     m_multiple->setValue(value("multipleOf").toInt());
     if (value("objective").isValid()) setCombo(m_objective, m_objective->findData(value("objective")));
+    if (value("memorySavers").isValid()) setCombo(m_memorySavers, m_memorySavers->findData(value("memorySavers")));
     setCombo(m_optimizer, m_optimizer->findData(value("optimizer")));
     m_learningRate->setValue(value("learningRate").toDouble());
     setCombo(m_lrScaling, m_lrScaling->findData(value("lrScaling")));

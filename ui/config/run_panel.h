@@ -61,6 +61,7 @@ public:
     QSpinBox* stepLimitBox() const { return m_steps; }
     QComboBox* deviceBox() const { return m_device; }
     QComboBox* objectiveBox() const { return m_objective; }
+    QComboBox* memorySaversBox() const { return m_memorySavers; }
     QComboBox* modelBox() const { return m_model; }
     QComboBox* datasetBox() const { return m_dataset; }
     QLineEdit* dataPathEdit() const { return m_dataPath; }
@@ -117,6 +118,7 @@ private:
     QDoubleSpinBox* m_headroom;
     QSpinBox* m_multiple;
     QComboBox* m_objective;
+    QComboBox* m_memorySavers;  ///< core::MemorySavers
     QComboBox* m_optimizer;
     QDoubleSpinBox* m_learningRate;
     QComboBox* m_lrScaling;

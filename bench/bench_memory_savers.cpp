@@ -1,0 +1,215 @@
+// batchpilot-bench-memory-savers: what each memory saver (issue 15) buys and costs on a model.
+// For each setup and each saver (off, checkpoint, bf16, both; a TorchScript model: off, bf16),
+// one run with the objective "largest" on the setup's virtual budget: the probe's micro-batch,
+// its fitted bytes per sample and fixed bytes, and the samples/s of the steps after the probe.
+// Then a budget on which nothing fits at micro-batch 1 without a saver (the fitted model's
+// micro-batch-1 peak, less 2%): every saver alone, and "auto", whose choice is scored against
+// the fastest saver measured there. Writes memory_savers.json and memory_savers.csv.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+
+#include <torch/version.h>
+
+#include "bench/bench_util.h"
+#include "bench/trainer_workload.h"
+#include "core/counting_allocator.h"
+#include "core/memory_savers.h"
+
+namespace {
+
+using namespace batchpilot;
+using Clock = std::chrono::steady_clock;
+
+struct Setup {
+    std::string label;
+    core::TrainerOptions options;
+    bool canCheckpoint = true;
+};
+
+std::vector<Setup> setups(bool quick, const std::string& torchscript) {
+    std::vector<Setup> out;
+    core::TrainerOptions base;
+    base.data.samples = 512;
+    base.targetBatch = 32;
+    base.steps = quick ? 2 : 3;
+    base.seed = 1;
+    base.optimizer.learningRate = 0.01;
+    base.probe.objective = core::ProbeObjective::Largest;
+    base.validation.split = 0;
+    {
+        core::TrainerOptions o = base;
+        o.model.name = "resnet";
+        o.model.width = 16;
+        o.data.height = o.data.width = 224;
+        o.device = "virtual:256MiB";
+        out.push_back({"resnet (width 16) 3x224x224, 256 MiB", o, true});
+    }
+    {
+        core::TrainerOptions o = base;
+        o.model.name = "resnet";
+        o.model.width = 16;
+        o.data.height = o.data.width = 64;
+        o.device = "virtual:24MiB";
+        out.push_back({"resnet (width 16) 3x64x64, 24 MiB", o, true});
+    }
+    if (!torchscript.empty()) {
+        core::TrainerOptions o = base;
+        o.model.name = torchscript;
+        o.data.height = o.data.width = 32;
+        o.targetBatch = 256;
+        o.device = "virtual:64MiB";
+        out.push_back({"TorchScript SmallNet 3x32x32, 64 MiB", o, false});
+    }
+    return out;
+}
+
+struct Measured {
+    bool fits = false;
+    std::string error;
+    int64_t microBatch = 0;
+    int64_t accumulationSteps = 0;
+    double bytesPerSample = 0;
+    double fixedBytes = 0;
+    int64_t peakAtOne = 0;  ///< fixed + one sample, from the fitted memory model (0: not fitted)
+    double samplesPerSecond = 0;
+    std::string autoChose;  ///< auto only: the savers it turned on ("off": none)
+};
+
+Measured measure(core::TrainerOptions o) {
+    Measured m;
+    bench::RecordedRun run;
+    try {
+        run = bench::runEvents(o);
+    } catch (const std::exception& e) {
+        m.error = e.what();
+        return m;
+    }
+    m.fits = true;
+    std::optional<core::ProbeFinished> probe;
+    m.autoChose = o.memorySavers == core::MemorySavers::Auto ? "off" : "";
+    for (const core::Event& e : run.events) {
+        if (const auto* p = std::get_if<core::ProbeFinished>(&e)) probe = *p;  // the last: after any saver
+        if (const auto* b = std::get_if<core::MemoryBreakdown>(&e); b && !m.autoChose.empty())
+            m.autoChose = b->memorySavers.empty() ? "off" : b->memorySavers;
+    }
+    if (probe) {
+        m.microBatch = probe->microBatch;
+        m.bytesPerSample = static_cast<double>(probe->bytesPerSample);
+        m.fixedBytes = static_cast<double>(probe->fixedBytes);
+        if (probe->bytesPerSample > 0) m.peakAtOne = probe->fixedBytes + probe->bytesPerSample;
+    }
+    const bench::Throughput t = bench::throughputOf(run.events, run.result.microBatch);
+    m.samplesPerSecond = t.samplesPerSecond;
+    m.accumulationSteps = t.accumulationSteps;
+    return m;
+}
+
+nlohmann::json toJson(const std::string& savers, const Measured& m) {
+    nlohmann::json j = {{"savers", savers}, {"fits", m.fits}};
+    if (!m.fits) {
+        j["error"] = m.error;
+        return j;
+    }
+    j["micro_batch"] = m.microBatch;
+    j["accumulation_steps"] = m.accumulationSteps;
+    j["bytes_per_sample"] = m.bytesPerSample;
+    j["fixed_bytes"] = m.fixedBytes;
+    j["samples_per_s"] = m.samplesPerSecond;
+    if (!m.autoChose.empty()) j["auto_chose"] = m.autoChose;
+    return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string torchscript;
+    std::vector<char*> rest{argv[0]};
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--torchscript") == 0 && i + 1 < argc)
+            torchscript = argv[++i];
+        else
+            rest.push_back(argv[i]);
+    }
+    const auto args = bench::parseArgs(static_cast<int>(rest.size()), rest.data(), "batchpilot-bench-memory-savers",
+                                       "Memory per sample and samples/s for each memory saver, and how auto's "
+                                       "choice compares with the best (also takes --torchscript MODEL.pt).");
+    core::installCountingAllocator();
+    const auto started = Clock::now();
+    nlohmann::json report;
+    report["bench"] = "memory_savers";
+    report["torch_version"] = TORCH_VERSION;
+    report["machine"] = bench::machineDescription();
+    std::vector<std::string> rows;
+    for (const Setup& setup : setups(args.quick, torchscript)) {
+        std::vector<core::MemorySavers> savers{core::MemorySavers::Off, core::MemorySavers::Bf16};
+        if (setup.canCheckpoint)
+            savers = {core::MemorySavers::Off, core::MemorySavers::Checkpoint, core::MemorySavers::Bf16,
+                      core::MemorySavers::Both};
+        nlohmann::json entry = {{"label", setup.label},
+                                {"model", setup.options.model.name},
+                                {"device", setup.options.device},
+                                {"target_batch", setup.options.targetBatch}};
+        int64_t plainPeakAtOne = 0;
+        for (const core::MemorySavers s : savers) {
+            core::TrainerOptions o = setup.options;
+            o.memorySavers = s;
+            const Measured m = measure(o);
+            if (s == core::MemorySavers::Off) plainPeakAtOne = m.peakAtOne;
+            entry["on_budget"].push_back(toJson(core::toString(s), m));
+            rows.push_back("\"" + setup.label + "\",budget," + core::toString(s) + "," + std::to_string(m.microBatch) +
+                           "," + bench::fixed(m.bytesPerSample, 0) + "," + bench::fixed(m.samplesPerSecond, 2));
+            std::printf("%s, %s: micro-batch %lld, %.0f bytes/sample, %.2f samples/s%s\n", setup.label.c_str(),
+                        core::toString(s), static_cast<long long>(m.microBatch), m.bytesPerSample, m.samplesPerSecond,
+                        m.fits ? "" : (" — " + m.error).c_str());
+            std::fflush(stdout);
+        }
+        if (plainPeakAtOne > 0) {
+            // Just below what one sample needs without savers: nothing fits without one.
+            const auto tight =
+                static_cast<int64_t>(static_cast<double>(plainPeakAtOne) * 0.98 / (1.0 - setup.options.probe.headroom));
+            entry["tight_budget_bytes"] = tight;
+            double best = 0;
+            std::string bestSavers;
+            std::vector<core::MemorySavers> candidates = savers;
+            candidates.push_back(core::MemorySavers::Auto);
+            Measured chosen;
+            for (const core::MemorySavers s : candidates) {
+                core::TrainerOptions o = setup.options;
+                o.device = "virtual:" + std::to_string(tight) + "B";
+                o.memorySavers = s;
+                const Measured m = measure(o);
+                entry["tight"].push_back(toJson(core::toString(s), m));
+                rows.push_back("\"" + setup.label + "\",tight," + core::toString(s) + "," +
+                               std::to_string(m.microBatch) + "," + bench::fixed(m.bytesPerSample, 0) + "," +
+                               bench::fixed(m.samplesPerSecond, 2));
+                std::printf(
+                    "  tight budget %.1f MiB, %s: %s\n", static_cast<double>(tight) / (1 << 20), core::toString(s),
+                    m.fits
+                        ? ("micro-batch " + std::to_string(m.microBatch) + ", " + bench::fixed(m.samplesPerSecond, 2) +
+                           " samples/s" + (m.autoChose.empty() ? "" : ", auto chose " + m.autoChose))
+                              .c_str()
+                        : "does not fit");
+                std::fflush(stdout);
+                if (s == core::MemorySavers::Auto) {
+                    chosen = m;
+                } else if (m.fits && m.samplesPerSecond > best) {
+                    best = m.samplesPerSecond;
+                    bestSavers = core::toString(s);
+                }
+            }
+            if (!bestSavers.empty()) {
+                entry["best_on_tight"] = bestSavers;
+                entry["auto_over_best"] = chosen.fits ? chosen.samplesPerSecond / best : 0.0;
+            }
+        }
+        report["setups"].push_back(entry);
+    }
+    report["seconds"] = std::chrono::duration<double>(Clock::now() - started).count();
+    bench::writeJson(args.outDir, "memory_savers.json", report);
+    bench::writeCsv(args.outDir, "memory_savers.csv", "setup,budget,savers,micro_batch,bytes_per_sample,samples_per_s",
+                    rows);
+    std::printf("memory savers: %.1f s\n", report["seconds"].get<double>());
+    return 0;
+}
