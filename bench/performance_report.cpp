@@ -519,7 +519,8 @@ void memorySaversSection(std::ostream& md, const json& savers) {
     md << "`batchpilot-bench-memory-savers`: for each setup and each memory saver, one run with the objective "
           "\"largest\" on the setup's virtual budget — the probe's micro-batch, the bytes per sample and fixed "
           "bytes of its fitted memory model, and the samples/s of the steps after the probe. Then a *tight* "
-          "budget, 2% below what one sample needs without a saver (by that memory model): every saver alone, "
+          "budget, 2% below what one sample needs without a saver (measured in a run of micro-batch 1): every saver "
+          "alone, "
           "and `auto`, whose choice is scored against the fastest saver measured there. On this machine's CPU "
           "bfloat16 has no fast kernels, so its samples/s say what it costs here, not on a GPU "
           "(scripts/gpu-check).\n\n";
@@ -534,7 +535,11 @@ void memorySaversSection(std::ostream& md, const json& savers) {
         for (const json& r : s["on_budget"]) {
             md << "| " << r["savers"].get<std::string>() << " | ";
             if (!r["fits"].get<bool>()) {
-                md << "does not fit | | | | | |\n";
+                const std::string error = r.value("error", std::string());
+                md << (error.find("does not fit") != std::string::npos || error.empty()
+                           ? std::string("does not fit")
+                           : "fails: " + error.substr(0, error.find(" (under")))
+                   << " | | | | | |\n";
                 continue;
             }
             const double rate = r["samples_per_s"].get<double>();

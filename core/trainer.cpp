@@ -449,10 +449,12 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                 }
             }
             if (autocastsBf16(savers) && message.find("BFloat16") != std::string::npos) {
-                message +=
-                    " (under bfloat16 autocast, the memory saver bf16, a layer of the model got inputs of two "
-                    "types: this LibTorch runs it in float32 only; train without bf16, e.g. --memory-savers "
-                    "checkpoint)";
+                message += std::string(
+                               " (under bfloat16 autocast, the memory saver bf16, a layer of the model got "
+                               "inputs of two types, which this LibTorch rejects; LibTorch 2.1 and later "
+                               "accept them in normalisations; here train without bf16, ") +
+                           (model->checkpointingUnsupported().empty() ? "e.g. --memory-savers checkpoint)"
+                                                                      : "--memory-savers off)");
             }
             throw FatalError{message, stepLabel() + ", micro-batch " + std::to_string(committed + 1) + " (" +
                                           std::to_string(size) + " samples), " + toString(r.phase)};
