@@ -1,6 +1,7 @@
 #include "core/torchscript_model.h"
 
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -12,6 +13,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/version.h>
 
+#include "core/activation_checkpoint.h"
 #include "core/counting_allocator.h"
 #include "core/dataset.h"
 #include "core/loss.h"
@@ -116,8 +118,74 @@ private:
 
 }  // namespace
 
+namespace {
+
+/// The top-level children that `module`'s forward calls one after another, each on the previous
+/// one's output, the first on forward's input, and whose last output forward returns; empty,
+/// with `problem` saying what else forward does, when it is not such a chain.
+std::vector<std::string> childChain(torch::jit::Module& module, std::string& problem) {
+    const auto method = module.find_method("forward");
+    if (!method) {
+        problem = "it has no forward method";
+        return {};
+    }
+    const std::shared_ptr<torch::jit::Graph> graph = method->graph();
+    if (graph->inputs().size() != 2 || graph->outputs().size() != 1) {
+        problem = "its forward does not take one input and return one output";
+        return {};
+    }
+    torch::jit::Value* self = graph->inputs()[0];
+    torch::jit::Value* current = graph->inputs()[1];
+    std::map<const torch::jit::Value*, std::string> children;
+    std::vector<std::string> chain;
+    for (torch::jit::Node* node : graph->nodes()) {
+        const c10::Symbol kind = node->kind();
+        if (kind == c10::prim::GetAttr && node->input(0) == self && node->output()->type()->cast<c10::ClassType>() &&
+            node->output()->type()->cast<c10::ClassType>()->is_module()) {
+            children[node->output()] = node->s(c10::attr::name);
+            continue;
+        }
+        if (kind == c10::prim::Constant) continue;  // an op that uses it is what stops the chain
+        const bool callsChild = kind == c10::prim::CallMethod && node->s(c10::attr::name) == "forward" &&
+                                node->inputs().size() == 2 && children.count(node->input(0)) > 0;
+        if (callsChild && node->input(1) == current && current->uses().size() == 1) {
+            chain.push_back(children[node->input(0)]);
+            current = node->output();
+            continue;
+        }
+        std::string found = callsChild                      ? "calls a child on another value"
+                            : kind == c10::prim::CallMethod ? "calls the method " + node->s(c10::attr::name)
+                                                            : std::string("runs ") + kind.toQualString();
+        problem =
+            "its forward does more than call its top-level children one after another, each on the previous "
+            "one's output (it " +
+            found + ")";
+        return {};
+    }
+    if (graph->outputs()[0] != current || chain.empty()) {
+        problem = chain.empty() ? "its forward calls no child" : "its forward does not return the last child's output";
+        return {};
+    }
+    if (chain.size() == 1) {
+        // A wrapper around one child (forward returns self.net(x)): that child's chain, if it has one.
+        torch::jit::Module child = module.attr(chain.front()).toModule();
+        std::vector<std::string> inner = childChain(child, problem);
+        if (inner.empty()) {
+            problem = "its forward calls one child, " + chain.front() + ", and " + problem;
+            return {};
+        }
+        for (std::string& path : inner) path = chain.front() + "." + path;
+        return inner;
+    }
+    return chain;
+}
+
+}  // namespace
+
 TorchScriptModel::TorchScriptModel(std::string path, torch::jit::Module module)
-    : m_path(std::move(path)), m_module(std::move(module)) {}
+    : m_path(std::move(path)), m_module(std::move(module)) {
+    m_chain = childChain(m_module, m_chainProblem);
+}
 
 std::string TorchScriptModel::name() const {
     return "TorchScript " + fs::path(m_path).filename().string();
@@ -129,6 +197,37 @@ torch::Tensor TorchScriptModel::forward(const torch::Tensor& input) {
     // trials, the memory model and fault recovery rely on the same micro-batch needing the same
     // memory every time. Unoptimised execution is the same interpreter without that (thread-local).
     torch::jit::GraphOptimizerEnabledGuard unoptimised(false);
+    if (m_checkpointing && torch::GradMode::is_enabled()) {
+        // Each child of the chain is a part that checkpointing recomputes in backward (where the
+        // guard above is not in effect on the autograd engine's threads: each part sets it).
+        torch::Tensor h = input;
+        for (const std::string& name : m_chain) {
+            torch::jit::Module child = m_module;
+            for (size_t from = 0; from <= name.size();) {  // a dotted path: net.0
+                const size_t dot = std::min(name.find('.', from), name.size());
+                child = child.attr(name.substr(from, dot - from)).toModule();
+                from = dot + 1;
+            }
+            std::vector<torch::Tensor> parameters;
+            std::vector<torch::Tensor> buffers;
+            for (const auto& p : child.parameters(/*recurse=*/true))
+                if (p.requires_grad()) parameters.push_back(p);
+            for (const auto& b : child.buffers(/*recurse=*/true)) buffers.push_back(b);
+            const std::string path = m_path;
+            h = checkpointed(
+                [child, name, path](const torch::Tensor& x) mutable {
+                    torch::jit::GraphOptimizerEnabledGuard unoptimisedPart(false);
+                    torch::jit::IValue out = child.forward({x});
+                    if (!out.isTensor()) {
+                        throw std::runtime_error("the TorchScript model " + path + "'s child " + name + " returned a " +
+                                                 out.tagKind() + " instead of a Tensor");
+                    }
+                    return out.toTensor();
+                },
+                h, parameters, buffers);
+        }
+        return h;
+    }
     torch::jit::IValue output = m_module.forward({input});
     if (!output.isTensor()) {
         throw std::runtime_error("the TorchScript model " + m_path + " returned a " + output.tagKind() +

@@ -21,6 +21,12 @@ class Dataset;
 /// module's order; buffers() its buffers (BatchNorm running statistics). forward() calls the
 /// module's `forward` with the input tensor and expects one tensor back.
 ///
+/// Activation checkpointing (memory savers) needs parts to recompute: a module whose forward only
+/// calls its top-level children one after another, each on the previous one's output (as
+/// nn.Sequential, or `self.head(self.body(self.stem(x)))`; a forward that only calls one child
+/// looks inside that child), checkpoints each child; any other forward cannot be split, and
+/// checkpointingUnsupported() says what it found.
+///
 /// Thread rules: create and use on the trainer thread only.
 class TorchScriptModel : public Model {
 public:
@@ -37,12 +43,20 @@ public:
     void train(bool on) override;
     /// True when a submodule's type is a BatchNorm (by its TorchScript type name).
     bool usesBatchStatistics() const override;
+    std::string checkpointingUnsupported() const override { return m_chainProblem; }
+    void setCheckpointing(bool on) override { m_checkpointing = on && m_chainProblem.empty(); }
 
     const std::string& path() const { return m_path; }
+    /// The children forward calls in a chain (their attribute names; "net.0" inside a module
+    /// whose forward only calls its child net), or empty.
+    const std::vector<std::string>& chain() const { return m_chain; }
 
 private:
     std::string m_path;
     mutable torch::jit::Module m_module;  // its accessors are not const-qualified
+    std::vector<std::string> m_chain;
+    std::string m_chainProblem;  ///< why forward is not such a chain; empty when it is
+    bool m_checkpointing = false;
 };
 
 /// Loads the TorchScript file at `path` onto the CPU and checks it against `data` with one

@@ -11,6 +11,7 @@
 #include "core/dataset.h"
 #include "core/memory_savers.h"
 #include "core/model.h"
+#include "core/torchscript_model.h"
 #include "core/trainer.h"
 #include "clean_run.h"
 #include "recording_sink.h"
@@ -95,6 +96,7 @@ private Q_SLOTS:
     void modelThatDoesNotFitTrainsWithCheckpointing();
     void bfloat16HoldsLessAndTrainsCloseToFloat32();
     void checkpointingNeedsAModelThatCanBeSplit();
+    void torchScriptChainsAreCheckpointedChildByChild();
 };
 
 void TestMemorySavers::checkpointedModelsComputeTheSameGradients_data() {
@@ -296,6 +298,82 @@ void TestMemorySavers::checkpointingNeedsAModelThatCanBeSplit() {
     }
     QCOMPARE(nextAutoSavers(MemorySavers::Off, false), std::optional(MemorySavers::Bf16));
     QCOMPARE(nextAutoSavers(MemorySavers::Bf16, false), std::optional<MemorySavers>());
+}
+
+void TestMemorySavers::torchScriptChainsAreCheckpointedChildByChild() {
+    // A TorchScript module whose forward calls its children one after another (as nn.Sequential
+    // or `self.c(self.b(self.a(x)))`, scripted or traced) is checkpointed child by child, with the
+    // plain module's gradients and losses; a forward that does anything else (here a residual
+    // connection) cannot be split, and the model says what it found.
+    const auto layer = [](const char* type, int64_t in, int64_t out) {
+        torch::jit::Module m(type);
+        m.register_parameter("w", (0.1 * torch::randn({in, out})).requires_grad_(), false);
+        m.register_parameter("b", torch::zeros({out}).requires_grad_(), false);
+        m.define("def forward(self, x):\n    return torch.relu(torch.matmul(x.flatten(1), self.w) + self.b)\n");
+        return m;
+    };
+    QTemporaryDir dir;
+    torch::manual_seed(21);
+    torch::jit::Module chain("Chain");
+    chain.register_module("a", layer("A", 3 * 8 * 8, 64));
+    chain.register_module("b", layer("B", 64, 64));
+    chain.register_module("c", layer("C", 64, 10));
+    chain.define("def forward(self, x):\n    return self.c.forward(self.b.forward(self.a.forward(x)))\n");
+    const std::string chainPath = dir.filePath(QStringLiteral("chain.pt")).toStdString();
+    chain.save(chainPath);
+    torch::jit::Module skip("Skip");
+    skip.register_module("a", layer("A", 3 * 8 * 8, 64));
+    skip.register_module("b", layer("B", 64, 64));
+    skip.register_module("c", layer("C", 64, 10));
+    skip.define("def forward(self, x):\n    h = self.a.forward(x)\n    return self.c.forward(self.b.forward(h) + h)\n");
+    const std::string skipPath = dir.filePath(QStringLiteral("skip.pt")).toStdString();
+    skip.save(skipPath);
+
+    DataOptions data;
+    data.samples = 256;
+    data.height = data.width = 8;
+    data.classes = 10;
+    SyntheticImages images(data);
+    auto plain = loadTorchScriptModel(chainPath, images);
+    auto saving = loadTorchScriptModel(chainPath, images);
+    auto residual = loadTorchScriptModel(skipPath, images);
+    QVERIFY2(plain, plain ? "" : plain.error().c_str());
+    QVERIFY2(residual, residual ? "" : residual.error().c_str());
+    QVERIFY(saving);
+    QVERIFY2((*saving)->checkpointingUnsupported().empty(), (*saving)->checkpointingUnsupported().c_str());
+    QCOMPARE(dynamic_cast<TorchScriptModel&>(**saving).chain(), (std::vector<std::string>{"a", "b", "c"}));
+    const std::string why = (*residual)->checkpointingUnsupported();
+    QVERIFY2(why.find("does more than call its top-level children") != std::string::npos, why.c_str());
+    (*saving)->setCheckpointing(true);
+    const Batch batch = images.get({0, 1, 2, 3, 4, 5});
+    const Pass expected = gradientOf(**plain, batch.inputs, batch.targets);
+    const Pass actual = gradientOf(**saving, batch.inputs, batch.targets);
+    QCOMPARE(actual.gradients.size(), size_t{6});
+    for (size_t i = 0; i < expected.gradients.size(); ++i)
+        QVERIFY(relativeDifference(actual.gradients[i], expected.gradients[i]) <= 1e-6);
+
+    // Trained through the trainer: the same loss at every step as without the saver.
+    std::map<int64_t, double> losses[2];
+    for (int i = 0; i < 2; ++i) {
+        TrainerOptions o;
+        o.model.name = chainPath;
+        o.data = data;
+        o.device = "virtual:64MiB";
+        o.targetBatch = 32;
+        o.steps = 4;
+        o.intraOpThreads = 1;
+        o.probe.objective = ProbeObjective::Largest;
+        o.probe.maxMicroBatch = 8;
+        o.validation.split = 0;
+        o.memorySavers = i == 0 ? MemorySavers::Off : MemorySavers::Checkpoint;
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+        losses[i] = lossPerStep(sink);
+    }
+    QCOMPARE(losses[1].size(), size_t{4});
+    for (const auto& [step, loss] : losses[0]) QVERIFY(std::abs(losses[1].at(step) - loss) <= 1e-6);
 }
 
 QTEST_MAIN(TestMemorySavers)
