@@ -31,10 +31,7 @@ private:
 std::vector<torch::Tensor> gradientOf(Model& model, const torch::Tensor& inputs, const torch::Tensor& targets,
                                       LossKind loss, double weight) {
     const auto parameters = model.parameters();
-    torch::Tensor output = model.forward(inputs);
-    // Under bfloat16 autocast (memory savers) the loss is taken in float32, as in training.
-    if (output.is_floating_point() && output.scalar_type() != torch::kFloat) output = output.to(torch::kFloat);
-    torch::Tensor value = computeLoss(loss, output, targets) * weight;
+    torch::Tensor value = computeLoss(loss, model.forward(inputs), targets) * weight;
     auto grads = torch::autograd::grad({value}, parameters, /*grad_outputs=*/{}, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
     for (size_t i = 0; i < grads.size(); ++i) {

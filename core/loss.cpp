@@ -12,7 +12,10 @@ std::string shapeText(const torch::Tensor& t) {
     return out.str();
 }
 
-torch::Tensor computeLoss(LossKind kind, const torch::Tensor& output, const torch::Tensor& target) {
+torch::Tensor computeLoss(LossKind kind, const torch::Tensor& lowOrFullOutput, const torch::Tensor& target) {
+    const torch::Tensor output = lowOrFullOutput.is_floating_point() && lowOrFullOutput.scalar_type() != torch::kFloat
+                                     ? lowOrFullOutput.to(torch::kFloat)
+                                     : lowOrFullOutput;
     if (kind == LossKind::CrossEntropy) {
         if (target.is_floating_point() && !target.sizes().equals(output.sizes())) {
             throw std::invalid_argument("cross-entropy needs class ids, but the targets are float values " +

@@ -213,6 +213,12 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
     result.residentBytes = meter->allocated();
     meter->resetPeak();
     std::vector<torch::Tensor> savedBuffers;
+    const auto putBuffersBack = [&] {
+        torch::NoGradGuard noGrad;
+        CountingScope inPlace(false);
+        auto buffers = model->buffers();
+        for (size_t i = 0; i < savedBuffers.size() && i < buffers.size(); ++i) buffers[i].copy_(savedBuffers[i]);
+    };
     std::exception_ptr error;
     try {
         Batch host = prefetcher->take(indices);
@@ -230,8 +236,7 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
             AutocastScope autocast(where.type(), forwardAutocast());  // bfloat16 with that memory saver
             output = model->forward(inputs);
         }
-        if (output.is_floating_point() && output.scalar_type() != torch::kFloat) output = output.to(torch::kFloat);
-        torch::Tensor loss = computeLoss(options.loss, output, targets);
+        torch::Tensor loss = computeLoss(options.loss, output, targets);  // in float32 also under bf16
         result.loss = loss.item<double>();
         if (!std::isfinite(result.loss)) throw NonFiniteLoss(nonFiniteLossReason(result.loss, inputs, output, targets));
         result.phase = Phase::Backward;
@@ -257,18 +262,12 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         result.peakBytes = meter->peakReserved();
         if (result.failure.outOfMemory) {
             releaseFailedBackward();
-            torch::NoGradGuard noGrad;
-            auto buffers = model->buffers();
-            for (size_t i = 0; i < savedBuffers.size() && i < buffers.size(); ++i) buffers[i].copy_(savedBuffers[i]);
+            putBuffersBack();
             meter->releaseCache();
             if (result.failure.requestedBytes == 0) result.failure.requestedBytes = meter->lastFailedAllocation();
         }
     } else if (!keepGradients) {
-        // A measurement: the model's state is as before it.
-        torch::NoGradGuard noGrad;
-        CountingScope inPlace(false);
-        auto buffers = model->buffers();
-        for (size_t i = 0; i < savedBuffers.size() && i < buffers.size(); ++i) buffers[i].copy_(savedBuffers[i]);
+        putBuffersBack();  // a measurement: the model's state is as before it
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
     return result;
