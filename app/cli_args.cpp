@@ -126,6 +126,9 @@ public:
         for (const auto& set : m_setters) set(options);
     }
     bool given(const std::string& name) const { return m_app.get_option(name)->count() > 0; }
+    /// --devices as given (one comma-separated text).
+    const std::string& devices() const { return m_devices; }
+    bool equalShares() const { return m_equalShares; }
 
 private:
     /// A flag with a value of type T; `set` stores it when the flag was given.
@@ -143,6 +146,8 @@ private:
     void declare(CliRequest& request);
 
     CLI::App m_app;
+    std::string m_devices;
+    bool m_equalShares = false;
     std::vector<std::function<void(TrainerOptions&)>> m_setters;
 };
 
@@ -233,6 +238,34 @@ void Flags::declare(CliRequest& request) {
                         [](TrainerOptions& o, const std::string& v) { o.device = v; })  // resolve() canonicalises
         ->type_name("DEV")
         ->check(parsedBy([](const std::string& v) { return core::parseDevice(v); }))
+        ->group(group);
+    m_app
+        .add_option("--devices", m_devices,
+                    "train on several devices at once, one process each (data parallel):\n"
+                    "a comma-separated list such as virtual:48MiB,virtual:192MiB or\n"
+                    "cuda:0,cuda:1; each device probes its own micro-batch and trains a\n"
+                    "share of every training batch (README, \"Several devices\")")
+        ->type_name("DEV,DEV,...")
+        ->group(group);
+    m_app
+        .add_option("--rank-timeout", request.rankTimeoutSeconds,
+                    "several devices: seconds the ranks wait for each other (to join, and\n"
+                    "at each step) before a missing rank ends the job (default 300)")
+        ->type_name("S")
+        ->check(wholeNumber(1, 86400))
+        ->group(group);
+    m_app
+        .add_flag("--equal-shares", m_equalShares,
+                  "several devices: every rank trains an equal share of each batch,\n"
+                  "whatever its memory and speed (as DDP-style tools do), for comparison")
+        ->group(group);
+    option<int64_t>("--check-ranks-every",
+                    "several devices: steps between checks that every rank holds the same\n"
+                    "parameters (default " +
+                        text(d.parameterCheckEvery) + "; 0: only at the end)",
+                    [](TrainerOptions& o, const int64_t& v) { o.parameterCheckEvery = v; })
+        ->type_name("N")
+        ->check(wholeNumber(0, core::kMaxSteps))
         ->group(group);
     option<int64_t>("--target-batch", "samples per optimizer step (default " + text(d.targetBatch) + ")",
                     [](TrainerOptions& o, const int64_t& v) { o.targetBatch = v; })
@@ -534,6 +567,29 @@ tl::expected<CliRequest, std::string> parseCli(const std::vector<std::string>& a
                               " without --checkpoint-dir keeps the checkpoints in the run's folder, but "
                               "--no-run-folder was given: name a folder with --checkpoint-dir DIR");
     }
+    if (!flags.devices().empty()) {
+        if (flags.given("--device")) {
+            return tl::unexpected(std::string(
+                "--device and --devices were both given: --devices names every device of the job (the first "
+                "is rank 0); drop --device"));
+        }
+        std::string list = flags.devices();
+        for (size_t start = 0; start <= list.size();) {
+            const size_t comma = std::min(list.find(',', start), list.size());
+            const std::string one = list.substr(start, comma - start);
+            auto device = core::parseDevice(one);
+            if (!device) return tl::unexpected("--devices \"" + list + "\": " + device.error());
+            request.devices.push_back(device->name());
+            start = comma + 1;
+        }
+        if (request.devices.size() < 2) {
+            return tl::unexpected("--devices \"" + list +
+                                  "\" names one device: list two or more (e.g. virtual:48MiB,virtual:192MiB), "
+                                  "or train on one with --device");
+        }
+        o.device = request.devices.front();  // checked with the other options below
+    }
+    if (flags.equalShares()) o.balanceShares = false;
     request.checkpointReplacesResumed = !o.resumeFrom.empty() && !flags.given("--checkpoint-dir") &&
                                         o.checkpoint.directory == core::resumedCheckpointDirectory(o.resumeFrom);
     auto resolved = core::resolve(std::move(o));

@@ -26,6 +26,10 @@ struct CliRequest {
     int64_t checkEquivalence = -1;  ///< --check-equivalence N: samples to check after step 1 (0: whole batch)
     /// --resume DIR without --checkpoint-dir: checkpoints replace DIR/checkpoint.pt (said at start).
     bool checkpointReplacesResumed = false;
+    /// --devices A,B,…: one rank per device (app/rank_launcher.h); empty: one device (--device).
+    std::vector<std::string> devices;
+    /// --rank-timeout S: how long ranks wait for each other before a missing one ends the job.
+    int64_t rankTimeoutSeconds = 300;
 };
 
 /// Parses argv (without the program name): a configuration file first (--config), then the flags

@@ -5,6 +5,8 @@
 #include <mutex>
 #include <thread>
 #include <csignal>
+#include <cstdlib>
+#include <random>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -13,11 +15,13 @@
 
 #include "app/cli_args.h"
 #include "app/cli_progress.h"
+#include "app/rank_launcher.h"
 #include "core/byte_size.h"
 #include "core/checkpoint.h"
 #include "core/counting_allocator.h"
 #include "core/device.h"
 #include "core/math_libraries.h"
+#include "core/process_group.h"
 #include "core/run_config.h"
 #include "core/run_folder.h"
 #include "core/series_export.h"
@@ -34,6 +38,12 @@ constexpr int kExitNotSaved = 4;  ///< trained, but a checkpoint or the events f
 
 /// The signal that asked to stop (0: none). A second one ends the process at once.
 std::atomic<int> g_signal{0};
+
+/// How messages name this process: the program, or with several devices the rank.
+std::string g_name = "batchpilot-cli";
+/// Several devices: the launcher this worker was started by (0: none); when it is gone (killed),
+/// the worker stops as if interrupted.
+pid_t g_launcher = 0;
 
 void onSignal(int number) {
     if (g_signal.exchange(number) != 0) {
@@ -52,21 +62,24 @@ public:
               std::unique_lock lock(m_mutex);
               while (!m_done) {
                   m_wake.wait_for(lock, std::chrono::milliseconds(50));
+                  if (g_launcher > 0 && ::getppid() != g_launcher && g_signal.load() == 0) {
+                      g_launcher = 0;
+                      std::fprintf(stderr, "\n%s: the launcher of the job is gone\n", g_name.c_str());
+                      g_signal.store(SIGHUP);
+                  }
                   const int number = g_signal.load();
                   if (number == 0 || m_stopSent) continue;
                   m_stopSent = true;
                   if (!training.load()) {
-                      std::fprintf(
-                          stderr,
-                          "\nbatchpilot-cli: interrupted (signal %d) before training started; nothing to save\n",
-                          number);
+                      std::fprintf(stderr, "\n%s: interrupted (signal %d) before training started; nothing to save\n",
+                                   g_name.c_str(), number);
                       std::fflush(nullptr);
                       ::_exit(128 + number);
                   }
                   std::fprintf(stderr,
-                               "\nbatchpilot-cli: interrupted (signal %d): stopping after the current micro-batch "
+                               "\n%s: interrupted (signal %d): stopping after the current %s "
                                "(interrupt again to quit at once)\n",
-                               number);
+                               g_name.c_str(), number, g_launcher > 0 ? "training batch" : "micro-batch");
                   trainer.stop();
               }
           }) {}
@@ -89,6 +102,41 @@ private:
 
 /// Tells the watcher when training has begun (the first probe or training state), and hands
 /// every event to the reporter and the run folder.
+/// Fault injection for tests of recovery across processes (README, "Several devices"):
+/// BATCHPILOT_INJECT_OOMS="COUNT,MEAN,SEED" makes COUNT counted allocations of the training fail
+/// as out-of-memory errors, each at a random distance (1 to 2×MEAN allocations) after the last;
+/// with BATCHPILOT_INJECT_OOMS_RANK=R only in rank R of a job.
+class OomInjection {
+public:
+    OomInjection() {
+        const char* text = std::getenv("BATCHPILOT_INJECT_OOMS");
+        const char* onlyRank = std::getenv("BATCHPILOT_INJECT_OOMS_RANK");
+        const char* rank = std::getenv("RANK");
+        if (onlyRank != nullptr && (rank == nullptr || std::string(onlyRank) != rank)) return;
+        long long count = 0;
+        long long mean = 0;
+        unsigned long long seed = 0;
+        if (text == nullptr || std::sscanf(text, "%lld,%lld,%llu", &count, &mean, &seed) != 3 || count <= 0 ||
+            mean <= 0)
+            return;
+        m_left = count;
+        m_mean = mean;
+        m_random.seed(seed);
+    }
+    /// Arms the next failure (when training started, and after each OOM).
+    void arm() {
+        if (m_left <= 0) return;
+        --m_left;
+        std::uniform_int_distribution<int64_t> distance(1, 2 * m_mean);
+        core::CountingAllocator::instance().failAfter(distance(m_random));
+    }
+
+private:
+    int64_t m_left = 0;
+    int64_t m_mean = 0;
+    std::mt19937_64 m_random;
+};
+
 class TrainingStarted final : public core::EventSink {
 public:
     TrainingStarted(core::EventSink& next, core::EventSink* folder, std::atomic<bool>& training)
@@ -96,8 +144,9 @@ public:
     void onEvent(const core::Event& event) override {
         if (const auto* s = std::get_if<core::RunStateChanged>(&event);
             s && (s->state == core::RunState::Probing || s->state == core::RunState::Training)) {
-            m_training.store(true);
+            if (!m_training.exchange(true)) m_injection.arm();
         }
+        if (std::holds_alternative<core::OomEvent>(event)) m_injection.arm();
         if (m_folder) m_folder->onEvent(event);
         m_next.onEvent(event);
     }
@@ -106,6 +155,7 @@ private:
     core::EventSink& m_next;
     core::EventSink* m_folder;
     std::atomic<bool>& m_training;
+    OomInjection m_injection;
 };
 
 }  // namespace
@@ -159,6 +209,47 @@ int main(int argc, char** argv) {
         }
         return 0;
     }
+    auto job = core::rankEnvironment();
+    if (!job) {
+        std::fprintf(stderr, "batchpilot-cli: %s\n", job.error().c_str());
+        return kExitBadInput;
+    }
+    if (!request->devices.empty()) {
+        if (*job) {
+            std::fprintf(stderr,
+                         "batchpilot-cli: --devices starts one process per device itself, but this process is "
+                         "already rank %d of a job (RANK and WORLD_SIZE are set): give each rank its --device\n",
+                         (*job)->rank);
+            return kExitBadInput;
+        }
+        app::LaunchOptions launch;
+        launch.devices = request->devices;
+        launch.arguments = app::withoutDevicesFlag(std::vector<std::string>(argv + 1, argv + argc));
+        launch.rankTimeout = std::chrono::seconds(request->rankTimeoutSeconds);
+        return app::launchRanks(launch);
+    }
+    if (*job) {
+        const int rank = (*job)->rank;
+        g_name = "batchpilot-cli [rank " + std::to_string(rank) + ", " + request->options.device + "]";
+        if (const char* launcher = std::getenv(app::kLauncherVariable); launcher != nullptr)
+            g_launcher = static_cast<pid_t>(std::atol(launcher));
+        auto joined = core::ProcessGroupLink::join(**job, std::chrono::seconds(request->rankTimeoutSeconds));
+        if (!joined) {
+            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), joined.error().c_str());
+            return kExitFailed;
+        }
+        request->options.parallel = *joined;
+        if (rank > 0) {
+            // Rank 0 reports, records the run and keeps the checkpoints for the job; the others
+            // train. An events file is kept per rank (FILE.rank1, …).
+            request->noRunFolder = true;
+            request->quiet = true;
+            request->memoryReport = false;
+            request->checkEquivalence = -1;
+            request->options.checkpoint = {};
+            if (!request->eventsPath.empty()) request->eventsPath += ".rank" + std::to_string(rank);
+        }
+    }
     std::unique_ptr<core::RunFolder> folder;
     // Checkpoints asked for without a directory go into the run folder, which names it now.
     const bool checkpointsInFolder = core::checkpointsInRunFolder(request->options);
@@ -166,7 +257,7 @@ int main(int argc, char** argv) {
         const std::string runs = request->runsDirectory.empty() ? core::defaultRunsDirectory() : request->runsDirectory;
         auto made = core::RunFolder::create(runs, request->options);
         if (!made) {
-            std::fprintf(stderr, "batchpilot-cli: %s\n", made.error().c_str());
+            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), made.error().c_str());
             return kExitBadInput;
         }
         folder = std::move(*made);
@@ -175,7 +266,7 @@ int main(int argc, char** argv) {
     if (!request->eventsPath.empty()) {
         std::string error;
         if (!reporter.openEvents(request->eventsPath, error)) {
-            std::fprintf(stderr, "batchpilot-cli: %s\n", error.c_str());
+            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), error.c_str());
             return 2;
         }
     }
@@ -183,7 +274,7 @@ int main(int argc, char** argv) {
         const core::MathLibraries math = core::mathLibraries(request->options.intraOpThreads);
         if (!request->quiet) std::printf("%s\n", core::describe(math).c_str());
         if (const std::string warning = core::referenceBlasWarning(math); !warning.empty()) {
-            std::fprintf(stderr, "batchpilot-cli: warning: %s\n", warning.c_str());
+            std::fprintf(stderr, "%s: warning: %s\n", g_name.c_str(), warning.c_str());
         }
     }
     if (request->checkpointReplacesResumed && !request->quiet) {
@@ -214,8 +305,8 @@ int main(int argc, char** argv) {
         if (eventsError.empty()) eventsError = folder->error();
     }
     if (result.state == core::RunState::Failed) {
-        std::fprintf(stderr, "batchpilot-cli: %s\n", result.error.c_str());
-        if (!eventsError.empty()) std::fprintf(stderr, "batchpilot-cli: %s\n", eventsError.c_str());
+        std::fprintf(stderr, "%s: %s\n", g_name.c_str(), result.error.c_str());
+        if (!eventsError.empty()) std::fprintf(stderr, "%s: %s\n", g_name.c_str(), eventsError.c_str());
         return result.badInput ? kExitBadInput : kExitFailed;
     }
     const auto& last = reporter.lastStep();
@@ -228,15 +319,15 @@ int main(int argc, char** argv) {
     // Whatever --quiet says: a run whose results were not saved must not look like a success.
     int status = 0;
     if (!result.checkpointError.empty()) {
-        std::fprintf(stderr, "batchpilot-cli: error: %s\n", result.checkpointError.c_str());
+        std::fprintf(stderr, "%s: error: %s\n", g_name.c_str(), result.checkpointError.c_str());
         status = kExitNotSaved;
     }
     if (!eventsError.empty()) {
-        std::fprintf(stderr, "batchpilot-cli: error: %s\n", eventsError.c_str());
+        std::fprintf(stderr, "%s: error: %s\n", g_name.c_str(), eventsError.c_str());
         status = kExitNotSaved;
     }
     if (const int number = g_signal.load(); number != 0 && result.stopped) {
-        std::fprintf(stderr, "batchpilot-cli: stopped by signal %d after %lld steps%s\n", number,
+        std::fprintf(stderr, "%s: stopped by signal %d after %lld steps%s\n", g_name.c_str(), number,
                      static_cast<long long>(result.steps),
                      request->options.checkpoint.directory.empty() ? "" : "; the checkpoint holds the last step");
         if (status == 0) status = 128 + number;

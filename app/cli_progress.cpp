@@ -41,8 +41,7 @@ bool better(const core::ValidationDone& a, const core::ValidationDone& b, const 
         const auto y = core::validationMetric(b, metric);
         if (x && y) {
             if (!std::isfinite(*y)) return std::isfinite(*x);  // a NaN pass is beaten by any finite one
-            if (!std::isfinite(*x)) return false;
-            return core::higherIsBetter(metric) ? *x > *y : *x < *y;
+            return std::isfinite(*x) && core::improves(metric, *x, *y);
         }
     }
     if (a.accuracy >= 0 && b.accuracy >= 0 && a.accuracy != b.accuracy) return a.accuracy > b.accuracy;
@@ -193,17 +192,37 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                 const double eta = e.totalSteps > 0 && e.step > 0 ? e.time / static_cast<double>(e.step) *
                                                                         static_cast<double>(e.totalSteps - e.step)
                                                                   : NAN;
-                const std::string text = formatText(
-                    "step %" PRId64 "/%" PRId64 "  epoch %" PRId64 "  loss %.4f%s  %.1f samples/s  micro-batch %" PRId64
-                    " × %" PRId64 "  peak %.1f MiB  ETA %s",
-                    e.step, e.totalSteps, e.epoch, e.loss, lastValidationShort().c_str(), e.samplesPerSecond,
-                    e.microBatch, e.accumulationSteps, toMiB(e.peakBytes), duration(eta).c_str());
+                const std::string text =
+                    formatText("step %" PRId64 "/%" PRId64 "  epoch %" PRId64
+                               "  loss %.4f%s  %.1f samples/s  micro-batch %" PRId64 " × %" PRId64
+                               "  peak %.1f MiB  ETA %s",
+                               e.step, e.totalSteps, e.epoch, e.loss, lastValidationShort().c_str(), e.samplesPerSecond,
+                               e.microBatch, e.accumulationSteps, toMiB(e.peakBytes), duration(eta).c_str()) +
+                    m_ranksText;
                 if (m_interactive) {
                     std::fprintf(m_out, "\r\033[K%s", text.c_str());
                     m_openLine = true;
                     std::fflush(m_out);
                 } else {
                     line(text);
+                }
+            } else if constexpr (std::is_same_v<T, RanksStepped>) {
+                // Several devices: every rank's share, micro-batch and wait, on the step's line
+                // (the StepMetrics that follows); share changes on lines of their own.
+                m_ranksText = m_interactive ? "  ranks:" : "\n  ranks:";  // the live line stays one line
+                for (const RankStep& r : e.ranks) {
+                    m_ranksText += formatText(" %s%d %s %" PRId64 " in %" PRId64 "×≤%" PRId64 " %.0f/s wait %.2fs%s",
+                                              r.rank > 0 ? "| " : "", r.rank, r.device.c_str(), r.share, r.microBatches,
+                                              r.microBatch, r.samplesPerSecond, r.waitSeconds,
+                                              r.ooms > 0 ? formatText(" %d OOM", r.ooms).c_str() : "");
+                }
+                m_ranksText += formatText("  all-reduce %.1f ms", e.allReduceSeconds * 1000);
+                if (!e.nextShares.empty()) {
+                    std::string shares;
+                    for (const int64_t share : e.nextShares)
+                        shares += (shares.empty() ? "" : " + ") + std::to_string(share);
+                    line(formatText("shares from step %" PRId64 " on: %s (%s)", e.step + 1, shares.c_str(),
+                                    e.shareReason.c_str()));
                 }
             } else if constexpr (std::is_same_v<T, ValidationDone>) {
                 m_lastValidation = e;

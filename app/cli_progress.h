@@ -68,6 +68,8 @@ private:
     /// "  val acc 93.1%" (or "  val loss 0.2113") for the step line; empty before a validation.
     std::string lastValidationShort() const;
     int m_ooms = 0;
+    /// Several devices: the last RanksStepped in words, appended to the step's line.
+    std::string m_ranksText;
     bool m_memoryReport = false;
     core::MemoryReport m_report;
     int64_t m_checkSamples = -1;

@@ -199,6 +199,31 @@ json fields(const ValidationDone& e) {
     if (e.meanAbsoluteError >= 0) j["mae"] = e.meanAbsoluteError;
     return j;
 }
+json fields(const RankStep& r) {
+    return {{"rank", r.rank},
+            {"device", r.device},
+            {"share", r.share},
+            {"micro_batch", r.microBatch},
+            {"micro_batches", r.microBatches},
+            {"compute_seconds", r.computeSeconds},
+            {"samples_per_second", r.samplesPerSecond},
+            {"wait_seconds", r.waitSeconds},
+            {"peak_bytes", r.peakBytes},
+            {"ooms", r.ooms},
+            {"settled", r.settled}};
+}
+json fields(const RanksStepped& e) {
+    json ranks = json::array();
+    for (const RankStep& r : e.ranks) ranks.push_back(fields(r));
+    json j = {{"time", e.time},           {"step", e.step},
+              {"ranks", ranks},           {"all_reduce_seconds", e.allReduceSeconds},
+              {"imbalance", e.imbalance}, {"parameters_checked", e.parametersChecked}};
+    if (!e.nextShares.empty()) {
+        j["next_shares"] = e.nextShares;
+        j["share_reason"] = e.shareReason;
+    }
+    return j;
+}
 json fields(const TensorDifference& d) {
     return {{"name", d.name},
             {"elements", d.elements},

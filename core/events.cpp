@@ -1,5 +1,6 @@
 #include "core/events.h"
 
+#include <cmath>
 #include <type_traits>
 
 namespace batchpilot::core {
@@ -37,6 +38,12 @@ const std::vector<std::string>& validationMetricNames() {
 
 bool higherIsBetter(const std::string& metric) {
     return metric == "val_accuracy" || metric == "val_top5_accuracy";
+}
+
+bool improves(const std::string& metric, double value, double best) {
+    if (std::isnan(value)) return false;
+    if (std::isnan(best)) return true;
+    return higherIsBetter(metric) ? value > best : value < best;
 }
 
 std::optional<double> validationMetric(const ValidationDone& done, const std::string& metric) {
@@ -106,6 +113,8 @@ const char* eventName(const Event& event) {
                 return "throughput_chosen";
             else if constexpr (std::is_same_v<T, ValidationDone>)
                 return "validation";
+            else if constexpr (std::is_same_v<T, RanksStepped>)
+                return "ranks_step";
             else
                 return "equivalence";
         },

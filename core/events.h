@@ -155,9 +155,43 @@ struct ValidationDone {
 const std::vector<std::string>& validationMetricNames();
 /// Whether a higher value of the named metric is better (accuracies) or a lower one (losses, errors).
 bool higherIsBetter(const std::string& metric);
+/// Whether `value` of the named metric beats `best` strictly (a tie does not); every value beats
+/// a NaN best (none yet), and a NaN value beats nothing.
+bool improves(const std::string& metric, double value, double best);
 /// The named metric of a validation pass; nullopt when the pass has none (accuracy of a
 /// regression, top-5 with 5 classes or fewer) or the name is not a metric.
 std::optional<double> validationMetric(const ValidationDone& done, const std::string& metric);
+
+/// Several devices: one rank's part of an optimizer step (RanksStepped).
+struct RankStep {
+    int rank = 0;
+    std::string device;
+    int64_t share = 0;            ///< samples of the training batch this rank trained
+    int64_t microBatch = 0;       ///< its largest micro-batch in the step
+    int64_t microBatches = 0;     ///< micro-batches it committed (its accumulation steps)
+    double computeSeconds = 0;    ///< from the batch's start until its gradients were ready
+    double samplesPerSecond = 0;  ///< share / computeSeconds
+    double waitSeconds = 0;       ///< waiting for the other ranks before the all-reduce
+    int64_t peakBytes = 0;        ///< its device's peak in the step
+    int ooms = 0;                 ///< out-of-memory errors it recovered from in the step
+    bool settled = true;          ///< neither probing nor timing micro-batch sizes
+};
+
+/// Several devices: an optimizer step of a data-parallel job, as every rank learned it from the
+/// step's exchange (the same on every rank). The gradients were summed over the ranks once.
+struct RanksStepped {
+    double time = 0;
+    int64_t step = 0;  ///< optimizer steps done, 1-based
+    std::vector<RankStep> ranks;
+    double allReduceSeconds = 0;  ///< summing the gradients over the ranks (after the wait)
+    /// Slowest over fastest compute time in the step (1: balanced).
+    double imbalance = 0;
+    /// The shares of the next full training batch when they change (empty: unchanged), and why.
+    std::vector<int64_t> nextShares;
+    std::string shareReason;
+    /// Every rank's parameters were compared at this step (checksums equal, or the run failed).
+    bool parametersChecked = false;
+};
 
 struct MicroBatchDone {
     double time = 0;
@@ -320,7 +354,7 @@ struct ErrorEvent {
 using Event = std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent, MemorySample,
                            StepMetrics, MicroBatchDone, OptimizerStepped, TargetBatchChanged, DeviceSwitched, Warning,
                            CheckpointSaved, ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting,
-                           EquivalenceChecked, ThroughputTimed, ThroughputChosen, ValidationDone>;
+                           EquivalenceChecked, ThroughputTimed, ThroughputChosen, ValidationDone, RanksStepped>;
 
 /// Name of the event type as written in JSON Lines ("probe_trial", "oom", ...).
 const char* eventName(const Event& event);

@@ -15,6 +15,7 @@ namespace batchpilot::core {
 
 class Model;
 class Dataset;
+class ProcessGroupLink;
 
 /// Optimizer steps of a run that names neither steps nor epochs (the CLI and configuration files).
 inline constexpr int64_t kDefaultSteps = 100;
@@ -179,6 +180,16 @@ struct TrainerOptions {
     ValidationOptions validation;
     CheckpointOptions checkpoint;
     std::string resumeFrom;  ///< checkpoint directory to continue from; empty: fresh start
+    /// Several devices (core/process_group.h): this process is one rank of a data-parallel job
+    /// and trains its share of every training batch; null: one process trains the whole batch.
+    std::shared_ptr<ProcessGroupLink> parallel;
+    /// Several devices: optimizer steps between checks that every rank holds the same parameters
+    /// (also checked at the end of the run); 0: only at the end.
+    int64_t parameterCheckEvery = 50;
+    /// Several devices: shares follow each device's memory, probed micro-batch and measured speed
+    /// (core/rank_shares.h); false: every rank trains an equal share of every batch (what
+    /// DDP-style tools do), for comparison.
+    bool balanceShares = true;
 
     /// Optional overrides of the built-in model and dataset (tests, user models).
     ModelFactory modelFactory;

@@ -129,6 +129,7 @@ void Trainer::Impl::setup() {
                      "statistics, so accumulated gradients differ from full-batch ones; use "
                      "GroupNorm (--norm group) for exact accumulation"});
     }
+    if (options.parallel) setupParallel();
 }
 
 std::string Trainer::Impl::nonFiniteLossReason(double loss, const torch::Tensor& inputs, const torch::Tensor& output,
@@ -166,6 +167,19 @@ bool Trainer::Impl::waitWhilePaused() {
 
 bool Trainer::Impl::applyCommands() {
     auto [newTarget, newDevice, equivalence, reprobe] = commands.take();
+    if (parallel && (newTarget || newDevice || equivalence)) {
+        // Each would change what the other ranks must agree on at the same batch; not yet.
+        emit(
+            Warning{now(), std::string("with several devices, ") +
+                               (newTarget   ? "a target batch change"
+                                : newDevice ? "a device switch"
+                                            : "the equivalence check") +
+                               " is not available during the run: stop it, and resume from its checkpoint with the new "
+                               "settings"});
+        newTarget.reset();
+        newDevice.reset();
+        equivalence.reset();
+    }
     // Checked before the commands below change the micro-batch plan it compares against.
     if (equivalence) checkEquivalence(*equivalence);
     if (newDevice) {
@@ -321,8 +335,9 @@ void Trainer::Impl::optimizerStep() {
     for (auto& g : gradients) g.zero_();
 }
 
-void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
-    const auto batchSize = static_cast<int64_t>(indices.size());
+void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batchSize) {
+    // With several devices this rank trains its share; the weights stay those of the whole batch.
+    const auto localSize = static_cast<int64_t>(indices.size());
     const auto stepStart = Clock::now();
     int64_t offset = 0;
     int64_t committed = 0;
@@ -340,9 +355,13 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
         CountingScope inPlace(false);
         for (auto& g : gradients) g.zero_();
     };
-    while (offset < batchSize) {
-        if (!waitWhilePaused()) return dropPartialBatch();
-        const int64_t remaining = batchSize - offset;
+    // Several devices: the other ranks wait for this one's gradients, so a stop or pause waits for
+    // the batch's end, where the ranks agree on it (ranksAgreeToStop).
+    const auto stopHere = [&] { return !parallel && !waitWhilePaused(); };
+    if (parallel) parallel->oomsInStep = 0;
+    while (offset < localSize) {
+        if (stopHere()) return dropPartialBatch();
+        const int64_t remaining = localSize - offset;
         int64_t size = 0;
         bool trial = false;
         if (probe) {
@@ -396,7 +415,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
         }
         const std::vector<int64_t> slice(indices.begin() + offset, indices.begin() + offset + size);
         const StepModeWaiting waiting{now(), step + 1, committed, offset, size, batchSize, trial};
-        if (!commands.waitForAdvance([&] { emit(waiting); })) return dropPartialBatch();
+        if (!parallel && !commands.waitForAdvance([&] { emit(waiting); })) return dropPartialBatch();
         std::vector<int64_t> next;
         if (options.prefetch && !trial && plan.size() >= 2) {
             // The next micro-batch is known: load it while this one computes.
@@ -503,15 +522,24 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
     }
     if (probe && !probe->next()) finishProbe();
     ledger.lastPeak = trainingPeak.size > 0 ? trainingPeak : trialPeak;
+    const double computeSeconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
+    const int64_t plannedLocal = localTarget();  // before reduceOverRanks chooses the next shares
+    if (parallel) {
+        lossSum =
+            reduceOverRanks(lossSum, localSize, largestUsed, committed, stepPeak, computeSeconds, !probe && !timing);
+    }
     optimizerStep();
     ++step;
     samplesSeen += batchSize;
+    if (parallel) finishRanksStep();
     const double seconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
     emit(OptimizerStepped{now(), step, committed});
-    emit(StepMetrics{now(), step, sampler->epoch(), samplesSeen, lossSum, largestUsed,
-                     microBatch > 0 && !timing ? static_cast<int64_t>(planFor(target, microBatch).size()) : committed,
-                     target, optimizer->learningRate(), seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0,
-                     seconds, stepPeak, totalSteps()});
+    emit(StepMetrics{
+        now(), step, sampler->epoch(), samplesSeen, lossSum, largestUsed,
+        microBatch > 0 && !timing ? static_cast<int64_t>(planFor(plannedLocal, microBatch).size()) : committed,
+        // With several devices the plan above is this rank's share's, and so is its total.
+        parallel ? plannedLocal : target, optimizer->learningRate(),
+        seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0, seconds, stepPeak, totalSteps()});
     sampleMemory(true);
     reportBreakdown();
     if (const int64_t retries = meter->allocatorRetries(); retries > allocatorRetriesSeen) {
@@ -522,8 +550,11 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices) {
                                 "it room (each retry costs time)"});
         allocatorRetriesSeen = retries;
     }
-    if (drift && !probe && !timing && batchSize == target && largestUsed == microBatch && seconds > 0) {
-        if (std::optional<std::string> why = drift->observe(static_cast<double>(batchSize) / seconds)) {
+    // This process's own speed: with several devices, without the wait for the other ranks.
+    const double ownSeconds = parallel ? computeSeconds : seconds;
+    if (drift && !probe && !timing && localSize == plannedLocal && batchSize == target && largestUsed == microBatch &&
+        ownSeconds > 0) {
+        if (std::optional<std::string> why = drift->observe(static_cast<double>(localSize) / ownSeconds)) {
             emit(Warning{now(), *why});
             lastChosen = microBatch;
             startTiming(probedMicroBatch, microBatch);  // from the size in use, which just ran
@@ -562,17 +593,30 @@ RunResult Trainer::run() {
             d.setState(RunState::Training, "micro-batch " + std::to_string(d.microBatch));
         }
         while (!d.limitReached()) {
-            if (!d.applyCommands() || !d.waitWhilePaused()) break;
-            d.trainBatch(d.sampler->next(d.target));
-            if (d.commands.stopRequested()) break;
-            if (d.validationDue()) d.runValidation();
+            if (d.parallel) {
+                // Every rank takes the same decision at the same batch, or none would go on.
+                const bool here = !d.applyCommands() || !d.waitWhilePaused();
+                if (d.ranksAgreeToStop(here)) break;
+                const std::vector<int64_t> batch = d.sampler->next(d.target);
+                d.trainBatch(d.rankSlice(batch), static_cast<int64_t>(batch.size()));
+            } else {
+                if (!d.applyCommands() || !d.waitWhilePaused()) break;
+                const std::vector<int64_t> batch = d.sampler->next(d.target);
+                d.trainBatch(batch, static_cast<int64_t>(batch.size()));
+                if (d.commands.stopRequested()) break;
+            }
+            // With several devices rank 0 evaluates (the others go on and wait for it at the next
+            // exchange): it keeps the checkpoints.
+            if (d.leads() && d.validationDue()) d.runValidation();
         }
-        result.stopped = d.commands.stopRequested();
+        result.stopped = d.commands.stopRequested() || (d.parallel && d.parallel->stoppedByRanks);
+        if (d.parallel) d.checkRanksAgree();  // at the end of every run, whatever the interval
         const std::optional<int64_t> equivalence = d.commands.takeEquivalence();
         // A check asked for during the last batch still runs: the user is waiting for it.
         if (equivalence && !result.stopped) d.checkEquivalence(*equivalence);
         // The end of the run is always evaluated (a stop asked for by the user is not held up by it).
-        if (!result.stopped && d.validationData && d.step > 0 && d.lastValidationStep != d.step) d.runValidation();
+        if (!result.stopped && d.leads() && d.validationData && d.step > 0 && d.lastValidationStep != d.step)
+            d.runValidation();
         if (result.stopped) d.setState(RunState::Stopping);
         d.reservation = torch::Tensor();
         // Saved already at this step (an interval, re-saved after a new best model), or not.

@@ -8,6 +8,7 @@
 namespace batchpilot::core {
 
 void Trainer::Impl::writeCheckpoint(const std::string& metric, double value) {
+    if (!leads()) return;  // several devices: rank 0 writes (every rank holds the same parameters)
     TrainerState saved{step,
                        samplesSeen,
                        sampler->epoch(),
@@ -43,7 +44,7 @@ void Trainer::Impl::keepBestModel(const ValidationDone& done) {
     if (metric.empty()) return;
     const std::optional<double> value = validationMetric(done, metric);
     if (!value || !std::isfinite(*value)) return;
-    if (!std::isnan(bestValue) && (higherIsBetter(metric) ? *value <= bestValue : *value >= bestValue)) return;
+    if (!improves(metric, *value, bestValue)) return;
     bestValue = *value;
     writeCheckpoint(metric, *value);
     // A latest checkpoint written at this step (an interval that ends here) was saved before
@@ -81,7 +82,7 @@ void Trainer::Impl::restoreCheckpoint() {
     samplesSeen = resumed->samplesSeen;
     sampler->restore(resumed->samplerEpoch, resumed->samplerPosition);
     target = resumed->targetBatch;
-    if (resumed->device == device.name()) {
+    if (resumed->device == device.name() && !options.parallel) {
         // Known to fit here: continue without probing; an OOM would still shrink it.
         microBatch = std::min(resumed->microBatch, upperBound());
         probedMicroBatch = microBatch;

@@ -31,6 +31,8 @@
 #include "core/oom.h"
 #include "core/optimizer.h"
 #include "core/prefetcher.h"
+#include "core/process_group.h"
+#include "core/rank_shares.h"
 #include "core/probe_search.h"
 #include "core/sampler.h"
 #include "core/text_format.h"
@@ -100,6 +102,23 @@ struct MemoryLedger {
     PeakRecord lastPeak;  ///< the last step's highest micro-batch peak
 };
 
+/// Several devices (trainer_parallel.cpp): this rank's view of the job.
+struct ParallelState {
+    std::shared_ptr<ProcessGroupLink> link;
+    std::vector<std::string> devices;  ///< every rank's device, by rank
+    /// Every rank's share of a full training batch (of `target` samples), by rank.
+    std::vector<int64_t> shares;
+    std::optional<ShareBalancer> balancer;
+    /// The gradient accumulators' storage: Impl::gradients are views into these flat buffers,
+    /// so the all-reduce sums them in place, a few large tensors instead of one per parameter.
+    std::vector<torch::Tensor> buckets;
+    bool sharedByCapacity = false;  ///< the shares follow every rank's probed micro-batch
+    int oomsInStep = 0;             ///< this rank's recovered OOMs in the current step
+    int64_t lastCheckedStep = -1;   ///< step of the last parameter comparison
+    bool stoppedByRanks = false;    ///< the run ended because a rank asked to stop
+    RanksStepped report;            ///< the current step's, filled by reduceOverRanks
+};
+
 }  // namespace trainer_detail
 
 using namespace trainer_detail;
@@ -167,10 +186,17 @@ struct Trainer::Impl {
     double lastMemorySample = -1;
     RunState state = RunState::Idle;
     std::vector<int64_t> lastBatch;  ///< indices of the last committed training batch
+    /// Several devices: the job this rank belongs to (null: one process trains every batch).
+    std::optional<ParallelState> parallel;
     MemoryLedger ledger;
 
     double now() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
-    void emit(Event event) { sink.onEvent(event); }
+    void emit(Event event) {
+        if (parallel && std::holds_alternative<OomEvent>(event)) ++parallel->oomsInStep;
+        sink.onEvent(event);
+    }
+    /// This process keeps the checkpoints and evaluates: the only one, or rank 0 of several.
+    bool leads() const { return !parallel || parallel->link->rank() == 0; }
     void setState(RunState s, std::string detail = {}) {
         state = s;
         emit(RunStateChanged{now(), s, std::move(detail)});
@@ -188,8 +214,13 @@ struct Trainer::Impl {
         }
         return sizes;
     }
+    /// The samples of a training batch this process trains: the target batch, or with several
+    /// devices this rank's share of it.
+    int64_t localTarget() const {
+        return parallel ? parallel->shares[static_cast<size_t>(parallel->link->rank())] : target;
+    }
     int64_t upperBound() const {
-        int64_t bound = std::min(target, data->size());
+        int64_t bound = std::min(localTarget(), data->size());
         if (options.probe.maxMicroBatch > 0) bound = std::min(bound, options.probe.maxMicroBatch);
         return bound;
     }
@@ -245,7 +276,30 @@ struct Trainer::Impl {
     int64_t plannedMicroBatch() const { return timing && timing->next() ? *timing->next() : microBatch; }
     bool applyCommands();
     bool waitWhilePaused();
-    void trainBatch(const std::vector<int64_t>& indices);
+    /// Trains `indices` and takes the optimizer step. `batchSize`: the whole training batch's
+    /// size, which weights each micro-batch (size / batchSize); with several devices `indices`
+    /// is this rank's share of it, and the gradients are summed over the ranks before the step.
+    void trainBatch(const std::vector<int64_t>& indices, int64_t batchSize);
+    // Several devices (trainer_parallel.cpp).
+    /// Joins the job: refuses what it cannot do, gives every rank rank 0's parameters, learns the
+    /// ranks' devices, keeps the gradients in buckets and splits the target by usable memory.
+    void setupParallel();
+    /// Whether the ranks agree to stop (any rank asked to), decided by all of them together.
+    bool ranksAgreeToStop(bool stopHere);
+    /// This rank's part of a training batch.
+    std::vector<int64_t> rankSlice(const std::vector<int64_t>& batch) const;
+    /// After this rank's micro-batches: exchanges the ranks' numbers, sums the gradients and the
+    /// loss over the ranks, reports RanksStepped and chooses the next shares. Returns the loss
+    /// of the whole batch.
+    double reduceOverRanks(double lossSum, int64_t share, int64_t largestUsed, int64_t committed, int64_t peak,
+                           double computeSeconds, bool settled);
+    /// After the optimizer step: compares the ranks' parameters when due, reports RanksStepped
+    /// and applies the next shares (from the next batch on).
+    void finishRanksStep();
+    /// Compares a checksum of every rank's parameters (once per step); a difference stops the run.
+    void checkRanksAgree();
+    /// A collective failed: the message, naming the ranks that did not get to `step`.
+    [[noreturn]] void ranksFailed(const std::exception& error, const std::string& during);
     /// `next`: the micro-batch after this one, when known; it is requested from the prefetcher
     /// once this one's samples are taken (requesting it earlier would replace this one's load).
     /// `keepGradients` false: forward and backward only, for a measurement (saverThatFits).

@@ -42,8 +42,8 @@ void Trainer::Impl::finishProbe() {
     ProbeFinished done{now(),
                        probeSequence,
                        found,
-                       static_cast<int64_t>(planFor(target, found).size()),
-                       target,
+                       static_cast<int64_t>(planFor(localTarget(), found).size()),
+                       localTarget(),
                        probe->trials(),
                        std::chrono::duration<double>(Clock::now() - probeStart).count(),
                        probe->hitTrialLimit()};
@@ -71,7 +71,7 @@ void Trainer::Impl::startTiming(int64_t largest, int64_t warmSize) {
     if (options.probe.objective != ProbeObjective::Fastest) return;
     ThroughputSearchOptions search;
     search.largest = largest;
-    search.target = target;
+    search.target = localTarget();  // with several devices, this rank's share
     search.multipleOf = options.probe.multipleOf;
     search.smallest = std::max(minMicroBatch, minPart);
     search.justRan = warmSize;
@@ -100,10 +100,10 @@ void Trainer::Impl::finishTiming(int64_t size) {
     const int64_t largest = search.plan().empty() ? size : search.plan().front();
     microBatch = size;
     lastChosen = size;
-    emit(ThroughputChosen{now(), probeSequence, size, largest, static_cast<int64_t>(planFor(target, size).size()),
-                          target, search.samplesPerSecond(size), search.samplesPerSecond(largest),
-                          search.overLargest(size), search.spent(),
-                          std::chrono::duration<double>(Clock::now() - timingStart).count(), search.reason()});
+    emit(ThroughputChosen{
+        now(), probeSequence, size, largest, static_cast<int64_t>(planFor(localTarget(), size).size()), localTarget(),
+        search.samplesPerSecond(size), search.samplesPerSecond(largest), search.overLargest(size), search.spent(),
+        std::chrono::duration<double>(Clock::now() - timingStart).count(), search.reason()});
     timing.reset();
     drift.reset();
     if (options.probe.retimeEvery > 0) drift.emplace(options.probe.retimeEvery, options.probe.retimeDrift);

@@ -14,10 +14,13 @@ VENV="$ROOT/.venv-torch"
 # The PyPI torch the pip build is tested with; torchvision is the release made for it.
 PIP_TORCH="${BATCHPILOT_PIP_TORCH:-torch==2.15.0}"
 
+# libgloo-dev: Gloo's headers, for training on several devices (c10d's ProcessGroupGloo; both
+# LibTorch builds carry its code, PyPI's ships no headers for it).
 PACKAGES=(
   cmake g++ ninja-build ccache pkg-config mold
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
   nlohmann-json3-dev libexpected-dev libcli11-dev libstb-dev zlib1g-dev libpng-dev libturbojpeg0-dev
+  libgloo-dev
   fonts-dejavu-core
 )
 # Debian's LibTorch, its Python twin (the tests export torchvision models with it) and an

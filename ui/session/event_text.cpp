@@ -34,6 +34,8 @@ struct Overloaded : Ts... {
 }  // namespace
 
 bool isLogged(const core::Event& event) {
+    // Several devices: every step has one; the log keeps those that change the shares.
+    if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) return !ranks->nextShares.empty();
     return !std::holds_alternative<core::MemorySample>(event) && !std::holds_alternative<core::MicroBatchDone>(event) &&
            !std::holds_alternative<core::OptimizerStepped>(event) &&
            !std::holds_alternative<core::StepMetrics>(event) && !std::holds_alternative<core::MemoryBreakdown>(event);
@@ -192,6 +194,25 @@ EventRow describeEvent(const core::Event& event) {
             },
             [](const core::ValidationDone& e) {
                 return EventRow{e.time, tr("validation"), validationText(e), false};
+            },
+            [](const core::RanksStepped& e) {
+                QString ranks;
+                for (const core::RankStep& r : e.ranks) {
+                    if (!ranks.isEmpty()) ranks += QStringLiteral("; ");
+                    ranks += tr("rank %1 (%2): %3 samples in micro-batches of %4, %5 samples/s, waited %6 s")
+                                 .arg(r.rank)
+                                 .arg(str(r.device))
+                                 .arg(r.share)
+                                 .arg(r.microBatch)
+                                 .arg(r.samplesPerSecond, 0, 'f', 0)
+                                 .arg(r.waitSeconds, 0, 'f', 2);
+                }
+                if (!e.nextShares.empty()) {
+                    QStringList shares;
+                    for (const int64_t share : e.nextShares) shares << QString::number(share);
+                    ranks += tr("; next shares %1: %2").arg(shares.join(QStringLiteral(" + ")), str(e.shareReason));
+                }
+                return EventRow{e.time, tr("ranks"), ranks, false};
             },
             [](const core::EquivalenceChecked& e) {
                 if (!e.error.empty()) return EventRow{e.time, tr("equivalence"), str(e.error), true};

@@ -1,0 +1,371 @@
+#include "core/process_group.h"
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include <torch/torch.h>
+
+// BATCHPILOT_HAVE_GLOO: CMake found Gloo's headers (libgloo-dev; PyPI's torch does not ship
+// them). Without them this build trains on one device and says so when asked for more.
+#if BATCHPILOT_HAVE_GLOO
+// Gloo's process group is declared only with USE_C10D_GLOO (LibTorch's own build defines it).
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO
+#endif
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+
+#include "core/counting_allocator.h"
+
+namespace batchpilot::core {
+
+namespace {
+
+constexpr int kMaxWorldSize = 4096;
+/// Between two heartbeats of a rank (ProcessGroupLink::unresponsiveRanks).
+constexpr std::chrono::milliseconds kBeat{500};
+constexpr const char* kKeyPrefix = "batchpilot/";
+
+/// A whole decimal number in [low, high] from the environment variable `name`.
+tl::expected<std::optional<long>, std::string> integerVariable(const char* name, long low, long high) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') return std::optional<long>{};
+    errno = 0;
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || value < low || value > high) {
+        return tl::make_unexpected(std::string("the environment variable ") + name + "=\"" + text +
+                                   "\" is not a whole number from " + std::to_string(low) + " to " +
+                                   std::to_string(high));
+    }
+    return std::optional<long>{value};
+}
+
+#if BATCHPILOT_HAVE_GLOO
+bool isLoopback(const std::string& address) {
+    return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
+}
+
+/// The network device Gloo's connections use: GLOO_SOCKET_IFNAME's interface where set (as in
+/// PyTorch), the loopback for a job on one machine, otherwise the interface of this host's name.
+std::shared_ptr<::gloo::transport::Device> glooDevice(const std::string& masterAddress) {
+    if (const char* name = std::getenv("GLOO_SOCKET_IFNAME"); name != nullptr && *name != '\0') {
+        return c10d::ProcessGroupGloo::createDeviceForInterface(name);
+    }
+    if (isLoopback(masterAddress)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+    return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+#endif
+
+std::string firstMessageLine(const std::string& text) {
+    const auto end = text.find('\n');
+    return end == std::string::npos ? text : text.substr(0, end);
+}
+
+}  // namespace
+
+tl::expected<std::optional<RankEnvironment>, std::string> rankEnvironment() {
+    auto world = integerVariable("WORLD_SIZE", 1, kMaxWorldSize);
+    if (!world) return tl::make_unexpected(world.error());
+    auto rank = integerVariable("RANK", 0, kMaxWorldSize - 1);
+    if (!rank) return tl::make_unexpected(rank.error());
+    if (!*world) {
+        if (*rank) return tl::make_unexpected(std::string("RANK is set but WORLD_SIZE is not: set both, or neither"));
+        return std::optional<RankEnvironment>{};
+    }
+    if (**world == 1) return std::optional<RankEnvironment>{};
+    if (!*rank) {
+        return tl::make_unexpected("WORLD_SIZE=" + std::to_string(**world) +
+                                   " is set but RANK is not: each process of a job needs its RANK (0 to " +
+                                   std::to_string(**world - 1) + ")");
+    }
+    if (**rank >= **world) {
+        return tl::make_unexpected("RANK=" + std::to_string(**rank) + " is not below WORLD_SIZE=" +
+                                   std::to_string(**world) + ": ranks count from 0");
+    }
+    RankEnvironment where;
+    where.rank = static_cast<int>(**rank);
+    where.worldSize = static_cast<int>(**world);
+    auto local = integerVariable("LOCAL_RANK", 0, kMaxWorldSize - 1);
+    if (!local) return tl::make_unexpected(local.error());
+    where.localRank = local->has_value() ? static_cast<int>(**local) : where.rank;
+    const char* address = std::getenv("MASTER_ADDR");
+    if (address == nullptr || *address == '\0') {
+        return tl::make_unexpected(std::string(
+            "WORLD_SIZE is set but MASTER_ADDR is not: name the host of rank 0 (or of the launcher's store), "
+            "e.g. MASTER_ADDR=127.0.0.1 on one machine"));
+    }
+    where.masterAddress = address;
+    auto port = integerVariable("MASTER_PORT", 1, 65535);
+    if (!port) return tl::make_unexpected(port.error());
+    if (!*port) {
+        return tl::make_unexpected(std::string(
+            "WORLD_SIZE is set but MASTER_PORT is not: name a free TCP port on MASTER_ADDR, e.g. MASTER_PORT=29500"));
+    }
+    where.masterPort = static_cast<int>(**port);
+    if (const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE"); agent != nullptr) {
+        where.agentStore = std::string(agent) == "True" || std::string(agent) == "true" || std::string(agent) == "1";
+    }
+    return std::optional<RankEnvironment>{where};
+}
+
+#if BATCHPILOT_HAVE_GLOO
+
+struct ProcessGroupLink::Impl {
+    RankEnvironment where;
+    std::chrono::milliseconds timeout{0};
+    c10::intrusive_ptr<c10d::Store> store;  ///< prefixed with kKeyPrefix
+    c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+    // The heartbeat: "alive/<rank>" counts up every kBeat while this process runs.
+    std::mutex beatMutex;
+    std::condition_variable beatWake;
+    bool beatDone = false;
+    std::thread beat;
+
+    void startBeating() {
+        beat = std::thread([this] {
+            std::unique_lock lock(beatMutex);
+            const std::string key = "alive/" + std::to_string(where.rank);
+            while (!beatDone) {
+                try {
+                    store->add(key, 1);
+                } catch (const std::exception&) {
+                    return;  // the store is gone: nobody is left to read the beat
+                }
+                beatWake.wait_for(lock, kBeat);
+            }
+        });
+    }
+    ~Impl() {
+        {
+            std::lock_guard lock(beatMutex);
+            beatDone = true;
+        }
+        beatWake.notify_all();
+        if (beat.joinable()) beat.join();
+    }
+};
+
+ProcessGroupLink::ProcessGroupLink(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+ProcessGroupLink::~ProcessGroupLink() = default;
+
+std::shared_ptr<ProcessGroupLink> ProcessGroupLink::deferred(const RankEnvironment& where,
+                                                             std::chrono::milliseconds timeout) {
+    auto impl = std::make_unique<Impl>();
+    impl->where = where;
+    impl->timeout = timeout;
+    return std::shared_ptr<ProcessGroupLink>(new ProcessGroupLink(std::move(impl)));
+}
+
+tl::expected<std::shared_ptr<ProcessGroupLink>, std::string> ProcessGroupLink::join(const RankEnvironment& where,
+                                                                                      std::chrono::milliseconds timeout) {
+    auto link = deferred(where, timeout);
+    if (auto connected = link->connect(); !connected) return tl::make_unexpected(connected.error());
+    return link;
+}
+
+tl::expected<void, std::string> ProcessGroupLink::connect() {
+    Impl& impl = *m_impl;
+    if (impl.group) return {};
+    const RankEnvironment& where = impl.where;
+    try {
+        c10d::TCPStoreOptions storeOptions;
+        storeOptions.port = static_cast<std::uint16_t>(where.masterPort);
+        storeOptions.isServer = where.rank == 0 && !where.agentStore;
+        storeOptions.numWorkers = static_cast<std::size_t>(where.worldSize);
+        storeOptions.waitWorkers = false;  // the process group's rendezvous waits for them
+        storeOptions.timeout = impl.timeout;
+        auto tcp = c10::make_intrusive<c10d::TCPStore>(where.masterAddress, storeOptions);
+        impl.store = c10::make_intrusive<c10d::PrefixStore>(kKeyPrefix, tcp);
+        auto options = c10d::ProcessGroupGloo::Options::create(impl.timeout);
+        options->devices.push_back(glooDevice(where.masterAddress));
+        options->threads = 2;
+        auto groupStore = c10::make_intrusive<c10d::PrefixStore>("gloo", tcp);
+        impl.group = c10::make_intrusive<c10d::ProcessGroupGloo>(groupStore, where.rank, where.worldSize, options);
+        impl.startBeating();
+    } catch (const std::exception& e) {
+        impl.group.reset();
+        return tl::make_unexpected("rank " + std::to_string(where.rank) + " of " + std::to_string(where.worldSize) +
+                                   " could not join the job at " + where.masterAddress + ":" +
+                                   std::to_string(where.masterPort) + " within " +
+                                   std::to_string(impl.timeout.count() / 1000) + " s: " + firstMessageLine(e.what()) +
+                                   "; check MASTER_ADDR and MASTER_PORT, and that every rank was started");
+    }
+    return {};
+}
+
+
+void ProcessGroupLink::allReduceSum(std::vector<at::Tensor>& tensors) {
+    CountingScope uncounted(false);  // the exchange's own buffers are bookkeeping, not training's
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<std::vector<at::Tensor>> lists;
+    lists.reserve(tensors.size());
+    for (auto& tensor : tensors) {
+        lists.push_back({tensor});
+        c10d::AllreduceOptions options;
+        options.reduceOp = c10d::ReduceOp::SUM;
+        works.push_back(m_impl->group->allreduce(lists.back(), options));
+    }
+    for (auto& work : works) work->wait(m_impl->timeout);
+}
+
+void ProcessGroupLink::broadcast(std::vector<at::Tensor>& tensors, int root) {
+    CountingScope uncounted(false);
+    for (auto& tensor : tensors) {
+        std::vector<at::Tensor> list{tensor};
+        c10d::BroadcastOptions options;
+        options.rootRank = root;
+        m_impl->group->broadcast(list, options)->wait(m_impl->timeout);
+    }
+}
+
+std::vector<double> ProcessGroupLink::allGather(const std::vector<double>& mine) {
+    CountingScope uncounted(false);
+    const auto width = static_cast<int64_t>(mine.size());
+    // One slot per rank, zero elsewhere: the sum is every rank's values side by side, exactly.
+    at::Tensor slots = torch::zeros({size() * width}, torch::kFloat64);
+    if (width > 0) {
+        slots.narrow(0, rank() * width, width)
+            .copy_(torch::from_blob(const_cast<double*>(mine.data()), {width}, torch::kFloat64));
+    }
+    std::vector<at::Tensor> list{slots};
+    allReduceSum(list);
+    const double* data = slots.data_ptr<double>();
+    return {data, data + size() * width};
+}
+
+std::vector<std::string> ProcessGroupLink::exchangeText(const std::string& name, const std::string& mine) {
+    auto& store = *m_impl->store;
+    store.set(name + "/" + std::to_string(rank()), std::vector<uint8_t>(mine.begin(), mine.end()));
+    std::vector<std::string> all;
+    for (int r = 0; r < size(); ++r) {
+        const std::vector<uint8_t> value = store.get(name + "/" + std::to_string(r));
+        all.emplace_back(value.begin(), value.end());
+    }
+    return all;
+}
+
+std::string ProcessGroupLink::unresponsiveRanks(const std::vector<std::string>& devices) {
+    const auto name = [&](int r) {
+        std::string text = "rank " + std::to_string(r);
+        if (static_cast<size_t>(r) < devices.size()) text += " (" + devices[static_cast<size_t>(r)] + ")";
+        return text;
+    };
+    const auto beats = [&](int r) -> int64_t {
+        const std::string key = "alive/" + std::to_string(r);
+        return m_impl->store->check({key}) ? m_impl->store->add(key, 0) : -1;
+    };
+    std::vector<int64_t> before(static_cast<size_t>(size()), -1);
+    try {
+        for (int r = 0; r < size(); ++r) before[static_cast<size_t>(r)] = beats(r);
+        std::this_thread::sleep_for(4 * kBeat);
+        std::string silent;
+        for (int r = 0; r < size(); ++r) {
+            if (r == rank() || beats(r) != before[static_cast<size_t>(r)]) continue;
+            silent += (silent.empty() ? "" : ", ") + name(r);
+        }
+        return silent;
+    } catch (const std::exception&) {
+        // The store itself is gone: it lived with rank 0 (a job without the launcher).
+        return rank() == 0 ? std::string() : name(0) + ", which held the job's store,";
+    }
+}
+
+struct StoreHost::Impl {
+    c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+StoreHost::StoreHost(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+StoreHost::~StoreHost() = default;
+
+tl::expected<std::unique_ptr<StoreHost>, std::string> StoreHost::start() {
+    auto impl = std::make_unique<Impl>();
+    try {
+        c10d::TCPStoreOptions options;
+        options.port = 0;  // any free port: read back with port()
+        options.isServer = true;
+        options.waitWorkers = false;
+        impl->store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+    } catch (const std::exception& e) {
+        return tl::make_unexpected("could not start the job's store on 127.0.0.1: " + firstMessageLine(e.what()));
+    }
+    return std::unique_ptr<StoreHost>(new StoreHost(std::move(impl)));
+}
+
+int StoreHost::port() const {
+    return m_impl->store->getPort();
+}
+
+#else  // no Gloo headers in this build
+
+namespace {
+const std::string kNoGloo =
+    "this build of BatchPilot has no Gloo (its headers were missing when it was built: install "
+    "libgloo-dev and build again), so it trains on one device only";
+}
+
+struct ProcessGroupLink::Impl {
+    RankEnvironment where;
+    std::chrono::milliseconds timeout{0};
+};
+ProcessGroupLink::ProcessGroupLink(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+ProcessGroupLink::~ProcessGroupLink() = default;
+std::shared_ptr<ProcessGroupLink> ProcessGroupLink::deferred(const RankEnvironment& where,
+                                                             std::chrono::milliseconds timeout) {
+    auto impl = std::make_unique<Impl>();
+    impl->where = where;
+    impl->timeout = timeout;
+    return std::shared_ptr<ProcessGroupLink>(new ProcessGroupLink(std::move(impl)));
+}
+tl::expected<std::shared_ptr<ProcessGroupLink>, std::string> ProcessGroupLink::join(const RankEnvironment&,
+                                                                                      std::chrono::milliseconds) {
+    return tl::make_unexpected(kNoGloo);
+}
+tl::expected<void, std::string> ProcessGroupLink::connect() {
+    return tl::make_unexpected(kNoGloo);
+}
+void ProcessGroupLink::allReduceSum(std::vector<at::Tensor>&) {
+    throw std::runtime_error(kNoGloo);
+}
+void ProcessGroupLink::broadcast(std::vector<at::Tensor>&, int) {
+    throw std::runtime_error(kNoGloo);
+}
+std::vector<double> ProcessGroupLink::allGather(const std::vector<double>&) {
+    throw std::runtime_error(kNoGloo);
+}
+std::vector<std::string> ProcessGroupLink::exchangeText(const std::string&, const std::string&) {
+    throw std::runtime_error(kNoGloo);
+}
+std::string ProcessGroupLink::unresponsiveRanks(const std::vector<std::string>&) {
+    return {};
+}
+struct StoreHost::Impl {};
+StoreHost::StoreHost(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+StoreHost::~StoreHost() = default;
+tl::expected<std::unique_ptr<StoreHost>, std::string> StoreHost::start() {
+    return tl::make_unexpected(kNoGloo);
+}
+int StoreHost::port() const {
+    return 0;
+}
+
+#endif
+
+// Known before the link connects (both builds).
+int ProcessGroupLink::rank() const {
+    return m_impl->where.rank;
+}
+int ProcessGroupLink::size() const {
+    return m_impl->where.worldSize;
+}
+std::chrono::milliseconds ProcessGroupLink::timeout() const {
+    return m_impl->timeout;
+}
+
+}  // namespace batchpilot::core

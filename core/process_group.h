@@ -1,0 +1,100 @@
+#pragma once
+
+// The processes of a data-parallel job, joined into one c10d process group (Gloo) through a
+// c10d::TCPStore rendezvous, with torchrun's conventions: RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR, MASTER_PORT, and TORCHELASTIC_USE_AGENT_STORE when the launcher hosts the store
+// (batchpilot-cli --devices does). The collectives are c10d's; this file only names what the
+// trainer needs from them (docs/ARCHITECTURE.md, "Several devices").
+//
+// The header is torch-free for the front ends; the tensor methods take LibTorch tensors, which
+// only the engine's files (which include torch) can call.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <tl/expected.hpp>
+
+namespace at {
+class Tensor;
+}
+
+namespace batchpilot::core {
+
+/// Where this process stands in a job, read from torchrun's environment variables.
+struct RankEnvironment {
+    int rank = 0;
+    int worldSize = 1;
+    int localRank = 0;
+    std::string masterAddress = "127.0.0.1";
+    int masterPort = 29500;
+    /// The launcher hosts the store (TORCHELASTIC_USE_AGENT_STORE=True): rank 0 does not.
+    bool agentStore = false;
+};
+
+/// This process's place in a job, or nullopt when WORLD_SIZE is unset (a single process). A
+/// malformed or inconsistent variable is an error that names it and the valid values.
+tl::expected<std::optional<RankEnvironment>, std::string> rankEnvironment();
+
+/// The ranks of one job, joined; every collective blocks until every rank called it, or fails
+/// (throws std::runtime_error) after the timeout, or as soon as a rank's connection closes.
+class ProcessGroupLink {
+public:
+    /// Connects to the store and the other ranks; waits for them up to `timeout`.
+    static tl::expected<std::shared_ptr<ProcessGroupLink>, std::string> join(const RankEnvironment& where,
+                                                                               std::chrono::milliseconds timeout);
+    /// A link that connects on its first connect() (the trainer's setup calls it, on the run
+    /// thread): for a front end that must not wait for the other ranks on its own thread.
+    static std::shared_ptr<ProcessGroupLink> deferred(const RankEnvironment& where, std::chrono::milliseconds timeout);
+    /// Connects, once (later calls return at once); the error says what failed and what to check.
+    tl::expected<void, std::string> connect();
+    ~ProcessGroupLink();
+    ProcessGroupLink(const ProcessGroupLink&) = delete;
+    ProcessGroupLink& operator=(const ProcessGroupLink&) = delete;
+
+    int rank() const;
+    int size() const;
+    std::chrono::milliseconds timeout() const;
+
+    /// Sums each tensor over the ranks, in place; all of them are launched before any is waited
+    /// for, so Gloo works on them back to back (the caller passes a few large buckets).
+    void allReduceSum(std::vector<at::Tensor>& tensors);
+    /// Replaces every rank's tensors with rank `root`'s.
+    void broadcast(std::vector<at::Tensor>& tensors, int root);
+    /// Every rank's `mine`, rank after rank (each rank must pass as many values).
+    std::vector<double> allGather(const std::vector<double>& mine);
+    /// Every rank's text under `name` (through the store; once per name).
+    std::vector<std::string> exchangeText(const std::string& name, const std::string& mine);
+
+    /// After a collective failed: the ranks that stopped answering, as "rank 1 (virtual:48MiB)"
+    /// when `devices` names them; empty when every other rank is still alive. Every rank beats
+    /// a counter in the store twice a second from a thread of its own (a stopped or dead process
+    /// does not); this compares the counters over two seconds.
+    std::string unresponsiveRanks(const std::vector<std::string>& devices);
+
+private:
+    struct Impl;
+    explicit ProcessGroupLink(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> m_impl;
+};
+
+/// The launcher's store: a c10d::TCPStore server on 127.0.0.1 at a port the system picks, which
+/// the local workers join as clients (TORCHELASTIC_USE_AGENT_STORE).
+class StoreHost {
+public:
+    static tl::expected<std::unique_ptr<StoreHost>, std::string> start();
+    ~StoreHost();
+    StoreHost(const StoreHost&) = delete;
+    StoreHost& operator=(const StoreHost&) = delete;
+    int port() const;
+
+private:
+    struct Impl;
+    explicit StoreHost(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace batchpilot::core

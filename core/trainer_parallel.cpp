@@ -1,0 +1,328 @@
+// The trainer on several devices: this process is one rank of a data-parallel job
+// (core/process_group.h). Each rank trains its share of every training batch with its own probed
+// micro-batch and the whole batch's weights (size / batch), then the ranks sum their gradients
+// once (a few flat buckets, all-reduced by Gloo) and take the same optimizer step. Nothing here
+// runs inside a micro-batch: an OOM is recovered by the rank it happened on, with no collective
+// involved, so it cannot leave the others waiting for a collective it never joins.
+
+#include "core/trainer_impl.h"
+
+namespace batchpilot::core {
+
+namespace {
+
+/// Gradient storage per all-reduce: a few large transfers, as PyTorch's DDP does (25 MiB).
+constexpr int64_t kBucketBytes = int64_t{25} << 20;
+
+/// What every rank must have the same of, or their steps would not fit together: the model's
+/// shape, the data, the batch and the sampler.
+std::string jobSignature(const std::vector<torch::Tensor>& parameters, int64_t dataSize, int64_t target,
+                         uint64_t seed, int64_t step) {
+    int64_t elements = 0;
+    for (const auto& p : parameters) elements += p.numel();
+    return std::to_string(parameters.size()) + " parameter tensors of " + std::to_string(elements) + " values, " +
+           std::to_string(dataSize) + " training samples, target batch " + std::to_string(target) + ", seed " +
+           std::to_string(seed) + ", step " + std::to_string(step);
+}
+
+/// FNV-1a over the parameters' bytes: equal on two ranks exactly when their parameters are
+/// (but for a collision), which is what "every rank steps identically" promises.
+uint64_t parameterChecksum(const std::vector<torch::Tensor>& parameters) {
+    torch::NoGradGuard noGrad;
+    CountingScope host(false);
+    uint64_t hash = 14695981039346656037ULL;
+    for (const auto& p : parameters) {
+        const torch::Tensor values = p.detach().to(torch::kCPU).contiguous();
+        const auto* bytes = static_cast<const unsigned char*>(values.data_ptr());
+        const auto count = static_cast<size_t>(values.numel()) * values.element_size();
+        for (size_t i = 0; i < count; ++i) {
+            hash ^= bytes[i];
+            hash *= 1099511628211ULL;
+        }
+    }
+    return hash;
+}
+
+std::string collectiveError(const std::string& text) {
+    const auto end = text.find('\n');
+    return end == std::string::npos ? text : text.substr(0, end);
+}
+
+/// The numbers each rank contributes to a step's exchange, in this order.
+enum StepField : size_t {
+    kFieldShare,
+    kFieldCompute,
+    kFieldLargest,
+    kFieldCommitted,
+    kFieldPeak,
+    kFieldOoms,
+    kFieldSettled,
+    kFieldProbed,
+    kFieldLoss,
+    kStepFields
+};
+
+}  // namespace
+
+void Trainer::Impl::setupParallel() {
+    ParallelState state;
+    state.link = options.parallel;
+    ProcessGroupLink& link = *state.link;
+    if (auto connected = link.connect(); !connected) throw FatalError{connected.error(), "configuration"};
+    const int world = link.size();
+    if (options.stepMode) {
+        throw FatalError{"step-by-step mode shows one process's micro-batches; it is not available with several "
+                         "devices: train on one device to step through a batch",
+                         "configuration"};
+    }
+    if (target < world * minPart) {
+        throw FatalError{"the target batch " + std::to_string(target) + " cannot be shared by " +
+                             std::to_string(world) + " devices" +
+                             (minPart > 1 ? " at " + std::to_string(minPart) + " samples each (BatchNorm)" : "") +
+                             ": choose a target batch of at least " + std::to_string(world * minPart) +
+                             ", or fewer devices",
+                         "configuration"};
+    }
+    try {
+        state.devices = link.exchangeText("device", device.name());
+        // Ranks that built another model, loaded other data or resumed elsewhere cannot add up
+        // their gradients: say which, before anything is trained.
+        const std::vector<std::string> signatures =
+            link.exchangeText("job", jobSignature(parameters, data->size(), target, options.seed, step));
+        for (int r = 1; r < world; ++r) {
+            if (signatures[static_cast<size_t>(r)] != signatures[0]) {
+                throw FatalError{"rank " + std::to_string(r) + " (" + state.devices[static_cast<size_t>(r)] +
+                                     ") does not train the same job as rank 0: it has " +
+                                     signatures[static_cast<size_t>(r)] + ", rank 0 has " + signatures[0] +
+                                     "; start every rank with the same model, data and options",
+                                 "configuration"};
+            }
+        }
+        // One start for all: rank 0's parameters and buffers (a model initialised from the seed
+        // is the same everywhere already; this also covers models whose loading is not).
+        {
+            torch::NoGradGuard noGrad;
+            CountingScope inPlace(false);
+            std::vector<torch::Tensor> values;
+            for (const auto& p : parameters) values.push_back(p.detach());
+            for (const auto& b : model->buffers()) values.push_back(b.detach());
+            link.broadcast(values, 0);
+        }
+        // The accumulators become views into flat buckets, so the all-reduce works in place on
+        // a few large tensors. The old ones go first: the buckets take their place in memory.
+        gradients.clear();
+        gradients.resize(parameters.size());
+        for (size_t i = 0; i < parameters.size();) {
+            size_t end = i;
+            int64_t elements = 0;
+            const auto itemBytes = static_cast<int64_t>(parameters[i].element_size());
+            while (end < parameters.size() && parameters[end].dtype() == parameters[i].dtype() &&
+                   parameters[end].device() == parameters[i].device() &&
+                   (end == i || (elements + parameters[end].numel()) * itemBytes <= kBucketBytes)) {
+                elements += parameters[end].numel();
+                ++end;
+            }
+            torch::Tensor bucket = torch::zeros({elements}, torch::TensorOptions()
+                                                                 .dtype(parameters[i].dtype())
+                                                                 .device(parameters[i].device()));
+            int64_t offset = 0;
+            for (size_t k = i; k < end; ++k) {
+                gradients[k] = bucket.narrow(0, offset, parameters[k].numel()).view(parameters[k].sizes());
+                offset += parameters[k].numel();
+            }
+            state.buckets.push_back(bucket);
+            i = end;
+        }
+        // First shares: by each device's usable memory; the probed micro-batches and the
+        // measured speeds refine them (finishRanksStep).
+        const std::vector<double> usable = link.allGather({static_cast<double>(usableBytes())});
+        state.shares = options.balanceShares ? splitShares(target, usable, minPart)
+                                             : splitShares(target, std::vector<double>(usable.size(), 1.0), minPart);
+    } catch (const FatalError&) {
+        throw;
+    } catch (const std::exception& e) {
+        parallel = std::move(state);  // ranksFailed names the devices
+        ranksFailed(e, "joining the other ranks");
+    }
+    ShareBalancer::Options balance;
+    balance.minShare = minPart;
+    state.balancer.emplace(balance);
+    parallel = std::move(state);
+    // Every rank probes its own device, whatever a checkpoint says the micro-batch was.
+    microBatch = 0;
+    probedMicroBatch = 0;
+}
+
+bool Trainer::Impl::ranksAgreeToStop(bool stopHere) {
+    std::vector<double> votes;
+    try {
+        votes = parallel->link->allGather({stopHere ? 1.0 : 0.0});
+    } catch (const std::exception& e) {
+        ranksFailed(e, "agreeing on the next batch");
+    }
+    for (size_t r = 0; r < votes.size(); ++r) {
+        if (votes[r] == 0) continue;
+        if (!stopHere) {
+            parallel->stoppedByRanks = true;
+            emit(Warning{now(), "rank " + std::to_string(r) + " (" + parallel->devices[r] +
+                                    ") asked to stop: every rank stops after step " + std::to_string(step)});
+        }
+        return true;
+    }
+    return false;
+}
+
+std::vector<int64_t> Trainer::Impl::rankSlice(const std::vector<int64_t>& batch) const {
+    const auto total = static_cast<int64_t>(batch.size());
+    // The end of an epoch: a shorter batch, split in the same proportions.
+    const std::vector<int64_t> shares =
+        total == target ? parallel->shares : scaleShares(parallel->shares, total, minPart);
+    const int rank = parallel->link->rank();
+    const int64_t offset = shareOffset(shares, rank);
+    return {batch.begin() + offset, batch.begin() + offset + shares[static_cast<size_t>(rank)]};
+}
+
+double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t largestUsed, int64_t committed,
+                                      int64_t peak, double computeSeconds, bool settled) {
+    ProcessGroupLink& link = *parallel->link;
+    std::vector<double> mine(kStepFields, 0.0);
+    mine[kFieldShare] = static_cast<double>(share);
+    mine[kFieldCompute] = computeSeconds;
+    mine[kFieldLargest] = static_cast<double>(largestUsed);
+    mine[kFieldCommitted] = static_cast<double>(committed);
+    mine[kFieldPeak] = static_cast<double>(peak);
+    mine[kFieldOoms] = parallel->oomsInStep;
+    mine[kFieldSettled] = settled ? 1.0 : 0.0;
+    mine[kFieldProbed] = static_cast<double>(probedMicroBatch);
+    mine[kFieldLoss] = lossSum;
+    std::vector<double> all;
+    double reduceSeconds = 0;
+    try {
+        all = link.allGather(mine);
+        const auto reduceStart = Clock::now();
+        torch::NoGradGuard noGrad;
+        CountingScope inPlace(false);
+        link.allReduceSum(parallel->buckets);
+        reduceSeconds = std::chrono::duration<double>(Clock::now() - reduceStart).count();
+    } catch (const std::exception& e) {
+        ranksFailed(e, "summing the gradients");
+    }
+    const auto field = [&](size_t rank, StepField f) { return all[rank * kStepFields + f]; };
+    const auto world = static_cast<size_t>(link.size());
+    double slowest = 0;
+    double totalLoss = 0;
+    for (size_t r = 0; r < world; ++r) {
+        slowest = std::max(slowest, field(r, kFieldCompute));
+        totalLoss += field(r, kFieldLoss);
+    }
+    RanksStepped& report = parallel->report;
+    report = RanksStepped{};
+    report.step = step + 1;
+    report.allReduceSeconds = reduceSeconds;
+    std::vector<RankStepTiming> timings;
+    bool fullBatch = true;
+    bool everyRankProbed = true;
+    bool anyCapped = false;
+    for (size_t r = 0; r < world; ++r) {
+        RankStep rank;
+        rank.rank = static_cast<int>(r);
+        rank.device = parallel->devices[r];
+        rank.share = static_cast<int64_t>(field(r, kFieldShare));
+        rank.microBatch = static_cast<int64_t>(field(r, kFieldLargest));
+        rank.microBatches = static_cast<int64_t>(field(r, kFieldCommitted));
+        rank.computeSeconds = field(r, kFieldCompute);
+        rank.samplesPerSecond = rank.computeSeconds > 0 ? static_cast<double>(rank.share) / rank.computeSeconds : 0;
+        // Every rank starts the batch together (after the last exchange) and waits at this one
+        // until the slowest is done.
+        rank.waitSeconds = slowest - rank.computeSeconds;
+        rank.peakBytes = static_cast<int64_t>(field(r, kFieldPeak));
+        rank.ooms = static_cast<int>(field(r, kFieldOoms));
+        rank.settled = field(r, kFieldSettled) != 0;
+        timings.push_back({rank.share, rank.computeSeconds, rank.settled});
+        fullBatch = fullBatch && rank.share == parallel->shares[r];
+        const auto probed = static_cast<int64_t>(field(r, kFieldProbed));
+        everyRankProbed = everyRankProbed && probed > 0;
+        anyCapped = anyCapped || probed >= parallel->shares[r];  // the share, not the memory, limited it
+        report.ranks.push_back(std::move(rank));
+    }
+    // The decisions below are taken by every rank from the same numbers: the same on all.
+    if (fullBatch && options.balanceShares) {
+        if (!parallel->sharedByCapacity && everyRankProbed) {
+            parallel->sharedByCapacity = true;
+            if (!anyCapped) {
+                std::vector<double> capacity;
+                for (size_t r = 0; r < world; ++r) capacity.push_back(field(r, kFieldProbed));
+                std::vector<int64_t> next = splitShares(target, capacity, minPart);
+                if (next != parallel->shares) {
+                    report.nextShares = std::move(next);
+                    report.shareReason = "in proportion to each device's probed micro-batch";
+                }
+            }
+        } else if (auto change = parallel->balancer->observe(timings, parallel->shares, target)) {
+            report.nextShares = std::move(change->shares);
+            report.shareReason = std::move(change->reason);
+        }
+    }
+    report.imbalance = parallel->balancer->lastImbalance();
+    return totalLoss;
+}
+
+void Trainer::Impl::finishRanksStep() {
+    RanksStepped& report = parallel->report;
+    if (options.parameterCheckEvery > 0 && step % options.parameterCheckEvery == 0) {
+        checkRanksAgree();
+        report.parametersChecked = true;
+    }
+    report.time = now();
+    const int64_t before = localTarget();
+    if (!report.nextShares.empty()) {
+        parallel->shares = report.nextShares;
+        parallel->balancer->reset();
+    }
+    emit(report);
+    const int64_t after = localTarget();
+    // A share beyond the size the last probe could try (it was bounded by the old share): probe
+    // again from the size in use, so the larger share does not run in needlessly small parts.
+    if (after > before && !probe && probedMicroBatch >= before) {
+        startProbe(ProbeReason::TargetBatchChange, microBatch, microBatch);
+    }
+}
+
+void Trainer::Impl::checkRanksAgree() {
+    if (parallel->lastCheckedStep == step) return;
+    parallel->lastCheckedStep = step;
+    const uint64_t hash = parameterChecksum(parameters);
+    std::vector<double> all;
+    try {
+        // Two exact halves: a double holds any 32-bit number.
+        all = parallel->link->allGather({static_cast<double>(hash >> 32), static_cast<double>(hash & 0xffffffffULL)});
+    } catch (const std::exception& e) {
+        ranksFailed(e, "comparing the parameters");
+    }
+    std::string differing;
+    for (size_t r = 1; r * 2 < all.size(); ++r) {
+        if (all[r * 2] == all[0] && all[r * 2 + 1] == all[1]) continue;
+        if (!differing.empty()) differing += ", ";
+        differing += "rank " + std::to_string(r) + " (" + parallel->devices[r] + ")";
+    }
+    if (!differing.empty()) {
+        throw FatalError{"after step " + std::to_string(step) + " the parameters of " + differing +
+                             " differ from rank 0's, though every rank took the same optimizer step on the same "
+                             "summed gradients: the ranks must run the same LibTorch build on the same kind of "
+                             "device for bit-identical steps; resume from the last checkpoint",
+                         "step " + std::to_string(step) + ", comparing the ranks' parameters"};
+    }
+}
+
+void Trainer::Impl::ranksFailed(const std::exception& error, const std::string& during) {
+    const std::string where = "step " + std::to_string(step + 1) + ", " + during;
+    const std::string missing = parallel->link->unresponsiveRanks(parallel->devices);
+    throw FatalError{"the ranks lost each other at step " + std::to_string(step + 1) + " (" + during + "): " +
+                         (missing.empty() ? std::string("another rank failed (see its message)")
+                                          : missing + " stopped answering (it died or hangs)") +
+                         " [" + collectiveError(error.what()) +
+                         "]; the last checkpoint resumes the job, with the same or other devices",
+                     where};
+}
+
+}  // namespace batchpilot::core

@@ -1,0 +1,345 @@
+// Several devices, run as a user runs them: batchpilot-cli --devices starts one process per
+// virtual device (different budgets, so different micro-batches), and the weights they end with
+// are compared with one process training the full batch; OOMs on one rank, a killed rank, a hung
+// rank and a resume with another number of ranks.
+
+#include <QtTest>
+
+#include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QJsonArray>
+#include <QProcess>
+#include <QTemporaryDir>
+
+#include <csignal>
+
+#include <torch/torch.h>
+
+#include "core/checkpoint.h"
+#include "core/dataset.h"
+#include "core/model.h"
+#include "core/model_factory.h"
+#include "core/optimizer.h"
+
+using namespace batchpilot::core;
+
+namespace {
+
+struct Run {
+    int exitCode;
+    QString out;
+    QString err;
+};
+
+constexpr int kSamples = 1024;
+
+/// What every job trains: a CNN on 1024 synthetic images. Adam at a usual learning rate
+/// (1e-3): at SGD's 0.05 it turns the last bits of near-zero gradients, which differ with the
+/// order of any sum, into whole steps (5e-5 relative after 5 steps, measured).
+QStringList model(const QString& optimizer) {
+    return {QStringLiteral("--model"),     QStringLiteral("cnn"),
+            QStringLiteral("--samples"),   QString::number(kSamples),
+            QStringLiteral("--optimizer"), optimizer,
+            QStringLiteral("--lr"),        optimizer == QStringLiteral("adam") ? QStringLiteral("0.001")
+                                                                                : QStringLiteral("0.05"),
+            QStringLiteral("--no-run-folder")};
+}
+
+/// The job every test trains: the model above, 192 samples per training batch.
+QStringList job(const QString& optimizer, int steps) {
+    return model(optimizer) + QStringList{QStringLiteral("--target-batch"), QStringLiteral("192"),
+                                          QStringLiteral("--steps"), QString::number(steps)};
+}
+
+/// The events in `path` of `type` whose message names an injected failure.
+int injectedOoms(const QString& path);
+
+Run runCli(const QStringList& args, const QProcessEnvironment& environment = QProcessEnvironment::systemEnvironment()) {
+    QProcess process;
+    process.setProcessEnvironment(environment);
+    process.start(QStringLiteral(BATCHPILOT_CLI_PATH), args);
+    if (!process.waitForFinished(300000)) {
+        process.kill();
+        process.waitForFinished();
+        return {-1, {}, QStringLiteral("timed out")};
+    }
+    return {process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -2,
+            QString::fromUtf8(process.readAllStandardOutput()), QString::fromUtf8(process.readAllStandardError())};
+}
+
+/// The parameters in `directory`'s checkpoint, loaded into a freshly built CNN.
+std::vector<torch::Tensor> checkpointParameters(const QString& directory, const QString& optimizer) {
+    DataOptions data;
+    data.samples = kSamples;
+    auto dataset = makeDataset(data);
+    if (!dataset) return {};
+    ModelOptions modelOptions;
+    modelOptions.name = "cnn";
+    auto model = makeModel(modelOptions, **dataset);
+    if (!model) return {};
+    OptimizerOptions optimizerOptions;
+    optimizerOptions.kind = optimizer == QStringLiteral("adam") ? OptimizerKind::Adam : OptimizerKind::Sgd;
+    Optimizer state(optimizerOptions, (*model)->parameters());
+    auto loaded = loadCheckpoint(directory.toStdString(), **model, state);
+    if (!loaded) {
+        qWarning("%s", loaded.error().c_str());
+        return {};
+    }
+    std::vector<torch::Tensor> values;
+    for (const auto& p : (*model)->parameters()) values.push_back(p.detach().clone());
+    return values;
+}
+
+/// The largest relative difference (norm of the difference over the reference's norm) of any
+/// parameter tensor; infinity when the sets do not match.
+double largestRelativeDifference(const std::vector<torch::Tensor>& values, const std::vector<torch::Tensor>& reference) {
+    if (values.empty() || values.size() != reference.size()) return INFINITY;
+    double worst = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+        const double scale = std::max(reference[i].norm().item<double>(), 1e-12);
+        worst = std::max(worst, (values[i] - reference[i]).norm().item<double>() / scale);
+    }
+    return worst;
+}
+
+std::vector<QJsonObject> events(const QString& path, const QString& type) {
+    std::vector<QJsonObject> found;
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly)) return found;
+    while (!file.atEnd()) {
+        const QJsonObject event = QJsonDocument::fromJson(file.readLine()).object();
+        if (event.value(QStringLiteral("type")).toString() == type) found.push_back(event);
+    }
+    return found;
+}
+
+int injectedOoms(const QString& path) {
+    int count = 0;
+    for (const QJsonObject& oom : events(path, QStringLiteral("oom")))
+        count += oom.value(QStringLiteral("message")).toString().contains(QStringLiteral("injected failure")) ? 1 : 0;
+    return count;
+}
+
+/// The pid of rank `rank` among the launcher's children (found by its RANK variable).
+pid_t rankProcess(qint64 launcher, int rank) {
+    QFile children(QStringLiteral("/proc/%1/task/%1/children").arg(launcher));
+    if (!children.open(QIODevice::ReadOnly)) return 0;
+    for (const QByteArray& pid : children.readAll().split(' ')) {
+        if (pid.trimmed().isEmpty()) continue;
+        QFile environment(QStringLiteral("/proc/%1/environ").arg(QString::fromLatin1(pid.trimmed())));
+        if (!environment.open(QIODevice::ReadOnly)) continue;
+        if (environment.readAll().split('\0').contains("RANK=" + QByteArray::number(rank)))
+            return static_cast<pid_t>(pid.trimmed().toLongLong());
+    }
+    return 0;
+}
+
+}  // namespace
+
+class TestDataParallel : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_dir;
+
+    QString path(const QString& name) const { return m_dir.filePath(name); }
+
+    /// How far one process accumulating in the small micro-batches of a 6 MiB device ends from
+    /// the reference (its gradients summed in another order): Adam divides each gradient by its
+    /// own size, so the last bits of gradients that nearly cancel become whole steps (measured
+    /// 3.1e-5 after 5 steps at lr 1e-3; SGD 3e-7). Several devices must be as exact as that.
+    double accumulationControl(const QString& optimizer, int steps) {
+        const QString directory = path(QStringLiteral("single-small-%1-%2").arg(optimizer).arg(steps));
+        if (!QFile::exists(directory + QStringLiteral("/checkpoint.pt"))) {
+            const Run small = runCli(job(optimizer, steps) + QStringList{QStringLiteral("--device"),
+                                                                         QStringLiteral("virtual:6MiB"),
+                                                                         QStringLiteral("--checkpoint-dir"), directory});
+            if (small.exitCode != 0) qWarning("%s", qPrintable(small.err));
+        }
+        return largestRelativeDifference(checkpointParameters(directory, optimizer), reference(optimizer, steps));
+    }
+
+    /// The largest difference a job may end with: 1e-5 relative, or (Adam) what accumulation
+    /// itself gives on one device, with a margin.
+    double tolerance(const QString& optimizer, int steps) {
+        if (optimizer != QStringLiteral("adam")) return 1e-5;
+        const double control = accumulationControl(optimizer, steps);
+        qInfo("one process in 6 MiB micro-batches: %.3g from the reference", control);
+        [&] { QVERIFY2(control < 1e-4, qPrintable(QString::number(control))); }();
+        return std::max(1e-5, 2 * control);
+    }
+
+    /// One process training the full batch: the reference every job is compared with.
+    std::vector<torch::Tensor> reference(const QString& optimizer, int steps) {
+        const QString directory = path(QStringLiteral("single-%1-%2").arg(optimizer).arg(steps));
+        if (!QFile::exists(directory + QStringLiteral("/checkpoint.pt"))) {
+            const Run single = runCli(job(optimizer, steps) + QStringList{QStringLiteral("--device"),
+                                                                          QStringLiteral("virtual:512MiB"),
+                                                                          QStringLiteral("--checkpoint-dir"), directory});
+            if (single.exitCode != 0) qWarning("%s", qPrintable(single.err));
+        }
+        return checkpointParameters(directory, optimizer);
+    }
+
+private Q_SLOTS:
+    void sameWeightsAsOneProcess_data() {
+        QTest::addColumn<QString>("optimizer");
+        QTest::addColumn<QString>("devices");
+        QTest::newRow("2 ranks, SGD") << QStringLiteral("sgd") << QStringLiteral("virtual:6MiB,virtual:24MiB");
+        QTest::newRow("3 ranks, SGD") << QStringLiteral("sgd")
+                                      << QStringLiteral("virtual:24MiB,virtual:6MiB,virtual:12MiB");
+        QTest::newRow("2 ranks, Adam") << QStringLiteral("adam") << QStringLiteral("virtual:6MiB,virtual:24MiB");
+        QTest::newRow("3 ranks, Adam") << QStringLiteral("adam")
+                                       << QStringLiteral("virtual:24MiB,virtual:6MiB,virtual:12MiB");
+    }
+    void sameWeightsAsOneProcess() {
+        QFETCH(QString, optimizer);
+        QFETCH(QString, devices);
+        const int ranks = static_cast<int>(devices.count(QLatin1Char(',')) + 1);
+        const QString directory = path(QStringLiteral("job-%1-%2").arg(optimizer).arg(ranks));
+        const QString eventsFile = directory + QStringLiteral(".jsonl");
+        const Run job5 = runCli(job(optimizer, 5) + QStringList{QStringLiteral("--devices"), devices,
+                                                                QStringLiteral("--checkpoint-dir"), directory,
+                                                                QStringLiteral("--events"), eventsFile});
+        QVERIFY2(job5.exitCode == 0, qPrintable(job5.err));
+        QVERIFY(job5.out.contains(QStringLiteral("ranks:")));
+
+        const double difference = largestRelativeDifference(checkpointParameters(directory, optimizer),
+                                                            reference(optimizer, 5));
+        qInfo("%d ranks, %s: largest relative parameter difference %.3g", ranks, qPrintable(optimizer), difference);
+        QVERIFY2(difference <= tolerance(optimizer, 5), qPrintable(QString::number(difference)));
+
+        // Rank 0's events: every step shared the whole batch between all ranks, with their own
+        // micro-batches; each rank kept its own events file.
+        const auto steps = events(eventsFile, QStringLiteral("ranks_step"));
+        QCOMPARE(static_cast<int>(steps.size()), 5);
+        bool differentMicroBatches = false;
+        for (const QJsonObject& step : steps) {
+            const QJsonArray perRank = step.value(QStringLiteral("ranks")).toArray();
+            QCOMPARE(perRank.size(), ranks);
+            qint64 shared = 0;
+            for (const auto& rank : perRank) shared += rank.toObject().value(QStringLiteral("share")).toInteger();
+            QCOMPARE(shared, qint64(192));
+            differentMicroBatches = differentMicroBatches ||
+                                    perRank[0].toObject().value(QStringLiteral("micro_batch")).toInteger() !=
+                                        perRank[1].toObject().value(QStringLiteral("micro_batch")).toInteger();
+        }
+        QVERIFY(differentMicroBatches);
+        QVERIFY(steps.back().value(QStringLiteral("parameters_checked")).toBool() ||
+                QFile::exists(eventsFile + QStringLiteral(".rank1")));
+        QVERIFY(QFile::exists(eventsFile + QStringLiteral(".rank1")));
+    }
+
+    void oomsOnOneRankChangeNothing() {
+        // Rank 1 runs out of memory three times at random allocations; it recovers alone (the
+        // others never wait in a collective it misses) and the result is the same.
+        QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+        environment.insert(QStringLiteral("BATCHPILOT_INJECT_OOMS"), QStringLiteral("3,300,11"));
+        environment.insert(QStringLiteral("BATCHPILOT_INJECT_OOMS_RANK"), QStringLiteral("1"));
+        const QString directory = path(QStringLiteral("job-oom"));
+        const QString eventsFile = directory + QStringLiteral(".jsonl");
+        const Run run = runCli(job(QStringLiteral("adam"), 5) +
+                                   QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:6MiB,virtual:24MiB"),
+                                               QStringLiteral("--checkpoint-dir"), directory,
+                                               QStringLiteral("--events"), eventsFile},
+                               environment);
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        // (Both ranks also run out of memory for real while probing their small budgets.)
+        QCOMPARE(injectedOoms(eventsFile + QStringLiteral(".rank1")), 3);
+        QCOMPARE(injectedOoms(eventsFile), 0);
+        int reported = 0;  // rank 0 learns rank 1's OOMs from the steps' exchange
+        for (const QJsonObject& step : events(eventsFile, QStringLiteral("ranks_step")))
+            reported += step.value(QStringLiteral("ranks")).toArray()[1].toObject().value(QStringLiteral("ooms")).toInt();
+        QCOMPARE(reported, static_cast<int>(events(eventsFile + QStringLiteral(".rank1"), QStringLiteral("oom")).size()));
+        const double difference = largestRelativeDifference(checkpointParameters(directory, QStringLiteral("adam")),
+                                                            reference(QStringLiteral("adam"), 5));
+        qInfo("OOMs on rank 1, adam: largest relative parameter difference %.3g", difference);
+        QVERIFY2(difference <= tolerance(QStringLiteral("adam"), 5), qPrintable(QString::number(difference)));
+    }
+
+    void killedRankEndsTheJobAndAnotherSetResumes() {
+        const QString directory = path(QStringLiteral("job-killed"));
+        const QString eventsFile = directory + QStringLiteral(".jsonl");
+        QProcess launcher;
+        launcher.start(QStringLiteral(BATCHPILOT_CLI_PATH),
+                       job(QStringLiteral("adam"), 1000) +
+                           QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:6MiB,virtual:24MiB"),
+                                       QStringLiteral("--checkpoint-dir"), directory, QStringLiteral("--checkpoint-every"),
+                                       QStringLiteral("2"), QStringLiteral("--events"), eventsFile});
+        QVERIFY(launcher.waitForStarted());
+        // Killed once a checkpoint exists, mid-run.
+        QTRY_VERIFY_WITH_TIMEOUT(!events(eventsFile, QStringLiteral("checkpoint")).empty(), 120000);
+        const pid_t rank1 = rankProcess(launcher.processId(), 1);
+        QVERIFY(rank1 > 0);
+        QCOMPARE(::kill(rank1, SIGKILL), 0);
+        QVERIFY(launcher.waitForFinished(60000));  // the rest stop well within the rank timeout
+        const QString err = QString::fromUtf8(launcher.readAllStandardError());
+        QVERIFY2(launcher.exitCode() == 128 + SIGKILL, qPrintable(err));
+        QVERIFY2(err.contains(QStringLiteral("rank 1 (virtual:24MiB) was killed by signal 9")), qPrintable(err));
+        const auto saved = events(eventsFile, QStringLiteral("checkpoint"));
+        const qint64 savedStep = saved.back().value(QStringLiteral("step")).toInteger();
+        QVERIFY(savedStep >= 2 && savedStep < 1000);
+
+        // Three ranks on other budgets go on from the checkpoint to step savedStep + 3, and end
+        // where one process training without a break ends.
+        const int end = static_cast<int>(savedStep) + 3;
+        const Run resumed = runCli(model(QStringLiteral("adam")) +
+                                   QStringList{QStringLiteral("--devices"),
+                                               QStringLiteral("virtual:24MiB,virtual:12MiB,virtual:6MiB"),
+                                               QStringLiteral("--resume"), directory, QStringLiteral("--steps"),
+                                               QString::number(end)});
+        QVERIFY2(resumed.exitCode == 0, qPrintable(resumed.err));
+        const double difference = largestRelativeDifference(
+            checkpointParameters(directory, QStringLiteral("adam")), reference(QStringLiteral("adam"), end));
+        qInfo("killed at step %lld, resumed on 3 ranks to step %d: largest relative parameter difference %.3g",
+              static_cast<long long>(savedStep), end, difference);
+        QVERIFY2(difference <= tolerance(QStringLiteral("adam"), end), qPrintable(QString::number(difference)));
+    }
+
+    void hungRankIsNamed() {
+        // Rank 1 stops answering (SIGSTOP): rank 0 gives up after --rank-timeout and names it.
+        const QString eventsFile = path(QStringLiteral("job-hung.jsonl"));
+        QProcess launcher;
+        launcher.start(QStringLiteral(BATCHPILOT_CLI_PATH),
+                       job(QStringLiteral("sgd"), 1000) +
+                           QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:6MiB,virtual:24MiB"),
+                                       QStringLiteral("--rank-timeout"), QStringLiteral("5"),
+                                       QStringLiteral("--events"), eventsFile});
+        QVERIFY(launcher.waitForStarted());
+        QTRY_VERIFY_WITH_TIMEOUT(!events(eventsFile, QStringLiteral("ranks_step")).empty(), 120000);
+        const pid_t rank1 = rankProcess(launcher.processId(), 1);
+        QVERIFY(rank1 > 0);
+        QCOMPARE(::kill(rank1, SIGSTOP), 0);
+        QVERIFY(launcher.waitForFinished(60000));
+        const QString err = QString::fromUtf8(launcher.readAllStandardError());
+        QVERIFY2(launcher.exitCode() == 1, qPrintable(err));
+        QVERIFY2(err.contains(QStringLiteral("rank 1 (virtual:24MiB) stopped answering")), qPrintable(err));
+    }
+
+    void badDeviceListsAreRefused_data() {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("one device") << QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:64MiB")}
+                                    << QStringLiteral("names one device");
+        QTest::newRow("unknown device") << QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:64MiB,cuda:99")}
+                                        << QStringLiteral("\"cuda:99\" does not exist");
+        QTest::newRow("empty entry") << QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:64MiB,")}
+                                     << QStringLiteral("--devices \"virtual:64MiB,\"");
+        QTest::newRow("with --device") << QStringList{QStringLiteral("--device"), QStringLiteral("cpu"),
+                                                      QStringLiteral("--devices"), QStringLiteral("cpu,cpu")}
+                                       << QStringLiteral("--device and --devices were both given");
+        QTest::newRow("target below ranks") << QStringList{QStringLiteral("--devices"), QStringLiteral("cpu,cpu,cpu"),
+                                                           QStringLiteral("--target-batch"), QStringLiteral("2"),
+                                                           QStringLiteral("--no-run-folder")}
+                                            << QStringLiteral("cannot be shared by 3 devices");
+    }
+    void badDeviceListsAreRefused() {
+        QFETCH(QStringList, args);
+        QFETCH(QString, message);
+        const Run run = runCli(args);
+        QCOMPARE(run.exitCode, 2);
+        QVERIFY2(run.err.contains(message), qPrintable(run.err));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestDataParallel)
+#include "tst_data_parallel.moc"
