@@ -33,6 +33,7 @@ namespace batchpilot::ui {
 namespace {
 
 constexpr auto kVirtual = "virtual";
+constexpr auto kSeveral = "several";
 
 QSpinBox* spin(int min, int max, int value, const QString& tip) {
     auto* box = new QSpinBox;
@@ -224,6 +225,7 @@ QGroupBox* RunPanel::createDevice() {
     for (const core::DeviceInfo& info : core::availableDevices())
         m_device->addItem(QStringLiteral("%1 — %2").arg(str(info.id), str(info.description)), str(info.id));
     m_device->addItem(tr("Virtual GPU (simulated memory budget)"), QLatin1String(kVirtual));
+    m_device->addItem(tr("Several devices (one process each)"), QLatin1String(kSeveral));
     m_device->setToolTip(
         tr("Where to train. A virtual GPU is the CPU with a hard memory budget: "
            "allocations past it fail exactly like a GPU running out of memory."));
@@ -234,6 +236,12 @@ QGroupBox* RunPanel::createDevice() {
            "smaller budget forces smaller micro-batches and more "
            "accumulation steps; change it during a run to watch the probe "
            "adapt."));
+    m_deviceList = new QLineEdit(QStringLiteral("virtual:48MiB, virtual:192MiB"));
+    m_deviceList->setObjectName(QStringLiteral("deviceList"));
+    m_deviceList->setToolTip(
+        tr("The devices that share every training batch, in rank order, e.g. virtual:48MiB, "
+           "virtual:192MiB or cuda:0, cuda:1. Each gets a process of its own and probes its own "
+           "micro-batch; this window trains the first and shows every rank's share."));
     m_deviceInfo = new QLabel;
     m_deviceInfo->setWordWrap(true);
     m_deviceInfo->setEnabled(false);
@@ -242,6 +250,7 @@ QGroupBox* RunPanel::createDevice() {
     auto* deviceForm = new QFormLayout(device);
     deviceForm->addRow(tr("Device"), m_device);
     deviceForm->addRow(tr("Budget"), m_virtualSize);
+    deviceForm->addRow(tr("Devices"), m_deviceList);
     deviceForm->addRow(m_deviceInfo);
     styleForm(deviceForm);
     return device;
@@ -390,6 +399,7 @@ void RunPanel::connectFields() {
         commitDevice();
     });
     connect(m_virtualSize, &QLineEdit::textChanged, this, changed);
+    connect(m_deviceList, &QLineEdit::textChanged, this, changed);
     connect(m_dataPath, &QLineEdit::textChanged, this, changed);
     connect(m_validationPath, &QLineEdit::textChanged, this, changed);
     connect(m_virtualSize, &QLineEdit::editingFinished, this, &RunPanel::commitDevice);
@@ -401,9 +411,24 @@ void RunPanel::connectFields() {
 
 QString RunPanel::deviceId() const {
     const QString id = m_device->currentData().toString();
+    if (id == QLatin1String(kSeveral)) {
+        const QStringList all = devices();
+        return all.isEmpty() ? QString() : all.front();
+    }
     if (id != QLatin1String(kVirtual)) return id;
     const QString size = m_virtualSize->text().trimmed().remove(QLatin1Char(' '));
     return QStringLiteral("virtual:") + size;
+}
+
+QStringList RunPanel::devices() const {
+    if (m_device->currentData().toString() != QLatin1String(kSeveral)) return {};
+    QStringList all;
+    for (const QString& part : m_deviceList->text().split(QLatin1Char(','))) {
+        const auto parsed = core::parseDevice(part.trimmed().toStdString());
+        if (!parsed) return {};
+        all << str(parsed->name());
+    }
+    return all.size() >= 2 ? all : QStringList{};
 }
 
 core::TrainerOptions RunPanel::options() const {
@@ -499,24 +524,46 @@ void RunPanel::markField(QWidget* field, const QString& problem) {
 
 void RunPanel::revalidate() {
     const bool isVirtual = m_device->currentData().toString() == QLatin1String(kVirtual);
+    const bool several = m_device->currentData().toString() == QLatin1String(kSeveral);
     QString deviceProblem;
     QString sizeProblem;
+    QString listProblem;
+    if (several) {
+        const QStringList parts = m_deviceList->text().split(QLatin1Char(','));
+        for (const QString& part : parts) {
+            if (const auto parsed = core::parseDevice(part.trimmed().toStdString()); !parsed) {
+                listProblem = tr("Devices: \"%1\": %2").arg(part.trimmed(), str(parsed.error()));
+                break;
+            }
+        }
+        if (listProblem.isEmpty() && parts.size() < 2)
+            listProblem = tr("Devices: list two or more, separated by commas (for one, choose it above)");
+    }
     if (isVirtual) {
         const auto size = core::parseByteSize(m_virtualSize->text().trimmed().toStdString());
         if (!size) sizeProblem = tr("Virtual GPU budget: %1").arg(str(size.error()));
     }
-    if (sizeProblem.isEmpty()) {
+    if (several) {
+        const QStringList all = devices();
+        QStringList ranks;
+        for (int r = 0; r < all.size(); ++r) ranks << tr("rank %1 %2").arg(r).arg(all[r]);
+        m_deviceInfo->setText(all.isEmpty() ? QString()
+                                            : tr("%1 processes, each with its share of every batch: %2 (this window "
+                                                 "trains rank 0)")
+                                                  .arg(all.size())
+                                                  .arg(ranks.join(QStringLiteral(", "))));
+    } else if (sizeProblem.isEmpty()) {
         const auto parsed = core::parseDevice(deviceId().toStdString());
         if (!parsed)
             deviceProblem = tr("Device: %1").arg(str(parsed.error()));
         else if (isVirtual)
             m_deviceInfo->setText(tr("simulated GPU with %1").arg(str(core::formatBytes(parsed->budgetBytes))));
     }
-    if (!isVirtual) m_deviceInfo->setText(m_device->currentText().section(QStringLiteral(" — "), 1));
+    if (!isVirtual && !several) m_deviceInfo->setText(m_device->currentText().section(QStringLiteral(" — "), 1));
     const QString modelProblem = m_model->count() == 0 ? tr("No model available.") : QString();
 
     QStringList problems;
-    for (const QString& problem : {sizeProblem, deviceProblem, modelProblem})
+    for (const QString& problem : {sizeProblem, listProblem, deviceProblem, modelProblem})
         if (!problem.isEmpty()) problems << problem;
     // Every other rule is core's (the CLI and configuration files share it); its problem names the
     // field, which is marked here.
@@ -531,6 +578,7 @@ void RunPanel::revalidate() {
         return coreProblem && coreProblem->field == field ? str(coreProblem->message) : QString();
     };
     markField(m_virtualSize, sizeProblem);
+    markField(m_deviceList, listProblem);
     markField(m_device, deviceProblem.isEmpty() ? coreSays("device") : deviceProblem);
     markField(m_model, modelProblem.isEmpty() ? coreSays("model.name") : modelProblem);
     const std::pair<const char*, QWidget*> coreFields[] = {
@@ -564,6 +612,7 @@ void RunPanel::revalidate() {
 
 void RunPanel::commitDevice() {
     if (!running() || m_device->property("invalid").toBool() || m_virtualSize->property("invalid").toBool()) return;
+    if (m_device->currentData().toString() == QLatin1String(kSeveral)) return;  // the ranks keep their devices
     m_commands->switchDevice(deviceId());
 }
 
@@ -579,6 +628,10 @@ void RunPanel::lockFields() {
                                                           m_memorySavers, m_optimizer, m_learningRate, m_seed, m_steps})
         field->setEnabled(!locked);
     m_virtualSize->setEnabled(m_device->currentData().toString() == QLatin1String(kVirtual));
+    // Several devices: each rank keeps its device for the run (no switching).
+    const bool several = m_device->currentData().toString() == QLatin1String(kSeveral);
+    m_deviceList->setEnabled(several && !locked);
+    m_device->setEnabled(!(several && locked));
 }
 
 void RunPanel::saveSettings(QSettings& s) const {
@@ -588,6 +641,7 @@ void RunPanel::saveSettings(QSettings& s) const {
     s.setValue(QStringLiteral("samples"), m_samples->value());
     s.setValue(QStringLiteral("device"), m_device->currentData());
     s.setValue(QStringLiteral("virtualSize"), m_virtualSize->text());
+    s.setValue(QStringLiteral("deviceList"), m_deviceList->text());
     s.setValue(QStringLiteral("targetBatch"), m_target->value());
     s.setValue(QStringLiteral("initialMicroBatch"), m_initialMicro->value());
     s.setValue(QStringLiteral("maxMicroBatch"), m_maxMicro->value());
@@ -617,6 +671,7 @@ void RunPanel::loadSettings(const QSettings& s) {
     setCombo(m_dataset, m_dataset->findData(value("dataset")));
     m_samples->setValue(value("samples").toInt());
     m_virtualSize->setText(value("virtualSize").toString());
+    if (value("deviceList").isValid()) m_deviceList->setText(value("deviceList").toString());
     setCombo(m_device, m_device->findData(value("device")));
     m_target->setValue(value("targetBatch").toInt());
     m_initialMicro->setValue(value("initialMicroBatch").toInt());

@@ -48,7 +48,11 @@ public:
     QString problem() const { return m_problem; }
     bool isValid() const { return m_problem.isEmpty(); }
     /// The device id the fields describe ("cpu", "cuda:0", "virtual:64MiB"); empty if invalid.
+    /// With several devices, the first (rank 0's, trained in this window).
     QString deviceId() const;
+    /// Several devices (the device "Several devices"): every device of the job in rank order,
+    /// each canonical ("virtual:48MiB"); empty for one device.
+    QStringList devices() const;
 
     void saveSettings(QSettings& settings) const;
     void loadSettings(const QSettings& settings);
@@ -66,6 +70,7 @@ public:
     QComboBox* datasetBox() const { return m_dataset; }
     QLineEdit* dataPathEdit() const { return m_dataPath; }
     QLineEdit* virtualSizeEdit() const { return m_virtualSize; }
+    QLineEdit* deviceListEdit() const { return m_deviceList; }
     QDoubleSpinBox* heldOutBox() const { return m_heldOut; }
     QLineEdit* validationPathEdit() const { return m_validationPath; }
     QSpinBox* validateEveryBox() const { return m_validateEvery; }
@@ -111,6 +116,7 @@ private:
     QComboBox* m_keepBest;        ///< the validation metric the best model is kept by; "": none
     QComboBox* m_device;
     QLineEdit* m_virtualSize;
+    QLineEdit* m_deviceList;  ///< several devices, comma-separated
     QLabel* m_deviceInfo;
     QSpinBox* m_target;
     QSpinBox* m_initialMicro;

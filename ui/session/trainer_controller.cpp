@@ -4,8 +4,17 @@
 #include <optional>
 #include <utility>
 
+#include <QCoreApplication>
+#include <QDir>
+#include <QFileInfo>
+#include <QProcess>
+#include <QTemporaryDir>
 #include <QThread>
 #include <QTimer>
+
+#include <unistd.h>
+
+#include "core/run_config.h"
 
 // The bridge: the one ui/ file that runs the core trainer (on its own thread).
 
@@ -95,9 +104,98 @@ TrainerController::~TrainerController() {
     }
     m_thread->quit();
     m_thread->wait();
+    endRanks();
 }
 
 bool TrainerController::start(const core::TrainerOptions& options) {
+    return start(options, {});
+}
+
+QString TrainerController::workerProgram() {
+    const QString given = qEnvironmentVariable("BATCHPILOT_CLI");
+    if (!given.isEmpty()) return given;
+    return QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("batchpilot-cli"));
+}
+
+bool TrainerController::startRanks(core::TrainerOptions& options, const QStringList& devices, QString& error) {
+    auto store = core::StoreHost::start();
+    if (!store) {
+        error = QString::fromStdString(store.error());
+        return false;
+    }
+    const QString program = workerProgram();
+    if (!QFileInfo(program).isExecutable()) {
+        error = tr("the other ranks run %1, which is not there: build batchpilot-cli next to this program, or "
+                   "name it in BATCHPILOT_CLI")
+                    .arg(program);
+        return false;
+    }
+    // The other ranks read the same run from a configuration file (every field the panel sets).
+    m_jobDirectory = std::make_unique<QTemporaryDir>();
+    const QString config = m_jobDirectory->filePath(QStringLiteral("job.json"));
+    if (auto saved = core::saveRunConfig(config.toStdString(), options); !saved) {
+        error = QString::fromStdString(saved.error());
+        return false;
+    }
+    m_store = std::move(*store);
+    m_rankDevices = devices;
+    const auto world = QString::number(devices.size());
+    for (int r = 1; r < devices.size(); ++r) {
+        auto* process = new QProcess(this);
+        QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+        environment.insert(QStringLiteral("RANK"), QString::number(r));
+        environment.insert(QStringLiteral("LOCAL_RANK"), QString::number(r));
+        environment.insert(QStringLiteral("WORLD_SIZE"), world);
+        environment.insert(QStringLiteral("MASTER_ADDR"), QStringLiteral("127.0.0.1"));
+        environment.insert(QStringLiteral("MASTER_PORT"), QString::number(m_store->port()));
+        environment.insert(QStringLiteral("TORCHELASTIC_USE_AGENT_STORE"), QStringLiteral("True"));
+        environment.insert(QStringLiteral("BATCHPILOT_LAUNCHER_PID"), QString::number(::getpid()));
+        process->setProcessEnvironment(environment);
+        process->setStandardOutputFile(QProcess::nullDevice());
+        // A rank that fails says why on stderr: its last line joins the event log.
+        connect(process, &QProcess::finished, this, [this, process, r](int code, QProcess::ExitStatus status) {
+            if (status == QProcess::NormalExit && code == 0) return;
+            const QStringList lines =
+                QString::fromUtf8(process->readAllStandardError()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+            const QString why = status == QProcess::CrashExit ? tr("crashed") : tr("exited with status %1").arg(code);
+            m_queue->onEvent(core::Warning{
+                0,
+                tr("rank %1 (%2) %3%4")
+                    .arg(r)
+                    .arg(m_rankDevices.value(r), why, lines.isEmpty() ? QString() : QStringLiteral(": ") + lines.last())
+                    .toStdString()});
+        });
+        process->start(program, {QStringLiteral("--config"), config, QStringLiteral("--device"), devices[r],
+                                 QStringLiteral("--no-run-folder"), QStringLiteral("--quiet")});
+        m_ranks.push_back(process);
+    }
+    core::RankEnvironment rank0;
+    rank0.rank = 0;
+    rank0.worldSize = static_cast<int>(devices.size());
+    rank0.masterAddress = "127.0.0.1";
+    rank0.masterPort = m_store->port();
+    rank0.agentStore = true;
+    // Joined by the trainer's setup on the worker thread: the window never waits for the ranks.
+    options.parallel = core::ProcessGroupLink::deferred(rank0, std::chrono::seconds(60));
+    options.device = devices.front().toStdString();
+    return true;
+}
+
+void TrainerController::endRanks() {
+    for (QProcess* process : m_ranks) {
+        // They end with rank 0 (at the same batch, or when its connection closes).
+        if (process->state() != QProcess::NotRunning && !process->waitForFinished(5000)) {
+            process->kill();
+            process->waitForFinished(1000);
+        }
+        process->deleteLater();
+    }
+    m_ranks.clear();
+    m_store.reset();
+    m_jobDirectory.reset();
+}
+
+bool TrainerController::start(const core::TrainerOptions& options, const QStringList& devices) {
     if (m_running) return false;
     m_running = true;
     m_paused = false;
@@ -109,6 +207,24 @@ bool TrainerController::start(const core::TrainerOptions& options) {
     // forward and backward pass, and it lets the accumulation view show the gradient growing.
     runOptions.reportGradientNorm = true;
     runOptions.reservedCpus = kGuiReservedCpus;
+    if (devices.size() >= 2) {
+        QString error;
+        if (!startRanks(runOptions, devices, error)) {
+            // Never one device in place of several: the run fails, saying why.
+            endRanks();
+            core::RunResult failed;
+            failed.state = core::RunState::Failed;
+            failed.badInput = true;
+            failed.error = "several devices: " + error.toStdString();
+            m_queue->onEvent(core::ErrorEvent{0, failed.error, "configuration"});
+            Q_EMIT runStarted(runOptions);
+            drain();
+            m_drainTimer->stop();
+            m_running = false;
+            Q_EMIT runFinished(failed);
+            return true;
+        }
+    }
     // The run's folder, fed from drain() on this thread (the trainer thread never waits for it).
     // Made first: checkpoints asked for without a directory (keeping the best model) go into it.
     m_folder.reset();
@@ -134,6 +250,11 @@ bool TrainerController::start(const core::TrainerOptions& options) {
 
 void TrainerController::pause() {
     if (!m_running || m_paused) return;
+    if (!m_ranks.empty()) {
+        // The other ranks would wait for this one in a collective, and give up after its timeout.
+        m_queue->onEvent(core::Warning{0, "pause is not available with several devices: stop the run instead"});
+        return;
+    }
     m_trainer->pause();
     m_paused = true;
     Q_EMIT pausedChanged(true);
@@ -226,6 +347,7 @@ void TrainerController::onWorkerFinished(const core::RunResult& result) {
         m_folder.reset();
     }
     m_running = false;
+    endRanks();
     m_trainer.reset();  // the worker has let go of it: its model and tensors are freed here
     if (m_paused) {
         m_paused = false;

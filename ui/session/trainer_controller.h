@@ -11,10 +11,13 @@
 
 #include "core/events.h"
 #include "core/options.h"
+#include "core/process_group.h"
 #include "core/run_folder.h"
 #include "core/trainer.h"
 #include "ui/session/event_metatypes.h"
 
+class QProcess;
+class QTemporaryDir;
 class QThread;
 class QTimer;
 
@@ -50,6 +53,15 @@ public:
     /// running gradient norm of every micro-batch (for the accumulation view) and start in step
     /// mode when setStepMode(true) was called.
     bool start(const core::TrainerOptions& options);
+    /// Several devices (README, "Several devices"): `devices` (two or more, in rank order) share
+    /// every training batch, one process each. This window trains rank 0 on devices[0] (the
+    /// events, charts and run folder are its own, and RanksStepped carries every rank's numbers);
+    /// the other ranks are workerProgram() processes, joined through a store hosted here. Pause,
+    /// device switches and target changes are not available during such a run.
+    bool start(const core::TrainerOptions& options, const QStringList& devices);
+    /// The program the other ranks run: $BATCHPILOT_CLI when set, else batchpilot-cli next to
+    /// this program.
+    static QString workerProgram();
     bool isRunning() const { return m_running; }
 
     void pause();
@@ -106,6 +118,14 @@ private:
     QThread* m_thread;
     TrainerWorker* m_worker;
     QTimer* m_drainTimer;
+    /// Several devices: starts ranks 1… (false, with `error`, when one cannot start).
+    bool startRanks(core::TrainerOptions& options, const QStringList& devices, QString& error);
+    /// After the run: gives the other ranks a moment to end, then ends them.
+    void endRanks();
+    std::unique_ptr<core::StoreHost> m_store;       ///< several devices: the job's store
+    std::unique_ptr<QTemporaryDir> m_jobDirectory;  ///< several devices: the job's configuration file
+    std::vector<QProcess*> m_ranks;                 ///< several devices: ranks 1…, in order
+    QStringList m_rankDevices;
     std::shared_ptr<EventQueue> m_queue;
     std::shared_ptr<core::Trainer> m_trainer;   ///< the current run's, from start() to runFinished
     std::unique_ptr<core::RunFolder> m_folder;  ///< the current run's folder, fed on the GUI thread

@@ -65,9 +65,37 @@ void AccumulationBar::paintEvent(QPaintEvent*) {
         const auto& s = v.m_segments[i];
         p.fillRect(span(s.offset, s.size).adjusted(0, 3, 0, -3), s.probeTrial ? probe : (i % 2 ? fillB : fillA));
     }
-    // Planned micro-batch boundaries.
-    if (v.m_microBatch > 0 && v.m_target > 0) {
-        const core::EvenSplit even = core::EvenSplit::of(v.m_target, v.m_microBatch);
+    // Several devices: the other ranks' shares, tinted, each split by its own micro-batch, and a
+    // boundary between the ranks; this window's micro-batches fill rank 0's share.
+    qint64 rankOffset = 0;
+    for (const core::RankStep& rank : v.m_ranks) {
+        const QRectF share = span(rankOffset, rank.share);
+        if (rank.rank > 0) {
+            QColor tint = pal.color(QPalette::Highlight);
+            tint.setAlpha(45);
+            p.fillRect(share.adjusted(0, 3, 0, -3), tint);
+            QColor tick = pal.color(QPalette::Text);
+            tick.setAlpha(70);
+            p.setPen(QPen(tick, 1));
+            if (rank.microBatch > 0 && rank.share > rank.microBatch) {
+                const core::EvenSplit even = core::EvenSplit::of(rank.share, rank.microBatch);
+                for (qint64 i = 1; i < even.parts; ++i) {
+                    const double x = bar.left() + static_cast<double>(rankOffset + even.offsetOf(i)) * scale;
+                    p.drawLine(QPointF(x, bar.top() + 4), QPointF(x, bar.bottom() - 4));
+                }
+            }
+            p.setPen(pal.color(QPalette::Text));
+            p.drawText(share.adjusted(4, 0, -4, 0), Qt::AlignCenter | Qt::TextSingleLine,
+                       AccumulationView::tr("rank %1 · %2").arg(rank.rank).arg(QString::fromStdString(rank.device)));
+            p.setPen(QPen(pal.color(QPalette::Text), 2));
+            p.drawLine(QPointF(share.left(), bar.top()), QPointF(share.left(), bar.bottom()));
+        }
+        rankOffset += rank.share;
+    }
+    // Planned micro-batch boundaries (with several devices, within rank 0's share).
+    const qint64 planned = v.m_ranks.empty() ? v.m_target : v.m_ranks.front().share;
+    if (v.m_microBatch > 0 && planned > 0) {
+        const core::EvenSplit even = core::EvenSplit::of(planned, v.m_microBatch);
         if (even.parts > 1 && bar.width() / static_cast<double>(even.parts) >= 3) {
             QColor tick = pal.color(QPalette::Text);
             tick.setAlpha(90);
@@ -221,6 +249,13 @@ void AccumulationView::handle(const core::Event& event) {
         m_badge->show();
         m_flash->stop();
         m_flash->start();
+    } else if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) {
+        m_ranks = ranks->ranks;
+        // The next batch is split by the next shares when they changed.
+        for (size_t r = 0; r < m_ranks.size() && r < ranks->nextShares.size(); ++r)
+            m_ranks[r].share = ranks->nextShares[r];
+        m_target = 0;
+        for (const core::RankStep& rank : m_ranks) m_target += rank.share;
     } else if (const auto* waiting = std::get_if<core::StepModeWaiting>(&event)) {
         m_pending = *waiting;
         if (waiting->targetBatch > 0 && m_segments.empty()) m_target = waiting->targetBatch;
@@ -233,7 +268,8 @@ void AccumulationView::handle(const core::Event& event) {
 }
 
 void AccumulationView::setPlan(const RunPlan& plan) {
-    if (plan.targetBatch > 0) m_target = plan.targetBatch;
+    // With several devices the plan is rank 0's share; the bar stays the whole batch.
+    if (plan.targetBatch > 0 && m_ranks.empty()) m_target = plan.targetBatch;
     m_microBatch = plan.microBatch;
     m_accumulation = plan.accumulationSteps;
     updateCaption();
@@ -242,6 +278,7 @@ void AccumulationView::setPlan(const RunPlan& plan) {
 
 void AccumulationView::clear() {
     m_pending.reset();
+    m_ranks.clear();
     startBatch(0);
     m_target = m_microBatch = m_accumulation = 0;
     m_lastCommitted = 0;
@@ -256,7 +293,16 @@ void AccumulationView::updateCaption() {
         m_status->clear();
         return;
     }
-    m_caption->setText(tr("Training batch: %1").arg(planCaption(m_target, m_microBatch)));
+    if (m_ranks.empty()) {
+        m_caption->setText(tr("Training batch: %1").arg(planCaption(m_target, m_microBatch)));
+    } else {
+        QStringList parts;
+        for (const core::RankStep& rank : m_ranks) parts << tr("rank %1: %2").arg(rank.rank).arg(rank.share);
+        m_caption->setText(
+            tr("Training batch: %1 = %2 — here rank 0: %3")
+                .arg(m_target)
+                .arg(parts.join(QStringLiteral(" + ")), planCaption(m_ranks.front().share, m_microBatch)));
+    }
     m_caption->setToolTip(m_caption->text());
     QString status = tr("step %1: %2/%3 samples").arg(m_step).arg(filledSamples()).arg(m_target);
     if (m_replays > 0) status += tr(", replayed ×%1 after OOM").arg(m_replays);

@@ -51,6 +51,9 @@ public:
     /// Gradient norm after the latest committed micro-batch (0 when not reported).
     double gradientNorm() const { return m_gradientNorm; }
     MicroBatchTable* table() const { return m_table; }
+    /// Several devices: every rank's part of the batch (from the last RanksStepped, with the next
+    /// shares when they changed); empty on one device. This window's micro-batches fill rank 0's.
+    const std::vector<core::RankStep>& ranks() const { return m_ranks; }
 
 private:
     struct Segment {
@@ -79,6 +82,7 @@ private:
     double m_flashLevel = 0;
     std::optional<core::StepModeWaiting> m_pending;
     double m_gradientNorm = 0;
+    std::vector<core::RankStep> m_ranks;
 
     friend class AccumulationBar;
 };

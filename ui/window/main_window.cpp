@@ -31,6 +31,7 @@
 #include "ui/log/event_log.h"
 #include "ui/window/help_text.h"
 #include "ui/config/run_panel.h"
+#include "ui/window/ranks_view.h"
 #include "ui/window/run_status.h"
 #include "ui/window/teaching_tools.h"
 #include "ui/session/run_commands.h"
@@ -78,6 +79,8 @@ MainWindow::MainWindow(QWidget* parent)
     centreLayout->setContentsMargins(4, 4, 4, 0);
     centreLayout->setSpacing(4);
     centreLayout->addWidget(m_errorBox);
+    m_ranks = new RanksView;  // several devices only: hidden until a run on several reports
+    centreLayout->addWidget(m_ranks);
     centreLayout->addWidget(m_charts, 1);
     setCentralWidget(centre);
 
@@ -265,22 +268,24 @@ bool MainWindow::start() {
         showError(tr("Cannot start: %1").arg(m_runPanel->problem()));
         return false;
     }
-    return startWith(m_runPanel->options());
+    return startWith(m_runPanel->options(), m_runPanel->devices());
 }
 
-bool MainWindow::startWith(const core::TrainerOptions& options) {
+bool MainWindow::startWith(const core::TrainerOptions& options, const QStringList& devices) {
     if (m_run->isRunning()) return false;
     m_errorBox->hide();
     m_charts->clear();
     m_accumulation->clear();
     m_eventLog->clear();
     m_status->clear();
+    m_ranks->clear();
     m_record.clear();
     m_report.clear();
     saveSettings();
-    if (!m_controller->start(options)) return false;
+    if (!m_controller->start(options, devices)) return false;
     note(tr("start: %1 on %2, target batch %3")
-             .arg(QString::fromStdString(options.model.name), QString::fromStdString(options.device))
+             .arg(QString::fromStdString(options.model.name),
+                  devices.size() >= 2 ? devices.join(QStringLiteral(" + ")) : QString::fromStdString(options.device))
              .arg(options.targetBatch));
     return true;
 }
@@ -301,6 +306,7 @@ void MainWindow::onEvents(const QList<core::Event>& events) {
         m_accumulation->handle(event);
         m_teaching->handle(event);
         m_status->handle(event);
+        m_ranks->handle(event);
         m_record.handle(event);
         m_report.handle(event);
         if (const auto* error = std::get_if<core::ErrorEvent>(&event))

@@ -21,6 +21,7 @@ class EventLog;
 class RunCommands;
 class RunModel;
 class RunPanel;
+class RanksView;
 class RunStatus;
 class TeachingTools;
 class TrainerController;
@@ -36,7 +37,8 @@ public:
     /// Starts a run with the run panel's values; false when they are invalid or a run is going.
     bool start();
     /// Starts a run with the given options (the run panel's, possibly with resume settings).
-    bool startWith(const core::TrainerOptions& options);
+    /// `devices`: several devices (TrainerController::start); empty: options.device alone.
+    bool startWith(const core::TrainerOptions& options, const QStringList& devices = {});
     /// Loads the built-in demo configuration into the run panel and starts it.
     bool startDemo();
     void setTheme(Theme theme);
@@ -68,6 +70,7 @@ public:
     AccumulationView* accumulationView() const { return m_accumulation; }
     EventLog* eventLog() const { return m_eventLog; }
     RunStatus* runStatus() const { return m_status; }
+    RanksView* ranksView() const { return m_ranks; }
     TrainerController* controller() const { return m_controller; }
     /// The run as every widget reads it (state, plan, device, what it reported).
     const RunModel* runModel() const { return m_run; }
@@ -108,6 +111,7 @@ private:
     AccumulationView* m_accumulation;
     EventLog* m_eventLog;
     RunStatus* m_status;
+    RanksView* m_ranks = nullptr;
     TeachingTools* m_teaching;
     QLabel* m_errorBanner;
     QWidget* m_errorBox;

@@ -50,6 +50,9 @@ RunStatus::RunStatus(QStatusBar* bar, const RunModel* run, QObject* parent) : QO
     m_rate = field(bar, QStringLiteral("statusRate"),
                    tr("Training throughput in samples per second. Larger micro-batches usually "
                       "use the device better."));
+    m_ranks = field(bar, QStringLiteral("statusRanks"),
+                    tr("Several devices: each rank's samples per second and the time it waited for the "
+                       "others before the gradients were summed (the all-reduce), last step."));
     m_memory = field(bar, QStringLiteral("statusMemory"),
                      tr("Peak device memory of the last step against the device's capacity: how "
                         "close training runs to the limit."));
@@ -83,6 +86,16 @@ void RunStatus::handle(const core::Event& event) {
         }
     } else if (const auto* sample = std::get_if<core::MemorySample>(&event)) {
         m_capacity = sample->capacityBytes;
+    } else if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) {
+        QStringList parts;
+        for (const core::RankStep& r : ranks->ranks)
+            parts << tr("#%1 %2/s wait %3 s")
+                         .arg(r.rank)
+                         .arg(r.samplesPerSecond, 0, 'f', 0)
+                         .arg(r.waitSeconds, 0, 'f', 2);
+        m_ranksText = tr("%1 · all-reduce %2 ms")
+                          .arg(parts.join(QStringLiteral(" · ")))
+                          .arg(ranks->allReduceSeconds * 1000, 0, 'f', 1);
     }
 }
 
@@ -115,6 +128,8 @@ void RunStatus::refresh() {
     m_step->setText(tr("step %1 · epoch %2").arg(m_stepNumber).arg(m_epoch));
     m_rate->setText(tr("%1 samples/s").arg(m_samplesPerSecond, 0, 'f', 0));
     m_memory->setText(memoryText());
+    m_ranks->setText(m_ranksText);
+    m_ranks->setVisible(!m_ranksText.isEmpty());
     const bool bounded = m_totalSteps > 0;  // 0: the run has no step limit
     m_progress->setVisible(bounded);
     m_eta->setVisible(bounded);
@@ -138,6 +153,7 @@ void RunStatus::clear() {
     m_firstStepTime = -1;
     m_firstStep = 0;
     m_peak = m_capacity = 0;
+    m_ranksText.clear();
     refresh();
 }
 

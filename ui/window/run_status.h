@@ -30,6 +30,8 @@ public:
     QString stateText() const;
     QString planText() const;
     QString memoryText() const;
+    /// Several devices: every rank's samples/s and wait at the last step, and the all-reduce time.
+    QString ranksText() const { return m_ranksText; }
     int progressPercent() const;
 
 private:
@@ -39,6 +41,8 @@ private:
     QLabel* m_step;
     QLabel* m_rate;
     QLabel* m_memory;
+    QLabel* m_ranks;  ///< several devices: every rank's speed and wait
+    QString m_ranksText;
     QProgressBar* m_progress;
     QLabel* m_eta;
 

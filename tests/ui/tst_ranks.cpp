@@ -1,0 +1,144 @@
+// Several devices in the window: the run panel takes a list of devices, the window trains rank 0
+// and starts the other ranks as batchpilot-cli processes, and the ranks view and the status bar
+// show every rank's share, micro-batches, speed and wait. Screenshots for a person to look at.
+
+#include <QtTest>
+
+#include <QComboBox>
+#include <QDir>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSettings>
+#include <QStandardPaths>
+#include <QTableWidget>
+
+#include "core/events.h"
+#include "ui/config/demo_options.h"
+#include "ui/config/run_panel.h"
+#include "ui/session/trainer_controller.h"
+#include "ui/teaching/accumulation_view.h"
+#include "ui/window/main_window.h"
+#include "ui/window/ranks_view.h"
+#include "ui/window/run_status.h"
+
+using namespace batchpilot;
+
+namespace {
+
+constexpr int kTimeout = 300'000;
+
+QString screenshotPath(const QString& name) {
+    return QDir(QCoreApplication::applicationDirPath()).filePath(name);
+}
+
+void chooseSeveral(ui::RunPanel& panel, const QString& list) {
+    QComboBox* device = panel.deviceBox();
+    device->setCurrentIndex(device->findData(QStringLiteral("several")));
+    panel.deviceListEdit()->setText(list);
+}
+
+}  // namespace
+
+class TestRanks : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() {
+        QStandardPaths::setTestModeEnabled(true);
+        QCoreApplication::setOrganizationName(QStringLiteral("BatchPilotTests"));
+        QCoreApplication::setApplicationName(QStringLiteral("tst_ranks"));
+        QSettings().clear();
+        qputenv("BATCHPILOT_CLI", BATCHPILOT_CLI_PATH);
+    }
+
+    void deviceListIsChecked() {
+        ui::MainWindow w;
+        ui::RunPanel& panel = *w.runPanel();
+        chooseSeveral(panel, QStringLiteral("virtual:48MiB"));
+        QVERIFY(!panel.isValid());
+        QVERIFY2(panel.problem().contains(QStringLiteral("two or more")), qPrintable(panel.problem()));
+        chooseSeveral(panel, QStringLiteral("virtual:48MiB, virtual:lots"));
+        QVERIFY(!panel.isValid());
+        QVERIFY2(panel.problem().contains(QStringLiteral("virtual:lots")), qPrintable(panel.problem()));
+        QVERIFY(panel.deviceListEdit()->property("invalid").toBool());
+        chooseSeveral(panel, QStringLiteral("virtual:48MiB, virtual:192MiB"));
+        QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
+        QCOMPARE(panel.devices(), (QStringList{QStringLiteral("virtual:48MiB"), QStringLiteral("virtual:192MiB")}));
+        QCOMPARE(QString::fromStdString(panel.options().device), QStringLiteral("virtual:48MiB"));
+    }
+
+    void twoRanksShowTheirShares() {
+        ui::MainWindow w;
+        w.resize(1280, 800);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        core::TrainerOptions options = ui::demoOptions();
+        options.model.name = "cnn";
+        options.targetBatch = 512;
+        options.steps = 12;
+        w.runPanel()->setOptions(options);
+        chooseSeveral(*w.runPanel(), QStringLiteral("virtual:12MiB, virtual:48MiB"));
+        QVERIFY2(w.runPanel()->isValid(), qPrintable(w.runPanel()->problem()));
+        QTest::mouseClick(w.runPanel()->startButton(), Qt::LeftButton);
+        QVERIFY(w.controller()->isRunning());
+
+        // Both ranks appear, each with its share of the 512 samples and its own micro-batch.
+        QTableWidget* table = w.ranksView()->table();
+        QTRY_VERIFY_WITH_TIMEOUT(w.ranksView()->isVisible() && table->rowCount() == 2, kTimeout);
+        QTRY_VERIFY_WITH_TIMEOUT(w.ranksView()->captionText().contains(QStringLiteral("step 6")), kTimeout);
+        int64_t shared = 0;
+        for (int row = 0; row < 2; ++row) {
+            auto* bar = qobject_cast<QProgressBar*>(table->cellWidget(row, 2));
+            QVERIFY(bar != nullptr);
+            QCOMPARE(bar->maximum(), 512);
+            shared += bar->value();
+        }
+        QCOMPARE(shared, int64_t{512});
+        QCOMPARE(table->item(1, 1)->text(), QStringLiteral("virtual:48MiB"));
+        QVERIFY2(table->item(0, 3)->text() != table->item(1, 3)->text(),
+                 qPrintable(table->item(0, 3)->text() + QStringLiteral(" vs ") + table->item(1, 3)->text()));
+        QVERIFY2(w.runStatus()->ranksText().contains(QStringLiteral("all-reduce")),
+                 qPrintable(w.runStatus()->ranksText()));
+        QVERIFY(w.runStatus()->ranksText().contains(QStringLiteral("#1")));
+        // The training-batch view splits the batch between the ranks; this window fills rank 0's.
+        const auto& parts = w.accumulationView()->ranks();
+        QCOMPARE(static_cast<int>(parts.size()), 2);
+        QCOMPARE(parts[0].share + parts[1].share, int64_t{512});
+        QVERIFY2(w.accumulationView()->caption().contains(QStringLiteral("rank 1: %1").arg(parts[1].share)),
+                 qPrintable(w.accumulationView()->caption()));
+        w.grab().save(screenshotPath(QStringLiteral("screenshot-ranks.png")));
+        w.resize(1600, 1000);
+        QTest::qWait(100);
+        QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-ranks-1600x1000.png"))));
+
+        // The run ends on every rank at the step limit; the window can start again.
+        QSignalSpy finished(w.controller(), &ui::TrainerController::runFinished);
+        QVERIFY(finished.wait(kTimeout));
+        const auto result = finished.takeFirst().at(0).value<core::RunResult>();
+        QVERIFY2(result.state == core::RunState::Finished, result.error.c_str());
+        QCOMPARE(result.steps, int64_t{12});
+        QVERIFY(!w.controller()->isRunning());
+    }
+
+    void missingWorkerProgramFailsTheRun() {
+        // Never one device in place of several: without the worker program the run fails.
+        qputenv("BATCHPILOT_CLI", "/nonexistent/batchpilot-cli");
+        ui::MainWindow w;
+        core::TrainerOptions options = ui::demoOptions();
+        options.steps = 2;
+        w.runPanel()->setOptions(options);
+        chooseSeveral(*w.runPanel(), QStringLiteral("virtual:48MiB, virtual:48MiB"));
+        QSignalSpy finished(w.controller(), &ui::TrainerController::runFinished);
+        QTest::mouseClick(w.runPanel()->startButton(), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 10000);
+        const auto result = finished.takeFirst().at(0).value<core::RunResult>();
+        QCOMPARE(result.state, core::RunState::Failed);
+        QVERIFY2(QString::fromStdString(result.error).contains(QStringLiteral("/nonexistent/batchpilot-cli")),
+                 result.error.c_str());
+        qputenv("BATCHPILOT_CLI", BATCHPILOT_CLI_PATH);
+    }
+};
+
+QTEST_MAIN(TestRanks)
+#include "tst_ranks.moc"

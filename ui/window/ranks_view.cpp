@@ -1,0 +1,107 @@
+#include "ui/window/ranks_view.h"
+
+#include <QHeaderView>
+#include <QLabel>
+#include <QProgressBar>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+#include "core/byte_size.h"
+
+namespace batchpilot::ui {
+
+namespace {
+
+enum Column { kRank, kDevice, kShare, kPlan, kSpeed, kWait, kOoms, kPeak, kColumns };
+
+QTableWidgetItem* cell(const QString& text) {
+    auto* item = new QTableWidgetItem(text);
+    item->setFlags(Qt::ItemIsEnabled);
+    item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+    return item;
+}
+
+}  // namespace
+
+RanksView::RanksView(QWidget* parent) : QWidget(parent) {
+    setObjectName(QStringLiteral("ranksView"));
+    m_caption = new QLabel;
+    m_caption->setObjectName(QStringLiteral("ranksCaption"));
+    m_caption->setWordWrap(true);
+    m_table = new QTableWidget(0, kColumns);
+    m_table->setObjectName(QStringLiteral("ranksTable"));
+    m_table->setHorizontalHeaderLabels({tr("Rank"), tr("Device"), tr("Share of the batch"), tr("Micro-batches"),
+                                        tr("Samples/s"), tr("Waited"), tr("OOMs"), tr("Peak")});
+    m_table->verticalHeader()->hide();
+    m_table->setSelectionMode(QAbstractItemView::NoSelection);
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_table->horizontalHeader()->setSectionResizeMode(kShare, QHeaderView::Stretch);
+    m_table->setToolTip(
+        tr("Every device of the job, one process each. Each trains its share of every training batch "
+           "with its own probed micro-batch; the ranks then sum their gradients once (the all-reduce) "
+           "and take the same optimizer step. Shares follow each device's memory, probed micro-batch "
+           "and measured speed, so that no rank waits long for the others."));
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(m_caption);
+    layout->addWidget(m_table);
+    hide();
+}
+
+void RanksView::clear() {
+    m_table->setRowCount(0);
+    m_caption->clear();
+    m_lastChange.clear();
+    hide();
+}
+
+QString RanksView::captionText() const {
+    return m_caption->text();
+}
+
+void RanksView::handle(const core::Event& event) {
+    const auto* step = std::get_if<core::RanksStepped>(&event);
+    if (step == nullptr) return;
+    int64_t total = 0;
+    for (const core::RankStep& rank : step->ranks) total += rank.share;
+    m_table->setRowCount(static_cast<int>(step->ranks.size()));
+    for (int row = 0; row < static_cast<int>(step->ranks.size()); ++row) {
+        const core::RankStep& rank = step->ranks[static_cast<size_t>(row)];
+        m_table->setItem(row, kRank, cell(QString::number(rank.rank)));
+        auto* device = cell(QString::fromStdString(rank.device));
+        device->setTextAlignment(Qt::AlignLeft | Qt::AlignVCenter);
+        m_table->setItem(row, kDevice, device);
+        auto* bar = qobject_cast<QProgressBar*>(m_table->cellWidget(row, kShare));
+        if (bar == nullptr) {
+            bar = new QProgressBar;
+            m_table->setCellWidget(row, kShare, bar);
+        }
+        bar->setRange(0, static_cast<int>(std::max<int64_t>(total, 1)));
+        bar->setValue(static_cast<int>(rank.share));
+        bar->setFormat(tr("%1 of %2 samples").arg(rank.share).arg(total));
+        m_table->setItem(row, kPlan, cell(tr("%1 × ≤%2").arg(rank.microBatches).arg(rank.microBatch)));
+        m_table->setItem(row, kSpeed, cell(QString::number(rank.samplesPerSecond, 'f', 0)));
+        m_table->setItem(row, kWait, cell(tr("%1 s").arg(rank.waitSeconds, 0, 'f', 2)));
+        m_table->setItem(row, kOoms, cell(QString::number(rank.ooms)));
+        m_table->setItem(row, kPeak, cell(QString::fromStdString(core::formatBytes(rank.peakBytes))));
+    }
+    if (!step->nextShares.empty()) {
+        QStringList shares;
+        for (const int64_t share : step->nextShares) shares << QString::number(share);
+        m_lastChange = tr("after step %1 the shares became %2 (%3)")
+                           .arg(step->step)
+                           .arg(shares.join(QStringLiteral(" + ")), QString::fromStdString(step->shareReason));
+    }
+    m_caption->setText(tr("<b>%1 devices</b>, step %2: gradients summed in %3 ms; the slowest rank computed "
+                          "%4× as long as the fastest%5.")
+                           .arg(step->ranks.size())
+                           .arg(step->step)
+                           .arg(step->allReduceSeconds * 1000, 0, 'f', 1)
+                           .arg(step->imbalance, 0, 'f', 2)
+                           .arg(m_lastChange.isEmpty() ? QString() : QStringLiteral("; ") + m_lastChange));
+    m_table->setFixedHeight(m_table->horizontalHeader()->height() + 2 * m_table->frameWidth() +
+                            m_table->rowCount() * m_table->verticalHeader()->defaultSectionSize());
+    show();
+}
+
+}  // namespace batchpilot::ui

@@ -1,0 +1,32 @@
+#pragma once
+
+#include <QWidget>
+
+#include "core/events.h"
+
+class QLabel;
+class QTableWidget;
+
+namespace batchpilot::ui {
+
+/// Several devices: one row per rank of the job (device, its share of the training batch as a
+/// bar, micro-batch × accumulation steps, samples/s, time it waited for the others, OOMs, peak),
+/// and a caption with the all-reduce time, the balance and the latest share change. Fed by
+/// RanksStepped (rank 0 learns every rank's numbers from each step's exchange); hidden until a
+/// run on several devices reports one.
+class RanksView : public QWidget {
+    Q_OBJECT
+public:
+    explicit RanksView(QWidget* parent = nullptr);
+    void handle(const core::Event& event);
+    void clear();
+    QTableWidget* table() const { return m_table; }
+    QString captionText() const;
+
+private:
+    QLabel* m_caption;
+    QTableWidget* m_table;
+    QString m_lastChange;  ///< the latest share change, in words
+};
+
+}  // namespace batchpilot::ui
