@@ -62,8 +62,8 @@ public:
               std::unique_lock lock(m_mutex);
               while (!m_done) {
                   m_wake.wait_for(lock, std::chrono::milliseconds(50));
-                  if (g_launcher > 0 && ::getppid() != g_launcher && g_signal.load() == 0) {
-                      g_launcher = 0;
+                  if (g_launcher > 0 && !m_launcherGone && ::getppid() != g_launcher && g_signal.load() == 0) {
+                      m_launcherGone = true;
                       std::fprintf(stderr, "\n%s: the launcher of the job is gone\n", g_name.c_str());
                       g_signal.store(SIGHUP);
                   }
@@ -97,6 +97,7 @@ private:
     std::condition_variable m_wake;
     bool m_done = false;
     bool m_stopSent = false;
+    bool m_launcherGone = false;
     std::thread m_thread;
 };
 

@@ -45,7 +45,8 @@ std::string describeEnd(int status) {
     if (WIFSIGNALED(status)) {
         const int number = WTERMSIG(status);
         const char* name = ::strsignal(number);
-        return "was killed by signal " + std::to_string(number) + (name != nullptr ? std::string(" (") + name + ")" : "");
+        return "was killed by signal " + std::to_string(number) +
+               (name != nullptr ? std::string(" (") + name + ")" : "");
     }
     return "ended (status " + std::to_string(status) + ")";
 }
@@ -83,7 +84,10 @@ std::optional<std::string> spawn(Worker& worker, const LaunchOptions& options, i
     environment.push_back("MASTER_ADDR=127.0.0.1");
     environment.push_back("MASTER_PORT=" + std::to_string(port));
     environment.push_back("TORCHELASTIC_USE_AGENT_STORE=True");
-    environment.push_back(std::string(kLauncherVariable) + "=" + std::to_string(::getpid()));
+    std::string launcher = kLauncherVariable;
+    launcher += '=';
+    launcher += std::to_string(::getpid());
+    environment.push_back(std::move(launcher));
 
     std::vector<char*> argv;
     for (auto& a : arguments) argv.push_back(a.data());
@@ -109,7 +113,8 @@ std::optional<std::string> spawn(Worker& worker, const LaunchOptions& options, i
     const int failed = ::posix_spawn(&worker.pid, "/proc/self/exe", &actions, &attributes, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attributes);
-    if (failed != 0) return std::string("could not start rank ") + std::to_string(worker.rank) + ": " + std::strerror(failed);
+    if (failed != 0)
+        return std::string("could not start rank ") + std::to_string(worker.rank) + ": " + std::strerror(failed);
     worker.running = true;
     return std::nullopt;
 }
@@ -154,9 +159,10 @@ int launchRanks(const LaunchOptions& options) {
         }
     }
     using Clock = std::chrono::steady_clock;
-    std::optional<Clock::time_point> deadline;  // set when a rank failed: the others' time to stop
-    std::optional<int> firstFailure;            // its exit status
-    int forwarded = 0;                          // signals passed on to the ranks
+    bool stopping = false;  // a rank failed: the others have until `deadline` to end
+    Clock::time_point deadline{};
+    std::optional<int> firstFailure;  // its exit status
+    int forwarded = 0;                // signals passed on to the ranks
     size_t running = workers.size();
     while (running > 0) {
         // A signal to the launcher goes to every rank, once per signal: the first stops them
@@ -180,6 +186,7 @@ int launchRanks(const LaunchOptions& options) {
                     // The job cannot go on without it: the others get a moment to notice and say
                     // so (a rank's collective fails at once when a peer's connection closes), then
                     // they are ended. The last checkpoint is whole either way (written atomically).
+                    stopping = true;
                     deadline = Clock::now() + std::min<std::chrono::seconds>(options.rankTimeout, kStopGrace);
                     if (running > 0) {
                         std::fprintf(stderr, "batchpilot-cli: rank %d (%s) %s; stopping the other ranks\n", w.rank,
@@ -192,14 +199,14 @@ int launchRanks(const LaunchOptions& options) {
             }
             continue;
         }
-        if (deadline && Clock::now() > *deadline) {
+        if (stopping && Clock::now() > deadline) {
             for (Worker& w : workers) {
                 if (!w.running) continue;
                 std::fprintf(stderr, "batchpilot-cli: rank %d (%s) is still running without it: ending it\n", w.rank,
                              w.device.c_str());
                 ::kill(w.pid, SIGKILL);
             }
-            deadline.reset();
+            stopping = false;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

@@ -167,16 +167,12 @@ bool Trainer::Impl::waitWhilePaused() {
 
 bool Trainer::Impl::applyCommands() {
     auto [newTarget, newDevice, equivalence, reprobe] = commands.take();
-    if (parallel && (newTarget || newDevice || equivalence)) {
+    if (parallel && (newDevice || equivalence)) {
         // Each would change what the other ranks must agree on at the same batch; not yet.
-        emit(
-            Warning{now(), std::string("with several devices, ") +
-                               (newTarget   ? "a target batch change"
-                                : newDevice ? "a device switch"
-                                            : "the equivalence check") +
-                               " is not available during the run: stop it, and resume from its checkpoint with the new "
-                               "settings"});
-        newTarget.reset();
+        emit(Warning{now(),
+                     std::string("with several devices, ") + (newDevice ? "a device switch" : "the equivalence check") +
+                         " is not available during the run: stop it, and resume from its checkpoint with the new "
+                         "settings"});
         newDevice.reset();
         equivalence.reset();
     }
@@ -203,21 +199,28 @@ bool Trainer::Impl::applyCommands() {
         newTarget.reset();
     }
     if (newTarget && newTarget->first != target) {
-        const double ratio = static_cast<double>(newTarget->first) / static_cast<double>(target);
-        const double oldRate = optimizer->learningRate();
-        double rate = oldRate;
-        if (newTarget->second == LrScaling::Linear) rate *= ratio;
-        if (newTarget->second == LrScaling::Sqrt) rate *= std::sqrt(ratio);
-        optimizer->setLearningRate(rate);
-        emit(TargetBatchChanged{now(), target, newTarget->first, oldRate, rate});
-        target = newTarget->first;
-        if (!probe) {
-            startProbe(ProbeReason::TargetBatchChange, microBatch > 0 ? std::min(microBatch, target) : 1, 0);
+        // Several devices: every rank changes at the same batch, agreed in ranksAgree.
+        if (parallel)
+            parallel->requestedTarget = newTarget;
+        else if (changeTarget(newTarget->first, newTarget->second))
             reprobe = false;
-        }
     }
     if (reprobe && !probe) startProbe(ProbeReason::UserRequest, options.probe.initialMicroBatch, 0);
     return !commands.stopRequested();
+}
+
+bool Trainer::Impl::changeTarget(int64_t next, LrScaling rule) {
+    const double ratio = static_cast<double>(next) / static_cast<double>(target);
+    const double oldRate = optimizer->learningRate();
+    double rate = oldRate;
+    if (rule == LrScaling::Linear) rate *= ratio;
+    if (rule == LrScaling::Sqrt) rate *= std::sqrt(ratio);
+    optimizer->setLearningRate(rate);
+    emit(TargetBatchChanged{now(), target, next, oldRate, rate});
+    target = next;
+    if (probe) return false;
+    startProbe(ProbeReason::TargetBatchChange, microBatch > 0 ? std::min(microBatch, localTarget()) : 1, 0);
+    return true;
 }
 
 MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next,
@@ -356,7 +359,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
         for (auto& g : gradients) g.zero_();
     };
     // Several devices: the other ranks wait for this one's gradients, so a stop or pause waits for
-    // the batch's end, where the ranks agree on it (ranksAgreeToStop).
+    // the batch's end, where the ranks agree on it (ranksAgree).
     const auto stopHere = [&] { return !parallel && !waitWhilePaused(); };
     if (parallel) parallel->oomsInStep = 0;
     while (offset < localSize) {
@@ -596,7 +599,7 @@ RunResult Trainer::run() {
             if (d.parallel) {
                 // Every rank takes the same decision at the same batch, or none would go on.
                 const bool here = !d.applyCommands() || !d.waitWhilePaused();
-                if (d.ranksAgreeToStop(here)) break;
+                if (d.ranksAgree(here)) break;
                 const std::vector<int64_t> batch = d.sampler->next(d.target);
                 d.trainBatch(d.rankSlice(batch), static_cast<int64_t>(batch.size()));
             } else {

@@ -116,7 +116,9 @@ struct ParallelState {
     int oomsInStep = 0;             ///< this rank's recovered OOMs in the current step
     int64_t lastCheckedStep = -1;   ///< step of the last parameter comparison
     bool stoppedByRanks = false;    ///< the run ended because a rank asked to stop
-    RanksStepped report;            ///< the current step's, filled by reduceOverRanks
+    /// A target batch change asked for on this rank, waiting for the ranks to agree on it.
+    std::optional<std::pair<int64_t, LrScaling>> requestedTarget;
+    RanksStepped report;  ///< the current step's, filled by reduceOverRanks
 };
 
 }  // namespace trainer_detail
@@ -280,12 +282,16 @@ struct Trainer::Impl {
     /// size, which weights each micro-batch (size / batchSize); with several devices `indices`
     /// is this rank's share of it, and the gradients are summed over the ranks before the step.
     void trainBatch(const std::vector<int64_t>& indices, int64_t batchSize);
+    /// Sets the target batch to `next`, the learning rate scaled by `rule`, and probes again
+    /// unless a probe runs; true when it started one.
+    bool changeTarget(int64_t next, LrScaling rule);
     // Several devices (trainer_parallel.cpp).
     /// Joins the job: refuses what it cannot do, gives every rank rank 0's parameters, learns the
     /// ranks' devices, keeps the gradients in buckets and splits the target by usable memory.
     void setupParallel();
-    /// Whether the ranks agree to stop (any rank asked to), decided by all of them together.
-    bool ranksAgreeToStop(bool stopHere);
+    /// At a batch boundary, every rank together: whether to stop (any rank asked to), and the
+    /// target batch change asked for (the lowest rank's that asked), applied by all of them.
+    bool ranksAgree(bool stopHere);
     /// This rank's part of a training batch.
     std::vector<int64_t> rankSlice(const std::vector<int64_t>& batch) const;
     /// After this rank's micro-batches: exchanges the ranks' numbers, sums the gradients and the

@@ -16,8 +16,8 @@ constexpr int64_t kBucketBytes = int64_t{25} << 20;
 
 /// What every rank must have the same of, or their steps would not fit together: the model's
 /// shape, the data, the batch and the sampler.
-std::string jobSignature(const std::vector<torch::Tensor>& parameters, int64_t dataSize, int64_t target,
-                         uint64_t seed, int64_t step) {
+std::string jobSignature(const std::vector<torch::Tensor>& parameters, int64_t dataSize, int64_t target, uint64_t seed,
+                         int64_t step) {
     int64_t elements = 0;
     for (const auto& p : parameters) elements += p.numel();
     return std::to_string(parameters.size()) + " parameter tensors of " + std::to_string(elements) + " values, " +
@@ -71,17 +71,17 @@ void Trainer::Impl::setupParallel() {
     if (auto connected = link.connect(); !connected) throw FatalError{connected.error(), "configuration"};
     const int world = link.size();
     if (options.stepMode) {
-        throw FatalError{"step-by-step mode shows one process's micro-batches; it is not available with several "
-                         "devices: train on one device to step through a batch",
-                         "configuration"};
+        throw FatalError{
+            "step-by-step mode shows one process's micro-batches; it is not available with several "
+            "devices: train on one device to step through a batch",
+            "configuration"};
     }
     if (target < world * minPart) {
-        throw FatalError{"the target batch " + std::to_string(target) + " cannot be shared by " +
-                             std::to_string(world) + " devices" +
-                             (minPart > 1 ? " at " + std::to_string(minPart) + " samples each (BatchNorm)" : "") +
-                             ": choose a target batch of at least " + std::to_string(world * minPart) +
-                             ", or fewer devices",
-                         "configuration"};
+        throw FatalError{
+            "the target batch " + std::to_string(target) + " cannot be shared by " + std::to_string(world) +
+                " devices" + (minPart > 1 ? " at " + std::to_string(minPart) + " samples each (BatchNorm)" : "") +
+                ": choose a target batch of at least " + std::to_string(world * minPart) + ", or fewer devices",
+            "configuration"};
     }
     try {
         state.devices = link.exchangeText("device", device.name());
@@ -122,9 +122,8 @@ void Trainer::Impl::setupParallel() {
                 elements += parameters[end].numel();
                 ++end;
             }
-            torch::Tensor bucket = torch::zeros({elements}, torch::TensorOptions()
-                                                                 .dtype(parameters[i].dtype())
-                                                                 .device(parameters[i].device()));
+            torch::Tensor bucket = torch::zeros(
+                {elements}, torch::TensorOptions().dtype(parameters[i].dtype()).device(parameters[i].device()));
             int64_t offset = 0;
             for (size_t k = i; k < end; ++k) {
                 gradients[k] = bucket.narrow(0, offset, parameters[k].numel()).view(parameters[k].sizes());
@@ -153,21 +152,42 @@ void Trainer::Impl::setupParallel() {
     probedMicroBatch = 0;
 }
 
-bool Trainer::Impl::ranksAgreeToStop(bool stopHere) {
+bool Trainer::Impl::ranksAgree(bool stopHere) {
+    // Each rank's vote: stop, and the target batch it was asked for (0: none) with its rule.
+    const auto& asked = parallel->requestedTarget;
     std::vector<double> votes;
     try {
-        votes = parallel->link->allGather({stopHere ? 1.0 : 0.0});
+        votes = parallel->link->allGather({stopHere ? 1.0 : 0.0, asked ? static_cast<double>(asked->first) : 0.0,
+                                           asked ? static_cast<double>(static_cast<int>(asked->second)) : 0.0});
     } catch (const std::exception& e) {
         ranksFailed(e, "agreeing on the next batch");
     }
-    for (size_t r = 0; r < votes.size(); ++r) {
-        if (votes[r] == 0) continue;
+    parallel->requestedTarget.reset();
+    constexpr size_t kVote = 3;
+    for (size_t r = 0; r * kVote < votes.size(); ++r) {
+        if (votes[r * kVote] == 0) continue;
         if (!stopHere) {
             parallel->stoppedByRanks = true;
             emit(Warning{now(), "rank " + std::to_string(r) + " (" + parallel->devices[r] +
                                     ") asked to stop: every rank stops after step " + std::to_string(step)});
         }
         return true;
+    }
+    for (size_t r = 0; r * kVote < votes.size(); ++r) {
+        const auto next = static_cast<int64_t>(votes[r * kVote + 1]);
+        if (next <= 0 || next == target) continue;
+        const int world = parallel->link->size();
+        if (next < world * minPart) {
+            emit(Warning{now(), "target batch " + std::to_string(next) + " ignored: " + std::to_string(world) +
+                                    " devices need at least " + std::to_string(world * minPart) +
+                                    " samples; training continues at " + std::to_string(target)});
+            break;
+        }
+        // The shares keep their proportions; each rank probes again within its new share.
+        parallel->shares = scaleShares(parallel->shares, next, minPart);
+        parallel->balancer->reset();
+        changeTarget(next, static_cast<LrScaling>(static_cast<int>(votes[r * kVote + 2])));
+        break;
     }
     return false;
 }

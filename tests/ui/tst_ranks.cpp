@@ -11,6 +11,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSettings>
+#include <QSpinBox>
 #include <QStandardPaths>
 #include <QTableWidget>
 
@@ -111,6 +112,14 @@ private Q_SLOTS:
         w.resize(1600, 1000);
         QTest::qWait(100);
         QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-ranks-1600x1000.png"))));
+
+        // A new target batch from the window: every rank changes at the same batch, the shares
+        // keep their proportions.
+        w.runPanel()->targetBatchBox()->setValue(256);
+        QTRY_VERIFY_WITH_TIMEOUT(
+            w.accumulationView()->targetBatch() == 256 && w.ranksView()->table()->rowCount() == 2 &&
+                qobject_cast<QProgressBar*>(w.ranksView()->table()->cellWidget(0, 2))->maximum() == 256,
+            kTimeout);
 
         // The run ends on every rank at the step limit; the window can start again.
         QSignalSpy finished(w.controller(), &ui::TrainerController::runFinished);
