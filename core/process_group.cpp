@@ -86,8 +86,8 @@ tl::expected<std::optional<RankEnvironment>, std::string> rankEnvironment() {
                                    std::to_string(**world - 1) + ")");
     }
     if (**rank >= **world) {
-        return tl::make_unexpected("RANK=" + std::to_string(**rank) + " is not below WORLD_SIZE=" +
-                                   std::to_string(**world) + ": ranks count from 0");
+        return tl::make_unexpected("RANK=" + std::to_string(**rank) +
+                                   " is not below WORLD_SIZE=" + std::to_string(**world) + ": ranks count from 0");
     }
     RankEnvironment where;
     where.rank = static_cast<int>(**rank);
@@ -164,7 +164,7 @@ std::shared_ptr<ProcessGroupLink> ProcessGroupLink::deferred(const RankEnvironme
 }
 
 tl::expected<std::shared_ptr<ProcessGroupLink>, std::string> ProcessGroupLink::join(const RankEnvironment& where,
-                                                                                      std::chrono::milliseconds timeout) {
+                                                                                    std::chrono::milliseconds timeout) {
     auto link = deferred(where, timeout);
     if (auto connected = link->connect(); !connected) return tl::make_unexpected(connected.error());
     return link;
@@ -199,7 +199,6 @@ tl::expected<void, std::string> ProcessGroupLink::connect() {
     }
     return {};
 }
-
 
 void ProcessGroupLink::allReduceSum(std::vector<at::Tensor>& tensors) {
     CountingScope uncounted(false);  // the exchange's own buffers are bookkeeping, not training's
@@ -324,7 +323,7 @@ std::shared_ptr<ProcessGroupLink> ProcessGroupLink::deferred(const RankEnvironme
     return std::shared_ptr<ProcessGroupLink>(new ProcessGroupLink(std::move(impl)));
 }
 tl::expected<std::shared_ptr<ProcessGroupLink>, std::string> ProcessGroupLink::join(const RankEnvironment&,
-                                                                                      std::chrono::milliseconds) {
+                                                                                    std::chrono::milliseconds) {
     return tl::make_unexpected(kNoGloo);
 }
 tl::expected<void, std::string> ProcessGroupLink::connect() {

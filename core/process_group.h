@@ -45,7 +45,7 @@ class ProcessGroupLink {
 public:
     /// Connects to the store and the other ranks; waits for them up to `timeout`.
     static tl::expected<std::shared_ptr<ProcessGroupLink>, std::string> join(const RankEnvironment& where,
-                                                                               std::chrono::milliseconds timeout);
+                                                                             std::chrono::milliseconds timeout);
     /// A link that connects on its first connect() (the trainer's setup calls it, on the run
     /// thread): for a front end that must not wait for the other ranks on its own thread.
     static std::shared_ptr<ProcessGroupLink> deferred(const RankEnvironment& where, std::chrono::milliseconds timeout);

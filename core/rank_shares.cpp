@@ -55,8 +55,7 @@ std::vector<int64_t> splitShares(int64_t total, const std::vector<double>& weigh
         std::optional<size_t> best;
         for (size_t r = 0; r < w.size(); ++r) {
             if (shares[r] <= minShare) continue;
-            if (!best ||
-                static_cast<double>(shares[r]) - ideal[r] > static_cast<double>(shares[*best]) - ideal[*best])
+            if (!best || static_cast<double>(shares[r]) - ideal[r] > static_cast<double>(shares[*best]) - ideal[*best])
                 best = r;
         }
         --shares[*best];  // exists: total >= n * minShare

@@ -38,11 +38,14 @@ constexpr int kSamples = 1024;
 /// (1e-3): at SGD's 0.05 it turns the last bits of near-zero gradients, which differ with the
 /// order of any sum, into whole steps (5e-5 relative after 5 steps, measured).
 QStringList model(const QString& optimizer) {
-    return {QStringLiteral("--model"),     QStringLiteral("cnn"),
-            QStringLiteral("--samples"),   QString::number(kSamples),
-            QStringLiteral("--optimizer"), optimizer,
-            QStringLiteral("--lr"),        optimizer == QStringLiteral("adam") ? QStringLiteral("0.001")
-                                                                                : QStringLiteral("0.05"),
+    return {QStringLiteral("--model"),
+            QStringLiteral("cnn"),
+            QStringLiteral("--samples"),
+            QString::number(kSamples),
+            QStringLiteral("--optimizer"),
+            optimizer,
+            QStringLiteral("--lr"),
+            optimizer == QStringLiteral("adam") ? QStringLiteral("0.001") : QStringLiteral("0.05"),
             QStringLiteral("--no-run-folder")};
 }
 
@@ -93,7 +96,8 @@ std::vector<torch::Tensor> checkpointParameters(const QString& directory, const 
 
 /// The largest relative difference (norm of the difference over the reference's norm) of any
 /// parameter tensor; infinity when the sets do not match.
-double largestRelativeDifference(const std::vector<torch::Tensor>& values, const std::vector<torch::Tensor>& reference) {
+double largestRelativeDifference(const std::vector<torch::Tensor>& values,
+                                 const std::vector<torch::Tensor>& reference) {
     if (values.empty() || values.size() != reference.size()) return INFINITY;
     double worst = 0;
     for (size_t i = 0; i < values.size(); ++i) {
@@ -150,9 +154,9 @@ class TestDataParallel : public QObject {
     double accumulationControl(const QString& optimizer, int steps) {
         const QString directory = path(QStringLiteral("single-small-%1-%2").arg(optimizer).arg(steps));
         if (!QFile::exists(directory + QStringLiteral("/checkpoint.pt"))) {
-            const Run small = runCli(job(optimizer, steps) + QStringList{QStringLiteral("--device"),
-                                                                         QStringLiteral("virtual:6MiB"),
-                                                                         QStringLiteral("--checkpoint-dir"), directory});
+            const Run small =
+                runCli(job(optimizer, steps) + QStringList{QStringLiteral("--device"), QStringLiteral("virtual:6MiB"),
+                                                           QStringLiteral("--checkpoint-dir"), directory});
             if (small.exitCode != 0) qWarning("%s", qPrintable(small.err));
         }
         return largestRelativeDifference(checkpointParameters(directory, optimizer), reference(optimizer, steps));
@@ -172,9 +176,9 @@ class TestDataParallel : public QObject {
     std::vector<torch::Tensor> reference(const QString& optimizer, int steps) {
         const QString directory = path(QStringLiteral("single-%1-%2").arg(optimizer).arg(steps));
         if (!QFile::exists(directory + QStringLiteral("/checkpoint.pt"))) {
-            const Run single = runCli(job(optimizer, steps) + QStringList{QStringLiteral("--device"),
-                                                                          QStringLiteral("virtual:512MiB"),
-                                                                          QStringLiteral("--checkpoint-dir"), directory});
+            const Run single =
+                runCli(job(optimizer, steps) + QStringList{QStringLiteral("--device"), QStringLiteral("virtual:512MiB"),
+                                                           QStringLiteral("--checkpoint-dir"), directory});
             if (single.exitCode != 0) qWarning("%s", qPrintable(single.err));
         }
         return checkpointParameters(directory, optimizer);
@@ -203,8 +207,8 @@ private Q_SLOTS:
         QVERIFY2(job5.exitCode == 0, qPrintable(job5.err));
         QVERIFY(job5.out.contains(QStringLiteral("ranks:")));
 
-        const double difference = largestRelativeDifference(checkpointParameters(directory, optimizer),
-                                                            reference(optimizer, 5));
+        const double difference =
+            largestRelativeDifference(checkpointParameters(directory, optimizer), reference(optimizer, 5));
         qInfo("%d ranks, %s: largest relative parameter difference %.3g", ranks, qPrintable(optimizer), difference);
         QVERIFY2(difference <= tolerance(optimizer, 5), qPrintable(QString::number(difference)));
 
@@ -219,9 +223,9 @@ private Q_SLOTS:
             qint64 shared = 0;
             for (const auto& rank : perRank) shared += rank.toObject().value(QStringLiteral("share")).toInteger();
             QCOMPARE(shared, qint64(192));
-            differentMicroBatches = differentMicroBatches ||
-                                    perRank[0].toObject().value(QStringLiteral("micro_batch")).toInteger() !=
-                                        perRank[1].toObject().value(QStringLiteral("micro_batch")).toInteger();
+            differentMicroBatches =
+                differentMicroBatches || perRank[0].toObject().value(QStringLiteral("micro_batch")).toInteger() !=
+                                             perRank[1].toObject().value(QStringLiteral("micro_batch")).toInteger();
         }
         QVERIFY(differentMicroBatches);
         QVERIFY(steps.back().value(QStringLiteral("parameters_checked")).toBool() ||
@@ -237,19 +241,21 @@ private Q_SLOTS:
         environment.insert(QStringLiteral("BATCHPILOT_INJECT_OOMS_RANK"), QStringLiteral("1"));
         const QString directory = path(QStringLiteral("job-oom"));
         const QString eventsFile = directory + QStringLiteral(".jsonl");
-        const Run run = runCli(job(QStringLiteral("adam"), 5) +
-                                   QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:6MiB,virtual:24MiB"),
-                                               QStringLiteral("--checkpoint-dir"), directory,
-                                               QStringLiteral("--events"), eventsFile},
-                               environment);
+        const Run run = runCli(
+            job(QStringLiteral("adam"), 5) +
+                QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:6MiB,virtual:24MiB"),
+                            QStringLiteral("--checkpoint-dir"), directory, QStringLiteral("--events"), eventsFile},
+            environment);
         QVERIFY2(run.exitCode == 0, qPrintable(run.err));
         // (Both ranks also run out of memory for real while probing their small budgets.)
         QCOMPARE(injectedOoms(eventsFile + QStringLiteral(".rank1")), 3);
         QCOMPARE(injectedOoms(eventsFile), 0);
         int reported = 0;  // rank 0 learns rank 1's OOMs from the steps' exchange
         for (const QJsonObject& step : events(eventsFile, QStringLiteral("ranks_step")))
-            reported += step.value(QStringLiteral("ranks")).toArray()[1].toObject().value(QStringLiteral("ooms")).toInt();
-        QCOMPARE(reported, static_cast<int>(events(eventsFile + QStringLiteral(".rank1"), QStringLiteral("oom")).size()));
+            reported +=
+                step.value(QStringLiteral("ranks")).toArray()[1].toObject().value(QStringLiteral("ooms")).toInt();
+        QCOMPARE(reported,
+                 static_cast<int>(events(eventsFile + QStringLiteral(".rank1"), QStringLiteral("oom")).size()));
         const double difference = largestRelativeDifference(checkpointParameters(directory, QStringLiteral("adam")),
                                                             reference(QStringLiteral("adam"), 5));
         qInfo("OOMs on rank 1, adam: largest relative parameter difference %.3g", difference);
@@ -260,11 +266,12 @@ private Q_SLOTS:
         const QString directory = path(QStringLiteral("job-killed"));
         const QString eventsFile = directory + QStringLiteral(".jsonl");
         QProcess launcher;
-        launcher.start(QStringLiteral(BATCHPILOT_CLI_PATH),
-                       job(QStringLiteral("adam"), 1000) +
-                           QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:6MiB,virtual:24MiB"),
-                                       QStringLiteral("--checkpoint-dir"), directory, QStringLiteral("--checkpoint-every"),
-                                       QStringLiteral("2"), QStringLiteral("--events"), eventsFile});
+        launcher.start(
+            QStringLiteral(BATCHPILOT_CLI_PATH),
+            job(QStringLiteral("adam"), 1000) +
+                QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:6MiB,virtual:24MiB"),
+                            QStringLiteral("--checkpoint-dir"), directory, QStringLiteral("--checkpoint-every"),
+                            QStringLiteral("2"), QStringLiteral("--events"), eventsFile});
         QVERIFY(launcher.waitForStarted());
         // Killed once a checkpoint exists, mid-run.
         QTRY_VERIFY_WITH_TIMEOUT(!events(eventsFile, QStringLiteral("checkpoint")).empty(), 120000);
@@ -282,14 +289,13 @@ private Q_SLOTS:
         // Three ranks on other budgets go on from the checkpoint to step savedStep + 3, and end
         // where one process training without a break ends.
         const int end = static_cast<int>(savedStep) + 3;
-        const Run resumed = runCli(model(QStringLiteral("adam")) +
-                                   QStringList{QStringLiteral("--devices"),
-                                               QStringLiteral("virtual:24MiB,virtual:12MiB,virtual:6MiB"),
-                                               QStringLiteral("--resume"), directory, QStringLiteral("--steps"),
-                                               QString::number(end)});
+        const Run resumed =
+            runCli(model(QStringLiteral("adam")) +
+                   QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:24MiB,virtual:12MiB,virtual:6MiB"),
+                               QStringLiteral("--resume"), directory, QStringLiteral("--steps"), QString::number(end)});
         QVERIFY2(resumed.exitCode == 0, qPrintable(resumed.err));
-        const double difference = largestRelativeDifference(
-            checkpointParameters(directory, QStringLiteral("adam")), reference(QStringLiteral("adam"), end));
+        const double difference = largestRelativeDifference(checkpointParameters(directory, QStringLiteral("adam")),
+                                                            reference(QStringLiteral("adam"), end));
         qInfo("killed at step %lld, resumed on 3 ranks to step %d: largest relative parameter difference %.3g",
               static_cast<long long>(savedStep), end, difference);
         QVERIFY2(difference <= tolerance(QStringLiteral("adam"), end), qPrintable(QString::number(difference)));
@@ -320,17 +326,18 @@ private Q_SLOTS:
         QTest::addColumn<QString>("message");
         QTest::newRow("one device") << QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:64MiB")}
                                     << QStringLiteral("names one device");
-        QTest::newRow("unknown device") << QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:64MiB,cuda:99")}
+        QTest::newRow("unknown device") << QStringList{QStringLiteral("--devices"),
+                                                       QStringLiteral("virtual:64MiB,cuda:99")}
                                         << QStringLiteral("\"cuda:99\" does not exist");
         QTest::newRow("empty entry") << QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:64MiB,")}
                                      << QStringLiteral("--devices \"virtual:64MiB,\"");
         QTest::newRow("with --device") << QStringList{QStringLiteral("--device"), QStringLiteral("cpu"),
                                                       QStringLiteral("--devices"), QStringLiteral("cpu,cpu")}
                                        << QStringLiteral("--device and --devices were both given");
-        QTest::newRow("target below ranks") << QStringList{QStringLiteral("--devices"), QStringLiteral("cpu,cpu,cpu"),
-                                                           QStringLiteral("--target-batch"), QStringLiteral("2"),
-                                                           QStringLiteral("--no-run-folder")}
-                                            << QStringLiteral("cannot be shared by 3 devices");
+        QTest::newRow("target below ranks")
+            << QStringList{QStringLiteral("--devices"), QStringLiteral("cpu,cpu,cpu"), QStringLiteral("--target-batch"),
+                           QStringLiteral("2"), QStringLiteral("--no-run-folder")}
+            << QStringLiteral("cannot be shared by 3 devices");
     }
     void badDeviceListsAreRefused() {
         QFETCH(QStringList, args);

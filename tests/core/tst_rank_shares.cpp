@@ -25,8 +25,8 @@ private Q_SLOTS:
         // Worked out by hand: 1024 * 48/240 = 204.8 and 1024 * 192/240 = 819.2.
         QTest::newRow("1:4 memory") << qint64(1024) << std::vector<double>{48, 192} << qint64(1)
                                     << std::vector<int64_t>{205, 819};
-        QTest::newRow("equal, odd total") << qint64(7) << std::vector<double>{1, 1} << qint64(1)
-                                          << std::vector<int64_t>{4, 3};
+        QTest::newRow("equal, odd total")
+            << qint64(7) << std::vector<double>{1, 1} << qint64(1) << std::vector<int64_t>{4, 3};
         QTest::newRow("three ranks") << qint64(100) << std::vector<double>{1, 2, 3} << qint64(1)
                                      << std::vector<int64_t>{17, 33, 50};
         // 10 * 1/1000 rounds to 0, lifted to the minimum of 2, taken from the largest.
@@ -35,13 +35,13 @@ private Q_SLOTS:
         QTest::newRow("no weight known") << qint64(9) << std::vector<double>{0, 0, 0} << qint64(1)
                                          << std::vector<int64_t>{3, 3, 3};
         // An unknown (0) weight counts as the smallest known one: {1, 1, 2}.
-        QTest::newRow("one weight unknown") << qint64(8) << std::vector<double>{0, 1, 2} << qint64(1)
-                                            << std::vector<int64_t>{2, 2, 4};
+        QTest::newRow("one weight unknown")
+            << qint64(8) << std::vector<double>{0, 1, 2} << qint64(1) << std::vector<int64_t>{2, 2, 4};
         // Fewer samples than the minimums: the first ranks get them, the rest join the last one.
-        QTest::newRow("short for BatchNorm") << qint64(3) << std::vector<double>{1, 1} << qint64(2)
-                                             << std::vector<int64_t>{3, 0};
-        QTest::newRow("one sample, three ranks") << qint64(1) << std::vector<double>{1, 1, 1} << qint64(1)
-                                                 << std::vector<int64_t>{1, 0, 0};
+        QTest::newRow("short for BatchNorm")
+            << qint64(3) << std::vector<double>{1, 1} << qint64(2) << std::vector<int64_t>{3, 0};
+        QTest::newRow("one sample, three ranks")
+            << qint64(1) << std::vector<double>{1, 1, 1} << qint64(1) << std::vector<int64_t>{1, 0, 0};
     }
     void sharesAddUpAndFollowWeights() {
         QFETCH(qint64, total);
@@ -95,8 +95,8 @@ private Q_SLOTS:
         std::optional<ShareBalancer::Change> change;
         for (int step = 0; step < 3 && !change; ++step) {
             const double perSample = 0.001;
-            change = balancer.observe({{shares[0], shares[0] * perSample, true}, {shares[1], shares[1] * perSample, true}},
-                                      shares, 1024);
+            change = balancer.observe(
+                {{shares[0], shares[0] * perSample, true}, {shares[1], shares[1] * perSample, true}}, shares, 1024);
             if (step < 2) QVERIFY(!change);  // it measures stepsBetween (3) settled steps first
         }
         QVERIFY(change);
