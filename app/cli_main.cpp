@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -240,6 +241,13 @@ int main(int argc, char** argv) {
             return kExitFailed;
         }
         request->options.parallel = *joined;
+        // Ranks on one machine share its CPUs: each takes its part of them unless --threads says
+        // otherwise (all of them each: 2 ranks on 2 cores ran 4 threads on 2 and slowed down).
+        if (const char* local = std::getenv("LOCAL_WORLD_SIZE");
+            local != nullptr && request->options.intraOpThreads == 0) {
+            const int ranksHere = std::max(1, std::atoi(local));
+            request->options.intraOpThreads = std::max(1, core::intraOpThreadsFor(0) / ranksHere);
+        }
         if (rank > 0) {
             // Rank 0 reports, records the run and keeps the checkpoints for the job; the others
             // train. An events file is kept per rank (FILE.rank1, …).

@@ -571,6 +571,44 @@ void memorySaversSection(std::ostream& md, const json& savers) {
     }
 }
 
+void dataParallelSection(std::ostream& md, const json& parallel) {
+    md << "## 8. Several devices (issue 14)\n\n";
+    if (parallel.is_null()) {
+        md << "_data_parallel.json is missing: the data-parallel benchmark did not run._\n\n";
+        return;
+    }
+    md << "`batchpilot-bench-data-parallel`: `batchpilot-cli` jobs of " << parallel["steps"].get<int>() << " steps, "
+       << parallel["model"].get<std::string>() << " at target batch " << parallel["target_batch"].get<int64_t>()
+       << ", one process per virtual device (all on this machine's CPU cores, which they share), measured over "
+          "the last "
+       << parallel["measured_steps"].get<int>() << " steps (after the probes), medians of "
+       << parallel.value("rounds", 1)
+       << " interleaved rounds. The 4 MiB device trains in small micro-batches, slower per sample than the "
+          "48 MiB one on the same cores: what a slower GPU is to a faster one. *All-reduce* is the gradient "
+          "all-reduce's share of the step time; *imbalance* the slowest rank's compute time over the fastest's; "
+          "*wait* the ranks' mean idle time before the all-reduce as a share of the step. *Equal shares* is "
+          "`--equal-shares`: every rank gets T/n samples whatever its memory, as DDP-style tools split a batch.\n\n"
+          "| setup | samples/s | all-reduce | imbalance | wait | shares at the end | micro-batches |\n"
+          "|---|---|---|---|---|---|---|\n";
+    for (const json& s : parallel["setups"]) {
+        md << "| " << s["label"].get<std::string>() << " | ";
+        if (!s["ok"].get<bool>()) {
+            md << "failed | | | | | |\n";
+            continue;
+        }
+        std::string shares;
+        for (const json& v : s["last_shares"])
+            shares += (shares.empty() ? "" : " + ") + std::to_string(v.get<int64_t>());
+        std::string micro;
+        for (const json& v : s["last_micro_batches"])
+            micro += (micro.empty() ? "" : ", ") + std::to_string(v.get<int64_t>());
+        md << fixed(s["samples_per_s"].get<double>(), 1) << " | " << fixed(100 * s["all_reduce_share"].get<double>(), 2)
+           << "% | " << fixed(s["imbalance"].get<double>(), 2) << " | " << fixed(100 * s["wait_share"].get<double>(), 1)
+           << "% | " << (shares.empty() ? "–" : shares) << " | " << (micro.empty() ? "–" : micro) << " |\n";
+    }
+    md << "\n";
+}
+
 int main(int argc, char** argv) {
     Args args;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -602,6 +640,7 @@ int main(int argc, char** argv) {
     const json insight = load(args.in, "insight.json");
     const json fastest = load(args.in, "fastest.json");
     const json memorySavers = load(args.in, "memory_savers.json");
+    const json dataParallel = load(args.in, "data_parallel.json");
     json machine;
     std::string torch = "?";
     for (const json* j : {&probe, &acc, &meter, &gui}) {
@@ -634,6 +673,7 @@ int main(int argc, char** argv) {
     insightSection(md, insight);
     fastestSection(md, fastest);
     memorySaversSection(md, memorySavers);
+    dataParallelSection(md, dataParallel);
     // The roofline section comes from scripts/bench-roofline (per LibTorch build): kept as it is.
     if (std::ifstream roofline(args.in + "/roofline.md"); roofline) md << "\n" << roofline.rdbuf();
     std::ofstream out(args.out);

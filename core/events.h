@@ -174,7 +174,7 @@ struct RankStep {
     double waitSeconds = 0;       ///< waiting for the other ranks before the all-reduce
     int64_t peakBytes = 0;        ///< its device's peak in the step
     int ooms = 0;                 ///< out-of-memory errors it recovered from in the step
-    bool settled = true;          ///< neither probing nor timing micro-batch sizes
+    bool settled = true;          ///< not probing (its speed says something of the next steps)
 };
 
 /// Several devices: an optimizer step of a data-parallel job, as every rank learned it from the

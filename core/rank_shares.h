@@ -29,7 +29,7 @@ int64_t shareOffset(const std::vector<int64_t>& shares, int rank);
 struct RankStepTiming {
     int64_t share = 0;          ///< samples it trained in the step
     double computeSeconds = 0;  ///< from the batch's start until its gradients were ready
-    bool settled = true;        ///< neither probing nor timing micro-batch sizes in the step
+    bool settled = true;        ///< not probing in the step (trials say nothing of the speed)
 };
 
 /// Moves the shares towards the ranks' measured speed (samples per second of computing), so the

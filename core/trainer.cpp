@@ -528,8 +528,10 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
     const double computeSeconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
     const int64_t plannedLocal = localTarget();  // before reduceOverRanks chooses the next shares
     if (parallel) {
-        lossSum =
-            reduceOverRanks(lossSum, localSize, largestUsed, committed, stepPeak, computeSeconds, !probe && !timing);
+        // A probe's trials (and its OOMs) say nothing of the speed to come; the fastest-micro-batch
+        // timing trains at sizes that all fit, close enough to balance by, and can take many
+        // steps on a small share.
+        lossSum = reduceOverRanks(lossSum, localSize, largestUsed, committed, stepPeak, computeSeconds, !probe);
     }
     optimizerStep();
     ++step;

@@ -283,7 +283,10 @@ double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t lar
             report.shareReason = std::move(change->reason);
         }
     }
-    report.imbalance = parallel->balancer->lastImbalance();
+    double fastest = 0;
+    for (const RankStep& rank : report.ranks)
+        if (rank.share > 0) fastest = fastest == 0 ? rank.computeSeconds : std::min(fastest, rank.computeSeconds);
+    report.imbalance = fastest > 0 ? slowest / fastest : 0;
     return totalLoss;
 }
 

@@ -1,5 +1,6 @@
 #include "ui/session/trainer_controller.h"
 
+#include <algorithm>
 #include <exception>
 #include <optional>
 #include <utility>
@@ -14,6 +15,7 @@
 
 #include <unistd.h>
 
+#include "core/math_libraries.h"
 #include "core/run_config.h"
 
 // The bridge: the one ui/ file that runs the core trainer (on its own thread).
@@ -146,6 +148,7 @@ bool TrainerController::startRanks(core::TrainerOptions& options, const QStringL
         environment.insert(QStringLiteral("RANK"), QString::number(r));
         environment.insert(QStringLiteral("LOCAL_RANK"), QString::number(r));
         environment.insert(QStringLiteral("WORLD_SIZE"), world);
+        environment.insert(QStringLiteral("LOCAL_WORLD_SIZE"), world);
         environment.insert(QStringLiteral("MASTER_ADDR"), QStringLiteral("127.0.0.1"));
         environment.insert(QStringLiteral("MASTER_PORT"), QString::number(m_store->port()));
         environment.insert(QStringLiteral("TORCHELASTIC_USE_AGENT_STORE"), QStringLiteral("True"));
@@ -175,6 +178,10 @@ bool TrainerController::startRanks(core::TrainerOptions& options, const QStringL
     rank0.masterAddress = "127.0.0.1";
     rank0.masterPort = m_store->port();
     rank0.agentStore = true;
+    // The ranks share this machine's CPUs (each worker takes its part of them, LOCAL_WORLD_SIZE).
+    if (options.intraOpThreads == 0)
+        options.intraOpThreads =
+            std::max(1, core::intraOpThreadsFor(0, kGuiReservedCpus) / static_cast<int>(devices.size()));
     // Joined by the trainer's setup on the worker thread: the window never waits for the ranks.
     options.parallel = core::ProcessGroupLink::deferred(rank0, std::chrono::seconds(60));
     options.device = devices.front().toStdString();
