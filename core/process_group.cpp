@@ -152,24 +152,6 @@ struct ProcessGroupLink::Impl {
     }
 };
 
-ProcessGroupLink::ProcessGroupLink(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
-ProcessGroupLink::~ProcessGroupLink() = default;
-
-std::shared_ptr<ProcessGroupLink> ProcessGroupLink::deferred(const RankEnvironment& where,
-                                                             std::chrono::milliseconds timeout) {
-    auto impl = std::make_unique<Impl>();
-    impl->where = where;
-    impl->timeout = timeout;
-    return std::shared_ptr<ProcessGroupLink>(new ProcessGroupLink(std::move(impl)));
-}
-
-tl::expected<std::shared_ptr<ProcessGroupLink>, std::string> ProcessGroupLink::join(const RankEnvironment& where,
-                                                                                    std::chrono::milliseconds timeout) {
-    auto link = deferred(where, timeout);
-    if (auto connected = link->connect(); !connected) return tl::make_unexpected(connected.error());
-    return link;
-}
-
 tl::expected<void, std::string> ProcessGroupLink::connect() {
     Impl& impl = *m_impl;
     if (impl.group) return {};
@@ -313,19 +295,6 @@ struct ProcessGroupLink::Impl {
     RankEnvironment where;
     std::chrono::milliseconds timeout{0};
 };
-ProcessGroupLink::ProcessGroupLink(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
-ProcessGroupLink::~ProcessGroupLink() = default;
-std::shared_ptr<ProcessGroupLink> ProcessGroupLink::deferred(const RankEnvironment& where,
-                                                             std::chrono::milliseconds timeout) {
-    auto impl = std::make_unique<Impl>();
-    impl->where = where;
-    impl->timeout = timeout;
-    return std::shared_ptr<ProcessGroupLink>(new ProcessGroupLink(std::move(impl)));
-}
-tl::expected<std::shared_ptr<ProcessGroupLink>, std::string> ProcessGroupLink::join(const RankEnvironment&,
-                                                                                    std::chrono::milliseconds) {
-    return tl::make_unexpected(kNoGloo);
-}
 tl::expected<void, std::string> ProcessGroupLink::connect() {
     return tl::make_unexpected(kNoGloo);
 }
@@ -355,6 +324,26 @@ int StoreHost::port() const {
 }
 
 #endif
+
+// Both builds: a link is made deferred and joins through connect(), which says why it cannot
+// where this build has no Gloo.
+ProcessGroupLink::ProcessGroupLink(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+ProcessGroupLink::~ProcessGroupLink() = default;
+
+std::shared_ptr<ProcessGroupLink> ProcessGroupLink::deferred(const RankEnvironment& where,
+                                                             std::chrono::milliseconds timeout) {
+    auto impl = std::make_unique<Impl>();
+    impl->where = where;
+    impl->timeout = timeout;
+    return std::shared_ptr<ProcessGroupLink>(new ProcessGroupLink(std::move(impl)));
+}
+
+tl::expected<std::shared_ptr<ProcessGroupLink>, std::string> ProcessGroupLink::join(const RankEnvironment& where,
+                                                                                    std::chrono::milliseconds timeout) {
+    auto link = deferred(where, timeout);
+    if (auto connected = link->connect(); !connected) return tl::make_unexpected(connected.error());
+    return link;
+}
 
 // Known before the link connects (both builds).
 int ProcessGroupLink::rank() const {

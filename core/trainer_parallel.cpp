@@ -230,9 +230,12 @@ double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t lar
     const auto field = [&](size_t rank, StepField f) { return all[rank * kStepFields + f]; };
     const auto world = static_cast<size_t>(link.size());
     double slowest = 0;
+    double fastest = 0;  // of the ranks that had samples: one without waits for nothing
     double totalLoss = 0;
     for (size_t r = 0; r < world; ++r) {
-        slowest = std::max(slowest, field(r, kFieldCompute));
+        const double compute = field(r, kFieldCompute);
+        slowest = std::max(slowest, compute);
+        if (field(r, kFieldShare) > 0) fastest = fastest == 0 ? compute : std::min(fastest, compute);
         totalLoss += field(r, kFieldLoss);
     }
     RanksStepped& report = parallel->report;
@@ -283,9 +286,6 @@ double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t lar
             report.shareReason = std::move(change->reason);
         }
     }
-    double fastest = 0;
-    for (const RankStep& rank : report.ranks)
-        if (rank.share > 0) fastest = fastest == 0 ? rank.computeSeconds : std::min(fastest, rank.computeSeconds);
     report.imbalance = fastest > 0 ? slowest / fastest : 0;
     return totalLoss;
 }
