@@ -245,8 +245,7 @@ int main(int argc, char** argv) {
         // otherwise (all of them each: 2 ranks on 2 cores ran 4 threads on 2 and slowed down).
         if (const char* local = std::getenv("LOCAL_WORLD_SIZE");
             local != nullptr && request->options.intraOpThreads == 0) {
-            const int ranksHere = std::max(1, std::atoi(local));
-            request->options.intraOpThreads = std::max(1, core::intraOpThreadsFor(0) / ranksHere);
+            request->options.intraOpThreads = core::threadsPerLocalRank(core::intraOpThreadsFor(0), std::atoi(local));
         }
         if (rank > 0) {
             // Rank 0 reports, records the run and keeps the checkpoints for the job; the others

@@ -66,28 +66,17 @@ std::optional<std::string> spawn(Worker& worker, const LaunchOptions& options, i
     arguments.insert(arguments.end(), options.arguments.begin(), options.arguments.end());
     arguments.push_back("--device");
     arguments.push_back(worker.device);
+    const auto variables = core::localRankVariables(worker.rank, static_cast<int>(options.devices.size()), port,
+                                                    static_cast<long>(::getpid()));
     std::vector<std::string> environment;
     for (char** variable = environ; *variable != nullptr; ++variable) {
         const std::string entry = *variable;
         const std::string name = entry.substr(0, entry.find('='));
-        if (name == "RANK" || name == "WORLD_SIZE" || name == "LOCAL_RANK" || name == "LOCAL_WORLD_SIZE" ||
-            name == "MASTER_ADDR" || name == "MASTER_PORT" || name == "TORCHELASTIC_USE_AGENT_STORE" ||
-            name == kLauncherVariable)
-            continue;
-        environment.push_back(entry);
+        const bool replaced =
+            std::any_of(variables.begin(), variables.end(), [&name](const auto& v) { return v.first == name; });
+        if (!replaced) environment.push_back(entry);
     }
-    const auto world = std::to_string(options.devices.size());
-    environment.push_back("RANK=" + std::to_string(worker.rank));
-    environment.push_back("LOCAL_RANK=" + std::to_string(worker.rank));
-    environment.push_back("WORLD_SIZE=" + world);
-    environment.push_back("LOCAL_WORLD_SIZE=" + world);
-    environment.push_back("MASTER_ADDR=127.0.0.1");
-    environment.push_back("MASTER_PORT=" + std::to_string(port));
-    environment.push_back("TORCHELASTIC_USE_AGENT_STORE=True");
-    std::string launcher = kLauncherVariable;
-    launcher += '=';
-    launcher += std::to_string(::getpid());
-    environment.push_back(std::move(launcher));
+    for (const auto& [name, value] : variables) environment.push_back(name + "=" + value);
 
     std::vector<char*> argv;
     for (auto& a : arguments) argv.push_back(a.data());

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "core/process_group.h"
+
 // batchpilot-cli --devices A,B,…: one worker process per device, started and supervised here
 // (README, "Several devices"). The workers are this program again, each with --device and
 // torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), joining
@@ -28,6 +30,6 @@ std::vector<std::string> withoutDevicesFlag(const std::vector<std::string>& argu
 
 /// The environment variable a worker reads to know that its launcher is alive (it stops when its
 /// parent changes: the launcher was killed).
-inline constexpr const char* kLauncherVariable = "BATCHPILOT_LAUNCHER_PID";
+inline constexpr const char* kLauncherVariable = core::kLauncherPidVariable;
 
 }  // namespace batchpilot::app

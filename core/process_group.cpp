@@ -232,6 +232,29 @@ std::vector<std::string> ProcessGroupLink::exchangeText(const std::string& name,
     return all;
 }
 
+void ProcessGroupLink::markDone(const std::string& name) {
+    m_impl->store->set("done/" + name, std::vector<uint8_t>{1});
+}
+
+void ProcessGroupLink::waitWhileAlive(const std::string& name, int other) {
+    auto& store = *m_impl->store;
+    const std::string beat = "alive/" + std::to_string(other);
+    int64_t last = -1;
+    auto changed = std::chrono::steady_clock::now();
+    while (!store.check({"done/" + name})) {
+        const int64_t now = store.check({beat}) ? store.add(beat, 0) : -1;
+        if (now != last) {
+            last = now;
+            changed = std::chrono::steady_clock::now();
+        } else if (std::chrono::steady_clock::now() - changed >
+                   std::max<std::chrono::milliseconds>(m_impl->timeout, 4 * kBeat)) {
+            throw std::runtime_error("rank " + std::to_string(other) +
+                                     " stopped beating while this rank waited for \"" + name + "\"");
+        }
+        std::this_thread::sleep_for(kBeat / 2);
+    }
+}
+
 std::string ProcessGroupLink::unresponsiveRanks(const std::vector<std::string>& devices) {
     const auto name = [&](int r) {
         std::string text = "rank " + std::to_string(r);
@@ -310,6 +333,12 @@ std::vector<double> ProcessGroupLink::allGather(const std::vector<double>&) {
 std::vector<std::string> ProcessGroupLink::exchangeText(const std::string&, const std::string&) {
     throw std::runtime_error(kNoGloo);
 }
+void ProcessGroupLink::markDone(const std::string&) {
+    throw std::runtime_error(kNoGloo);
+}
+void ProcessGroupLink::waitWhileAlive(const std::string&, int) {
+    throw std::runtime_error(kNoGloo);
+}
 std::string ProcessGroupLink::unresponsiveRanks(const std::vector<std::string>&) {
     return {};
 }
@@ -343,6 +372,23 @@ tl::expected<std::shared_ptr<ProcessGroupLink>, std::string> ProcessGroupLink::j
     auto link = deferred(where, timeout);
     if (auto connected = link->connect(); !connected) return tl::make_unexpected(connected.error());
     return link;
+}
+
+std::vector<std::pair<std::string, std::string>> localRankVariables(int rank, int worldSize, int port,
+                                                                    long launcherPid) {
+    const std::string world = std::to_string(worldSize);
+    return {{"RANK", std::to_string(rank)},
+            {"LOCAL_RANK", std::to_string(rank)},
+            {"WORLD_SIZE", world},
+            {"LOCAL_WORLD_SIZE", world},
+            {"MASTER_ADDR", "127.0.0.1"},
+            {"MASTER_PORT", std::to_string(port)},
+            {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+            {kLauncherPidVariable, std::to_string(launcherPid)}};
+}
+
+int threadsPerLocalRank(int cpus, int ranksHere) {
+    return std::max(1, cpus / std::max(1, ranksHere));
 }
 
 // Known before the link connects (both builds).

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tl/expected.hpp>
@@ -69,6 +70,13 @@ public:
     /// Every rank's text under `name` (through the store; once per name).
     std::vector<std::string> exchangeText(const std::string& name, const std::string& mine);
 
+    /// Announces that this rank finished `name` (a key in the job's store).
+    void markDone(const std::string& name);
+    /// Waits until rank `other` marked `name` done, however long that takes while its heartbeat
+    /// goes on; throws std::runtime_error when the heartbeat stops for the link's timeout (the
+    /// other ranks wait so for rank 0's validation pass, which may take longer than a collective
+    /// is allowed to).
+    void waitWhileAlive(const std::string& name, int other);
     /// After a collective failed: the ranks that stopped answering, as "rank 1 (virtual:48MiB)"
     /// when `devices` names them; empty when every other rank is still alive. Every rank beats
     /// a counter in the store twice a second from a thread of its own (a stopped or dead process
@@ -80,6 +88,21 @@ private:
     explicit ProcessGroupLink(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> m_impl;
 };
+
+/// Set by a launcher in its workers' environment: its process id (a worker whose launcher is gone
+/// stops).
+inline constexpr const char* kLauncherPidVariable = "BATCHPILOT_LAUNCHER_PID";
+
+/// The variables a launcher on this machine gives rank `rank` of a job of `worldSize` ranks, all
+/// on this machine, whose store it hosts on 127.0.0.1:`port`: torchrun's (RANK, LOCAL_RANK,
+/// WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE) and
+/// BATCHPILOT_LAUNCHER_PID (`launcherPid`, which the worker watches), as (name, value). The CLI's
+/// launcher and the app both start their workers with these.
+std::vector<std::pair<std::string, std::string>> localRankVariables(int rank, int worldSize, int port,
+                                                                    long launcherPid);
+/// The intra-op threads of one of `ranksHere` ranks sharing this machine's `cpus`: its part of
+/// them, at least one (each taking them all oversubscribes: 2 ranks × 2 threads on 2 cores).
+int threadsPerLocalRank(int cpus, int ranksHere);
 
 /// The launcher's store: a c10d::TCPStore server on 127.0.0.1 at a port the system picks, which
 /// the local workers join as clients (TORCHELASTIC_USE_AGENT_STORE).

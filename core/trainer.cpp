@@ -610,9 +610,16 @@ RunResult Trainer::run() {
                 d.trainBatch(batch, static_cast<int64_t>(batch.size()));
                 if (d.commands.stopRequested()) break;
             }
-            // With several devices rank 0 evaluates (the others go on and wait for it at the next
-            // exchange): it keeps the checkpoints.
-            if (d.leads() && d.validationDue()) d.runValidation();
+            // With several devices rank 0 evaluates (it keeps the checkpoints); the others wait for
+            // it here as long as its heartbeat goes on, however long the pass takes.
+            if (d.validationDue()) {
+                if (!d.leads()) {
+                    d.awaitValidation();
+                } else {
+                    d.runValidation();
+                    if (d.parallel) d.parallel->link->markDone("validated/" + std::to_string(d.step));
+                }
+            }
         }
         result.stopped = d.commands.stopRequested() || (d.parallel && d.parallel->stoppedByRanks);
         if (d.parallel) d.checkRanksAgree();  // at the end of every run, whatever the interval

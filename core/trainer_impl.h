@@ -302,13 +302,16 @@ struct Trainer::Impl {
     /// After the optimizer step: compares the ranks' parameters when due, reports RanksStepped
     /// and applies the next shares (from the next batch on).
     void finishRanksStep();
+    /// A rank other than 0, where rank 0 validates after this step: waits until it is done, as
+    /// long as rank 0 lives (ProcessGroupLink::waitWhileAlive), and counts the pass as its own.
+    void awaitValidation();
     /// Compares a checksum of every rank's parameters (once per step); a difference stops the run.
     void checkRanksAgree();
     /// A collective failed: the message, naming the ranks that did not get to `step`.
     [[noreturn]] void ranksFailed(const std::exception& error, const std::string& during);
     /// `next`: the micro-batch after this one, when known; it is requested from the prefetcher
     /// once this one's samples are taken (requesting it earlier would replace this one's load).
-    /// `keepGradients` false: forward and backward only, for a measurement (saverThatFits).
+    /// `keepGradients` false: forward and backward only, for a measurement (surveySavers).
     MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next = {},
                               bool keepGradients = true);
     void optimizerStep();

@@ -311,6 +311,16 @@ void Trainer::Impl::finishRanksStep() {
     }
 }
 
+void Trainer::Impl::awaitValidation() {
+    try {
+        parallel->link->waitWhileAlive("validated/" + std::to_string(step), 0);
+    } catch (const std::exception& e) {
+        ranksFailed(e, "waiting for rank 0's validation after step " + std::to_string(step));
+    }
+    lastValidationStep = step;
+    validatedEpochs = sampler->completedEpochs();
+}
+
 void Trainer::Impl::checkRanksAgree() {
     if (parallel->lastCheckedStep == step) return;
     parallel->lastCheckedStep = step;

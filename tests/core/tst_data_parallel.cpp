@@ -321,6 +321,28 @@ private Q_SLOTS:
         QVERIFY2(err.contains(QStringLiteral("rank 1 (virtual:24MiB) stopped answering")), qPrintable(err));
     }
 
+    void longValidationOutlastsTheRankTimeout() {
+        // Rank 0 validates after every step for longer than --rank-timeout: the other rank waits
+        // for it (rank 0's heartbeat goes on) instead of giving up, and the job finishes.
+        const QString eventsFile = path(QStringLiteral("job-validation.jsonl"));
+        const Run run = runCli({QStringLiteral("--model"), QStringLiteral("resnet"), QStringLiteral("--samples"),
+                                QStringLiteral("6000"), QStringLiteral("--validation-split"), QStringLiteral("0.5"),
+                                QStringLiteral("--validate-every"), QStringLiteral("1"),
+                                QStringLiteral("--target-batch"), QStringLiteral("32"), QStringLiteral("--steps"),
+                                QStringLiteral("2"), QStringLiteral("--no-run-folder"), QStringLiteral("--devices"),
+                                QStringLiteral("virtual:64MiB,virtual:64MiB"), QStringLiteral("--rank-timeout"),
+                                QStringLiteral("2"), QStringLiteral("--events"), eventsFile});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        const auto passes = events(eventsFile, QStringLiteral("validation"));
+        QVERIFY(passes.size() >= 2);
+        double longest = 0;
+        for (const QJsonObject& pass : passes)
+            longest = std::max(longest, pass.value(QStringLiteral("seconds")).toDouble());
+        qInfo("longest validation pass %.1f s, rank timeout 2 s", longest);
+        QVERIFY2(longest > 2, "the premise: a pass longer than the timeout");
+        QCOMPARE(events(eventsFile + QStringLiteral(".rank1"), QStringLiteral("ranks_step")).size(), size_t{2});
+    }
+
     void badDeviceListsAreRefused_data() {
         QTest::addColumn<QStringList>("args");
         QTest::addColumn<QString>("message");

@@ -145,14 +145,9 @@ bool TrainerController::startRanks(core::TrainerOptions& options, const QStringL
     for (int r = 1; r < devices.size(); ++r) {
         auto* process = new QProcess(this);
         QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
-        environment.insert(QStringLiteral("RANK"), QString::number(r));
-        environment.insert(QStringLiteral("LOCAL_RANK"), QString::number(r));
-        environment.insert(QStringLiteral("WORLD_SIZE"), world);
-        environment.insert(QStringLiteral("LOCAL_WORLD_SIZE"), world);
-        environment.insert(QStringLiteral("MASTER_ADDR"), QStringLiteral("127.0.0.1"));
-        environment.insert(QStringLiteral("MASTER_PORT"), QString::number(m_store->port()));
-        environment.insert(QStringLiteral("TORCHELASTIC_USE_AGENT_STORE"), QStringLiteral("True"));
-        environment.insert(QStringLiteral("BATCHPILOT_LAUNCHER_PID"), QString::number(::getpid()));
+        for (const auto& [name, value] : core::localRankVariables(r, static_cast<int>(devices.size()), m_store->port(),
+                                                                  static_cast<long>(::getpid())))
+            environment.insert(QString::fromStdString(name), QString::fromStdString(value));
         process->setProcessEnvironment(environment);
         process->setStandardOutputFile(QProcess::nullDevice());
         // A rank that fails says why on stderr: its last line joins the event log.
@@ -181,7 +176,7 @@ bool TrainerController::startRanks(core::TrainerOptions& options, const QStringL
     // The ranks share this machine's CPUs (each worker takes its part of them, LOCAL_WORLD_SIZE).
     if (options.intraOpThreads == 0)
         options.intraOpThreads =
-            std::max(1, core::intraOpThreadsFor(0, kGuiReservedCpus) / static_cast<int>(devices.size()));
+            core::threadsPerLocalRank(core::intraOpThreadsFor(0, kGuiReservedCpus), static_cast<int>(devices.size()));
     // Joined by the trainer's setup on the worker thread: the window never waits for the ranks.
     options.parallel = core::ProcessGroupLink::deferred(rank0, std::chrono::seconds(60));
     options.device = devices.front().toStdString();
