@@ -374,11 +374,19 @@ void Flags::declare(CliRequest& request) {
         ->group(group);
     option<std::string>("--memory-savers",
                         "trade speed or precision for memory: checkpoint (recompute activations\n"
-                        "in backward), bf16 (bfloat16 autocast), both, auto (none until nothing\n"
-                        "fits at micro-batch 1, then the first that fits) or off (default)",
+                        "in backward), bf16 (bfloat16 autocast), both, auto (measure them when the\n"
+                        "micro-batch is small or nothing fits, and use the fastest) or off (default)",
                         [](TrainerOptions& o, const std::string& v) { o.memorySavers = *core::parseMemorySavers(v); })
         ->type_name("SAVERS")
         ->check(parsedBy(core::parseMemorySavers))
+        ->group(group);
+    option<int64_t>("--saver-threshold",
+                    "measure every memory saver when the probe finds a micro-batch below N\n"
+                    "(and below the target batch), and suggest the fastest (default " +
+                        text(d.saverThreshold) + "; 0: only when nothing fits)",
+                    [](TrainerOptions& o, const int64_t& v) { o.saverThreshold = v; })
+        ->type_name("N")
+        ->check(wholeNumber(0, core::kMaxTargetBatch))
         ->group(group);
     option<int64_t>("--steps",
                     "optimizer steps to run (default " + text(core::kDefaultSteps) + " unless --epochs is given)",

@@ -236,6 +236,16 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                                 e.newTarget, e.oldLearningRate, e.newLearningRate));
             } else if constexpr (std::is_same_v<T, DeviceSwitched>) {
                 line("device " + e.from + " → " + e.to);
+            } else if constexpr (std::is_same_v<T, SaverSurvey>) {
+                std::string table = describeSaverSurvey(e);
+                if (!table.empty() && table.back() == '\n') table.pop_back();
+                line(table);
+            } else if constexpr (std::is_same_v<T, MemorySaversChanged>) {
+                line("memory savers " + e.from + " → " + e.to +
+                     (e.predictedMicroBatch > 0
+                          ? " (predicted micro-batch " + std::to_string(e.predictedMicroBatch) + ")"
+                          : std::string()) +
+                     ": " + e.why);
             } else if constexpr (std::is_same_v<T, CheckpointSaved>) {
                 if (!e.metric.empty()) {
                     m_bestCheckpoint = e;

@@ -47,6 +47,16 @@ void CommandMailbox::checkEquivalence(int64_t samples) {
     m_batch.equivalence = std::max<int64_t>(0, samples);
 }
 
+void CommandMailbox::surveySavers() {
+    std::lock_guard lock(m_mutex);
+    m_batch.surveySavers = true;
+}
+
+void CommandMailbox::setMemorySavers(MemorySavers savers) {
+    std::lock_guard lock(m_mutex);
+    m_batch.savers = savers;
+}
+
 void CommandMailbox::setStepMode(bool on) {
     {
         std::lock_guard lock(m_mutex);

@@ -14,7 +14,7 @@ namespace batchpilot::core {
 
 /// The trainer's commands: posted from any thread (the Trainer's public methods), taken by the
 /// run thread where they apply: stop, pause and step mode at micro-batch boundaries; target batch,
-/// device, re-probe and the equivalence check at the next training batch (take()).
+/// device, re-probe, the equivalence check and memory savers at the next training batch (take()).
 ///
 /// Thread rules: every method may be called from any thread; the wait*() methods and take() are
 /// called by the run thread only.
@@ -26,6 +26,8 @@ public:
         std::optional<std::string> device;
         std::optional<int64_t> equivalence;  ///< samples of the equivalence check (0: the whole batch)
         bool reprobe = false;
+        bool surveySavers = false;           ///< measure every memory saver (SaverSurvey)
+        std::optional<MemorySavers> savers;  ///< use these memory savers from now on
     };
 
     explicit CommandMailbox(bool stepMode) : m_stepMode(stepMode) {}
@@ -38,6 +40,8 @@ public:
     void reprobe();
     void switchDevice(const std::string& device);
     void checkEquivalence(int64_t samples);
+    void surveySavers();
+    void setMemorySavers(MemorySavers savers);
     void setStepMode(bool on);
     void advance();
     void finishBatch();

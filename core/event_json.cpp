@@ -224,6 +224,41 @@ json fields(const RanksStepped& e) {
     }
     return j;
 }
+json fields(const SaverOption& o) {
+    json j = {{"savers", o.savers}, {"fits", o.fits}};
+    if (!o.unavailable.empty()) {
+        j["unavailable"] = o.unavailable;
+        return j;
+    }
+    j.update({{"fixed_bytes", o.fixedBytes},
+              {"bytes_per_sample", o.bytesPerSample},
+              {"micro_batch", o.microBatch},
+              {"accumulation_steps", o.accumulationSteps},
+              {"peak_bytes", o.peakBytes},
+              {"samples_per_second", o.samplesPerSecond},
+              {"timed_micro_batch", o.timedMicroBatch},
+              {"trials", o.trials}});
+    return j;
+}
+json fields(const SaverSurvey& e) {
+    json options = json::array();
+    for (const SaverOption& o : e.options) options.push_back(fields(o));
+    return {{"time", e.time},
+            {"step", e.step},
+            {"device", e.device},
+            {"reason", e.reason},
+            {"usable_bytes", e.usableBytes},
+            {"target_batch", e.targetBatch},
+            {"current", e.current},
+            {"options", options},
+            {"suggestion", e.suggestion},
+            {"advice", e.advice},
+            {"seconds", e.seconds}};
+}
+json fields(const MemorySaversChanged& e) {
+    return {{"time", e.time}, {"step", e.step}, {"from", e.from},
+            {"to", e.to},     {"why", e.why},   {"predicted_micro_batch", e.predictedMicroBatch}};
+}
 json fields(const TensorDifference& d) {
     return {{"name", d.name},
             {"elements", d.elements},

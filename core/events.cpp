@@ -115,6 +115,10 @@ const char* eventName(const Event& event) {
                 return "validation";
             else if constexpr (std::is_same_v<T, RanksStepped>)
                 return "ranks_step";
+            else if constexpr (std::is_same_v<T, SaverSurvey>)
+                return "saver_survey";
+            else if constexpr (std::is_same_v<T, MemorySaversChanged>)
+                return "memory_savers_changed";
             else
                 return "equivalence";
         },

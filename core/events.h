@@ -258,6 +258,55 @@ struct MemoryBreakdown {
     int64_t attributedBytes() const { return parameterBytes + gradientBytes + optimizerStateBytes + activationBytes; }
 };
 
+/// One memory-saver setting measured on the run's own model (SaverSurvey): its memory line,
+/// fitted to micro-batches run with the saver on, the largest micro-batch that line predicts
+/// within the usable memory, and the throughput timed there.
+struct SaverOption {
+    std::string savers;       ///< "off", "checkpoint", "bf16" or "both"
+    std::string unavailable;  ///< why it was not measured (the model cannot be split...); empty: measured
+    bool fits = false;        ///< the smallest micro-batch fits in the usable memory
+    double fixedBytes = 0;    ///< peak ≈ fixedBytes + bytesPerSample × micro-batch
+    double bytesPerSample = 0;
+    int64_t microBatch = 0;         ///< predicted largest micro-batch (at most the target batch)
+    int64_t accumulationSteps = 0;  ///< micro-batches per training batch at that size
+    int64_t peakBytes = 0;          ///< predicted peak at microBatch
+    double samplesPerSecond = 0;    ///< timed at timedMicroBatch (forward and backward)
+    int64_t timedMicroBatch = 0;
+    int64_t trials = 0;  ///< micro-batches run to measure it
+};
+
+/// Every memory saver measured side by side on the run's model and device (memory savers,
+/// core/memory_savers.h): after a probe found a small micro-batch (TrainerOptions::saverThreshold),
+/// when nothing fits, or when asked (Trainer::surveySavers). The measurements run forward and
+/// backward on the data's first samples and keep nothing: the model, its statistics and the
+/// batch's gradients are as before.
+struct SaverSurvey {
+    double time = 0;
+    int64_t step = 0;  ///< optimizer steps done when it ran
+    std::string device;
+    std::string reason;  ///< why it ran, in words
+    int64_t usableBytes = 0;
+    int64_t targetBatch = 0;
+    std::string current;  ///< the savers in use when it ran ("off", "checkpoint", ...)
+    std::vector<SaverOption> options;
+    /// The savers with the best predicted throughput, when it is not the current one and beats it
+    /// by more than 5% (or the current one does not fit); empty: keep the current savers.
+    std::string suggestion;
+    std::string advice;  ///< the outcome in one sentence, with the numbers
+    double seconds = 0;  ///< the survey's time
+};
+
+/// The memory savers in use changed: memory_savers auto, or the user applied a survey's
+/// suggestion. A probe follows (reason "memory savers turned on").
+struct MemorySaversChanged {
+    double time = 0;
+    int64_t step = 0;
+    std::string from;
+    std::string to;
+    std::string why;
+    int64_t predictedMicroBatch = 0;  ///< the last survey's prediction for `to`; 0: none
+};
+
 /// The next micro-batch in step-by-step mode: the trainer waits until advanced.
 struct StepModeWaiting {
     double time = 0;
@@ -351,10 +400,11 @@ struct ErrorEvent {
     std::string where;    ///< e.g. "step 3, micro-batch 2 (32 samples), forward"
 };
 
-using Event = std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent, MemorySample,
-                           StepMetrics, MicroBatchDone, OptimizerStepped, TargetBatchChanged, DeviceSwitched, Warning,
-                           CheckpointSaved, ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting,
-                           EquivalenceChecked, ThroughputTimed, ThroughputChosen, ValidationDone, RanksStepped>;
+using Event =
+    std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent, MemorySample, StepMetrics,
+                 MicroBatchDone, OptimizerStepped, TargetBatchChanged, DeviceSwitched, Warning, CheckpointSaved,
+                 ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting, EquivalenceChecked, ThroughputTimed,
+                 ThroughputChosen, ValidationDone, RanksStepped, SaverSurvey, MemorySaversChanged>;
 
 /// Name of the event type as written in JSON Lines ("probe_trial", "oom", ...).
 const char* eventName(const Event& event);

@@ -136,6 +136,8 @@ void RunDigest::handle(const Event& event) {
         equivalence = *check;
     } else if (const auto* v = std::get_if<ValidationDone>(&event)) {
         validation = *v;
+    } else if (const auto* survey = std::get_if<SaverSurvey>(&event)) {
+        saverSurvey = *survey;
     } else if (const auto* metrics = std::get_if<StepMetrics>(&event)) {
         lastStep = *metrics;
     } else if (const auto* state = std::get_if<RunStateChanged>(&event)) {
@@ -218,6 +220,42 @@ std::string timingText(const RunDigest& d) {
 
 }  // namespace
 
+std::string describeSaverSurvey(const SaverSurvey& survey) {
+    std::string out = formatText("Memory savers on %s (%s usable, target batch %" PRId64
+                                 "), measured in %.1f s after step %" PRId64 ": %s\n",
+                                 survey.device.c_str(), formatBytes(survey.usableBytes).c_str(), survey.targetBatch,
+                                 survey.seconds, survey.step, survey.reason.c_str());
+    double now = 0;
+    for (const SaverOption& o : survey.options)
+        if (o.savers == survey.current && o.fits) now = o.samplesPerSecond;
+    out += "  savers            micro-batch  accumulation  samples/s  vs now        peak  memory line\n";
+    for (const SaverOption& o : survey.options) {
+        const std::string name = o.savers + (o.savers == survey.current ? " (in use)" : "");
+        if (!o.unavailable.empty()) {
+            out += formatText("  %-16s  not available: %s\n", name.c_str(), o.unavailable.c_str());
+            continue;
+        }
+        if (!o.fits) {
+            out += formatText("  %-16s  does not fit even at the smallest micro-batch\n", name.c_str());
+            continue;
+        }
+        const std::string ratio = now > 0 ? formatText("%.2f×", o.samplesPerSecond / now) : std::string("-");
+        const std::string line = o.bytesPerSample > 0 ? describeMemoryModel(MemoryModel{o.fixedBytes, o.bytesPerSample})
+                                                      : std::string("one size measured");
+        out += formatText("  %-16s  %11" PRId64 "  %12" PRId64 "  %9.1f  %6s  %10s  %s\n", name.c_str(), o.microBatch,
+                          o.accumulationSteps, o.samplesPerSecond, ratio.c_str(), formatBytes(o.peakBytes).c_str(),
+                          line.c_str());
+    }
+    const bool anyFits = std::any_of(survey.options.begin(), survey.options.end(),
+                                     [](const SaverOption& o) { return o.fits && o.unavailable.empty(); });
+    out += "  " +
+           (!anyFits                    ? std::string("no memory saver makes the smallest micro-batch fit")
+            : survey.suggestion.empty() ? std::string("keep the savers in use")
+                                        : "suggested: --memory-savers " + survey.suggestion) +
+           " (samples/s timed once per saver, forward and backward, on the data's first samples)\n";
+    return out;
+}
+
 std::string MemoryReport::text() const {
     const RunDigest& d = m_digest;
     const ProbeStarted started = d.probeStarted.value_or(ProbeStarted{});
@@ -275,6 +313,7 @@ std::string MemoryReport::text() const {
             "(%.1f%% of it)\n",
             toMiB(b.peakBytes), toMiB(b.attributedBytes()), explained);
     }
+    if (d.saverSurvey) out += describeSaverSurvey(*d.saverSurvey);
     if (d.validation && d.validation->microBatch > 0) {
         const ValidationDone& v = *d.validation;
         const int64_t training = d.lastStep ? d.lastStep->microBatch : 0;

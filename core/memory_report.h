@@ -28,6 +28,11 @@ struct WhatIf {
 WhatIf predictWhatIf(const MemoryModel& model, int64_t microBatch, int64_t targetBatch, int64_t usableBytes,
                      int64_t capacityBytes);
 
+/// A memory-saver survey as a table: per saver its predicted micro-batch, accumulation steps,
+/// samples/s (and against the savers in use), predicted peak and memory line, then the advice.
+/// Plain text, one line per row, ends with a newline.
+std::string describeSaverSurvey(const SaverSurvey& survey);
+
 /// One line of the breakdown: a part of the device memory.
 struct MemoryPart {
     std::string name;  ///< "parameters", "activations (micro-batch 256)", ...
@@ -55,6 +60,7 @@ struct RunDigest {
     std::optional<MemoryBreakdown> breakdown;
     std::optional<EquivalenceChecked> equivalence;
     std::optional<ValidationDone> validation;  ///< the latest validation pass
+    std::optional<SaverSurvey> saverSurvey;    ///< the latest memory-saver survey
     std::optional<StepMetrics> lastStep;
     std::optional<RunStateChanged> lastState;
 

@@ -17,15 +17,4 @@ std::string describeSavers(MemorySavers savers) {
     return "no memory saver";
 }
 
-std::optional<MemorySavers> nextAutoSavers(MemorySavers current, bool canCheckpoint) {
-    switch (current) {
-    case MemorySavers::Off:
-    case MemorySavers::Auto: return canCheckpoint ? MemorySavers::Checkpoint : MemorySavers::Bf16;
-    case MemorySavers::Checkpoint: return MemorySavers::Bf16;
-    case MemorySavers::Bf16: return canCheckpoint ? std::optional(MemorySavers::Both) : std::nullopt;
-    case MemorySavers::Both: return std::nullopt;
-    }
-    return std::nullopt;
-}
-
 }  // namespace batchpilot::core

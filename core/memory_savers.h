@@ -5,7 +5,6 @@
 // activation checkpointing through the model (Model::setCheckpointing, built on
 // core/activation_checkpoint.h), bfloat16 autocast around the forward pass.
 
-#include <optional>
 #include <string>
 
 #include "core/options.h"
@@ -19,9 +18,5 @@ bool autocastsBf16(MemorySavers savers);
 /// In words for messages: "activation checkpointing", "bfloat16 autocast", "activation
 /// checkpointing and bfloat16 autocast", "no memory saver".
 std::string describeSavers(MemorySavers savers);
-/// The savers "auto" turns on after `current` when nothing fits at the smallest micro-batch:
-/// checkpointing (the exact one), then bfloat16 (faster than recomputing, but rounds), then both;
-/// without checkpointing (`canCheckpoint` false) bfloat16 only. nullopt: none is left.
-std::optional<MemorySavers> nextAutoSavers(MemorySavers current, bool canCheckpoint);
 
 }  // namespace batchpilot::core

@@ -157,6 +157,11 @@ struct TrainerOptions {
     OptimizerOptions optimizer;
     LossKind loss = LossKind::CrossEntropy;
     MemorySavers memorySavers = MemorySavers::Off;
+    /// When a probe (of the run's start, a device switch or a target change) finds a micro-batch
+    /// below this many samples, and below the target batch, the trainer measures every memory
+    /// saver on the model (SaverSurvey) and suggests the one with the best predicted throughput;
+    /// memory_savers auto applies it. 0: only when asked (Trainer::surveySavers) or nothing fits.
+    int64_t saverThreshold = 4;
     /// Optimizer steps to run; nullopt: no step limit. With neither steps nor epochs the run goes
     /// on until it is stopped (the GUI's "unlimited"). See setEpochs() for how the two combine.
     std::optional<int64_t> steps = kDefaultSteps;

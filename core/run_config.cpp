@@ -263,6 +263,8 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
                  [&](const json& v, const std::string& p) {
                      o.memorySavers = parsed(parseMemorySavers(text(v, p)), p);
                  }},
+                {"saver_threshold",
+                 [&](const json& v, const std::string& p) { o.saverThreshold = integer(v, p, 0, kMaxTargetBatch); }},
                 {"regrow_after_steps",
                  [&](const json& v, const std::string& p) {
                      o.regrowAfterSteps = static_cast<int>(integer(v, p, 0, kMaxRegrowAfterSteps));
@@ -413,6 +415,7 @@ json toRunConfig(const TrainerOptions& o) {
         {"lr_scaling", toString(o.lrScaling)},
         {"loss", toString(o.loss)},
         {"memory_savers", toString(o.memorySavers)},
+        {"saver_threshold", o.saverThreshold},
         {"regrow_after_steps", o.regrowAfterSteps},
         {"threads", o.intraOpThreads},
         {"cuda_memory_fraction", o.cudaMemoryFraction},

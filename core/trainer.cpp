@@ -166,15 +166,20 @@ bool Trainer::Impl::waitWhilePaused() {
 }
 
 bool Trainer::Impl::applyCommands() {
-    auto [newTarget, newDevice, equivalence, reprobe] = commands.take();
-    if (parallel && (newDevice || equivalence)) {
+    auto [newTarget, newDevice, equivalence, reprobe, survey, newSavers] = commands.take();
+    if (parallel && (newDevice || equivalence || survey || newSavers)) {
         // Each would change what the other ranks must agree on at the same batch; not yet.
-        emit(Warning{now(),
-                     std::string("with several devices, ") + (newDevice ? "a device switch" : "the equivalence check") +
-                         " is not available during the run: stop it, and resume from its checkpoint with the new "
-                         "settings"});
+        emit(Warning{now(), std::string("with several devices, ") +
+                                (newDevice     ? "a device switch"
+                                 : equivalence ? "the equivalence check"
+                                               : "measuring or changing the memory savers") +
+                                " is not available during the run: stop it, and resume from its checkpoint with the "
+                                "new settings"});
         newDevice.reset();
         equivalence.reset();
+        survey = false;
+        newSavers.reset();
+        surveyDue.clear();
     }
     // Checked before the commands below change the micro-batch plan it compares against.
     if (equivalence) checkEquivalence(*equivalence);
@@ -204,6 +209,22 @@ bool Trainer::Impl::applyCommands() {
             parallel->requestedTarget = newTarget;
         else if (changeTarget(newTarget->first, newTarget->second))
             reprobe = false;
+    }
+    if (newSavers && *newSavers != savers) {
+        if (applySavers(*newSavers, "asked for")) reprobe = false;
+    } else if (survey || !surveyDue.empty()) {
+        // A survey asked for, or due after a probe that found a small micro-batch (finishProbe).
+        const SaverSurvey found = surveySavers(survey ? "asked for" : surveyDue);
+        surveyDue.clear();
+        if (!found.suggestion.empty() && !survey) {
+            const MemorySavers next = *parseMemorySavers(found.suggestion);
+            if (options.memorySavers == MemorySavers::Auto) {
+                if (applySavers(next, "memory savers auto: " + found.advice)) reprobe = false;
+            } else {
+                emit(Warning{now(), "memory savers: " + found.advice + "; train with --memory-savers " +
+                                        found.suggestion + " (or auto), or apply it in the app's Memory savers panel"});
+            }
+        }
     }
     if (reprobe && !probe) startProbe(ProbeReason::UserRequest, options.probe.initialMicroBatch, 0);
     return !commands.stopRequested();
@@ -690,6 +711,12 @@ void Trainer::finishBatch() {
 }
 void Trainer::checkEquivalence(int64_t samples) {
     m_impl->commands.checkEquivalence(samples);
+}
+void Trainer::surveySavers() {
+    m_impl->commands.surveySavers();
+}
+void Trainer::setMemorySavers(MemorySavers savers) {
+    if (savers != MemorySavers::Auto) m_impl->commands.setMemorySavers(savers);
 }
 
 void Trainer::setTargetBatch(int64_t target, std::optional<LrScaling> rule) {

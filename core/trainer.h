@@ -73,6 +73,12 @@ public:
     /// samples when 0 < samples < its size, is split as the current micro-batch plan splits it and
     /// compared with one full pass. Training state is not changed.
     void checkEquivalence(int64_t samples = 0);
+    /// At the next training-batch boundary, measures every memory saver on the model and device
+    /// side by side (reported as SaverSurvey, with a suggestion). Training state is not changed.
+    void surveySavers();
+    /// Uses `savers` (not Auto) from the next training batch on, and probes again (reported as
+    /// MemorySaversChanged). Checkpointing a model that cannot be split is refused with a Warning.
+    void setMemorySavers(MemorySavers savers);
 
     /// The trained model (valid after run() started; use from the run() thread or after run()).
     std::shared_ptr<Model> model() const;

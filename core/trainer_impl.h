@@ -35,6 +35,7 @@
 #include "core/rank_shares.h"
 #include "core/probe_search.h"
 #include "core/sampler.h"
+#include "core/saver_survey.h"
 #include "core/text_format.h"
 #include "core/throughput_search.h"
 #include "core/torch_compat.h"
@@ -333,20 +334,33 @@ struct Trainer::Impl {
     int64_t allocatorRetriesSeen = 0;   ///< the meter's allocator retries already reported
     /// Stops the run: the model does not fit. Where a memory saver would help (not during setup,
     /// nor for the optimizer state: `suggestSavers` false) the message names the one that makes
-    /// the smallest micro-batch fit, measured (saverThatFits).
+    /// the smallest micro-batch fit fastest, measured (surveySavers).
     [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false, bool suggestSavers = true);
     /// The memory savers in use: options.memorySavers, or what "auto" turned on so far (never Auto).
     MemorySavers savers = MemorySavers::Off;
     void useMemorySavers(MemorySavers next);
     /// The forward pass's autocast for the savers in use: bfloat16, or off.
     AutocastState forwardAutocast() const { return {autocastsBf16(savers), c10::ScalarType::BFloat16}; }
-    /// memory_savers auto, when nothing fits at the smallest micro-batch: turns on the next
-    /// savers (nextAutoSavers), says so, and starts a probe. False when none is left, or the
-    /// option is not auto: the caller stops the run (doesNotFit).
+    /// memory_savers auto, when nothing fits at the smallest micro-batch: measures every saver
+    /// (surveySavers) and turns on the fastest that fits and was not tried yet, says so, and starts
+    /// a probe. False when none is left, or the option is not auto: the caller stops the run
+    /// (doesNotFit).
     bool nextMemorySavers(int64_t requested);
-    /// The first savers of auto's sequence, other than the ones in use, with which the smallest
-    /// micro-batch fits in the usable memory, measured on the data's first samples; nullopt: none.
-    std::optional<MemorySavers> saverThatFits();
+    /// The savers memory_savers auto turned on so far in this run (each at most once).
+    std::vector<MemorySavers> autoTried;
+    /// Measures every memory saver on the model, the device and the data's first samples
+    /// (core/saver_survey.h decides the sizes and predicts), reports SaverSurvey and returns it.
+    /// Nothing changes: the savers in use, the model's statistics, the batch's gradients and the
+    /// CPU's random stream are as before.
+    SaverSurvey surveySavers(const std::string& reason);
+    /// The last survey (what MemorySaversChanged's prediction comes from).
+    std::optional<SaverSurvey> lastSurvey;
+    /// Why a survey is due at the next training batch (finishProbe found a micro-batch below
+    /// TrainerOptions::saverThreshold); empty: none.
+    std::string surveyDue;
+    /// Uses `next` from now on: reports MemorySaversChanged (`why`) and starts a probe from the
+    /// last survey's prediction. False (with a Warning where it is refused) when nothing changed.
+    bool applySavers(MemorySavers next, const std::string& why);
     /// Why the loss is not finite: the data, the model before any update, or divergence.
     std::string nonFiniteLossReason(double loss, const torch::Tensor& inputs, const torch::Tensor& output,
                                     const torch::Tensor& targets) const;

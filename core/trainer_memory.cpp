@@ -3,6 +3,8 @@
 
 #include "core/trainer_impl.h"
 
+#include <numeric>
+
 namespace batchpilot::core {
 
 namespace {
@@ -22,40 +24,126 @@ void Trainer::Impl::useMemorySavers(MemorySavers next) {
 
 bool Trainer::Impl::nextMemorySavers(int64_t requested) {
     if (options.memorySavers != MemorySavers::Auto) return false;
-    const std::optional<MemorySavers> next = nextAutoSavers(savers, model->checkpointingUnsupported().empty());
-    if (!next) return false;
-    const int64_t needed = neededBytes(*meter, requested);
-    emit(Warning{now(), "nothing fits on " + device.name() + " even at micro-batch " + std::to_string(minMicroBatch) +
-                            (savers == MemorySavers::Off ? "" : " with " + describeSavers(savers)) + " (needs ≈ " +
-                            formatBytes(needed) + ", " + formatBytes(usableBytes()) +
-                            " usable): memory savers auto turns on " + describeSavers(*next) + " and probes again"});
-    useMemorySavers(*next);
+    const int64_t needed = neededBytes(*meter, requested);  // before the survey's runs reset the peak
+    const std::string nothing = "nothing fits on " + device.name() + " even at micro-batch " +
+                                std::to_string(minMicroBatch) +
+                                (savers == MemorySavers::Off ? "" : " with " + describeSavers(savers)) + " (needs ≈ " +
+                                formatBytes(needed) + ", " + formatBytes(usableBytes()) + " usable)";
+    autoTried.push_back(savers);
+    const SaverSurvey found = surveySavers(nothing);
+    // The fastest that fits, of those auto has not tried yet in this run.
+    const SaverOption* best = nullptr;
+    for (const SaverOption& o : found.options) {
+        const MemorySavers candidate = *parseMemorySavers(o.savers);
+        if (!o.fits || std::find(autoTried.begin(), autoTried.end(), candidate) != autoTried.end()) continue;
+        if (best == nullptr || o.samplesPerSecond > best->samplesPerSecond) best = &o;
+    }
+    if (best == nullptr) return false;
+    const MemorySavers next = *parseMemorySavers(best->savers);
+    emit(Warning{now(), nothing + ": memory savers auto turns on " + describeSavers(next) +
+                            " (measured: the fastest that fits, micro-batch " + std::to_string(best->microBatch) +
+                            ") and probes again"});
+    return applySavers(next, "memory savers auto: " + nothing);
+}
+
+bool Trainer::Impl::applySavers(MemorySavers next, const std::string& why) {
+    if (next == MemorySavers::Auto || next == savers) return false;
+    if (checkpoints(next) && !model->checkpointingUnsupported().empty()) {
+        emit(Warning{now(), describeSavers(next) + " is not available for this model: " +
+                                model->checkpointingUnsupported() + "; the memory savers stay " + toString(savers)});
+        return false;
+    }
+    int64_t predicted = 0;
+    if (lastSurvey && lastSurvey->device == device.name() && lastSurvey->targetBatch == localTarget()) {
+        for (const SaverOption& o : lastSurvey->options)
+            if (o.savers == toString(next) && o.fits) predicted = o.microBatch;
+    }
+    emit(MemorySaversChanged{now(), step, toString(savers), toString(next), why, predicted});
+    useMemorySavers(next);
     meter->releaseCache();
     lastChosen = 0;  // other savers, other speeds: the timings before say nothing
-    startProbe(ProbeReason::MemorySavers, minMicroBatch, 0);
+    startProbe(ProbeReason::MemorySavers, predicted > 0 ? predicted : minMicroBatch, 0);
     return true;
 }
 
-std::optional<MemorySavers> Trainer::Impl::saverThatFits() {
-    if (!model || !data || data->size() < minMicroBatch) return std::nullopt;
+SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
+    const auto started = Clock::now();
+    SaverSurvey survey;
+    survey.step = step;
+    survey.device = device.name();
+    survey.reason = reason;
+    survey.usableBytes = usableBytes();
+    survey.targetBatch = localTarget();
+    survey.current = toString(savers);
     const MemorySavers before = savers;
-    const bool canCheckpoint = model->checkpointingUnsupported().empty();
-    std::vector<int64_t> indices;
-    for (int64_t i = 0; i < minMicroBatch; ++i) indices.push_back(i);
-    std::optional<MemorySavers> found;
-    for (std::optional<MemorySavers> candidate = nextAutoSavers(MemorySavers::Off, canCheckpoint); candidate;
-         candidate = nextAutoSavers(*candidate, canCheckpoint)) {
-        if (*candidate == before) continue;
-        useMemorySavers(*candidate);
-        const MicroResult r = runMicroBatch(indices, 1.0, {}, /*keepGradients=*/false);
-        meter->releaseCache();
-        if (r.ok && r.peakBytes <= usableBytes()) {
-            found = *candidate;
-            break;
+    const std::string cannotSplit = model->checkpointingUnsupported();
+    const int64_t upper = upperBound();
+    // Random layers (dropout) draw from the CPU's generator: it is put back afterwards, so that a
+    // survey leaves the run's random stream as it found it.
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    torch::Tensor randomState;
+    {
+        CountingScope uncounted(false);
+        const std::lock_guard<std::mutex> lock(generator.mutex());
+        randomState = generator.get_state();
+    }
+    for (const MemorySavers candidate :
+         {MemorySavers::Off, MemorySavers::Checkpoint, MemorySavers::Bf16, MemorySavers::Both}) {
+        if (checkpoints(candidate) && !cannotSplit.empty()) {
+            SaverOption o;
+            o.savers = toString(candidate);
+            o.unavailable = cannotSplit;
+            survey.options.push_back(std::move(o));
+            continue;
         }
+        useMemorySavers(candidate);
+        std::vector<SaverTrial> trials;
+        std::string failed;
+        const auto run = [&](int64_t size) {
+            std::vector<int64_t> indices(static_cast<size_t>(size));
+            std::iota(indices.begin(), indices.end(), int64_t{0});
+            const MicroResult r = runMicroBatch(indices, 1.0, {}, /*keepGradients=*/false);
+            meter->releaseCache();
+            if (!r.ok && !r.failure.outOfMemory) {
+                failed = r.failure.message.substr(0, r.failure.message.find('\n'));
+                return false;
+            }
+            trials.push_back(
+                {size, r.ok, r.ok ? r.peakBytes : neededBytes(*meter, r.failure.requestedBytes), r.seconds});
+            return true;
+        };
+        bool ok = true;
+        while (ok) {
+            const std::optional<int64_t> size = nextSurveySize(trials, usableBytes(), upper, minMicroBatch);
+            if (!size) break;
+            ok = run(*size);
+        }
+        SaverOption o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), minMicroBatch);
+        // A size's first run also prepares its kernels: where it is cheap, time it once more.
+        if (ok && o.samplesPerSecond > 0 && static_cast<double>(o.timedMicroBatch) / o.samplesPerSecond < 2.0 &&
+            run(o.timedMicroBatch))
+            o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), minMicroBatch);
+        if (!failed.empty()) {
+            o.fits = false;
+            o.unavailable = "it failed: " + failed;
+        }
+        survey.options.push_back(std::move(o));
     }
     useMemorySavers(before);
-    return found;
+    meter->releaseCache();
+    {
+        CountingScope uncounted(false);
+        const std::lock_guard<std::mutex> lock(generator.mutex());
+        generator.set_state(randomState);
+    }
+    if (const std::optional<size_t> pick = suggestSaver(survey.options, survey.current))
+        survey.suggestion = survey.options[*pick].savers;
+    survey.advice = saverAdvice(survey);
+    survey.time = now();
+    survey.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    lastSurvey = survey;
+    emit(survey);
+    return survey;
 }
 
 void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggestSavers) {
@@ -67,10 +155,12 @@ void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggest
     // Measured before the advice below, which it comes first in when it applies.
     std::string saver;
     if (!duringSetup && suggestSavers && options.memorySavers != MemorySavers::Auto) {
-        if (const std::optional<MemorySavers> fits = saverThatFits()) {
-            saver = "; with " + describeSavers(*fits) + " it fits (measured at micro-batch " +
-                    std::to_string(minMicroBatch) + "): train with --memory-savers " + toString(*fits) +
-                    " (or auto), or";
+        const SaverSurvey found = surveySavers(what);
+        for (const SaverOption& o : found.options) {
+            if (o.savers != found.suggestion) continue;
+            saver = "; with " + describeSaverName(o.savers) + " it fits (measured: micro-batch " +
+                    std::to_string(o.microBatch) + ", " + formatText("%.3g", o.samplesPerSecond) +
+                    " samples/s, the fastest that fits): train with --memory-savers " + o.savers + " (or auto), or";
         }
     }
     // With a large headroom, what fits is the usable part, not the capacity: say which stopped it.

@@ -39,6 +39,16 @@ void Trainer::Impl::finishProbe() {
     }
     microBatch = found;
     probedMicroBatch = found;
+    // A small micro-batch where a larger one would help: every saver is measured at the next
+    // training batch (applyCommands), and the fastest suggested. Not after a probe that a saver
+    // change itself started, nor after a regrow or a re-probe of the same setting.
+    const bool newSetting = currentProbeReason == ProbeReason::Initial ||
+                            currentProbeReason == ProbeReason::DeviceSwitch ||
+                            currentProbeReason == ProbeReason::TargetBatchChange;
+    if (newSetting && !parallel && found < options.saverThreshold && found < upperBound()) {
+        surveyDue = "the probe found micro-batch " + std::to_string(found) + ", below " +
+                    std::to_string(options.saverThreshold) + " (the saver threshold)";
+    }
     ProbeFinished done{now(),
                        probeSequence,
                        found,

@@ -2,6 +2,8 @@
 // the gradients of the plain ones; a model that does not fit at micro-batch 1 trains with
 // checkpointing, chosen by hand or by "auto", and the "does not fit" message names the saver
 // that makes it fit; bfloat16 autocast holds fewer bytes per sample and trains close to float32.
+// The survey measures every saver and predicts the micro-batch each one's probe then finds;
+// savers applied during a run take effect at the next batch without changing what is trained.
 
 #include <QtTest>
 
@@ -97,6 +99,9 @@ private Q_SLOTS:
     void bfloat16HoldsLessAndTrainsCloseToFloat32();
     void checkpointingNeedsAModelThatCanBeSplit();
     void torchScriptChainsAreCheckpointedChildByChild();
+    void surveyPredictsWhatTheProbeFinds();
+    void saversAppliedDuringTheRunTakeEffectAtTheNextBatch();
+    void autoAppliesTheSuggestionOfTheSurvey();
 };
 
 void TestMemorySavers::checkpointedModelsComputeTheSameGradients_data() {
@@ -296,8 +301,6 @@ void TestMemorySavers::checkpointingNeedsAModelThatCanBeSplit() {
         QVERIFY2(result.error.find("an opaque model") != std::string::npos, result.error.c_str());
         QVERIFY2(result.error.find("bf16") != std::string::npos, result.error.c_str());
     }
-    QCOMPARE(nextAutoSavers(MemorySavers::Off, false), std::optional(MemorySavers::Bf16));
-    QCOMPARE(nextAutoSavers(MemorySavers::Bf16, false), std::optional<MemorySavers>());
 }
 
 void TestMemorySavers::torchScriptChainsAreCheckpointedChildByChild() {
@@ -374,6 +377,178 @@ void TestMemorySavers::torchScriptChainsAreCheckpointedChildByChild() {
     }
     QCOMPARE(losses[1].size(), size_t{4});
     for (const auto& [step, loss] : losses[0]) QVERIFY(std::abs(losses[1].at(step) - loss) <= 1e-6);
+}
+
+namespace {
+
+/// The CNN on 32×32 images at a target batch far above what fits: micro-batches of a few dozen,
+/// so that 5% of one is at least a sample or two.
+TrainerOptions surveyOptions(MemorySavers savers) {
+    TrainerOptions o;
+    o.model.name = "cnn";
+    o.model.width = 16;
+    o.data.samples = 600;
+    o.data.height = o.data.width = 32;
+    o.targetBatch = 512;
+    o.steps = 2;
+    o.seed = 5;
+    o.intraOpThreads = 1;
+    o.device = "virtual:12MiB";
+    o.probe.objective = ProbeObjective::Largest;
+    o.validation.split = 0;
+    o.memorySavers = savers;
+    return o;
+}
+
+const SaverOption& optionFor(const SaverSurvey& survey, const std::string& savers) {
+    for (const SaverOption& o : survey.options)
+        if (o.savers == savers) return o;
+    qFatal("the survey has no row for %s", savers.c_str());
+}
+
+}  // namespace
+
+void TestMemorySavers::surveyPredictsWhatTheProbeFinds() {
+    // One run measures every saver (the threshold above any micro-batch makes the survey follow
+    // its first probe); a run with each saver turned on from the start then probes for itself.
+    // The survey's micro-batch is the probe's within 5% (the promise), measured apart.
+    TrainerOptions surveyed = surveyOptions(MemorySavers::Off);
+    surveyed.saverThreshold = 100000;
+    RecordingSink sink;
+    {
+        Trainer trainer(surveyed, sink);
+        const RunResult result = trainer.run();
+        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+    }
+    const auto surveys = sink.all<SaverSurvey>();
+    QCOMPARE(surveys.size(), size_t{1});
+    const SaverSurvey& survey = surveys.front();
+    QCOMPARE(survey.current, std::string("off"));
+    QCOMPARE(survey.options.size(), size_t{4});
+    QVERIFY2(survey.reason.find("below 100000") != std::string::npos, survey.reason.c_str());
+    qInfo("%s", survey.advice.c_str());
+    // Nothing the survey ran changed training: the savers stay off (a suggestion is only a
+    // warning without auto), and a run without the survey has the same losses.
+    QVERIFY(sink.all<MemorySaversChanged>().empty());
+    RecordingSink plain;
+    {
+        TrainerOptions o = surveyOptions(MemorySavers::Off);
+        o.saverThreshold = 0;
+        Trainer trainer(o, plain);
+        QCOMPARE(trainer.run().state, RunState::Finished);
+    }
+    QVERIFY(plain.all<SaverSurvey>().empty());
+    QCOMPARE(lossPerStep(sink), lossPerStep(plain));
+
+    for (const MemorySavers savers :
+         {MemorySavers::Off, MemorySavers::Checkpoint, MemorySavers::Bf16, MemorySavers::Both}) {
+        TrainerOptions o = surveyOptions(savers);
+        o.saverThreshold = 0;
+        o.steps = 1;
+        RecordingSink probed;
+        Trainer trainer(o, probed);
+        const RunResult result = trainer.run();
+        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+        const int64_t found = probed.all<ProbeFinished>().front().microBatch;
+        const SaverOption& row = optionFor(survey, toString(savers));
+        QVERIFY(row.fits);
+        QVERIFY(row.samplesPerSecond > 0);
+        QCOMPARE(row.timedMicroBatch, std::min(row.microBatch, row.timedMicroBatch));
+        qInfo("%-10s predicted micro-batch %3lld, the probe found %3lld; %.0f samples/s", row.savers.c_str(),
+              static_cast<long long>(row.microBatch), static_cast<long long>(found), row.samplesPerSecond);
+        QVERIFY2(std::abs(row.microBatch - found) <= std::max<int64_t>(1, found / 20),
+                 qPrintable(QStringLiteral("%1: %2 predicted, %3 probed")
+                                .arg(QString::fromStdString(row.savers))
+                                .arg(row.microBatch)
+                                .arg(found)));
+        QCOMPARE(row.accumulationSteps, (o.targetBatch + row.microBatch - 1) / row.microBatch);
+    }
+}
+
+void TestMemorySavers::saversAppliedDuringTheRunTakeEffectAtTheNextBatch() {
+    // Checkpointing turned on after the first step and a survey asked for after the second: the
+    // change is reported at the batch boundary with the survey's prediction, the probe that
+    // follows says why, the memory breakdown shows the saver — and the run trains exactly what a
+    // run without any of it trains (GroupNorm, checkpointing is exact).
+    TrainerOptions base = resnetOptions();
+    base.device = "virtual:1GiB";
+    base.steps = 4;
+    base.saverThreshold = 0;
+    RecordingSink reference;
+    {
+        Trainer trainer(base, reference);
+        QCOMPARE(trainer.run().state, RunState::Finished);
+    }
+    RecordingSink sink;
+    Trainer trainer(base, sink);
+    sink.onEach = [&trainer](const Event& e) {
+        if (const auto* stepped = std::get_if<OptimizerStepped>(&e)) {
+            if (stepped->step == 1) trainer.surveySavers();
+            if (stepped->step == 2) trainer.setMemorySavers(MemorySavers::Checkpoint);
+        }
+    };
+    const RunResult result = trainer.run();
+    QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+    const auto surveys = sink.all<SaverSurvey>();
+    QCOMPARE(surveys.size(), size_t{1});
+    QCOMPARE(surveys[0].reason, std::string("asked for"));
+    QCOMPARE(surveys[0].step, int64_t{1});
+    const auto changes = sink.all<MemorySaversChanged>();
+    QCOMPARE(changes.size(), size_t{1});
+    QCOMPARE(changes[0].from, std::string("off"));
+    QCOMPARE(changes[0].to, std::string("checkpoint"));
+    QCOMPARE(changes[0].step, int64_t{2});
+    QCOMPARE(changes[0].predictedMicroBatch, optionFor(surveys[0], "checkpoint").microBatch);
+    const auto probes = sink.all<ProbeStarted>();
+    QCOMPARE(probes.size(), size_t{2});
+    QCOMPARE(probes[1].reason, ProbeReason::MemorySavers);
+    QCOMPARE(sink.all<MemoryBreakdown>().back().memorySavers, std::string("checkpoint"));
+    QVERIFY(everySampleOnce(sink, base.targetBatch));
+    const auto expected = lossPerStep(reference);
+    const auto losses = lossPerStep(sink);
+    QCOMPARE(losses.size(), expected.size());
+    for (const auto& [step, loss] : expected)
+        QVERIFY2(std::abs(losses.at(step) - loss) <= 1e-5 * std::max(1.0, std::abs(loss)),
+                 qPrintable(QStringLiteral("step %1: %2 against %3").arg(step).arg(losses.at(step)).arg(loss)));
+}
+
+void TestMemorySavers::autoAppliesTheSuggestionOfTheSurvey() {
+    // memory_savers auto on a small micro-batch: the survey's suggestion is turned on at the next
+    // batch, and the probe after it finds what the survey predicted (within 5%). Which saver wins
+    // depends on this machine's kernels; whichever it is, auto follows the survey.
+    TrainerOptions o = surveyOptions(MemorySavers::Auto);
+    o.saverThreshold = 100000;
+    o.steps = 2;
+    RecordingSink sink;
+    Trainer trainer(o, sink);
+    const RunResult result = trainer.run();
+    QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+    const auto surveys = sink.all<SaverSurvey>();
+    QCOMPARE(surveys.size(), size_t{1});
+    const auto changes = sink.all<MemorySaversChanged>();
+    qInfo("%s", surveys[0].advice.c_str());
+    const SaverOption& off = optionFor(surveys[0], "off");
+    double fastest = 0;
+    for (const SaverOption& row : surveys[0].options)
+        if (row.fits) fastest = std::max(fastest, row.samplesPerSecond);
+    if (surveys[0].suggestion.empty()) {
+        // Kept: no saver was measured more than 5% faster than none.
+        QVERIFY2(fastest <= 1.05 * off.samplesPerSecond, surveys[0].advice.c_str());
+        QVERIFY(changes.empty());
+        return;
+    }
+    // Suggested: the fastest measured, and more than 5% faster than none.
+    QCOMPARE(optionFor(surveys[0], surveys[0].suggestion).samplesPerSecond, fastest);
+    QVERIFY(fastest > 1.05 * off.samplesPerSecond);
+    QCOMPARE(changes.size(), size_t{1});
+    QCOMPARE(changes[0].to, surveys[0].suggestion);
+    QVERIFY2(changes[0].why.find("memory savers auto") != std::string::npos, changes[0].why.c_str());
+    const auto finished = sink.all<ProbeFinished>();
+    QCOMPARE(finished.size(), size_t{2});
+    const int64_t predicted = changes[0].predictedMicroBatch;
+    QVERIFY2(std::abs(finished[1].microBatch - predicted) <= std::max<int64_t>(1, finished[1].microBatch / 20),
+             qPrintable(QStringLiteral("%1 predicted, %2 probed").arg(predicted).arg(finished[1].microBatch)));
+    QCOMPARE(sink.all<MemoryBreakdown>().back().memorySavers, surveys[0].suggestion);
 }
 
 QTEST_MAIN(TestMemorySavers)

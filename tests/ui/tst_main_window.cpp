@@ -27,6 +27,7 @@
 #include "ui/window/main_window.h"
 #include "ui/config/run_panel.h"
 #include "ui/session/trainer_controller.h"
+#include "ui/window/savers_view.h"
 
 using namespace batchpilot;
 
@@ -70,6 +71,7 @@ private Q_SLOTS:
     void exportsFiles();
     void configurationsAndResume();
     void comparesRunsWithDifferentTargetBatches();
+    void memorySaversPanelMeasuresAndApplies();
 
 private:
     static void startDemo(ui::MainWindow& w, int64_t steps = 100000) {
@@ -410,6 +412,50 @@ void TestMainWindow::comparesRunsWithDifferentTargetBatches() {
     QTest::qWait(200);  // let the event loop draw the new series (and delete the replaced ones)
     chart->redraw();
     QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-compare.png"))));
+}
+
+void TestMainWindow::memorySaversPanelMeasuresAndApplies() {
+    // Run → Measure memory savers during a run: the panel appears with a row per saver, measured
+    // on the run's model; Apply on the checkpointing row turns it on at the next batch, and the
+    // panel then says what the probe found against the prediction.
+    ui::MainWindow w;
+    w.resize(1280, 800);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    core::TrainerOptions options = ui::demoOptions();
+    options.device = "virtual:12MiB";
+    options.steps = 100000;
+    w.runPanel()->setOptions(options);
+    QVERIFY(w.start());
+    QTRY_VERIFY_WITH_TIMEOUT(w.chartsPanel()->lossChart()->rawStore().rawCount() >= 1, kTimeout);
+    auto* measure = w.findChild<QAction*>(QStringLiteral("surveySaversAction"));
+    QVERIFY(measure != nullptr);
+    QVERIFY(measure->isEnabled());
+    measure->trigger();
+    ui::SaversView* view = w.saversView();
+    QTRY_VERIFY_WITH_TIMEOUT(view->isVisible() && view->table()->rowCount() == 4 &&
+                                 view->captionText().contains(QStringLiteral("asked for")),
+                             kTimeout);
+    QVERIFY(view->table()->item(0, 0)->text().contains(QStringLiteral("(in use)")));
+    for (int row = 0; row < 4; ++row) QVERIFY(view->table()->item(row, 1)->text().toLongLong() > 0);
+    view->table()->selectRow(1);
+    QCOMPARE(view->selectedSavers(), std::optional(core::MemorySavers::Checkpoint));
+    QVERIFY(view->applyButton()->isEnabled());
+    QCOMPARE(view->applyButton()->text(), QStringLiteral("Apply activation checkpointing"));
+    const qint64 predicted = view->table()->item(1, 1)->text().toLongLong();
+    QTest::mouseClick(view->applyButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(view->captionText().contains(QStringLiteral("the probe found micro-batch")), kTimeout);
+    QVERIFY2(view->captionText().contains(QStringLiteral("(predicted %1,").arg(predicted)),
+             qPrintable(view->captionText()));
+    QVERIFY(!view->applyButton()->isEnabled());  // the selected row is in use now
+    QVERIFY(view->table()->item(1, 0)->text().contains(QStringLiteral("(in use)")));
+    QVERIFY(!view->table()->item(0, 0)->text().contains(QStringLiteral("(in use)")));
+    w.grab().save(screenshotPath(QStringLiteral("screenshot-savers.png")));
+    w.resize(1600, 1000);
+    QTest::qWait(100);
+    QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-savers-1600x1000.png"))));
+    w.controller()->stop();
+    QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
 }
 
 QTEST_MAIN(TestMainWindow)

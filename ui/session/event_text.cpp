@@ -214,6 +214,16 @@ EventRow describeEvent(const core::Event& event) {
                 }
                 return EventRow{e.time, tr("ranks"), ranks, false};
             },
+            [](const core::SaverSurvey& e) {
+                return EventRow{
+                    e.time, tr("memory savers"),
+                    tr("measured in %1 s (%2): %3").arg(e.seconds, 0, 'f', 1).arg(str(e.reason), str(e.advice)), false};
+            },
+            [](const core::MemorySaversChanged& e) {
+                QString text = tr("%1 → %2 at step %3").arg(str(e.from), str(e.to)).arg(e.step);
+                if (e.predictedMicroBatch > 0) text += tr(" (predicted micro-batch %1)").arg(e.predictedMicroBatch);
+                return EventRow{e.time, tr("memory savers"), text + QStringLiteral(": ") + str(e.why), false};
+            },
             [](const core::EquivalenceChecked& e) {
                 if (!e.error.empty()) return EventRow{e.time, tr("equivalence"), str(e.error), true};
                 return EventRow{e.time, tr("equivalence"),

@@ -286,6 +286,14 @@ void TrainerController::reprobe() {
     if (m_running) m_trainer->reprobe();
 }
 
+void TrainerController::surveySavers() {
+    if (m_running) m_trainer->surveySavers();
+}
+
+void TrainerController::setMemorySavers(core::MemorySavers savers) {
+    if (m_running) m_trainer->setMemorySavers(savers);
+}
+
 void TrainerController::switchDevice(const QString& device) {
     if (m_running) m_trainer->switchDevice(device.toStdString());
 }

@@ -82,6 +82,10 @@ public:
     /// Compares accumulation with one full pass at the next training-batch boundary (the last
     /// batch, or its first `samples` samples when 0 < samples < its size).
     void checkEquivalence(qint64 samples);
+    /// Measures every memory saver at the next training-batch boundary (core::SaverSurvey).
+    void surveySavers();
+    /// Uses `savers` from the next training batch on, with a new probe.
+    void setMemorySavers(core::MemorySavers savers);
 
     /// Where each run's folder goes (core::RunFolder: config.json, events.jsonl, summary.json);
     /// empty (the default): core::defaultRunsDirectory().

@@ -33,6 +33,7 @@
 #include "ui/config/run_panel.h"
 #include "ui/window/ranks_view.h"
 #include "ui/window/run_status.h"
+#include "ui/window/savers_view.h"
 #include "ui/window/teaching_tools.h"
 #include "ui/session/run_commands.h"
 #include "ui/session/run_model.h"
@@ -81,6 +82,10 @@ MainWindow::MainWindow(QWidget* parent)
     centreLayout->addWidget(m_errorBox);
     m_ranks = new RanksView;  // several devices only: hidden until a run on several reports
     centreLayout->addWidget(m_ranks);
+    m_savers = new SaversView;  // hidden until a memory-saver survey reports
+    centreLayout->addWidget(m_savers);
+    connect(m_savers, &SaversView::applyRequested, m_controller, &TrainerController::setMemorySavers);
+    connect(m_savers, &SaversView::surveyRequested, m_controller, &TrainerController::surveySavers);
     centreLayout->addWidget(m_charts, 1);
     setCentralWidget(centre);
 
@@ -208,6 +213,13 @@ void MainWindow::createRunMenu() {
     QMenu* run = menuBar()->addMenu(tr("&Run"));
     run->addActions(
         {m_commands->startAction(), m_commands->pauseAction(), m_commands->stopAction(), m_commands->reprobeAction()});
+    QAction* survey = run->addAction(tr("Measure &memory savers"), m_controller, &TrainerController::surveySavers);
+    survey->setObjectName(QStringLiteral("surveySaversAction"));
+    survey->setToolTip(
+        tr("At the next training batch, measure what activation checkpointing and bfloat16 "
+           "autocast do to the micro-batch and the speed (the Memory savers panel)"));
+    survey->setEnabled(false);
+    connect(m_run, &RunModel::changed, survey, [this, survey] { survey->setEnabled(m_run->isRunning()); });
     run->addSeparator();
     run->addAction(tr("Start the &demo"), QKeySequence(tr("Ctrl+D")), this, &MainWindow::startDemo);
     run->addSeparator();
@@ -279,6 +291,7 @@ bool MainWindow::startWith(const core::TrainerOptions& options, const QStringLis
     m_eventLog->clear();
     m_status->clear();
     m_ranks->clear();
+    m_savers->clear();
     m_record.clear();
     m_report.clear();
     saveSettings();
@@ -307,6 +320,7 @@ void MainWindow::onEvents(const QList<core::Event>& events) {
         m_teaching->handle(event);
         m_status->handle(event);
         m_ranks->handle(event);
+        m_savers->handle(event);
         m_record.handle(event);
         m_report.handle(event);
         if (const auto* error = std::get_if<core::ErrorEvent>(&event))

@@ -22,6 +22,7 @@ class RunCommands;
 class RunModel;
 class RunPanel;
 class RanksView;
+class SaversView;
 class RunStatus;
 class TeachingTools;
 class TrainerController;
@@ -71,6 +72,7 @@ public:
     EventLog* eventLog() const { return m_eventLog; }
     RunStatus* runStatus() const { return m_status; }
     RanksView* ranksView() const { return m_ranks; }
+    SaversView* saversView() const { return m_savers; }
     TrainerController* controller() const { return m_controller; }
     /// The run as every widget reads it (state, plan, device, what it reported).
     const RunModel* runModel() const { return m_run; }
@@ -112,6 +114,7 @@ private:
     EventLog* m_eventLog;
     RunStatus* m_status;
     RanksView* m_ranks = nullptr;
+    SaversView* m_savers = nullptr;
     TeachingTools* m_teaching;
     QLabel* m_errorBanner;
     QWidget* m_errorBox;
