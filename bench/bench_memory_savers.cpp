@@ -4,7 +4,11 @@
 // its fitted bytes per sample and fixed bytes, and the samples/s of the steps after the probe.
 // Then a budget on which nothing fits at micro-batch 1 without a saver (2% below the peak of one
 // sample, measured): every saver alone, and "auto", whose choice is scored against
-// the fastest saver measured there. Writes memory_savers.json and memory_savers.csv.
+// the fastest saver measured there. And the survey (core/saver_survey.h): one run that measures
+// every saver after its probe, whose predicted micro-batches and samples/s are compared with the
+// runs above, and whose suggestion is scored against the fastest saver they measured. Writes
+// memory_savers.json and memory_savers.csv.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -104,6 +108,21 @@ Measured measure(core::TrainerOptions o) {
     return m;
 }
 
+/// A run without savers whose first probe is followed by the survey (a threshold above any
+/// micro-batch), on the setup's budget.
+std::optional<core::SaverSurvey> surveyOf(core::TrainerOptions o) {
+    o.memorySavers = core::MemorySavers::Off;
+    o.saverThreshold = core::kMaxTargetBatch;
+    o.steps = 4;  // the survey runs at the batch after the probe ended (a probe can take two)
+    try {
+        for (const core::Event& e : bench::runEvents(o).events)
+            if (const auto* s = std::get_if<core::SaverSurvey>(&e)) return *s;
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+    return std::nullopt;
+}
+
 /// The measured peak of one sample (a micro-batch of 1) on a budget it fits in, without savers.
 int64_t peakAtOne(core::TrainerOptions o) {
     o.device = "virtual:4GiB";
@@ -175,6 +194,42 @@ int main(int argc, char** argv) {
             std::printf("%s, %s: micro-batch %lld, %.0f bytes/sample, %.2f samples/s%s\n", setup.label.c_str(),
                         core::toString(s), static_cast<long long>(m.microBatch), m.bytesPerSample, m.samplesPerSecond,
                         m.fits ? "" : (" — " + m.error).c_str());
+            std::fflush(stdout);
+        }
+        if (const std::optional<core::SaverSurvey> survey = surveyOf(setup.options)) {
+            // Predicted against measured, saver by saver; the suggestion against the fastest.
+            nlohmann::json rowsJson = nlohmann::json::array();
+            double best = 0;
+            double suggested = 0;
+            const std::string pick = survey->suggestion.empty() ? survey->current : survey->suggestion;
+            for (const core::SaverOption& option : survey->options) {
+                nlohmann::json r = {{"savers", option.savers}, {"fits", option.fits}};
+                for (const nlohmann::json& measured : entry["on_budget"]) {
+                    if (measured["savers"] != option.savers || !measured["fits"].get<bool>()) continue;
+                    const double rate = measured["samples_per_s"].get<double>();
+                    best = std::max(best, rate);
+                    if (option.savers == pick) suggested = rate;
+                    r["measured_micro_batch"] = measured["micro_batch"];
+                    r["measured_samples_per_s"] = rate;
+                }
+                if (option.fits) {
+                    r["predicted_micro_batch"] = option.microBatch;
+                    r["predicted_samples_per_s"] = option.samplesPerSecond;
+                    r["trials"] = option.trials;
+                }
+                if (!option.unavailable.empty()) r["unavailable"] = option.unavailable;
+                std::printf("  survey, %s: predicted micro-batch %lld at %.2f samples/s%s\n", option.savers.c_str(),
+                            static_cast<long long>(option.microBatch), option.samplesPerSecond,
+                            r.contains("measured_micro_batch")
+                                ? (", measured " + std::to_string(r["measured_micro_batch"].get<int64_t>())).c_str()
+                                : "");
+                rowsJson.push_back(r);
+            }
+            entry["survey"] = {{"seconds", survey->seconds},
+                               {"suggestion", survey->suggestion},
+                               {"advice", survey->advice},
+                               {"options", rowsJson},
+                               {"suggestion_over_best", best > 0 ? suggested / best : 0.0}};
             std::fflush(stdout);
         }
         if (plainPeakAtOne > 0) {

@@ -2,6 +2,7 @@
 // machine, one table per benchmark with a paragraph on what it shows, and each goal stated as
 // met or not with the measured value.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -547,6 +548,40 @@ void memorySaversSection(std::ostream& md, const json& savers) {
                << fixed(r["bytes_per_sample"].get<double>(), 0) << " | "
                << fixed(r["fixed_bytes"].get<double>() / (1 << 20), 1) << " | " << fixed(rate, 2) << " | "
                << (off > 0 ? fixed(rate / off, 2) + "×" : "") << " |\n";
+        }
+        if (s.contains("survey")) {
+            const json& survey = s["survey"];
+            md << "\nSurvey (one run, " << fixed(survey["seconds"].get<double>(), 1)
+               << " s, after the first probe), predicted against the runs above:\n\n"
+                  "| savers | predicted micro-batch | probed | off by | predicted samples/s | measured | sizes run |\n"
+                  "|---|---|---|---|---|---|---|\n";
+            for (const json& r : survey["options"]) {
+                md << "| " << r["savers"].get<std::string>() << " | ";
+                if (!r.contains("predicted_micro_batch")) {
+                    md << (r.contains("unavailable") ? "not available" : "does not fit") << " | | | | | |\n";
+                    continue;
+                }
+                const auto predicted = r["predicted_micro_batch"].get<int64_t>();
+                md << predicted << " | ";
+                if (r.contains("measured_micro_batch")) {
+                    const auto probed = r["measured_micro_batch"].get<int64_t>();
+                    md << probed << " | "
+                       << fixed(100.0 * std::abs(static_cast<double>(predicted - probed)) /
+                                    static_cast<double>(std::max<int64_t>(1, probed)),
+                                1)
+                       << "% | ";
+                } else {
+                    md << "| | ";
+                }
+                md << fixed(r["predicted_samples_per_s"].get<double>(), 2) << " | "
+                   << (r.contains("measured_samples_per_s") ? fixed(r["measured_samples_per_s"].get<double>(), 2)
+                                                            : std::string())
+                   << " | " << r.value("trials", 0) << " |\n";
+            }
+            const std::string suggestion = survey["suggestion"].get<std::string>();
+            md << "\nSuggested: " << (suggestion.empty() ? std::string("keep `off`") : "`" + suggestion + "`")
+               << "; its measured samples/s are " << fixed(survey["suggestion_over_best"].get<double>(), 2)
+               << " of the fastest saver measured on this budget.\n";
         }
         if (s.contains("tight")) {
             md << "\nTight budget " << fixed(s["tight_budget_bytes"].get<double>() / (1 << 20), 2) << " MiB: ";
