@@ -295,7 +295,7 @@ QGroupBox* RunPanel::createBatch() {
     m_memorySavers = new QComboBox;
     m_memorySavers->setObjectName(QStringLiteral("memorySaversBox"));
     m_memorySavers->addItem(tr("off"), static_cast<int>(core::MemorySavers::Off));
-    m_memorySavers->addItem(tr("auto (when nothing fits)"), static_cast<int>(core::MemorySavers::Auto));
+    m_memorySavers->addItem(tr("auto (the fastest, measured)"), static_cast<int>(core::MemorySavers::Auto));
     m_memorySavers->addItem(tr("activation checkpointing"), static_cast<int>(core::MemorySavers::Checkpoint));
     m_memorySavers->addItem(tr("bfloat16 autocast"), static_cast<int>(core::MemorySavers::Bf16));
     m_memorySavers->addItem(tr("both"), static_cast<int>(core::MemorySavers::Both));
@@ -304,8 +304,9 @@ QGroupBox* RunPanel::createBatch() {
            "Activation checkpointing keeps only each block's input during forward and recomputes the "
            "block in backward: the same gradients, about one more forward pass of time. bfloat16 "
            "autocast runs the forward pass's matrix products in bfloat16: half the activation bytes, "
-           "about three significant digits. Auto turns them on in that order only when nothing fits "
-           "at micro-batch 1."));
+           "about three significant digits. Auto measures every saver on the model when the probe finds a "
+           "small micro-batch or nothing fits, and turns on the fastest (the Memory savers panel shows the "
+           "measurements)."));
 
     auto* batch = new QGroupBox(tr("Batch"));
     auto* batchForm = new QFormLayout(batch);
