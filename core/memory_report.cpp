@@ -6,6 +6,7 @@
 
 #include "core/accumulation_plan.h"
 #include "core/byte_size.h"
+#include "core/saver_survey.h"
 #include "core/text_format.h"
 
 namespace batchpilot::core {
@@ -225,9 +226,8 @@ std::string describeSaverSurvey(const SaverSurvey& survey) {
                                  "), measured in %.1f s after step %" PRId64 ": %s\n",
                                  survey.device.c_str(), formatBytes(survey.usableBytes).c_str(), survey.targetBatch,
                                  survey.seconds, survey.step, survey.reason.c_str());
-    double now = 0;
-    for (const SaverOption& o : survey.options)
-        if (o.savers == survey.current && o.fits) now = o.samplesPerSecond;
+    const SaverOption* inUse = findOption(survey, survey.current);
+    const double now = inUse != nullptr ? inUse->samplesPerSecond : 0;
     out += "  savers            micro-batch  accumulation  samples/s  vs now        peak  memory line\n";
     for (const SaverOption& o : survey.options) {
         const std::string name = o.savers + (o.savers == survey.current ? " (in use)" : "");

@@ -128,6 +128,12 @@ struct ProcessGroupLink::Impl {
     bool beatDone = false;
     std::thread beat;
 
+    /// Rank `r`'s heartbeat count so far (-1: it has not beaten yet).
+    int64_t beats(int r) {
+        const std::string key = "alive/" + std::to_string(r);
+        return store->check({key}) ? store->add(key, 0) : -1;
+    }
+
     void startBeating() {
         beat = std::thread([this] {
             std::unique_lock lock(beatMutex);
@@ -237,12 +243,10 @@ void ProcessGroupLink::markDone(const std::string& name) {
 }
 
 void ProcessGroupLink::waitWhileAlive(const std::string& name, int other) {
-    auto& store = *m_impl->store;
-    const std::string beat = "alive/" + std::to_string(other);
     int64_t last = -1;
     auto changed = std::chrono::steady_clock::now();
-    while (!store.check({"done/" + name})) {
-        const int64_t now = store.check({beat}) ? store.add(beat, 0) : -1;
+    while (!m_impl->store->check({"done/" + name})) {
+        const int64_t now = m_impl->beats(other);
         if (now != last) {
             last = now;
             changed = std::chrono::steady_clock::now();
@@ -261,17 +265,13 @@ std::string ProcessGroupLink::unresponsiveRanks(const std::vector<std::string>& 
         if (static_cast<size_t>(r) < devices.size()) text += " (" + devices[static_cast<size_t>(r)] + ")";
         return text;
     };
-    const auto beats = [&](int r) -> int64_t {
-        const std::string key = "alive/" + std::to_string(r);
-        return m_impl->store->check({key}) ? m_impl->store->add(key, 0) : -1;
-    };
     std::vector<int64_t> before(static_cast<size_t>(size()), -1);
     try {
-        for (int r = 0; r < size(); ++r) before[static_cast<size_t>(r)] = beats(r);
+        for (int r = 0; r < size(); ++r) before[static_cast<size_t>(r)] = m_impl->beats(r);
         std::this_thread::sleep_for(4 * kBeat);
         std::string silent;
         for (int r = 0; r < size(); ++r) {
-            if (r == rank() || beats(r) != before[static_cast<size_t>(r)]) continue;
+            if (r == rank() || m_impl->beats(r) != before[static_cast<size_t>(r)]) continue;
             silent += (silent.empty() ? "" : ", ") + name(r);
         }
         return silent;

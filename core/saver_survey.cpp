@@ -141,10 +141,14 @@ std::string describeSaverName(const std::string& savers) {
     return parsed ? describeSavers(*parsed) : "no memory saver";
 }
 
-std::string saverAdvice(const SaverSurvey& survey) {
-    const SaverOption* now = nullptr;
+const SaverOption* findOption(const SaverSurvey& survey, const std::string& savers) {
     for (const SaverOption& o : survey.options)
-        if (o.savers == survey.current && o.fits) now = &o;
+        if (o.savers == savers && o.fits && o.unavailable.empty()) return &o;
+    return nullptr;
+}
+
+std::string saverAdvice(const SaverSurvey& survey) {
+    const SaverOption* now = findOption(survey, survey.current);
     std::string text;
     const auto add = [&text](const std::string& part) { text += (text.empty() ? "" : "; ") + part; };
     if (now != nullptr) {

@@ -58,6 +58,10 @@ inline constexpr double kSaverGain = 1.05;
 /// nullopt: keep the current savers.
 std::optional<size_t> suggestSaver(const std::vector<SaverOption>& options, const std::string& current);
 
+/// The option of `survey` named `savers` ("off", "checkpoint", ...) when it was measured and fits;
+/// nullptr otherwise.
+const SaverOption* findOption(const SaverSurvey& survey, const std::string& savers);
+
 /// The survey in one sentence, e.g. "checkpointing: micro-batch 6 → 23, 0.74× samples/s;
 /// bfloat16: micro-batch 6 → 9, 1.31× samples/s (suggested)".
 std::string saverAdvice(const SaverSurvey& survey);

@@ -55,8 +55,7 @@ bool Trainer::Impl::applySavers(MemorySavers next, const std::string& why) {
     }
     int64_t predicted = 0;
     if (lastSurvey && lastSurvey->device == device.name() && lastSurvey->targetBatch == localTarget()) {
-        for (const SaverOption& o : lastSurvey->options)
-            if (o.savers == toString(next) && o.fits) predicted = o.microBatch;
+        if (const SaverOption* o = findOption(*lastSurvey, toString(next))) predicted = o->microBatch;
     }
     emit(MemorySaversChanged{now(), step, toString(savers), toString(next), why, predicted});
     useMemorySavers(next);
@@ -156,11 +155,10 @@ void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggest
     std::string saver;
     if (!duringSetup && suggestSavers && options.memorySavers != MemorySavers::Auto) {
         const SaverSurvey found = surveySavers(what);
-        for (const SaverOption& o : found.options) {
-            if (o.savers != found.suggestion) continue;
-            saver = "; with " + describeSaverName(o.savers) + " it fits (measured: micro-batch " +
-                    std::to_string(o.microBatch) + ", " + formatText("%.3g", o.samplesPerSecond) +
-                    " samples/s, the fastest that fits): train with --memory-savers " + o.savers + " (or auto), or";
+        if (const SaverOption* o = findOption(found, found.suggestion)) {
+            saver = "; with " + describeSaverName(o->savers) + " it fits (measured: micro-batch " +
+                    std::to_string(o->microBatch) + ", " + formatText("%.3g", o->samplesPerSecond) +
+                    " samples/s, the fastest that fits): train with --memory-savers " + o->savers + " (or auto), or";
         }
     }
     // With a large headroom, what fits is the usable part, not the capacity: say which stopped it.

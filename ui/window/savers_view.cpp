@@ -12,6 +12,7 @@
 #include <QVBoxLayout>
 
 #include "core/byte_size.h"
+#include "core/saver_survey.h"
 
 namespace batchpilot::ui {
 
@@ -173,9 +174,8 @@ void SaversView::handle(const core::Event& event) {
     m_survey = *survey;
     m_current = survey->current;
     m_outcome.clear();
-    double now = 0;
-    for (const core::SaverOption& o : survey->options)
-        if (o.savers == survey->current && o.fits) now = o.samplesPerSecond;
+    const core::SaverOption* inUse = core::findOption(*survey, survey->current);
+    const double now = inUse != nullptr ? inUse->samplesPerSecond : 0;
     const QSignalBlocker blocker(m_table);
     m_table->clearSelection();
     m_table->setRowCount(static_cast<int>(survey->options.size()));
