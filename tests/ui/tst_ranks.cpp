@@ -16,6 +16,9 @@
 #include <QTableWidget>
 
 #include "core/events.h"
+#include "ui/charts/charts_panel.h"
+#include "ui/charts/memory_chart.h"
+#include "ui/charts/probe_chart.h"
 #include "ui/config/demo_options.h"
 #include "ui/config/run_panel.h"
 #include "ui/session/trainer_controller.h"
@@ -108,6 +111,17 @@ private Q_SLOTS:
         QCOMPARE(parts[0].share + parts[1].share, int64_t{512});
         QVERIFY2(w.accumulationView()->caption().contains(QStringLiteral("rank 1: %1").arg(parts[1].share)),
                  qPrintable(w.accumulationView()->caption()));
+        // The probe and memory charts give rank 1 a lane of its own beside rank 0's lines.
+        ui::ChartsPanel* charts = w.chartsPanel();
+        QTRY_VERIFY_WITH_TIMEOUT(charts->probeChart()->rankMicroBatch(1) > 0 &&
+                                     charts->memoryChart()->rankPeaks(1) != nullptr &&
+                                     !charts->memoryChart()->rankPeaks(1)->isEmpty(),
+                                 kTimeout);
+        QCOMPARE(charts->probeChart()->rankLaneCount(), 1);
+        QCOMPARE(charts->memoryChart()->rankLaneCount(), 1);
+        QVERIFY2(charts->probeChart()->rankLaneName(1).contains(QStringLiteral("virtual:48MiB")),
+                 qPrintable(charts->probeChart()->rankLaneName(1)));
+        charts->redrawNow();
         w.grab().save(screenshotPath(QStringLiteral("screenshot-ranks.png")));
         w.resize(1600, 1000);
         QTest::qWait(100);

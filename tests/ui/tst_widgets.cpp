@@ -83,6 +83,7 @@ private Q_SLOTS:
     void lossChartAxesAndScale();
     void probeChartShowsSequences();
     void memoryChartMarksOoms();
+    void chartsShowALanePerRank();
     void zoomPausesFollowLive();
     void wallTimeChartsZoomTogether();
     void lossChartMarksValidations();
@@ -197,6 +198,72 @@ void TestWidgets::memoryChartMarksOoms() {
     QVERIFY2(tip.contains(QLatin1String("backward")), qPrintable(tip));
     QVERIFY(tip.contains(QLatin1String("micro-batch 48")));
     QVERIFY(tip.contains(QLatin1String("6.0 MiB")) || tip.contains(QLatin1String("6.00 MiB")));
+}
+
+void TestWidgets::chartsShowALanePerRank() {
+    // Several devices: this window trains rank 0, whose probe and memory the charts show in detail;
+    // each other rank gets a lane of its own from the steps' exchange — its micro-batch (a step
+    // line that changes where the rank's micro-batch changed) and its device's peak per step.
+    ui::ChartsPanel panel;
+    panel.resize(1200, 800);
+    panel.show();
+    for (const auto& e : probe(1, 64, 0)) panel.handle(e);
+    const auto stepped = [](int64_t step, int64_t second, int64_t third) {
+        core::RanksStepped r;
+        r.time = 1.0 + static_cast<double>(step);
+        r.step = step;
+        r.ranks = {{0, "virtual:64MiB", 256, 32, 8, 1, 256, 0, 50 * kMiB, 0, true},
+                   {1, "virtual:12MiB", 128, second, 4, 1, 128, 0, (8 + step) * kMiB, 0, true},
+                   {2, "virtual:192MiB", 640, third, 2, 1, 640, 0, (100 + step) * kMiB, 0, true}};
+        return r;
+    };
+    panel.handle(stepped(1, 16, 320));
+    panel.handle(stepped(2, 16, 320));
+    panel.handle(stepped(3, 12, 320));  // rank 1 recovered from an OOM at a smaller size
+    panel.redrawNow();
+
+    ui::ProbeChart* probeChart = panel.probeChart();
+    QCOMPARE(probeChart->rankLaneCount(), 2);  // ranks 1 and 2; rank 0 is the chart's own
+    QCOMPARE(probeChart->rankMicroBatch(1), qint64(12));
+    QCOMPARE(probeChart->rankMicroBatch(2), qint64(320));
+    QCOMPARE(probeChart->rankMicroBatch(0), qint64(0));
+    QCOMPARE(probeChart->rankChangeSteps(1), (QList<qint64>{1, 3}));
+    QCOMPARE(probeChart->rankChangeSteps(2), (QList<qint64>{1}));
+    QVERIFY2(probeChart->rankLaneName(2).contains(QLatin1String("virtual:192MiB")),
+             qPrintable(probeChart->rankLaneName(2)));
+    QCOMPARE(probeChart->chosenMicroBatch(), qint64(32));  // rank 0's probe, as before
+
+    ui::MemoryChart* memoryChart = panel.memoryChart();
+    QCOMPARE(memoryChart->rankLaneCount(), 2);
+    const ui::SeriesStore* peaks = memoryChart->rankPeaks(2);
+    QVERIFY(peaks != nullptr);
+    QCOMPARE(peaks->rawCount(), std::size_t(3));
+    QCOMPARE(peaks->last(), QPointF(4.0, 103.0));  // step 3 ended at 4 s with a 103 MiB peak
+    QCOMPARE(memoryChart->rankPeaks(1)->last(), QPointF(4.0, 11.0));
+    QVERIFY(memoryChart->rankPeaks(0) == nullptr);
+    QCOMPARE(memoryChart->rankLaneName(1), QStringLiteral("rank 1"));
+    QVERIFY2(memoryChart->captionText().contains(QLatin1String("rank 0's")), qPrintable(memoryChart->captionText()));
+
+    // Each lane has its own colour, and a line series on the chart that holds its points.
+    const auto lanesOf = [](ui::LiveChart* chart, const QString& prefix) {
+        QList<QXYSeries*> found;
+        for (QAbstractSeries* s : chart->chartView()->chart()->series())
+            if (s->name().startsWith(prefix)) found.append(qobject_cast<QXYSeries*>(s));
+        return found;
+    };
+    for (ui::LiveChart* chart : {static_cast<ui::LiveChart*>(probeChart), static_cast<ui::LiveChart*>(memoryChart)}) {
+        const auto lanes = lanesOf(chart, QStringLiteral("rank "));
+        QCOMPARE(lanes.size(), 2);
+        QVERIFY(lanes[0]->pen().color() != lanes[1]->pen().color());
+        QVERIFY(lanes[0]->count() > 0 && lanes[1]->count() > 0);
+    }
+
+    panel.probeChart()->clear();
+    panel.memoryChart()->clear();
+    QCOMPARE(probeChart->rankLaneCount(), 0);
+    QCOMPARE(memoryChart->rankLaneCount(), 0);
+    QVERIFY(!memoryChart->captionText().contains(QLatin1String("rank")));
+    QCOMPARE(lanesOf(memoryChart, QStringLiteral("rank ")).size(), 0);
 }
 
 void TestWidgets::zoomPausesFollowLive() {

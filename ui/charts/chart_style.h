@@ -24,6 +24,12 @@ struct ChartColors {
     QColor limit;      ///< capacity line
     QColor headroom;   ///< usable-memory line
     QColor chosen;     ///< chosen micro-batch
+    /// Several devices: the other ranks' lanes, in turn (never empty); apart from the blue, orange
+    /// and purple of the main lines and the green, amber and red of the probe's outcomes.
+    QList<QColor> ranks;
+
+    /// The colour of rank `rank`'s lane.
+    QColor rank(int rank) const { return ranks[static_cast<int>(static_cast<unsigned>(rank) % ranks.size())]; }
 
     static ChartColors forTheme(bool dark);
 };

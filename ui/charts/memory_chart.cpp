@@ -88,16 +88,13 @@ MemoryChart::MemoryChart(QWidget* parent) : LiveChart(tr("Device memory"), paren
 
     // One line, so that it never takes height from the charts above (the full sentence is its
     // tooltip).
-    auto* caption = new QLabel(tr("<b>peak</b>: per micro-batch · <b>resident</b>: between them"));
-    caption->setObjectName(QStringLiteral("memoryCaption"));
-    caption->setToolTip(
-        tr("peak: the most memory each micro-batch (or probe trial) used — what stays resident "
-           "plus its activations. resident: what stays allocated between micro-batches — parameters, "
-           "gradients and optimizer state."));
-    caption->setWordWrap(false);
-    caption->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
-    caption->setContentsMargins(6, 0, 6, 2);
-    if (auto* box = qobject_cast<QVBoxLayout*>(layout())) box->addWidget(caption);
+    m_caption = new QLabel;
+    m_caption->setObjectName(QStringLiteral("memoryCaption"));
+    m_caption->setWordWrap(false);
+    m_caption->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
+    m_caption->setContentsMargins(6, 0, 6, 2);
+    setCaption(false);
+    if (auto* box = qobject_cast<QVBoxLayout*>(layout())) box->addWidget(m_caption);
 
     // Markers follow the plot when the chart is resized or zoomed.
     connect(chart(), &QChart::plotAreaChanged, this, [this] { placeMarkers(); });
@@ -109,6 +106,60 @@ MemoryChart::~MemoryChart() = default;
 
 QString MemoryChart::oomText(int index) const {
     return index >= 0 && index < oomMarkerCount() ? m_ooms[static_cast<std::size_t>(index)].text : QString();
+}
+
+void MemoryChart::setCaption(bool ranks) {
+    const QString tip =
+        tr("peak: the most memory each micro-batch (or probe trial) used — what stays resident "
+           "plus its activations. resident: what stays allocated between micro-batches — parameters, "
+           "gradients and optimizer state.");
+    if (!ranks) {
+        m_caption->setText(tr("<b>peak</b>: per micro-batch · <b>resident</b>: between them"));
+        m_caption->setToolTip(tip);
+        return;
+    }
+    m_caption->setText(tr("<b>peak</b>, <b>resident</b>, capacity: rank 0's · <b>rank N</b>: its peak per step"));
+    m_caption->setToolTip(tip + tr("\nSeveral devices: those lines are rank 0's (this window trains it); each "
+                                   "other rank's line is its device's peak in each step."));
+}
+
+QString MemoryChart::captionText() const {
+    return m_caption->text();
+}
+
+const SeriesStore* MemoryChart::rankPeaks(int rank) const {
+    for (const auto& lane : m_rankLanes)
+        if (lane->rank == rank) return &lane->peaks;
+    return nullptr;
+}
+
+QString MemoryChart::rankLaneName(int rank) const {
+    for (const auto& lane : m_rankLanes)
+        if (lane->rank == rank) return lane->series->name();
+    return {};
+}
+
+MemoryChart::RankLane& MemoryChart::laneOf(int rank, const QString& device) {
+    for (auto& lane : m_rankLanes)
+        if (lane->rank == rank) return *lane;
+    if (m_rankLanes.empty()) setCaption(true);
+    auto lane = std::make_unique<RankLane>();
+    lane->rank = rank;
+    lane->series = new QLineSeries;
+    lane->series->setName(tr("rank %1").arg(rank));  // the legend is narrow; the tooltip names the device
+    chart()->addSeries(lane->series);
+    lane->series->attachAxis(xAxis());
+    lane->series->attachAxis(m_yAxis);
+    lane->series->setPen(linePen(colors().rank(rank), 1.6));
+    showTipsFor(lane->series, [rank, device](const QPointF& p) {
+        return tr("rank %1 (%2): peak %3 MiB in the step that ended at %4 s")
+            .arg(rank)
+            .arg(device)
+            .arg(p.y(), 0, 'f', 1)
+            .arg(p.x(), 0, 'f', 1);
+    });
+    m_rankLanes.push_back(std::move(lane));
+    return *m_rankLanes.back();
 }
 
 void MemoryChart::handle(const core::Event& event) {
@@ -148,12 +199,24 @@ void MemoryChart::handle(const core::Event& event) {
                                                  : tr("requested size unknown");
         m_ooms.push_back({trial->time, text});
         markDirty();
+    } else if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) {
+        for (const core::RankStep& r : ranks->ranks) {
+            if (r.rank == 0) continue;  // this window's own, drawn in detail above
+            laneOf(r.rank, QString::fromStdString(r.device)).peaks.append(ranks->time, mib(r.peakBytes));
+        }
+        markDirty();
     }
 }
 
 void MemoryChart::clear() {
     for (SeriesStore* store : {&m_allocated, &m_reserved, &m_peak, &m_capacity, &m_headroom}) store->clear();
     m_ooms.clear();
+    for (const auto& lane : m_rankLanes) {
+        chart()->removeSeries(lane->series);
+        delete lane->series;
+    }
+    m_rankLanes.clear();
+    setCaption(false);
     m_hasCache = false;
     m_reservedSeries->setVisible(false);
     for (QXYSeries* series : {static_cast<QXYSeries*>(m_capacitySeries), static_cast<QXYSeries*>(m_headroomSeries),
@@ -171,6 +234,8 @@ void MemoryChart::refresh(bool follow) {
         x0 = 0;
         x1 = m_allocated.isEmpty() ? 1 : m_allocated.maxX();
         for (const Oom& oom : m_ooms) x1 = std::max(x1, oom.time);
+        for (const auto& lane : m_rankLanes)
+            if (!lane->peaks.isEmpty()) x1 = std::max(x1, lane->peaks.maxX());
         setPaddedRange(xAxis(), x0, x1, /*fromZero=*/true);
         x0 = xAxis()->min();
         x1 = xAxis()->max();
@@ -183,6 +248,7 @@ void MemoryChart::refresh(bool follow) {
     if (m_hasCache) replaceThinned(m_reservedSeries, m_reserved, x0, x1, columns, &yMin, &yMax);
     replaceThinned(m_capacitySeries, m_capacity, x0, x1, columns, &yMin, &yMax);
     replaceThinned(m_headroomSeries, m_headroom, x0, x1, columns, &yMin, &yMax);
+    for (const auto& lane : m_rankLanes) replaceThinned(lane->series, lane->peaks, x0, x1, columns, &yMin, &yMax);
 
     const double capacity = m_capacity.isEmpty() ? 0 : m_capacity.last().y();
     QList<QPointF> oomPoints;
@@ -246,6 +312,7 @@ void MemoryChart::applyColors(const ChartColors& c) {
     m_reservedSeries->setPen(linePen(c.tertiary, 1.2));
     m_capacitySeries->setPen(linePen(c.limit, 1.5));
     m_headroomSeries->setPen(linePen(c.headroom, 1.2, Qt::DashLine));
+    for (const auto& lane : m_rankLanes) lane->series->setPen(linePen(c.rank(lane->rank), 1.6));
     m_oomSeries->setColor(c.oom);
     m_oomSeries->setBorderColor(c.oom.darker(130));
     if (auto* axis = qobject_cast<QValueAxis*>(m_yAxis)) axis->setLabelFormat(QStringLiteral("%.0f"));

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include <QList>
@@ -8,6 +9,7 @@
 #include "ui/charts/series_store.h"
 
 class QGraphicsItem;
+class QLabel;
 class QLineSeries;
 class QScatterSeries;
 
@@ -16,7 +18,8 @@ namespace batchpilot::ui {
 /// Device memory over time (MiB against seconds): allocated, peak, reserved (only where the
 /// device has an allocator cache), the capacity and the headroom (usable) lines, and every
 /// out-of-memory error as a red vertical marker whose tooltip says phase, micro-batch and the
-/// bytes requested.
+/// bytes requested. With several devices those are rank 0's (this window trains it), and each
+/// other rank has a lane in a colour of its own: its device's peak in each step.
 class MemoryChart : public LiveChart {
     Q_OBJECT
 public:
@@ -36,6 +39,14 @@ public:
     int oomMarkerCount() const { return static_cast<int>(m_ooms.size()); }
     /// Tooltip text of OOM marker `index` (tests).
     QString oomText(int index) const;
+    /// Several devices: the other ranks' lanes.
+    int rankLaneCount() const { return static_cast<int>(m_rankLanes.size()); }
+    /// Rank `rank`'s peak per step (MiB against seconds); nullptr when it has no lane.
+    const SeriesStore* rankPeaks(int rank) const;
+    /// The legend's name of rank `rank`'s lane (empty when it has none).
+    QString rankLaneName(int rank) const;
+    /// The line under the chart that says what the lines are.
+    QString captionText() const;
 
 protected:
     void refresh(bool follow) override;
@@ -47,6 +58,14 @@ private:
         QString text;
     };
     void placeMarkers();
+    struct RankLane {
+        int rank = 0;
+        SeriesStore peaks{10000};
+        QLineSeries* series = nullptr;
+    };
+    RankLane& laneOf(int rank, const QString& device);
+    /// The caption for one device, or for several (whose lines are rank 0's).
+    void setCaption(bool ranks);
 
     static constexpr std::size_t kMaxOoms = 10000;
 
@@ -57,6 +76,7 @@ private:
     SeriesStore m_headroom;
     bool m_hasCache = false;
     std::vector<Oom> m_ooms;
+    std::vector<std::unique_ptr<RankLane>> m_rankLanes;
 
     QLineSeries* m_allocatedSeries = nullptr;
     QLineSeries* m_reservedSeries = nullptr;
@@ -65,6 +85,7 @@ private:
     QLineSeries* m_headroomSeries = nullptr;
     QScatterSeries* m_oomSeries = nullptr;
     QAbstractAxis* m_yAxis = nullptr;
+    QLabel* m_caption = nullptr;
     QList<QGraphicsItem*> m_markerItems;
 };
 

@@ -83,6 +83,58 @@ qint64 ProbeChart::chosenMicroBatch() const {
     return 0;
 }
 
+qint64 ProbeChart::rankMicroBatch(int rank) const {
+    for (const RankLane& lane : m_rankLanes)
+        if (lane.rank == rank) return lane.last.microBatch;
+    return 0;
+}
+
+QList<qint64> ProbeChart::rankChangeSteps(int rank) const {
+    QList<qint64> steps;
+    for (const RankLane& lane : m_rankLanes)
+        if (lane.rank == rank)
+            for (const LanePoint& p : lane.changes) steps.append(p.step);
+    return steps;
+}
+
+QString ProbeChart::rankLaneName(int rank) const {
+    for (const RankLane& lane : m_rankLanes)
+        if (lane.rank == rank) return lane.series->name();
+    return {};
+}
+
+ProbeChart::RankLane& ProbeChart::laneOf(int rank, const QString& device) {
+    for (RankLane& lane : m_rankLanes)
+        if (lane.rank == rank) return lane;
+    if (m_rankLanes.empty()) m_chosen->setName(tr("chosen · rank 0"));
+    RankLane lane;
+    lane.rank = rank;
+    lane.device = device;
+    lane.series = new QLineSeries;
+    lane.series->setName(tr("rank %1 (%2)").arg(rank).arg(device));
+    chart()->addSeries(lane.series);
+    lane.series->attachAxis(xAxis());
+    lane.series->attachAxis(m_yAxis);
+    lane.series->setPen(linePen(colors().rank(rank), 2.0));
+    showTipsFor(lane.series, [this, rank](const QPointF& p) {
+        // The change at or before the point.
+        for (const RankLane& l : m_rankLanes) {
+            if (l.rank != rank || l.changes.empty()) continue;
+            const LanePoint* at = &l.changes.front();
+            for (const LanePoint& c : l.changes)
+                if ((m_xKind == XAxis::Trial ? c.trialX : c.time) <= p.x() + 1e-9) at = &c;
+            return tr("rank %1 (%2): micro-batch %3 from step %4")
+                .arg(rank)
+                .arg(l.device)
+                .arg(at->microBatch)
+                .arg(at->step);
+        }
+        return QString();
+    });
+    m_rankLanes.push_back(lane);
+    return m_rankLanes.back();
+}
+
 double ProbeChart::xOf(const Trial& trial) const {
     return m_xKind == XAxis::Trial ? trial.globalIndex : trial.time;
 }
@@ -134,6 +186,16 @@ void ProbeChart::handle(const core::Event& event) {
         s.finishedTime = finished->time;
         m_lastTime = finished->time;
         markDirty();
+    } else if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) {
+        for (const core::RankStep& r : ranks->ranks) {
+            if (r.rank == 0 || r.microBatch <= 0) continue;  // rank 0: this window's own trials
+            RankLane& lane = laneOf(r.rank, QString::fromStdString(r.device));
+            const LanePoint point{ranks->time, static_cast<double>(m_trials.size()) + 0.5, r.microBatch, ranks->step};
+            if (lane.changes.empty() || lane.changes.back().microBatch != r.microBatch) lane.changes.push_back(point);
+            lane.last = point;
+        }
+        m_lastTime = std::max(m_lastTime, ranks->time);
+        markDirty();
     } else if (const auto* metrics = std::get_if<core::StepMetrics>(&event)) {
         m_lastTime = metrics->time;  // the chosen line reaches to "now" on the time axis
         if (m_xKind == XAxis::WallTime) markDirty();
@@ -153,6 +215,12 @@ void ProbeChart::clear() {
     m_tight->clear();
     m_ooms->clear();
     m_chosen->clear();
+    for (const RankLane& lane : m_rankLanes) {
+        chart()->removeSeries(lane.series);
+        delete lane.series;
+    }
+    m_rankLanes.clear();
+    m_chosen->setName(tr("chosen"));
     markDirty();
 }
 
@@ -215,6 +283,20 @@ void ProbeChart::refresh(bool follow) {
     }
     m_chosen->replace(chosen);
 
+    // Each other rank's micro-batch as a step line, to the last step it reported and on to now.
+    for (const RankLane& lane : m_rankLanes) {
+        const auto x = [this](const LanePoint& p) { return m_xKind == XAxis::Trial ? p.trialX : p.time; };
+        QList<QPointF> points;
+        for (std::size_t i = 0; i < lane.changes.size(); ++i) {
+            const auto y = static_cast<double>(lane.changes[i].microBatch);
+            const double to = i + 1 < lane.changes.size() ? x(lane.changes[i + 1]) : std::max(x(lane.last), now);
+            points.append(QPointF(x(lane.changes[i]), y));
+            points.append(QPointF(to, y));
+            yMax = std::max(yMax, y);
+        }
+        lane.series->replace(points);
+    }
+
     if (follow) {
         if (m_xKind == XAxis::Trial)
             setPaddedRange(xAxis(), 0, std::max<double>(m_trials.size(), 4), /*fromZero=*/true);
@@ -255,6 +337,7 @@ void ProbeChart::applyColors(const ChartColors& c) {
     TrialMarkers{m_fits, m_tight, m_ooms}.applyColors(c);
     m_chosen->setPen(linePen(c.chosen, 2.0, Qt::DashLine));
     for (QLineSeries* path : std::as_const(m_paths)) path->setPen(linePen(c.headroom, 1.0));
+    for (const RankLane& lane : m_rankLanes) lane.series->setPen(linePen(c.rank(lane.rank), 2.0));
     m_yAxis->setLabelFormat(QStringLiteral("%.0f"));
 }
 

@@ -16,7 +16,9 @@ namespace batchpilot::ui {
 /// Probe: every trial as a point (micro-batch size against trial number or time), fits as green
 /// circles, fits past the headroom line as amber triangles, out-of-memory trials as red squares;
 /// the trials of each probe joined by a faint line, and the chosen micro-batch as a dashed step
-/// line. Every re-probe is a new sequence further right.
+/// line. Every re-probe is a new sequence further right. With several devices those are rank 0's
+/// (this window trains it), and each other rank has a lane in a colour of its own: the
+/// micro-batch it trained at in each step, as a step line.
 class ProbeChart : public LiveChart {
     Q_OBJECT
 public:
@@ -37,6 +39,14 @@ public:
     int sequenceCount() const { return static_cast<int>(m_sequences.size()); }
     /// Micro-batch chosen by the last finished probe, 0 before.
     qint64 chosenMicroBatch() const;
+    /// Several devices: the other ranks' lanes.
+    int rankLaneCount() const { return static_cast<int>(m_rankLanes.size()); }
+    /// The micro-batch rank `rank` trained at in the last step it reported; 0 without a lane.
+    qint64 rankMicroBatch(int rank) const;
+    /// The steps at which rank `rank`'s micro-batch changed (its first step included).
+    QList<qint64> rankChangeSteps(int rank) const;
+    /// The legend's name of rank `rank`'s lane (empty when it has none).
+    QString rankLaneName(int rank) const;
 
 protected:
     void refresh(bool follow) override;
@@ -64,6 +74,21 @@ private:
         int finishedGlobal = 0;
         double finishedTime = 0;
     };
+    /// Where a rank's micro-batch changed (and where it was last reported).
+    struct LanePoint {
+        double time = 0;
+        double trialX = 0;  // on the trial axis: after the trials of rank 0 so far
+        qint64 microBatch = 0;
+        qint64 step = 0;
+    };
+    struct RankLane {
+        int rank = 0;
+        QString device;
+        std::vector<LanePoint> changes;
+        LanePoint last;
+        QLineSeries* series = nullptr;
+    };
+    RankLane& laneOf(int rank, const QString& device);
     double xOf(const Trial& trial) const;
     /// Where a trial is drawn: (trial number or time, micro-batch).
     QPointF pointOf(const Trial& trial) const;
@@ -76,6 +101,7 @@ private:
     XAxis m_xKind = XAxis::Trial;
     std::vector<Trial> m_trials;
     std::vector<Sequence> m_sequences;
+    std::vector<RankLane> m_rankLanes;
     double m_lastTime = 0;
 
     QScatterSeries* m_fits = nullptr;
