@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/device.h"
+#include "core/memory_savers.h"
 #include "core/run_config.h"
 #include "core/run_folder.h"
 
@@ -374,8 +375,10 @@ void Flags::declare(CliRequest& request) {
         ->group(group);
     option<std::string>("--memory-savers",
                         "trade speed or precision for memory: checkpoint (recompute activations\n"
-                        "in backward), bf16 (bfloat16 autocast), both, auto (measure them when the\n"
-                        "micro-batch is small or nothing fits, and use the fastest) or off (default)",
+                        "in backward), bf16 (bfloat16 autocast), both, fp16 (float16 autocast with\n"
+                        "loss scaling, for GPUs without fast bfloat16), checkpoint-fp16, auto\n"
+                        "(measure them when the micro-batch is small or nothing fits, and use the\n"
+                        "fastest) or off (default)",
                         [](TrainerOptions& o, const std::string& v) { o.memorySavers = *core::parseMemorySavers(v); })
         ->type_name("SAVERS")
         ->check(parsedBy(core::parseMemorySavers))
@@ -387,6 +390,14 @@ void Flags::declare(CliRequest& request) {
                     [](TrainerOptions& o, const int64_t& v) { o.saverThreshold = v; })
         ->type_name("N")
         ->check(wholeNumber(0, core::kMaxTargetBatch))
+        ->group(group);
+    option<double>("--loss-scale",
+                   "fp16 memory savers: the loss scale to start from (default " + text(d.lossScale) +
+                       "); halved\nwhen gradients overflow float16 (the batch is trained again), doubled after\n" +
+                       text(core::kLossScaleGrowthSteps) + " steps without",
+                   [](TrainerOptions& o, const double& v) { o.lossScale = v; })
+        ->type_name("S")
+        ->check(realNumber(1.0, core::kMaxLossScale))
         ->group(group);
     option<int64_t>("--steps",
                     "optimizer steps to run (default " + text(core::kDefaultSteps) + " unless --epochs is given)",

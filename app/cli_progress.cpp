@@ -6,6 +6,7 @@
 
 #include "core/byte_size.h"
 #include "core/event_json.h"
+#include "core/memory_savers.h"
 #include "core/text_format.h"
 #include "core/trainer.h"
 
@@ -246,6 +247,15 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                           ? " (predicted micro-batch " + std::to_string(e.predictedMicroBatch) + ")"
                           : std::string()) +
                      ": " + e.why);
+            } else if constexpr (std::is_same_v<T, LossScaleChanged>) {
+                if (e.overflow) {
+                    line(formatText("step %" PRId64 ": float16 gradients overflowed at loss scale %g: no step taken, "
+                                    "the batch's %" PRId64 " samples are trained again at %g",
+                                    e.step, e.from, e.redoneSamples, e.to));
+                } else {
+                    line(formatText("loss scale %g → %g after %" PRId64 " steps without a float16 overflow", e.from,
+                                    e.to, core::kLossScaleGrowthSteps));
+                }
             } else if constexpr (std::is_same_v<T, CheckpointSaved>) {
                 if (!e.metric.empty()) {
                     m_bestCheckpoint = e;

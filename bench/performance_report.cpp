@@ -604,6 +604,31 @@ void memorySaversSection(std::ostream& md, const json& savers) {
             md << "\n\n";
         }
     }
+    if (savers.contains("large_images")) {
+        // The case issue 15 was written for.
+        const json& big = savers["large_images"];
+        md << "**The issue's case: " << big["label"].get<std::string>() << "**. ";
+        if (big.contains("error")) {
+            md << "It failed: " << big["error"].get<std::string>() << "\n\n";
+        } else {
+            md << "Without a saver one sample does not fit (the survey's `off` row); with `auto` the run "
+               << (big.value("trained", false) ? "trained" : "did not train") << " with `"
+               << big.value("savers", std::string("off")) << "`: the survey predicted micro-batch "
+               << big.value("predicted_micro_batch", int64_t{0}) << ", its probe found "
+               << big.value("probed_micro_batch", int64_t{0}) << "; " << fixed(big.value("samples_per_s", 0.0), 2)
+               << " samples/s in the step after; the survey took " << fixed(big.value("survey_seconds", 0.0), 1)
+               << " s and the whole run " << fixed(big.value("seconds", 0.0), 0) << " s. Survey rows: ";
+            std::string sep;
+            for (const json& r : big.value("survey", json::array())) {
+                md << sep << "`" << r["savers"].get<std::string>() << "` "
+                   << (r["fits"].get<bool>()
+                           ? "micro-batch " + std::to_string(r["predicted_micro_batch"].get<int64_t>())
+                           : std::string("does not fit"));
+                sep = ", ";
+            }
+            md << ".\n\n";
+        }
+    }
 }
 
 void dataParallelSection(std::ostream& md, const json& parallel) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -150,6 +151,7 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
         archive.write("training_samples", c10::IValue(state.trainingSamples));
         archive.write("best_metric", c10::IValue(state.bestMetric));
         archive.write("best_value", c10::IValue(state.bestValue));
+        archive.write("loss_scale", c10::IValue(state.lossScale));
         writeTensors(archive, "parameter", model.parameters());
         writeTensors(archive, "buffer", model.buffers());
         writeTensors(archive, "first", optimizer.firstState());
@@ -253,6 +255,10 @@ tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& direct
             state.bestMetric = bestMetric.toStringRef();
             state.bestValue = bestValue.toDouble();
         }
+        c10::IValue lossScale;  // absent from checkpoints written before float16 autocast
+        if (archive.try_read("loss_scale", lossScale) && lossScale.isDouble() && std::isfinite(lossScale.toDouble()) &&
+            lossScale.toDouble() >= 0)
+            state.lossScale = lossScale.toDouble();
         parameters = readTensors(archive, "parameter");
         buffers = readTensors(archive, "buffer");
         first = readTensors(archive, "first");

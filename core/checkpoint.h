@@ -29,6 +29,9 @@ struct TrainerState {
     /// the best value it reached so far (NaN: none yet), so that a resumed run goes on comparing.
     std::string bestMetric;
     double bestValue = std::numeric_limits<double>::quiet_NaN();
+    /// float16 autocast's loss scale when the checkpoint was written (0: not recorded, or the run
+    /// did not scale), so that a resumed run scales as the uninterrupted one would.
+    double lossScale = 0;
 };
 
 /// Folder inside a checkpoint directory that holds the best model so far (CheckpointOptions::keepBest).

@@ -67,9 +67,14 @@ std::vector<torch::Tensor> accumulatedGradient(Model& model, const torch::Tensor
 }
 
 std::vector<torch::Tensor> fullBatchGradient(Model& model, const torch::Tensor& inputs, const torch::Tensor& targets,
-                                             LossKind loss) {
+                                             LossKind loss, double lossScale) {
     BufferSnapshot restore(model);
-    return gradientOf(model, inputs, targets, loss, 1.0);
+    std::vector<torch::Tensor> grads = gradientOf(model, inputs, targets, loss, lossScale);
+    if (lossScale != 1.0) {
+        torch::NoGradGuard noGrad;
+        for (torch::Tensor& g : grads) g.div_(lossScale);
+    }
+    return grads;
 }
 
 void compareGradients(const std::vector<std::string>& names, const std::vector<torch::Tensor>& accumulated,
@@ -121,16 +126,18 @@ std::string explainEquivalence(const EquivalenceChecked& r) {
     if (r.microBatchSizes.size() == 1) {
         text = "The check batch fits in one micro-batch, so both ways run the same computation (relative difference " +
                rel + "). Choose a check batch larger than the micro-batch to see accumulation at work. ";
-    } else if (!r.batchStatistics && r.bfloat16 && !r.equalUpToRounding()) {
-        text =
-            "Both ways ran the forward pass under bfloat16 autocast (the memory saver bf16): bfloat16 keeps 8 "
-            "significant bits, about 2 to 3 decimal digits, and where its rounding falls depends on which "
-            "samples share a micro-batch's matrix products. So the accumulated gradient differs from the "
-            "full-batch one by " +
-            rel + " (cosine " + formatText("%.6f", r.overall.cosineSimilarity) + "), far more than float32 rounding (" +
-            formatText("%.0e", kRoundingTolerance) +
-            ") but what bfloat16 costs, not an error of accumulation: without the memory saver the same check "
-            "agrees to float32 rounding. ";
+    } else if (!r.batchStatistics && (r.bfloat16 || r.float16) && !r.equalUpToRounding()) {
+        const std::string type = r.bfloat16 ? "bfloat16" : "float16";
+        text = "Both ways ran the forward pass under " + type + " autocast (the memory saver " +
+               (r.bfloat16 ? "bf16" : "fp16") + "): " + type +
+               (r.bfloat16 ? " keeps 8 significant bits, about 2 to 3 decimal digits"
+                           : " keeps 11 significant bits, about 3 decimal digits") +
+               ", and where its rounding falls depends on which samples share a micro-batch's matrix products. So "
+               "the accumulated gradient differs from the full-batch one by " +
+               rel + " (cosine " + formatText("%.6f", r.overall.cosineSimilarity) +
+               "), far more than float32 rounding (" + formatText("%.0e", kRoundingTolerance) + ") but what " + type +
+               " costs, not an error of accumulation: without the memory saver the same check agrees to float32 "
+               "rounding. ";
     } else if (!r.batchStatistics) {
         if (r.equalUpToRounding()) {
             text = "Accumulating " + std::to_string(r.samples) + " samples in " + parts +

@@ -26,8 +26,10 @@ std::vector<torch::Tensor> accumulatedGradient(Model& model, const torch::Tensor
                                                const std::vector<int64_t>& microBatchSizes, LossKind loss);
 
 /// Gradient of the whole batch in one forward and backward pass; buffers restored afterwards.
+/// `lossScale`: backward runs on the loss times it and the gradients are divided by it again
+/// (float16 autocast, as training does it).
 std::vector<torch::Tensor> fullBatchGradient(Model& model, const torch::Tensor& inputs, const torch::Tensor& targets,
-                                             LossKind loss);
+                                             LossKind loss, double lossScale = 1.0);
 
 /// Compares two gradients tensor by tensor (and all together): max absolute difference,
 /// ‖accumulated − full‖ / ‖full‖ and cosine similarity, computed in double precision. Fills

@@ -259,6 +259,10 @@ json fields(const MemorySaversChanged& e) {
     return {{"time", e.time}, {"step", e.step}, {"from", e.from},
             {"to", e.to},     {"why", e.why},   {"predicted_micro_batch", e.predictedMicroBatch}};
 }
+json fields(const LossScaleChanged& e) {
+    return {{"time", e.time}, {"step", e.step},         {"from", e.from},
+            {"to", e.to},     {"overflow", e.overflow}, {"redone_samples", e.redoneSamples}};
+}
 json fields(const TensorDifference& d) {
     return {{"name", d.name},
             {"elements", d.elements},
@@ -278,6 +282,7 @@ json fields(const EquivalenceChecked& e) {
               {"batch_statistics", e.batchStatistics},
               {"full_pass_outside_budget", e.fullPassOutsideBudget},
               {"bfloat16", e.bfloat16},
+              {"float16", e.float16},
               {"explanation", e.explanation},
               {"seconds", e.seconds}};
     if (e.runningStatisticsRelativeDifference >= 0) {

@@ -119,6 +119,8 @@ const char* eventName(const Event& event) {
                 return "saver_survey";
             else if constexpr (std::is_same_v<T, MemorySaversChanged>)
                 return "memory_savers_changed";
+            else if constexpr (std::is_same_v<T, LossScaleChanged>)
+                return "loss_scale_changed";
             else
                 return "equivalence";
         },

@@ -307,6 +307,19 @@ struct MemorySaversChanged {
     int64_t predictedMicroBatch = 0;  ///< the last survey's prediction for `to`; 0: none
 };
 
+/// float16 autocast (memory savers fp16, checkpoint-fp16): the loss scale changed. After an
+/// overflow (a gradient of the batch was inf or NaN) no optimizer step was taken and the same
+/// batch is trained again at the lower scale: nothing is skipped. Otherwise it grew after
+/// kLossScaleGrowthSteps steps without one.
+struct LossScaleChanged {
+    double time = 0;
+    int64_t step = 0;  ///< the optimizer step the batch belongs to (1-based)
+    double from = 0;
+    double to = 0;
+    bool overflow = false;      ///< true: lowered after an overflow; false: grown
+    int64_t redoneSamples = 0;  ///< overflow: this rank's samples of the batch, trained again
+};
+
 /// The next micro-batch in step-by-step mode: the trainer waits until advanced.
 struct StepModeWaiting {
     double time = 0;
@@ -351,6 +364,8 @@ struct EquivalenceChecked {
     /// Both ways ran the forward pass under bfloat16 autocast (memory savers bf16 or both): its
     /// rounding depends on the split, so differences far above float32 rounding are expected.
     bool bfloat16 = false;
+    /// The same under float16 autocast (memory savers fp16, checkpoint-fp16).
+    bool float16 = false;
     std::string explanation;  ///< what the numbers mean, in plain words
     std::string error;        ///< non-empty: the check could not run, and why
     double seconds = 0;
@@ -404,7 +419,7 @@ using Event =
     std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent, MemorySample, StepMetrics,
                  MicroBatchDone, OptimizerStepped, TargetBatchChanged, DeviceSwitched, Warning, CheckpointSaved,
                  ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting, EquivalenceChecked, ThroughputTimed,
-                 ThroughputChosen, ValidationDone, RanksStepped, SaverSurvey, MemorySaversChanged>;
+                 ThroughputChosen, ValidationDone, RanksStepped, SaverSurvey, MemorySaversChanged, LossScaleChanged>;
 
 /// Name of the event type as written in JSON Lines ("probe_trial", "oom", ...).
 const char* eventName(const Event& event);

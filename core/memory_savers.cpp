@@ -3,17 +3,30 @@
 namespace batchpilot::core {
 
 bool checkpoints(MemorySavers savers) {
-    return savers == MemorySavers::Checkpoint || savers == MemorySavers::Both;
+    return savers == MemorySavers::Checkpoint || savers == MemorySavers::Both || savers == MemorySavers::CheckpointFp16;
 }
 
 bool autocastsBf16(MemorySavers savers) {
     return savers == MemorySavers::Bf16 || savers == MemorySavers::Both;
 }
 
+bool autocastsFp16(MemorySavers savers) {
+    return savers == MemorySavers::Fp16 || savers == MemorySavers::CheckpointFp16;
+}
+
+const char* lowPrecisionName(MemorySavers savers) {
+    if (autocastsBf16(savers)) return "bfloat16";
+    if (autocastsFp16(savers)) return "float16";
+    return "";
+}
+
 std::string describeSavers(MemorySavers savers) {
-    if (checkpoints(savers) && autocastsBf16(savers)) return "activation checkpointing and bfloat16 autocast";
+    const std::string autocast = autocastsBf16(savers)   ? "bfloat16 autocast"
+                                 : autocastsFp16(savers) ? "float16 autocast with loss scaling"
+                                                         : "";
+    if (checkpoints(savers) && !autocast.empty()) return "activation checkpointing and " + autocast;
     if (checkpoints(savers)) return "activation checkpointing";
-    if (autocastsBf16(savers)) return "bfloat16 autocast";
+    if (!autocast.empty()) return autocast;
     return "no memory saver";
 }
 

@@ -183,11 +183,14 @@ struct ResNetImpl : nn::Module, Checkpointable {
         register_module("stem_norm", stemNorm.ptr());
     }
     torch::Tensor forward(const torch::Tensor& x) {
-        auto h = run({stem.get(), stemNorm.ptr().get()}, x, [this](const torch::Tensor& in) {
-            auto s = torch::relu(normalised(stemNorm, stem->forward(in)));
-            // Large inputs (224×224) are reduced early, as ImageNet ResNets do.
-            return s.size(2) > 64 ? torch::max_pool2d(s, /*kernel_size=*/4) : s;
-        });
+        // Large inputs (224×224) are reduced early, as ImageNet ResNets do.
+        const bool pooled = x.size(2) > 64;
+        torch::Tensor h = checkpointing && pooled
+                              ? stemInSlices(x)
+                              : run({stem.get(), stemNorm.ptr().get()}, x, [this](const torch::Tensor& in) {
+                                    auto s = torch::relu(normalised(stemNorm, stem->forward(in)));
+                                    return s.size(2) > 64 ? torch::max_pool2d(s, /*kernel_size=*/4) : s;
+                                });
         for (size_t i = 0; i < blocks->size(); ++i) {
             auto* block = blocks->ptr(i)->as<ResidualBlockImpl>();
             h = run({block}, h, [block](const torch::Tensor& in) { return block->forward(in); });
@@ -195,6 +198,61 @@ struct ResNetImpl : nn::Module, Checkpointable {
         h = torch::adaptive_avg_pool2d(h, {1, 1}).flatten(/*start_dim=*/1);
         return out->forward(h);
     }
+    /// The stem of a large input, checkpointed in slices of its output channels. At full
+    /// resolution it holds the largest activations of the model — at 1024×1024 one channel is
+    /// 4 MiB a sample — and one checkpointed segment would recompute all of them at once in
+    /// backward. Convolution, ReLU and pooling act on each output channel on its own, BatchNorm
+    /// too and GroupNorm on each group, so slices of whole groups compute what the whole stem
+    /// does, and backward recomputes one slice at a time.
+    torch::Tensor stemInSlices(const torch::Tensor& x) {
+        const int64_t channels = stem->options.out_channels();
+        auto* group = stemNorm.ptr()->as<nn::GroupNorm>();
+        auto* batch = stemNorm.ptr()->as<nn::BatchNorm2d>();
+        const int64_t groups = group != nullptr ? group->options.num_groups() : std::min<int64_t>(8, channels);
+        const int64_t step = (channels + groups - 1) / groups;
+        // BatchNorm counts forward passes once for the stem, not once for each slice; the
+        // slices update their channels' running statistics through views of the buffers.
+        double momentum = 0;
+        if (batch != nullptr && batch->is_training() && batch->options.track_running_stats()) {
+            torch::NoGradGuard noGrad;
+            batch->num_batches_tracked += 1;
+            momentum = batch->options.momentum().has_value() ? *batch->options.momentum()
+                                                             : 1.0 / batch->num_batches_tracked.item<double>();
+        }
+        std::vector<torch::Tensor> parameters = stem->parameters();
+        std::vector<torch::Tensor> buffers;
+        for (const auto& p : stemNorm.ptr()->parameters()) parameters.push_back(p);
+        for (const auto& b : stemNorm.ptr()->buffers()) buffers.push_back(b);
+        std::vector<torch::Tensor> slices;
+        for (int64_t from = 0; from < channels; from += step) {
+            const int64_t count = std::min(step, channels - from);
+            slices.push_back(checkpointed(
+                [=, this](const torch::Tensor& in) {
+                    torch::Tensor s = torch::conv2d(in, stem->weight.narrow(0, from, count), {}, stem->options.stride(),
+                                                    /*padding=*/{1, 1}, stem->options.dilation());
+                    const auto type = s.scalar_type();
+                    if (!BATCHPILOT_NORMS_TAKE_MIXED_TYPES) s = s.to(torch::kFloat);
+                    if (group != nullptr) {
+                        s = torch::group_norm(s, /*num_groups=*/1, group->weight.narrow(0, from, count),
+                                              group->bias.narrow(0, from, count), group->options.eps());
+                    } else {
+                        const bool statistics = batch->options.track_running_stats();
+                        const auto slice = [&](const torch::Tensor& t) {
+                            return t.defined() ? t.narrow(0, from, count) : t;
+                        };
+                        s = torch::batch_norm(s, slice(batch->weight), slice(batch->bias),
+                                              statistics ? slice(batch->running_mean) : torch::Tensor(),
+                                              statistics ? slice(batch->running_var) : torch::Tensor(),
+                                              batch->is_training() || !statistics, momentum, batch->options.eps(),
+                                              /*cudnn_enabled=*/true);
+                    }
+                    return torch::max_pool2d(torch::relu(s.to(type)), /*kernel_size=*/4);
+                },
+                x, parameters, buffers));
+        }
+        return torch::cat(slices, /*dim=*/1);
+    }
+
     nn::Conv2d stem;
     nn::AnyModule stemNorm;
     nn::Sequential blocks;

@@ -87,6 +87,8 @@ const char* toString(MemorySavers savers) {
     case MemorySavers::Checkpoint: return "checkpoint";
     case MemorySavers::Bf16: return "bf16";
     case MemorySavers::Both: return "both";
+    case MemorySavers::Fp16: return "fp16";
+    case MemorySavers::CheckpointFp16: return "checkpoint-fp16";
     case MemorySavers::Auto: return "auto";
     }
     return "unknown";
@@ -97,9 +99,12 @@ tl::expected<MemorySavers, std::string> parseMemorySavers(const std::string& tex
     if (name == "off" || name == "none") return MemorySavers::Off;
     if (name == "checkpoint" || name == "checkpointing") return MemorySavers::Checkpoint;
     if (name == "bf16" || name == "bfloat16") return MemorySavers::Bf16;
-    if (name == "both") return MemorySavers::Both;
+    if (name == "both" || name == "checkpoint-bf16") return MemorySavers::Both;
+    if (name == "fp16" || name == "float16" || name == "half") return MemorySavers::Fp16;
+    if (name == "checkpoint-fp16") return MemorySavers::CheckpointFp16;
     if (name == "auto") return MemorySavers::Auto;
-    return tl::unexpected("unknown memory savers \"" + text + "\": choose auto, checkpoint, bf16, both or off");
+    return tl::unexpected("unknown memory savers \"" + text +
+                          "\": choose auto, checkpoint, bf16, both, fp16, checkpoint-fp16 or off");
 }
 
 tl::expected<NormKind, std::string> parseNormKind(const std::string& text) {

@@ -31,10 +31,12 @@ enum class LossKind { CrossEntropy, Mse };
 enum class ProbeObjective { Fastest, Largest };
 /// What training may trade for device memory (issue 15, core/memory_savers.h): activation
 /// checkpointing (recompute in backward: ~1 more forward pass), bfloat16 autocast (the forward's
-/// matrix products in bfloat16: half the activation bytes, ~3 significant digits), both, or
-/// auto: none until nothing fits at the smallest micro-batch, then the first of checkpointing,
-/// bfloat16, both that makes it fit.
-enum class MemorySavers { Off, Checkpoint, Bf16, Both, Auto };
+/// matrix products in bfloat16: half the activation bytes, ~3 significant digits), both;
+/// float16 autocast with dynamic loss scaling (fp16: the same bytes as bfloat16, ~3.3 digits
+/// but a range that ends at 65504, for GPUs without fast bfloat16), with checkpointing too
+/// (checkpoint-fp16); or auto: the one the survey measured fastest when the micro-batch is small
+/// or nothing fits.
+enum class MemorySavers { Off, Checkpoint, Bf16, Both, Fp16, CheckpointFp16, Auto };
 
 const char* toString(OptimizerKind kind);
 const char* toString(LrScaling rule);
@@ -162,6 +164,11 @@ struct TrainerOptions {
     /// saver on the model (SaverSurvey) and suggests the one with the best predicted throughput;
     /// memory_savers auto applies it. 0: only when asked (Trainer::surveySavers) or nothing fits.
     int64_t saverThreshold = 4;
+    /// float16 autocast (memory savers fp16, checkpoint-fp16): the loss is multiplied by this
+    /// before backward, so that small gradients do not round to zero in float16; halved (and the
+    /// batch trained again) when a gradient overflows, doubled after kLossScaleGrowthSteps steps
+    /// without overflow. PyTorch's GradScaler starts at the same 65536.
+    double lossScale = 65536;
     /// Optimizer steps to run; nullopt: no step limit. With neither steps nor epochs the run goes
     /// on until it is stopped (the GUI's "unlimited"). See setEpochs() for how the two combine.
     std::optional<int64_t> steps = kDefaultSteps;
@@ -217,6 +224,7 @@ inline constexpr int kMaxProbeTrials = 1000;
 inline constexpr int kMaxRegrowAfterSteps = 1'000'000;
 inline constexpr int64_t kMaxRetimeEvery = 1'000'000;
 inline constexpr double kMaxLearningRate = 1e6;
+inline constexpr double kMaxLossScale = 1e30;  ///< float16 loss scale (a float32 loss times it stays finite)
 inline constexpr double kMaxWeightDecay = 1e6;
 
 /// Limits the run to `epochs` passes over the data. Without an explicit step count the default

@@ -265,6 +265,8 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
                  }},
                 {"saver_threshold",
                  [&](const json& v, const std::string& p) { o.saverThreshold = integer(v, p, 0, kMaxTargetBatch); }},
+                {"loss_scale",
+                 [&](const json& v, const std::string& p) { o.lossScale = number(v, p, 1.0, kMaxLossScale); }},
                 {"regrow_after_steps",
                  [&](const json& v, const std::string& p) {
                      o.regrowAfterSteps = static_cast<int>(integer(v, p, 0, kMaxRegrowAfterSteps));
@@ -416,6 +418,7 @@ json toRunConfig(const TrainerOptions& o) {
         {"loss", toString(o.loss)},
         {"memory_savers", toString(o.memorySavers)},
         {"saver_threshold", o.saverThreshold},
+        {"loss_scale", o.lossScale},
         {"regrow_after_steps", o.regrowAfterSteps},
         {"threads", o.intraOpThreads},
         {"cuda_memory_fraction", o.cudaMemoryFraction},

@@ -24,6 +24,10 @@
 // autocast gives them) from 2.1 on; 1.13 rejects the mix.
 #define BATCHPILOT_NORMS_TAKE_MIXED_TYPES BATCHPILOT_TORCH_AT_LEAST(2, 1)
 
+// float16 autocast on the CPU (the memory savers fp16 on cpu and virtual devices) from 2.5 on;
+// 1.13's CPU autocast takes bfloat16 only. CUDA autocasts float16 in every version.
+#define BATCHPILOT_CPU_AUTOCASTS_FLOAT16 BATCHPILOT_TORCH_AT_LEAST(2, 5)
+
 namespace batchpilot::core {
 
 /// Autocast's switch and type for one device type (CPU or CUDA): 2.4 made the API take the

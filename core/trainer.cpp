@@ -121,6 +121,13 @@ void Trainer::Impl::setup() {
                              "model"};
         }
     }
+    if (autocastsFp16(options.memorySavers)) {
+        if (const std::string why = float16Unavailable(); !why.empty()) {
+            throw FatalError{
+                std::string("float16 autocast (memory savers ") + toString(options.memorySavers) + ") " + why, "model"};
+        }
+    }
+    lossScale = resumedLossScale > 0 ? resumedLossScale : options.lossScale;
     useMemorySavers(options.memorySavers == MemorySavers::Auto ? MemorySavers::Off : options.memorySavers);
     if (model->usesBatchStatistics()) {
         minPart = 2;
@@ -130,6 +137,27 @@ void Trainer::Impl::setup() {
                      "GroupNorm (--norm group) for exact accumulation"});
     }
     if (options.parallel) setupParallel();
+}
+
+std::string Trainer::Impl::float16Unavailable() const {
+    if (device.kind == DeviceKind::Cuda || BATCHPILOT_CPU_AUTOCASTS_FLOAT16) return {};
+    return "needs a CUDA device, or LibTorch 2.5 or later on the CPU, and " + device.name() +
+           " runs on the CPU with LibTorch " + TORCH_VERSION +
+           ": use bf16 there (the same memory, float32's range, no loss scaling needed)";
+}
+
+bool Trainer::Impl::unscaleGradients() {
+    torch::NoGradGuard noGrad;
+    CountingScope inPlace(false);
+    // One flag on the device, read once: a sum of the gradients could overflow where none does.
+    torch::Tensor overflow;
+    for (const torch::Tensor& g : gradients) {
+        const torch::Tensor bad = g.isfinite().logical_not().any();
+        overflow = overflow.defined() ? overflow.logical_or(bad) : bad;
+    }
+    if (overflow.defined() && overflow.item<bool>()) return false;
+    for (torch::Tensor& g : gradients) g.div_(lossScale);
+    return true;
 }
 
 std::string Trainer::Impl::nonFiniteLossReason(double loss, const torch::Tensor& inputs, const torch::Tensor& output,
@@ -144,6 +172,14 @@ std::string Trainer::Impl::nonFiniteLossReason(double loss, const torch::Tensor&
         return became + ": the data itself holds NaN or infinite values in this micro-batch; check the data file";
     }
     if (!allFinite(output)) {
+        if (autocastsFp16(savers)) {
+            return became +
+                   ": the model's output overflowed float16, whose largest value is 65504, under float16 "
+                   "autocast (memory savers " +
+                   toString(savers) +
+                   "); loss scaling cannot help a forward pass: train with bf16 (the same memory, float32's "
+                   "range) or without the float16 savers";
+        }
         if (step == 0) {
             return became +
                    ": the model's output is NaN or infinite on finite inputs before any weight was updated, "
@@ -280,7 +316,9 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         result.phase = Phase::Backward;
         // Gradients go to fresh tensors and join the batch's accumulators only once the whole
         // backward succeeded, so an OOM half-way never leaves part of a micro-batch behind.
-        auto grads = torch::autograd::grad({loss * weight}, parameters, /*grad_outputs=*/{},
+        // float16 autocast: scaled up so that small gradients do not round to zero in float16
+        // (divided again before the step, unscaleGradients).
+        auto grads = torch::autograd::grad({loss * (weight * backwardScale())}, parameters, /*grad_outputs=*/{},
                                            /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
         if (keepGradients) {
             torch::NoGradGuard noGrad;
@@ -490,6 +528,13 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
                         "here: allow at least 2 with --max-micro-batch and --target-batch)";
                 }
             }
+            if (autocastsFp16(savers) && message.find("Half") != std::string::npos) {
+                message += std::string(
+                               " (under float16 autocast, the memory savers fp16, a layer of the model got "
+                               "float16 inputs it cannot take with this LibTorch on this device; train with ") +
+                           (model->checkpointingUnsupported().empty() ? "bf16 or --memory-savers checkpoint)"
+                                                                      : "bf16 or --memory-savers off)");
+            }
             if (autocastsBf16(savers) && message.find("BFloat16") != std::string::npos) {
                 message += std::string(
                                " (under bfloat16 autocast, the memory saver bf16, a layer of the model got "
@@ -554,9 +599,32 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
         // steps on a small share.
         lossSum = reduceOverRanks(lossSum, localSize, largestUsed, committed, stepPeak, computeSeconds, !probe);
     }
+    if (autocastsFp16(savers) && !unscaleGradients()) {
+        // A gradient overflowed float16 at this scale (on some rank: the sums above carry it to
+        // every rank, which all decide alike). No step: the batch is trained again at half the
+        // scale, so no sample is skipped.
+        const double lower = lossScale / 2;
+        if (lower < kMinLossScale) {
+            throw FatalError{formatText("the gradients are not finite even at loss scale %g under float16 autocast "
+                                        "(memory savers %s): the backward pass itself produces inf or NaN; train "
+                                        "with bf16 or without the float16 savers, or lower the learning rate",
+                                        lossScale, toString(savers)),
+                             stepLabel()};
+        }
+        emit(LossScaleChanged{now(), step + 1, lossScale, lower, true, localSize});
+        lossScale = lower;
+        stepsAtThisScale = 0;
+        dropPartialBatch();
+        return trainBatch(indices, batchSize);
+    }
     optimizerStep();
     ++step;
     samplesSeen += batchSize;
+    if (autocastsFp16(savers) && ++stepsAtThisScale >= kLossScaleGrowthSteps && lossScale * 2 <= kMaxLossScale) {
+        emit(LossScaleChanged{now(), step, lossScale, lossScale * 2, false, 0});
+        lossScale *= 2;
+        stepsAtThisScale = 0;
+    }
     if (parallel) finishRanksStep();
     const double seconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
     emit(OptimizerStepped{now(), step, committed});

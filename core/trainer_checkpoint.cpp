@@ -20,7 +20,8 @@ void Trainer::Impl::writeCheckpoint(const std::string& metric, double value) {
                        model->name(),
                        data->size(),
                        options.checkpoint.keepBest,
-                       bestValue};
+                       bestValue,
+                       autocastsFp16(savers) ? lossScale : 0.0};
     // A batch that ended an epoch leaves the position at its end: the next one starts a new epoch.
     if (sampler->position() >= data->size()) {
         saved.samplerEpoch = sampler->completedEpochs();
@@ -78,6 +79,9 @@ void Trainer::Impl::restoreCheckpoint() {
     // The best value so far carries over only when this run keeps its best model by the same metric.
     if (!options.checkpoint.keepBest.empty() && resumed->bestMetric == options.checkpoint.keepBest)
         bestValue = resumed->bestValue;
+    // float16 autocast goes on at the scale it had reached (a fresh scale could overflow and
+    // redo the first batch, rounding its gradients otherwise than the uninterrupted run).
+    if (resumed->lossScale > 0) resumedLossScale = resumed->lossScale;
     step = resumed->step;
     samplesSeen = resumed->samplesSeen;
     sampler->restore(resumed->samplerEpoch, resumed->samplerPosition);

@@ -26,6 +26,7 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
     r.samples = n;
     r.batchStatistics = model->usesBatchStatistics();
     r.bfloat16 = autocastsBf16(savers);
+    r.float16 = autocastsFp16(savers);
     const int64_t micro = microBatch > 0 ? microBatch : (probe ? probe->result() : 0);
     if (micro <= 0) {
         r.error = "no micro-batch size is known yet: check again once the probe has chosen one";
@@ -78,7 +79,7 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
             auto full = guarded(
                 [&] {
                     AutocastScope autocast(where.type(), forwardAutocast());  // as training runs it
-                    return fullBatchGradient(*model, inputs, targets, options.loss);
+                    return fullBatchGradient(*model, inputs, targets, options.loss, backwardScale());
                 },
                 &into.fullPassOutsideBudget);
             compareGradients(model->parameterNames(), accumulated, full, into);
@@ -151,7 +152,8 @@ std::vector<torch::Tensor> Trainer::Impl::accumulateAsTraining(const std::vector
     }
     std::vector<torch::Tensor> accumulated;
     CountingScope uncounted(false);
-    for (const auto& g : gradients) accumulated.push_back(g.clone());
+    // float16 autocast scaled the loss for backward, as in training; the full pass did not.
+    for (const auto& g : gradients) accumulated.push_back(g / backwardScale());
     return accumulated;
 }
 

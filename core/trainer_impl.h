@@ -339,8 +339,23 @@ struct Trainer::Impl {
     /// The memory savers in use: options.memorySavers, or what "auto" turned on so far (never Auto).
     MemorySavers savers = MemorySavers::Off;
     void useMemorySavers(MemorySavers next);
-    /// The forward pass's autocast for the savers in use: bfloat16, or off.
-    AutocastState forwardAutocast() const { return {autocastsBf16(savers), c10::ScalarType::BFloat16}; }
+    /// The forward pass's autocast for the savers in use: bfloat16, float16, or off.
+    AutocastState forwardAutocast() const {
+        if (autocastsFp16(savers)) return {true, c10::ScalarType::Half};
+        return {autocastsBf16(savers), c10::ScalarType::BFloat16};
+    }
+    /// float16 autocast scales the loss by this before backward (TrainerOptions::lossScale at
+    /// first); the optimizer steps since it last changed.
+    double lossScale = 1;
+    int64_t stepsAtThisScale = 0;
+    double resumedLossScale = 0;  ///< the checkpoint's, when it recorded one
+    /// What backward's loss is multiplied by: the loss scale under float16 autocast, else 1.
+    double backwardScale() const { return autocastsFp16(savers) ? lossScale : 1.0; }
+    /// float16 autocast, before the optimizer step: true when every gradient of the batch is
+    /// finite, which are then divided by the loss scale; false (gradients untouched) on overflow.
+    bool unscaleGradients();
+    /// Why float16 autocast cannot run on this device with this LibTorch; empty: it can.
+    std::string float16Unavailable() const;
     /// memory_savers auto, when nothing fits at the smallest micro-batch: measures every saver
     /// (surveySavers) and turns on the fastest that fits and was not tried yet, says so, and starts
     /// a probe. False when none is left, or the option is not auto: the caller stops the run

@@ -48,6 +48,11 @@ bool Trainer::Impl::nextMemorySavers(int64_t requested) {
 
 bool Trainer::Impl::applySavers(MemorySavers next, const std::string& why) {
     if (next == MemorySavers::Auto || next == savers) return false;
+    if (autocastsFp16(next) && !float16Unavailable().empty()) {
+        emit(Warning{now(), describeSavers(next) + " is not available here: it " + float16Unavailable() +
+                                "; the memory savers stay " + toString(savers)});
+        return false;
+    }
     if (checkpoints(next) && !model->checkpointingUnsupported().empty()) {
         emit(Warning{now(), describeSavers(next) + " is not available for this model: " +
                                 model->checkpointingUnsupported() + "; the memory savers stay " + toString(savers)});
@@ -86,8 +91,15 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
         const std::lock_guard<std::mutex> lock(generator.mutex());
         randomState = generator.get_state();
     }
-    for (const MemorySavers candidate :
-         {MemorySavers::Off, MemorySavers::Checkpoint, MemorySavers::Bf16, MemorySavers::Both}) {
+    // float16 on CUDA only: it holds what bfloat16 holds, and where bfloat16 has no fast kernels
+    // (GPUs before Ampere) float16 does. A CPU has fast kernels for neither.
+    std::vector<MemorySavers> candidates{MemorySavers::Off, MemorySavers::Checkpoint, MemorySavers::Bf16,
+                                         MemorySavers::Both};
+    if (device.kind == DeviceKind::Cuda) {
+        candidates.push_back(MemorySavers::Fp16);
+        candidates.push_back(MemorySavers::CheckpointFp16);
+    }
+    for (const MemorySavers candidate : candidates) {
         if (checkpoints(candidate) && !cannotSplit.empty()) {
             SaverOption o;
             o.savers = toString(candidate);

@@ -72,9 +72,12 @@ private Q_SLOTS:
             << QStringList{QStringLiteral("--objective"), QStringLiteral("quickest")} << 2
             << QStringLiteral("--objective: unknown probe objective \"quickest\": choose fastest or largest");
         QTest::newRow("unknown memory savers")
-            << QStringList{QStringLiteral("--memory-savers"), QStringLiteral("fp16")} << 2
+            << QStringList{QStringLiteral("--memory-savers"), QStringLiteral("fp8")} << 2
             << QStringLiteral(
-                   "--memory-savers: unknown memory savers \"fp16\": choose auto, checkpoint, bf16, both or off");
+                   "--memory-savers: unknown memory savers \"fp8\": choose auto, checkpoint, bf16, both, "
+                   "fp16, checkpoint-fp16 or off");
+        QTest::newRow("loss scale below 1") << QStringList{QStringLiteral("--loss-scale"), QStringLiteral("0.5")} << 2
+                                            << QStringLiteral("--loss-scale: must be from 1 to 1e+30, got 0.5");
         QTest::newRow("unknown dataset")
             << QStringList{QStringLiteral("--data"), QStringLiteral("imagenet")} << 2
             << QStringLiteral("--data: unknown value \"imagenet\": choose synthetic, mnist, image-folder or csv");

@@ -8,11 +8,13 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "core/dataset.h"
 #include "core/memory_savers.h"
 #include "core/model.h"
+#include "core/torch_compat.h"
 #include "core/torchscript_model.h"
 #include "core/trainer.h"
 #include "clean_run.h"
@@ -88,6 +90,58 @@ double relativeDifference(const torch::Tensor& a, const torch::Tensor& b) {
     return scale > 0 ? difference / scale : difference;
 }
 
+/// The cnn on 64×64 images of the synthetic set, on 1 GiB: what the bfloat16 and float16 tests
+/// train, 30 steps of batch 32.
+TrainerOptions lowPrecisionOptions() {
+    TrainerOptions o;
+    o.model.name = "cnn";
+    o.model.width = 16;
+    o.data.samples = 512;
+    o.data.height = o.data.width = 64;
+    o.targetBatch = 32;
+    o.steps = 30;
+    o.seed = 4;
+    o.optimizer.learningRate = 0.05;
+    o.intraOpThreads = 1;
+    o.probe.objective = ProbeObjective::Largest;
+    o.validation.split = 0;
+    o.device = "virtual:1GiB";
+    return o;
+}
+
+/// A built-in model behind a Model of another name, with what `after` makes of its output: a
+/// model whose forward is one function (as a TorchScript file's is), or one with a given backward.
+class Wrapped : public Model {
+public:
+    using After = std::function<torch::Tensor(const torch::Tensor&)>;
+    Wrapped(std::shared_ptr<Model> inner, std::string name, After after)
+        : m_inner(std::move(inner)), m_name(std::move(name)), m_after(std::move(after)) {}
+    std::string name() const override { return m_name; }
+    torch::Tensor forward(const torch::Tensor& x) override {
+        const torch::Tensor y = m_inner->forward(x);
+        return m_after ? m_after(y) : y;
+    }
+    std::vector<torch::Tensor> parameters() const override { return m_inner->parameters(); }
+    std::vector<torch::Tensor> buffers() const override { return m_inner->buffers(); }
+    void to(const torch::Device& d) override { m_inner->to(d); }
+    void train(bool on) override { m_inner->train(on); }
+    bool usesBatchStatistics() const override { return false; }
+
+    /// A model factory (TrainerOptions::modelFactory) for the built-in `model`, wrapped.
+    static ModelFactory factory(const ModelOptions& model, const std::string& name, const After& after = {}) {
+        return [=](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
+            auto inner = makeBuiltinModel(model, data.sampleShape(), data.classes());
+            if (!inner) return tl::unexpected(inner.error());
+            return std::make_shared<Wrapped>(*inner, name, after);
+        };
+    }
+
+private:
+    std::shared_ptr<Model> m_inner;
+    std::string m_name;
+    After m_after;
+};
+
 }  // namespace
 
 class TestMemorySavers : public QObject {
@@ -95,8 +149,11 @@ class TestMemorySavers : public QObject {
 private Q_SLOTS:
     void checkpointedModelsComputeTheSameGradients_data();
     void checkpointedModelsComputeTheSameGradients();
+    void modelThatDoesNotFitTrainsWithCheckpointing_data();
     void modelThatDoesNotFitTrainsWithCheckpointing();
     void bfloat16HoldsLessAndTrainsCloseToFloat32();
+    void float16ScalesTheLossAndTrainsAgainABatchThatOverflows();
+    void float16StopsWhenGradientsAreNotFiniteAtAnyScale();
     void checkpointingNeedsAModelThatCanBeSplit();
     void torchScriptChainsAreCheckpointedChildByChild();
     void surveyPredictsWhatTheProbeFinds();
@@ -107,10 +164,18 @@ private Q_SLOTS:
 void TestMemorySavers::checkpointedModelsComputeTheSameGradients_data() {
     QTest::addColumn<QString>("model");
     QTest::addColumn<bool>("batchNorm");
-    QTest::newRow("mlp") << "mlp" << false;
-    QTest::newRow("cnn") << "cnn" << false;
-    QTest::newRow("resnet") << "resnet" << false;
-    QTest::newRow("resnet (BatchNorm)") << "resnet" << true;
+    QTest::addColumn<int>("side");
+    // Relative to each gradient's largest value. A part recomputed whole runs the same kernels
+    // on the same numbers: exact (0 measured). Above 64×64 the ResNet's stem is recomputed in
+    // slices of its output channels, whose convolutions sum in another order than the whole
+    // stem's: float32 rounding, 0 with one thread and up to 7e-6 measured with two (LibTorch 2.15).
+    QTest::addColumn<double>("tolerance");
+    QTest::newRow("mlp") << "mlp" << false << 80 << 1e-6;
+    QTest::newRow("cnn") << "cnn" << false << 80 << 1e-6;
+    QTest::newRow("resnet, stem whole (64x64)") << "resnet" << false << 64 << 1e-6;
+    QTest::newRow("resnet (BatchNorm), stem whole (64x64)") << "resnet" << true << 64 << 1e-6;
+    QTest::newRow("resnet, stem in slices (80x80)") << "resnet" << false << 80 << 5e-5;
+    QTest::newRow("resnet (BatchNorm), stem in slices (80x80)") << "resnet" << true << 80 << 5e-5;
 }
 
 void TestMemorySavers::checkpointedModelsComputeTheSameGradients() {
@@ -119,11 +184,13 @@ void TestMemorySavers::checkpointedModelsComputeTheSameGradients() {
     // recomputation in backward.
     QFETCH(QString, model);
     QFETCH(bool, batchNorm);
+    QFETCH(int, side);
+    QFETCH(double, tolerance);
     ModelOptions o;
     o.name = model.toStdString();
     o.width = 16;
     o.norm = batchNorm ? NormKind::Batch : NormKind::Group;
-    const std::vector<int64_t> shape{3, 80, 80};  // the ResNet's stem pools inputs above 64
+    const std::vector<int64_t> shape{3, side, side};  // the ResNet's stem pools inputs above 64
     torch::manual_seed(11);
     auto plain = makeBuiltinModel(o, shape, 10);
     torch::manual_seed(11);
@@ -134,7 +201,7 @@ void TestMemorySavers::checkpointedModelsComputeTheSameGradients() {
     (*plain)->train(true);
     (*saving)->train(true);
     torch::manual_seed(12);
-    const torch::Tensor inputs = torch::randn({6, 3, 80, 80});
+    const torch::Tensor inputs = torch::randn({6, 3, side, side});
     const torch::Tensor targets = torch::randint(10, {6});
     const Pass expected = gradientOf(**plain, inputs, targets);
     const Pass actual = gradientOf(**saving, inputs, targets);
@@ -143,17 +210,41 @@ void TestMemorySavers::checkpointedModelsComputeTheSameGradients() {
     for (size_t i = 0; i < expected.gradients.size(); ++i)
         worst = std::max(worst, relativeDifference(actual.gradients[i], expected.gradients[i]));
     qInfo("largest difference of a gradient tensor, relative to its largest value: %.2g", worst);
-    QVERIFY2(worst <= 1e-6, qPrintable(QString::number(worst)));
+    QVERIFY2(worst <= tolerance, qPrintable(QString::number(worst)));
+    // The running statistics and batch counters: updated once (a second update would move them
+    // by a tenth of the batch's statistics, far beyond rounding).
     QCOMPARE(actual.buffers.size(), expected.buffers.size());
     QCOMPARE(actual.buffers.empty(), !batchNorm);
-    for (size_t i = 0; i < expected.buffers.size(); ++i) QVERIFY(torch::equal(actual.buffers[i], expected.buffers[i]));
+    for (size_t i = 0; i < expected.buffers.size(); ++i) {
+        if (tolerance <= 1e-6)
+            QVERIFY(torch::equal(actual.buffers[i], expected.buffers[i]));
+        else
+            QVERIFY2(relativeDifference(actual.buffers[i].to(torch::kDouble), expected.buffers[i].to(torch::kDouble)) <=
+                         tolerance,
+                     qPrintable(QStringLiteral("buffer %1").arg(i)));
+    }
+}
+
+void TestMemorySavers::modelThatDoesNotFitTrainsWithCheckpointing_data() {
+    QTest::addColumn<int>("side");
+    QTest::addColumn<double>("activationsAtMost");  // with checkpointing, of the plain run's
+    // Measured: 13% less (the micro-batch's weight gradients and the largest part, the first block
+    // at full resolution, remain).
+    QTest::newRow("64x64, the first block at full resolution") << 64 << 0.95;
+    // The 1024×1024 images scaled down: the stem's full-resolution activations dominate;
+    // checkpointed in slices of its channels, a quarter of them remain (measured 24%; with
+    // the stem one segment, recomputed whole in backward, 103%: checkpointing saved nothing).
+    QTest::newRow("256x256, the stem at full resolution") << 256 << 0.35;
 }
 
 void TestMemorySavers::modelThatDoesNotFitTrainsWithCheckpointing() {
     // A budget between what one sample needs with checkpointing and without: off, the run stops
     // and its message names checkpointing, measured; with checkpointing, or auto, it trains —
     // every sample once, and the losses of a run without savers on a large budget.
-    const TrainerOptions base = resnetOptions();
+    QFETCH(int, side);
+    QFETCH(double, activationsAtMost);
+    TrainerOptions base = resnetOptions();
+    base.data.height = base.data.width = side;
     TrainerOptions checkpointOptions = base;
     checkpointOptions.memorySavers = MemorySavers::Checkpoint;
     const MemoryBreakdown plain = breakdownAt(base, 1);
@@ -164,9 +255,12 @@ void TestMemorySavers::modelThatDoesNotFitTrainsWithCheckpointing() {
           static_cast<long long>(plainPeak), static_cast<long long>(savingPeak),
           static_cast<long long>(plain.activationBytes), static_cast<long long>(saving.activationBytes));
     QCOMPARE(saving.memorySavers, std::string("checkpoint"));
-    // Measured: 13% less (the micro-batch's weight gradients and the largest part, the first block
-    // at full resolution, remain); the budget below sits between the two peaks.
-    QVERIFY2(saving.activationBytes < plain.activationBytes * 19 / 20, "checkpointing saves 5% or more");
+    QVERIFY2(
+        static_cast<double>(saving.activationBytes) <= activationsAtMost * static_cast<double>(plain.activationBytes),
+        qPrintable(QStringLiteral("activations %1 with checkpointing, %2 without")
+                       .arg(saving.activationBytes)
+                       .arg(plain.activationBytes)));
+    // The budget below sits between the two peaks.
     const auto budget = static_cast<int64_t>(static_cast<double>(savingPeak + plainPeak) / 2 / 0.95);
     const std::string device = "virtual:" + std::to_string(budget) + "B";
 
@@ -226,18 +320,7 @@ void TestMemorySavers::bfloat16HoldsLessAndTrainsCloseToFloat32() {
     // activation part of the peak at 8 samples shrinks by a tenth or more. Training in bfloat16
     // follows float32's loss within 0.02 (absolute, on a loss that starts near ln 10 = 2.3) over 30
     // steps of the synthetic set.
-    TrainerOptions base;
-    base.model.name = "cnn";
-    base.model.width = 16;
-    base.data.samples = 512;
-    base.data.height = base.data.width = 64;
-    base.targetBatch = 32;
-    base.steps = 30;
-    base.seed = 4;
-    base.optimizer.learningRate = 0.05;
-    base.intraOpThreads = 1;
-    base.probe.objective = ProbeObjective::Largest;
-    base.validation.split = 0;
+    const TrainerOptions base = lowPrecisionOptions();
     TrainerOptions bf16 = base;
     bf16.memorySavers = MemorySavers::Bf16;
     const MemoryBreakdown plain = breakdownAt(base, 8);
@@ -248,8 +331,7 @@ void TestMemorySavers::bfloat16HoldsLessAndTrainsCloseToFloat32() {
 
     std::map<int64_t, double> losses[2];
     for (int i = 0; i < 2; ++i) {
-        TrainerOptions o = i == 0 ? base : bf16;
-        o.device = "virtual:1GiB";
+        const TrainerOptions o = i == 0 ? base : bf16;
         RecordingSink sink;
         Trainer trainer(o, sink);
         const RunResult result = trainer.run();
@@ -267,32 +349,132 @@ void TestMemorySavers::bfloat16HoldsLessAndTrainsCloseToFloat32() {
     QVERIFY2(worst > 0, "bfloat16 rounds: a run that matches float32 exactly did not use it");
 }
 
+namespace {
+
+/// Each step trained every sample of its batch exactly once, counting only what followed the
+/// last time the step's batch was started again (LossScaleChanged after an overflow).
+[[maybe_unused]] bool everySampleOnceAfterRedos(const RecordingSink& sink, int64_t target) {
+    std::map<int64_t, std::vector<int64_t>> steps;
+    for (const Event& e : sink.events()) {
+        if (const auto* redo = std::get_if<LossScaleChanged>(&e); redo && redo->overflow) steps[redo->step].clear();
+        if (const auto* done = std::get_if<MicroBatchDone>(&e)) {
+            auto& samples = steps[done->step];
+            samples.insert(samples.end(), done->sampleIndices.begin(), done->sampleIndices.end());
+        }
+    }
+    for (auto& [step, samples] : steps) {
+        std::sort(samples.begin(), samples.end());
+        if (static_cast<int64_t>(samples.size()) != target ||
+            std::adjacent_find(samples.begin(), samples.end()) != samples.end())
+            return false;
+    }
+    return !steps.empty();
+}
+
+}  // namespace
+
+void TestMemorySavers::float16ScalesTheLossAndTrainsAgainABatchThatOverflows() {
+    // float16 autocast with dynamic loss scaling (memory savers fp16). At the default scale the
+    // cnn trains within 0.02 of float32's loss over 30 steps, as bfloat16 does. Started at an
+    // absurd scale (1e30), the first batch's gradients overflow float16: no optimizer step is
+    // taken, the scale halves and the same batch is trained again until they are finite — every
+    // halving reported, every sample of every step trained once in the end, all 30 steps taken,
+    // and the losses as close to float32's as at the default scale.
+    TrainerOptions base = lowPrecisionOptions();
+    base.reportSampleIndices = true;
+#if !BATCHPILOT_CPU_AUTOCASTS_FLOAT16
+    // This LibTorch has no float16 autocast on the CPU: refused before training, naming what works.
+    TrainerOptions o = base;
+    o.memorySavers = MemorySavers::Fp16;
+    RecordingSink sink;
+    Trainer trainer(o, sink);
+    const RunResult result = trainer.run();
+    QCOMPARE(result.state, RunState::Failed);
+    QVERIFY(result.badInput);
+    QVERIFY(sink.all<MicroBatchDone>().empty());
+    QVERIFY2(result.error.find("LibTorch 2.5") != std::string::npos, result.error.c_str());
+    QVERIFY2(result.error.find("use bf16") != std::string::npos, result.error.c_str());
+#else
+    std::map<int64_t, double> losses[3];
+    const double scales[3] = {0, 65536, 1e30};  // 0: float32
+    RecordingSink overflowed;
+    for (int i = 0; i < 3; ++i) {
+        TrainerOptions o = base;
+        if (i > 0) {
+            o.memorySavers = MemorySavers::Fp16;
+            o.lossScale = scales[i];
+        }
+        RecordingSink local;
+        RecordingSink& sink = i == 2 ? overflowed : local;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+        QCOMPARE(result.steps, int64_t{30});
+        QCOMPARE(sink.all<OptimizerStepped>().size(), size_t{30});
+        QVERIFY(everySampleOnceAfterRedos(sink, o.targetBatch));
+        losses[i] = lossPerStep(sink);
+        if (i == 1) QVERIFY2(sink.all<LossScaleChanged>().empty(), "no overflow at the default scale");
+    }
+    const auto changes = overflowed.all<LossScaleChanged>();
+    qInfo("from 1e30: %zu overflow(s), the first at step %lld, the scale ending at %g", changes.size(),
+          static_cast<long long>(changes.empty() ? 0 : changes.front().step),
+          changes.empty() ? 0.0 : changes.back().to);
+    QVERIFY(changes.size() >= 60);  // 1e30 / 2^60 ≈ 8.7e11, still far beyond float16's 65504
+    for (const LossScaleChanged& c : changes) {
+        QVERIFY(c.overflow);
+        QCOMPARE(c.to, c.from / 2);
+        QCOMPARE(c.redoneSamples, base.targetBatch);
+    }
+    QCOMPARE(changes.front().step, int64_t{1});
+    QCOMPARE(changes.front().from, 1e30);
+    for (int i = 1; i < 3; ++i) {
+        double worst = 0;
+        for (const auto& [step, loss] : losses[0]) worst = std::max(worst, std::abs(losses[i].at(step) - loss));
+        qInfo("float16 from loss scale %g: the loss differs from float32's by at most %.4f", scales[i], worst);
+        QVERIFY2(worst <= 0.02, qPrintable(QString::number(worst)));
+        QVERIFY2(worst > 0, "float16 rounds: a run that matches float32 exactly did not use it");
+    }
+#endif
+}
+
+void TestMemorySavers::float16StopsWhenGradientsAreNotFiniteAtAnyScale() {
+    // A model whose backward makes NaN whatever the scale (the square root of 0, whose slope is
+    // infinite, times 0): the scale halves from 8 to 1, each time the batch again, and then the
+    // run stops with a message that says why, having taken no optimizer step.
+#if !BATCHPILOT_CPU_AUTOCASTS_FLOAT16
+    QSKIP("this LibTorch has no float16 autocast on the CPU (its refusal is tested above)");
+#else
+    TrainerOptions o = lowPrecisionOptions();
+    o.steps = 3;
+    o.memorySavers = MemorySavers::Fp16;
+    o.lossScale = 8;
+    // Adds 0; its gradient is inf * 0 = NaN.
+    o.modelFactory = Wrapped::factory(o.model, "cnn with a NaN backward",
+                                      [](const torch::Tensor& y) { return y + torch::sqrt(torch::relu(y) * 0); });
+    RecordingSink sink;
+    Trainer trainer(o, sink);
+    const RunResult result = trainer.run();
+    QCOMPARE(result.state, RunState::Failed);
+    qInfo("%s", result.error.c_str());
+    QVERIFY2(result.error.find("not finite even at loss scale 1") != std::string::npos, result.error.c_str());
+    QVERIFY2(result.error.find("bf16") != std::string::npos, result.error.c_str());
+    QCOMPARE(result.steps, int64_t{0});
+    QVERIFY(sink.all<OptimizerStepped>().empty());
+    const auto changes = sink.all<LossScaleChanged>();
+    QCOMPARE(changes.size(), size_t{3});
+    QCOMPARE(changes[0].from, 8.0);
+    QCOMPARE(changes[2].to, 1.0);
+#endif
+}
+
 void TestMemorySavers::checkpointingNeedsAModelThatCanBeSplit() {
     // A model whose forward is one function (as a TorchScript file's is) cannot be checkpointed:
     // asked for, the run stops before training and says what works instead; auto goes without.
-    class Opaque : public Model {
-    public:
-        explicit Opaque(std::shared_ptr<Model> inner) : m_inner(std::move(inner)) {}
-        std::string name() const override { return "an opaque model"; }
-        torch::Tensor forward(const torch::Tensor& x) override { return m_inner->forward(x); }
-        std::vector<torch::Tensor> parameters() const override { return m_inner->parameters(); }
-        std::vector<torch::Tensor> buffers() const override { return m_inner->buffers(); }
-        void to(const torch::Device& d) override { m_inner->to(d); }
-        void train(bool on) override { m_inner->train(on); }
-        bool usesBatchStatistics() const override { return false; }
-
-    private:
-        std::shared_ptr<Model> m_inner;
-    };
     for (const MemorySavers savers : {MemorySavers::Checkpoint, MemorySavers::Both}) {
         TrainerOptions o = resnetOptions();
         o.device = "virtual:1GiB";
         o.memorySavers = savers;
-        o.modelFactory = [o](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
-            auto inner = makeBuiltinModel(o.model, data.sampleShape(), data.classes());
-            if (!inner) return tl::unexpected(inner.error());
-            return std::make_shared<Opaque>(*inner);
-        };
+        o.modelFactory = Wrapped::factory(o.model, "an opaque model");
         RecordingSink sink;
         Trainer trainer(o, sink);
         const RunResult result = trainer.run();

@@ -167,7 +167,10 @@ private Q_SLOTS:
         QTest::newRow("bad memory savers")
             << QStringLiteral(R"({"memory_savers": "fp8"})")
             << QStringLiteral(
-                   "memory_savers: unknown memory savers \"fp8\": choose auto, checkpoint, bf16, both or off");
+                   "memory_savers: unknown memory savers \"fp8\": choose auto, checkpoint, bf16, both, fp16, "
+                   "checkpoint-fp16 or off");
+        QTest::newRow("loss scale below 1") << QStringLiteral(R"({"loss_scale": 0.5})")
+                                            << QStringLiteral("loss_scale: expected a number in [1, 1e+30], got 0.5");
         QTest::newRow("bad objective") << QStringLiteral(R"({"probe": {"objective": "quickest"}})")
                                        << QStringLiteral("probe.objective: unknown probe objective \"quickest\"");
         QTest::newRow("zero drift") << QStringLiteral(R"({"probe": {"retime_drift": 0}})")
@@ -240,7 +243,9 @@ private Q_SLOTS:
         o.seed = 12345;
         o.lrScaling = LrScaling::Sqrt;
         o.loss = LossKind::Mse;
-        o.memorySavers = MemorySavers::Both;  // not the default
+        o.memorySavers = MemorySavers::CheckpointFp16;  // not the default
+        o.saverThreshold = 9;
+        o.lossScale = 1024;
         o.regrowAfterSteps = 9;
         o.intraOpThreads = 3;
         o.cudaMemoryFraction = 0.5;
@@ -291,6 +296,8 @@ private Q_SLOTS:
         QCOMPARE(r.lrScaling, o.lrScaling);
         QCOMPARE(r.loss, o.loss);
         QCOMPARE(r.memorySavers, o.memorySavers);
+        QCOMPARE(r.saverThreshold, o.saverThreshold);
+        QCOMPARE(r.lossScale, o.lossScale);
         QCOMPARE(r.regrowAfterSteps, o.regrowAfterSteps);
         QCOMPARE(r.intraOpThreads, o.intraOpThreads);
         QCOMPARE(r.cudaMemoryFraction, o.cudaMemoryFraction);

@@ -299,12 +299,17 @@ QGroupBox* RunPanel::createBatch() {
     m_memorySavers->addItem(tr("activation checkpointing"), static_cast<int>(core::MemorySavers::Checkpoint));
     m_memorySavers->addItem(tr("bfloat16 autocast"), static_cast<int>(core::MemorySavers::Bf16));
     m_memorySavers->addItem(tr("both"), static_cast<int>(core::MemorySavers::Both));
+    m_memorySavers->addItem(tr("float16 autocast (loss scaling)"), static_cast<int>(core::MemorySavers::Fp16));
+    m_memorySavers->addItem(tr("checkpointing + float16"), static_cast<int>(core::MemorySavers::CheckpointFp16));
     m_memorySavers->setToolTip(
         tr("What training may trade for device memory when even a small micro-batch hardly fits. "
            "Activation checkpointing keeps only each block's input during forward and recomputes the "
            "block in backward: the same gradients, about one more forward pass of time. bfloat16 "
            "autocast runs the forward pass's matrix products in bfloat16: half the activation bytes, "
-           "about three significant digits. Auto measures every saver on the model when the probe finds a "
+           "about three significant digits. float16 autocast holds the same bytes, for GPUs without fast bfloat16: "
+           "the loss is scaled so that small gradients survive float16, and a batch whose gradients overflow is "
+           "trained again at a lower scale (CUDA, or LibTorch 2.5 and later on the CPU). Auto measures every saver on "
+           "the model when the probe finds a "
            "small micro-batch or nothing fits, and turns on the fastest (the Memory savers panel shows the "
            "measurements)."));
 

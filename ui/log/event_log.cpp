@@ -171,9 +171,10 @@ EventLog::EventLog(QWidget* parent)
     connect(m_filter, &QLineEdit::textChanged, this, &EventLog::setFilterText);
 
     m_kind->addItem(tr("All kinds"), QString());
-    for (const QString& kind : {tr("state"), tr("probe started"), tr("probe trial"), tr("probe finished"), tr("OOM"),
-                                tr("target batch"), tr("device switch"), tr("checkpoint"), tr("warning"), tr("error"),
-                                tr("command"), tr("step by step"), tr("equivalence")})
+    for (const QString& kind :
+         {tr("state"), tr("probe started"), tr("probe trial"), tr("probe finished"), tr("OOM"), tr("target batch"),
+          tr("device switch"), tr("checkpoint"), tr("warning"), tr("error"), tr("command"), tr("step by step"),
+          tr("equivalence"), tr("memory savers"), tr("loss scale")})
         m_kind->addItem(kind, kind);
     m_kind->setToolTip(
         tr("Show one kind of event only, e.g. the probe's trials or the "

@@ -5,6 +5,7 @@
 
 #include "core/accumulation_plan.h"
 #include "core/byte_size.h"
+#include "core/memory_savers.h"
 
 namespace batchpilot::ui {
 
@@ -223,6 +224,25 @@ EventRow describeEvent(const core::Event& event) {
                 QString text = tr("%1 → %2 at step %3").arg(str(e.from), str(e.to)).arg(e.step);
                 if (e.predictedMicroBatch > 0) text += tr(" (predicted micro-batch %1)").arg(e.predictedMicroBatch);
                 return EventRow{e.time, tr("memory savers"), text + QStringLiteral(": ") + str(e.why), false};
+            },
+            [](const core::LossScaleChanged& e) {
+                if (!e.overflow) {
+                    return EventRow{e.time, tr("loss scale"),
+                                    tr("%1 → %2 at step %3: %4 steps without a float16 overflow")
+                                        .arg(e.from, 0, 'g', 6)
+                                        .arg(e.to, 0, 'g', 6)
+                                        .arg(e.step)
+                                        .arg(core::kLossScaleGrowthSteps),
+                                    false};
+                }
+                return EventRow{e.time, tr("loss scale"),
+                                tr("step %1: float16 gradients overflowed at loss scale %2: no step taken, the "
+                                   "batch's %3 samples are trained again at %4")
+                                    .arg(e.step)
+                                    .arg(e.from, 0, 'g', 6)
+                                    .arg(e.redoneSamples)
+                                    .arg(e.to, 0, 'g', 6),
+                                false};
             },
             [](const core::EquivalenceChecked& e) {
                 if (!e.error.empty()) return EventRow{e.time, tr("equivalence"), str(e.error), true};

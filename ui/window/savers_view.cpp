@@ -31,6 +31,8 @@ QString saverName(const std::string& savers) {
     if (savers == "checkpoint") return SaversView::tr("activation checkpointing");
     if (savers == "bf16") return SaversView::tr("bfloat16 autocast");
     if (savers == "both") return SaversView::tr("checkpointing + bfloat16");
+    if (savers == "fp16") return SaversView::tr("float16 autocast (loss scaling)");
+    if (savers == "checkpoint-fp16") return SaversView::tr("checkpointing + float16");
     return SaversView::tr("none");
 }
 
