@@ -400,7 +400,9 @@ void Trainer::Impl::optimizerStep() {
 void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batchSize) {
     // With several devices this rank trains its share; the weights stay those of the whole batch.
     const auto localSize = static_cast<int64_t>(indices.size());
-    const auto stepStart = Clock::now();
+    // Trained again after a float16 overflow: the step's time counts from its first try.
+    const auto stepStart = redoneSince.value_or(Clock::now());
+    redoneSince.reset();
     int64_t offset = 0;
     int64_t committed = 0;
     int64_t largestUsed = 0;
@@ -615,6 +617,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
         lossScale = lower;
         stepsAtThisScale = 0;
         dropPartialBatch();
+        redoneSince = stepStart;
         return trainBatch(indices, batchSize);
     }
     optimizerStep();

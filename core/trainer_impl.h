@@ -349,6 +349,8 @@ struct Trainer::Impl {
     double lossScale = 1;
     int64_t stepsAtThisScale = 0;
     double resumedLossScale = 0;  ///< the checkpoint's, when it recorded one
+    /// When the batch being trained again after an overflow was first started.
+    std::optional<Clock::time_point> redoneSince;
     /// What backward's loss is multiplied by: the loss scale under float16 autocast, else 1.
     double backwardScale() const { return autocastsFp16(savers) ? lossScale : 1.0; }
     /// float16 autocast, before the optimizer step: true when every gradient of the batch is
