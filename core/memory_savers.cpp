@@ -14,12 +14,6 @@ bool autocastsFp16(MemorySavers savers) {
     return savers == MemorySavers::Fp16 || savers == MemorySavers::CheckpointFp16;
 }
 
-const char* lowPrecisionName(MemorySavers savers) {
-    if (autocastsBf16(savers)) return "bfloat16";
-    if (autocastsFp16(savers)) return "float16";
-    return "";
-}
-
 std::string describeSavers(MemorySavers savers) {
     const std::string autocast = autocastsBf16(savers)   ? "bfloat16 autocast"
                                  : autocastsFp16(savers) ? "float16 autocast with loss scaling"

@@ -19,8 +19,6 @@ bool autocastsBf16(MemorySavers savers);
 /// True when `savers` run the forward pass under float16 autocast and scale the loss (fp16,
 /// checkpoint-fp16).
 bool autocastsFp16(MemorySavers savers);
-/// "bfloat16", "float16" or "" (float32): the type the forward's matrix products run in.
-const char* lowPrecisionName(MemorySavers savers);
 
 /// float16 loss scaling: steps without an overflow before the scale doubles (GradScaler's 2000),
 /// and the scale below which an overflow ends the run (the gradients are not finite even unscaled).

@@ -133,13 +133,19 @@ nn::AnyModule makeNorm(NormKind kind, int64_t channels) {
     return nn::AnyModule(nn::GroupNorm(nn::GroupNormOptions(std::min<int64_t>(8, channels), channels)));
 }
 
-/// `norm` on `x`. Under bfloat16 autocast (memory savers) LibTorch 2.1 and later normalise
-/// bfloat16 input with the float32 weights directly; 1.13's CPU kernels reject that mix, so there
-/// the layer computes in float32 (as CUDA's autocast runs normalisations), which holds a float32
-/// copy of its input, and its output goes back to bfloat16 for the layers after it.
+/// `norm(x)`, a normalisation. Under bfloat16 autocast (memory savers) LibTorch 2.1 and later
+/// normalise bfloat16 input with the float32 weights directly; 1.13's CPU kernels reject that mix,
+/// so there the layer computes in float32 (as CUDA's autocast runs normalisations), which holds a
+/// float32 copy of its input, and its output goes back to bfloat16 for the layers after it.
+template <typename Norm>
+torch::Tensor normalisedBy(const Norm& norm, const torch::Tensor& x) {
+    if (BATCHPILOT_NORMS_TAKE_MIXED_TYPES || x.scalar_type() == torch::kFloat) return norm(x);
+    return norm(x.to(torch::kFloat)).to(x.scalar_type());
+}
+
+/// The normalisation layer `norm` on `x` (normalisedBy).
 torch::Tensor normalised(nn::AnyModule& norm, const torch::Tensor& x) {
-    if (BATCHPILOT_NORMS_TAKE_MIXED_TYPES || x.scalar_type() == torch::kFloat) return norm.forward(x);
-    return norm.forward(x.to(torch::kFloat)).to(x.scalar_type());
+    return normalisedBy([&norm](const torch::Tensor& in) { return norm.forward(in); }, x);
 }
 
 struct ResidualBlockImpl : nn::Module {
@@ -187,9 +193,9 @@ struct ResNetImpl : nn::Module, Checkpointable {
         const bool pooled = x.size(2) > 64;
         torch::Tensor h = checkpointing && pooled
                               ? stemInSlices(x)
-                              : run({stem.get(), stemNorm.ptr().get()}, x, [this](const torch::Tensor& in) {
+                              : run({stem.get(), stemNorm.ptr().get()}, x, [this, pooled](const torch::Tensor& in) {
                                     auto s = torch::relu(normalised(stemNorm, stem->forward(in)));
-                                    return s.size(2) > 64 ? torch::max_pool2d(s, /*kernel_size=*/4) : s;
+                                    return pooled ? torch::max_pool2d(s, /*kernel_size=*/4) : s;
                                 });
         for (size_t i = 0; i < blocks->size(); ++i) {
             auto* block = blocks->ptr(i)->as<ResidualBlockImpl>();
@@ -228,25 +234,25 @@ struct ResNetImpl : nn::Module, Checkpointable {
             const int64_t count = std::min(step, channels - from);
             slices.push_back(checkpointed(
                 [=, this](const torch::Tensor& in) {
-                    torch::Tensor s = torch::conv2d(in, stem->weight.narrow(0, from, count), {}, stem->options.stride(),
-                                                    /*padding=*/{1, 1}, stem->options.dilation());
-                    const auto type = s.scalar_type();
-                    if (!BATCHPILOT_NORMS_TAKE_MIXED_TYPES) s = s.to(torch::kFloat);
-                    if (group != nullptr) {
-                        s = torch::group_norm(s, /*num_groups=*/1, group->weight.narrow(0, from, count),
-                                              group->bias.narrow(0, from, count), group->options.eps());
-                    } else {
+                    const torch::Tensor s =
+                        torch::conv2d(in, stem->weight.narrow(0, from, count), {}, stem->options.stride(),
+                                      /*padding=*/{1, 1}, stem->options.dilation());
+                    const auto slice = [&](const torch::Tensor& t) {
+                        return t.defined() ? t.narrow(0, from, count) : t;
+                    };
+                    const auto norm = [&](const torch::Tensor& t) {
+                        if (group != nullptr) {
+                            return torch::group_norm(t, /*num_groups=*/1, slice(group->weight), slice(group->bias),
+                                                     group->options.eps());
+                        }
                         const bool statistics = batch->options.track_running_stats();
-                        const auto slice = [&](const torch::Tensor& t) {
-                            return t.defined() ? t.narrow(0, from, count) : t;
-                        };
-                        s = torch::batch_norm(s, slice(batch->weight), slice(batch->bias),
-                                              statistics ? slice(batch->running_mean) : torch::Tensor(),
-                                              statistics ? slice(batch->running_var) : torch::Tensor(),
-                                              batch->is_training() || !statistics, momentum, batch->options.eps(),
-                                              /*cudnn_enabled=*/true);
-                    }
-                    return torch::max_pool2d(torch::relu(s.to(type)), /*kernel_size=*/4);
+                        return torch::batch_norm(t, slice(batch->weight), slice(batch->bias),
+                                                 statistics ? slice(batch->running_mean) : torch::Tensor(),
+                                                 statistics ? slice(batch->running_var) : torch::Tensor(),
+                                                 batch->is_training() || !statistics, momentum, batch->options.eps(),
+                                                 /*cudnn_enabled=*/true);
+                    };
+                    return torch::max_pool2d(torch::relu(normalisedBy(norm, s)), /*kernel_size=*/4);
                 },
                 x, parameters, buffers));
         }

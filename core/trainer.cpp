@@ -111,6 +111,7 @@ void Trainer::Impl::setup() {
         if (failure.outOfMemory) doesNotFit(failure.requestedBytes, /*duringSetup=*/true);
         throw FatalError{"could not build the model: " + failure.message, "model"};
     }
+    lossScale = options.lossScale;  // or the checkpoint's, when it recorded one
     if (!options.resumeFrom.empty()) restoreCheckpoint();
     if (checkpoints(options.memorySavers)) {
         if (const std::string why = model->checkpointingUnsupported(); !why.empty()) {
@@ -127,7 +128,6 @@ void Trainer::Impl::setup() {
                 std::string("float16 autocast (memory savers ") + toString(options.memorySavers) + ") " + why, "model"};
         }
     }
-    lossScale = resumedLossScale > 0 ? resumedLossScale : options.lossScale;
     useMemorySavers(options.memorySavers == MemorySavers::Auto ? MemorySavers::Off : options.memorySavers);
     if (model->usesBatchStatistics()) {
         minPart = 2;

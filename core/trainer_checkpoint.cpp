@@ -81,7 +81,7 @@ void Trainer::Impl::restoreCheckpoint() {
         bestValue = resumed->bestValue;
     // float16 autocast goes on at the scale it had reached (a fresh scale could overflow and
     // redo the first batch, rounding its gradients otherwise than the uninterrupted run).
-    if (resumed->lossScale > 0) resumedLossScale = resumed->lossScale;
+    if (resumed->lossScale > 0) lossScale = resumed->lossScale;
     step = resumed->step;
     samplesSeen = resumed->samplesSeen;
     sampler->restore(resumed->samplerEpoch, resumed->samplerPosition);

@@ -348,7 +348,6 @@ struct Trainer::Impl {
     /// first); the optimizer steps since it last changed.
     double lossScale = 1;
     int64_t stepsAtThisScale = 0;
-    double resumedLossScale = 0;  ///< the checkpoint's, when it recorded one
     /// When the batch being trained again after an overflow was first started.
     std::optional<Clock::time_point> redoneSince;
     /// What backward's loss is multiplied by: the loss scale under float16 autocast, else 1.
