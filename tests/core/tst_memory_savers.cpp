@@ -232,15 +232,18 @@ void TestMemorySavers::modelThatDoesNotFitTrainsWithCheckpointing_data() {
     // at full resolution, remain).
     QTest::newRow("64x64, the first block at full resolution") << 64 << 0.95;
     // The 1024×1024 images scaled down: the stem's full-resolution activations dominate;
-    // checkpointed in slices of its channels, a quarter of them remain (measured 24%; with
-    // the stem one segment, recomputed whole in backward, 103%: checkpointing saved nothing).
-    QTest::newRow("256x256, the stem at full resolution") << 256 << 0.35;
+    // checkpointed in slices of its channels, a quarter to a third of them remain (measured 24%
+    // on an AVX2 CPU, 36% with oneDNN's AVX-512/AMX kernels; with the stem one segment,
+    // recomputed whole in backward, 103%: checkpointing saved nothing).
+    QTest::newRow("256x256, the stem at full resolution") << 256 << 0.45;
 }
 
 void TestMemorySavers::modelThatDoesNotFitTrainsWithCheckpointing() {
     // A budget between what one sample needs with checkpointing and without: off, the run stops
-    // and its message names checkpointing, measured; with checkpointing, or auto, it trains —
-    // every sample once, and the losses of a run without savers on a large budget.
+    // and its message names the saver the survey measured fastest of those that fit (checkpointing,
+    // or bfloat16 where the CPU has bfloat16 kernels: both hold less here); with checkpointing it
+    // trains — every sample once, and the losses of a run without savers on a large budget; auto
+    // trains with the saver the message named, on this budget (so that saver does fit).
     QFETCH(int, side);
     QFETCH(double, activationsAtMost);
     TrainerOptions base = resnetOptions();
@@ -263,6 +266,7 @@ void TestMemorySavers::modelThatDoesNotFitTrainsWithCheckpointing() {
     // The budget below sits between the two peaks.
     const auto budget = static_cast<int64_t>(static_cast<double>(savingPeak + plainPeak) / 2 / 0.95);
     const std::string device = "virtual:" + std::to_string(budget) + "B";
+    MemorySavers named = MemorySavers::Off;  // the saver the "does not fit" message names
 
     RecordingSink reference;
     {
@@ -283,8 +287,16 @@ void TestMemorySavers::modelThatDoesNotFitTrainsWithCheckpointing() {
         QCOMPARE(result.state, RunState::Failed);
         qInfo("%s", result.error.c_str());
         QVERIFY2(result.error.find("even at micro-batch 1") != std::string::npos, result.error.c_str());
-        QVERIFY2(result.error.find("with activation checkpointing it fits") != std::string::npos, result.error.c_str());
-        QVERIFY2(result.error.find("--memory-savers checkpoint") != std::string::npos, result.error.c_str());
+        const std::string flag = "--memory-savers ";
+        const auto at = result.error.find(flag);
+        QVERIFY2(at != std::string::npos, result.error.c_str());
+        const std::string name =
+            result.error.substr(at + flag.size(), result.error.find(' ', at + flag.size()) - at - flag.size());
+        const auto parsed = parseMemorySavers(name);
+        QVERIFY2(parsed && *parsed != MemorySavers::Off && *parsed != MemorySavers::Auto, name.c_str());
+        named = *parsed;
+        QVERIFY2(result.error.find("with " + describeSavers(named) + " it fits") != std::string::npos,
+                 result.error.c_str());
     }
     for (const MemorySavers savers : {MemorySavers::Checkpoint, MemorySavers::Auto}) {
         TrainerOptions o = base;
@@ -297,15 +309,19 @@ void TestMemorySavers::modelThatDoesNotFitTrainsWithCheckpointing() {
         QVERIFY(everySampleOnce(sink, base.targetBatch));
         const auto losses = lossPerStep(sink);
         QCOMPARE(losses.size(), expected.size());
+        const MemorySavers used = savers == MemorySavers::Auto ? named : savers;
+        QCOMPARE(sink.all<MemoryBreakdown>().back().memorySavers, std::string(toString(used)));
+        // Checkpointing recomputes exactly; bfloat16 rounds (0.02: bfloat16HoldsLessAndTrainsCloseToFloat32).
+        const bool rounds = autocastsBf16(used);
         for (const auto& [step, loss] : expected)
-            QVERIFY2(std::abs(losses.at(step) - loss) <= 1e-5 * std::max(1.0, std::abs(loss)),
+            QVERIFY2(std::abs(losses.at(step) - loss) <= (rounds ? 0.02 : 1e-5 * std::max(1.0, std::abs(loss))),
                      qPrintable(QStringLiteral("step %1: %2 against %3").arg(step).arg(losses.at(step)).arg(loss)));
         const auto probes = sink.all<ProbeStarted>();
         if (savers == MemorySavers::Auto) {
             const auto warnings = sink.all<Warning>();
-            QVERIFY(std::any_of(warnings.begin(), warnings.end(), [](const Warning& w) {
-                return w.message.find("memory savers auto turns on activation checkpointing") != std::string::npos;
-            }));
+            const std::string turnsOn = "memory savers auto turns on " + describeSavers(named);
+            QVERIFY(std::any_of(warnings.begin(), warnings.end(),
+                                [&](const Warning& w) { return w.message.find(turnsOn) != std::string::npos; }));
             QVERIFY(std::any_of(probes.begin(), probes.end(),
                                 [](const ProbeStarted& p) { return p.reason == ProbeReason::MemorySavers; }));
         } else {
@@ -700,7 +716,9 @@ void TestMemorySavers::autoAppliesTheSuggestionOfTheSurvey() {
     // depends on this machine's kernels; whichever it is, auto follows the survey.
     TrainerOptions o = surveyOptions(MemorySavers::Auto);
     o.saverThreshold = 100000;
-    o.steps = 2;
+    // The survey runs before step 2; the probe after the change may need more than that batch's
+    // samples for its trials when the suggestion fits more than the micro-batch in use (bfloat16).
+    o.steps = 4;
     RecordingSink sink;
     Trainer trainer(o, sink);
     const RunResult result = trainer.run();

@@ -10,12 +10,14 @@
 #include <QLineEdit>
 #include <QMenuBar>
 #include <QPushButton>
+#include <QSemaphore>
 #include <QSettings>
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTableWidget>
 #include <QTextBrowser>
+#include <QThread>
 
 #include "core/events.h"
 #include "ui/teaching/accumulation_view.h"
@@ -450,16 +452,35 @@ void TestTeaching::stepByStep() {
 /// Commands given right after Start, before the worker thread has begun the run, reach the
 /// trainer (they used to be dropped when the trainer did not exist yet): the new target batch
 /// applies at the first training-batch boundary, and a stop ends the run.
+///
+/// The worker thread is held until the commands are posted: left to the scheduler, a loaded
+/// machine could run the worker's whole three-step run before this thread posts them (seen once
+/// in CI), and the test would no longer be about commands that come first.
 void TestTeaching::commandsBeforeTheRunBeginsAreKept() {
     ui::TrainerController controller;
+    auto* workerThread = controller.findChild<QThread*>();
+    QVERIFY(workerThread != nullptr);
+    QSemaphore gate;
+    const auto holdWorker = [&] {
+        auto* holder = new QObject;
+        holder->moveToThread(workerThread);
+        QMetaObject::invokeMethod(holder, [&gate, holder] {
+            gate.acquire();
+            holder->deleteLater();
+        });
+    };
     EventTape tape(&controller);
     QSignalSpy finished(&controller, &ui::TrainerController::runFinished);
     core::TrainerOptions o = smallRun();
     o.steps = 3;
+    holdWorker();  // queued before the run: the worker takes it first
     QVERIFY(controller.start(o));
     controller.setTargetBatch(32, core::LrScaling::Linear);
     controller.reprobe();
+    gate.release();
     QVERIFY(finished.wait(kTimeout));
+    const auto result = finished.last().first().value<core::RunResult>();
+    QVERIFY2(result.state == core::RunState::Finished, result.error.c_str());
     const auto changed = tape.last<core::TargetBatchChanged>();
     QVERIFY(changed.has_value());
     QCOMPARE(changed->newTarget, qint64(32));
@@ -468,10 +489,14 @@ void TestTeaching::commandsBeforeTheRunBeginsAreKept() {
     QVERIFY(steps.has_value());
     QCOMPARE(steps->targetBatch, qint64(32));
 
+    holdWorker();
     QVERIFY(controller.start(o));
     controller.stop();
+    gate.release();
     QVERIFY(finished.wait(kTimeout));
     QVERIFY(finished.last().first().value<core::RunResult>().stopped);
+    // The stop came before the first batch: none was trained.
+    QCOMPARE(finished.last().first().value<core::RunResult>().steps, qint64(0));
 }
 
 void TestTeaching::checkEquivalence_data() {
