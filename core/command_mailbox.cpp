@@ -90,6 +90,11 @@ bool CommandMailbox::stopRequested() const {
     return m_stop;
 }
 
+bool CommandMailbox::pauseRequested() const {
+    std::lock_guard lock(m_mutex);
+    return m_pause && !m_stop;
+}
+
 bool CommandMailbox::stepMode() const {
     std::lock_guard lock(m_mutex);
     return m_stepMode;

@@ -47,6 +47,8 @@ public:
     void finishBatch();
 
     bool stopRequested() const;
+    /// A pause was asked for and not yet resumed (several devices vote on it at a batch boundary).
+    bool pauseRequested() const;
     /// Set with stop(); read without the lock by the data loaders (core/cancel.h).
     std::atomic<bool>& cancelFlag() { return m_cancel; }
     bool stepMode() const;

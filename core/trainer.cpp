@@ -691,9 +691,11 @@ RunResult Trainer::run() {
         }
         while (!d.limitReached()) {
             if (d.parallel) {
-                // Every rank takes the same decision at the same batch, or none would go on.
-                const bool here = !d.applyCommands() || !d.waitWhilePaused();
+                // Every rank takes the same decision at the same batch, or none would go on; a
+                // pause too: a rank that waited on its own would leave the others in a collective.
+                const bool here = !d.applyCommands();
                 if (d.ranksAgree(here)) break;
+                if (d.holdWhilePaused()) continue;  // the commands given meanwhile, agreed again
                 const std::vector<int64_t> batch = d.sampler->next(d.target);
                 d.trainBatch(d.rankSlice(batch), static_cast<int64_t>(batch.size()));
             } else {

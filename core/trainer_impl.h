@@ -119,6 +119,9 @@ struct ParallelState {
     bool stoppedByRanks = false;    ///< the run ended because a rank asked to stop
     /// A target batch change asked for on this rank, waiting for the ranks to agree on it.
     std::optional<std::pair<int64_t, LrScaling>> requestedTarget;
+    /// The ranks that voted to pause at this batch boundary (ranksAgree), for holdWhilePaused.
+    std::vector<int> pausingRanks;
+    int64_t pauses = 0;   ///< pauses agreed so far: names each one's key in the store
     RanksStepped report;  ///< the current step's, filled by reduceOverRanks
 };
 
@@ -290,9 +293,14 @@ struct Trainer::Impl {
     /// Joins the job: refuses what it cannot do, gives every rank rank 0's parameters, learns the
     /// ranks' devices, keeps the gradients in buckets and splits the target by usable memory.
     void setupParallel();
-    /// At a batch boundary, every rank together: whether to stop (any rank asked to), and the
-    /// target batch change asked for (the lowest rank's that asked), applied by all of them.
+    /// At a batch boundary, every rank together: whether to stop (any rank asked to), the
+    /// target batch change asked for (the lowest rank's that asked), applied by all of them, and
+    /// which ranks asked to pause (ParallelState::pausingRanks).
     bool ranksAgree(bool stopHere);
+    /// After ranksAgree, when ranks asked to pause: each of them waits until it is resumed (or
+    /// stopped), then says so in the store; every rank waits for all of them, as long as they
+    /// live (a pause may outlast any collective's timeout). False when no rank paused.
+    bool holdWhilePaused();
     /// This rank's part of a training batch.
     std::vector<int64_t> rankSlice(const std::vector<int64_t>& batch) const;
     /// After this rank's micro-batches: exchanges the ranks' numbers, sums the gradients and the

@@ -7,6 +7,9 @@
 
 #include "core/trainer_impl.h"
 
+#include <algorithm>
+#include <utility>
+
 namespace batchpilot::core {
 
 namespace {
@@ -153,17 +156,21 @@ void Trainer::Impl::setupParallel() {
 }
 
 bool Trainer::Impl::ranksAgree(bool stopHere) {
-    // Each rank's vote: stop, and the target batch it was asked for (0: none) with its rule.
+    // Each rank's vote: stop, the target batch it was asked for (0: none) with its rule, pause.
     const auto& asked = parallel->requestedTarget;
     std::vector<double> votes;
     try {
         votes = parallel->link->allGather({stopHere ? 1.0 : 0.0, asked ? static_cast<double>(asked->first) : 0.0,
-                                           asked ? static_cast<double>(static_cast<int>(asked->second)) : 0.0});
+                                           asked ? static_cast<double>(static_cast<int>(asked->second)) : 0.0,
+                                           commands.pauseRequested() ? 1.0 : 0.0});
     } catch (const std::exception& e) {
         ranksFailed(e, "agreeing on the next batch");
     }
     parallel->requestedTarget.reset();
-    constexpr size_t kVote = 3;
+    constexpr size_t kVote = 4;
+    parallel->pausingRanks.clear();
+    for (size_t r = 0; r * kVote < votes.size(); ++r)
+        if (votes[r * kVote + 3] != 0) parallel->pausingRanks.push_back(static_cast<int>(r));
     for (size_t r = 0; r * kVote < votes.size(); ++r) {
         if (votes[r * kVote] == 0) continue;
         if (!stopHere) {
@@ -190,6 +197,37 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
         break;
     }
     return false;
+}
+
+bool Trainer::Impl::holdWhilePaused() {
+    if (parallel->pausingRanks.empty()) return false;
+    const std::vector<int> pausing = std::exchange(parallel->pausingRanks, {});
+    // Named by the pause's number: every rank counts the same agreed pauses.
+    const std::string key = "resumed/" + std::to_string(++parallel->pauses) + "/";
+    ProcessGroupLink& link = *parallel->link;
+    const int me = link.rank();
+    if (std::find(pausing.begin(), pausing.end(), me) != pausing.end()) {
+        // Resumed or stopped: either way the others go on to the next vote (which sees a stop).
+        waitWhilePaused();
+        link.markDone(key + std::to_string(me));
+    }
+    const RunState previous = state;
+    bool waited = false;
+    for (const int r : pausing) {
+        if (r == me) continue;
+        if (!waited) {
+            setState(RunState::Paused, "rank " + std::to_string(r) + " (" + parallel->devices[static_cast<size_t>(r)] +
+                                           ") paused the run: every rank waits for it");
+            waited = true;
+        }
+        try {
+            link.waitWhileAlive(key + std::to_string(r), r);
+        } catch (const std::exception& e) {
+            ranksFailed(e, "waiting for rank " + std::to_string(r) + "'s pause to end");
+        }
+    }
+    if (waited) setState(previous);
+    return true;
 }
 
 std::vector<int64_t> Trainer::Impl::rankSlice(const std::vector<int64_t>& batch) const {

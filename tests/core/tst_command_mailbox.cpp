@@ -38,16 +38,20 @@ private Q_SLOTS:
         bool running = true;
         std::thread run([&] { running = box.waitWhilePaused([&] { ++paused; }, [&] { ++resumed; }); });
         QTRY_COMPARE(paused.load(), 1);
+        QVERIFY(box.pauseRequested());
         box.stop();
         run.join();
         QVERIFY(!running);
+        QVERIFY(!box.pauseRequested());    // a stopped run has no pause to vote for
         QCOMPARE(resumed.load(), 0);       // stopped, not resumed
         QVERIFY(box.cancelFlag().load());  // loaders see the stop too
     }
 
     void resumeEndsAPause() {
         CommandMailbox box(false);
+        QVERIFY(!box.pauseRequested());
         box.pause();
+        QVERIFY(box.pauseRequested());  // what several devices vote on at the next batch
         std::atomic<int> resumed{0};
         std::atomic<bool> waiting{false};
         bool running = false;
@@ -57,6 +61,7 @@ private Q_SLOTS:
         run.join();
         QVERIFY(running);
         QCOMPARE(resumed.load(), 1);
+        QVERIFY(!box.pauseRequested());
     }
 
     /// Step mode: each advance() lets exactly one micro-batch run; finishBatch() lets the rest of

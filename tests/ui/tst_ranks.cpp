@@ -43,6 +43,12 @@ void chooseSeveral(ui::RunPanel& panel, const QString& list) {
     panel.deviceListEdit()->setText(list);
 }
 
+template <class T>
+int countOf(const QList<core::Event>& events) {
+    return static_cast<int>(
+        std::count_if(events.begin(), events.end(), [](const core::Event& e) { return std::holds_alternative<T>(e); }));
+}
+
 }  // namespace
 
 class TestRanks : public QObject {
@@ -142,6 +148,64 @@ private Q_SLOTS:
         QVERIFY2(result.state == core::RunState::Finished, result.error.c_str());
         QCOMPARE(result.steps, int64_t{12});
         QVERIFY(!w.controller()->isRunning());
+    }
+
+    /// Pause with several devices: every rank waits at the same training batch, for longer than
+    /// the ranks' timeout (a pause is no failure), and goes on together when resumed; a stop
+    /// during a pause ends every rank.
+    void pauseHoldsEveryRank() {
+        constexpr int kRankTimeoutSeconds = 10;
+        ui::TrainerController controller;
+        controller.setRankTimeout(kRankTimeoutSeconds);
+        QList<core::Event> events;
+        connect(&controller, &ui::TrainerController::eventsReceived, &controller,
+                [&events](const QList<core::Event>& batch) { events.append(batch); });
+        const auto steps = [&] { return countOf<core::RanksStepped>(events); };
+        const auto pausedStates = [&] {
+            return std::count_if(events.begin(), events.end(), [](const core::Event& e) {
+                const auto* state = std::get_if<core::RunStateChanged>(&e);
+                return state != nullptr && state->state == core::RunState::Paused;
+            });
+        };
+        QSignalSpy finished(&controller, &ui::TrainerController::runFinished);
+        core::TrainerOptions options = ui::demoOptions();
+        options.model.name = "cnn";
+        options.targetBatch = 64;
+        options.steps = 100000;
+        QVERIFY(controller.start(options, {QStringLiteral("virtual:12MiB"), QStringLiteral("virtual:48MiB")}));
+        QTRY_VERIFY_WITH_TIMEOUT(steps() >= 2 || !controller.isRunning(), kTimeout);
+        QVERIFY2(controller.isRunning(),
+                 finished.isEmpty() ? "" : finished.first().at(0).value<core::RunResult>().error.c_str());
+
+        controller.pause();
+        QTRY_VERIFY_WITH_TIMEOUT(pausedStates() == 1, kTimeout);
+        const auto before = steps();
+        // Longer than any rank waits in a collective: none gives up, none takes a step.
+        QTest::qWait((kRankTimeoutSeconds + 2) * 1000);
+        QCOMPARE(steps(), before);
+        QVERIFY(controller.isRunning());
+        QCOMPARE(countOf<core::ErrorEvent>(events), 0);
+
+        controller.resume();
+        QTRY_VERIFY_WITH_TIMEOUT(steps() >= before + 2, kTimeout);
+        const auto* last =
+            std::get_if<core::RanksStepped>(&*std::find_if(events.rbegin(), events.rend(), [](const core::Event& e) {
+                return std::holds_alternative<core::RanksStepped>(e);
+            }));
+        QCOMPARE(static_cast<int>(last->ranks.size()), 2);
+        for (const core::RankStep& rank : last->ranks) QVERIFY(rank.share > 0);
+
+        // Stopped while paused: every rank ends, rank 1's process with status 0 (no warning).
+        controller.pause();
+        QTRY_VERIFY_WITH_TIMEOUT(pausedStates() == 2, kTimeout);
+        controller.stop();
+        QVERIFY(finished.wait(kTimeout));
+        const auto result = finished.takeFirst().at(0).value<core::RunResult>();
+        QVERIFY2(result.state == core::RunState::Finished, result.error.c_str());
+        QVERIFY(result.stopped);
+        for (const core::Event& e : events)
+            if (const auto* warning = std::get_if<core::Warning>(&e))
+                QVERIFY2(warning->message.find("rank 1") == std::string::npos, warning->message.c_str());
     }
 
     void missingWorkerProgramFailsTheRun() {

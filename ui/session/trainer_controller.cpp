@@ -164,6 +164,7 @@ bool TrainerController::startRanks(core::TrainerOptions& options, const QStringL
                     .toStdString()});
         });
         process->start(program, {QStringLiteral("--config"), config, QStringLiteral("--device"), devices[r],
+                                 QStringLiteral("--rank-timeout"), QString::number(m_rankTimeoutSeconds),
                                  QStringLiteral("--no-run-folder"), QStringLiteral("--quiet")});
         m_ranks.push_back(process);
     }
@@ -178,7 +179,7 @@ bool TrainerController::startRanks(core::TrainerOptions& options, const QStringL
         options.intraOpThreads =
             core::threadsPerLocalRank(core::intraOpThreadsFor(0, kGuiReservedCpus), static_cast<int>(devices.size()));
     // Joined by the trainer's setup on the worker thread: the window never waits for the ranks.
-    options.parallel = core::ProcessGroupLink::deferred(rank0, std::chrono::seconds(60));
+    options.parallel = core::ProcessGroupLink::deferred(rank0, std::chrono::seconds(m_rankTimeoutSeconds));
     options.device = devices.front().toStdString();
     return true;
 }
@@ -252,11 +253,7 @@ bool TrainerController::start(const core::TrainerOptions& options, const QString
 
 void TrainerController::pause() {
     if (!m_running || m_paused) return;
-    if (!m_ranks.empty()) {
-        // The other ranks would wait for this one in a collective, and give up after its timeout.
-        m_queue->onEvent(core::Warning{0, "pause is not available with several devices: stop the run instead"});
-        return;
-    }
+    // With several devices every rank pauses at the next training batch (core: holdWhilePaused).
     m_trainer->pause();
     m_paused = true;
     Q_EMIT pausedChanged(true);

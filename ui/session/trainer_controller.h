@@ -93,6 +93,10 @@ public:
     /// The folder of the current or last run; empty when none was written.
     QString runFolder() const { return m_folderPath; }
 
+    /// Several devices: how long a rank waits for the others to join, or in a collective, before
+    /// the job stops naming the rank that did not answer (default 60 s; a pause does not count).
+    void setRankTimeout(int seconds) { m_rankTimeoutSeconds = seconds; }
+
     /// Milliseconds between drains of the event queue (default 33).
     void setDrainInterval(int milliseconds);
     /// Events dropped because the GUI fell far behind (memory samples and micro-batch events
@@ -135,6 +139,7 @@ private:
     std::unique_ptr<core::RunFolder> m_folder;  ///< the current run's folder, fed on the GUI thread
     QString m_runsDirectory;
     QString m_folderPath;
+    int m_rankTimeoutSeconds = 60;
     bool m_running = false;
     bool m_paused = false;
     bool m_stepMode = false;
