@@ -26,6 +26,10 @@ using batchpilot::tests::RecordingSink;
 
 namespace {
 
+/// How far (absolute) a run under bfloat16 or float16 autocast may end from float32's loss per
+/// step, on a loss that starts near ln 10 = 2.3: their rounding, not a training error.
+constexpr double kLowPrecisionLossGap = 0.02;
+
 TrainerOptions resnetOptions() {
     TrainerOptions o;
     o.model.name = "resnet";  // GroupNorm: any split of a batch gives the same gradient
@@ -311,10 +315,11 @@ void TestMemorySavers::modelThatDoesNotFitTrainsWithCheckpointing() {
         QCOMPARE(losses.size(), expected.size());
         const MemorySavers used = savers == MemorySavers::Auto ? named : savers;
         QCOMPARE(sink.all<MemoryBreakdown>().back().memorySavers, std::string(toString(used)));
-        // Checkpointing recomputes exactly; bfloat16 rounds (0.02: bfloat16HoldsLessAndTrainsCloseToFloat32).
+        // Checkpointing recomputes exactly; bfloat16 rounds.
         const bool rounds = autocastsBf16(used);
         for (const auto& [step, loss] : expected)
-            QVERIFY2(std::abs(losses.at(step) - loss) <= (rounds ? 0.02 : 1e-5 * std::max(1.0, std::abs(loss))),
+            QVERIFY2(std::abs(losses.at(step) - loss) <=
+                         (rounds ? kLowPrecisionLossGap : 1e-5 * std::max(1.0, std::abs(loss))),
                      qPrintable(QStringLiteral("step %1: %2 against %3").arg(step).arg(losses.at(step)).arg(loss)));
         const auto probes = sink.all<ProbeStarted>();
         if (savers == MemorySavers::Auto) {
@@ -361,7 +366,7 @@ void TestMemorySavers::bfloat16HoldsLessAndTrainsCloseToFloat32() {
     const double last = losses[0].rbegin()->second;
     qInfo("float32 loss %.4f -> %.4f; bfloat16 differs by at most %.4f", first, last, worst);
     QVERIFY2(last < first - 0.1, "the float32 run learns");
-    QVERIFY2(worst <= 0.02, qPrintable(QString::number(worst)));
+    QVERIFY2(worst <= kLowPrecisionLossGap, qPrintable(QString::number(worst)));
     QVERIFY2(worst > 0, "bfloat16 rounds: a run that matches float32 exactly did not use it");
 }
 
@@ -447,7 +452,7 @@ void TestMemorySavers::float16ScalesTheLossAndTrainsAgainABatchThatOverflows() {
         double worst = 0;
         for (const auto& [step, loss] : losses[0]) worst = std::max(worst, std::abs(losses[i].at(step) - loss));
         qInfo("float16 from loss scale %g: the loss differs from float32's by at most %.4f", scales[i], worst);
-        QVERIFY2(worst <= 0.02, qPrintable(QString::number(worst)));
+        QVERIFY2(worst <= kLowPrecisionLossGap, qPrintable(QString::number(worst)));
         QVERIFY2(worst > 0, "float16 rounds: a run that matches float32 exactly did not use it");
     }
 #endif
