@@ -318,9 +318,14 @@ int main(int argc, char** argv) {
         return result.badInput ? kExitBadInput : kExitFailed;
     }
     const auto& last = reporter.lastStep();
-    std::printf("\n%s after %lld steps: loss %.4f, micro-batch %lld, %d OOM event(s) recovered, peak %.1f MiB\n",
+    const std::string otherRanks =
+        reporter.otherRankOomCount() > 0
+            ? " (" + std::to_string(reporter.otherRankOomCount()) + " more on the other ranks)"
+            : std::string();
+    std::printf("\n%s after %lld steps: loss %.4f, micro-batch %lld, %d OOM event(s) recovered%s, peak %.1f MiB\n",
                 result.stopped ? "stopped" : "done", static_cast<long long>(result.steps), last.loss,
-                static_cast<long long>(result.microBatch), reporter.oomCount(), core::toMiB(last.peakBytes));
+                static_cast<long long>(result.microBatch), reporter.oomCount(), otherRanks.c_str(),
+                core::toMiB(last.peakBytes));
     if (const std::string validation = reporter.validationSummary(); !validation.empty())
         std::printf("%s\n", validation.c_str());
     std::fflush(stdout);

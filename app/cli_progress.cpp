@@ -225,6 +225,35 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                     line(formatText("shares from step %" PRId64 " on: %s (%s)", e.step + 1, shares.c_str(),
                                     e.shareReason.c_str()));
                 }
+            } else if constexpr (std::is_same_v<T, RankProbed>) {
+                // Several devices: another rank's probes and OOMs, a line each, named by the rank.
+                const std::string who = formatText("rank %d (%s): ", e.rank, e.device.c_str());
+                for (const ProbeStarted& p : e.probes) {
+                    line(formatText("%sprobe #%d (%s): up to %" PRId64 " samples, usable memory %s", who.c_str(),
+                                    p.sequence, toString(p.reason), p.upperBound, formatBytes(p.usableBytes).c_str()));
+                }
+                if (!e.trials.empty()) {
+                    std::string trials;
+                    for (const ProbeTrial& t : e.trials)
+                        trials += formatText("%s%" PRId64 " %s", trials.empty() ? "" : ", ", t.microBatch,
+                                             t.fit ? "fit" : "OOM");
+                    line(who + "tried " + trials);
+                }
+                for (const ProbeFinished& f : e.finished) {
+                    line(formatText("%sprobe #%d done in %d trials: micro-batch %" PRId64 " × %" PRId64
+                                    " accumulation steps = its share %" PRId64,
+                                    who.c_str(), f.sequence, f.trials, f.microBatch, f.accumulationSteps,
+                                    f.targetBatch));
+                }
+                for (const OomEvent& o : e.ooms) {
+                    ++m_otherRankOoms;
+                    line(formatText("%sOOM in %s at micro-batch %" PRId64 " (%s requested): %s", who.c_str(),
+                                    toString(o.phase), o.microBatch, formatBytes(o.requestedBytes).c_str(),
+                                    !o.recovered ? "not recovered"
+                                    : o.newMicroBatch > 0
+                                        ? ("recovered, continuing at " + std::to_string(o.newMicroBatch)).c_str()
+                                        : "recovered; the probe tries a smaller size"));
+                }
             } else if constexpr (std::is_same_v<T, ValidationDone>) {
                 m_lastValidation = e;
                 if (!m_bestValidation || better(e, *m_bestValidation, m_keepBest)) m_bestValidation = e;

@@ -44,6 +44,8 @@ public:
     /// The last step's metrics line, for the final summary.
     const core::StepMetrics& lastStep() const { return m_lastStep; }
     int oomCount() const { return m_ooms; }
+    /// Several devices: the OOMs the other ranks reported (RankProbed).
+    int otherRankOomCount() const { return m_otherRankOoms; }
     /// The validation results' summary for the end of the run: the last one and the best one
     /// (by accuracy for classification, by loss otherwise); empty when nothing was validated.
     std::string validationSummary() const;
@@ -68,6 +70,7 @@ private:
     /// "  val acc 93.1%" (or "  val loss 0.2113") for the step line; empty before a validation.
     std::string lastValidationShort() const;
     int m_ooms = 0;
+    int m_otherRankOoms = 0;
     /// Several devices: the last RanksStepped in words, appended to the step's line.
     std::string m_ranksText;
     bool m_memoryReport = false;

@@ -1,5 +1,8 @@
 #include "core/event_json.h"
 
+#include <optional>
+#include <stdexcept>
+
 namespace batchpilot::core {
 namespace {
 
@@ -224,6 +227,19 @@ json fields(const RanksStepped& e) {
     }
     return j;
 }
+json fields(const RankProbed& e) {
+    json j = {{"time", e.time}, {"rank", e.rank}, {"device", e.device}};
+    const auto list = [](const auto& events) {
+        json items = json::array();
+        for (const auto& item : events) items.push_back(fields(item));
+        return items;
+    };
+    j["probes"] = list(e.probes);
+    j["trials"] = list(e.trials);
+    j["finished"] = list(e.finished);
+    j["ooms"] = list(e.ooms);
+    return j;
+}
 json fields(const SaverOption& o) {
     json j = {{"savers", o.savers}, {"fits", o.fits}};
     if (!o.unavailable.empty()) {
@@ -292,7 +308,122 @@ json fields(const EquivalenceChecked& e) {
     return j;
 }
 
+/// The enum value whose toString is `text`, if any (values 0..last).
+template <class Enum>
+std::optional<Enum> enumNamed(const std::string& text, Enum last) {
+    for (int i = 0; i <= static_cast<int>(last); ++i)
+        if (text == toString(static_cast<Enum>(i))) return static_cast<Enum>(i);
+    return std::nullopt;
+}
+
+/// One reported event read back from fields(); throws json::exception on a missing or mistyped
+/// field, std::invalid_argument on an unknown name.
+template <class T>
+T readFields(const json& j);
+
+template <>
+ProbeStarted readFields(const json& j) {
+    ProbeStarted e;
+    e.sequence = j.at("sequence").get<int>();
+    const auto reason = enumNamed(j.at("reason").get<std::string>(), ProbeReason::MemorySavers);
+    if (!reason) throw std::invalid_argument("unknown probe reason \"" + j.at("reason").get<std::string>() + "\"");
+    e.reason = *reason;
+    e.device = j.at("device").get<std::string>();
+    e.upperBound = j.at("upper_bound").get<int64_t>();
+    e.usableBytes = j.at("usable_bytes").get<int64_t>();
+    e.reservedBytes = j.at("reserved_bytes").get<int64_t>();
+    return e;
+}
+template <>
+ProbeTrial readFields(const json& j) {
+    ProbeTrial e;
+    e.sequence = j.at("sequence").get<int>();
+    e.trial = j.at("trial").get<int>();
+    e.microBatch = j.at("micro_batch").get<int64_t>();
+    e.fit = j.at("fit").get<bool>();
+    e.withinHeadroom = j.at("within_headroom").get<bool>();
+    e.peakBytes = j.at("peak_bytes").get<int64_t>();
+    e.failedAllocationBytes = j.at("failed_allocation_bytes").get<int64_t>();
+    e.seconds = j.at("seconds").get<double>();
+    return e;
+}
+template <>
+ProbeFinished readFields(const json& j) {
+    ProbeFinished e;
+    e.sequence = j.at("sequence").get<int>();
+    e.microBatch = j.at("micro_batch").get<int64_t>();
+    e.accumulationSteps = j.at("accumulation_steps").get<int64_t>();
+    e.targetBatch = j.at("target_batch").get<int64_t>();
+    e.trials = j.at("trials").get<int>();
+    e.seconds = j.at("seconds").get<double>();
+    e.hitTrialLimit = j.at("hit_trial_limit").get<bool>();
+    e.fixedBytes = j.at("fixed_bytes").get<double>();
+    e.bytesPerSample = j.at("bytes_per_sample").get<double>();
+    return e;
+}
+template <>
+OomEvent readFields(const json& j) {
+    OomEvent e;
+    e.step = j.at("step").get<int64_t>();
+    const auto phase = enumNamed(j.at("phase").get<std::string>(), Phase::Validation);
+    if (!phase) throw std::invalid_argument("unknown phase \"" + j.at("phase").get<std::string>() + "\"");
+    e.phase = *phase;
+    e.microBatch = j.at("micro_batch").get<int64_t>();
+    e.requestedBytes = j.at("requested_bytes").get<int64_t>();
+    e.message = j.at("message").get<std::string>();
+    e.recovered = j.at("recovered").get<bool>();
+    e.newMicroBatch = j.at("new_micro_batch").get<int64_t>();
+    return e;
+}
+
 }  // namespace
+
+std::string rankReportText(const std::vector<Event>& events, double now) {
+    json report = json::array();
+    for (const Event& event : events) {
+        if (!std::holds_alternative<ProbeStarted>(event) && !std::holds_alternative<ProbeTrial>(event) &&
+            !std::holds_alternative<ProbeFinished>(event) && !std::holds_alternative<OomEvent>(event))
+            continue;
+        json j = toJson(event);
+        j["age"] = now - j.at("time").get<double>();  // clocks differ between processes; ages do not
+        j.erase("time");
+        report.push_back(std::move(j));
+    }
+    return report.empty() ? std::string() : report.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+tl::expected<RankProbed, std::string> readRankReport(const std::string& text, double now) {
+    RankProbed report;
+    if (text.empty()) return report;
+    const json all = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!all.is_array()) return tl::make_unexpected(std::string("not a JSON array of events"));
+    size_t index = 0;
+    try {
+        for (; index < all.size(); ++index) {
+            const json& j = all[index];
+            const std::string type = j.at("type").get<std::string>();
+            const double time = now - j.at("age").get<double>();
+            if (type == "probe_started") {
+                report.probes.push_back(readFields<ProbeStarted>(j));
+                report.probes.back().time = time;
+            } else if (type == "probe_trial") {
+                report.trials.push_back(readFields<ProbeTrial>(j));
+                report.trials.back().time = time;
+            } else if (type == "probe_finished") {
+                report.finished.push_back(readFields<ProbeFinished>(j));
+                report.finished.back().time = time;
+            } else if (type == "oom") {
+                report.ooms.push_back(readFields<OomEvent>(j));
+                report.ooms.back().time = time;
+            } else {
+                throw std::invalid_argument("an event of type \"" + type + "\", which ranks do not report");
+            }
+        }
+    } catch (const std::exception& e) {
+        return tl::make_unexpected("event " + std::to_string(index + 1) + ": " + e.what());
+    }
+    return report;
+}
 
 json toJson(const Event& event) {
     json j = std::visit([](const auto& e) { return fields(e); }, event);

@@ -115,6 +115,8 @@ const char* eventName(const Event& event) {
                 return "validation";
             else if constexpr (std::is_same_v<T, RanksStepped>)
                 return "ranks_step";
+            else if constexpr (std::is_same_v<T, RankProbed>)
+                return "rank_probe";
             else if constexpr (std::is_same_v<T, SaverSurvey>)
                 return "saver_survey";
             else if constexpr (std::is_same_v<T, MemorySaversChanged>)

@@ -193,6 +193,20 @@ struct RanksStepped {
     bool parametersChecked = false;
 };
 
+/// Several devices: another rank's probe and out-of-memory events since its last report, as that
+/// rank emitted them (each rank's probe is its own). Rank 0 emits one at the end of a step for
+/// each other rank that had any, before the step's RanksStepped; their times are moved to rank
+/// 0's clock (seconds since its run started, as every event's).
+struct RankProbed {
+    double time = 0;
+    int rank = 0;
+    std::string device;
+    std::vector<ProbeStarted> probes;
+    std::vector<ProbeTrial> trials;
+    std::vector<ProbeFinished> finished;
+    std::vector<OomEvent> ooms;
+};
+
 struct MicroBatchDone {
     double time = 0;
     int64_t step = 0;    ///< the optimizer step this micro-batch belongs to (1-based)
@@ -415,11 +429,11 @@ struct ErrorEvent {
     std::string where;    ///< e.g. "step 3, micro-batch 2 (32 samples), forward"
 };
 
-using Event =
-    std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent, MemorySample, StepMetrics,
-                 MicroBatchDone, OptimizerStepped, TargetBatchChanged, DeviceSwitched, Warning, CheckpointSaved,
-                 ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting, EquivalenceChecked, ThroughputTimed,
-                 ThroughputChosen, ValidationDone, RanksStepped, SaverSurvey, MemorySaversChanged, LossScaleChanged>;
+using Event = std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent, MemorySample,
+                           StepMetrics, MicroBatchDone, OptimizerStepped, TargetBatchChanged, DeviceSwitched, Warning,
+                           CheckpointSaved, ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting,
+                           EquivalenceChecked, ThroughputTimed, ThroughputChosen, ValidationDone, RanksStepped,
+                           RankProbed, SaverSurvey, MemorySaversChanged, LossScaleChanged>;
 
 /// Name of the event type as written in JSON Lines ("probe_trial", "oom", ...).
 const char* eventName(const Event& event);

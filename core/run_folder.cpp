@@ -115,6 +115,8 @@ void RunSummaryBuilder::handle(const Event& event) {
         (c->metric.empty() ? m_checkpoint : m_bestCheckpoint) = *c;
     } else if (std::holds_alternative<OomEvent>(event)) {
         ++m_ooms;
+    } else if (const auto* rank = std::get_if<RankProbed>(&event)) {
+        m_ooms += static_cast<int64_t>(rank->ooms.size());  // several devices: the job's, every rank's
     } else if (const auto* d = std::get_if<DeviceSwitched>(&event)) {
         m_device = d->to;
     } else if (const auto* err = std::get_if<ErrorEvent>(&event)) {

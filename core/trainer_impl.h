@@ -123,6 +123,10 @@ struct ParallelState {
     std::vector<int> pausingRanks;
     int64_t pauses = 0;   ///< pauses agreed so far: names each one's key in the store
     RanksStepped report;  ///< the current step's, filled by reduceOverRanks
+    /// This rank's probe and OOM events since the last step's exchange (ranks other than 0),
+    /// which rank 0 receives with the step (reduceOverRanks) and emits as RankProbed.
+    std::vector<Event> unreported;
+    int64_t reportExchanges = 0;  ///< names each exchange of those reports in the store
 };
 
 }  // namespace trainer_detail
@@ -198,7 +202,14 @@ struct Trainer::Impl {
 
     double now() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
     void emit(Event event) {
-        if (parallel && std::holds_alternative<OomEvent>(event)) ++parallel->oomsInStep;
+        if (parallel) {
+            if (std::holds_alternative<OomEvent>(event)) ++parallel->oomsInStep;
+            // Rank 0 shows every rank's probes and OOMs: the others send theirs with the step.
+            if (parallel->link->rank() != 0 &&
+                (std::holds_alternative<ProbeStarted>(event) || std::holds_alternative<ProbeTrial>(event) ||
+                 std::holds_alternative<ProbeFinished>(event) || std::holds_alternative<OomEvent>(event)))
+                parallel->unreported.push_back(event);
+        }
         sink.onEvent(event);
     }
     /// This process keeps the checkpoints and evaluates: the only one, or rank 0 of several.

@@ -7,6 +7,8 @@
 
 #include "core/trainer_impl.h"
 
+#include "core/event_json.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -62,6 +64,7 @@ enum StepField : size_t {
     kFieldSettled,
     kFieldProbed,
     kFieldLoss,
+    kFieldReports,
     kStepFields
 };
 
@@ -253,20 +256,50 @@ double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t lar
     mine[kFieldSettled] = settled ? 1.0 : 0.0;
     mine[kFieldProbed] = static_cast<double>(probedMicroBatch);
     mine[kFieldLoss] = lossSum;
+    mine[kFieldReports] = static_cast<double>(parallel->unreported.size());
     std::vector<double> all;
+    std::vector<std::string> reports;
     double reduceSeconds = 0;
+    const auto field = [&](size_t rank, StepField f) { return all[rank * kStepFields + f]; };
+    const auto world = static_cast<size_t>(link.size());
     try {
         all = link.allGather(mine);
         const auto reduceStart = Clock::now();
-        torch::NoGradGuard noGrad;
-        CountingScope inPlace(false);
-        link.allReduceSum(parallel->buckets);
+        {
+            torch::NoGradGuard noGrad;
+            CountingScope inPlace(false);
+            link.allReduceSum(parallel->buckets);
+        }
         reduceSeconds = std::chrono::duration<double>(Clock::now() - reduceStart).count();
+        // The other ranks' probes and OOMs, for rank 0 to show: only in the steps that had any
+        // (every rank decides so from the same numbers).
+        bool anyReports = false;
+        for (size_t r = 1; r < world; ++r) anyReports = anyReports || field(r, kFieldReports) > 0;
+        if (anyReports) {
+            reports = link.exchangeText("probe_events/" + std::to_string(++parallel->reportExchanges),
+                                        rankReportText(parallel->unreported, now()));
+        }
     } catch (const std::exception& e) {
         ranksFailed(e, "summing the gradients");
     }
-    const auto field = [&](size_t rank, StepField f) { return all[rank * kStepFields + f]; };
-    const auto world = static_cast<size_t>(link.size());
+    parallel->unreported.clear();
+    if (leads()) {
+        for (size_t r = 1; r < reports.size(); ++r) {
+            auto report = readRankReport(reports[r], now());
+            if (!report) {
+                emit(Warning{now(), "rank " + std::to_string(r) + " (" + parallel->devices[r] +
+                                        ") sent a probe report that cannot be read (" + report.error() +
+                                        "); its probes are not shown, training goes on"});
+                continue;
+            }
+            if (report->probes.empty() && report->trials.empty() && report->finished.empty() && report->ooms.empty())
+                continue;
+            report->time = now();
+            report->rank = static_cast<int>(r);
+            report->device = parallel->devices[r];
+            emit(std::move(*report));
+        }
+    }
     double slowest = 0;
     double fastest = 0;  // of the ranks that had samples: one without waits for nothing
     double totalLoss = 0;

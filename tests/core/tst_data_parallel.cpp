@@ -256,6 +256,34 @@ private Q_SLOTS:
                 step.value(QStringLiteral("ranks")).toArray()[1].toObject().value(QStringLiteral("ooms")).toInt();
         QCOMPARE(reported,
                  static_cast<int>(events(eventsFile + QStringLiteral(".rank1"), QStringLiteral("oom")).size()));
+        // Rank 0 also shows each of rank 1's probe trials and OOMs (rank_probe), as rank 1
+        // wrote them in its own file: the same sizes, outcomes, peaks and messages, in order.
+        const auto fieldsOf = [](const QJsonObject& event, const QStringList& names) {
+            QStringList values;
+            for (const QString& name : names) values << event.value(name).toVariant().toString();
+            return values.join(QLatin1Char(' '));
+        };
+        const QStringList trialFields{QStringLiteral("sequence"), QStringLiteral("trial"),
+                                      QStringLiteral("micro_batch"), QStringLiteral("fit"),
+                                      QStringLiteral("peak_bytes")};
+        const QStringList oomFields{QStringLiteral("step"), QStringLiteral("phase"), QStringLiteral("micro_batch"),
+                                    QStringLiteral("message"), QStringLiteral("new_micro_batch")};
+        QStringList shownTrials, shownOoms, ownTrials, ownOoms;
+        for (const QJsonObject& report : events(eventsFile, QStringLiteral("rank_probe"))) {
+            QCOMPARE(report.value(QStringLiteral("rank")).toInt(), 1);
+            QCOMPARE(report.value(QStringLiteral("device")).toString(), QStringLiteral("virtual:24MiB"));
+            for (const QJsonValue trial : report.value(QStringLiteral("trials")).toArray())
+                shownTrials << fieldsOf(trial.toObject(), trialFields);
+            for (const QJsonValue oom : report.value(QStringLiteral("ooms")).toArray())
+                shownOoms << fieldsOf(oom.toObject(), oomFields);
+        }
+        for (const QJsonObject& trial : events(eventsFile + QStringLiteral(".rank1"), QStringLiteral("probe_trial")))
+            ownTrials << fieldsOf(trial, trialFields);
+        for (const QJsonObject& oom : events(eventsFile + QStringLiteral(".rank1"), QStringLiteral("oom")))
+            ownOoms << fieldsOf(oom, oomFields);
+        QVERIFY(!ownTrials.isEmpty());
+        QCOMPARE(shownTrials, ownTrials);
+        QCOMPARE(shownOoms, ownOoms);
         const double difference = largestRelativeDifference(checkpointParameters(directory, QStringLiteral("adam")),
                                                             reference(QStringLiteral("adam"), 5));
         qInfo("OOMs on rank 1, adam: largest relative parameter difference %.3g", difference);

@@ -91,6 +91,7 @@ private Q_SLOTS:
     void refusesAFolderItCannotCreate();
     void keepsCheckpointsInside();
     void resumedRunsKeepTheBestModel();
+    void countsEveryRanksOoms();
 };
 
 /// A run resumed from a best model's folder saves next to it, not over it.
@@ -99,6 +100,28 @@ void TestRunFolder::resumedRunsKeepTheBestModel() {
     QCOMPARE(resumedCheckpointDirectory("runs/a/checkpoint/best"), std::string("runs/a/checkpoint"));
     QCOMPARE(resumedCheckpointDirectory("runs/a/checkpoint/best/"), std::string("runs/a/checkpoint"));
     QCOMPARE(resumedCheckpointDirectory("/ckpt/bestever"), std::string("/ckpt/bestever"));
+}
+
+/// Several devices: the summary's OOMs are the job's, rank 0's own and those the other ranks
+/// reported; the reports' probe trials that ran out of memory are probing, not OOMs recovered.
+void TestRunFolder::countsEveryRanksOoms() {
+    QTemporaryDir dir;
+    TrainerOptions o;
+    auto folder = RunFolder::create(dir.path().toStdString(), o, 5);
+    QVERIFY(folder.has_value());
+    (*folder)->onEvent(OomEvent{1.0, 1, Phase::Forward, 16, 0, "rank 0's", true, 8});
+    RankProbed report;
+    report.time = 2.0;
+    report.rank = 1;
+    report.device = "virtual:48MiB";
+    report.trials.push_back(ProbeTrial{1.5, 1, 1, 64, false, false, 0, 1024, 0.1});
+    report.ooms = {OomEvent{1.6, 1, Phase::Backward, 32, 0, "rank 1's", true, 16},
+                   OomEvent{1.7, 1, Phase::Forward, 16, 0, "rank 1's again", true, 8}};
+    (*folder)->onEvent(report);
+    (*folder)->flush();
+    const auto summary = readRunSummary((*folder)->path());
+    QVERIFY(summary.has_value());
+    QCOMPARE((*summary)["ooms"].get<int64_t>(), int64_t{3});
 }
 
 /// Checkpoints asked for without a directory go into the run's folder; a directory the user

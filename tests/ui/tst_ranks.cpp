@@ -21,6 +21,7 @@
 #include "ui/charts/probe_chart.h"
 #include "ui/config/demo_options.h"
 #include "ui/config/run_panel.h"
+#include "ui/log/event_log.h"
 #include "ui/session/trainer_controller.h"
 #include "ui/teaching/accumulation_view.h"
 #include "ui/window/main_window.h"
@@ -92,6 +93,9 @@ private Q_SLOTS:
         QVERIFY2(w.runPanel()->isValid(), qPrintable(w.runPanel()->problem()));
         QTest::mouseClick(w.runPanel()->startButton(), Qt::LeftButton);
         QVERIFY(w.controller()->isRunning());
+        QList<core::Event> events;
+        connect(w.controller(), &ui::TrainerController::eventsReceived, this,
+                [&events](const QList<core::Event>& batch) { events.append(batch); });
 
         // Both ranks appear, each with its share of the 512 samples and its own micro-batch.
         QTableWidget* table = w.ranksView()->table();
@@ -127,6 +131,26 @@ private Q_SLOTS:
         QCOMPARE(charts->memoryChart()->rankLaneCount(), 1);
         QVERIFY2(charts->probeChart()->rankLaneName(1).contains(QStringLiteral("virtual:48MiB")),
                  qPrintable(charts->probeChart()->rankLaneName(1)));
+        // Rank 1's own probe trials, which its process ran, are drawn in its lane: those rank 0
+        // received from it (RankProbed), each with its size and outcome, and a line in the log.
+        QList<QPair<qint64, bool>> received;
+        for (const core::Event& e : events) {
+            if (const auto* report = std::get_if<core::RankProbed>(&e)) {
+                QCOMPARE(report->rank, 1);
+                QCOMPARE(report->device, std::string("virtual:48MiB"));
+                for (const core::ProbeTrial& t : report->trials) received.append({t.microBatch, t.fit});
+            }
+        }
+        QVERIFY(!received.isEmpty());
+        QCOMPARE(charts->probeChart()->rankTrials(1), received);
+        QVERIFY(!charts->probeChart()->rankTrials(0).isEmpty());
+        const ui::EventLogModel& log = *w.eventLog()->model();
+        bool logged = false;
+        for (int row = 0; row < log.rowCount(); ++row)
+            logged = logged || (log.row(row).kind == QStringLiteral("rank 1 probe") &&
+                                log.row(row).details.contains(QStringLiteral("rank 1 (virtual:48MiB): ")) &&
+                                log.row(row).details.contains(QStringLiteral("tried %1").arg(received.front().first)));
+        QVERIFY(logged);
         charts->redrawNow();
         w.grab().save(screenshotPath(QStringLiteral("screenshot-ranks.png")));
         w.resize(1600, 1000);

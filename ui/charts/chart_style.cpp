@@ -53,6 +53,14 @@ void TrialMarkers::applyColors(const ChartColors& c) const {
     }
 }
 
+void TrialMarkers::applyRankColors(const ChartColors& c, int rank) const {
+    for (const auto& [series, color] : {std::pair{fits, c.fit}, std::pair{tight, c.tight}, std::pair{ooms, c.oom}}) {
+        series->setColor(c.rank(rank));
+        QPen border(color, 2.0);
+        series->setPen(border);
+    }
+}
+
 TrialMarkers TrialMarkers::create() {
     const auto marker = [](const QString& name, QScatterSeries::MarkerShape shape, qreal size) {
         auto* series = new QScatterSeries;

@@ -48,6 +48,9 @@ struct TrialMarkers {
     static TrialMarkers create();
     /// Fills each marker with its colour and a darker border.
     void applyColors(const ChartColors& colors) const;
+    /// Several devices, another rank's trials: filled with the rank's colour, each outcome's
+    /// colour as a thick border (the shapes stay those of the outcomes).
+    void applyRankColors(const ChartColors& colors, int rank) const;
 
     /// Shows every trial at `pointOf(trial)` with the marker of its outcome (trials have `fit`
     /// and `withinHeadroom`).

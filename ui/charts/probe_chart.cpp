@@ -97,6 +97,13 @@ QList<qint64> ProbeChart::rankChangeSteps(int rank) const {
     return steps;
 }
 
+QList<QPair<qint64, bool>> ProbeChart::rankTrials(int rank) const {
+    QList<QPair<qint64, bool>> trials;
+    for (const Trial& t : m_trials)
+        if (t.rank == rank) trials.append({t.microBatch, t.fit});
+    return trials;
+}
+
 QString ProbeChart::rankLaneName(int rank) const {
     for (const RankLane& lane : m_rankLanes)
         if (lane.rank == rank) return lane.series->name();
@@ -116,6 +123,21 @@ ProbeChart::RankLane& ProbeChart::laneOf(int rank, const QString& device) {
     lane.series->attachAxis(xAxis());
     lane.series->attachAxis(m_yAxis);
     lane.series->setPen(linePen(colors().rank(rank), 2.0));
+    lane.trials = TrialMarkers::create();
+    const auto tip = [this](const QPointF& p) {
+        const Trial* trial = nearestTrial(p);
+        return trial ? describe(*trial) : QString();
+    };
+    for (QScatterSeries* markers : {lane.trials.fits, lane.trials.tight, lane.trials.ooms}) {
+        chart()->addSeries(markers);
+        markers->attachAxis(xAxis());
+        markers->attachAxis(m_yAxis);
+        markers->setMarkerSize(markers->markerSize() - 1);
+        for (QLegendMarker* marker : chart()->legend()->markers(markers))
+            marker->setVisible(false);  // the lane's line names it
+        showTipsFor(markers, tip);
+    }
+    lane.trials.applyRankColors(colors(), rank);
     showTipsFor(lane.series, [this, rank](const QPointF& p) {
         // The change at or before the point.
         for (const RankLane& l : m_rankLanes) {
@@ -139,6 +161,47 @@ double ProbeChart::xOf(const Trial& trial) const {
     return m_xKind == XAxis::Trial ? trial.globalIndex : trial.time;
 }
 
+ProbeChart::Sequence& ProbeChart::sequenceOf(int rank, int number, double time) {
+    for (auto it = m_sequences.rbegin(); it != m_sequences.rend(); ++it) {
+        if (it->rank != rank) continue;
+        if (it->number == number) return *it;
+        break;  // a rank's probes come one after another: a new number is a new probe
+    }
+    Sequence s;  // a trial without its start event: still show it
+    s.rank = rank;
+    s.number = number;
+    s.firstGlobal = static_cast<int>(m_trials.size()) + 1;
+    s.startTime = time;
+    m_sequences.push_back(s);
+    return m_sequences.back();
+}
+
+void ProbeChart::addTrial(int rank, const core::ProbeTrial& trial) {
+    if (m_trials.size() >= kMaxTrials) return;
+    sequenceOf(rank, trial.sequence, trial.time);
+    Trial t;
+    t.rank = rank;
+    t.sequence = trial.sequence;
+    t.globalIndex = static_cast<int>(m_trials.size()) + 1;
+    t.trial = trial.trial;
+    t.time = trial.time;
+    t.microBatch = trial.microBatch;
+    t.fit = trial.fit;
+    t.withinHeadroom = trial.withinHeadroom;
+    t.peakBytes = trial.peakBytes;
+    t.failedBytes = trial.failedAllocationBytes;
+    m_trials.push_back(t);
+    m_lastTime = std::max(m_lastTime, trial.time);
+}
+
+void ProbeChart::finishSequence(int rank, const core::ProbeFinished& finished) {
+    Sequence& s = sequenceOf(rank, finished.sequence, finished.time);
+    s.chosen = finished.microBatch;
+    s.finishedGlobal = static_cast<int>(m_trials.size());
+    s.finishedTime = finished.time;
+    m_lastTime = std::max(m_lastTime, finished.time);
+}
+
 void ProbeChart::handle(const core::Event& event) {
     if (const auto* started = std::get_if<core::ProbeStarted>(&event)) {
         Sequence s;
@@ -151,40 +214,23 @@ void ProbeChart::handle(const core::Event& event) {
         m_lastTime = started->time;
         markDirty();
     } else if (const auto* trial = std::get_if<core::ProbeTrial>(&event)) {
-        if (m_trials.size() >= kMaxTrials) return;
-        if (m_sequences.empty() || m_sequences.back().number != trial->sequence) {
-            Sequence s;  // a trial without its start event: still show it
-            s.number = trial->sequence;
-            s.firstGlobal = static_cast<int>(m_trials.size()) + 1;
-            s.startTime = trial->time;
-            m_sequences.push_back(s);
-        }
-        Trial t;
-        t.sequence = trial->sequence;
-        t.globalIndex = static_cast<int>(m_trials.size()) + 1;
-        t.trial = trial->trial;
-        t.time = trial->time;
-        t.microBatch = trial->microBatch;
-        t.fit = trial->fit;
-        t.withinHeadroom = trial->withinHeadroom;
-        t.peakBytes = trial->peakBytes;
-        t.failedBytes = trial->failedAllocationBytes;
-        m_trials.push_back(t);
-        m_lastTime = trial->time;
+        addTrial(0, *trial);
         markDirty();
     } else if (const auto* finished = std::get_if<core::ProbeFinished>(&event)) {
-        if (m_sequences.empty() || m_sequences.back().number != finished->sequence) {
-            Sequence s;
-            s.number = finished->sequence;
-            s.firstGlobal = static_cast<int>(m_trials.size()) + 1;
-            s.startTime = finished->time;
-            m_sequences.push_back(s);
+        finishSequence(0, *finished);
+        markDirty();
+    } else if (const auto* report = std::get_if<core::RankProbed>(&event)) {
+        // Another rank's probes, as it ran them in the step that just ended: after rank 0's
+        // trials of that step on the trial axis, at their own times on the time axis.
+        laneOf(report->rank, QString::fromStdString(report->device));
+        for (const core::ProbeStarted& started : report->probes) {
+            Sequence& s = sequenceOf(report->rank, started.sequence, started.time);
+            s.reason = reasonText(started.reason);
+            s.device = QString::fromStdString(started.device);
         }
-        Sequence& s = m_sequences.back();
-        s.chosen = finished->microBatch;
-        s.finishedGlobal = static_cast<int>(m_trials.size());
-        s.finishedTime = finished->time;
-        m_lastTime = finished->time;
+        for (const core::ProbeTrial& t : report->trials) addTrial(report->rank, t);
+        for (const core::ProbeFinished& f : report->finished) finishSequence(report->rank, f);
+        m_lastTime = std::max(m_lastTime, report->time);
         markDirty();
     } else if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) {
         for (const core::RankStep& r : ranks->ranks) {
@@ -216,8 +262,11 @@ void ProbeChart::clear() {
     m_ooms->clear();
     m_chosen->clear();
     for (const RankLane& lane : m_rankLanes) {
-        chart()->removeSeries(lane.series);
-        delete lane.series;
+        for (QXYSeries* series :
+             std::initializer_list<QXYSeries*>{lane.series, lane.trials.fits, lane.trials.tight, lane.trials.ooms}) {
+            chart()->removeSeries(series);
+            delete series;
+        }
     }
     m_rankLanes.clear();
     m_chosen->setName(tr("chosen"));
@@ -241,7 +290,15 @@ void ProbeChart::refresh(bool follow) {
     QList<QPointF> chosen;
     double yMax = 0;
     for (const Trial& t : m_trials) yMax = std::max(yMax, static_cast<double>(t.microBatch));
-    TrialMarkers{m_fits, m_tight, m_ooms}.show(m_trials, [this](const Trial& t) { return pointOf(t); });
+    const auto trialsOf = [this](int rank) {
+        std::vector<Trial> trials;
+        for (const Trial& t : m_trials)
+            if (t.rank == rank) trials.push_back(t);
+        return trials;
+    };
+    const auto point = [this](const Trial& t) { return pointOf(t); };
+    TrialMarkers{m_fits, m_tight, m_ooms}.show(m_rankLanes.empty() ? m_trials : trialsOf(0), point);
+    for (const RankLane& lane : m_rankLanes) lane.trials.show(trialsOf(lane.rank), point);
 
     // One faint path per probe so a re-probe reads as a new sequence.
     while (m_paths.size() < std::min<int>(static_cast<int>(m_sequences.size()), kMaxPathSeries)) {
@@ -260,22 +317,26 @@ void ProbeChart::refresh(bool follow) {
         QList<QPointF> points;
         const std::size_t seqIndex = firstPathSequence + static_cast<std::size_t>(i);
         if (seqIndex < m_sequences.size()) {
-            const int number = m_sequences[seqIndex].number;
+            const Sequence& sequence = m_sequences[seqIndex];
             for (const Trial& t : m_trials)
-                if (t.sequence == number) points.append(QPointF(xOf(t), static_cast<double>(t.microBatch)));
+                if (t.rank == sequence.rank && t.sequence == sequence.number)
+                    points.append(QPointF(xOf(t), static_cast<double>(t.microBatch)));
         }
         m_paths[i]->replace(points);
     }
 
     // The chosen micro-batch as a step line: from the end of each probe to the next probe.
     const double now = m_xKind == XAxis::Trial ? static_cast<double>(m_trials.size()) + 0.5 : m_lastTime;
+    // Rank 0's: the other ranks' micro-batches are their lanes' lines.
     for (std::size_t i = 0; i < m_sequences.size(); ++i) {
         const Sequence& s = m_sequences[i];
-        if (s.chosen <= 0) continue;
+        if (s.chosen <= 0 || s.rank != 0) continue;
         const double from = m_xKind == XAxis::Trial ? s.finishedGlobal : s.finishedTime;
         double to = now;
-        if (i + 1 < m_sequences.size())
-            to = m_xKind == XAxis::Trial ? m_sequences[i + 1].firstGlobal - 0.5 : m_sequences[i + 1].startTime;
+        std::size_t next = i + 1;
+        while (next < m_sequences.size() && m_sequences[next].rank != 0) ++next;
+        if (next < m_sequences.size())
+            to = m_xKind == XAxis::Trial ? m_sequences[next].firstGlobal - 0.5 : m_sequences[next].startTime;
         const double y = static_cast<double>(s.chosen);
         chosen.append(QPointF(from, y));
         chosen.append(QPointF(std::max(from, to), y));
@@ -317,10 +378,15 @@ const ProbeChart::Trial* ProbeChart::nearestTrial(const QPointF& point) const {
 
 QString ProbeChart::describe(const Trial& t) const {
     QString reason;
-    for (const Sequence& s : m_sequences)
-        if (s.number == t.sequence) reason = s.reason;
+    QString device;
+    for (const Sequence& s : m_sequences) {
+        if (s.rank != t.rank || s.number != t.sequence) continue;
+        reason = s.reason;
+        device = s.device;
+    }
     QString text =
         tr("probe %1 (%2), trial %3\nmicro-batch %4: ").arg(t.sequence).arg(reason).arg(t.trial).arg(t.microBatch);
+    if (!m_rankLanes.empty()) text.prepend(tr("rank %1 (%2): ").arg(t.rank).arg(device));
     if (!t.fit)
         text += tr("out of memory");
     else if (!t.withinHeadroom)
@@ -337,7 +403,10 @@ void ProbeChart::applyColors(const ChartColors& c) {
     TrialMarkers{m_fits, m_tight, m_ooms}.applyColors(c);
     m_chosen->setPen(linePen(c.chosen, 2.0, Qt::DashLine));
     for (QLineSeries* path : std::as_const(m_paths)) path->setPen(linePen(c.headroom, 1.0));
-    for (const RankLane& lane : m_rankLanes) lane.series->setPen(linePen(c.rank(lane.rank), 2.0));
+    for (const RankLane& lane : m_rankLanes) {
+        lane.series->setPen(linePen(c.rank(lane.rank), 2.0));
+        lane.trials.applyRankColors(c, lane.rank);
+    }
     m_yAxis->setLabelFormat(QStringLiteral("%.0f"));
 }
 

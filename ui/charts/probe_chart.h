@@ -3,7 +3,9 @@
 #include <vector>
 
 #include <QList>
+#include <QPair>
 
+#include "ui/charts/chart_style.h"
 #include "ui/charts/live_chart.h"
 
 class QComboBox;
@@ -16,9 +18,10 @@ namespace batchpilot::ui {
 /// Probe: every trial as a point (micro-batch size against trial number or time), fits as green
 /// circles, fits past the headroom line as amber triangles, out-of-memory trials as red squares;
 /// the trials of each probe joined by a faint line, and the chosen micro-batch as a dashed step
-/// line. Every re-probe is a new sequence further right. With several devices those are rank 0's
-/// (this window trains it), and each other rank has a lane in a colour of its own: the
-/// micro-batch it trained at in each step, as a step line.
+/// line. Every re-probe is a new sequence further right. With several devices the chosen line is
+/// rank 0's (this window trains it), and each other rank has a lane in a colour of its own: its
+/// trials (the outcomes' shapes, filled with the rank's colour; they arrive with the step they
+/// happened in, RankProbed) and the micro-batch it trained at in each step, as a step line.
 class ProbeChart : public LiveChart {
     Q_OBJECT
 public:
@@ -34,9 +37,12 @@ public:
     }
     void setXAxis(XAxis axis);
 
+    /// Trials shown, of every rank.
     int trialCount() const { return static_cast<int>(m_trials.size()); }
-    /// Probe sequences seen (started), 1 after the first probe of a run.
+    /// Probe sequences seen (started), of every rank; 1 after the first probe of a one-device run.
     int sequenceCount() const { return static_cast<int>(m_sequences.size()); }
+    /// Several devices: rank `rank`'s trials drawn so far, as (micro-batch, fit), in order.
+    QList<QPair<qint64, bool>> rankTrials(int rank) const;
     /// Micro-batch chosen by the last finished probe, 0 before.
     qint64 chosenMicroBatch() const;
     /// Several devices: the other ranks' lanes.
@@ -54,6 +60,7 @@ protected:
 
 private:
     struct Trial {
+        int rank = 0;
         int sequence = 0;
         int globalIndex = 0;  // 1-based across all probes of the run
         int trial = 0;
@@ -65,6 +72,7 @@ private:
         qint64 failedBytes = 0;
     };
     struct Sequence {
+        int rank = 0;
         int number = 0;
         QString reason;
         QString device;
@@ -87,8 +95,13 @@ private:
         std::vector<LanePoint> changes;
         LanePoint last;
         QLineSeries* series = nullptr;
+        TrialMarkers trials{};  // its probe trials
     };
     RankLane& laneOf(int rank, const QString& device);
+    /// Rank `rank`'s probe `number` (the latest of that number), added when not seen yet.
+    Sequence& sequenceOf(int rank, int number, double time);
+    void addTrial(int rank, const core::ProbeTrial& trial);
+    void finishSequence(int rank, const core::ProbeFinished& finished);
     double xOf(const Trial& trial) const;
     /// Where a trial is drawn: (trial number or time, micro-batch).
     QPointF pointOf(const Trial& trial) const;

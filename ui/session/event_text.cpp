@@ -215,6 +215,41 @@ EventRow describeEvent(const core::Event& event) {
                 }
                 return EventRow{e.time, tr("ranks"), ranks, false};
             },
+            [](const core::RankProbed& e) {
+                // One row per report: the trials of each of the rank's probes, then its OOMs.
+                QStringList parts;
+                bool problem = !e.ooms.empty();
+                for (const core::ProbeStarted& p : e.probes)
+                    parts << tr("probe %1 (%2), up to %3")
+                                 .arg(p.sequence)
+                                 .arg(latin(core::toString(p.reason)))
+                                 .arg(p.upperBound);
+                QStringList trials;
+                for (const core::ProbeTrial& t : e.trials) {
+                    trials << tr("%1 %2").arg(t.microBatch).arg(t.fit ? tr("fits") : tr("out of memory"));
+                    problem = problem || !t.fit;
+                }
+                if (!trials.isEmpty()) parts << tr("tried %1").arg(trials.join(QStringLiteral(", ")));
+                for (const core::ProbeFinished& f : e.finished)
+                    parts << tr("probe %1 chose micro-batch %2 × %3")
+                                 .arg(f.sequence)
+                                 .arg(f.microBatch)
+                                 .arg(f.accumulationSteps);
+                for (const core::OomEvent& o : e.ooms) {
+                    QString oom = tr("OOM at step %1, %2, micro-batch %3")
+                                      .arg(o.step)
+                                      .arg(latin(core::toString(o.phase)))
+                                      .arg(o.microBatch);
+                    if (o.recovered && o.newMicroBatch > 0)
+                        oom += tr(" → replayed at micro-batch %1").arg(o.newMicroBatch);
+                    else if (!o.recovered)
+                        oom += tr(" → not recovered");
+                    parts << oom;
+                }
+                return EventRow{e.time, tr("rank %1 probe").arg(e.rank),
+                                tr("rank %1 (%2): %3").arg(e.rank).arg(str(e.device), parts.join(QStringLiteral("; "))),
+                                problem};
+            },
             [](const core::SaverSurvey& e) {
                 return EventRow{
                     e.time, tr("memory savers"),
