@@ -203,19 +203,22 @@ bool Trainer::Impl::waitWhilePaused() {
 
 bool Trainer::Impl::applyCommands() {
     auto [newTarget, newDevice, equivalence, reprobe, survey, newSavers] = commands.take();
-    if (parallel && (newDevice || equivalence || survey || newSavers)) {
+    if (parallel && (newDevice || equivalence)) {
         // Each would change what the other ranks must agree on at the same batch; not yet.
         emit(Warning{now(), std::string("with several devices, ") +
-                                (newDevice     ? "a device switch"
-                                 : equivalence ? "the equivalence check"
-                                               : "measuring or changing the memory savers") +
+                                (newDevice ? "a device switch" : "the equivalence check") +
                                 " is not available during the run: stop it, and resume from its checkpoint with the "
                                 "new settings"});
         newDevice.reset();
         equivalence.reset();
-        survey = false;
+    }
+    if (parallel && (newSavers || survey)) {
+        // Several devices: every rank changes its savers, or measures them, at the same batch,
+        // agreed in ranksAgree.
+        if (newSavers && *newSavers != MemorySavers::Auto) parallel->requestedSavers = *newSavers;
+        if (survey) parallel->surveyRequested = true;
         newSavers.reset();
-        surveyDue.clear();
+        survey = false;
     }
     // Checked before the commands below change the micro-batch plan it compares against.
     if (equivalence) checkEquivalence(*equivalence);

@@ -119,6 +119,9 @@ struct ParallelState {
     bool stoppedByRanks = false;    ///< the run ended because a rank asked to stop
     /// A target batch change asked for on this rank, waiting for the ranks to agree on it.
     std::optional<std::pair<int64_t, LrScaling>> requestedTarget;
+    /// Memory savers asked for on this rank, waiting for the ranks to agree on them.
+    std::optional<MemorySavers> requestedSavers;
+    bool surveyRequested = false;  ///< a survey of the memory savers asked for on this rank
     /// The ranks that voted to pause at this batch boundary (ranksAgree), for holdWhilePaused.
     std::vector<int> pausingRanks;
     int64_t pauses = 0;   ///< pauses agreed so far: names each one's key in the store

@@ -159,18 +159,24 @@ void Trainer::Impl::setupParallel() {
 }
 
 bool Trainer::Impl::ranksAgree(bool stopHere) {
-    // Each rank's vote: stop, the target batch it was asked for (0: none) with its rule, pause.
+    // Each rank's vote: stop, the target batch it was asked for (0: none) with its rule, pause,
+    // the memory savers it was asked for (their number + 1; 0: none), a survey of the savers.
     const auto& asked = parallel->requestedTarget;
+    const auto& askedSavers = parallel->requestedSavers;
     std::vector<double> votes;
     try {
         votes = parallel->link->allGather({stopHere ? 1.0 : 0.0, asked ? static_cast<double>(asked->first) : 0.0,
                                            asked ? static_cast<double>(static_cast<int>(asked->second)) : 0.0,
-                                           commands.pauseRequested() ? 1.0 : 0.0});
+                                           commands.pauseRequested() ? 1.0 : 0.0,
+                                           askedSavers ? static_cast<double>(static_cast<int>(*askedSavers) + 1) : 0.0,
+                                           parallel->surveyRequested ? 1.0 : 0.0});
     } catch (const std::exception& e) {
         ranksFailed(e, "agreeing on the next batch");
     }
     parallel->requestedTarget.reset();
-    constexpr size_t kVote = 4;
+    parallel->requestedSavers.reset();
+    parallel->surveyRequested = false;
+    constexpr size_t kVote = 6;
     parallel->pausingRanks.clear();
     for (size_t r = 0; r * kVote < votes.size(); ++r)
         if (votes[r * kVote + 3] != 0) parallel->pausingRanks.push_back(static_cast<int>(r));
@@ -197,6 +203,26 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
         parallel->shares = scaleShares(parallel->shares, next, minPart);
         parallel->balancer->reset();
         changeTarget(next, static_cast<LrScaling>(static_cast<int>(votes[r * kVote + 2])));
+        break;
+    }
+    for (size_t r = 0; r * kVote < votes.size(); ++r) {
+        const int asked = static_cast<int>(votes[r * kVote + 4]) - 1;
+        if (asked < 0 || asked >= static_cast<int>(MemorySavers::Auto)) continue;
+        // Every rank changes its savers and probes again within its share; once every rank has
+        // probed, the shares follow the new micro-batches (as at the start).
+        // (Decided on every rank alike, whether or not the savers are available on its device.)
+        parallel->sharedByCapacity = false;
+        parallel->balancer->reset();
+        applySavers(static_cast<MemorySavers>(asked), "asked for on rank " + std::to_string(r) + " (" +
+                                                          parallel->devices[r] +
+                                                          "), applied by every rank at the same batch");
+        break;
+    }
+    for (size_t r = 0; r * kVote < votes.size(); ++r) {
+        if (votes[r * kVote + 5] == 0) continue;
+        // Every rank measures the savers on its own device, within its own share, side by side;
+        // each reports its own table (rank 0's is the app's). Applying one is a vote of its own.
+        surveySavers("asked for on rank " + std::to_string(r) + " (" + parallel->devices[r] + ")");
         break;
     }
     return false;
@@ -254,7 +280,8 @@ double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t lar
     mine[kFieldPeak] = static_cast<double>(peak);
     mine[kFieldOoms] = parallel->oomsInStep;
     mine[kFieldSettled] = settled ? 1.0 : 0.0;
-    mine[kFieldProbed] = static_cast<double>(probedMicroBatch);
+    // 0 while a probe runs: the shares follow the micro-batches once every rank's probe ended.
+    mine[kFieldProbed] = probe ? 0.0 : static_cast<double>(probedMicroBatch);
     mine[kFieldLoss] = lossSum;
     mine[kFieldReports] = static_cast<double>(parallel->unreported.size());
     std::vector<double> all;

@@ -232,6 +232,68 @@ private Q_SLOTS:
                 QVERIFY2(warning->message.find("rank 1") == std::string::npos, warning->message.c_str());
     }
 
+    /// Measuring and changing the memory savers with several devices: every rank measures its
+    /// own device at the same batch, and a change applies on every rank at the same batch (each
+    /// probes again), the ranks' parameters still identical at the end.
+    void saversAreMeasuredAndChangedOnEveryRank() {
+        ui::TrainerController controller;
+        QList<core::Event> events;
+        connect(&controller, &ui::TrainerController::eventsReceived, &controller,
+                [&events](const QList<core::Event>& batch) { events.append(batch); });
+        const auto steps = [&] { return countOf<core::RanksStepped>(events); };
+        QSignalSpy finished(&controller, &ui::TrainerController::runFinished);
+        core::TrainerOptions options = ui::demoOptions();
+        options.model.name = "cnn";
+        options.targetBatch = 64;
+        options.steps = 100000;
+        QVERIFY(controller.start(options, {QStringLiteral("virtual:12MiB"), QStringLiteral("virtual:48MiB")}));
+        QTRY_VERIFY_WITH_TIMEOUT(steps() >= 2 || !controller.isRunning(), kTimeout);
+        QVERIFY(controller.isRunning());
+
+        // Run → Measure memory savers: this window's rank measures its device.
+        controller.surveySavers();
+        const auto survey = [&]() -> const core::SaverSurvey* {
+            for (const core::Event& e : events)
+                if (const auto* found = std::get_if<core::SaverSurvey>(&e)) return found;
+            return nullptr;
+        };
+        QTRY_VERIFY_WITH_TIMEOUT(survey() != nullptr || !controller.isRunning(), kTimeout);
+        QVERIFY(controller.isRunning());
+        QVERIFY2(survey()->reason.find("asked for on rank 0") != std::string::npos, survey()->reason.c_str());
+        QCOMPARE(survey()->device, std::string("virtual:12MiB"));
+        QVERIFY(!survey()->options.empty());
+
+        // Apply activation checkpointing: rank 0 changes, and rank 1 probes again under it.
+        controller.setMemorySavers(core::MemorySavers::Checkpoint);
+        const auto changed = [&]() -> const core::MemorySaversChanged* {
+            for (const core::Event& e : events)
+                if (const auto* change = std::get_if<core::MemorySaversChanged>(&e)) return change;
+            return nullptr;
+        };
+        const auto rank1ProbedForSavers = [&] {
+            for (const core::Event& e : events)
+                if (const auto* report = std::get_if<core::RankProbed>(&e))
+                    for (const core::ProbeStarted& p : report->probes)
+                        if (report->rank == 1 && p.reason == core::ProbeReason::MemorySavers) return true;
+            return false;
+        };
+        QTRY_VERIFY_WITH_TIMEOUT((changed() != nullptr && rank1ProbedForSavers()) || !controller.isRunning(), kTimeout);
+        QVERIFY(controller.isRunning());
+        QCOMPARE(changed()->to, std::string("checkpoint"));
+        QVERIFY2(changed()->why.find("applied by every rank") != std::string::npos, changed()->why.c_str());
+        const int atChange = steps();
+        QTRY_VERIFY_WITH_TIMEOUT(steps() >= atChange + 2 || !controller.isRunning(), kTimeout);
+
+        // The parameters are compared when the run ends: equal, or the run fails.
+        controller.stop();
+        QVERIFY(finished.wait(kTimeout));
+        const auto result = finished.takeFirst().at(0).value<core::RunResult>();
+        QVERIFY2(result.state == core::RunState::Finished, result.error.c_str());
+        for (const core::Event& e : events)
+            if (const auto* warning = std::get_if<core::Warning>(&e))
+                QVERIFY2(warning->message.find("not available") == std::string::npos, warning->message.c_str());
+    }
+
     void missingWorkerProgramFailsTheRun() {
         // Never one device in place of several: without the worker program the run fails.
         qputenv("BATCHPILOT_CLI", "/nonexistent/batchpilot-cli");
