@@ -236,7 +236,9 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                     std::string trials;
                     for (const ProbeTrial& t : e.trials)
                         trials += formatText("%s%" PRId64 " %s", trials.empty() ? "" : ", ", t.microBatch,
-                                             t.fit ? "fit" : "OOM");
+                                             !t.fit             ? "OOM"
+                                             : t.withinHeadroom ? "fit"
+                                                                : "fit over the headroom line");
                     line(who + "tried " + trials);
                 }
                 for (const ProbeFinished& f : e.finished) {
