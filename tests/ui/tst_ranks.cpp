@@ -4,10 +4,13 @@
 
 #include <QtTest>
 
+#include <memory>
+
 #include <QComboBox>
 #include <QDir>
 #include <QLabel>
 #include <QLineEdit>
+#include <QProcess>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSettings>
@@ -292,6 +295,41 @@ private Q_SLOTS:
         for (const core::Event& e : events)
             if (const auto* warning = std::get_if<core::Warning>(&e))
                 QVERIFY2(warning->message.find("not available") == std::string::npos, warning->message.c_str());
+    }
+
+    /// Closing the window while several ranks are paused: the controller's end stops the run,
+    /// every rank leaves the pause and ends by itself (status 0), none is killed or left behind.
+    void closingWhilePausedEndsEveryRank() {
+        auto controller = std::make_unique<ui::TrainerController>();
+        QList<core::Event> events;
+        connect(controller.get(), &ui::TrainerController::eventsReceived, controller.get(),
+                [&events](const QList<core::Event>& batch) { events.append(batch); });
+        core::TrainerOptions options = ui::demoOptions();
+        options.model.name = "cnn";
+        options.targetBatch = 64;
+        options.steps = 100000;
+        QVERIFY(controller->start(options, {QStringLiteral("virtual:12MiB"), QStringLiteral("virtual:48MiB")}));
+        QTRY_VERIFY_WITH_TIMEOUT(countOf<core::RanksStepped>(events) >= 2 || !controller->isRunning(), kTimeout);
+        QVERIFY(controller->isRunning());
+        controller->pause();
+        QTRY_VERIFY_WITH_TIMEOUT(std::any_of(events.begin(), events.end(),
+                                             [](const core::Event& e) {
+                                                 const auto* state = std::get_if<core::RunStateChanged>(&e);
+                                                 return state != nullptr && state->state == core::RunState::Paused;
+                                             }),
+                                 kTimeout);
+        const QList<QProcess*> workers = controller->findChildren<QProcess*>();
+        QCOMPARE(workers.size(), 1);
+        QVERIFY(workers.front()->state() != QProcess::NotRunning);
+        int exitCode = -1;
+        auto exitStatus = QProcess::CrashExit;
+        connect(workers.front(), &QProcess::finished, this, [&](int code, QProcess::ExitStatus status) {
+            exitCode = code;
+            exitStatus = status;
+        });
+        controller.reset();  // what closing the window does
+        QCOMPARE(exitStatus, QProcess::NormalExit);
+        QCOMPARE(exitCode, 0);
     }
 
     void missingWorkerProgramFailsTheRun() {
