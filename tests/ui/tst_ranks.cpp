@@ -146,6 +146,20 @@ private Q_SLOTS:
         }
         QVERIFY(!received.isEmpty());
         QCOMPARE(charts->probeChart()->rankTrials(1), received);
+        // Its OOMs (trials that ran out of memory, and OOMs it recovered from) are marked in the
+        // memory chart too, named by the rank.
+        int rankOoms = 0;
+        for (const core::Event& e : events) {
+            if (const auto* report = std::get_if<core::RankProbed>(&e)) {
+                rankOoms += static_cast<int>(report->ooms.size());
+                for (const core::ProbeTrial& t : report->trials) rankOoms += t.fit ? 0 : 1;
+            }
+        }
+        int marked = 0;
+        for (int i = 0; i < charts->memoryChart()->oomMarkerCount(); ++i)
+            marked += charts->memoryChart()->oomText(i).startsWith(QStringLiteral("rank 1 (virtual:48MiB): ")) ? 1 : 0;
+        qInfo("rank 1 reported %d OOM(s); the memory chart marks %d", rankOoms, marked);
+        QCOMPARE(marked, rankOoms);
         QVERIFY(!charts->probeChart()->rankTrials(0).isEmpty());
         const ui::EventLogModel& log = *w.eventLog()->model();
         bool logged = false;

@@ -176,29 +176,16 @@ void MemoryChart::handle(const core::Event& event) {
         }
         markDirty();
     } else if (const auto* oom = std::get_if<core::OomEvent>(&event)) {
-        if (m_ooms.size() >= kMaxOoms) return;
-        QString text = tr("Out of memory at %1 s, step %2\nphase: %3, micro-batch %4\n")
-                           .arg(oom->time, 0, 'f', 2)
-                           .arg(oom->step)
-                           .arg(QString::fromLatin1(core::toString(oom->phase)))
-                           .arg(oom->microBatch);
-        text += oom->requestedBytes > 0 ? tr("requested %1").arg(bytesText(oom->requestedBytes))
-                                        : tr("requested size unknown");
-        if (oom->recovered) text += tr("\nrecovered: replayed the batch at micro-batch %1").arg(oom->newMicroBatch);
-        m_ooms.push_back({oom->time, text});
-        markDirty();
+        addOom(*oom, QString(), -1);
     } else if (const auto* trial = std::get_if<core::ProbeTrial>(&event)) {
-        if (trial->fit || m_ooms.size() >= kMaxOoms) return;
-        QString text = tr("Out of memory at %1 s (probe %2, trial %3)\nphase: probe trial, "
-                          "micro-batch %4\n")
-                           .arg(trial->time, 0, 'f', 2)
-                           .arg(trial->sequence)
-                           .arg(trial->trial)
-                           .arg(trial->microBatch);
-        text += trial->failedAllocationBytes > 0 ? tr("requested %1").arg(bytesText(trial->failedAllocationBytes))
-                                                 : tr("requested size unknown");
-        m_ooms.push_back({trial->time, text});
-        markDirty();
+        if (!trial->fit) addOom(*trial, QString(), -1);
+    } else if (const auto* report = std::get_if<core::RankProbed>(&event)) {
+        RankLane& lane = laneOf(report->rank, QString::fromStdString(report->device));
+        for (const core::ProbeStarted& probe : report->probes) lane.usable = mib(probe.usableBytes);
+        const QString who = tr("rank %1 (%2): ").arg(report->rank).arg(QString::fromStdString(report->device));
+        for (const core::ProbeTrial& t : report->trials)
+            if (!t.fit) addOom(t, who, lane.usable);
+        for (const core::OomEvent& o : report->ooms) addOom(o, who, lane.usable);
     } else if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) {
         for (const core::RankStep& r : ranks->ranks) {
             if (r.rank == 0) continue;  // this window's own, drawn in detail above
@@ -206,6 +193,34 @@ void MemoryChart::handle(const core::Event& event) {
         }
         markDirty();
     }
+}
+
+void MemoryChart::addOom(const core::OomEvent& oom, const QString& who, double level) {
+    if (m_ooms.size() >= kMaxOoms) return;
+    QString text = who + tr("Out of memory at %1 s, step %2\nphase: %3, micro-batch %4\n")
+                             .arg(oom.time, 0, 'f', 2)
+                             .arg(oom.step)
+                             .arg(QString::fromLatin1(core::toString(oom.phase)))
+                             .arg(oom.microBatch);
+    text +=
+        oom.requestedBytes > 0 ? tr("requested %1").arg(bytesText(oom.requestedBytes)) : tr("requested size unknown");
+    if (oom.recovered) text += tr("\nrecovered: replayed the batch at micro-batch %1").arg(oom.newMicroBatch);
+    m_ooms.push_back({oom.time, text, level});
+    markDirty();
+}
+
+void MemoryChart::addOom(const core::ProbeTrial& trial, const QString& who, double level) {
+    if (m_ooms.size() >= kMaxOoms) return;
+    QString text = who + tr("Out of memory at %1 s (probe %2, trial %3)\nphase: probe trial, "
+                            "micro-batch %4\n")
+                             .arg(trial.time, 0, 'f', 2)
+                             .arg(trial.sequence)
+                             .arg(trial.trial)
+                             .arg(trial.microBatch);
+    text += trial.failedAllocationBytes > 0 ? tr("requested %1").arg(bytesText(trial.failedAllocationBytes))
+                                            : tr("requested size unknown");
+    m_ooms.push_back({trial.time, text, level});
+    markDirty();
 }
 
 void MemoryChart::clear() {
@@ -252,7 +267,10 @@ void MemoryChart::refresh(bool follow) {
 
     const double capacity = m_capacity.isEmpty() ? 0 : m_capacity.last().y();
     QList<QPointF> oomPoints;
-    for (const Oom& oom : m_ooms) oomPoints.append(QPointF(oom.time, capacity));
+    for (const Oom& oom : m_ooms) {
+        oomPoints.append(QPointF(oom.time, oom.level >= 0 ? oom.level : capacity));
+        if (oom.level >= 0) yMax = std::max(yMax, oom.level);
+    }
     m_oomSeries->replace(oomPoints);
 
     if (follow) setPaddedRange(m_yAxis, 0, std::isfinite(yMax) ? yMax : 1, /*fromZero=*/true);

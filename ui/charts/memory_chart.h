@@ -19,7 +19,9 @@ namespace batchpilot::ui {
 /// device has an allocator cache), the capacity and the headroom (usable) lines, and every
 /// out-of-memory error as a red vertical marker whose tooltip says phase, micro-batch and the
 /// bytes requested. With several devices those are rank 0's (this window trains it), and each
-/// other rank has a lane in a colour of its own: its device's peak in each step.
+/// other rank has a lane in a colour of its own: its device's peak in each step; its OOMs (as
+/// it reported them, RankProbed) are red lines too, their markers on its usable-memory level and
+/// their tooltips naming the rank.
 class MemoryChart : public LiveChart {
     Q_OBJECT
 public:
@@ -56,12 +58,16 @@ private:
     struct Oom {
         double time = 0;
         QString text;
+        double level = -1;  ///< where its marker sits (MiB); below 0: rank 0's capacity line
     };
+    void addOom(const core::OomEvent& oom, const QString& who, double level);
+    void addOom(const core::ProbeTrial& trial, const QString& who, double level);
     void placeMarkers();
     struct RankLane {
         int rank = 0;
         SeriesStore peaks{10000};
         QLineSeries* series = nullptr;
+        double usable = -1;  ///< its usable memory (MiB) as its last probe reported, -1 before
     };
     RankLane& laneOf(int rank, const QString& device);
     /// The caption for one device, or for several (whose lines are rank 0's).
