@@ -33,6 +33,17 @@ std::string validationMetrics(const core::ValidationDone& e) {
     return text;
 }
 
+/// "OOM in forward at micro-batch 64 (2.0 MiB requested): recovered, continuing at 32", for
+/// this process's OOMs and those another rank reported.
+std::string oomText(const core::OomEvent& e) {
+    // newMicroBatch 0: the probe is still searching and chooses the next size itself.
+    const std::string outcome = !e.recovered          ? "not recovered"
+                                : e.newMicroBatch > 0 ? "recovered, continuing at " + std::to_string(e.newMicroBatch)
+                                                      : "recovered; the probe tries a smaller size";
+    return formatText("OOM in %s at micro-batch %" PRId64 " (%s requested): %s", core::toString(e.phase), e.microBatch,
+                      core::formatBytes(e.requestedBytes).c_str(), outcome.c_str());
+}
+
 /// Whether `a` is a better validation result than `b`: by `metric` when the run keeps its best
 /// model by one (the summary then names the same pass as the kept model), else higher accuracy,
 /// or lower loss.
@@ -180,13 +191,7 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                                 e.reason.c_str()));
             } else if constexpr (std::is_same_v<T, OomEvent>) {
                 ++m_ooms;
-                // newMicroBatch 0: the probe is still searching and chooses the next size itself.
-                const std::string outcome = !e.recovered ? "not recovered"
-                                            : e.newMicroBatch > 0
-                                                ? "recovered, continuing at " + std::to_string(e.newMicroBatch)
-                                                : "recovered; the probe tries a smaller size";
-                line(formatText("  OOM in %s at micro-batch %" PRId64 " (%s requested): %s", toString(e.phase),
-                                e.microBatch, formatBytes(e.requestedBytes).c_str(), outcome.c_str()));
+                line("  " + oomText(e));
             } else if constexpr (std::is_same_v<T, StepMetrics>) {
                 m_lastStep = e;
                 if (m_quiet) return;
@@ -249,12 +254,7 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                 }
                 for (const OomEvent& o : e.ooms) {
                     ++m_otherRankOoms;
-                    line(formatText("%sOOM in %s at micro-batch %" PRId64 " (%s requested): %s", who.c_str(),
-                                    toString(o.phase), o.microBatch, formatBytes(o.requestedBytes).c_str(),
-                                    !o.recovered ? "not recovered"
-                                    : o.newMicroBatch > 0
-                                        ? ("recovered, continuing at " + std::to_string(o.newMicroBatch)).c_str()
-                                        : "recovered; the probe tries a smaller size"));
+                    line(who + oomText(o));
                 }
             } else if constexpr (std::is_same_v<T, ValidationDone>) {
                 m_lastValidation = e;

@@ -378,12 +378,15 @@ OomEvent readFields(const json& j) {
 
 }  // namespace
 
+bool isRankReported(const Event& event) {
+    return std::holds_alternative<ProbeStarted>(event) || std::holds_alternative<ProbeTrial>(event) ||
+           std::holds_alternative<ProbeFinished>(event) || std::holds_alternative<OomEvent>(event);
+}
+
 std::string rankReportText(const std::vector<Event>& events, double now) {
     json report = json::array();
     for (const Event& event : events) {
-        if (!std::holds_alternative<ProbeStarted>(event) && !std::holds_alternative<ProbeTrial>(event) &&
-            !std::holds_alternative<ProbeFinished>(event) && !std::holds_alternative<OomEvent>(event))
-            continue;
+        if (!isRankReported(event)) continue;
         json j = toJson(event);
         j["age"] = now - j.at("time").get<double>();  // clocks differ between processes; ages do not
         j.erase("time");

@@ -16,6 +16,10 @@ nlohmann::json toJson(const Event& event);
 /// toJson(event) on one line, without a trailing newline (a JSON Lines record).
 std::string toJsonLine(const Event& event);
 
+/// Several devices: the events a rank other than 0 reports to rank 0 (its probes and OOMs:
+/// ProbeStarted, ProbeTrial, ProbeFinished, OomEvent).
+bool isRankReported(const Event& event);
+
 /// Several devices: what a rank tells rank 0 of its probes and OOMs (the ProbeStarted,
 /// ProbeTrial, ProbeFinished and OomEvent among `events`; the others are left out), as JSON
 /// text, each event's time given as its age at `now` (the ranks' clocks start apart). Empty

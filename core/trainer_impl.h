@@ -25,6 +25,7 @@
 #include "core/device.h"
 #include "core/cancel.h"
 #include "core/equivalence.h"
+#include "core/event_json.h"
 #include "core/loss.h"
 #include "core/model.h"
 #include "core/model_factory.h"
@@ -208,10 +209,7 @@ struct Trainer::Impl {
         if (parallel) {
             if (std::holds_alternative<OomEvent>(event)) ++parallel->oomsInStep;
             // Rank 0 shows every rank's probes and OOMs: the others send theirs with the step.
-            if (parallel->link->rank() != 0 &&
-                (std::holds_alternative<ProbeStarted>(event) || std::holds_alternative<ProbeTrial>(event) ||
-                 std::holds_alternative<ProbeFinished>(event) || std::holds_alternative<OomEvent>(event)))
-                parallel->unreported.push_back(event);
+            if (parallel->link->rank() != 0 && isRankReported(event)) parallel->unreported.push_back(event);
         }
         sink.onEvent(event);
     }

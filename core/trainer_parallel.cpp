@@ -7,8 +7,6 @@
 
 #include "core/trainer_impl.h"
 
-#include "core/event_json.h"
-
 #include <algorithm>
 #include <utility>
 

@@ -53,6 +53,34 @@ int countOf(const QList<core::Event>& events) {
         std::count_if(events.begin(), events.end(), [](const core::Event& e) { return std::holds_alternative<T>(e); }));
 }
 
+/// The first event of type T, or nullptr.
+template <class T>
+const T* firstOf(const QList<core::Event>& events) {
+    for (const core::Event& e : events)
+        if (const auto* found = std::get_if<T>(&e)) return found;
+    return nullptr;
+}
+
+/// How often the run entered the Paused state.
+int pausedStates(const QList<core::Event>& events) {
+    return static_cast<int>(std::count_if(events.begin(), events.end(), [](const core::Event& e) {
+        const auto* state = std::get_if<core::RunStateChanged>(&e);
+        return state != nullptr && state->state == core::RunState::Paused;
+    }));
+}
+
+/// Starts a two-rank job that runs until stopped (cnn, batch 64, virtual:12MiB + virtual:48MiB)
+/// on `controller`, whose events are appended to `events`.
+bool startEndlessJob(ui::TrainerController& controller, QList<core::Event>& events) {
+    QObject::connect(&controller, &ui::TrainerController::eventsReceived, &controller,
+                     [&events](const QList<core::Event>& batch) { events.append(batch); });
+    core::TrainerOptions options = ui::demoOptions();
+    options.model.name = "cnn";
+    options.targetBatch = 64;
+    options.steps = 100000;
+    return controller.start(options, {QStringLiteral("virtual:12MiB"), QStringLiteral("virtual:48MiB")});
+}
+
 }  // namespace
 
 class TestRanks : public QObject {
@@ -199,27 +227,15 @@ private Q_SLOTS:
         ui::TrainerController controller;
         controller.setRankTimeout(kRankTimeoutSeconds);
         QList<core::Event> events;
-        connect(&controller, &ui::TrainerController::eventsReceived, &controller,
-                [&events](const QList<core::Event>& batch) { events.append(batch); });
         const auto steps = [&] { return countOf<core::RanksStepped>(events); };
-        const auto pausedStates = [&] {
-            return std::count_if(events.begin(), events.end(), [](const core::Event& e) {
-                const auto* state = std::get_if<core::RunStateChanged>(&e);
-                return state != nullptr && state->state == core::RunState::Paused;
-            });
-        };
         QSignalSpy finished(&controller, &ui::TrainerController::runFinished);
-        core::TrainerOptions options = ui::demoOptions();
-        options.model.name = "cnn";
-        options.targetBatch = 64;
-        options.steps = 100000;
-        QVERIFY(controller.start(options, {QStringLiteral("virtual:12MiB"), QStringLiteral("virtual:48MiB")}));
+        QVERIFY(startEndlessJob(controller, events));
         QTRY_VERIFY_WITH_TIMEOUT(steps() >= 2 || !controller.isRunning(), kTimeout);
         QVERIFY2(controller.isRunning(),
                  finished.isEmpty() ? "" : finished.first().at(0).value<core::RunResult>().error.c_str());
 
         controller.pause();
-        QTRY_VERIFY_WITH_TIMEOUT(pausedStates() == 1, kTimeout);
+        QTRY_VERIFY_WITH_TIMEOUT(pausedStates(events) == 1, kTimeout);
         const auto before = steps();
         // Longer than any rank waits in a collective: none gives up, none takes a step.
         QTest::qWait((kRankTimeoutSeconds + 2) * 1000);
@@ -238,7 +254,7 @@ private Q_SLOTS:
 
         // Stopped while paused: every rank ends, rank 1's process with status 0 (no warning).
         controller.pause();
-        QTRY_VERIFY_WITH_TIMEOUT(pausedStates() == 2, kTimeout);
+        QTRY_VERIFY_WITH_TIMEOUT(pausedStates(events) == 2, kTimeout);
         controller.stop();
         QVERIFY(finished.wait(kTimeout));
         const auto result = finished.takeFirst().at(0).value<core::RunResult>();
@@ -255,25 +271,15 @@ private Q_SLOTS:
     void saversAreMeasuredAndChangedOnEveryRank() {
         ui::TrainerController controller;
         QList<core::Event> events;
-        connect(&controller, &ui::TrainerController::eventsReceived, &controller,
-                [&events](const QList<core::Event>& batch) { events.append(batch); });
         const auto steps = [&] { return countOf<core::RanksStepped>(events); };
         QSignalSpy finished(&controller, &ui::TrainerController::runFinished);
-        core::TrainerOptions options = ui::demoOptions();
-        options.model.name = "cnn";
-        options.targetBatch = 64;
-        options.steps = 100000;
-        QVERIFY(controller.start(options, {QStringLiteral("virtual:12MiB"), QStringLiteral("virtual:48MiB")}));
+        QVERIFY(startEndlessJob(controller, events));
         QTRY_VERIFY_WITH_TIMEOUT(steps() >= 2 || !controller.isRunning(), kTimeout);
         QVERIFY(controller.isRunning());
 
         // Run → Measure memory savers: this window's rank measures its device.
         controller.surveySavers();
-        const auto survey = [&]() -> const core::SaverSurvey* {
-            for (const core::Event& e : events)
-                if (const auto* found = std::get_if<core::SaverSurvey>(&e)) return found;
-            return nullptr;
-        };
+        const auto survey = [&] { return firstOf<core::SaverSurvey>(events); };
         QTRY_VERIFY_WITH_TIMEOUT(survey() != nullptr || !controller.isRunning(), kTimeout);
         QVERIFY(controller.isRunning());
         QVERIFY2(survey()->reason.find("asked for on rank 0") != std::string::npos, survey()->reason.c_str());
@@ -282,11 +288,7 @@ private Q_SLOTS:
 
         // Apply activation checkpointing: rank 0 changes, and rank 1 probes again under it.
         controller.setMemorySavers(core::MemorySavers::Checkpoint);
-        const auto changed = [&]() -> const core::MemorySaversChanged* {
-            for (const core::Event& e : events)
-                if (const auto* change = std::get_if<core::MemorySaversChanged>(&e)) return change;
-            return nullptr;
-        };
+        const auto changed = [&] { return firstOf<core::MemorySaversChanged>(events); };
         const auto rank1ProbedForSavers = [&] {
             for (const core::Event& e : events)
                 if (const auto* report = std::get_if<core::RankProbed>(&e))
@@ -316,22 +318,11 @@ private Q_SLOTS:
     void closingWhilePausedEndsEveryRank() {
         auto controller = std::make_unique<ui::TrainerController>();
         QList<core::Event> events;
-        connect(controller.get(), &ui::TrainerController::eventsReceived, controller.get(),
-                [&events](const QList<core::Event>& batch) { events.append(batch); });
-        core::TrainerOptions options = ui::demoOptions();
-        options.model.name = "cnn";
-        options.targetBatch = 64;
-        options.steps = 100000;
-        QVERIFY(controller->start(options, {QStringLiteral("virtual:12MiB"), QStringLiteral("virtual:48MiB")}));
+        QVERIFY(startEndlessJob(*controller, events));
         QTRY_VERIFY_WITH_TIMEOUT(countOf<core::RanksStepped>(events) >= 2 || !controller->isRunning(), kTimeout);
         QVERIFY(controller->isRunning());
         controller->pause();
-        QTRY_VERIFY_WITH_TIMEOUT(std::any_of(events.begin(), events.end(),
-                                             [](const core::Event& e) {
-                                                 const auto* state = std::get_if<core::RunStateChanged>(&e);
-                                                 return state != nullptr && state->state == core::RunState::Paused;
-                                             }),
-                                 kTimeout);
+        QTRY_VERIFY_WITH_TIMEOUT(pausedStates(events) == 1, kTimeout);
         const QList<QProcess*> workers = controller->findChildren<QProcess*>();
         QCOMPARE(workers.size(), 1);
         QVERIFY(workers.front()->state() != QProcess::NotRunning);
