@@ -267,7 +267,8 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                 line(formatText("target batch %" PRId64 " → %" PRId64 ", learning rate %g → %g", e.oldTarget,
                                 e.newTarget, e.oldLearningRate, e.newLearningRate));
             } else if constexpr (std::is_same_v<T, DeviceSwitched>) {
-                line("device " + e.from + " → " + e.to);
+                line((e.rank > 0 ? "rank " + std::to_string(e.rank) + ": device " : std::string("device ")) + e.from +
+                     " → " + e.to);
             } else if constexpr (std::is_same_v<T, SaverSurvey>) {
                 std::string table = describeSaverSurvey(e);
                 if (!table.empty() && table.back() == '\n') table.pop_back();
@@ -312,10 +313,7 @@ void ConsoleReporter::printEquivalence(const core::EquivalenceChecked& r) {
         std::fflush(m_out);
         return;
     }
-    std::string sizes;
-    for (size_t i = 0; i < r.microBatchSizes.size(); ++i) {
-        sizes += (i > 0 ? " + " : "") + std::to_string(r.microBatchSizes[i]);
-    }
+    const std::string sizes = core::describeSplit(r);
     std::fprintf(
         m_out, "\nEquivalence check after step %" PRId64 ": %" PRId64 " samples accumulated as %s, against one pass\n",
         r.step, r.samples, sizes.c_str());

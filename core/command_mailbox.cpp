@@ -37,9 +37,9 @@ void CommandMailbox::reprobe() {
     m_batch.reprobe = true;
 }
 
-void CommandMailbox::switchDevice(const std::string& device) {
+void CommandMailbox::switchDevice(const std::string& device, int rank) {
     std::lock_guard lock(m_mutex);
-    m_batch.device = device;
+    m_batch.devices[rank] = device;
 }
 
 void CommandMailbox::checkEquivalence(int64_t samples) {

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -23,7 +24,8 @@ public:
     /// The batch-boundary commands posted since the last take().
     struct Batch {
         std::optional<std::pair<int64_t, LrScaling>> target;
-        std::optional<std::string> device;
+        /// Device switches by rank (rank 0 alone on one device; later requests replace earlier ones).
+        std::map<int, std::string> devices;
         std::optional<int64_t> equivalence;  ///< samples of the equivalence check (0: the whole batch)
         bool reprobe = false;
         bool surveySavers = false;           ///< measure every memory saver (SaverSurvey)
@@ -38,7 +40,7 @@ public:
     void resume();
     void setTarget(int64_t target, LrScaling rule);
     void reprobe();
-    void switchDevice(const std::string& device);
+    void switchDevice(const std::string& device, int rank);
     void checkEquivalence(int64_t samples);
     void surveySavers();
     void setMemorySavers(MemorySavers savers);

@@ -120,10 +120,17 @@ void compareGradients(const std::vector<std::string>& names, const std::vector<t
 
 std::string explainEquivalence(const EquivalenceChecked& r) {
     const std::string rel = formatText("%.2g", r.overall.relativeDifference);
-    const std::string parts =
-        std::to_string(r.microBatchSizes.size()) + " micro-batch" + (r.microBatchSizes.size() == 1 ? "" : "es");
+    // Several devices: every rank's micro-batches, summed over the ranks as a training step sums them.
+    size_t count = r.microBatchSizes.size();
+    if (!r.rankMicroBatchSizes.empty()) {
+        count = 0;
+        for (const auto& part : r.rankMicroBatchSizes) count += part.size();
+    }
+    std::string parts = std::to_string(count) + " micro-batch" + (count == 1 ? "" : "es");
+    if (!r.rankMicroBatchSizes.empty())
+        parts += " on " + std::to_string(r.rankMicroBatchSizes.size()) + " devices (summed over the ranks)";
     std::string text;
-    if (r.microBatchSizes.size() == 1) {
+    if (count == 1) {
         text = "The check batch fits in one micro-batch, so both ways run the same computation (relative difference " +
                rel + "). Choose a check batch larger than the micro-batch to see accumulation at work. ";
     } else if (!r.batchStatistics && (r.bfloat16 || r.float16) && !r.equalUpToRounding()) {

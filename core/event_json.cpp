@@ -105,7 +105,7 @@ json fields(const TargetBatchChanged& e) {
             {"new_learning_rate", e.newLearningRate}};
 }
 json fields(const DeviceSwitched& e) {
-    return {{"time", e.time}, {"from", e.from}, {"to", e.to}};
+    return {{"time", e.time}, {"from", e.from}, {"to", e.to}, {"rank", e.rank}};
 }
 json fields(const Warning& e) {
     return {{"time", e.time}, {"message", e.message}};
@@ -303,6 +303,15 @@ json fields(const EquivalenceChecked& e) {
               {"seconds", e.seconds}};
     if (e.runningStatisticsRelativeDifference >= 0) {
         j["running_statistics_relative_difference"] = e.runningStatisticsRelativeDifference;
+    }
+    if (!e.rankMicroBatchSizes.empty()) {
+        json ranks = json::array();
+        for (size_t r = 0; r < e.rankMicroBatchSizes.size(); ++r) {
+            ranks.push_back({{"rank", r},
+                             {"device", r < e.rankDevices.size() ? e.rankDevices[r] : std::string()},
+                             {"micro_batch_sizes", e.rankMicroBatchSizes[r]}});
+        }
+        j["ranks"] = ranks;
     }
     if (!e.error.empty()) j["error"] = e.error;
     return j;

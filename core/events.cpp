@@ -69,6 +69,22 @@ const char* toString(ProbeReason reason) {
     return "unknown";
 }
 
+std::string describeSplit(const EquivalenceChecked& check) {
+    const auto sum = [](const std::vector<int64_t>& sizes) {
+        std::string text;
+        for (size_t i = 0; i < sizes.size(); ++i) text += (i > 0 ? " + " : "") + std::to_string(sizes[i]);
+        return text.empty() ? std::string("no samples") : text;
+    };
+    if (check.rankMicroBatchSizes.empty()) return sum(check.microBatchSizes);
+    std::string text;
+    for (size_t r = 0; r < check.rankMicroBatchSizes.size(); ++r) {
+        text += (r > 0 ? ", rank " : "rank ") + std::to_string(r);
+        if (r < check.rankDevices.size()) text += " (" + check.rankDevices[r] + ")";
+        text += " " + sum(check.rankMicroBatchSizes[r]);
+    }
+    return text + ", summed over the ranks";
+}
+
 const char* eventName(const Event& event) {
     return std::visit(
         [](const auto& e) -> const char* {

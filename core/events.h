@@ -365,9 +365,13 @@ constexpr double kRoundingTolerance = 1e-4;
 /// micro-batches with weights n_i / T, and in one full pass, compared tensor by tensor.
 struct EquivalenceChecked {
     double time = 0;
-    int64_t step = 0;     ///< optimizer steps done when it ran
-    int64_t samples = 0;  ///< the check batch
-    std::vector<int64_t> microBatchSizes;
+    int64_t step = 0;                      ///< optimizer steps done when it ran
+    int64_t samples = 0;                   ///< the check batch
+    std::vector<int64_t> microBatchSizes;  ///< several devices: rank 0's part
+    /// Several devices: every rank's part of the check batch, in that rank's micro-batches, and
+    /// its device, by rank; their gradients were summed over the ranks as training sums them.
+    std::vector<std::vector<int64_t>> rankMicroBatchSizes;
+    std::vector<std::string> rankDevices;
     std::vector<TensorDifference> tensors;
     TensorDifference overall;
     bool batchStatistics = false;  ///< the model has BatchNorm: differences are expected
@@ -406,6 +410,7 @@ struct DeviceSwitched {
     double time = 0;
     std::string from;
     std::string to;
+    int rank = 0;  ///< several devices: the rank that moved
 };
 
 struct Warning {
@@ -434,6 +439,10 @@ using Event = std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinis
                            CheckpointSaved, ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting,
                            EquivalenceChecked, ThroughputTimed, ThroughputChosen, ValidationDone, RanksStepped,
                            RankProbed, SaverSurvey, MemorySaversChanged, LossScaleChanged>;
+
+/// How a check's batch was accumulated: "16 + 16 + 8", or with several devices each rank's part,
+/// "rank 0 (virtual:48MiB) 16 + 16, rank 1 (virtual:192MiB) 64, summed over the ranks".
+std::string describeSplit(const EquivalenceChecked& check);
 
 /// Name of the event type as written in JSON Lines ("probe_trial", "oom", ...).
 const char* eventName(const Event& event);

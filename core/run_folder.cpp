@@ -118,7 +118,7 @@ void RunSummaryBuilder::handle(const Event& event) {
     } else if (const auto* rank = std::get_if<RankProbed>(&event)) {
         m_ooms += static_cast<int64_t>(rank->ooms.size());  // several devices: the job's, every rank's
     } else if (const auto* d = std::get_if<DeviceSwitched>(&event)) {
-        m_device = d->to;
+        if (d->rank == 0) m_device = d->to;  // several devices: the job's device is rank 0's
     } else if (const auto* err = std::get_if<ErrorEvent>(&event)) {
         m_error = err->message;
     } else if (const auto* state = std::get_if<RunStateChanged>(&event)) {

@@ -202,15 +202,22 @@ bool Trainer::Impl::waitWhilePaused() {
 }
 
 bool Trainer::Impl::applyCommands() {
-    auto [newTarget, newDevice, equivalence, reprobe, survey, newSavers] = commands.take();
-    if (parallel && (newDevice || equivalence)) {
-        // Each would change what the other ranks must agree on at the same batch; not yet.
-        emit(Warning{now(), std::string("with several devices, ") +
-                                (newDevice ? "a device switch" : "the equivalence check") +
-                                " is not available during the run: stop it, and resume from its checkpoint with the "
-                                "new settings"});
-        newDevice.reset();
+    auto [newTarget, newDevices, equivalence, reprobe, survey, newSavers] = commands.take();
+    std::optional<std::string> newDevice;
+    if (parallel) {
+        // Several devices: every rank switches, or checks, at the same batch, agreed in ranksAgree.
+        for (auto& [rank, spec] : newDevices) parallel->requestedDevices[rank] = std::move(spec);
+        if (equivalence) parallel->requestedEquivalence = equivalence;
         equivalence.reset();
+    } else {
+        for (auto& [rank, spec] : newDevices) {
+            if (rank == 0) {
+                newDevice = std::move(spec);
+            } else {
+                emit(Warning{now(), "device switch of rank " + std::to_string(rank) + " to " + spec +
+                                        " ignored: this run trains on one device (rank 0)"});
+            }
+        }
     }
     if (parallel && (newSavers || survey)) {
         // Several devices: every rank changes its savers, or measures them, at the same batch,
@@ -225,7 +232,7 @@ bool Trainer::Impl::applyCommands() {
     if (newDevice) {
         if (auto next = parseDevice(*newDevice)) {
             const std::string before = device.name();
-            switchTo(*next);
+            if (std::optional<std::string> refused = switchTo(*next)) emit(Warning{now(), *refused});
             if (device.name() != before) {
                 startProbe(ProbeReason::DeviceSwitch, microBatch > 0 ? microBatch : options.probe.initialMicroBatch, 0);
                 reprobe = false;
@@ -701,6 +708,7 @@ RunResult Trainer::run() {
                 if (d.holdWhilePaused()) continue;  // the commands given meanwhile, agreed again
                 const std::vector<int64_t> batch = d.sampler->next(d.target);
                 d.trainBatch(d.rankSlice(batch), static_cast<int64_t>(batch.size()));
+                d.parallel->lastBatch = batch;
             } else {
                 if (!d.applyCommands() || !d.waitWhilePaused()) break;
                 const std::vector<int64_t> batch = d.sampler->next(d.target);
@@ -720,8 +728,10 @@ RunResult Trainer::run() {
         }
         result.stopped = d.commands.stopRequested() || (d.parallel && d.parallel->stoppedByRanks);
         if (d.parallel) d.checkRanksAgree();  // at the end of every run, whatever the interval
-        const std::optional<int64_t> equivalence = d.commands.takeEquivalence();
-        // A check asked for during the last batch still runs: the user is waiting for it.
+        std::optional<int64_t> equivalence = d.commands.takeEquivalence();
+        // A check asked for during the last batch still runs: the user is waiting for it (with
+        // several devices, asked for on any rank, on every rank together).
+        if (d.parallel) equivalence = d.agreeOnEquivalence(equivalence, result.stopped);
         if (equivalence && !result.stopped) d.checkEquivalence(*equivalence);
         // The end of the run is always evaluated (a stop asked for by the user is not held up by it).
         if (!result.stopped && d.leads() && d.validationData && d.step > 0 && d.lastValidationStep != d.step)
@@ -773,8 +783,8 @@ void Trainer::stop() {
 void Trainer::reprobe() {
     m_impl->commands.reprobe();
 }
-void Trainer::switchDevice(const std::string& device) {
-    m_impl->commands.switchDevice(device);
+void Trainer::switchDevice(const std::string& device, int rank) {
+    m_impl->commands.switchDevice(device, rank);
 }
 void Trainer::setStepMode(bool on) {
     m_impl->commands.setStepMode(on);

@@ -56,7 +56,9 @@ public:
     void reprobe();
     /// Moves parameters and optimizer state to `device` at the next training batch, then
     /// re-probes. An invalid or too small device is reported as a Warning and ignored.
-    void switchDevice(const std::string& device);
+    /// With several devices, `rank` names the rank that moves; every rank agrees on the switch at
+    /// the same batch, and the shares follow the new device's probe.
+    void switchDevice(const std::string& device, int rank = 0);
 
     /// Step-by-step mode, for teaching: before each micro-batch the trainer reports
     /// StepModeWaiting and waits for advance() or finishBatch(). Turning it off lets the run go on.

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <cmath>
 #include <optional>
 
@@ -123,6 +124,13 @@ struct ParallelState {
     /// Memory savers asked for on this rank, waiting for the ranks to agree on them.
     std::optional<MemorySavers> requestedSavers;
     bool surveyRequested = false;  ///< a survey of the memory savers asked for on this rank
+    /// Device switches asked for on this rank (by the rank that is to move), and an equivalence
+    /// check (its samples; 0: the whole batch), waiting for the ranks to agree on them.
+    std::map<int, std::string> requestedDevices;
+    std::optional<int64_t> requestedEquivalence;
+    int64_t switches = 0;            ///< device switches agreed so far: names each one's keys in the store
+    int64_t equivalenceChecks = 0;   ///< equivalence checks agreed so far: the same
+    std::vector<int64_t> lastBatch;  ///< the last training batch, every rank's samples (the equivalence check's)
     /// The ranks that voted to pause at this batch boundary (ranksAgree), for holdWhilePaused.
     std::vector<int> pausingRanks;
     int64_t pauses = 0;   ///< pauses agreed so far: names each one's key in the store
@@ -266,11 +274,17 @@ struct Trainer::Impl {
     void sampleMemory(bool force);
     void reportBreakdown();
     void reportSummary();
+    /// Reports EquivalenceChecked (trainer_equivalence.cpp). With several devices every rank
+    /// runs it at the same batch (agreed in ranksAgree): the check batch is split over the ranks
+    /// as training splits it, each accumulates its part with its own micro-batch plan, the parts
+    /// are summed over the ranks, and rank 0 compares the sum with one full pass and reports it.
     void checkEquivalence(int64_t samples);
     /// The gradient of `indices` accumulated by training's own code (runMicroBatch into the
-    /// accumulators) in micro-batches of `microBatchSizes`; training's state is left as it was.
+    /// accumulators) in micro-batches of `microBatchSizes`, each weighted by its share of
+    /// `batchSize` samples (several devices: the whole check batch, of which `indices` is this
+    /// rank's part); training's state is left as it was.
     std::vector<torch::Tensor> accumulateAsTraining(const std::vector<int64_t>& indices,
-                                                    const std::vector<int64_t>& microBatchSizes);
+                                                    const std::vector<int64_t>& microBatchSizes, int64_t batchSize);
     /// L2 norm of the accumulated gradients (uncounted: a few scalars).
     double gradientNorm() const {
         torch::NoGradGuard noGrad;
@@ -313,6 +327,15 @@ struct Trainer::Impl {
     /// stopped), then says so in the store; every rank waits for all of them, as long as they
     /// live (a pause may outlast any collective's timeout). False when no rank paused.
     bool holdWhilePaused();
+    /// The gradient accumulators become views into a few flat buckets (zero, as at a batch
+    /// boundary), so the all-reduce works in place on large tensors; after a switch, on the new device.
+    void bucketGradients();
+    /// A device switch agreed in ranksAgree: every rank learns the switches asked for, the ranks
+    /// named move and probe again, and every rank learns the ranks' devices (or why one stayed).
+    void switchRanks();
+    /// The end of a run: an equivalence check asked for on any rank during the last batch (its
+    /// samples), which every rank then runs together; none when a rank was stopped.
+    std::optional<int64_t> agreeOnEquivalence(std::optional<int64_t> mine, bool stopped);
     /// This rank's part of a training batch.
     std::vector<int64_t> rankSlice(const std::vector<int64_t>& batch) const;
     /// After this rank's micro-batches: exchanges the ranks' numbers, sums the gradients and the
@@ -336,7 +359,8 @@ struct Trainer::Impl {
     MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next = {},
                               bool keepGradients = true);
     void optimizerStep();
-    void switchTo(const DeviceSpec& next);
+    /// Moves to `next` (and reports DeviceSwitched); what stood in the way when it cannot.
+    std::optional<std::string> switchTo(const DeviceSpec& next);
     /// Saves the latest checkpoint in options.checkpoint.directory; with `metric`, the best model
     /// so far (its `value` on that validation metric) in the directory's best/ folder.
     void writeCheckpoint(const std::string& metric = {}, double value = 0);

@@ -112,30 +112,6 @@ void Trainer::Impl::setupParallel() {
             for (const auto& b : model->buffers()) values.push_back(b.detach());
             link.broadcast(values, 0);
         }
-        // The accumulators become views into flat buckets, so the all-reduce works in place on
-        // a few large tensors. The old ones go first: the buckets take their place in memory.
-        gradients.clear();
-        gradients.resize(parameters.size());
-        for (size_t i = 0; i < parameters.size();) {
-            size_t end = i;
-            int64_t elements = 0;
-            const auto itemBytes = static_cast<int64_t>(parameters[i].element_size());
-            while (end < parameters.size() && parameters[end].dtype() == parameters[i].dtype() &&
-                   parameters[end].device() == parameters[i].device() &&
-                   (end == i || (elements + parameters[end].numel()) * itemBytes <= kBucketBytes)) {
-                elements += parameters[end].numel();
-                ++end;
-            }
-            torch::Tensor bucket = torch::zeros(
-                {elements}, torch::TensorOptions().dtype(parameters[i].dtype()).device(parameters[i].device()));
-            int64_t offset = 0;
-            for (size_t k = i; k < end; ++k) {
-                gradients[k] = bucket.narrow(0, offset, parameters[k].numel()).view(parameters[k].sizes());
-                offset += parameters[k].numel();
-            }
-            state.buckets.push_back(bucket);
-            i = end;
-        }
         // First shares: by each device's usable memory; the probed micro-batches and the
         // measured speeds refine them (finishRanksStep).
         const std::vector<double> usable = link.allGather({static_cast<double>(usableBytes())});
@@ -151,30 +127,62 @@ void Trainer::Impl::setupParallel() {
     balance.minShare = minPart;
     state.balancer.emplace(balance);
     parallel = std::move(state);
+    bucketGradients();
     // Every rank probes its own device, whatever a checkpoint says the micro-batch was.
     microBatch = 0;
     probedMicroBatch = 0;
 }
 
+void Trainer::Impl::bucketGradients() {
+    // The old accumulators go first: the buckets take their place in memory.
+    parallel->buckets.clear();
+    gradients.clear();
+    gradients.resize(parameters.size());
+    for (size_t i = 0; i < parameters.size();) {
+        size_t end = i;
+        int64_t elements = 0;
+        const auto itemBytes = static_cast<int64_t>(parameters[i].element_size());
+        while (end < parameters.size() && parameters[end].dtype() == parameters[i].dtype() &&
+               parameters[end].device() == parameters[i].device() &&
+               (end == i || (elements + parameters[end].numel()) * itemBytes <= kBucketBytes)) {
+            elements += parameters[end].numel();
+            ++end;
+        }
+        torch::Tensor bucket = torch::zeros(
+            {elements}, torch::TensorOptions().dtype(parameters[i].dtype()).device(parameters[i].device()));
+        int64_t offset = 0;
+        for (size_t k = i; k < end; ++k) {
+            gradients[k] = bucket.narrow(0, offset, parameters[k].numel()).view(parameters[k].sizes());
+            offset += parameters[k].numel();
+        }
+        parallel->buckets.push_back(bucket);
+        i = end;
+    }
+}
+
 bool Trainer::Impl::ranksAgree(bool stopHere) {
     // Each rank's vote: stop, the target batch it was asked for (0: none) with its rule, pause,
-    // the memory savers it was asked for (their number + 1; 0: none), a survey of the savers.
+    // the memory savers it was asked for (their number + 1; 0: none), a survey of the savers,
+    // how many device switches it was asked for, an equivalence check (its samples + 1; 0: none).
     const auto& asked = parallel->requestedTarget;
     const auto& askedSavers = parallel->requestedSavers;
+    const auto& askedCheck = parallel->requestedEquivalence;
     std::vector<double> votes;
     try {
-        votes = parallel->link->allGather({stopHere ? 1.0 : 0.0, asked ? static_cast<double>(asked->first) : 0.0,
-                                           asked ? static_cast<double>(static_cast<int>(asked->second)) : 0.0,
-                                           commands.pauseRequested() ? 1.0 : 0.0,
-                                           askedSavers ? static_cast<double>(static_cast<int>(*askedSavers) + 1) : 0.0,
-                                           parallel->surveyRequested ? 1.0 : 0.0});
+        votes = parallel->link->allGather(
+            {stopHere ? 1.0 : 0.0, asked ? static_cast<double>(asked->first) : 0.0,
+             asked ? static_cast<double>(static_cast<int>(asked->second)) : 0.0, commands.pauseRequested() ? 1.0 : 0.0,
+             askedSavers ? static_cast<double>(static_cast<int>(*askedSavers) + 1) : 0.0,
+             parallel->surveyRequested ? 1.0 : 0.0, static_cast<double>(parallel->requestedDevices.size()),
+             askedCheck ? static_cast<double>(*askedCheck + 1) : 0.0});
     } catch (const std::exception& e) {
         ranksFailed(e, "agreeing on the next batch");
     }
     parallel->requestedTarget.reset();
     parallel->requestedSavers.reset();
+    parallel->requestedEquivalence.reset();
     parallel->surveyRequested = false;
-    constexpr size_t kVote = 6;
+    constexpr size_t kVote = 8;
     parallel->pausingRanks.clear();
     for (size_t r = 0; r * kVote < votes.size(); ++r)
         if (votes[r * kVote + 3] != 0) parallel->pausingRanks.push_back(static_cast<int>(r));
@@ -185,7 +193,14 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
             emit(Warning{now(), "rank " + std::to_string(r) + " (" + parallel->devices[r] +
                                     ") asked to stop: every rank stops after step " + std::to_string(step)});
         }
+        parallel->requestedDevices.clear();
         return true;
+    }
+    // Checked before the changes below change the micro-batch plans it compares against.
+    for (size_t r = 0; r * kVote < votes.size(); ++r) {
+        if (votes[r * kVote + 7] == 0) continue;
+        checkEquivalence(static_cast<int64_t>(votes[r * kVote + 7]) - 1);
+        break;
     }
     for (size_t r = 0; r * kVote < votes.size(); ++r) {
         const auto next = static_cast<int64_t>(votes[r * kVote + 1]);
@@ -216,6 +231,9 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
                                                           "), applied by every rank at the same batch");
         break;
     }
+    bool switching = false;
+    for (size_t r = 0; r * kVote < votes.size(); ++r) switching = switching || votes[r * kVote + 6] > 0;
+    if (switching) switchRanks();
     for (size_t r = 0; r * kVote < votes.size(); ++r) {
         if (votes[r * kVote + 5] == 0) continue;
         // Every rank measures the savers on its own device, within its own share, side by side;
@@ -224,6 +242,102 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
         break;
     }
     return false;
+}
+
+void Trainer::Impl::switchRanks() {
+    ProcessGroupLink& link = *parallel->link;
+    const int me = link.rank();
+    const auto world = static_cast<size_t>(link.size());
+    const std::string round = std::to_string(++parallel->switches);
+    // The switches each rank was asked for, by the rank that is to move.
+    nlohmann::json mine = nlohmann::json::object();
+    for (const auto& [rank, spec] : std::exchange(parallel->requestedDevices, {})) mine[std::to_string(rank)] = spec;
+    std::vector<std::string> asked;
+    try {
+        asked = link.exchangeText("switch/" + round, mine.dump());
+    } catch (const std::exception& e) {
+        ranksFailed(e, "agreeing on a device switch");
+    }
+    // This rank's new device: the last asking rank's word for it, in rank order.
+    std::optional<std::string> spec;
+    std::vector<std::string> unknownRanks;
+    for (const std::string& text : asked) {
+        const nlohmann::json said = nlohmann::json::parse(text, nullptr, false);
+        if (!said.is_object()) continue;
+        for (const auto& [rank, name] : said.items()) {
+            if (!name.is_string()) continue;
+            if (rank == std::to_string(me)) spec = name.get<std::string>();
+            if (me == 0 && (rank.empty() || rank.size() > 4 ||
+                            rank.find_first_not_of("0123456789") != std::string::npos || std::stoul(rank) >= world))
+                unknownRanks.push_back(rank + " (" + name.get<std::string>() + ")");
+        }
+    }
+    for (const std::string& which : unknownRanks) {
+        emit(Warning{
+            now(), "device switch of rank " + which + " ignored: the job has ranks 0 to " + std::to_string(world - 1)});
+    }
+    std::string refused;
+    const std::string before = device.name();
+    if (spec) {
+        if (auto next = parseDevice(*spec); !next) {
+            refused = next.error();
+        } else if (next->name() == before) {
+            spec.reset();  // already there
+        } else if (std::optional<std::string> why = switchTo(*next)) {
+            refused = *why;
+        }
+        if (device.name() != before) {
+            startProbe(ProbeReason::DeviceSwitch, microBatch > 0 ? microBatch : options.probe.initialMicroBatch, 0);
+        } else if (!refused.empty()) {
+            emit(Warning{now(), "device switch to " + *spec + " refused: " + refused});
+        }
+    }
+    // Every rank learns where each rank is now (or why one stayed), rank 0 reports it.
+    std::vector<std::string> outcome;
+    try {
+        outcome = link.exchangeText("switched/" + round,
+                                    nlohmann::json{{"device", device.name()}, {"refused", refused}}.dump());
+    } catch (const std::exception& e) {
+        ranksFailed(e, "agreeing on a device switch");
+    }
+    bool moved = false;
+    for (size_t r = 0; r < outcome.size(); ++r) {
+        const nlohmann::json said = nlohmann::json::parse(outcome[r], nullptr, false);
+        if (!said.is_object() || !said.contains("device") || !said["device"].is_string()) continue;
+        const std::string current = said["device"].get<std::string>();
+        const std::string from = parallel->devices[r];
+        if (current != from) {
+            moved = true;
+            parallel->devices[r] = current;
+            if (me == 0 && r != 0) emit(DeviceSwitched{now(), from, current, static_cast<int>(r)});
+        } else if (me == 0 && r != 0 && said.contains("refused") && said["refused"].is_string() &&
+                   !said["refused"].get<std::string>().empty()) {
+            emit(Warning{now(), "rank " + std::to_string(r) + " stays on " + from +
+                                    ": its device switch was refused: " + said["refused"].get<std::string>()});
+        }
+    }
+    if (moved) {
+        // As at the start: once every rank has probed, the shares follow the micro-batches.
+        parallel->sharedByCapacity = false;
+        parallel->balancer->reset();
+    }
+}
+
+std::optional<int64_t> Trainer::Impl::agreeOnEquivalence(std::optional<int64_t> mine, bool stopped) {
+    // Every rank joins, stopped or not (a stop asked for during the last batch reaches one rank
+    // only): the check runs when a rank asked for it and none was stopped.
+    std::vector<double> all;
+    try {
+        all = parallel->link->allGather({mine ? static_cast<double>(*mine + 1) : 0.0, stopped ? 1.0 : 0.0});
+    } catch (const std::exception& e) {
+        ranksFailed(e, "agreeing on an equivalence check at the end");
+    }
+    std::optional<int64_t> asked;
+    for (size_t r = 0; r * 2 < all.size(); ++r) {
+        if (all[r * 2 + 1] != 0) return std::nullopt;
+        if (!asked && all[r * 2] > 0) asked = static_cast<int64_t>(all[r * 2]) - 1;
+    }
+    return asked;
 }
 
 bool Trainer::Impl::holdWhilePaused() {

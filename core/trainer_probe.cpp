@@ -119,13 +119,11 @@ void Trainer::Impl::finishTiming(int64_t size) {
     if (options.probe.retimeEvery > 0) drift.emplace(options.probe.retimeEvery, options.probe.retimeDrift);
 }
 
-void Trainer::Impl::switchTo(const DeviceSpec& next) {
+std::optional<std::string> Trainer::Impl::switchTo(const DeviceSpec& next) {
     const std::string from = device.name();
     if (next.kind == DeviceKind::Virtual && meter->allocated() > next.budgetBytes) {
-        emit(Warning{now(), "cannot switch to " + next.name() +
-                                ": the model, its gradients and optimizer state already take " +
-                                formatBytes(meter->allocated()) + "; choose a budget above that"});
-        return;
+        return "cannot switch to " + next.name() + ": the model, its gradients and optimizer state already take " +
+               formatBytes(meter->allocated()) + "; choose a budget above that";
     }
     const bool moves = (next.kind == DeviceKind::Cuda) != (device.kind == DeviceKind::Cuda) ||
                        (next.kind == DeviceKind::Cuda && next.index != device.index);
@@ -135,14 +133,18 @@ void Trainer::Impl::switchTo(const DeviceSpec& next) {
         parameters = model->parameters();
         optimizer->to(target_device, parameters);
         for (auto& g : gradients) g = g.to(target_device);
+        // Several devices: the moved accumulators are no longer views into the buckets the
+        // all-reduce sums; new buckets on the new device (zero: this is a batch boundary).
+        if (parallel) bucketGradients();
         if (reservation.defined()) reservation = reservation.to(target_device);
         meter->releaseCache();
         lastChosen = 0;  // other hardware: search from the largest again
     }
     device = next;
     meter = openMeter(device);
-    emit(DeviceSwitched{now(), from, device.name()});
+    emit(DeviceSwitched{now(), from, device.name(), parallel ? parallel->link->rank() : 0});
     reportSummary();
+    return std::nullopt;
 }
 
 }  // namespace batchpilot::core

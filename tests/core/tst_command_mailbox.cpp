@@ -16,18 +16,21 @@ private Q_SLOTS:
         CommandMailbox box(false);
         box.setTarget(128, LrScaling::Linear);
         box.setTarget(256, LrScaling::Sqrt);  // the later one wins
-        box.switchDevice("virtual:64MiB");
+        box.switchDevice("virtual:32MiB", 0);
+        box.switchDevice("virtual:64MiB", 0);  // the later one for the same rank wins
+        box.switchDevice("virtual:96MiB", 2);  // several devices: each rank its own
         box.reprobe();
         box.checkEquivalence(-3);  // below 0: the whole batch
         auto taken = box.take();
         QVERIFY(taken.target.has_value());
         QCOMPARE(taken.target->first, int64_t{256});
         QCOMPARE(taken.target->second, LrScaling::Sqrt);
-        QCOMPARE(taken.device.value_or(""), std::string("virtual:64MiB"));
+        const std::map<int, std::string> devices{{0, "virtual:64MiB"}, {2, "virtual:96MiB"}};
+        QVERIFY(taken.devices == devices);
         QVERIFY(taken.reprobe);
         QCOMPARE(taken.equivalence.value_or(-1), int64_t{0});
         const auto again = box.take();
-        QVERIFY(!again.target && !again.device && !again.equivalence && !again.reprobe);
+        QVERIFY(!again.target && again.devices.empty() && !again.equivalence && !again.reprobe);
     }
 
     void stopEndsAPause() {

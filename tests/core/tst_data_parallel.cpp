@@ -13,6 +13,7 @@
 #include <QTemporaryDir>
 
 #include <csignal>
+#include <numeric>
 
 #include <torch/torch.h>
 
@@ -288,6 +289,67 @@ private Q_SLOTS:
                                                             reference(QStringLiteral("adam"), 5));
         qInfo("OOMs on rank 1, adam: largest relative parameter difference %.3g", difference);
         QVERIFY2(difference <= tolerance(QStringLiteral("adam"), 5), qPrintable(QString::number(difference)));
+    }
+
+    void equivalenceCheckSumsEveryRank_data() {
+        QTest::addColumn<int>("samples");
+        QTest::addColumn<QString>("devices");
+        QTest::newRow("whole batch, 2 ranks") << 0 << QStringLiteral("virtual:6MiB,virtual:24MiB");
+        QTest::newRow("100 samples, 3 ranks") << 100 << QStringLiteral("virtual:6MiB,virtual:24MiB,virtual:12MiB");
+    }
+
+    /// --check-equivalence with several devices: the check batch is split over the ranks as
+    /// training splits it, each rank accumulates its part in its own micro-batches, the parts are
+    /// summed over the ranks, and the sum equals one full pass over the whole check batch.
+    void equivalenceCheckSumsEveryRank() {
+        QFETCH(int, samples);
+        QFETCH(QString, devices);
+        const QString eventsFile = path(QStringLiteral("equivalence-%1.jsonl").arg(samples));
+        const Run run = runCli(job(QStringLiteral("adam"), 2) +
+                               QStringList{QStringLiteral("--devices"), devices, QStringLiteral("--check-equivalence"),
+                                           QString::number(samples), QStringLiteral("--events"), eventsFile});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        QVERIFY2(run.out.contains(QStringLiteral("summed over the ranks")), qPrintable(run.out));
+        const std::vector<QJsonObject> checks = events(eventsFile, QStringLiteral("equivalence"));
+        QCOMPARE(static_cast<int>(checks.size()), 1);
+        const QJsonObject& check = checks.front();
+        QVERIFY2(!check.contains(QStringLiteral("error")), qPrintable(check.value(QStringLiteral("error")).toString()));
+        const int expected = samples > 0 ? samples : 192;
+        QCOMPARE(check.value(QStringLiteral("samples")).toInt(), expected);
+        // Every rank's part, in its own micro-batches; together the whole check batch.
+        const QStringList names = devices.split(QLatin1Char(','));
+        const QJsonArray ranks = check.value(QStringLiteral("ranks")).toArray();
+        QCOMPARE(ranks.size(), names.size());
+        std::vector<int> parts;
+        for (int r = 0; r < ranks.size(); ++r) {
+            const QJsonObject rank = ranks[r].toObject();
+            QCOMPARE(rank.value(QStringLiteral("device")).toString(), names[r]);
+            int part = 0;
+            for (const QJsonValue size : rank.value(QStringLiteral("micro_batch_sizes")).toArray())
+                part += size.toInt();
+            QVERIFY(part > 0);
+            parts.push_back(part);
+        }
+        QCOMPARE(std::accumulate(parts.begin(), parts.end(), 0), expected);
+        if (samples == 0) {
+            // A whole batch: each rank's part is the share it trains in the step after the check.
+            const int next = check.value(QStringLiteral("step")).toInt() + 1;
+            QJsonArray trained;
+            for (const QJsonObject& step : events(eventsFile, QStringLiteral("ranks_step")))
+                if (step.value(QStringLiteral("step")).toInt() == next)
+                    trained = step.value(QStringLiteral("ranks")).toArray();
+            QCOMPARE(trained.size(), ranks.size());
+            for (int r = 0; r < ranks.size(); ++r)
+                QCOMPARE(parts[static_cast<size_t>(r)], trained[r].toObject().value(QStringLiteral("share")).toInt());
+        }
+        // The sum over the ranks is the full-batch gradient, to float32 rounding (rank 0's part
+        // alone would be a fraction of it).
+        const double relative = check.value(QStringLiteral("overall"))
+                                    .toObject()
+                                    .value(QStringLiteral("relative_difference"))
+                                    .toDouble(INFINITY);
+        qInfo("%d ranks, %d samples: relative difference %.3g", static_cast<int>(ranks.size()), expected, relative);
+        QVERIFY2(relative <= 1e-5, qPrintable(QString::number(relative)));
     }
 
     void killedRankEndsTheJobAndAnotherSetResumes() {

@@ -4,6 +4,8 @@
 
 #include <QtTest>
 
+#include <cmath>
+#include <map>
 #include <memory>
 
 #include <QComboBox>
@@ -217,6 +219,131 @@ private Q_SLOTS:
         QVERIFY2(result.state == core::RunState::Finished, result.error.c_str());
         QCOMPARE(result.steps, int64_t{12});
         QVERIFY(!w.controller()->isRunning());
+    }
+
+    /// A device switch with several devices, from the window's device list: the rank whose
+    /// entry changed moves at the next batch (every rank agrees), probes again within its new
+    /// budget, and the shares follow it; a switch its device refuses leaves it where it was;
+    /// another number of ranks is refused. Training stays exact: every step's loss equals that
+    /// of one process training the whole batch on one device.
+    void deviceSwitchMovesOneRank() {
+        core::TrainerOptions options = ui::demoOptions();
+        options.model.name = "cnn";
+        options.targetBatch = 256;
+        options.steps = 60;
+        options.optimizer.learningRate = 0.001;  // as app.data_parallel: sums' order stays in the last bits
+        options.validation.split = 0;
+        const auto lossesOf = [](const QList<core::Event>& events) {
+            std::map<int64_t, double> losses;
+            for (const core::Event& e : events)
+                if (const auto* m = std::get_if<core::StepMetrics>(&e)) losses[m->step] = m->loss;
+            return losses;
+        };
+        std::map<int64_t, double> reference;
+        {
+            ui::TrainerController one;
+            QList<core::Event> events;
+            connect(&one, &ui::TrainerController::eventsReceived, this,
+                    [&events](const QList<core::Event>& batch) { events.append(batch); });
+            QSignalSpy finished(&one, &ui::TrainerController::runFinished);
+            core::TrainerOptions whole = options;
+            whole.device = "virtual:256MiB";
+            QVERIFY(one.start(whole));
+            QVERIFY(finished.wait(kTimeout));
+            reference = lossesOf(events);
+        }
+        QCOMPARE(static_cast<int>(reference.size()), 60);
+
+        ui::MainWindow w;
+        w.resize(1280, 800);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        ui::RunPanel& panel = *w.runPanel();
+        panel.setOptions(options);
+        chooseSeveral(panel, QStringLiteral("virtual:12MiB, virtual:48MiB"));
+        QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
+        QList<core::Event> events;
+        connect(w.controller(), &ui::TrainerController::eventsReceived, this,
+                [&events](const QList<core::Event>& batch) { events.append(batch); });
+        QSignalSpy finished(w.controller(), &ui::TrainerController::runFinished);
+        QTest::mouseClick(panel.startButton(), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(countOf<core::RanksStepped>(events) >= 2 || !w.controller()->isRunning(), kTimeout);
+        QVERIFY(w.controller()->isRunning());
+        QLineEdit* list = panel.deviceListEdit();
+        QVERIFY(list->isEnabled());
+
+        // Another number of ranks: the field says why, nothing is asked of the ranks.
+        list->setText(QStringLiteral("virtual:12MiB, virtual:48MiB, virtual:48MiB"));
+        QVERIFY2(panel.problem().contains(QStringLiteral("has 2 ranks")), qPrintable(panel.problem()));
+        Q_EMIT list->editingFinished();
+        // A budget below what rank 1 already holds: its process refuses, it stays, rank 0 says so.
+        list->setText(QStringLiteral("virtual:12MiB, virtual:64KiB"));
+        QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
+        Q_EMIT list->editingFinished();
+        const auto warned = [&](const std::string& text) {
+            for (const core::Event& e : events)
+                if (const auto* warning = std::get_if<core::Warning>(&e);
+                    warning != nullptr && warning->message.find(text) != std::string::npos)
+                    return true;
+            return false;
+        };
+        QTRY_VERIFY_WITH_TIMEOUT(warned("rank 1 stays on virtual:48MiB") || !w.controller()->isRunning(), kTimeout);
+        QVERIFY(w.controller()->isRunning());
+        QCOMPARE(countOf<core::DeviceSwitched>(events), 0);
+
+        // A smaller device for rank 1: it moves, probes again within 24 MiB, the shares follow.
+        list->setText(QStringLiteral("virtual:12MiB, virtual:24MiB"));
+        Q_EMIT list->editingFinished();
+        const auto moved = [&] { return firstOf<core::DeviceSwitched>(events); };
+        QTRY_VERIFY_WITH_TIMEOUT(moved() != nullptr || !w.controller()->isRunning(), kTimeout);
+        QCOMPARE(moved()->rank, 1);
+        QCOMPARE(moved()->from, std::string("virtual:48MiB"));
+        QCOMPARE(moved()->to, std::string("virtual:24MiB"));
+        QVERIFY(finished.wait(kTimeout));
+        const auto result = finished.takeFirst().at(0).value<core::RunResult>();
+        QVERIFY2(result.state == core::RunState::Finished, result.error.c_str());
+        QCOMPARE(result.steps, int64_t{60});
+
+        // Rank 1 probed again for the switch, on its new device, and ended below its old size.
+        int64_t before = 0;
+        int64_t after = 0;
+        bool probedForSwitch = false;
+        for (const core::Event& e : events) {
+            if (const auto* report = std::get_if<core::RankProbed>(&e))
+                for (const core::ProbeStarted& p : report->probes)
+                    probedForSwitch =
+                        probedForSwitch || (report->rank == 1 && p.reason == core::ProbeReason::DeviceSwitch &&
+                                            report->device == "virtual:24MiB");
+            if (const auto* step = std::get_if<core::RanksStepped>(&e)) {
+                const core::RankStep& rank1 = step->ranks.at(1);
+                (rank1.device == "virtual:48MiB" ? before : after) = rank1.microBatch;
+            }
+        }
+        QVERIFY(probedForSwitch);
+        qInfo("rank 1's micro-batch: %lld on virtual:48MiB, %lld on virtual:24MiB", static_cast<long long>(before),
+              static_cast<long long>(after));
+        QVERIFY(after > 0 && after < before);
+        QCOMPARE(w.ranksView()->table()->item(1, 1)->text(), QStringLiteral("virtual:24MiB"));
+        const ui::EventLogModel& log = *w.eventLog()->model();
+        bool logged = false;
+        for (int row = 0; row < log.rowCount(); ++row)
+            logged = logged || log.row(row).details == QStringLiteral("rank 1: virtual:48MiB → virtual:24MiB");
+        QVERIFY(logged);
+
+        // Exact all along: the same losses as one process with the whole batch.
+        const std::map<int64_t, double> losses = lossesOf(events);
+        QCOMPARE(losses.size(), reference.size());
+        double largest = 0;
+        for (const auto& [step, loss] : reference) {
+            const double difference = std::abs(losses.at(step) - loss) / std::abs(loss);
+            largest = std::max(largest, difference);
+            QVERIFY2(difference <= 1e-5, qPrintable(QStringLiteral("step %1: loss %2, one process %3")
+                                                        .arg(step)
+                                                        .arg(losses.at(step), 0, 'g', 9)
+                                                        .arg(loss, 0, 'g', 9)));
+        }
+        qInfo("losses of %d steps: largest relative difference from one process %.3g", static_cast<int>(losses.size()),
+              largest);
     }
 
     /// Pause with several devices: every rank waits at the same training batch, for longer than

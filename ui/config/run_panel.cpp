@@ -241,7 +241,9 @@ QGroupBox* RunPanel::createDevice() {
     m_deviceList->setToolTip(
         tr("The devices that share every training batch, in rank order, e.g. virtual:48MiB, "
            "virtual:192MiB or cuda:0, cuda:1. Each gets a process of its own and probes its own "
-           "micro-batch; this window trains the first and shows every rank's share."));
+           "micro-batch; this window trains the first and shows every rank's share. During a run, "
+           "change one entry to move that rank to another device: every rank agrees at the next "
+           "training batch, the rank probes again and the shares follow."));
     m_deviceInfo = new QLabel;
     m_deviceInfo->setWordWrap(true);
     m_deviceInfo->setEnabled(false);
@@ -409,6 +411,7 @@ void RunPanel::connectFields() {
     connect(m_dataPath, &QLineEdit::textChanged, this, changed);
     connect(m_validationPath, &QLineEdit::textChanged, this, changed);
     connect(m_virtualSize, &QLineEdit::editingFinished, this, &RunPanel::commitDevice);
+    connect(m_deviceList, &QLineEdit::editingFinished, this, &RunPanel::commitDevice);
     connect(m_target, &QSpinBox::valueChanged, this, [this](int value) {
         if (running() && value > 0)
             m_commands->setTargetBatch(value, static_cast<core::LrScaling>(m_lrScaling->currentData().toInt()));
@@ -544,6 +547,10 @@ void RunPanel::revalidate() {
         }
         if (listProblem.isEmpty() && parts.size() < 2)
             listProblem = tr("Devices: list two or more, separated by commas (for one, choose it above)");
+        if (listProblem.isEmpty() && running() && !m_runDevices.isEmpty() && parts.size() != m_runDevices.size())
+            listProblem = tr("Devices: the running job has %1 ranks; change a rank's device, not how many there "
+                             "are (stop the run and resume from its checkpoint for another number)")
+                              .arg(m_runDevices.size());
     }
     if (isVirtual) {
         const auto size = core::parseByteSize(m_virtualSize->text().trimmed().toStdString());
@@ -618,7 +625,17 @@ void RunPanel::revalidate() {
 
 void RunPanel::commitDevice() {
     if (!running() || m_device->property("invalid").toBool() || m_virtualSize->property("invalid").toBool()) return;
-    if (m_device->currentData().toString() == QLatin1String(kSeveral)) return;  // the ranks keep their devices
+    if (m_device->currentData().toString() == QLatin1String(kSeveral)) {
+        // Several devices: each rank whose entry changed moves (revalidate refuses another count).
+        const QStringList now = devices();
+        if (m_deviceList->property("invalid").toBool() || now.size() != m_runDevices.size()) return;
+        for (int rank = 0; rank < now.size(); ++rank) {
+            if (now[rank] == m_runDevices[rank]) continue;
+            m_runDevices[rank] = now[rank];
+            m_commands->switchDevice(now[rank], rank);
+        }
+        return;
+    }
     m_commands->switchDevice(deviceId());
 }
 
@@ -634,9 +651,12 @@ void RunPanel::lockFields() {
                                                           m_memorySavers, m_optimizer, m_learningRate, m_seed, m_steps})
         field->setEnabled(!locked);
     m_virtualSize->setEnabled(m_device->currentData().toString() == QLatin1String(kVirtual));
-    // Several devices: each rank keeps its device for the run (no switching).
+    // Several devices: a rank's entry may change during the run (that rank moves), not their number.
     const bool several = m_device->currentData().toString() == QLatin1String(kSeveral);
-    m_deviceList->setEnabled(several && !locked);
+    if (locked && !m_wasRunning) m_runDevices = devices();
+    if (!locked) m_runDevices.clear();
+    m_wasRunning = locked;
+    m_deviceList->setEnabled(several);
     m_device->setEnabled(!(several && locked));
 }
 

@@ -117,6 +117,9 @@ private:
     QComboBox* m_device;
     QLineEdit* m_virtualSize;
     QLineEdit* m_deviceList;  ///< several devices, comma-separated
+    /// Several devices, during a run: each rank's device, as started or last switched to.
+    QStringList m_runDevices;
+    bool m_wasRunning = false;
     QLabel* m_deviceInfo;
     QSpinBox* m_target;
     QSpinBox* m_initialMicro;

@@ -125,7 +125,9 @@ EventRow describeEvent(const core::Event& event) {
                 return EventRow{e.time, tr("target batch"), details, false};
             },
             [](const core::DeviceSwitched& e) {
-                return EventRow{e.time, tr("device switch"), tr("%1 → %2").arg(str(e.from), str(e.to)), false};
+                const QString moved = tr("%1 → %2").arg(str(e.from), str(e.to));
+                return EventRow{e.time, tr("device switch"),
+                                e.rank == 0 ? moved : tr("rank %1: %2").arg(e.rank).arg(moved), false};
             },
             [](const core::Warning& e) {
                 return EventRow{e.time, tr("warning"), str(e.message), true};

@@ -90,7 +90,7 @@ RunCommands::RunCommands(TrainerController* controller, RunModel* model, QObject
     });
 
     connect(m_controller, &TrainerController::runStarted, this, [this](const core::TrainerOptions& options) {
-        m_requestedDevice = QString::fromStdString(options.device);
+        m_requestedDevices = {{0, QString::fromStdString(options.device)}};
     });
     connect(m_model, &RunModel::changed, this, &RunCommands::update);
     update();
@@ -117,11 +117,14 @@ void RunCommands::setTargetBatch(qint64 target, core::LrScaling rule) {
     Q_EMIT note(tr("target batch → %1 (at the next training batch)").arg(target));
 }
 
-void RunCommands::switchDevice(const QString& device) {
-    if (!m_model->isRunning() || device == m_requestedDevice) return;
-    m_requestedDevice = device;
-    m_controller->switchDevice(device);
-    Q_EMIT note(tr("switch device → %1 (at the next training batch)").arg(device));
+void RunCommands::switchDevice(const QString& device, int rank) {
+    if (!m_model->isRunning() || device == m_requestedDevices.value(rank)) return;
+    m_requestedDevices[rank] = device;
+    m_controller->switchDevice(device, rank);
+    Q_EMIT note(
+        rank == 0 && m_requestedDevices.size() == 1
+            ? tr("switch device → %1 (at the next training batch)").arg(device)
+            : tr("switch rank %1's device → %2 (every rank agrees at the next training batch)").arg(rank).arg(device));
 }
 
 void RunCommands::update() {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <QHash>
 #include <QObject>
 #include <QString>
 
@@ -44,7 +45,8 @@ public:
     /// The target batch from the next training batch on (during a run; otherwise nothing).
     void setTargetBatch(qint64 target, core::LrScaling rule);
     /// Moves the run to `device` at the next training batch (nothing when it was asked for last).
-    void switchDevice(const QString& device);
+    /// With several devices, `rank` names the rank that moves.
+    void switchDevice(const QString& device, int rank = 0);
 
 Q_SIGNALS:
     /// Start was triggered (the window starts a run with the run panel's values).
@@ -62,7 +64,7 @@ private:
     RunModel* m_model;
     QString m_startProblem;
     qint64 m_equivalenceSamples = 0;
-    QString m_requestedDevice;  ///< the device the run was last asked to use
+    QHash<int, QString> m_requestedDevices;  ///< the device each rank was last asked to use
 
     QAction* m_start;
     QAction* m_pause;

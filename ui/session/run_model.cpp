@@ -106,6 +106,7 @@ bool RunModel::apply(const core::Event& event) {
     } else if (const auto* changed = std::get_if<core::TargetBatchChanged>(&event)) {
         m_plan.targetBatch = changed->newTarget;
     } else if (const auto* switched = std::get_if<core::DeviceSwitched>(&event)) {
+        if (switched->rank != 0) return false;  // several devices: this window's rank is rank 0
         m_device = QString::fromStdString(switched->to);
     } else if (!std::holds_alternative<core::EquivalenceChecked>(event)) {
         return false;

@@ -291,8 +291,8 @@ void TrainerController::setMemorySavers(core::MemorySavers savers) {
     if (m_running) m_trainer->setMemorySavers(savers);
 }
 
-void TrainerController::switchDevice(const QString& device) {
-    if (m_running) m_trainer->switchDevice(device.toStdString());
+void TrainerController::switchDevice(const QString& device, int rank) {
+    if (m_running) m_trainer->switchDevice(device.toStdString(), rank);
 }
 
 void TrainerController::setStepMode(bool on) {

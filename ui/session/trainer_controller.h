@@ -56,8 +56,9 @@ public:
     /// Several devices (README, "Several devices"): `devices` (two or more, in rank order) share
     /// every training batch, one process each. This window trains rank 0 on devices[0] (the
     /// events, charts and run folder are its own, and RanksStepped carries every rank's numbers);
-    /// the other ranks are workerProgram() processes, joined through a store hosted here. Pause,
-    /// device switches and target changes are not available during such a run.
+    /// the other ranks are workerProgram() processes, joined through a store hosted here. Every
+    /// command (pause, target batch, device switch of any rank, memory savers, the equivalence
+    /// check) is agreed by every rank at the same training batch.
     bool start(const core::TrainerOptions& options, const QStringList& devices);
     /// The program the other ranks run: $BATCHPILOT_CLI when set, else batchpilot-cli next to
     /// this program.
@@ -69,7 +70,8 @@ public:
     void stop();
     void setTargetBatch(qint64 target, core::LrScaling rule);
     void reprobe();
-    void switchDevice(const QString& device);
+    /// With several devices, `rank` names the rank that moves (the others agree at the same batch).
+    void switchDevice(const QString& device, int rank = 0);
 
     /// Step-by-step mode (teaching): the trainer waits before each micro-batch. The setting is
     /// remembered: a run started while it is on starts in step mode.

@@ -180,15 +180,18 @@ void EquivalenceDialog::setResult(const core::EquivalenceChecked& r) {
     }
     m_verdict->setStyleSheet(QStringLiteral("color: %1;").arg(colour));
 
-    QStringList sizes;
-    for (int64_t size : r.microBatchSizes) sizes << QString::number(size);
+    size_t microBatches = r.microBatchSizes.size();
+    if (!r.rankMicroBatchSizes.empty()) {
+        microBatches = 0;
+        for (const auto& part : r.rankMicroBatchSizes) microBatches += part.size();
+    }
     m_summary->setText(failed ? QString()
                               : tr("%1 samples of %2, accumulated as %3 (%4 micro-batches), "
                                    "against one pass over all %1. Took %5 s.")
                                     .arg(r.samples)
                                     .arg(r.step > 0 ? tr("the batch of step %1").arg(r.step) : tr("the first batch"))
-                                    .arg(sizes.join(QStringLiteral(" + ")))
-                                    .arg(r.microBatchSizes.size())
+                                    .arg(QString::fromStdString(core::describeSplit(r)))
+                                    .arg(microBatches)
                                     .arg(r.seconds, 0, 'f', 2));
     m_summary->setVisible(!failed);
 
