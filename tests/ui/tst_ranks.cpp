@@ -299,6 +299,13 @@ private Q_SLOTS:
         QCOMPARE(moved()->rank, 1);
         QCOMPARE(moved()->from, std::string("virtual:48MiB"));
         QCOMPARE(moved()->to, std::string("virtual:24MiB"));
+        QTRY_VERIFY_WITH_TIMEOUT(w.ranksView()->table()->item(1, 1)->text() == QStringLiteral("virtual:24MiB") ||
+                                     !w.controller()->isRunning(),
+                                 kTimeout);
+        w.resize(1600, 1000);
+        w.chartsPanel()->redrawNow();
+        QTest::qWait(100);
+        QVERIFY(w.grab().save(screenshotPath(QStringLiteral("screenshot-ranks-switch-1600x1000.png"))));
         QVERIFY(finished.wait(kTimeout));
         const auto result = finished.takeFirst().at(0).value<core::RunResult>();
         QVERIFY2(result.state == core::RunState::Finished, result.error.c_str());
@@ -324,6 +331,7 @@ private Q_SLOTS:
               static_cast<long long>(after));
         QVERIFY(after > 0 && after < before);
         QCOMPARE(w.ranksView()->table()->item(1, 1)->text(), QStringLiteral("virtual:24MiB"));
+        QCOMPARE(w.chartsPanel()->probeChart()->rankLaneName(1), QStringLiteral("rank 1 (virtual:24MiB)"));
         const ui::EventLogModel& log = *w.eventLog()->model();
         bool logged = false;
         for (int row = 0; row < log.rowCount(); ++row)

@@ -139,9 +139,12 @@ QString MemoryChart::rankLaneName(int rank) const {
     return {};
 }
 
-MemoryChart::RankLane& MemoryChart::laneOf(int rank, const QString& device) {
-    for (auto& lane : m_rankLanes)
-        if (lane->rank == rank) return *lane;
+MemoryChart::RankLane& MemoryChart::laneOf(int rank, const QString& device, double time) {
+    for (auto& lane : m_rankLanes) {
+        if (lane->rank != rank) continue;
+        if (lane->devices.isEmpty() || lane->devices.back().second != device) lane->devices.append({time, device});
+        return *lane;
+    }
     if (m_rankLanes.empty()) setCaption(true);
     auto lane = std::make_unique<RankLane>();
     lane->rank = rank;
@@ -151,7 +154,11 @@ MemoryChart::RankLane& MemoryChart::laneOf(int rank, const QString& device) {
     lane->series->attachAxis(xAxis());
     lane->series->attachAxis(m_yAxis);
     lane->series->setPen(linePen(colors().rank(rank), 1.6));
-    showTipsFor(lane->series, [rank, device](const QPointF& p) {
+    lane->devices.append({time, device});
+    showTipsFor(lane->series, [rank, devices = &lane->devices](const QPointF& p) {
+        QString device = devices->front().second;  // the one it was on at that time
+        for (const auto& [since, name] : *devices)
+            if (since <= p.x()) device = name;
         return tr("rank %1 (%2): peak %3 MiB in the step that ended at %4 s")
             .arg(rank)
             .arg(device)
@@ -180,7 +187,7 @@ void MemoryChart::handle(const core::Event& event) {
     } else if (const auto* trial = std::get_if<core::ProbeTrial>(&event)) {
         if (!trial->fit) addOom(*trial, QString(), -1);
     } else if (const auto* report = std::get_if<core::RankProbed>(&event)) {
-        RankLane& lane = laneOf(report->rank, QString::fromStdString(report->device));
+        RankLane& lane = laneOf(report->rank, QString::fromStdString(report->device), report->time);
         for (const core::ProbeStarted& probe : report->probes) lane.usable = mib(probe.usableBytes);
         const QString who = tr("rank %1 (%2): ").arg(report->rank).arg(QString::fromStdString(report->device));
         for (const core::ProbeTrial& t : report->trials)
@@ -189,7 +196,7 @@ void MemoryChart::handle(const core::Event& event) {
     } else if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) {
         for (const core::RankStep& r : ranks->ranks) {
             if (r.rank == 0) continue;  // this window's own, drawn in detail above
-            laneOf(r.rank, QString::fromStdString(r.device)).peaks.append(ranks->time, mib(r.peakBytes));
+            laneOf(r.rank, QString::fromStdString(r.device), ranks->time).peaks.append(ranks->time, mib(r.peakBytes));
         }
         markDirty();
     }

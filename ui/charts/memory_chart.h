@@ -68,8 +68,11 @@ private:
         SeriesStore peaks{10000};
         QLineSeries* series = nullptr;
         double usable = -1;  ///< its usable memory (MiB) as its last probe reported, -1 before
+        /// Its devices, each from the time it was first reported on it (a device switch adds one).
+        QList<QPair<double, QString>> devices;
     };
-    RankLane& laneOf(int rank, const QString& device);
+    /// Rank `rank`'s lane, on `device` since `time` at the latest.
+    RankLane& laneOf(int rank, const QString& device, double time);
     /// The caption for one device, or for several (whose lines are rank 0's).
     void setCaption(bool ranks);
 

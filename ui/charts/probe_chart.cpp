@@ -111,8 +111,14 @@ QString ProbeChart::rankLaneName(int rank) const {
 }
 
 ProbeChart::RankLane& ProbeChart::laneOf(int rank, const QString& device) {
-    for (RankLane& lane : m_rankLanes)
-        if (lane.rank == rank) return lane;
+    for (RankLane& lane : m_rankLanes) {
+        if (lane.rank != rank) continue;
+        if (lane.device != device) {  // moved by a device switch: the lane is named by where it is now
+            lane.device = device;
+            lane.series->setName(tr("rank %1 (%2)").arg(rank).arg(device));
+        }
+        return lane;
+    }
     if (m_rankLanes.empty()) m_chosen->setName(tr("chosen · rank 0"));
     RankLane lane;
     lane.rank = rank;
