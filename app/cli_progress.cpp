@@ -223,6 +223,12 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                                               r.ooms > 0 ? formatText(" %d OOM", r.ooms).c_str() : "");
                 }
                 m_ranksText += formatText("  all-reduce %.1f ms", e.allReduceSeconds * 1000);
+                const std::string summedBy =
+                    e.collectives + (e.collectivesWhy.empty() ? std::string() : " (" + e.collectivesWhy + ")");
+                if (summedBy != m_summedBy) {
+                    m_summedBy = summedBy;
+                    line("gradients summed by " + summedBy);
+                }
                 if (!e.nextShares.empty()) {
                     std::string shares;
                     for (const int64_t share : e.nextShares)

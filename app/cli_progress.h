@@ -73,6 +73,7 @@ private:
     int m_otherRankOoms = 0;
     /// Several devices: the last RanksStepped in words, appended to the step's line.
     std::string m_ranksText;
+    std::string m_summedBy;  ///< several devices: what sums the gradients, and why not NCCL (printed when it changes)
     bool m_memoryReport = false;
     core::MemoryReport m_report;
     int64_t m_checkSamples = -1;

@@ -218,9 +218,14 @@ json fields(const RankStep& r) {
 json fields(const RanksStepped& e) {
     json ranks = json::array();
     for (const RankStep& r : e.ranks) ranks.push_back(fields(r));
-    json j = {{"time", e.time},           {"step", e.step},
-              {"ranks", ranks},           {"all_reduce_seconds", e.allReduceSeconds},
-              {"imbalance", e.imbalance}, {"parameters_checked", e.parametersChecked}};
+    json j = {{"time", e.time},
+              {"step", e.step},
+              {"ranks", ranks},
+              {"all_reduce_seconds", e.allReduceSeconds},
+              {"imbalance", e.imbalance},
+              {"parameters_checked", e.parametersChecked},
+              {"collectives", e.collectives}};
+    if (!e.collectivesWhy.empty()) j["collectives_why"] = e.collectivesWhy;
     if (!e.nextShares.empty()) {
         j["next_shares"] = e.nextShares;
         j["share_reason"] = e.shareReason;

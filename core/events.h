@@ -184,6 +184,9 @@ struct RanksStepped {
     int64_t step = 0;  ///< optimizer steps done, 1-based
     std::vector<RankStep> ranks;
     double allReduceSeconds = 0;  ///< summing the gradients over the ranks (after the wait)
+    /// What summed them: "NCCL" (every rank on a GPU of its own) or "Gloo", and why not NCCL.
+    std::string collectives;
+    std::string collectivesWhy;
     /// Slowest over fastest compute time in the step (1: balanced).
     double imbalance = 0;
     /// The shares of the next full training batch when they change (empty: unchanged), and why.

@@ -20,6 +20,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
+// BATCHPILOT_HAVE_NCCL: a CUDA LibTorch whose NCCL process group (in libtorch_cuda, declared with
+// USE_C10D_NCCL) and nccl.h (PyPI's nvidia-nccl wheel) CMake found.
+#if BATCHPILOT_HAVE_GLOO && BATCHPILOT_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <unistd.h>
 
 #include "core/counting_allocator.h"
 
@@ -122,6 +129,11 @@ struct ProcessGroupLink::Impl {
     std::chrono::milliseconds timeout{0};
     c10::intrusive_ptr<c10d::Store> store;  ///< prefixed with kKeyPrefix
     c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+    c10::intrusive_ptr<c10d::Store> tcp;  ///< the job's store, unprefixed (each group prefixes its own keys)
+#if BATCHPILOT_HAVE_NCCL
+    c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;  ///< sums CUDA tensors when set (useNccl)
+#endif
+    int ncclGroups = 0;  ///< NCCL communicators made so far: names each one's keys
     // The heartbeat: "alive/<rank>" counts up every kBeat while this process runs.
     std::mutex beatMutex;
     std::condition_variable beatWake;
@@ -170,6 +182,7 @@ tl::expected<void, std::string> ProcessGroupLink::connect() {
         storeOptions.waitWorkers = false;  // the process group's rendezvous waits for them
         storeOptions.timeout = impl.timeout;
         auto tcp = c10::make_intrusive<c10d::TCPStore>(where.masterAddress, storeOptions);
+        impl.tcp = tcp;
         impl.store = c10::make_intrusive<c10d::PrefixStore>(kKeyPrefix, tcp);
         auto options = c10d::ProcessGroupGloo::Options::create(impl.timeout);
         options->devices.push_back(glooDevice(where.masterAddress));
@@ -197,9 +210,63 @@ void ProcessGroupLink::allReduceSum(std::vector<at::Tensor>& tensors) {
         lists.push_back({tensor});
         c10d::AllreduceOptions options;
         options.reduceOp = c10d::ReduceOp::SUM;
+#if BATCHPILOT_HAVE_NCCL
+        if (m_impl->nccl && tensor.is_cuda()) {
+            works.push_back(m_impl->nccl->allreduce(lists.back(), options));
+            continue;
+        }
+#endif
         works.push_back(m_impl->group->allreduce(lists.back(), options));
     }
+    // NCCL's wait orders the current CUDA stream after the sum; the host waits for it too, so that
+    // the step's all-reduce time is what it took.
     for (auto& work : works) work->wait(m_impl->timeout);
+#if BATCHPILOT_HAVE_NCCL
+    if (m_impl->nccl)
+        for (const auto& tensor : tensors)
+            if (tensor.is_cuda()) {
+                c10::cuda::getCurrentCUDAStream(tensor.device().index()).synchronize();
+                break;
+            }
+#endif
+}
+
+std::string ProcessGroupLink::ncclPlace() const {
+#if BATCHPILOT_HAVE_NCCL
+    if (const char* asked = std::getenv("BATCHPILOT_COLLECTIVES"); asked != nullptr && std::string(asked) == "gloo")
+        return {};
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0) return "localhost";
+    return host;
+#else
+    return {};
+#endif
+}
+
+bool ProcessGroupLink::ncclRequired() {
+    const char* asked = std::getenv("BATCHPILOT_COLLECTIVES");
+    return asked != nullptr && std::string(asked) == "nccl";
+}
+
+void ProcessGroupLink::useNccl(bool on) {
+#if BATCHPILOT_HAVE_NCCL
+    Impl& impl = *m_impl;
+    impl.nccl.reset();
+    if (!on) return;
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = impl.timeout;
+    auto store = c10::make_intrusive<c10d::PrefixStore>("nccl/" + std::to_string(++impl.ncclGroups), impl.tcp);
+    impl.nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank(), size(), options);
+#else
+    if (on) throw std::runtime_error("this build's LibTorch has no NCCL");
+#endif
+}
+
+std::string ProcessGroupLink::collectives() const {
+#if BATCHPILOT_HAVE_NCCL
+    if (m_impl->nccl) return "NCCL";
+#endif
+    return "Gloo";
 }
 
 void ProcessGroupLink::broadcast(std::vector<at::Tensor>& tensors, int root) {
@@ -323,6 +390,18 @@ tl::expected<void, std::string> ProcessGroupLink::connect() {
 }
 void ProcessGroupLink::allReduceSum(std::vector<at::Tensor>&) {
     throw std::runtime_error(kNoGloo);
+}
+std::string ProcessGroupLink::ncclPlace() const {
+    return {};
+}
+bool ProcessGroupLink::ncclRequired() {
+    return false;
+}
+void ProcessGroupLink::useNccl(bool on) {
+    if (on) throw std::runtime_error(kNoGloo);
+}
+std::string ProcessGroupLink::collectives() const {
+    return "Gloo";
 }
 void ProcessGroupLink::broadcast(std::vector<at::Tensor>&, int) {
     throw std::runtime_error(kNoGloo);

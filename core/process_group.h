@@ -61,8 +61,20 @@ public:
     std::chrono::milliseconds timeout() const;
 
     /// Sums each tensor over the ranks, in place; all of them are launched before any is waited
-    /// for, so Gloo works on them back to back (the caller passes a few large buckets).
+    /// for, so Gloo works on them back to back (the caller passes a few large buckets). CUDA
+    /// tensors go through NCCL after useNccl(true), GPU to GPU.
     void allReduceSum(std::vector<at::Tensor>& tensors);
+    /// Where NCCL could sum this rank's CUDA tensors: this host's name, when this build's LibTorch
+    /// has NCCL (a CUDA LibTorch) and BATCHPILOT_COLLECTIVES is not "gloo"; empty otherwise.
+    std::string ncclPlace() const;
+    /// BATCHPILOT_COLLECTIVES=nccl: a job NCCL does not fit is an error rather than Gloo's.
+    static bool ncclRequired();
+    /// From now on (every rank at the same point) CUDA tensors are summed by NCCL in a
+    /// communicator of their own (a new one each time: a rank may have moved to another GPU),
+    /// or, with false, by Gloo again.
+    void useNccl(bool on);
+    /// What sums the gradients: "NCCL" or "Gloo".
+    std::string collectives() const;
     /// Replaces every rank's tensors with rank `root`'s.
     void broadcast(std::vector<at::Tensor>& tensors, int root);
     /// Every rank's `mine`, rank after rank (each rank must pass as many values).

@@ -115,4 +115,21 @@ void ShareBalancer::reset() {
     m_settledSteps = 0;
 }
 
+CollectivesChoice chooseCollectives(const std::vector<std::string>& devices, const std::vector<std::string>& places) {
+    const auto name = [&](size_t r) { return "rank " + std::to_string(r) + " (" + devices[r] + ")"; };
+    if (places.size() != devices.size()) return {false, "the ranks did not all say where they run"};
+    for (size_t r = 0; r < devices.size(); ++r) {
+        if (devices[r].rfind("cuda:", 0) != 0) return {false, name(r) + " is not on a GPU"};
+        if (places[r].empty())
+            return {false, name(r) + " has no NCCL (a LibTorch without CUDA, or BATCHPILOT_COLLECTIVES=gloo)"};
+        for (size_t other = 0; other < r; ++other) {
+            if (devices[other] == devices[r] && places[other] == places[r]) {
+                return {false, name(other) + " and rank " + std::to_string(r) + " share a GPU of " + places[r] +
+                                   ", which NCCL refuses"};
+            }
+        }
+    }
+    return {true, {}};
+}
+
 }  // namespace batchpilot::core

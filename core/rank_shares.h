@@ -70,4 +70,14 @@ private:
     double m_lastImbalance = 0;
 };
 
+/// What sums the gradients of a job: NCCL when every rank could use it (`places`: each rank's
+/// ProcessGroupLink::ncclPlace(), its host, empty where it cannot) and every rank is on a GPU of
+/// its own: every device "cuda:N", no two ranks on the same GPU of the same host (NCCL refuses
+/// that). Otherwise Gloo (it takes CUDA tensors too, through host memory), and why.
+struct CollectivesChoice {
+    bool nccl = false;
+    std::string why;  ///< when Gloo: the reason, e.g. "rank 1 (virtual:48MiB) is not on a GPU"
+};
+CollectivesChoice chooseCollectives(const std::vector<std::string>& devices, const std::vector<std::string>& places);
+
 }  // namespace batchpilot::core

@@ -131,6 +131,10 @@ struct ParallelState {
     int64_t switches = 0;            ///< device switches agreed so far: names each one's keys in the store
     int64_t equivalenceChecks = 0;   ///< equivalence checks agreed so far: the same
     std::vector<int64_t> lastBatch;  ///< the last training batch, every rank's samples (the equivalence check's)
+    /// Where each rank could use NCCL (ProcessGroupLink::ncclPlace: its host, empty: it cannot),
+    /// and why Gloo sums the gradients when it does.
+    std::vector<std::string> places;
+    std::string collectivesWhy;
     /// The ranks that voted to pause at this batch boundary (ranksAgree), for holdWhilePaused.
     std::vector<int> pausingRanks;
     int64_t pauses = 0;   ///< pauses agreed so far: names each one's key in the store
@@ -330,6 +334,10 @@ struct Trainer::Impl {
     /// The gradient accumulators become views into a few flat buckets (zero, as at a batch
     /// boundary), so the all-reduce works in place on large tensors; after a switch, on the new device.
     void bucketGradients();
+    /// NCCL when every rank is on a GPU of its own and can use it, else Gloo (chooseCollectives);
+    /// every rank alike, at the start and after a device switch. A new NCCL communicator forms at
+    /// once (an all-reduce of the zero buckets), not in the middle of the next step.
+    void chooseRankCollectives();
     /// A device switch agreed in ranksAgree: every rank learns the switches asked for, the ranks
     /// named move and probe again, and every rank learns the ranks' devices (or why one stayed).
     void switchRanks();

@@ -89,6 +89,7 @@ void Trainer::Impl::setupParallel() {
     }
     try {
         state.devices = link.exchangeText("device", device.name());
+        state.places = link.exchangeText("nccl", link.ncclPlace());
         // Ranks that built another model, loaded other data or resumed elsewhere cannot add up
         // their gradients: say which, before anything is trained.
         const std::vector<std::string> signatures =
@@ -128,6 +129,7 @@ void Trainer::Impl::setupParallel() {
     state.balancer.emplace(balance);
     parallel = std::move(state);
     bucketGradients();
+    chooseRankCollectives();
     // Every rank probes its own device, whatever a checkpoint says the micro-batch was.
     microBatch = 0;
     probedMicroBatch = 0;
@@ -157,6 +159,25 @@ void Trainer::Impl::bucketGradients() {
         }
         parallel->buckets.push_back(bucket);
         i = end;
+    }
+}
+
+void Trainer::Impl::chooseRankCollectives() {
+    const CollectivesChoice choice = chooseCollectives(parallel->devices, parallel->places);
+    if (!choice.nccl && ProcessGroupLink::ncclRequired()) {
+        throw FatalError{"BATCHPILOT_COLLECTIVES=nccl, but NCCL cannot sum this job's gradients: " + choice.why +
+                             "; unset BATCHPILOT_COLLECTIVES (or set it to gloo) to sum them with Gloo",
+                         "configuration"};
+    }
+    parallel->collectivesWhy = choice.why;
+    try {
+        parallel->link->useNccl(choice.nccl);
+        if (choice.nccl) {
+            torch::NoGradGuard noGrad;
+            parallel->link->allReduceSum(parallel->buckets);
+        }
+    } catch (const std::exception& e) {
+        ranksFailed(e, choice.nccl ? "starting NCCL" : "leaving NCCL");
     }
 }
 
@@ -320,6 +341,7 @@ void Trainer::Impl::switchRanks() {
         // As at the start: once every rank has probed, the shares follow the micro-batches.
         parallel->sharedByCapacity = false;
         parallel->balancer->reset();
+        chooseRankCollectives();  // NCCL's communicator knows the GPUs it was made for
     }
 }
 
@@ -452,6 +474,8 @@ double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t lar
     report = RanksStepped{};
     report.step = step + 1;
     report.allReduceSeconds = reduceSeconds;
+    report.collectives = link.collectives();
+    report.collectivesWhy = parallel->collectivesWhy;
     std::vector<RankStepTiming> timings;
     bool fullBatch = true;
     bool everyRankProbed = true;

@@ -352,6 +352,24 @@ private Q_SLOTS:
         QVERIFY2(relative <= 1e-5, qPrintable(QString::number(relative)));
     }
 
+    /// What sums the gradients is said, with why not NCCL; asking for NCCL where it cannot run
+    /// (ranks not on GPUs of their own) is refused before training, every rank saying why.
+    void collectivesAreNamedAndNcclIsRefusedWhereItCannotRun() {
+        const QStringList devices{QStringLiteral("--devices"), QStringLiteral("virtual:6MiB,virtual:24MiB")};
+        const Run gloo = runCli(job(QStringLiteral("sgd"), 1) + devices);
+        QVERIFY2(gloo.exitCode == 0, qPrintable(gloo.err));
+        QVERIFY2(gloo.out.contains(QStringLiteral("gradients summed by Gloo (rank 0 (virtual:6MiB) is not on a GPU)")),
+                 qPrintable(gloo.out));
+        QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+        environment.insert(QStringLiteral("BATCHPILOT_COLLECTIVES"), QStringLiteral("nccl"));
+        const Run nccl = runCli(job(QStringLiteral("sgd"), 1) + devices, environment);
+        QCOMPARE(nccl.exitCode, 2);
+        QVERIFY2(nccl.err.contains(QStringLiteral("BATCHPILOT_COLLECTIVES=nccl, but NCCL cannot sum this job's "
+                                                  "gradients: rank 0 (virtual:6MiB) is not on a GPU")),
+                 qPrintable(nccl.err));
+        QVERIFY(!nccl.out.contains(QStringLiteral("step 1/")));
+    }
+
     void killedRankEndsTheJobAndAnotherSetResumes() {
         const QString directory = path(QStringLiteral("job-killed"));
         const QString eventsFile = directory + QStringLiteral(".jsonl");

@@ -121,6 +121,26 @@ private Q_SLOTS:
         QCOMPARE(change->shares, (std::vector<int64_t>{25, 75}));
         QCOMPARE(balancer.lastImbalance(), 3.0);
     }
+
+    /// NCCL only where it works: every rank on a GPU of its own, each able to use it; anything
+    /// else is summed by Gloo, with the reason a user can act on.
+    void ncclOnlyForRanksOnGpusOfTheirOwn() {
+        const auto choose = [](std::vector<std::string> devices, std::vector<std::string> places) {
+            return chooseCollectives(devices, places);
+        };
+        QVERIFY(choose({"cuda:0", "cuda:1"}, {"a", "a"}).nccl);
+        QVERIFY(choose({"cuda:0", "cuda:0"}, {"a", "b"}).nccl);  // the same index on two machines
+        const CollectivesChoice shared = choose({"cuda:0", "cuda:1", "cuda:1"}, {"a", "a", "a"});
+        QVERIFY(!shared.nccl);
+        QCOMPARE(shared.why, std::string("rank 1 (cuda:1) and rank 2 share a GPU of a, which NCCL refuses"));
+        const CollectivesChoice host = choose({"cuda:0", "virtual:48MiB"}, {"a", "a"});
+        QVERIFY(!host.nccl);
+        QCOMPARE(host.why, std::string("rank 1 (virtual:48MiB) is not on a GPU"));
+        const CollectivesChoice without = choose({"cuda:0", "cuda:1"}, {"a", ""});
+        QVERIFY(!without.nccl);
+        QVERIFY2(without.why.find("rank 1 (cuda:1) has no NCCL") == 0, without.why.c_str());
+        QVERIFY(!choose({"cuda:0", "cuda:1"}, {"a"}).nccl);
+    }
 };
 
 QTEST_GUILESS_MAIN(TestRankShares)

@@ -92,13 +92,18 @@ void RanksView::handle(const core::Event& event) {
                            .arg(step->step)
                            .arg(shares.join(QStringLiteral(" + ")), QString::fromStdString(step->shareReason));
     }
-    m_caption->setText(tr("<b>%1 devices</b>, step %2: gradients summed in %3 ms; the slowest rank computed "
-                          "%4× as long as the fastest%5.")
-                           .arg(step->ranks.size())
-                           .arg(step->step)
-                           .arg(step->allReduceSeconds * 1000, 0, 'f', 1)
-                           .arg(step->imbalance, 0, 'f', 2)
-                           .arg(m_lastChange.isEmpty() ? QString() : QStringLiteral("; ") + m_lastChange));
+    m_caption->setText(
+        tr("<b>%1 devices</b>, step %2: gradients summed by %6 in %3 ms; the slowest rank "
+           "computed %4× as long as the fastest%5.")
+            .arg(step->ranks.size())
+            .arg(step->step)
+            .arg(step->allReduceSeconds * 1000, 0, 'f', 1)
+            .arg(step->imbalance, 0, 'f', 2)
+            .arg(m_lastChange.isEmpty() ? QString() : QStringLiteral("; ") + m_lastChange)
+            .arg(step->collectives.empty() ? tr("the ranks") : QString::fromStdString(step->collectives)));
+    m_caption->setToolTip(step->collectivesWhy.empty()
+                              ? QString()
+                              : tr("Gloo, not NCCL: %1").arg(QString::fromStdString(step->collectivesWhy)));
     m_table->setFixedHeight(m_table->horizontalHeader()->height() + 2 * m_table->frameWidth() +
                             m_table->rowCount() * m_table->verticalHeader()->defaultSectionSize());
     show();
