@@ -27,6 +27,13 @@ std::vector<std::string> Model::parameterNames() const {
     return names;
 }
 
+std::vector<std::string> Model::bufferNames() const {
+    std::vector<std::string> names;
+    const size_t count = buffers().size();
+    for (size_t i = 0; i < count; ++i) names.push_back("buffer " + std::to_string(i));
+    return names;
+}
+
 ModuleModel::ModuleModel(std::string name, std::shared_ptr<nn::Module> module, Forward forward,
                          std::function<void(bool)> checkpointing)
     : m_name(std::move(name)),
@@ -51,6 +58,11 @@ std::vector<std::string> ModuleModel::parameterNames() const {
 }
 std::vector<torch::Tensor> ModuleModel::buffers() const {
     return m_module->buffers();
+}
+std::vector<std::string> ModuleModel::bufferNames() const {
+    std::vector<std::string> names;
+    for (const auto& item : m_module->named_buffers(/*recurse=*/true)) names.push_back(item.key());
+    return names;
 }
 void ModuleModel::to(const torch::Device& device) {
     m_module->to(device);

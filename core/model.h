@@ -30,6 +30,8 @@ public:
     virtual std::vector<std::string> parameterNames() const;
     /// Non-trainable state updated by forward (BatchNorm running statistics).
     virtual std::vector<torch::Tensor> buffers() const = 0;
+    /// A name per buffer, in the order of buffers() ("bn1.running_mean"); by default "buffer 0", ...
+    virtual std::vector<std::string> bufferNames() const;
     virtual void to(const torch::Device& device) = 0;
     virtual void train(bool on) = 0;
     /// True when a layer normalises over the batch, so micro-batches change its statistics.
@@ -63,6 +65,7 @@ public:
     std::vector<torch::Tensor> parameters() const override;
     std::vector<std::string> parameterNames() const override;
     std::vector<torch::Tensor> buffers() const override;
+    std::vector<std::string> bufferNames() const override;
     void to(const torch::Device& device) override;
     void train(bool on) override;
     bool usesBatchStatistics() const override;

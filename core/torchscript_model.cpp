@@ -258,6 +258,12 @@ std::vector<torch::Tensor> TorchScriptModel::buffers() const {
     return out;
 }
 
+std::vector<std::string> TorchScriptModel::bufferNames() const {
+    std::vector<std::string> names;
+    for (const auto& item : m_module.named_buffers(/*recurse=*/true)) names.push_back(item.name);
+    return names;
+}
+
 void TorchScriptModel::to(const torch::Device& device) {
     m_module.to(device);
 }

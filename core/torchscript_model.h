@@ -38,6 +38,7 @@ public:
     torch::Tensor forward(const torch::Tensor& input) override;
     std::vector<torch::Tensor> parameters() const override;
     std::vector<std::string> parameterNames() const override;
+    std::vector<std::string> bufferNames() const override;
     std::vector<torch::Tensor> buffers() const override;
     void to(const torch::Device& device) override;
     void train(bool on) override;

@@ -135,6 +135,10 @@ struct ParallelState {
     /// and why Gloo sums the gradients when it does.
     std::vector<std::string> places;
     std::string collectivesWhy;
+    /// BatchNorm's running statistics (their indices in the model's buffers): each rank's see
+    /// only its share of a batch, so after every step each rank keeps their average over the
+    /// ranks, weighted by share: the same on every rank, from every sample of the batch.
+    std::vector<size_t> statistics;
     /// The ranks that voted to pause at this batch boundary (ranksAgree), for holdWhilePaused.
     std::vector<int> pausingRanks;
     int64_t pauses = 0;   ///< pauses agreed so far: names each one's key in the store

@@ -127,6 +127,16 @@ void Trainer::Impl::setupParallel() {
     ShareBalancer::Options balance;
     balance.minShare = minPart;
     state.balancer.emplace(balance);
+    const std::vector<std::string> bufferNames = model->bufferNames();
+    const std::vector<torch::Tensor> buffers = model->buffers();
+    for (size_t i = 0; i < buffers.size() && i < bufferNames.size(); ++i) {
+        const std::string& name = bufferNames[i];
+        const auto endsWith = [&](const std::string& tail) {
+            return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+        };
+        if (buffers[i].is_floating_point() && (endsWith("running_mean") || endsWith("running_var")))
+            state.statistics.push_back(i);
+    }
     parallel = std::move(state);
     bucketGradients();
     chooseRankCollectives();
@@ -430,6 +440,16 @@ double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t lar
             torch::NoGradGuard noGrad;
             CountingScope inPlace(false);
             link.allReduceSum(parallel->buckets);
+            // Every rank's BatchNorm running statistics, averaged as weighted by its share.
+            double total = 0;
+            for (size_t r = 0; r < world; ++r) total += field(r, kFieldShare);
+            if (!parallel->statistics.empty() && total > 0) {
+                const std::vector<torch::Tensor> buffers = model->buffers();
+                std::vector<torch::Tensor> weighted;
+                for (const size_t i : parallel->statistics) weighted.push_back(buffers[i] * (share / total));
+                link.allReduceSum(weighted);
+                for (size_t k = 0; k < weighted.size(); ++k) buffers[parallel->statistics[k]].copy_(weighted[k]);
+            }
         }
         reduceSeconds = std::chrono::duration<double>(Clock::now() - reduceStart).count();
         // The other ranks' probes and OOMs, for rank 0 to show: only in the steps that had any

@@ -352,6 +352,30 @@ private Q_SLOTS:
         QVERIFY2(relative <= 1e-5, qPrintable(QString::number(relative)));
     }
 
+    /// BatchNorm's running statistics: each rank's saw only its share of the batch; after every
+    /// step the ranks keep their average, so every rank (and rank 0's validation and checkpoint)
+    /// has the same statistics. Checked where they matter: the equivalence check's comparison in
+    /// evaluation mode sums every rank's part, each normalised with its own rank's statistics,
+    /// against rank 0's full pass with rank 0's: equal only when the statistics are.
+    void batchNormStatisticsAreTheSameOnEveryRank() {
+        const QString eventsFile = path(QStringLiteral("batchnorm.jsonl"));
+        const Run run =
+            runCli({QStringLiteral("--model"), QStringLiteral("resnet"), QStringLiteral("--norm"),
+                    QStringLiteral("batch"), QStringLiteral("--samples"), QStringLiteral("512"),
+                    QStringLiteral("--optimizer"), QStringLiteral("sgd"), QStringLiteral("--target-batch"),
+                    QStringLiteral("64"), QStringLiteral("--steps"), QStringLiteral("3"), QStringLiteral("--devices"),
+                    QStringLiteral("virtual:24MiB,virtual:96MiB"), QStringLiteral("--check-equivalence"),
+                    QStringLiteral("0"), QStringLiteral("--no-run-folder"), QStringLiteral("--events"), eventsFile});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        const std::vector<QJsonObject> checks = events(eventsFile, QStringLiteral("equivalence"));
+        QCOMPARE(static_cast<int>(checks.size()), 1);
+        QVERIFY(checks.front().value(QStringLiteral("batch_statistics")).toBool());
+        const double running =
+            checks.front().value(QStringLiteral("running_statistics_relative_difference")).toDouble(INFINITY);
+        qInfo("evaluation mode, summed over 2 ranks: relative difference %.3g", running);
+        QVERIFY2(running <= 1e-5, qPrintable(QString::number(running)));
+    }
+
     /// What sums the gradients is said, with why not NCCL; asking for NCCL where it cannot run
     /// (ranks not on GPUs of their own) is refused before training, every rank saying why.
     void collectivesAreNamedAndNcclIsRefusedWhereItCannotRun() {
