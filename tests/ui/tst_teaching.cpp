@@ -274,6 +274,18 @@ void TestTeaching::equivalenceDialogVerdicts() {
     QCOMPARE(dialog.tensorTable()->item(0, 0)->text(), QStringLiteral("fc1.bias"));
     QVERIFY(dialog.text().contains(QLatin1String("full-batch gradient")));
     QVERIFY(!dialog.text().contains(QLatin1String("BatchNorm comparison")));
+    QVERIFY2(dialog.text().contains(QLatin1String("accumulated as 16 + 16 + 16 + 16 (4 micro-batches)")),
+             qPrintable(dialog.text()));
+
+    // Several devices: every rank's part in its own micro-batches, all of them counted.
+    core::EquivalenceChecked ranks = r;
+    ranks.microBatchSizes = {8, 8};
+    ranks.rankMicroBatchSizes = {{8, 8}, {24, 24}};
+    ranks.rankDevices = {"virtual:12MiB", "virtual:48MiB"};
+    dialog.setResult(ranks);
+    QVERIFY2(dialog.text().contains(QLatin1String("accumulated as rank 0 (virtual:12MiB) 8 + 8, rank 1 "
+                                                  "(virtual:48MiB) 24 + 24, summed over the ranks (4 micro-batches)")),
+             qPrintable(dialog.text()));
 
     r.batchStatistics = true;
     r.overall.relativeDifference = 0.02;
