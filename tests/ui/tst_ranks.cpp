@@ -295,6 +295,8 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(warned("rank 1 stays on virtual:48MiB") || !w.controller()->isRunning(), kTimeout);
         QVERIFY(w.controller()->isRunning());
         QCOMPARE(countOf<core::DeviceSwitched>(events), 0);
+        // The list goes back to where rank 1 is.
+        QTRY_COMPARE_WITH_TIMEOUT(list->text(), QStringLiteral("virtual:12MiB, virtual:48MiB"), kTimeout);
 
         // A smaller device for rank 1: it moves, probes again within 24 MiB, the shares follow.
         list->setText(QStringLiteral("virtual:12MiB, virtual:24MiB"));
@@ -316,25 +318,32 @@ private Q_SLOTS:
         QVERIFY2(result.state == core::RunState::Finished, result.error.c_str());
         QCOMPARE(result.steps, int64_t{60});
 
-        // Rank 1 probed again for the switch, on its new device, and ended below its old size.
-        int64_t before = 0;
-        int64_t after = 0;
-        bool probedForSwitch = false;
+        // Rank 1 probed again for the switch, within its new budget, and every step it trained
+        // there stayed within it.
+        constexpr int64_t kNewBudget = int64_t{24} << 20;
+        int64_t usableBefore = 0;
+        int64_t usableAfter = 0;
+        int stepsAfter = 0;
         for (const core::Event& e : events) {
-            if (const auto* report = std::get_if<core::RankProbed>(&e))
-                for (const core::ProbeStarted& p : report->probes)
-                    probedForSwitch =
-                        probedForSwitch || (report->rank == 1 && p.reason == core::ProbeReason::DeviceSwitch &&
-                                            report->device == "virtual:24MiB");
+            if (const auto* report = std::get_if<core::RankProbed>(&e)) {
+                for (const core::ProbeStarted& p : report->probes) {
+                    if (report->rank == 1 && p.reason == core::ProbeReason::Initial) usableBefore = p.usableBytes;
+                    if (report->rank == 1 && p.reason == core::ProbeReason::DeviceSwitch &&
+                        report->device == "virtual:24MiB")
+                        usableAfter = p.usableBytes;
+                }
+            }
             if (const auto* step = std::get_if<core::RanksStepped>(&e)) {
                 const core::RankStep& rank1 = step->ranks.at(1);
-                (rank1.device == "virtual:48MiB" ? before : after) = rank1.microBatch;
+                if (rank1.device != "virtual:24MiB") continue;
+                ++stepsAfter;
+                QVERIFY2(rank1.peakBytes <= kNewBudget, qPrintable(QString::number(rank1.peakBytes)));
             }
         }
-        QVERIFY(probedForSwitch);
-        qInfo("rank 1's micro-batch: %lld on virtual:48MiB, %lld on virtual:24MiB", static_cast<long long>(before),
-              static_cast<long long>(after));
-        QVERIFY(after > 0 && after < before);
+        qInfo("rank 1's usable memory: %.1f MiB on virtual:48MiB, %.1f MiB on virtual:24MiB; %d steps there",
+              static_cast<double>(usableBefore) / (1 << 20), static_cast<double>(usableAfter) / (1 << 20), stepsAfter);
+        QVERIFY(usableAfter > 0 && usableAfter < kNewBudget && usableAfter < usableBefore);
+        QVERIFY(stepsAfter > 0);
         QCOMPARE(w.ranksView()->table()->item(1, 1)->text(), QStringLiteral("virtual:24MiB"));
         QCOMPARE(w.chartsPanel()->probeChart()->rankLaneName(1), QStringLiteral("rank 1 (virtual:24MiB)"));
         const ui::EventLogModel& log = *w.eventLog()->model();

@@ -633,10 +633,24 @@ void RunPanel::commitDevice() {
             if (now[rank] == m_runDevices[rank]) continue;
             m_runDevices[rank] = now[rank];
             m_commands->switchDevice(now[rank], rank);
+            m_switchSteps = 2;
         }
         return;
     }
     m_commands->switchDevice(deviceId());
+}
+
+void RunPanel::showRankDevices(const QStringList& devices) {
+    if (!running() || m_runDevices.size() != devices.size() || m_deviceList->hasFocus()) return;
+    // A switch is agreed at the next training batch: the step under way still reports the old
+    // device. Only a rank still there a step later (its switch was refused) is put back.
+    if (m_switchSteps > 0) {
+        --m_switchSteps;
+        return;
+    }
+    if (m_runDevices == devices) return;
+    m_runDevices = devices;
+    m_deviceList->setText(devices.join(QStringLiteral(", ")));
 }
 
 bool RunPanel::running() const {

@@ -71,6 +71,9 @@ public:
     QLineEdit* dataPathEdit() const { return m_dataPath; }
     QLineEdit* virtualSizeEdit() const { return m_virtualSize; }
     QLineEdit* deviceListEdit() const { return m_deviceList; }
+    /// Several devices, during a run: where the ranks are (every step), so that the Devices list
+    /// goes back to a rank's device after a switch it refused; left alone while being edited.
+    void showRankDevices(const QStringList& devices);
     QDoubleSpinBox* heldOutBox() const { return m_heldOut; }
     QLineEdit* validationPathEdit() const { return m_validationPath; }
     QSpinBox* validateEveryBox() const { return m_validateEvery; }
@@ -120,6 +123,7 @@ private:
     /// Several devices, during a run: each rank's device, as started or last switched to.
     QStringList m_runDevices;
     bool m_wasRunning = false;
+    int m_switchSteps = 0;  ///< steps to wait before the list shows where the ranks are again
     QLabel* m_deviceInfo;
     QSpinBox* m_target;
     QSpinBox* m_initialMicro;

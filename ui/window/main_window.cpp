@@ -320,6 +320,11 @@ void MainWindow::onEvents(const QList<core::Event>& events) {
         m_teaching->handle(event);
         m_status->handle(event);
         m_ranks->handle(event);
+        if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) {
+            QStringList devices;
+            for (const core::RankStep& rank : ranks->ranks) devices << QString::fromStdString(rank.device);
+            m_runPanel->showRankDevices(devices);
+        }
         m_savers->handle(event);
         m_record.handle(event);
         m_report.handle(event);
