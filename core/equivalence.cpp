@@ -121,11 +121,7 @@ void compareGradients(const std::vector<std::string>& names, const std::vector<t
 std::string explainEquivalence(const EquivalenceChecked& r) {
     const std::string rel = formatText("%.2g", r.overall.relativeDifference);
     // Several devices: every rank's micro-batches, summed over the ranks as a training step sums them.
-    size_t count = r.microBatchSizes.size();
-    if (!r.rankMicroBatchSizes.empty()) {
-        count = 0;
-        for (const auto& part : r.rankMicroBatchSizes) count += part.size();
-    }
+    const size_t count = microBatchCount(r);
     std::string parts = std::to_string(count) + " micro-batch" + (count == 1 ? "" : "es");
     if (!r.rankMicroBatchSizes.empty())
         parts += " on " + std::to_string(r.rankMicroBatchSizes.size()) + " devices (summed over the ranks)";

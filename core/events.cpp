@@ -85,6 +85,13 @@ std::string describeSplit(const EquivalenceChecked& check) {
     return text + ", summed over the ranks";
 }
 
+size_t microBatchCount(const EquivalenceChecked& check) {
+    if (check.rankMicroBatchSizes.empty()) return check.microBatchSizes.size();
+    size_t count = 0;
+    for (const auto& part : check.rankMicroBatchSizes) count += part.size();
+    return count;
+}
+
 const char* eventName(const Event& event) {
     return std::visit(
         [](const auto& e) -> const char* {

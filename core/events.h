@@ -446,6 +446,8 @@ using Event = std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinis
 /// How a check's batch was accumulated: "16 + 16 + 8", or with several devices each rank's part,
 /// "rank 0 (virtual:48MiB) 16 + 16, rank 1 (virtual:192MiB) 64, summed over the ranks".
 std::string describeSplit(const EquivalenceChecked& check);
+/// The micro-batches a check accumulated: with several devices, every rank's.
+size_t microBatchCount(const EquivalenceChecked& check);
 
 /// Name of the event type as written in JSON Lines ("probe_trial", "oom", ...).
 const char* eventName(const Event& event);

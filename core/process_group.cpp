@@ -54,6 +54,12 @@ tl::expected<std::optional<long>, std::string> integerVariable(const char* name,
     return std::optional<long>{value};
 }
 
+/// BATCHPILOT_COLLECTIVES: "gloo", "nccl", or empty (NCCL where it fits).
+std::string collectivesAsked() {
+    const char* asked = std::getenv("BATCHPILOT_COLLECTIVES");
+    return asked == nullptr ? std::string() : std::string(asked);
+}
+
 #if BATCHPILOT_HAVE_GLOO
 bool isLoopback(const std::string& address) {
     return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
@@ -233,19 +239,13 @@ void ProcessGroupLink::allReduceSum(std::vector<at::Tensor>& tensors) {
 
 std::string ProcessGroupLink::ncclPlace() const {
 #if BATCHPILOT_HAVE_NCCL
-    if (const char* asked = std::getenv("BATCHPILOT_COLLECTIVES"); asked != nullptr && std::string(asked) == "gloo")
-        return {};
+    if (collectivesAsked() == "gloo") return {};
     char host[256] = {};
     if (gethostname(host, sizeof host - 1) != 0) return "localhost";
     return host;
 #else
     return {};
 #endif
-}
-
-bool ProcessGroupLink::ncclRequired() {
-    const char* asked = std::getenv("BATCHPILOT_COLLECTIVES");
-    return asked != nullptr && std::string(asked) == "nccl";
 }
 
 void ProcessGroupLink::useNccl(bool on) {
@@ -394,9 +394,6 @@ void ProcessGroupLink::allReduceSum(std::vector<at::Tensor>&) {
 std::string ProcessGroupLink::ncclPlace() const {
     return {};
 }
-bool ProcessGroupLink::ncclRequired() {
-    return false;
-}
 void ProcessGroupLink::useNccl(bool on) {
     if (on) throw std::runtime_error(kNoGloo);
 }
@@ -479,6 +476,9 @@ int ProcessGroupLink::size() const {
 }
 std::chrono::milliseconds ProcessGroupLink::timeout() const {
     return m_impl->timeout;
+}
+bool ProcessGroupLink::ncclRequired() {
+    return collectivesAsked() == "nccl";
 }
 
 }  // namespace batchpilot::core

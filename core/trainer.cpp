@@ -204,20 +204,23 @@ bool Trainer::Impl::waitWhilePaused() {
 bool Trainer::Impl::applyCommands() {
     auto [newTarget, newDevices, equivalence, reprobe, survey, newSavers] = commands.take();
     std::optional<std::string> newDevice;
-    if (parallel) {
-        // Several devices: every rank switches, or checks, at the same batch, agreed in ranksAgree.
-        for (auto& [rank, spec] : newDevices) parallel->requestedDevices[rank] = std::move(spec);
-        if (equivalence) parallel->requestedEquivalence = equivalence;
-        equivalence.reset();
-    } else {
-        for (auto& [rank, spec] : newDevices) {
-            if (rank == 0) {
-                newDevice = std::move(spec);
-            } else {
-                emit(Warning{now(), "device switch of rank " + std::to_string(rank) + " to " + spec +
-                                        " ignored: this run trains on one device (rank 0)"});
-            }
+    const int world = parallel ? parallel->link->size() : 1;
+    for (auto& [rank, spec] : newDevices) {
+        if (rank < 0 || rank >= world) {
+            emit(Warning{now(), "device switch of rank " + std::to_string(rank) + " to " + spec + " ignored: " +
+                                    (parallel ? "the job has ranks 0 to " + std::to_string(world - 1)
+                                              : std::string("this run trains on one device (rank 0)"))});
+        } else if (parallel) {
+            // Several devices: every rank switches at the same batch, agreed in ranksAgree.
+            parallel->requestedDevices[rank] = std::move(spec);
+        } else {
+            newDevice = std::move(spec);
         }
+    }
+    if (parallel && equivalence) {
+        // Several devices: every rank checks at the same batch, agreed in ranksAgree.
+        parallel->requestedEquivalence = equivalence;
+        equivalence.reset();
     }
     if (parallel && (newSavers || survey)) {
         // Several devices: every rank changes its savers, or measures them, at the same batch,

@@ -31,13 +31,7 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
     r.bfloat16 = autocastsBf16(savers);
     r.float16 = autocastsFp16(savers);
     // This rank's part: with several devices, the share of the n samples training would give it.
-    std::vector<int64_t> part = indices;
-    if (parallel) {
-        const std::vector<int64_t> shares = scaleShares(parallel->shares, n, minPart);
-        const int me = parallel->link->rank();
-        const auto offset = static_cast<std::ptrdiff_t>(shareOffset(shares, me));
-        part.assign(indices.begin() + offset, indices.begin() + offset + shares[static_cast<size_t>(me)]);
-    }
+    const std::vector<int64_t> part = parallel ? rankSlice(indices) : indices;
     const auto mine = static_cast<int64_t>(part.size());
     const int64_t micro = microBatch > 0 ? microBatch : (probe ? probe->result() : 0);
     std::string problem;

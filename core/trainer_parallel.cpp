@@ -278,7 +278,6 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
 void Trainer::Impl::switchRanks() {
     ProcessGroupLink& link = *parallel->link;
     const int me = link.rank();
-    const auto world = static_cast<size_t>(link.size());
     const std::string round = std::to_string(++parallel->switches);
     // The switches each rank was asked for, by the rank that is to move.
     nlohmann::json mine = nlohmann::json::object();
@@ -290,22 +289,12 @@ void Trainer::Impl::switchRanks() {
         ranksFailed(e, "agreeing on a device switch");
     }
     // This rank's new device: the last asking rank's word for it, in rank order.
+    // (Each asking rank kept only ranks of the job: applyCommands.)
     std::optional<std::string> spec;
-    std::vector<std::string> unknownRanks;
     for (const std::string& text : asked) {
         const nlohmann::json said = nlohmann::json::parse(text, nullptr, false);
-        if (!said.is_object()) continue;
-        for (const auto& [rank, name] : said.items()) {
-            if (!name.is_string()) continue;
-            if (rank == std::to_string(me)) spec = name.get<std::string>();
-            if (me == 0 && (rank.empty() || rank.size() > 4 ||
-                            rank.find_first_not_of("0123456789") != std::string::npos || std::stoul(rank) >= world))
-                unknownRanks.push_back(rank + " (" + name.get<std::string>() + ")");
-        }
-    }
-    for (const std::string& which : unknownRanks) {
-        emit(Warning{
-            now(), "device switch of rank " + which + " ignored: the job has ranks 0 to " + std::to_string(world - 1)});
+        if (said.is_object() && said.contains(std::to_string(me)) && said[std::to_string(me)].is_string())
+            spec = said[std::to_string(me)].get<std::string>();
     }
     std::string refused;
     const std::string before = device.name();

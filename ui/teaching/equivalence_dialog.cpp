@@ -180,18 +180,13 @@ void EquivalenceDialog::setResult(const core::EquivalenceChecked& r) {
     }
     m_verdict->setStyleSheet(QStringLiteral("color: %1;").arg(colour));
 
-    size_t microBatches = r.microBatchSizes.size();
-    if (!r.rankMicroBatchSizes.empty()) {
-        microBatches = 0;
-        for (const auto& part : r.rankMicroBatchSizes) microBatches += part.size();
-    }
     m_summary->setText(failed ? QString()
                               : tr("%1 samples of %2, accumulated as %3 (%4 micro-batches), "
                                    "against one pass over all %1. Took %5 s.")
                                     .arg(r.samples)
                                     .arg(r.step > 0 ? tr("the batch of step %1").arg(r.step) : tr("the first batch"))
                                     .arg(QString::fromStdString(core::describeSplit(r)))
-                                    .arg(microBatches)
+                                    .arg(core::microBatchCount(r))
                                     .arg(r.seconds, 0, 'f', 2));
     m_summary->setVisible(!failed);
 
