@@ -4,6 +4,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "core/accumulation_plan.h"
 #include "core/byte_size.h"
 #include "core/event_json.h"
 #include "core/memory_savers.h"
@@ -172,10 +173,10 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                     model = formatText("; memory ≈ %.1f MiB + %.3f MiB per sample", e.fixedBytes / 1048576.0,
                                        e.bytesPerSample / 1048576.0);
                 }
-                line(formatText("probe #%d done in %d trials, %.2f s: micro-batch %" PRId64 " × %" PRId64
-                                " accumulation steps = target batch %" PRId64 "%s",
-                                e.sequence, e.trials, e.seconds, e.microBatch, e.accumulationSteps, e.targetBatch,
-                                model.c_str()));
+                line(formatText("probe #%d done in %d trials, %.2f s: micro-batch %" PRId64 "; target batch %" PRId64
+                                " = %s accumulated%s",
+                                e.sequence, e.trials, e.seconds, e.microBatch, e.targetBatch,
+                                EvenSplit::of(e.targetBatch, e.microBatch).sum().c_str(), model.c_str()));
             } else if constexpr (std::is_same_v<T, ThroughputTimed>) {
                 // One line per candidate once it is ranked would hide the repetitions; one per
                 // counted timing shows the search working without the warm-ups' noise.
@@ -184,11 +185,10 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                                     e.samplesPerSecond, e.repetitions));
                 }
             } else if constexpr (std::is_same_v<T, ThroughputChosen>) {
-                line(formatText("fastest micro-batch: %" PRId64 " × %" PRId64
-                                " accumulation steps = target batch %" PRId64
-                                " after %d timed micro-batches, %.2f s (all of them trained): %s",
-                                e.microBatch, e.accumulationSteps, e.targetBatch, e.microBatchesTimed, e.seconds,
-                                e.reason.c_str()));
+                line(formatText("fastest micro-batch: %" PRId64 "; target batch %" PRId64
+                                " = %s accumulated, after %d timed micro-batches, %.2f s (all of them trained): %s",
+                                e.microBatch, e.targetBatch, EvenSplit::of(e.targetBatch, e.microBatch).sum().c_str(),
+                                e.microBatchesTimed, e.seconds, e.reason.c_str()));
             } else if constexpr (std::is_same_v<T, OomEvent>) {
                 ++m_ooms;
                 line("  " + oomText(e));
@@ -200,10 +200,12 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                                                                   : NAN;
                 const std::string text =
                     formatText("step %" PRId64 "/%" PRId64 "  epoch %" PRId64
-                               "  loss %.4f%s  %.1f samples/s  micro-batch %" PRId64 " × %" PRId64
+                               "  loss %.4f%s  %.1f samples/s  micro-batch %s%" PRId64 " × %" PRId64
                                "  peak %.1f MiB  ETA %s",
                                e.step, e.totalSteps, e.epoch, e.loss, lastValidationShort().c_str(), e.samplesPerSecond,
-                               e.microBatch, e.accumulationSteps, toMiB(e.peakBytes), duration(eta).c_str()) +
+                               // "≤" where the micro-batches differ (or are this rank's share of the batch)
+                               e.microBatch * e.accumulationSteps == e.targetBatch ? "" : "≤", e.microBatch,
+                               e.accumulationSteps, toMiB(e.peakBytes), duration(eta).c_str()) +
                     m_ranksText;
                 if (m_interactive) {
                     std::fprintf(m_out, "\r\033[K%s", text.c_str());
@@ -253,10 +255,10 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                     line(who + "tried " + trials);
                 }
                 for (const ProbeFinished& f : e.finished) {
-                    line(formatText("%sprobe #%d done in %d trials: micro-batch %" PRId64 " × %" PRId64
-                                    " accumulation steps = its share %" PRId64,
-                                    who.c_str(), f.sequence, f.trials, f.microBatch, f.accumulationSteps,
-                                    f.targetBatch));
+                    line(formatText("%sprobe #%d done in %d trials: micro-batch %" PRId64 "; its share %" PRId64
+                                    " = %s accumulated",
+                                    who.c_str(), f.sequence, f.trials, f.microBatch, f.targetBatch,
+                                    EvenSplit::of(f.targetBatch, f.microBatch).sum().c_str()));
                 }
                 for (const OomEvent& o : e.ooms) {
                     ++m_otherRankOoms;

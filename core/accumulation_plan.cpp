@@ -22,6 +22,13 @@ EvenSplit EvenSplit::of(int64_t total, int64_t microBatch) {
     return {parts, total / parts, total % parts};  // `larger` parts get one extra sample
 }
 
+std::string EvenSplit::sum() const {
+    if (parts <= 0) return "0";
+    const auto term = [](int64_t count, int64_t size) { return std::to_string(count) + " × " + std::to_string(size); };
+    if (larger == 0) return term(parts, base);
+    return term(larger, base + 1) + " + " + term(parts - larger, base);
+}
+
 std::vector<int64_t> AccumulationPlan::split(int64_t remaining, int64_t microBatch) {
     const EvenSplit even = EvenSplit::of(remaining, std::max<int64_t>(1, microBatch));
     std::vector<int64_t> sizes(static_cast<size_t>(even.parts));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace batchpilot::core {
@@ -20,6 +21,8 @@ struct EvenSplit {
     int64_t sizeOf(int64_t i) const { return base + (i < larger ? 1 : 0); }
     /// Samples before micro-batch i.
     int64_t offsetOf(int64_t i) const { return i * base + std::min(i, larger); }
+    /// The sizes as a sum a person can check: "4 × 256", or "1 × 94 + 10 × 93" (larger first).
+    std::string sum() const;
 };
 
 /// How one training batch of `target` samples is split into micro-batches of at most

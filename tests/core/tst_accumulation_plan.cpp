@@ -42,6 +42,18 @@ private Q_SLOTS:
             offset += sizes[i];
         }
         QCOMPARE(even.offsetOf(even.parts), target);
+        // Its sum, as printed for a person, names the same sizes in runs of equal ones.
+        QString runs;
+        for (qsizetype i = 0; i < sizes.size();) {
+            qsizetype j = i;
+            while (j < sizes.size() && sizes[j] == sizes[i]) ++j;
+            runs += QStringLiteral("%1%2 × %3")
+                        .arg(runs.isEmpty() ? QString() : QStringLiteral(" + "))
+                        .arg(j - i)
+                        .arg(sizes[i]);
+            i = j;
+        }
+        QCOMPARE(QString::fromStdString(even.sum()), runs);
     }
 
     /// A view of a 2^31-sample batch in micro-batches of 1 must not build a list of 2^31 sizes.

@@ -500,7 +500,22 @@ private Q_SLOTS:
         // Piped output: plain lines, one per step, no carriage returns.
         QVERIFY(!run.out.contains(QLatin1Char('\r')));
         QVERIFY(run.out.contains(QStringLiteral("trial  1: micro-batch      1  fit")));
-        QVERIFY(run.out.contains(QStringLiteral("accumulation steps = target batch 1024")));
+        // The plan as a sum that adds up: 1024 samples in micro-batches of at most the probed size.
+        const QRegularExpression plan(
+            QStringLiteral("micro-batch (\\d+); target batch 1024 = (\\d+) × (\\d+)"
+                           "(?: \\+ (\\d+) × (\\d+))? accumulated"));
+        const QRegularExpressionMatch planned = plan.match(run.out);
+        QVERIFY2(planned.hasMatch(), qPrintable(run.out));
+        const qint64 probed = planned.captured(1).toLongLong();
+        qint64 parts = planned.captured(2).toLongLong();
+        qint64 samples = parts * planned.captured(3).toLongLong();
+        if (!planned.captured(4).isEmpty()) {
+            parts += planned.captured(4).toLongLong();
+            samples += planned.captured(4).toLongLong() * planned.captured(5).toLongLong();
+        }
+        QCOMPARE(samples, qint64(1024));
+        QVERIFY(planned.captured(3).toLongLong() <= probed);  // the largest micro-batch fits
+        QCOMPARE(parts, (1024 + probed - 1) / probed);        // and no more of them than needed
         QVERIFY(run.out.contains(QStringLiteral("step 3/3")));
         QFile file(events);
         QVERIFY(file.open(QIODevice::ReadOnly));

@@ -6,11 +6,14 @@
 
 #include <QAction>
 #include <QCheckBox>
+#include <QLabel>
 #include <QPushButton>
+#include <QStatusBar>
 
 #include "ui/session/run_commands.h"
 #include "ui/session/run_model.h"
 #include "ui/session/trainer_controller.h"
+#include "ui/window/run_status.h"
 
 using namespace batchpilot;
 
@@ -59,6 +62,7 @@ class TestRunModel : public QObject {
 private Q_SLOTS:
     void startResetsAndTakesTheOptions();
     void planFollowsProbeStepsAndTargetChanges();
+    void statusBarShowsThePlanAsASum();
     void deviceFollowsTheTrainer();
     void countsOnlyTrainingOoms();
     void stepModeWaitsUntilTheNextMicroBatch();
@@ -124,6 +128,35 @@ void TestRunModel::planFollowsProbeStepsAndTargetChanges() {
     metrics.targetBatch = 100;
     model.handle({metrics});
     QCOMPARE(model.plan(), (ui::RunPlan{50, 2, 100}));
+}
+
+void TestRunModel::statusBarShowsThePlanAsASum() {
+    ui::RunModel model;
+    QStatusBar bar;
+    ui::RunStatus status(&bar, &model);
+    auto* plan = bar.findChild<QLabel*>(QStringLiteral("statusPlan"));
+    QVERIFY(plan != nullptr);
+    model.runStarted(options(1024, "virtual:64MiB"));
+    QCOMPARE(plan->text(), QStringLiteral("micro-batch —"));
+    // The probe found 271: 1024 is four micro-batches of 256, not "271 × 4" (1084 samples).
+    model.handle({probeFinished(271, 4, 1024)});
+    QCOMPARE(plan->text(), QStringLiteral("1024 = 4 × 256"));
+    // Sizes that differ by one are written as the two runs of them.
+    model.handle({probeFinished(96, 11, 1000)});
+    QCOMPARE(plan->text(), QStringLiteral("1000 = 10 × 91 + 1 × 90"));
+    // A step whose micro-batches differed (the probe's trials in step 1): only the largest is known.
+    core::StepMetrics metrics;
+    metrics.step = 1;
+    metrics.microBatch = 132;
+    metrics.accumulationSteps = 12;
+    metrics.targetBatch = 1000;
+    model.handle({metrics});
+    QCOMPARE(plan->text(), QStringLiteral("1000 in 12 × ≤132"));
+    metrics.step = 2;
+    metrics.microBatch = 125;
+    metrics.accumulationSteps = 8;
+    model.handle({metrics});
+    QCOMPARE(plan->text(), QStringLiteral("1000 = 8 × 125"));
 }
 
 void TestRunModel::deviceFollowsTheTrainer() {

@@ -74,14 +74,12 @@ EventRow describeEvent(const core::Event& event) {
                 return EventRow{e.time, tr("probe trial"), details, !e.fit};
             },
             [](const core::ProbeFinished& e) {
-                QString details = tr("probe %1 chose micro-batch %2 × %3 accumulation steps for "
-                                     "target %4 after %5 trials in %6 s")
+                QString details = tr("probe %1 chose micro-batch %2 after %3 trials in %4 s: %5")
                                       .arg(e.sequence)
                                       .arg(e.microBatch)
-                                      .arg(e.accumulationSteps)
-                                      .arg(e.targetBatch)
                                       .arg(e.trials)
-                                      .arg(e.seconds, 0, 'f', 2);
+                                      .arg(e.seconds, 0, 'f', 2)
+                                      .arg(planCaption(e.targetBatch, e.microBatch));
                 if (e.bytesPerSample > 0)
                     details += tr("; memory ≈ %1 + %2 per sample")
                                    .arg(bytes(static_cast<qint64>(e.fixedBytes)),
@@ -315,19 +313,11 @@ QString validationText(const core::ValidationDone& e) {
 QString planCaption(qint64 targetBatch, qint64 microBatch) {
     if (targetBatch <= 0 || microBatch <= 0) return {};
     const core::EvenSplit even = core::EvenSplit::of(targetBatch, microBatch);
-    const qint64 steps = even.parts;
-    const qint64 base = even.base;
-    const qint64 larger = even.larger;
-    QString sum;
-    if (larger == 0)
-        sum = QStringLiteral("%1 × %2").arg(steps).arg(base);
-    else
-        sum = QStringLiteral("%1 × %2 + %3 × %4").arg(larger).arg(base + 1).arg(steps - larger).arg(base);
     return QCoreApplication::translate("EventText", "%1 = %2 (micro-batch %3, %4 accumulation steps)")
         .arg(targetBatch)
-        .arg(sum)
+        .arg(QString::fromStdString(even.sum()))
         .arg(microBatch)
-        .arg(steps);
+        .arg(even.parts);
 }
 
 }  // namespace batchpilot::ui

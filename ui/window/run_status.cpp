@@ -6,6 +6,7 @@
 #include <QProgressBar>
 #include <QStatusBar>
 
+#include "core/accumulation_plan.h"
 #include "core/byte_size.h"
 #include "ui/session/run_model.h"
 
@@ -42,7 +43,7 @@ RunStatus::RunStatus(QStatusBar* bar, const RunModel* run, QObject* parent) : QO
                      tr("The device the trainer runs on. Its memory decides how many samples fit "
                         "in one micro-batch."));
     m_plan = field(bar, QStringLiteral("statusPlan"),
-                   tr("Micro-batch × accumulation steps = target batch: how the batch you asked "
+                   tr("Target batch = micro-batches × their size: how the batch you asked "
                       "for is split into pieces that fit in memory."));
     m_step = field(bar, QStringLiteral("statusStep"),
                    tr("Optimizer steps done (one per target batch) and the epoch: how many times "
@@ -106,7 +107,12 @@ QString RunStatus::stateText() const {
 QString RunStatus::planText() const {
     const RunPlan& plan = m_run->plan();
     if (plan.microBatch <= 0) return tr("micro-batch —");
-    return tr("%1 × %2 = %3").arg(plan.microBatch).arg(plan.accumulationSteps).arg(plan.targetBatch);
+    // The batch split evenly below the probed size (1024 at 271: 4 × 256), or a step whose
+    // micro-batches differed (probe trials, timed sizes, an OOM, a rank's share): at most.
+    const core::EvenSplit even = core::EvenSplit::of(plan.targetBatch, plan.microBatch);
+    if (even.parts == plan.accumulationSteps)
+        return tr("%1 = %2").arg(plan.targetBatch).arg(QString::fromStdString(even.sum()));
+    return tr("%1 in %2 × ≤%3").arg(plan.targetBatch).arg(plan.accumulationSteps).arg(plan.microBatch);
 }
 
 QString RunStatus::memoryText() const {
