@@ -299,6 +299,7 @@ int main(int argc, char** argv) {
     reporter.setTrainer(&trainer);
     reporter.setMemoryReport(request->memoryReport);
     reporter.setKeepBest(request->options.checkpoint.keepBest);
+    if (request->options.parallel) reporter.setRank(request->options.parallel->rank());
     if (request->checkEquivalence >= 0) reporter.requestEquivalenceCheck(request->checkEquivalence);
     std::signal(SIGINT, onSignal);
     std::signal(SIGTERM, onSignal);

@@ -109,6 +109,10 @@ std::string ConsoleReporter::closeEvents() {
     return m_eventsError;
 }
 
+std::string ConsoleReporter::batchName() const {
+    return m_rank < 0 ? "target batch" : "rank " + std::to_string(m_rank) + "'s share";
+}
+
 void ConsoleReporter::line(const std::string& text) {
     if (m_quiet) return;
     if (m_openLine) std::fputc('\n', m_out);
@@ -173,9 +177,9 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                     model = formatText("; memory ≈ %.1f MiB + %.3f MiB per sample", e.fixedBytes / 1048576.0,
                                        e.bytesPerSample / 1048576.0);
                 }
-                line(formatText("probe #%d done in %d trials, %.2f s: micro-batch %" PRId64 "; target batch %" PRId64
+                line(formatText("probe #%d done in %d trials, %.2f s: micro-batch %" PRId64 "; %s %" PRId64
                                 " = %s accumulated%s",
-                                e.sequence, e.trials, e.seconds, e.microBatch, e.targetBatch,
+                                e.sequence, e.trials, e.seconds, e.microBatch, batchName().c_str(), e.targetBatch,
                                 EvenSplit::of(e.targetBatch, e.microBatch).sum().c_str(), model.c_str()));
             } else if constexpr (std::is_same_v<T, ThroughputTimed>) {
                 // One line per candidate once it is ranked would hide the repetitions; one per
@@ -185,10 +189,11 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                                     e.samplesPerSecond, e.repetitions));
                 }
             } else if constexpr (std::is_same_v<T, ThroughputChosen>) {
-                line(formatText("fastest micro-batch: %" PRId64 "; target batch %" PRId64
+                line(formatText("fastest micro-batch: %" PRId64 "; %s %" PRId64
                                 " = %s accumulated, after %d timed micro-batches, %.2f s (all of them trained): %s",
-                                e.microBatch, e.targetBatch, EvenSplit::of(e.targetBatch, e.microBatch).sum().c_str(),
-                                e.microBatchesTimed, e.seconds, e.reason.c_str()));
+                                e.microBatch, batchName().c_str(), e.targetBatch,
+                                EvenSplit::of(e.targetBatch, e.microBatch).sum().c_str(), e.microBatchesTimed,
+                                e.seconds, e.reason.c_str()));
             } else if constexpr (std::is_same_v<T, OomEvent>) {
                 ++m_ooms;
                 line("  " + oomText(e));

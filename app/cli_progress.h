@@ -33,6 +33,8 @@ public:
     /// The validation metric the run keeps its best model by (--keep-best); the summary's "best"
     /// pass is then the best by it. Empty: by accuracy, then loss.
     void setKeepBest(const std::string& metric) { m_keepBest = metric; }
+    /// Several devices: this rank trains a share of each training batch, and its plans say so.
+    void setRank(int rank) { m_rank = rank; }
     /// Asks the trainer (set by setTrainer) for an equivalence check of `samples` samples
     /// after the first optimizer step (0: the whole batch), and prints its result.
     void requestEquivalenceCheck(int64_t samples) { m_checkSamples = samples; }
@@ -75,6 +77,9 @@ private:
     std::string m_ranksText;
     std::string m_summedBy;  ///< several devices: what sums the gradients, and why not NCCL (printed when it changes)
     bool m_memoryReport = false;
+    int m_rank = -1;  ///< several devices: this process's rank; -1: one device
+    /// What a plan of this process splits: the target batch, or with several devices its share.
+    std::string batchName() const;
     core::MemoryReport m_report;
     int64_t m_checkSamples = -1;
     bool m_checkSent = false;

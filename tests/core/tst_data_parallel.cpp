@@ -5,6 +5,8 @@
 
 #include <QtTest>
 
+#include <QRegularExpression>
+
 #include <QFile>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -380,10 +382,25 @@ private Q_SLOTS:
     /// (ranks not on GPUs of their own) is refused before training, every rank saying why.
     void collectivesAreNamedAndNcclIsRefusedWhereItCannotRun() {
         const QStringList devices{QStringLiteral("--devices"), QStringLiteral("virtual:6MiB,virtual:24MiB")};
-        const Run gloo = runCli(job(QStringLiteral("sgd"), 1) + devices);
+        const Run gloo = runCli(job(QStringLiteral("sgd"), 3) + devices);  // the probes end in step 2
         QVERIFY2(gloo.exitCode == 0, qPrintable(gloo.err));
         QVERIFY2(gloo.out.contains(QStringLiteral("gradients summed by Gloo (rank 0 (virtual:6MiB) is not on a GPU)")),
                  qPrintable(gloo.out));
+        // Each rank's plan names its share, and the shares make the training batch of 192.
+        const QRegularExpression plan(
+            QStringLiteral("(?:rank 0's|its) share (\\d+) = (\\d+) × (\\d+)"
+                           "(?: \\+ (\\d+) × (\\d+))? accumulated"));
+        qint64 shares = 0;
+        int plans = 0;
+        for (auto it = plan.globalMatch(gloo.out); it.hasNext(); ++plans) {
+            const QRegularExpressionMatch m = it.next();
+            qint64 samples = m.captured(2).toLongLong() * m.captured(3).toLongLong();
+            if (!m.captured(4).isEmpty()) samples += m.captured(4).toLongLong() * m.captured(5).toLongLong();
+            QCOMPARE(samples, m.captured(1).toLongLong());
+            shares += samples;
+        }
+        QVERIFY2(plans == 2 && shares == 192, qPrintable(gloo.out));
+        QVERIFY2(!gloo.out.contains(QStringLiteral("target batch 192 =")), qPrintable(gloo.out));
         QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
         environment.insert(QStringLiteral("BATCHPILOT_COLLECTIVES"), QStringLiteral("nccl"));
         const Run nccl = runCli(job(QStringLiteral("sgd"), 1) + devices, environment);

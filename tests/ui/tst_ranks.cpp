@@ -18,9 +18,11 @@
 #include <QSettings>
 #include <QSpinBox>
 #include <QStandardPaths>
+#include <QTemporaryDir>
 #include <QTableWidget>
 
 #include "core/events.h"
+#include "core/run_config.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/probe_chart.h"
@@ -469,6 +471,88 @@ private Q_SLOTS:
         for (const core::Event& e : events)
             if (const auto* warning = std::get_if<core::Warning>(&e))
                 QVERIFY2(warning->message.find("not available") == std::string::npos, warning->message.c_str());
+    }
+
+    void stopDuringADeviceSwitchEndsEveryRank_data() {
+        QTest::addColumn<bool>("atTheSwitch");
+        QTest::newRow("posted with the switch") << false;
+        QTest::newRow("while the rank moves") << true;
+    }
+    /// Stop (the window's Stop, what Ctrl-C does in the terminal) at the worst moment of a
+    /// device switch: with the switch request, or while rank 1 moves and probes its new device.
+    /// Every rank ends by itself (rank 1's process with status 0), the checkpoint holds the last
+    /// step, and the job resumes from it on the devices the ranks ended on.
+    void stopDuringADeviceSwitchEndsEveryRank() {
+        QFETCH(bool, atTheSwitch);
+        QTemporaryDir directory;
+        QVERIFY(directory.isValid());
+        ui::TrainerController controller;
+        QList<core::Event> events;
+        QSignalSpy finished(&controller, &ui::TrainerController::runFinished);
+        connect(&controller, &ui::TrainerController::eventsReceived, this, [&](const QList<core::Event>& batch) {
+            events.append(batch);
+            // Stopped as soon as rank 0 learns that rank 1 moved: rank 1 is probing its new device.
+            if (atTheSwitch && firstOf<core::DeviceSwitched>(batch) != nullptr) controller.stop();
+        });
+        core::TrainerOptions options = ui::demoOptions();
+        options.model.name = "cnn";
+        options.targetBatch = 64;
+        options.steps = 100000;
+        options.validation.split = 0;
+        options.checkpoint.directory = directory.path().toStdString();
+        QVERIFY(controller.start(options, {QStringLiteral("virtual:12MiB"), QStringLiteral("virtual:48MiB")}));
+        QTRY_VERIFY_WITH_TIMEOUT(countOf<core::RanksStepped>(events) >= 2 || !controller.isRunning(), kTimeout);
+        QVERIFY(controller.isRunning());
+        const QList<QProcess*> workers = controller.findChildren<QProcess*>();
+        QCOMPARE(workers.size(), 1);
+        int exitCode = -1;
+        auto exitStatus = QProcess::CrashExit;
+        connect(workers.front(), &QProcess::finished, this, [&](int code, QProcess::ExitStatus status) {
+            exitCode = code;
+            exitStatus = status;
+        });
+
+        controller.switchDevice(QStringLiteral("virtual:24MiB"), 1);
+        if (!atTheSwitch) controller.stop();
+        QVERIFY(finished.wait(kTimeout));
+        const auto result = finished.takeFirst().at(0).value<core::RunResult>();
+        QVERIFY2(result.state == core::RunState::Finished, result.error.c_str());
+        QVERIFY(result.stopped);
+        QVERIFY(result.checkpointError.empty());
+        QCOMPARE(countOf<core::ErrorEvent>(events), 0);
+        for (const core::Event& e : events)
+            if (const auto* warning = std::get_if<core::Warning>(&e))
+                QVERIFY2(warning->message.find("rank 1") == std::string::npos, warning->message.c_str());
+        QTRY_COMPARE_WITH_TIMEOUT(exitStatus, QProcess::NormalExit, kTimeout);
+        QCOMPARE(exitCode, 0);
+        const core::DeviceSwitched* switched = firstOf<core::DeviceSwitched>(events);
+        if (atTheSwitch) QVERIFY(switched != nullptr);
+        // The last checkpoint is the last step.
+        const core::CheckpointSaved* saved = nullptr;
+        for (const core::Event& e : events)
+            if (const auto* c = std::get_if<core::CheckpointSaved>(&e); c != nullptr && c->metric.empty()) saved = c;
+        QVERIFY(saved != nullptr);
+        QCOMPARE(saved->step, result.steps);
+
+        // It resumes on the devices the ranks ended on, two more steps, with the run's options (as
+        // its run folder's config.json holds them).
+        const QString config = directory.filePath(QStringLiteral("config.json"));
+        QVERIFY(core::saveRunConfig(config.toStdString(), options).has_value());
+        QProcess resumed;
+        resumed.setProcessChannelMode(QProcess::MergedChannels);
+        const QString rank1 = switched != nullptr ? QStringLiteral("virtual:24MiB") : QStringLiteral("virtual:48MiB");
+        resumed.start(
+            QStringLiteral(BATCHPILOT_CLI_PATH),
+            {QStringLiteral("--config"), config, QStringLiteral("--devices"), QStringLiteral("virtual:12MiB,") + rank1,
+             QStringLiteral("--resume"), directory.path(), QStringLiteral("--steps"), QString::number(result.steps + 2),
+             QStringLiteral("--no-run-folder"), QStringLiteral("--quiet")});
+        QVERIFY(resumed.waitForFinished(kTimeout));
+        const QString output = QString::fromUtf8(resumed.readAll());
+        QVERIFY2(resumed.exitStatus() == QProcess::NormalExit && resumed.exitCode() == 0, qPrintable(output));
+        QVERIFY2(output.contains(QStringLiteral("after %1 steps").arg(result.steps + 2)), qPrintable(output));
+        qInfo("stopped %s after step %lld; rank 1 %s; resumed to step %lld",
+              atTheSwitch ? "while rank 1 moved" : "with the switch request", static_cast<long long>(result.steps),
+              switched != nullptr ? "had moved" : "had not moved", static_cast<long long>(result.steps + 2));
     }
 
     /// Closing the window while several ranks are paused: the controller's end stops the run,
