@@ -313,6 +313,10 @@ void ProcessGroupLink::waitWhileAlive(const std::string& name, int other) {
     int64_t last = -1;
     auto changed = std::chrono::steady_clock::now();
     while (!m_impl->store->check({"done/" + name})) {
+        // A rank that failed says so before it leaves: no need to wait for its heartbeat to stop.
+        if (m_impl->store->check({"failed/" + std::to_string(other)}))
+            throw std::runtime_error("rank " + std::to_string(other) + " failed while this rank waited for \"" + name +
+                                     "\"");
         const int64_t now = m_impl->beats(other);
         if (now != last) {
             last = now;
@@ -326,12 +330,49 @@ void ProcessGroupLink::waitWhileAlive(const std::string& name, int other) {
     }
 }
 
+namespace {
+
+/// "rank 1 (virtual:48MiB)", or "rank 1" where `devices` does not name it.
+std::string rankName(int r, const std::vector<std::string>& devices) {
+    std::string text = "rank " + std::to_string(r);
+    if (static_cast<size_t>(r) < devices.size()) text += " (" + devices[static_cast<size_t>(r)] + ")";
+    return text;
+}
+
+/// A failure's message is one rank's sentence, not a log: the store keeps at most this much.
+constexpr size_t kFailureBytes = 2000;
+
+}  // namespace
+
+void ProcessGroupLink::reportFailure(const std::string& message) {
+    if (!m_impl->store) return;
+    try {
+        const std::string text = message.substr(0, kFailureBytes);
+        m_impl->store->set("failed/" + std::to_string(rank()), std::vector<uint8_t>(text.begin(), text.end()));
+    } catch (const std::exception&) {
+        // The store is gone (it lived with rank 0): the others learn only that this rank left.
+    }
+}
+
+std::string ProcessGroupLink::failedRanks(const std::vector<std::string>& devices) {
+    if (!m_impl->store) return {};
+    std::string failed;
+    try {
+        for (int r = 0; r < size(); ++r) {
+            const std::string key = "failed/" + std::to_string(r);
+            if (r == rank() || !m_impl->store->check({key})) continue;
+            const std::vector<uint8_t> value = m_impl->store->get(key);
+            failed += (failed.empty() ? "" : "; ") + rankName(r, devices) +
+                      " failed: " + std::string(value.begin(), value.end());
+        }
+    } catch (const std::exception&) {
+        // The store is gone: what was read so far.
+    }
+    return failed;
+}
+
 std::string ProcessGroupLink::unresponsiveRanks(const std::vector<std::string>& devices) {
-    const auto name = [&](int r) {
-        std::string text = "rank " + std::to_string(r);
-        if (static_cast<size_t>(r) < devices.size()) text += " (" + devices[static_cast<size_t>(r)] + ")";
-        return text;
-    };
+    const auto name = [&](int r) { return rankName(r, devices); };
     std::vector<int64_t> before(static_cast<size_t>(size()), -1);
     try {
         for (int r = 0; r < size(); ++r) before[static_cast<size_t>(r)] = m_impl->beats(r);
@@ -416,6 +457,10 @@ void ProcessGroupLink::waitWhileAlive(const std::string&, int) {
     throw std::runtime_error(kNoGloo);
 }
 std::string ProcessGroupLink::unresponsiveRanks(const std::vector<std::string>&) {
+    return {};
+}
+void ProcessGroupLink::reportFailure(const std::string&) {}
+std::string ProcessGroupLink::failedRanks(const std::vector<std::string>&) {
     return {};
 }
 struct StoreHost::Impl {};

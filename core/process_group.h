@@ -85,7 +85,8 @@ public:
     /// Announces that this rank finished `name` (a key in the job's store).
     void markDone(const std::string& name);
     /// Waits until rank `other` marked `name` done, however long that takes while its heartbeat
-    /// goes on; throws std::runtime_error when the heartbeat stops for the link's timeout (the
+    /// goes on; throws std::runtime_error when `other` reported a failure (reportFailure), or
+    /// when its heartbeat stops for the link's timeout (the
     /// other ranks wait so for rank 0's validation pass, which may take longer than a collective
     /// is allowed to).
     void waitWhileAlive(const std::string& name, int other);
@@ -94,6 +95,12 @@ public:
     /// a counter in the store twice a second from a thread of its own (a stopped or dead process
     /// does not); this compares the counters over two seconds.
     std::string unresponsiveRanks(const std::vector<std::string>& devices);
+    /// This rank failed with `message` (before it leaves): the others name the cause when their
+    /// collectives fail, rather than only that this rank is gone. Best effort: never throws.
+    void reportFailure(const std::string& message);
+    /// The other ranks that reported a failure, as "rank 2 (virtual:160MiB) failed: <message>",
+    /// joined by "; "; empty when none did (or the store is gone).
+    std::string failedRanks(const std::vector<std::string>& devices);
 
 private:
     struct Impl;

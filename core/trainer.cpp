@@ -133,8 +133,8 @@ void Trainer::Impl::setup() {
         minPart = 2;
         emit(Warning{now(),
                      "the model uses BatchNorm: each micro-batch is normalised with its own "
-                     "statistics, so accumulated gradients differ from full-batch ones; use "
-                     "GroupNorm (--norm group) for exact accumulation"});
+                     "statistics, so accumulated gradients differ from full-batch ones; for exact "
+                     "accumulation use GroupNorm or LayerNorm (the built-in resnet: --norm group)"});
     }
     if (options.parallel) setupParallel();
 }
@@ -758,10 +758,12 @@ RunResult Trainer::run() {
                           e.where == "resume" || e.where == "checkpoint";
         d.emit(ErrorEvent{d.now(), e.message, e.where});
         d.setState(RunState::Failed, e.message);
+        if (d.parallel && !e.otherRankFailed) d.parallel->link->reportFailure(e.message);
     } catch (const std::exception& e) {
         const FailureInfo failure = classifyFailure(std::current_exception());
         result.state = RunState::Failed;
         result.error = failure.message;
+        if (d.parallel) d.parallel->link->reportFailure(failure.message);
         d.emit(ErrorEvent{d.now(), failure.message, "step " + std::to_string(d.step + 1)});
         d.setState(RunState::Failed, failure.message);
     }

@@ -67,6 +67,8 @@ constexpr int kSingleSampleRetries = 2;
 struct FatalError {
     std::string message;
     std::string where;
+    /// Several devices: this rank fails because another one did (that one reported the cause).
+    bool otherRankFailed = false;
 };
 
 /// A loss that is NaN or infinite: training cannot continue meaningfully.

@@ -592,13 +592,17 @@ void Trainer::Impl::checkRanksAgree() {
 
 void Trainer::Impl::ranksFailed(const std::exception& error, const std::string& during) {
     const std::string where = "step " + std::to_string(step + 1) + ", " + during;
+    const std::string lost = "the ranks lost each other at step " + std::to_string(step + 1) + " (" + during + "): ";
+    const std::string resume = "; the last checkpoint resumes the job, with the same or other devices";
+    // A rank that failed said why before it left: its reason, not the transport's.
+    if (const std::string failed = parallel->link->failedRanks(parallel->devices); !failed.empty())
+        throw FatalError{lost + failed + resume, where, true};
     const std::string missing = parallel->link->unresponsiveRanks(parallel->devices);
-    throw FatalError{"the ranks lost each other at step " + std::to_string(step + 1) + " (" + during + "): " +
+    throw FatalError{lost +
                          (missing.empty() ? std::string("another rank failed (see its message)")
                                           : missing + " stopped answering (it died or hangs)") +
-                         " [" + collectiveError(error.what()) +
-                         "]; the last checkpoint resumes the job, with the same or other devices",
-                     where};
+                         " [" + collectiveError(error.what()) + "]" + resume,
+                     where, true};
 }
 
 }  // namespace batchpilot::core

@@ -450,6 +450,24 @@ private Q_SLOTS:
         QVERIFY2(difference <= tolerance(QStringLiteral("adam"), end), qPrintable(QString::number(difference)));
     }
 
+    void failedRankIsNamedWithItsReason() {
+        // Rank 1's device cannot hold even one sample: it says why and leaves; rank 0's collective
+        // fails at once, and rank 0 names rank 1's reason, not only that it is gone.
+        const Run run =
+            runCli(job(QStringLiteral("sgd"), 3) +
+                   QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:24MiB,virtual:300KiB")});
+        QCOMPARE(run.exitCode, 1);
+        const QString rank1Says = QStringLiteral("batchpilot-cli [rank 1, virtual:300KiB]: ");
+        const qsizetype at = run.err.indexOf(rank1Says);
+        QVERIFY2(at >= 0, qPrintable(run.err));
+        const QString reason = run.err.mid(at + rank1Says.size()).section(QLatin1Char('\n'), 0, 0);
+        QVERIFY2(reason.contains(QStringLiteral("does not fit")), qPrintable(run.err));
+        const QString rank0Line = run.err.section(QStringLiteral("batchpilot-cli [rank 0, virtual:24MiB]: "), 1)
+                                      .section(QLatin1Char('\n'), 0, 0);
+        QVERIFY2(rank0Line.contains(QStringLiteral("rank 1 (virtual:300KiB) failed: ") + reason), qPrintable(run.err));
+        QVERIFY2(!rank0Line.contains(QStringLiteral("stopped answering")), qPrintable(run.err));
+    }
+
     void hungRankIsNamed() {
         // Rank 1 stops answering (SIGSTOP): rank 0 gives up after --rank-timeout and names it.
         const QString eventsFile = path(QStringLiteral("job-hung.jsonl"));
