@@ -1,5 +1,8 @@
 #include "core/process_group.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
@@ -54,10 +57,13 @@ tl::expected<std::optional<long>, std::string> integerVariable(const char* name,
     return std::optional<long>{value};
 }
 
-/// BATCHPILOT_COLLECTIVES: "gloo", "nccl", or empty (NCCL where it fits).
+/// BATCHPILOT_COLLECTIVES: "gloo", "nccl" (in any case), or empty (NCCL where it fits); anything
+/// else is refused by ProcessGroupLink::collectivesProblem before a job starts.
 std::string collectivesAsked() {
     const char* asked = std::getenv("BATCHPILOT_COLLECTIVES");
-    return asked == nullptr ? std::string() : std::string(asked);
+    std::string text = asked == nullptr ? std::string() : std::string(asked);
+    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+    return text;
 }
 
 #if BATCHPILOT_HAVE_GLOO
@@ -524,6 +530,13 @@ std::chrono::milliseconds ProcessGroupLink::timeout() const {
 }
 bool ProcessGroupLink::ncclRequired() {
     return collectivesAsked() == "nccl";
+}
+std::string ProcessGroupLink::collectivesProblem() {
+    const std::string asked = collectivesAsked();
+    if (asked.empty() || asked == "gloo" || asked == "nccl") return {};
+    return "the environment variable BATCHPILOT_COLLECTIVES=\"" + std::string(std::getenv("BATCHPILOT_COLLECTIVES")) +
+           "\" is not gloo or nccl: set gloo to sum the gradients with Gloo, nccl to require NCCL, or unset it "
+           "(NCCL where every rank has a GPU of its own)";
 }
 
 }  // namespace batchpilot::core

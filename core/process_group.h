@@ -69,6 +69,8 @@ public:
     std::string ncclPlace() const;
     /// BATCHPILOT_COLLECTIVES=nccl: a job NCCL does not fit is an error rather than Gloo's.
     static bool ncclRequired();
+    /// What is wrong with BATCHPILOT_COLLECTIVES (not gloo, nccl or unset); empty when nothing.
+    static std::string collectivesProblem();
     /// From now on (every rank at the same point) CUDA tensors are summed by NCCL in a
     /// communicator of their own (a new one each time: a rank may have moved to another GPU),
     /// or, with false, by Gloo again.

@@ -72,6 +72,9 @@ void Trainer::Impl::setupParallel() {
     ParallelState state;
     state.link = options.parallel;
     ProcessGroupLink& link = *state.link;
+    // Before joining: every rank refuses alike, none waits for another.
+    if (const std::string problem = ProcessGroupLink::collectivesProblem(); !problem.empty())
+        throw FatalError{problem, "configuration"};
     if (auto connected = link.connect(); !connected) throw FatalError{connected.error(), "configuration"};
     const int world = link.size();
     if (options.stepMode) {

@@ -409,6 +409,18 @@ private Q_SLOTS:
                                                   "gradients: rank 0 (virtual:6MiB) is not on a GPU")),
                  qPrintable(nccl.err));
         QVERIFY(!nccl.out.contains(QStringLiteral("step 1/")));
+        // Written in capitals it is the same request; a misspelt value is refused, not ignored.
+        environment.insert(QStringLiteral("BATCHPILOT_COLLECTIVES"), QStringLiteral("NCCL"));
+        const Run capitals = runCli(job(QStringLiteral("sgd"), 1) + devices, environment);
+        QCOMPARE(capitals.exitCode, 2);
+        QVERIFY2(capitals.err.contains(QStringLiteral("NCCL cannot sum this job's gradients")),
+                 qPrintable(capitals.err));
+        environment.insert(QStringLiteral("BATCHPILOT_COLLECTIVES"), QStringLiteral("ncll"));
+        const Run misspelt = runCli(job(QStringLiteral("sgd"), 1) + devices, environment);
+        QCOMPARE(misspelt.exitCode, 2);
+        QVERIFY2(misspelt.err.contains(QStringLiteral("BATCHPILOT_COLLECTIVES=\"ncll\" is not gloo or nccl")),
+                 qPrintable(misspelt.err));
+        QVERIFY(!misspelt.out.contains(QStringLiteral("step 1/")));
     }
 
     void killedRankEndsTheJobAndAnotherSetResumes() {
