@@ -216,6 +216,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "batchpilot-cli: %s\n", job.error().c_str());
         return kExitBadInput;
     }
+    if (!request->devices.empty() || *job) {
+        if (const std::string problem = core::glooInterfaceProblem(); !problem.empty()) {
+            std::fprintf(stderr, "batchpilot-cli: %s\n", problem.c_str());
+            return kExitBadInput;
+        }
+    }
     if (!request->devices.empty()) {
         if (*job) {
             std::fprintf(stderr,

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
@@ -29,6 +28,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <net/if.h>
 #include <unistd.h>
 
 #include "core/counting_allocator.h"
@@ -66,19 +66,35 @@ std::string collectivesAsked() {
     return text;
 }
 
+/// GLOO_SOCKET_IFNAME's interface names (none when unset or empty).
+std::vector<std::string> glooInterfaces() {
+    std::vector<std::string> names;
+    const char* text = std::getenv("GLOO_SOCKET_IFNAME");
+    if (text == nullptr) return names;
+    std::string rest = text;
+    for (size_t start = 0; start <= rest.size();) {
+        const size_t comma = std::min(rest.find(',', start), rest.size());
+        if (comma > start) names.push_back(rest.substr(start, comma - start));
+        start = comma + 1;
+    }
+    return names;
+}
+
 #if BATCHPILOT_HAVE_GLOO
 bool isLoopback(const std::string& address) {
     return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
 }
 
-/// The network device Gloo's connections use: GLOO_SOCKET_IFNAME's interface where set (as in
+/// The network devices Gloo's connections use: GLOO_SOCKET_IFNAME's interfaces where set (as in
 /// PyTorch), the loopback for a job on one machine, otherwise the interface of this host's name.
-std::shared_ptr<::gloo::transport::Device> glooDevice(const std::string& masterAddress) {
-    if (const char* name = std::getenv("GLOO_SOCKET_IFNAME"); name != nullptr && *name != '\0') {
-        return c10d::ProcessGroupGloo::createDeviceForInterface(name);
+std::vector<std::shared_ptr<::gloo::transport::Device>> glooDevices(const std::string& masterAddress) {
+    if (const std::vector<std::string> names = glooInterfaces(); !names.empty()) {
+        std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+        for (const std::string& name : names) devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+        return devices;
     }
-    if (isLoopback(masterAddress)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-    return c10d::ProcessGroupGloo::createDefaultDevice();
+    if (isLoopback(masterAddress)) return {c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")};
+    return {c10d::ProcessGroupGloo::createDefaultDevice()};
 }
 #endif
 
@@ -185,6 +201,7 @@ struct ProcessGroupLink::Impl {
 tl::expected<void, std::string> ProcessGroupLink::connect() {
     Impl& impl = *m_impl;
     if (impl.group) return {};
+    if (std::string problem = glooInterfaceProblem(); !problem.empty()) return tl::make_unexpected(std::move(problem));
     const RankEnvironment& where = impl.where;
     try {
         c10d::TCPStoreOptions storeOptions;
@@ -197,7 +214,7 @@ tl::expected<void, std::string> ProcessGroupLink::connect() {
         impl.tcp = tcp;
         impl.store = c10::make_intrusive<c10d::PrefixStore>(kKeyPrefix, tcp);
         auto options = c10d::ProcessGroupGloo::Options::create(impl.timeout);
-        options->devices.push_back(glooDevice(where.masterAddress));
+        options->devices = glooDevices(where.masterAddress);
         options->threads = 2;
         auto groupStore = c10::make_intrusive<c10d::PrefixStore>("gloo", tcp);
         impl.group = c10::make_intrusive<c10d::ProcessGroupGloo>(groupStore, where.rank, where.worldSize, options);
@@ -512,6 +529,24 @@ std::vector<std::pair<std::string, std::string>> localRankVariables(int rank, in
             {"MASTER_PORT", std::to_string(port)},
             {"TORCHELASTIC_USE_AGENT_STORE", "True"},
             {kLauncherPidVariable, std::to_string(launcherPid)}};
+}
+
+std::string glooInterfaceProblem() {
+    const std::vector<std::string> names = glooInterfaces();
+    std::string missing;
+    for (const std::string& name : names)
+        if (if_nametoindex(name.c_str()) == 0) missing += (missing.empty() ? "" : ", ") + name;
+    if (missing.empty()) return {};
+    std::string here;
+    if (struct if_nameindex* list = if_nameindex(); list != nullptr) {
+        for (const struct if_nameindex* i = list; i->if_index != 0 && i->if_name != nullptr; ++i)
+            here += (here.empty() ? "" : ", ") + std::string(i->if_name);
+        if_freenameindex(list);
+    }
+    return "the environment variable GLOO_SOCKET_IFNAME=\"" + std::string(std::getenv("GLOO_SOCKET_IFNAME")) +
+           "\": this machine has no network interface called " + missing + " (it has " +
+           (here.empty() ? std::string("none that could be listed") : here) +
+           "): name the one the ranks reach each other through, or unset it";
 }
 
 int threadsPerLocalRank(int cpus, int ranksHere) {

@@ -40,6 +40,11 @@ struct RankEnvironment {
 /// malformed or inconsistent variable is an error that names it and the valid values.
 tl::expected<std::optional<RankEnvironment>, std::string> rankEnvironment();
 
+/// GLOO_SOCKET_IFNAME (as in PyTorch: the network interface Gloo connects through, or several
+/// separated by commas): what is wrong with it on this machine, naming the interfaces it has;
+/// empty when it is unset or every name is an interface here.
+std::string glooInterfaceProblem();
+
 /// The ranks of one job, joined; every collective blocks until every rank called it, or fails
 /// (throws std::runtime_error) after the timeout, or as soon as a rank's connection closes.
 class ProcessGroupLink {

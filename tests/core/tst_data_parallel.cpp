@@ -423,6 +423,22 @@ private Q_SLOTS:
         QVERIFY(!misspelt.out.contains(QStringLiteral("step 1/")));
     }
 
+    void networkInterfaceIsChecked() {
+        // GLOO_SOCKET_IFNAME as PyTorch reads it (comma-separated names): a name this machine
+        // lacks is refused before any rank starts, naming it and the interfaces there are.
+        const QStringList devices{QStringLiteral("--devices"), QStringLiteral("virtual:6MiB,virtual:24MiB")};
+        QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+        environment.insert(QStringLiteral("GLOO_SOCKET_IFNAME"), QStringLiteral("lo,no-such-nic0"));
+        const Run wrong = runCli(job(QStringLiteral("sgd"), 1) + devices, environment);
+        QCOMPARE(wrong.exitCode, 2);
+        QVERIFY2(wrong.err.contains(QStringLiteral("no network interface called no-such-nic0 (it has lo")),
+                 qPrintable(wrong.err));
+        QVERIFY(!wrong.err.contains(QStringLiteral("[rank ")));  // the launcher refused: no rank started
+        environment.insert(QStringLiteral("GLOO_SOCKET_IFNAME"), QStringLiteral("lo"));
+        const Run loopback = runCli(job(QStringLiteral("sgd"), 1) + devices, environment);
+        QVERIFY2(loopback.exitCode == 0, qPrintable(loopback.err));
+    }
+
     void killedRankEndsTheJobAndAnotherSetResumes() {
         const QString directory = path(QStringLiteral("job-killed"));
         const QString eventsFile = directory + QStringLiteral(".jsonl");
