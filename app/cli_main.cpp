@@ -249,10 +249,8 @@ int main(int argc, char** argv) {
         request->options.parallel = *joined;
         // Ranks on one machine share its CPUs: each takes its part of them unless --threads says
         // otherwise (all of them each: 2 ranks on 2 cores ran 4 threads on 2 and slowed down).
-        if (const char* local = std::getenv("LOCAL_WORLD_SIZE");
-            local != nullptr && request->options.intraOpThreads == 0) {
-            request->options.intraOpThreads = core::threadsPerLocalRank(core::intraOpThreadsFor(0), std::atoi(local));
-        }
+        if (const int local = (*job)->localWorldSize; local > 0 && request->options.intraOpThreads == 0)
+            request->options.intraOpThreads = core::threadsPerLocalRank(core::intraOpThreadsFor(0), local);
         if (rank > 0) {
             // Rank 0 reports, records the run and keeps the checkpoints for the job; the others
             // train. An events file is kept per rank (FILE.rank1, …).

@@ -130,6 +130,9 @@ tl::expected<std::optional<RankEnvironment>, std::string> rankEnvironment() {
     auto local = integerVariable("LOCAL_RANK", 0, kMaxWorldSize - 1);
     if (!local) return tl::make_unexpected(local.error());
     where.localRank = local->has_value() ? static_cast<int>(**local) : where.rank;
+    auto localWorld = integerVariable("LOCAL_WORLD_SIZE", 1, **world);
+    if (!localWorld) return tl::make_unexpected(localWorld.error());
+    where.localWorldSize = localWorld->has_value() ? static_cast<int>(**localWorld) : 0;
     const char* address = std::getenv("MASTER_ADDR");
     if (address == nullptr || *address == '\0') {
         return tl::make_unexpected(std::string(

@@ -30,6 +30,8 @@ struct RankEnvironment {
     int rank = 0;
     int worldSize = 1;
     int localRank = 0;
+    /// Ranks on this machine (LOCAL_WORLD_SIZE); 0 when unset.
+    int localWorldSize = 0;
     std::string masterAddress = "127.0.0.1";
     int masterPort = 29500;
     /// The launcher hosts the store (TORCHELASTIC_USE_AGENT_STORE=True): rank 0 does not.

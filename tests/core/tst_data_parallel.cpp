@@ -5,14 +5,18 @@
 
 #include <QtTest>
 
-#include <QRegularExpression>
-
 #include <QFile>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QJsonArray>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QTemporaryDir>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <numeric>
@@ -126,6 +130,21 @@ int injectedOoms(const QString& path) {
     for (const QJsonObject& oom : events(path, QStringLiteral("oom")))
         count += oom.value(QStringLiteral("message")).toString().contains(QStringLiteral("injected failure")) ? 1 : 0;
     return count;
+}
+
+/// A TCP port on the loopback that was free a moment ago (the kernel's choice).
+int freePort() {
+    const int socket = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    int port = 0;
+    if (::bind(socket, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+        ::getsockname(socket, reinterpret_cast<sockaddr*>(&address), &length) == 0)
+        port = ntohs(address.sin_port);
+    ::close(socket);
+    return port;
 }
 
 /// The pid of rank `rank` among the launcher's children (found by its RANK variable).
@@ -437,6 +456,81 @@ private Q_SLOTS:
         environment.insert(QStringLiteral("GLOO_SOCKET_IFNAME"), QStringLiteral("lo"));
         const Run loopback = runCli(job(QStringLiteral("sgd"), 1) + devices, environment);
         QVERIFY2(loopback.exitCode == 0, qPrintable(loopback.err));
+    }
+
+    /// Across machines a job is started as torchrun starts it: one process per rank, each with
+    /// RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (here both on this machine, rank 0 hosting
+    /// the store). They join, train, and end where one process training the whole batch ends.
+    void ranksJoinByTorchrunVariables() {
+        constexpr int kSteps = 3;
+        const QString directory = path(QStringLiteral("job-torchrun"));
+        const QString port = QString::number(freePort());
+        const QStringList devices{QStringLiteral("virtual:6MiB"), QStringLiteral("virtual:24MiB")};
+        std::vector<std::unique_ptr<QProcess>> ranks;
+        for (int rank = 0; rank < 2; ++rank) {
+            QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+            environment.insert(QStringLiteral("RANK"), QString::number(rank));
+            environment.insert(QStringLiteral("WORLD_SIZE"), QStringLiteral("2"));
+            environment.insert(QStringLiteral("LOCAL_WORLD_SIZE"), QStringLiteral("2"));
+            environment.insert(QStringLiteral("MASTER_ADDR"), QStringLiteral("127.0.0.1"));
+            environment.insert(QStringLiteral("MASTER_PORT"), port);
+            auto process = std::make_unique<QProcess>();
+            process->setProcessEnvironment(environment);
+            process->start(QStringLiteral(BATCHPILOT_CLI_PATH),
+                           job(QStringLiteral("sgd"), kSteps) + QStringList{QStringLiteral("--device"), devices[rank],
+                                                                            QStringLiteral("--checkpoint-dir"),
+                                                                            directory, QStringLiteral("--rank-timeout"),
+                                                                            QStringLiteral("60")});
+            ranks.push_back(std::move(process));
+        }
+        for (int rank = 0; rank < 2; ++rank) {
+            QProcess& process = *ranks[static_cast<size_t>(rank)];
+            QVERIFY(process.waitForFinished(300000));
+            const QString err = QString::fromUtf8(process.readAllStandardError());
+            QVERIFY2(process.exitStatus() == QProcess::NormalExit && process.exitCode() == 0,
+                     qPrintable(QStringLiteral("rank %1: %2").arg(rank).arg(err)));
+            if (rank == 0) {
+                const QString out = QString::fromUtf8(process.readAllStandardOutput());
+                QVERIFY2(out.contains(QStringLiteral("rank 1 (virtual:24MiB)")), qPrintable(out));
+            }
+        }
+        const double difference = largestRelativeDifference(checkpointParameters(directory, QStringLiteral("sgd")),
+                                                            reference(QStringLiteral("sgd"), kSteps));
+        qInfo("two ranks joined by RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT: %.3g from one process", difference);
+        QVERIFY2(difference <= 1e-5, qPrintable(QString::number(difference)));
+    }
+
+    void badTorchrunVariablesAreRefused_data() {
+        QTest::addColumn<QStringList>("variables");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("RANK alone") << QStringList{QStringLiteral("RANK=1")}
+                                    << QStringLiteral("RANK is set but WORLD_SIZE is not");
+        QTest::newRow("RANK too large") << QStringList{QStringLiteral("RANK=2"), QStringLiteral("WORLD_SIZE=2")}
+                                        << QStringLiteral("RANK=2 is not below WORLD_SIZE=2");
+        QTest::newRow("no MASTER_ADDR") << QStringList{QStringLiteral("RANK=0"), QStringLiteral("WORLD_SIZE=2")}
+                                        << QStringLiteral("MASTER_ADDR is not");
+        QTest::newRow("port not a number")
+            << QStringList{QStringLiteral("RANK=0"), QStringLiteral("WORLD_SIZE=2"),
+                           QStringLiteral("MASTER_ADDR=127.0.0.1"), QStringLiteral("MASTER_PORT=http")}
+            << QStringLiteral("MASTER_PORT");
+        QTest::newRow("LOCAL_WORLD_SIZE not a number")
+            << QStringList{QStringLiteral("RANK=0"), QStringLiteral("WORLD_SIZE=2"),
+                           QStringLiteral("MASTER_ADDR=127.0.0.1"), QStringLiteral("MASTER_PORT=29500"),
+                           QStringLiteral("LOCAL_WORLD_SIZE=two")}
+            << QStringLiteral("LOCAL_WORLD_SIZE");
+    }
+    void badTorchrunVariablesAreRefused() {
+        QFETCH(QStringList, variables);
+        QFETCH(QString, message);
+        QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+        for (const QString& variable : variables)
+            environment.insert(variable.section(QLatin1Char('='), 0, 0), variable.section(QLatin1Char('='), 1));
+        const Run run = runCli(
+            job(QStringLiteral("sgd"), 1) + QStringList{QStringLiteral("--device"), QStringLiteral("virtual:24MiB")},
+            environment);
+        QCOMPARE(run.exitCode, 2);
+        QVERIFY2(run.err.contains(message), qPrintable(run.err));
+        QVERIFY(!run.out.contains(QStringLiteral("step 1/")));
     }
 
     void killedRankEndsTheJobAndAnotherSetResumes() {
