@@ -1,5 +1,6 @@
 #include "app/cli_progress.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <type_traits>
@@ -197,20 +198,34 @@ void ConsoleReporter::onEvent(const core::Event& event) {
             } else if constexpr (std::is_same_v<T, OomEvent>) {
                 ++m_ooms;
                 line("  " + oomText(e));
+            } else if constexpr (std::is_same_v<T, MicroBatchDone>) {
+                // What this process trained in the step, micro-batch by micro-batch (index 0 starts
+                // a batch, or a batch trained again after a float16 overflow).
+                if (e.index == 0 || e.step != m_stepTrained.step) m_stepTrained = {e.step, 0, 0, 0};
+                ++m_stepTrained.microBatches;
+                m_stepTrained.samples += e.size;
+                m_stepTrained.largest = std::max(m_stepTrained.largest, e.size);
             } else if constexpr (std::is_same_v<T, StepMetrics>) {
                 m_lastStep = e;
                 if (m_quiet) return;
+                // The micro-batches that ran: "256 × 4", or "≤132 × 12" where they differed (probe
+                // trials, timed sizes, an OOM, sizes that differ by one).
+                std::string microBatches = formatText("%" PRId64 " × %" PRId64, e.microBatch, e.accumulationSteps);
+                if (m_stepTrained.step == e.step && m_stepTrained.microBatches > 0) {
+                    const StepTrained& t = m_stepTrained;
+                    microBatches =
+                        formatText("%s%" PRId64 " × %" PRId64, t.largest * t.microBatches == t.samples ? "" : "≤",
+                                   t.largest, t.microBatches);
+                }
                 const double eta = e.totalSteps > 0 && e.step > 0 ? e.time / static_cast<double>(e.step) *
                                                                         static_cast<double>(e.totalSteps - e.step)
                                                                   : NAN;
                 const std::string text =
                     formatText("step %" PRId64 "/%" PRId64 "  epoch %" PRId64
-                               "  loss %.4f%s  %.1f samples/s  micro-batch %s%" PRId64 " × %" PRId64
+                               "  loss %.4f%s  %.1f samples/s  micro-batch %s"
                                "  peak %.1f MiB  ETA %s",
                                e.step, e.totalSteps, e.epoch, e.loss, lastValidationShort().c_str(), e.samplesPerSecond,
-                               // "≤" where the micro-batches differ (or are this rank's share of the batch)
-                               e.microBatch * e.accumulationSteps == e.targetBatch ? "" : "≤", e.microBatch,
-                               e.accumulationSteps, toMiB(e.peakBytes), duration(eta).c_str()) +
+                               microBatches.c_str(), toMiB(e.peakBytes), duration(eta).c_str()) +
                     m_ranksText;
                 if (m_interactive) {
                     std::fprintf(m_out, "\r\033[K%s", text.c_str());

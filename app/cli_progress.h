@@ -78,6 +78,14 @@ private:
     std::string m_summedBy;  ///< several devices: what sums the gradients, and why not NCCL (printed when it changes)
     bool m_memoryReport = false;
     int m_rank = -1;  ///< several devices: this process's rank; -1: one device
+    /// The micro-batches this process trained in the step under way (MicroBatchDone).
+    struct StepTrained {
+        int64_t step = 0;
+        int64_t microBatches = 0;
+        int64_t samples = 0;
+        int64_t largest = 0;
+    };
+    StepTrained m_stepTrained;
     /// What a plan of this process splits: the target batch, or with several devices its share.
     std::string batchName() const;
     core::MemoryReport m_report;

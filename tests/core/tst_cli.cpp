@@ -1,5 +1,8 @@
 #include <QtTest>
 
+#include <algorithm>
+#include <numeric>
+
 #include <QDir>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -521,6 +524,7 @@ private Q_SLOTS:
         QVERIFY(file.open(QIODevice::ReadOnly));
         QMap<QString, int> types;
         int lines = 0;
+        QMap<qint64, QList<qint64>> sizesByStep;  // the micro-batches each step committed
         while (!file.atEnd()) {
             const QByteArray line = file.readLine().trimmed();
             QJsonParseError error;
@@ -531,6 +535,25 @@ private Q_SLOTS:
             QVERIFY(object.contains(QStringLiteral("time")));
             ++types[object.value(QStringLiteral("type")).toString()];
             ++lines;
+            if (object.value(QStringLiteral("type")).toString() == QStringLiteral("micro_batch"))
+                sizesByStep[object.value(QStringLiteral("step")).toInteger()]
+                    << object.value(QStringLiteral("size")).toInteger();
+        }
+        // Each step line says how many micro-batches ran and the largest, with "≤" where they
+        // differed: as the events file lists them.
+        for (qint64 step = 1; step <= 3; ++step) {
+            const QList<qint64> sizes = sizesByStep.value(step);
+            QVERIFY(!sizes.isEmpty());
+            const qint64 largest = *std::max_element(sizes.begin(), sizes.end());
+            const qint64 total = std::accumulate(sizes.begin(), sizes.end(), qint64{0});
+            QCOMPARE(total, qint64(1024));
+            const QString expected = QStringLiteral("step %1/3 ").arg(step);
+            const QString said = QStringLiteral("micro-batch %1%2 × %3  ")
+                                     .arg(largest * sizes.size() == total ? QString() : QStringLiteral("≤"))
+                                     .arg(largest)
+                                     .arg(sizes.size());
+            const QString stepLine = run.out.section(expected, 1).section(QLatin1Char('\n'), 0, 0);
+            QVERIFY2(stepLine.contains(said), qPrintable(expected + stepLine + QStringLiteral(" | expected ") + said));
         }
         QVERIFY(lines > 10);
         QCOMPARE(types.value(QStringLiteral("step")), 3);
