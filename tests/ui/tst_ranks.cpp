@@ -149,9 +149,23 @@ private Q_SLOTS:
         QCOMPARE(table->item(1, 1)->text(), QStringLiteral("virtual:48MiB"));
         QVERIFY2(table->item(0, 3)->text() != table->item(1, 3)->text(),
                  qPrintable(table->item(0, 3)->text() + QStringLiteral(" vs ") + table->item(1, 3)->text()));
-        QVERIFY2(w.runStatus()->ranksText().contains(QStringLiteral("all-reduce")),
-                 qPrintable(w.runStatus()->ranksText()));
-        QVERIFY(w.runStatus()->ranksText().contains(QStringLiteral("#1")));
+        // The status bar: every rank's speed in the last step and the rank that waited longest.
+        const QString status = w.runStatus()->ranksText();
+        const auto lastRanks = std::find_if(events.rbegin(), events.rend(), [](const core::Event& e) {
+            return std::holds_alternative<core::RanksStepped>(e);
+        });
+        QVERIFY(lastRanks != events.rend());
+        const auto& stepped = std::get<core::RanksStepped>(*lastRanks);
+        const core::RankStep* waitedMost = &stepped.ranks.front();
+        for (const core::RankStep& r : stepped.ranks) {
+            QVERIFY2(status.contains(QStringLiteral("#%1 %2/s").arg(r.rank).arg(std::lround(r.samplesPerSecond))),
+                     qPrintable(status));
+            if (r.waitSeconds > waitedMost->waitSeconds) waitedMost = &r;
+        }
+        QVERIFY2(status.contains(waitedMost->waitSeconds >= 0.005 ? QStringLiteral("#%1 waited").arg(waitedMost->rank)
+                                                                  : QStringLiteral("no rank waited")),
+                 qPrintable(status));
+        QVERIFY2(status.contains(QStringLiteral("all-reduce")), qPrintable(status));
         // The training-batch view splits the batch between the ranks; this window fills rank 0's.
         const auto& parts = w.accumulationView()->ranks();
         QCOMPARE(static_cast<int>(parts.size()), 2);

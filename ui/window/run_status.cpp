@@ -52,8 +52,9 @@ RunStatus::RunStatus(QStatusBar* bar, const RunModel* run, QObject* parent) : QO
                    tr("Training throughput in samples per second. Larger micro-batches usually "
                       "use the device better."));
     m_ranks = field(bar, QStringLiteral("statusRanks"),
-                    tr("Several devices: each rank's samples per second and the time it waited for the "
-                       "others before the gradients were summed (the all-reduce), last step."));
+                    tr("Several devices: each rank's samples per second, the rank that waited longest for the "
+                       "others before the gradients were summed, and the sum itself (the all-reduce), last "
+                       "step. The ranks table above the charts has every rank's wait."));
     m_memory = field(bar, QStringLiteral("statusMemory"),
                      tr("Peak device memory of the last step against the device's capacity: how "
                         "close training runs to the limit."));
@@ -88,12 +89,18 @@ void RunStatus::handle(const core::Event& event) {
     } else if (const auto* sample = std::get_if<core::MemorySample>(&event)) {
         m_capacity = sample->capacityBytes;
     } else if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) {
+        // Every rank's speed, and only the longest wait (the ranks table above the charts has
+        // every rank's): the line stays short enough for the status bar with several ranks.
         QStringList parts;
-        for (const core::RankStep& r : ranks->ranks)
-            parts << tr("#%1 %2/s wait %3 s")
-                         .arg(r.rank)
-                         .arg(r.samplesPerSecond, 0, 'f', 0)
-                         .arg(r.waitSeconds, 0, 'f', 2);
+        const core::RankStep* longest = nullptr;
+        for (const core::RankStep& r : ranks->ranks) {
+            parts << tr("#%1 %2/s").arg(r.rank).arg(r.samplesPerSecond, 0, 'f', 0);
+            if (longest == nullptr || r.waitSeconds > longest->waitSeconds) longest = &r;
+        }
+        if (longest != nullptr && longest->waitSeconds >= 0.005)
+            parts << tr("#%1 waited %2 s").arg(longest->rank).arg(longest->waitSeconds, 0, 'f', 2);
+        else
+            parts << tr("no rank waited");
         m_ranksText = tr("%1 · all-reduce %2 ms")
                           .arg(parts.join(QStringLiteral(" · ")))
                           .arg(ranks->allReduceSeconds * 1000, 0, 'f', 1);
