@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "core/counting_allocator.h"
+#include "core/rank_shares.h"
 
 namespace batchpilot::core {
 
@@ -358,13 +359,6 @@ void ProcessGroupLink::waitWhileAlive(const std::string& name, int other) {
 
 namespace {
 
-/// "rank 1 (virtual:48MiB)", or "rank 1" where `devices` does not name it.
-std::string rankName(int r, const std::vector<std::string>& devices) {
-    std::string text = "rank " + std::to_string(r);
-    if (static_cast<size_t>(r) < devices.size()) text += " (" + devices[static_cast<size_t>(r)] + ")";
-    return text;
-}
-
 /// A failure's message is one rank's sentence, not a log: the store keeps at most this much.
 constexpr size_t kFailureBytes = 2000;
 
@@ -398,7 +392,6 @@ std::string ProcessGroupLink::failedRanks(const std::vector<std::string>& device
 }
 
 std::string ProcessGroupLink::unresponsiveRanks(const std::vector<std::string>& devices) {
-    const auto name = [&](int r) { return rankName(r, devices); };
     std::vector<int64_t> before(static_cast<size_t>(size()), -1);
     try {
         for (int r = 0; r < size(); ++r) before[static_cast<size_t>(r)] = m_impl->beats(r);
@@ -406,12 +399,12 @@ std::string ProcessGroupLink::unresponsiveRanks(const std::vector<std::string>& 
         std::string silent;
         for (int r = 0; r < size(); ++r) {
             if (r == rank() || m_impl->beats(r) != before[static_cast<size_t>(r)]) continue;
-            silent += (silent.empty() ? "" : ", ") + name(r);
+            silent += (silent.empty() ? "" : ", ") + rankName(r, devices);
         }
         return silent;
     } catch (const std::exception&) {
         // The store itself is gone: it lived with rank 0 (a job without the launcher).
-        return rank() == 0 ? std::string() : name(0) + ", which held the job's store,";
+        return rank() == 0 ? std::string() : rankName(0, devices) + ", which held the job's store,";
     }
 }
 

@@ -115,8 +115,15 @@ void ShareBalancer::reset() {
     m_settledSteps = 0;
 }
 
+std::string rankName(int rank, const std::vector<std::string>& devices) {
+    std::string text = "rank " + std::to_string(rank);
+    if (rank >= 0 && static_cast<size_t>(rank) < devices.size())
+        text += " (" + devices[static_cast<size_t>(rank)] + ")";
+    return text;
+}
+
 CollectivesChoice chooseCollectives(const std::vector<std::string>& devices, const std::vector<std::string>& places) {
-    const auto name = [&](size_t r) { return "rank " + std::to_string(r) + " (" + devices[r] + ")"; };
+    const auto name = [&](size_t r) { return rankName(static_cast<int>(r), devices); };
     if (places.size() != devices.size()) return {false, "the ranks did not all say where they run"};
     for (size_t r = 0; r < devices.size(); ++r) {
         if (devices[r].rfind("cuda:", 0) != 0) return {false, name(r) + " is not on a GPU"};

@@ -70,6 +70,10 @@ private:
     double m_lastImbalance = 0;
 };
 
+/// How messages name a rank: "rank 1 (virtual:48MiB)", or "rank 1" where `devices` (the job's
+/// devices, by rank) does not name it.
+std::string rankName(int rank, const std::vector<std::string>& devices);
+
 /// What sums the gradients of a job: NCCL when every rank could use it (`places`: each rank's
 /// ProcessGroupLink::ncclPlace(), its host, empty where it cannot) and every rank is on a GPU of
 /// its own: every device "cuda:N", no two ranks on the same GPU of the same host (NCCL refuses

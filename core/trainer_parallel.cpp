@@ -99,8 +99,7 @@ void Trainer::Impl::setupParallel() {
             link.exchangeText("job", jobSignature(parameters, data->size(), target, options.seed, step));
         for (int r = 1; r < world; ++r) {
             if (signatures[static_cast<size_t>(r)] != signatures[0]) {
-                throw FatalError{"rank " + std::to_string(r) + " (" + state.devices[static_cast<size_t>(r)] +
-                                     ") does not train the same job as rank 0: it has " +
+                throw FatalError{rankName(r, state.devices) + " does not train the same job as rank 0: it has " +
                                      signatures[static_cast<size_t>(r)] + ", rank 0 has " + signatures[0] +
                                      "; start every rank with the same model, data and options",
                                  "configuration"};
@@ -224,8 +223,8 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
         if (votes[r * kVote] == 0) continue;
         if (!stopHere) {
             parallel->stoppedByRanks = true;
-            emit(Warning{now(), "rank " + std::to_string(r) + " (" + parallel->devices[r] +
-                                    ") asked to stop: every rank stops after step " + std::to_string(step)});
+            emit(Warning{now(), rankName(static_cast<int>(r), parallel->devices) +
+                                    " asked to stop: every rank stops after step " + std::to_string(step)});
         }
         parallel->requestedDevices.clear();
         return true;
@@ -381,8 +380,7 @@ bool Trainer::Impl::holdWhilePaused() {
     for (const int r : pausing) {
         if (r == me) continue;
         if (!waited) {
-            setState(RunState::Paused, "rank " + std::to_string(r) + " (" + parallel->devices[static_cast<size_t>(r)] +
-                                           ") paused the run: every rank waits for it");
+            setState(RunState::Paused, rankName(r, parallel->devices) + " paused the run: every rank waits for it");
             waited = true;
         }
         try {
@@ -460,8 +458,8 @@ double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t lar
         for (size_t r = 1; r < reports.size(); ++r) {
             auto report = readRankReport(reports[r], now());
             if (!report) {
-                emit(Warning{now(), "rank " + std::to_string(r) + " (" + parallel->devices[r] +
-                                        ") sent a probe report that cannot be read (" + report.error() +
+                emit(Warning{now(), rankName(static_cast<int>(r), parallel->devices) +
+                                        " sent a probe report that cannot be read (" + report.error() +
                                         "); its probes are not shown, training goes on"});
                 continue;
             }
@@ -582,7 +580,7 @@ void Trainer::Impl::checkRanksAgree() {
     for (size_t r = 1; r * 2 < all.size(); ++r) {
         if (all[r * 2] == all[0] && all[r * 2 + 1] == all[1]) continue;
         if (!differing.empty()) differing += ", ";
-        differing += "rank " + std::to_string(r) + " (" + parallel->devices[r] + ")";
+        differing += rankName(static_cast<int>(r), parallel->devices);
     }
     if (!differing.empty()) {
         throw FatalError{"after step " + std::to_string(step) + " the parameters of " + differing +
