@@ -35,6 +35,15 @@ core::ProbeFinished probeFinished(qint64 micro, qint64 steps, qint64 target) {
     return f;
 }
 
+core::StepMetrics stepMetrics(qint64 step, qint64 micro, qint64 steps, qint64 target) {
+    core::StepMetrics m;
+    m.step = step;
+    m.microBatch = micro;
+    m.accumulationSteps = steps;
+    m.targetBatch = target;
+    return m;
+}
+
 core::ProbeTrial trial(qint64 micro, bool fit) {
     core::ProbeTrial t;
     t.microBatch = micro;
@@ -121,12 +130,7 @@ void TestRunModel::planFollowsProbeStepsAndTargetChanges() {
     QCOMPARE(model.plan(), (ui::RunPlan{32, 4, 100}));
 
     // A step reports the plan it used: 100 at micro-batch 64 is two micro-batches (50 + 50).
-    core::StepMetrics metrics;
-    metrics.step = 2;
-    metrics.microBatch = 50;
-    metrics.accumulationSteps = 2;
-    metrics.targetBatch = 100;
-    model.handle({metrics});
+    model.handle({stepMetrics(2, 50, 2, 100)});
     QCOMPARE(model.plan(), (ui::RunPlan{50, 2, 100}));
 }
 
@@ -145,17 +149,9 @@ void TestRunModel::statusBarShowsThePlanAsASum() {
     model.handle({probeFinished(96, 11, 1000)});
     QCOMPARE(plan->text(), QStringLiteral("1000 = 10 × 91 + 1 × 90"));
     // A step whose micro-batches differed (the probe's trials in step 1): only the largest is known.
-    core::StepMetrics metrics;
-    metrics.step = 1;
-    metrics.microBatch = 132;
-    metrics.accumulationSteps = 12;
-    metrics.targetBatch = 1000;
-    model.handle({metrics});
+    model.handle({stepMetrics(1, 132, 12, 1000)});
     QCOMPARE(plan->text(), QStringLiteral("1000 in 12 × ≤132"));
-    metrics.step = 2;
-    metrics.microBatch = 125;
-    metrics.accumulationSteps = 8;
-    model.handle({metrics});
+    model.handle({stepMetrics(2, 125, 8, 1000)});
     QCOMPARE(plan->text(), QStringLiteral("1000 = 8 × 125"));
 }
 
