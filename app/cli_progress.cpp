@@ -42,8 +42,15 @@ std::string oomText(const core::OomEvent& e) {
     const std::string outcome = !e.recovered          ? "not recovered"
                                 : e.newMicroBatch > 0 ? "recovered, continuing at " + std::to_string(e.newMicroBatch)
                                                       : "recovered; the probe tries a smaller size";
-    return formatText("OOM in %s at micro-batch %" PRId64 " (%s requested): %s", core::toString(e.phase), e.microBatch,
-                      core::formatBytes(e.requestedBytes).c_str(), outcome.c_str());
+    std::string text = formatText("OOM in %s at micro-batch %" PRId64 " (%s requested): %s", core::toString(e.phase),
+                                  e.microBatch, core::formatBytes(e.requestedBytes).c_str(), outcome.c_str());
+    if (e.redoneSamples > 0) {
+        text += formatText("; the batch starts over, its first %" PRId64
+                           " samples trained again (backward had added part of the failed micro-batch "
+                           "to the accumulated gradients)",
+                           e.redoneSamples);
+    }
+    return text;
 }
 
 /// Whether `a` is a better validation result than `b`: by `metric` when the run keeps its best

@@ -71,6 +71,16 @@ core::TrainerOptions ProbeSetup::trainerOptions() const {
     return options;
 }
 
+yardstick::PlainLoopSetup plainLoopSetup(const ProbeSetup& setup) {
+    const core::TrainerOptions options = setup.trainerOptions();
+    yardstick::PlainLoopSetup loop;
+    loop.model = options.model;
+    loop.data = options.data;
+    loop.optimizer = options.optimizer;
+    loop.budgetBytes = setup.budgetBytes;
+    return loop;
+}
+
 const Trial& TrialRunner::run(int64_t size) {
     if (auto it = m_cache.find(size); it != m_cache.end()) return it->second;
     core::TrainerOptions options = m_setup.trainerOptions();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/options.h"
+#include "yardstick/plain_loop.h"
 
 /// Real probe trials for the benchmarks, and the true largest micro-batch found with them.
 namespace batchpilot::bench {
@@ -29,6 +30,10 @@ struct ProbeSetup {
 /// 3×224×224, each on three virtual GPU budgets chosen so the true maxima are not powers of two
 /// and the ResNet at 224×224 stays at tens of samples. Quick: one of each model and size (4).
 std::vector<ProbeSetup> probeSetups(bool quick);
+
+/// The setup for the plain training loop (yardstick/plain_loop.h): the same model, data, budget
+/// and optimizer (SGD with momentum) as trainerOptions().
+yardstick::PlainLoopSetup plainLoopSetup(const ProbeSetup& setup);
 
 /// One measured trial: a forward and backward pass of `size` samples on the virtual GPU with
 /// the model's parameters, the gradient accumulators and the optimizer state (held back as the

@@ -51,7 +51,8 @@ json fields(const OomEvent& e) {
             {"requested_bytes", e.requestedBytes},
             {"message", e.message},
             {"recovered", e.recovered},
-            {"new_micro_batch", e.newMicroBatch}};
+            {"new_micro_batch", e.newMicroBatch},
+            {"redone_samples", e.redoneSamples}};
 }
 json fields(const MemorySample& e) {
     return {{"time", e.time},
@@ -148,6 +149,8 @@ json fields(const MemoryBreakdown& e) {
             {"optimizer_state_reserved", e.optimizerStateReserved},
             {"activation_bytes", e.activationBytes},
             {"activation_micro_batch", e.activationMicroBatch},
+            {"input_bytes", e.inputBytes},
+            {"buffer_copy_bytes", e.bufferCopyBytes},
             {"resident_bytes", e.residentBytes},
             {"peak_bytes", e.peakBytes},
             {"cache_bytes", e.cacheBytes},
@@ -387,6 +390,7 @@ OomEvent readFields(const json& j) {
     e.message = j.at("message").get<std::string>();
     e.recovered = j.at("recovered").get<bool>();
     e.newMicroBatch = j.at("new_micro_batch").get<int64_t>();
+    e.redoneSamples = j.value("redone_samples", int64_t{0});  // absent from runs before it existed
     return e;
 }
 

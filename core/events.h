@@ -104,6 +104,10 @@ struct OomEvent {
     std::string message;
     bool recovered = false;
     int64_t newMicroBatch = 0;  ///< size used for the retry (when recovered)
+    /// Samples of the batch, trained before the failed micro-batch, that are trained again: an OOM
+    /// in backward leaves part of the micro-batch's gradient in the accumulators (backward adds
+    /// into them in place), so the batch starts over from its first sample. 0: nothing redone.
+    int64_t redoneSamples = 0;
 };
 
 struct MemorySample {
@@ -259,20 +263,29 @@ struct MemoryBreakdown {
     int64_t gradientBytes = 0;   ///< the batch's gradient accumulators
     int64_t optimizerStateBytes = 0;
     bool optimizerStateReserved = false;  ///< state not created yet: the bytes held back for it
-    int64_t activationBytes = 0;          ///< largest micro-batch peak minus the resident memory before it
-    int64_t activationMicroBatch = 0;     ///< size of the micro-batch that peak belongs to
-    int64_t residentBytes = 0;            ///< measured before that micro-batch (between micro-batches)
-    int64_t peakBytes = 0;                ///< measured peak of that micro-batch (resident + activations)
-    int64_t cacheBytes = 0;               ///< allocator cache above the peak (CUDA), 0 elsewhere
-    int64_t otherProcessBytes = 0;        ///< CUDA: total − driver free − reserved; 0 elsewhere
-    int64_t freeBytes = 0;                ///< total − peak − cache − other processes (never negative)
+    /// What the micro-batch of the largest peak added to the resident memory, less its input batch
+    /// and BatchPilot's copy of the buffers: the layers' outputs kept for backward and the
+    /// gradients in flight before backward adds them to the accumulators.
+    int64_t activationBytes = 0;
+    int64_t activationMicroBatch = 0;  ///< size of the micro-batch that peak belongs to
+    int64_t inputBytes = 0;            ///< that micro-batch's inputs and targets on the device
+    /// BatchPilot's own copies of the model's buffers (BatchNorm statistics): the batch's, kept
+    /// for a batch that starts over, and the micro-batch's, for one that fails; 0 without buffers.
+    int64_t bufferCopyBytes = 0;
+    int64_t residentBytes = 0;      ///< measured before that micro-batch (between micro-batches)
+    int64_t peakBytes = 0;          ///< measured peak of that micro-batch (resident + activations)
+    int64_t cacheBytes = 0;         ///< allocator cache above the peak (CUDA), 0 elsewhere
+    int64_t otherProcessBytes = 0;  ///< CUDA: total − driver free − reserved; 0 elsewhere
+    int64_t freeBytes = 0;          ///< total − peak − cache − other processes (never negative)
     /// The memory savers in use ("checkpoint", "bf16", "both"; "" for none): they shape the
     /// activations (core/memory_savers.h).
     std::string memorySavers;
 
-    /// Parameters + gradients + optimizer state + activations: what the parts explain of the
-    /// peak. It equals peakBytes when nothing else stayed resident.
-    int64_t attributedBytes() const { return parameterBytes + gradientBytes + optimizerStateBytes + activationBytes; }
+    /// Parameters + gradients + optimizer state + activations + input batch + buffer copies: what
+    /// the parts explain of the peak. It equals peakBytes when nothing else stayed resident.
+    int64_t attributedBytes() const {
+        return parameterBytes + gradientBytes + optimizerStateBytes + activationBytes + inputBytes + bufferCopyBytes;
+    }
 };
 
 /// One memory-saver setting measured on the run's own model (SaverSurvey): its memory line,

@@ -71,9 +71,10 @@ std::vector<MemoryPart> memoryParts(const MemoryBreakdown& b) {
              : "What the optimizer remembers between steps: Adam keeps two numbers per weight, SGD with "
                "momentum one, plain SGD none."});
     std::string activations =
-        "What one micro-batch needs while it runs: its inputs, every layer's outputs kept for the backward "
-        "pass, and its own gradients before they are added. It grows with the micro-batch size, which is "
-        "why a smaller micro-batch fits.";
+        "What one micro-batch needs while it runs: every layer's outputs kept for the backward pass, and "
+        "the gradient in flight — each parameter's new gradient, from the moment backward computes it "
+        "until it adds it to the gradients above (one parameter's at a time, as in any PyTorch loop). "
+        "It grows with the micro-batch size, which is why a smaller micro-batch fits.";
     if (b.memorySavers == "checkpoint" || b.memorySavers == "both") {
         activations +=
             " With activation checkpointing, forward keeps only the input of each part of the model (a residual "
@@ -87,6 +88,16 @@ std::vector<MemoryPart> memoryParts(const MemoryBreakdown& b) {
     }
     parts.push_back(
         {"activations (micro-batch " + std::to_string(b.activationMicroBatch) + ")", b.activationBytes, activations});
+    if (b.inputBytes > 0) {
+        parts.push_back({"input batch", b.inputBytes,
+                         "The micro-batch's samples and targets, copied to the device for its forward pass."});
+    }
+    if (b.bufferCopyBytes > 0) {
+        parts.push_back({"buffer copies (BatchPilot)", b.bufferCopyBytes,
+                         "BatchPilot's copies of the model's buffers (BatchNorm statistics), as the batch and the "
+                         "micro-batch found them: an out-of-memory error puts them back, so no sample moves them "
+                         "twice."});
+    }
     if (b.peakBytes > b.attributedBytes()) {
         // Without it the parts would fall short of the device's memory by that much.
         parts.push_back({"other resident", b.peakBytes - b.attributedBytes(),
@@ -309,8 +320,7 @@ std::string MemoryReport::text() const {
         const double explained =
             b.peakBytes > 0 ? 100.0 * static_cast<double>(b.attributedBytes()) / static_cast<double>(b.peakBytes) : 0.0;
         out += formatText(
-            "  measured peak %.2f MiB; parameters + gradients + optimizer state + activations = %.2f MiB "
-            "(%.1f%% of it)\n",
+            "  measured peak %.2f MiB; the parts above the allocator cache add up to %.2f MiB (%.1f%% of it)\n",
             toMiB(b.peakBytes), toMiB(b.attributedBytes()), explained);
     }
     if (d.saverSurvey) out += describeSaverSurvey(*d.saverSurvey);

@@ -102,6 +102,7 @@ void Trainer::Impl::setup() {
         ledger.parameterBytes = meter->allocated() - beforeModel;
         gradients.clear();
         for (const auto& p : parameters) gradients.push_back(torch::zeros_like(p));
+        linkGradients();
         ledger.gradientBytes = meter->allocated() - beforeModel - ledger.parameterBytes;
         optimizer = std::make_unique<Optimizer>(options.optimizer, parameters);
     } catch (const FatalError&) {
@@ -293,19 +294,37 @@ bool Trainer::Impl::changeTarget(int64_t next, LrScaling rule) {
     return true;
 }
 
+void Trainer::Impl::linkGradients() {
+    for (size_t i = 0; i < parameters.size(); ++i) {
+        const torch::Tensor accumulator = i < gradients.size() ? gradients[i] : torch::Tensor();
+        if (!parameters[i].grad().is_same(accumulator)) parameters[i].mutable_grad() = accumulator;
+    }
+}
+
+void Trainer::Impl::restoreBuffers(const std::vector<torch::Tensor>& saved) {
+    torch::NoGradGuard noGrad;
+    CountingScope inPlace(false);
+    auto buffers = model->buffers();
+    for (size_t i = 0; i < saved.size() && i < buffers.size(); ++i) buffers[i].copy_(saved[i]);
+}
+
+std::vector<torch::Tensor> Trainer::Impl::copyBuffers() const {
+    // Counted: on a GPU these copies take device memory, and the breakdown names them.
+    torch::NoGradGuard noGrad;
+    std::vector<torch::Tensor> copies;
+    for (const auto& b : model->buffers()) copies.push_back(b.clone());
+    return copies;
+}
+
 MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next,
-                                         bool keepGradients) {
+                                         bool measurement) {
     MicroResult result;
     const auto started = Clock::now();
     result.residentBytes = meter->allocated();
     meter->resetPeak();
+    // The model's buffers (BatchNorm's statistics) before this micro-batch: a failed one must not
+    // have moved them.
     std::vector<torch::Tensor> savedBuffers;
-    const auto putBuffersBack = [&] {
-        torch::NoGradGuard noGrad;
-        CountingScope inPlace(false);
-        auto buffers = model->buffers();
-        for (size_t i = 0; i < savedBuffers.size() && i < buffers.size(); ++i) buffers[i].copy_(savedBuffers[i]);
-    };
     std::exception_ptr error;
     try {
         Batch host = prefetcher->take(indices);
@@ -316,8 +335,10 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs.clone();
         torch::Tensor targets = where.is_cuda() ? host.targets.to(where) : host.targets.clone();
         host = Batch{};
+        result.inputBytes = static_cast<int64_t>(inputs.nbytes() + targets.nbytes());
         result.phase = Phase::Forward;
-        for (const auto& b : model->buffers()) savedBuffers.push_back(b.clone());
+        savedBuffers = copyBuffers();
+        for (const auto& b : savedBuffers) result.bufferCopyBytes += static_cast<int64_t>(b.nbytes());
         torch::Tensor output;
         {
             AutocastScope autocast(where.type(), forwardAutocast());  // bfloat16 with that memory saver
@@ -326,20 +347,20 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         torch::Tensor loss = computeLoss(options.loss, output, targets);  // in float32 also under bf16
         result.loss = loss.item<double>();
         if (!std::isfinite(result.loss)) throw NonFiniteLoss(nonFiniteLossReason(result.loss, inputs, output, targets));
+        // Autograd keeps what backward needs; the output itself (logits: samples × classes) need
+        // not stay through backward, as in a loop that passes it straight to the loss.
+        output = torch::Tensor();
         result.phase = Phase::Backward;
-        // Gradients go to fresh tensors and join the batch's accumulators only once the whole
-        // backward succeeded, so an OOM half-way never leaves part of a micro-batch behind.
+        // Backward adds the weighted gradient straight into the batch's accumulators, which are
+        // the parameters' .grad: each parameter's new gradient is freed as soon as it is added,
+        // so the device holds one set of gradients, as a plain training loop does. An OOM half-way
+        // leaves part of this micro-batch there: trainBatch then trains the batch again from its
+        // first sample (OomEvent::redoneSamples).
         // float16 autocast: scaled up so that small gradients do not round to zero in float16
         // (divided again before the step, unscaleGradients).
-        auto grads = torch::autograd::grad({loss * (weight * backwardScale())}, parameters, /*grad_outputs=*/{},
-                                           /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
-        if (keepGradients) {
-            torch::NoGradGuard noGrad;
-            CountingScope inPlace(false);
-            for (size_t i = 0; i < grads.size(); ++i) {
-                if (grads[i].defined()) gradients[i].add_(grads[i]);
-            }
-        }
+        linkGradients();
+        torch::autograd::backward({loss * (weight * backwardScale())}, /*grad_tensors=*/{}, /*retain_graph=*/false,
+                                  /*create_graph=*/false, /*inputs=*/parameters);
         result.ok = true;
         result.peakBytes = meter->peakReserved();
     } catch (const std::exception&) {
@@ -351,12 +372,12 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         result.peakBytes = meter->peakReserved();
         if (result.failure.outOfMemory) {
             releaseFailedBackward();
-            putBuffersBack();
+            restoreBuffers(savedBuffers);
             meter->releaseCache();
             if (result.failure.requestedBytes == 0) result.failure.requestedBytes = meter->lastFailedAllocation();
         }
-    } else if (!keepGradients) {
-        putBuffersBack();  // a measurement: the model's state is as before it
+    } else if (measurement) {
+        restoreBuffers(savedBuffers);  // the model's statistics are as before it
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
     return result;
@@ -426,11 +447,33 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
     std::vector<int64_t> plan;  // remaining micro-batch sizes when not probing
     int64_t plannedFor = 0;     // the micro-batch size `plan` was made for
     const auto stepLabel = [&] { return "step " + std::to_string(step + 1); };
+    // The model's buffers (BatchNorm's statistics) as the batch found them, for a batch that
+    // starts over: its micro-batches then move them once, as in a run without the OOM.
+    const std::vector<torch::Tensor> startBuffers = copyBuffers();
     // Stopped mid-batch (paused or waiting in step mode): the partial gradients are dropped, the
     // model keeps its last step.
     const auto dropPartialBatch = [&] {
-        CountingScope inPlace(false);
-        for (auto& g : gradients) g.zero_();
+        {
+            torch::NoGradGuard noGrad;
+            CountingScope inPlace(false);
+            for (auto& g : gradients) g.zero_();
+        }
+        restoreBuffers(startBuffers);
+    };
+    // An OOM in backward left part of a micro-batch in the accumulators: the batch starts over
+    // from its first sample (the same samples, the same weights), so the step is the one a run
+    // without the OOM takes. Returns the samples trained again.
+    const auto startOver = [&] {
+        const int64_t redone = offset;
+        dropPartialBatch();
+        offset = 0;
+        committed = 0;
+        largestUsed = 0;
+        lossSum = 0;
+        trainingPeak = {};
+        trialPeak = {};
+        plan.clear();
+        return redone;
     };
     // Several devices: the other ranks wait for this one's gradients, so a stop or pause waits for
     // the batch's end, where the ranks agree on it (ranksAgree).
@@ -502,11 +545,13 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
         const double weight = static_cast<double>(size) / static_cast<double>(batchSize);
         MicroResult r = runMicroBatch(slice, weight, std::move(next));
         stepPeak = std::max(stepPeak, r.peakBytes);
+        const int64_t redone = !r.ok && r.failure.outOfMemory && r.phase == Phase::Backward ? startOver() : 0;
         if (!r.ok && r.failure.outOfMemory && size == 1 && singleSampleOoms < kSingleSampleRetries) {
             // Memory can be taken by others for a moment; retry a single sample before declaring
             // that the model does not fit at all.
             ++singleSampleOoms;
-            emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, 1});
+            emit(
+                OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, 1, redone});
             continue;
         }
         if (r.ok) singleSampleOoms = 0;
@@ -569,7 +614,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
                 if (size <= 1 || (size / 2 < minMicroBatch && microBatch <= minMicroBatch)) {
                     if (!nextMemorySavers(r.failure.requestedBytes)) doesNotFit(r.failure.requestedBytes);
                     emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true,
-                                  minMicroBatch});
+                                  minMicroBatch, redone});
                     plan.clear();
                     sampleMemory(true);
                     continue;  // a new probe, with memory savers
@@ -580,7 +625,8 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
                 cleanStepsSinceShrink = 0;
                 plan.clear();
             }
-            emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, next});
+            emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, next,
+                          redone});
             if (!trial && timing) {
                 // The sizes being timed all fit at the probe; memory was taken since. Keep the
                 // best measured so far, never above what just failed.
@@ -591,7 +637,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
             continue;
         }
         if (!trial && !plan.empty()) plan.erase(plan.begin());
-        (trial ? trialPeak : trainingPeak).offer(r.residentBytes, r.peakBytes, size);
+        (trial ? trialPeak : trainingPeak).offer(r, size);
         const bool teaching = commands.stepMode();
         MicroBatchDone done{now(), step + 1, committed, offset, size, batchSize, weight, r.loss, trial, {}};
         if (options.reportSampleIndices || teaching) done.sampleIndices = slice;

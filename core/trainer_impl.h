@@ -84,7 +84,9 @@ struct MicroResult {
     Phase phase = Phase::Copy;
     double loss = 0;
     int64_t peakBytes = 0;
-    int64_t residentBytes = 0;  ///< allocated when the micro-batch started
+    int64_t residentBytes = 0;    ///< allocated when the micro-batch started
+    int64_t inputBytes = 0;       ///< the micro-batch's inputs and targets on the device
+    int64_t bufferCopyBytes = 0;  ///< the copy of the model's buffers kept during it
     double seconds = 0;
 };
 
@@ -93,8 +95,10 @@ struct PeakRecord {
     int64_t resident = 0;
     int64_t peak = 0;
     int64_t size = 0;
-    void offer(int64_t residentBytes, int64_t peakBytes, int64_t microBatch) {
-        if (peakBytes > peak) *this = {residentBytes, peakBytes, microBatch};
+    int64_t input = 0;       ///< MicroResult::inputBytes
+    int64_t bufferCopy = 0;  ///< MicroResult::bufferCopyBytes
+    void offer(const MicroResult& r, int64_t microBatch) {
+        if (r.peakBytes > peak) *this = {r.residentBytes, r.peakBytes, microBatch, r.inputBytes, r.bufferCopyBytes};
     }
 };
 
@@ -369,9 +373,16 @@ struct Trainer::Impl {
     [[noreturn]] void ranksFailed(const std::exception& error, const std::string& during);
     /// `next`: the micro-batch after this one, when known; it is requested from the prefetcher
     /// once this one's samples are taken (requesting it earlier would replace this one's load).
-    /// `keepGradients` false: forward and backward only, for a measurement (surveySavers).
+    /// `measurement` true: the model's buffers are put back afterwards (surveySavers, which also
+    /// puts back the accumulators).
     MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next = {},
-                              bool keepGradients = true);
+                              bool measurement = false);
+    /// Makes each parameter's .grad its accumulator in `gradients`, where backward adds in place
+    /// (an undefined accumulator unlinks it); call after `parameters` or `gradients` change.
+    void linkGradients();
+    /// Copies of the model's buffers (counted: they take device memory), and putting them back.
+    std::vector<torch::Tensor> copyBuffers() const;
+    void restoreBuffers(const std::vector<torch::Tensor>& saved);
     void optimizerStep();
     /// Moves to `next` (and reports DeviceSwitched); what stood in the way when it cannot.
     std::optional<std::string> switchTo(const DeviceSpec& next);

@@ -99,6 +99,14 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
         candidates.push_back(MemorySavers::Fp16);
         candidates.push_back(MemorySavers::CheckpointFp16);
     }
+    // Each run below adds its gradient to the accumulators, as training does (that is the memory
+    // measured): what the batch had accumulated waits on the host and is put back afterwards.
+    std::vector<torch::Tensor> accumulated;
+    {
+        torch::NoGradGuard noGrad;
+        CountingScope uncounted(false);
+        for (const auto& g : gradients) accumulated.push_back(g.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    }
     for (const MemorySavers candidate : candidates) {
         if (checkpoints(candidate) && !cannotSplit.empty()) {
             SaverOption o;
@@ -113,7 +121,7 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
         const auto run = [&](int64_t size) {
             std::vector<int64_t> indices(static_cast<size_t>(size));
             std::iota(indices.begin(), indices.end(), int64_t{0});
-            const MicroResult r = runMicroBatch(indices, 1.0, {}, /*keepGradients=*/false);
+            const MicroResult r = runMicroBatch(indices, 1.0, {}, /*measurement=*/true);
             meter->releaseCache();
             if (!r.ok && !r.failure.outOfMemory) {
                 failed = r.failure.message.substr(0, r.failure.message.find('\n'));
@@ -141,6 +149,11 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
         survey.options.push_back(std::move(o));
     }
     useMemorySavers(before);
+    {
+        torch::NoGradGuard noGrad;
+        CountingScope inPlace(false);
+        for (size_t i = 0; i < gradients.size(); ++i) gradients[i].copy_(accumulated[i]);
+    }
     meter->releaseCache();
     {
         CountingScope uncounted(false);
@@ -210,8 +223,12 @@ void Trainer::Impl::reportBreakdown() {
     if (ledger.lastPeak.size > 0) {
         b.residentBytes = ledger.lastPeak.resident;
         b.peakBytes = ledger.lastPeak.peak;
-        b.activationBytes = std::max<int64_t>(0, ledger.lastPeak.peak - ledger.lastPeak.resident);
         b.activationMicroBatch = ledger.lastPeak.size;
+        b.inputBytes = ledger.lastPeak.input;
+        // The micro-batch's own copy is in its peak; the batch's copy, taken before it, is resident.
+        b.bufferCopyBytes = 2 * ledger.lastPeak.bufferCopy;
+        b.activationBytes = std::max<int64_t>(
+            0, ledger.lastPeak.peak - ledger.lastPeak.resident - ledger.lastPeak.input - ledger.lastPeak.bufferCopy);
     } else {
         // Before any micro-batch: what is resident is the whole story.
         b.residentBytes = meter->allocated();

@@ -148,9 +148,11 @@ void Trainer::Impl::setupParallel() {
 }
 
 void Trainer::Impl::bucketGradients() {
-    // The old accumulators go first: the buckets take their place in memory.
+    // The old accumulators go first (also as the parameters' .grad): the buckets take their
+    // place in memory.
     parallel->buckets.clear();
     gradients.clear();
+    linkGradients();
     gradients.resize(parameters.size());
     for (size_t i = 0; i < parameters.size();) {
         size_t end = i;
@@ -172,6 +174,7 @@ void Trainer::Impl::bucketGradients() {
         parallel->buckets.push_back(bucket);
         i = end;
     }
+    linkGradients();
 }
 
 void Trainer::Impl::chooseRankCollectives() {

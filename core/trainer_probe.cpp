@@ -133,6 +133,7 @@ std::optional<std::string> Trainer::Impl::switchTo(const DeviceSpec& next) {
         parameters = model->parameters();
         optimizer->to(target_device, parameters);
         for (auto& g : gradients) g = g.to(target_device);
+        linkGradients();
         // Several devices: the moved accumulators are no longer views into the buckets the
         // all-reduce sums; new buckets on the new device (zero: this is a batch boundary).
         if (parallel) bucketGradients();

@@ -37,6 +37,18 @@ public:
         return out;
     }
 
+    /// The micro-batches that made their steps. One with index 0 starts its step's batch over
+    /// (after an OOM in backward, or a float16 overflow): the ones before it in that step were
+    /// trained again, so they do not count.
+    std::vector<core::MicroBatchDone> committedMicroBatches() const {
+        std::vector<core::MicroBatchDone> out;
+        for (const core::MicroBatchDone& m : all<core::MicroBatchDone>()) {
+            if (m.index == 0) std::erase_if(out, [&](const core::MicroBatchDone& o) { return o.step == m.step; });
+            out.push_back(m);
+        }
+        return out;
+    }
+
 private:
     mutable std::mutex m_mutex;
     std::vector<core::Event> m_events;

@@ -535,9 +535,13 @@ private Q_SLOTS:
             QVERIFY(object.contains(QStringLiteral("time")));
             ++types[object.value(QStringLiteral("type")).toString()];
             ++lines;
-            if (object.value(QStringLiteral("type")).toString() == QStringLiteral("micro_batch"))
-                sizesByStep[object.value(QStringLiteral("step")).toInteger()]
-                    << object.value(QStringLiteral("size")).toInteger();
+            if (object.value(QStringLiteral("type")).toString() == QStringLiteral("micro_batch")) {
+                QList<qint64>& sizes = sizesByStep[object.value(QStringLiteral("step")).toInteger()];
+                // Index 0 starts the step's batch over (after an OOM in backward): the micro-batches
+                // before it were trained again.
+                if (object.value(QStringLiteral("index")).toInteger() == 0) sizes.clear();
+                sizes << object.value(QStringLiteral("size")).toInteger();
+            }
         }
         // Each step line says how many micro-batches ran and the largest, with "≤" where they
         // differed: as the events file lists them.

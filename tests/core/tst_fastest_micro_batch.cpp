@@ -46,7 +46,7 @@ TrainerOptions options(ProbeObjective objective) {
 /// The samples of each step, sorted, from its micro-batches.
 std::map<int64_t, std::vector<int64_t>> samplesPerStep(const RecordingSink& sink) {
     std::map<int64_t, std::vector<int64_t>> steps;
-    for (const MicroBatchDone& done : sink.all<MicroBatchDone>()) {
+    for (const MicroBatchDone& done : sink.committedMicroBatches()) {
         auto& samples = steps[done.step];
         samples.insert(samples.end(), done.sampleIndices.begin(), done.sampleIndices.end());
     }

@@ -175,7 +175,7 @@ private Q_SLOTS:
         for (const auto& s : sink.all<StepMetrics>()) epochOfStep[s.step] = s.epoch;
         std::map<int64_t, std::multiset<int64_t>> perEpoch;
         int64_t committed = 0;
-        for (const auto& m : sink.all<MicroBatchDone>()) {
+        for (const auto& m : sink.committedMicroBatches()) {
             perEpoch[epochOfStep.at(m.step)].insert(m.sampleIndices.begin(), m.sampleIndices.end());
             committed += m.size;
         }

@@ -60,7 +60,7 @@ std::map<int64_t, double> lossPerStep(const RecordingSink& sink) {
 /// Each step trained every sample of its batch exactly once.
 bool everySampleOnce(const RecordingSink& sink, int64_t target) {
     std::map<int64_t, std::vector<int64_t>> steps;
-    for (const MicroBatchDone& done : sink.all<MicroBatchDone>()) {
+    for (const MicroBatchDone& done : sink.committedMicroBatches()) {
         auto& samples = steps[done.step];
         samples.insert(samples.end(), done.sampleIndices.begin(), done.sampleIndices.end());
     }

@@ -204,8 +204,8 @@ QString ReportWriter::memorySection(const Images& images, bool embedImages) cons
         h += row({tr("total"), mib(b.totalBytes), QStringLiteral("100.0 %")});
         h += QStringLiteral("</table>\n");
         h += QStringLiteral("<p>%1</p>\n")
-                 .arg(esc(tr("Capacity %1, usable %2. Measured peak %3 MiB; parameters + gradients + "
-                             "optimizer state + activations = %4 MiB.")
+                 .arg(esc(tr("Capacity %1, usable %2. Measured peak %3 MiB; the parts above the allocator "
+                             "cache add up to %4 MiB.")
                               .arg(QString::fromStdString(core::formatBytes(b.capacityBytes)),
                                    QString::fromStdString(core::formatBytes(b.usableBytes)), mib(b.peakBytes),
                                    mib(b.attributedBytes()))));

@@ -159,10 +159,10 @@ EventRow describeEvent(const core::Event& event) {
             [](const core::MemoryBreakdown& e) {
                 return EventRow{e.time, tr("memory breakdown"),
                                 tr("step %1: parameters %2, gradients %3, optimizer state %4, "
-                                   "activations %5 (micro-batch %6), peak %7 of %8")
+                                   "activations %5 and input %6 (micro-batch %7), peak %8 of %9")
                                     .arg(e.step)
                                     .arg(bytes(e.parameterBytes), bytes(e.gradientBytes), bytes(e.optimizerStateBytes),
-                                         bytes(e.activationBytes))
+                                         bytes(e.activationBytes), bytes(e.inputBytes))
                                     .arg(e.activationMicroBatch)
                                     .arg(bytes(e.peakBytes), bytes(e.totalBytes)),
                                 false};
