@@ -4,6 +4,7 @@
 // gradients, optimizer state) and the probe's fitted memory model; and samples/s of each at the
 // same micro-batch, measured in turns (plain, BatchPilot, plain, ...), their ratio per turn.
 // Writes parity.json and parity.csv.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -26,11 +27,15 @@ struct Case {
     std::string label;
     yardstick::PlainLoopSetup loop;
     int64_t upper = 0;  ///< the largest micro-batch searched (the target batch)
+    /// Samples each speed run trains after its first step: enough for about a second of training,
+    /// so that timer and scheduling noise stay small against it.
+    int64_t speedSamples = 0;
 };
 
 Case make(const std::string& label, const std::string& model, int64_t width, int64_t side, core::OptimizerKind kind,
-          int64_t budgetMiB, int64_t upper) {
+          int64_t budgetMiB, int64_t upper, int64_t speedSamples) {
     Case c;
+    c.speedSamples = speedSamples;
     c.label = label;
     c.loop.model.name = model;
     c.loop.model.width = width;
@@ -47,18 +52,19 @@ Case make(const std::string& label, const std::string& model, int64_t width, int
 std::vector<Case> cases(bool quick, const std::string& torchscript, const std::string& transformer) {
     using core::OptimizerKind;
     std::vector<Case> all = {
-        make("mlp 3x32x32, SGD", "mlp", 16, 32, OptimizerKind::Sgd, 10, 2048),
-        make("mlp 3x32x32, Adam", "mlp", 16, 32, OptimizerKind::Adam, 10, 2048),
-        make("mlp width 128, Adam", "mlp", 128, 32, OptimizerKind::Adam, 96, 4096),
-        make("cnn 3x32x32, SGD", "cnn", 32, 32, OptimizerKind::Sgd, 56, 2048),
-        make("cnn 3x32x32, AdamW", "cnn", 32, 32, OptimizerKind::AdamW, 56, 2048),
-        make("resnet 3x64x64, SGD", "resnet", 16, 64, OptimizerKind::Sgd, 96, 512),
-        make("resnet 3x64x64, Adam", "resnet", 16, 64, OptimizerKind::Adam, 96, 512),
-        make("resnet 3x224x224, SGD", "resnet", 16, 224, OptimizerKind::Sgd, 320, 256),
+        make("mlp 3x32x32, SGD", "mlp", 16, 32, OptimizerKind::Sgd, 10, 2048, 32768),
+        make("mlp 3x32x32, Adam", "mlp", 16, 32, OptimizerKind::Adam, 10, 2048, 32768),
+        make("mlp width 128, Adam", "mlp", 128, 32, OptimizerKind::Adam, 96, 4096, 16384),
+        make("cnn 3x32x32, SGD", "cnn", 32, 32, OptimizerKind::Sgd, 56, 2048, 8192),
+        make("cnn 3x32x32, AdamW", "cnn", 32, 32, OptimizerKind::AdamW, 56, 2048, 8192),
+        make("resnet 3x64x64, SGD", "resnet", 16, 64, OptimizerKind::Sgd, 96, 512, 1024),
+        make("resnet 3x64x64, Adam", "resnet", 16, 64, OptimizerKind::Adam, 96, 512, 1024),
+        make("resnet 3x224x224, SGD", "resnet", 16, 224, OptimizerKind::Sgd, 320, 256, 128),
     };
-    if (!torchscript.empty()) all.push_back(make("TorchScript SmallNet, SGD", torchscript, 0, 32, OptimizerKind::Sgd, 24, 2048));
+    if (!torchscript.empty())
+        all.push_back(make("TorchScript SmallNet, SGD", torchscript, 32, 32, OptimizerKind::Sgd, 24, 2048, 4096));
     if (!transformer.empty())
-        all.push_back(make("TorchScript transformer, Adam", transformer, 0, 32, OptimizerKind::Adam, 96, 1024));
+        all.push_back(make("TorchScript transformer, Adam", transformer, 32, 32, OptimizerKind::Adam, 96, 512, 512));
     if (quick) all = {all[1], all[3], all[5]};
     return all;
 }
@@ -113,7 +119,8 @@ Probe probe(const Case& c, double headroom) {
         p.fittedFixedBytes = sink.probe->fixedBytes;
     }
     if (sink.breakdown) {
-        p.fixedBytes = sink.breakdown->parameterBytes + sink.breakdown->gradientBytes + sink.breakdown->optimizerStateBytes;
+        p.fixedBytes =
+            sink.breakdown->parameterBytes + sink.breakdown->gradientBytes + sink.breakdown->optimizerStateBytes;
     }
     p.oomsAfterProbe = sink.oomsAfterProbe;
     return p;
@@ -172,7 +179,7 @@ int main(int argc, char** argv) {
         // Speed at one size both fit, in turns: a drift of the machine hits both alike.
         const int64_t micro = std::max<int64_t>(1, std::min(plain, noHeadroom.found));
         const int64_t target = 4 * micro;
-        const int steps = 4;
+        const int steps = 1 + static_cast<int>(std::clamp<int64_t>((c.speedSamples + target - 1) / target, 2, 64));
         std::vector<double> plainSpeeds, ownSpeeds, ratios;
         int64_t plainFixed = 0;
         for (int turn = 0; turn < turns; ++turn) {
@@ -202,16 +209,18 @@ int main(int argc, char** argv) {
                                  {"speed_ratio", bench::median(ratios)},
                                  {"error", noHeadroom.error + byDefault.error},
                                  {"seconds", std::chrono::duration<double>(Clock::now() - caseStarted).count()}};
-        rows.push_back("\"" + c.label + "\"," + std::to_string(c.loop.budgetBytes / kMiB) + "," + std::to_string(plain) +
-                       "," + std::to_string(byDefault.found) + "," + std::to_string(noHeadroom.found) + "," +
-                       bench::fixed(found, 3) + "," + std::to_string(plainFixed) + "," +
-                       std::to_string(noHeadroom.fixedBytes) + "," + bench::fixed(noHeadroom.fittedFixedBytes, 0) +
-                       "," + std::to_string(micro) + "," + bench::fixed(bench::median(ratios), 3));
+        rows.push_back("\"" + c.label + "\"," + std::to_string(c.loop.budgetBytes / kMiB) + "," +
+                       std::to_string(plain) + "," + std::to_string(byDefault.found) + "," +
+                       std::to_string(noHeadroom.found) + "," + bench::fixed(found, 3) + "," +
+                       std::to_string(plainFixed) + "," + std::to_string(noHeadroom.fixedBytes) + "," +
+                       bench::fixed(noHeadroom.fittedFixedBytes, 0) + "," + std::to_string(micro) + "," +
+                       bench::fixed(bench::median(ratios), 3));
         report["configs"].push_back(config);
-        std::printf("%-30s plain %5lld  BatchPilot %5lld (headroom 0: %5lld, %.3f)  fixed %.2f / %.2f MiB  speed %.3f\n",
-                    c.label.c_str(), static_cast<long long>(plain), static_cast<long long>(byDefault.found),
-                    static_cast<long long>(noHeadroom.found), found, static_cast<double>(plainFixed) / kMiB,
-                    static_cast<double>(noHeadroom.fixedBytes) / kMiB, bench::median(ratios));
+        std::printf(
+            "%-30s plain %5lld  BatchPilot %5lld (headroom 0: %5lld, %.3f)  fixed %.2f / %.2f MiB  speed %.3f\n",
+            c.label.c_str(), static_cast<long long>(plain), static_cast<long long>(byDefault.found),
+            static_cast<long long>(noHeadroom.found), found, static_cast<double>(plainFixed) / kMiB,
+            static_cast<double>(noHeadroom.fixedBytes) / kMiB, bench::median(ratios));
         std::fflush(stdout);
     }
     report["seconds"] = std::chrono::duration<double>(Clock::now() - started).count();

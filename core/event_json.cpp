@@ -151,6 +151,7 @@ json fields(const MemoryBreakdown& e) {
             {"activation_micro_batch", e.activationMicroBatch},
             {"input_bytes", e.inputBytes},
             {"buffer_copy_bytes", e.bufferCopyBytes},
+            {"largest_gradient_bytes", e.largestGradientBytes},
             {"resident_bytes", e.residentBytes},
             {"peak_bytes", e.peakBytes},
             {"cache_bytes", e.cacheBytes},

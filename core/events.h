@@ -272,6 +272,9 @@ struct MemoryBreakdown {
     /// BatchPilot's own copies of the model's buffers (BatchNorm statistics): the batch's, kept
     /// for a batch that starts over, and the micro-batch's, for one that fails; 0 without buffers.
     int64_t bufferCopyBytes = 0;
+    /// The largest parameter's gradient: backward holds each parameter's new gradient until it
+    /// adds it to the accumulators, so the activations include up to this much of it.
+    int64_t largestGradientBytes = 0;
     int64_t residentBytes = 0;      ///< measured before that micro-batch (between micro-batches)
     int64_t peakBytes = 0;          ///< measured peak of that micro-batch (resident + activations)
     int64_t cacheBytes = 0;         ///< allocator cache above the peak (CUDA), 0 elsewhere

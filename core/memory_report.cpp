@@ -295,6 +295,14 @@ std::string MemoryReport::text() const {
         if (finished.bytesPerSample > 0) {
             const MemoryModel model{finished.fixedBytes, finished.bytesPerSample};
             out += "Memory model: " + describeMemoryModel(model) + "\n";
+            if (d.breakdown && d.breakdown->largestGradientBytes > 0) {
+                const MemoryBreakdown& b = *d.breakdown;
+                out += formatText(
+                    "  fixed: parameters, gradients and optimizer state (%s), and during backward the "
+                    "gradient in flight (up to %s, the largest parameter's)\n",
+                    formatBytes(b.parameterBytes + b.gradientBytes + b.optimizerStateBytes).c_str(),
+                    formatBytes(b.largestGradientBytes).c_str());
+            }
             out += formatText("  predicts %" PRId64 " samples at most within the usable %s\n",
                               model.largestWithin(started.usableBytes), formatBytes(started.usableBytes).c_str());
         } else {

@@ -217,6 +217,8 @@ void Trainer::Impl::reportBreakdown() {
     b.usableBytes = usableBytes();
     b.parameterBytes = ledger.parameterBytes;
     b.gradientBytes = ledger.gradientBytes;
+    for (const auto& g : gradients)
+        b.largestGradientBytes = std::max(b.largestGradientBytes, static_cast<int64_t>(g.nbytes()));
     b.optimizerStateReserved = !optimizer->stateReady() && reservation.defined();
     b.optimizerStateBytes =
         optimizer->stateReady() ? ledger.optimizerStateBytes : (reservation.defined() ? optimizer->stateBytes() : 0);

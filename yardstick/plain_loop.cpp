@@ -9,6 +9,7 @@
 
 #include "core/counting_allocator.h"
 #include "core/dataset.h"
+#include "core/device.h"
 #include "core/model.h"
 #include "core/model_factory.h"
 
@@ -62,8 +63,12 @@ torch::Tensor lossOf(core::LossKind kind, const torch::Tensor& output, const tor
 
 PlainLoopRun runPlainLoop(const PlainLoopSetup& setup, int64_t microBatch, int64_t targetBatch, int steps) {
     PlainLoopRun run;
-    auto& allocator = core::CountingAllocator::instance();
     core::installCountingAllocator();
+    const auto device = core::parseDevice(setup.deviceName());
+    if (!device) {
+        run.error = device.error();
+        return run;
+    }
     // The samples live in host memory, as a DataLoader's do: only what reaches the device counts.
     auto data = [&] {
         core::CountingScope host(false);
@@ -75,19 +80,26 @@ PlainLoopRun runPlainLoop(const PlainLoopSetup& setup, int64_t microBatch, int64
         run.error = data.error();
         return run;
     }
+    auto& allocator = core::CountingAllocator::instance();
     const int64_t previousBudget = allocator.budget();
     core::CountingScope counting(true);
-    const int64_t baseline = allocator.allocated();
-    allocator.setBudget(setup.budgetBytes);
-    allocator.resetPeak();
+    // The device's own meter, as BatchPilot reads it: the counting allocator with the budget on a
+    // virtual GPU, the caching allocator's reserved bytes on a CUDA device.
+    const std::unique_ptr<core::MemoryMeter> meter = core::openMeter(*device);
+    const bool cuda = device->kind == core::DeviceKind::Cuda;
+    const torch::Device where =
+        cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device->index)) : torch::Device(torch::kCPU);
+    const int64_t baseline = meter->reserved();
+    meter->resetPeak();
     std::exception_ptr error;
     try {
         torch::manual_seed(1);
         auto made = core::makeModel(setup.model, **data);
         if (!made) throw std::runtime_error(made.error());
         std::shared_ptr<core::Model> model = *made;
+        model->to(where);
         model->train(true);
-        run.parameterBytes = allocator.allocated() - baseline;
+        run.parameterBytes = meter->reserved() - baseline;
         const std::vector<torch::Tensor> parameters = model->parameters();
         auto optimizer = makeOptimizer(setup.optimizer, parameters);
         Clock::time_point timed;
@@ -104,18 +116,19 @@ PlainLoopRun runPlainLoop(const PlainLoopSetup& setup, int64_t microBatch, int64
                     host = (*data)->get(indices);
                 }
                 // The copy to the device (on a virtual GPU, a counted copy stands for it).
-                const torch::Tensor inputs = host.inputs.clone();
-                const torch::Tensor targets = host.targets.clone();
+                const torch::Tensor inputs = cuda ? host.inputs.to(where) : host.inputs.clone();
+                const torch::Tensor targets = cuda ? host.targets.to(where) : host.targets.clone();
                 host = core::Batch{};
                 const torch::Tensor loss = lossOf(setup.loss, model->forward(inputs), targets);
                 (loss * (static_cast<double>(size) / static_cast<double>(targetBatch))).backward();
                 done += size;
             }
             optimizer->step();
-            if (step == steps - 1) run.fixedBytes = allocator.allocated() - baseline;
+            if (step == steps - 1) run.fixedBytes = meter->allocated() - baseline;
             // PyTorch's zero_grad(set_to_none=True), its default since 2.0.
             for (const auto& p : parameters) p.mutable_grad() = torch::Tensor();
         }
+        if (cuda) torch::cuda::synchronize(device->index);
         if (steps > 1) {
             run.seconds = std::chrono::duration<double>(Clock::now() - timed).count();
             run.samplesPerSecond = run.seconds > 0 ? static_cast<double>(targetBatch * (steps - 1)) / run.seconds : 0;
@@ -124,7 +137,7 @@ PlainLoopRun runPlainLoop(const PlainLoopSetup& setup, int64_t microBatch, int64
     } catch (const std::exception&) {
         error = std::current_exception();
     }
-    run.peakBytes = allocator.peak() - baseline;
+    run.peakBytes = meter->peakReserved() - baseline;
     if (error) {
         if (!isOutOfMemory(error)) {
             try {
@@ -134,12 +147,13 @@ PlainLoopRun runPlainLoop(const PlainLoopSetup& setup, int64_t microBatch, int64
             }
         }
         // LibTorch 2.x keeps the failed backward's tasks in the autograd engine's queue, holding
-        // their tensors, until another backward runs: a tiny one lets them go.
+        // their tensors, until another backward runs: a tiny one on the same device lets them go.
         error = nullptr;
         core::CountingScope uncounted(false);
-        auto x = torch::zeros({1}, torch::requires_grad());
+        auto x = torch::zeros({1}, torch::TensorOptions().device(where).requires_grad(true));
         (x * 2).sum().backward();
     }
+    meter->releaseCache();
     allocator.setBudget(previousBudget);
     return run;
 }
@@ -151,12 +165,12 @@ int64_t plainLoopLargest(const PlainLoopSetup& setup, int64_t upper, int confirm
     // fitting one would report a size no later run trains with. One run without a budget first:
     // every size is then measured as training goes on.
     PlainLoopSetup warmUp = setup;
-    warmUp.budgetBytes = 0;
+    if (warmUp.device.empty()) warmUp.device = "cpu";  // the virtual GPU without its budget
     (void)runPlainLoop(warmUp, 1, 2, /*steps=*/1);
     const auto fits = [&](int64_t size) {
         const PlainLoopRun run = runPlainLoop(setup, size, 2 * size, /*steps=*/2);
-        if (!run.error.empty()) throw std::runtime_error("the plain loop failed at micro-batch " +
-                                                         std::to_string(size) + ": " + run.error);
+        if (!run.error.empty())
+            throw std::runtime_error("the plain loop failed at micro-batch " + std::to_string(size) + ": " + run.error);
         return run.fit;
     };
     int64_t lo = 0;

@@ -2,8 +2,9 @@
 
 // The yardstick nobody tuned: a plain LibTorch training loop, written as a PyTorch user writes one
 // (forward, loss × n_i/T, backward() into .grad, one optimizer step per training batch, the
-// gradients set to None after it), on the same virtual GPU (the counting allocator with a budget)
-// as BatchPilot. No BatchPilot code is in its path: it borrows only the model (core::makeModel or a
+// gradients set to None after it), on the same device and allocator as BatchPilot (a virtual GPU:
+// the counting allocator with a budget; a CUDA device: the caching allocator, read by the same
+// meter). No BatchPilot code is in its path: it borrows only the model (core::makeModel or a
 // TorchScript file) and the samples (core::Dataset, read into host memory). The benchmarks and the
 // probe-accuracy tests take their "true largest micro-batch" from it.
 
@@ -20,21 +21,26 @@ struct PlainLoopSetup {
     core::DataOptions data;    ///< the samples (synthetic by default)
     core::LossKind loss = core::LossKind::CrossEntropy;
     core::OptimizerOptions optimizer;  ///< kind, learning rate, momentum, weight decay
-    int64_t budgetBytes = 0;           ///< the virtual GPU's budget (0: none)
+    int64_t budgetBytes = 0;           ///< the virtual GPU's budget (0: none), when `device` is empty
+    /// Another device, as BatchPilot names it ("cuda:0": the caching allocator's reserved bytes,
+    /// the GPU's own limit); empty: `virtual:<budgetBytes>`.
+    std::string device;
+
+    std::string deviceName() const { return device.empty() ? "virtual:" + std::to_string(budgetBytes) : device; }
 };
 
 /// One run of the plain loop.
 struct PlainLoopRun {
     bool fit = false;            ///< every step ran without an out-of-memory error
-    int64_t peakBytes = 0;       ///< highest device memory of the run (counted bytes)
+    int64_t peakBytes = 0;       ///< highest device memory of the run (reserved bytes: counted on a virtual GPU)
     int64_t parameterBytes = 0;  ///< the model on the device
     /// Parameters + gradients + optimizer state, measured between the last micro-batch's
     /// backward and the optimizer step of the last batch, less that micro-batch's leftovers: what
     /// stays on the device for the whole run.
     int64_t fixedBytes = 0;
-    double seconds = 0;          ///< the steps after the first (0 with one step)
-    double samplesPerSecond = 0; ///< over those steps
-    std::string error;           ///< a failure other than running out of memory
+    double seconds = 0;           ///< the steps after the first (0 with one step)
+    double samplesPerSecond = 0;  ///< over those steps
+    std::string error;            ///< a failure other than running out of memory
 };
 
 /// Trains `steps` training batches of `targetBatch` samples in micro-batches of `microBatch`

@@ -111,8 +111,8 @@ private Q_SLOTS:
         QTest::newRow("mlp, Adam") << setup("mlp", 16, 16, OptimizerKind::Adam, 0.9, 6 * kMiB) << int64_t{4096};
         // Parameters dominate (16 MiB of them, a 3072×1024 first layer): where a second set of
         // gradients costs the most room (the issue's `--model mlp --width 128`).
-        QTest::newRow("mlp width 128, Adam") << setup("mlp", 128, 32, OptimizerKind::Adam, 0.9, 96 * kMiB)
-                                             << int64_t{4096};
+        QTest::newRow("mlp width 128, Adam")
+            << setup("mlp", 128, 32, OptimizerKind::Adam, 0.9, 96 * kMiB) << int64_t{4096};
         QTest::newRow("cnn, SGD") << setup("cnn", 16, 32, OptimizerKind::Sgd, 0.9, 16 * kMiB) << int64_t{1024};
         QTest::newRow("cnn, AdamW") << setup("cnn", 16, 32, OptimizerKind::AdamW, 0.9, 16 * kMiB) << int64_t{1024};
         QTest::newRow("resnet, Adam") << setup("resnet", 8, 32, OptimizerKind::Adam, 0.9, 24 * kMiB) << int64_t{256};
@@ -122,8 +122,7 @@ private Q_SLOTS:
         QTest::newRow("TorchScript ResNet, SGD")
             << setup(models + "/resnet_gn_scripted.pt", 32, 32, OptimizerKind::Sgd, 0.9, 80 * kMiB) << int64_t{256};
         QTest::newRow("TorchScript transformer, Adam")
-            << setup(models + "/transformer_scripted.pt", 32, 32, OptimizerKind::Adam, 0.9, 96 * kMiB)
-            << int64_t{256};
+            << setup(models + "/transformer_scripted.pt", 32, 32, OptimizerKind::Adam, 0.9, 96 * kMiB) << int64_t{256};
     }
     void asMuchRoomAsAPlainLoop() {
         QFETCH(PlainLoopSetup, loop);
@@ -165,10 +164,11 @@ private Q_SLOTS:
                  qPrintable(mib(b.optimizerStateBytes) + QStringLiteral(" for ") + mib(state)));
         // What stays between micro-batches: those three and BatchPilot's copy of the buffers.
         const int64_t fixed = parameterBytes + bufferBytes + parameterBytes + state;
-        qInfo("resident between micro-batches %lld bytes: parameters, gradients and optimizer state %lld, buffers %lld "
-              "(optimizer state reported %lld)",
-              static_cast<long long>(b.residentBytes), static_cast<long long>(fixed), static_cast<long long>(bufferBytes),
-              static_cast<long long>(b.optimizerStateBytes));
+        qInfo(
+            "resident between micro-batches %lld bytes: parameters, gradients and optimizer state %lld, buffers %lld "
+            "(optimizer state reported %lld)",
+            static_cast<long long>(b.residentBytes), static_cast<long long>(fixed), static_cast<long long>(bufferBytes),
+            static_cast<long long>(b.optimizerStateBytes));
         QVERIFY2(b.residentBytes >= fixed && near(b.residentBytes, fixed + bufferBytes, 0.01),
                  qPrintable(mib(b.residentBytes) + QStringLiteral(" resident for ") + mib(fixed)));
 
@@ -176,7 +176,9 @@ private Q_SLOTS:
         // gradients (a second set would add a whole gradientBytes).
         const int64_t m = found;
         const auto plainRun = batchpilot::yardstick::runPlainLoop(loop, m, 2 * m, /*steps=*/2);
-        QVERIFY2(plainRun.fit, qPrintable(QStringLiteral("the plain loop at %1: %2").arg(m).arg(QString::fromStdString(plainRun.error))));
+        QVERIFY2(
+            plainRun.fit,
+            qPrintable(QStringLiteral("the plain loop at %1: %2").arg(m).arg(QString::fromStdString(plainRun.error))));
         QVERIFY2(near(plainRun.fixedBytes, fixed, 0.01), qPrintable(mib(plainRun.fixedBytes)));
         RecordingSink fixedSink;
         TrainerOptions o = trainerOptions(loop, 2 * m, 2);
@@ -187,11 +189,12 @@ private Q_SLOTS:
         QVERIFY2(result.state == RunState::Finished, result.error.c_str());
         const MemoryBreakdown at = fixedSink.all<MemoryBreakdown>().back();
         QCOMPARE(at.activationMicroBatch, m);
-        qInfo("at micro-batch %lld: peak %lld bytes BatchPilot (resident %lld, input %lld, activations %lld), %lld the "
-              "plain loop (fixed %lld)",
-              static_cast<long long>(m), static_cast<long long>(at.peakBytes), static_cast<long long>(at.residentBytes),
-              static_cast<long long>(at.inputBytes), static_cast<long long>(at.activationBytes),
-              static_cast<long long>(plainRun.peakBytes), static_cast<long long>(plainRun.fixedBytes));
+        qInfo(
+            "at micro-batch %lld: peak %lld bytes BatchPilot (resident %lld, input %lld, activations %lld), %lld the "
+            "plain loop (fixed %lld)",
+            static_cast<long long>(m), static_cast<long long>(at.peakBytes), static_cast<long long>(at.residentBytes),
+            static_cast<long long>(at.inputBytes), static_cast<long long>(at.activationBytes),
+            static_cast<long long>(plainRun.peakBytes), static_cast<long long>(plainRun.fixedBytes));
         QVERIFY2(static_cast<double>(at.peakBytes) <=
                      1.01 * static_cast<double>(plainRun.peakBytes) + 2.0 * static_cast<double>(bufferBytes),
                  qPrintable(QStringLiteral("BatchPilot's peak %1 against the plain loop's %2")

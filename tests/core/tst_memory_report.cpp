@@ -37,6 +37,8 @@ std::vector<Event> probeAndSteps() {
     second.optimizerStateBytes = int64_t(0.18 * kMiB);
     second.activationBytes = int64_t(57.08 * kMiB);
     second.activationMicroBatch = 256;
+    second.inputBytes = int64_t(3 * kMiB);
+    second.largestGradientBytes = int64_t(0.05 * kMiB);
     second.peakBytes = second.attributedBytes();
     second.freeBytes = second.totalBytes - second.peakBytes;
     events.push_back(OptimizerStepped{0.8, 2, 4});
@@ -142,7 +144,11 @@ private Q_SLOTS:
         for (const char* expected :
              {"cnn (24,234 parameters) on virtual:64MiB", "out of memory", "fits, past headroom", "failed to get 4.6",
               "≈ 451 KiB fixed + 228 KiB per sample", "Chosen micro-batch 271: target 1024 = 4 micro-batch(es) of 256",
-              "after step 2", "activations (micro-batch 256)", "optimizer state", "(100.0% of it)"}) {
+              "after step 2", "activations (micro-batch 256)", "optimizer state", "(100.0% of it)",
+              // The fixed part in words: what stays, and the gradient in flight during backward.
+              "fixed: parameters, gradients and optimizer state (368.6 KiB)", "up to 51.2 KiB",
+              // The input batch is its own part, not activations.
+              "input batch                        3.00"}) {
             QVERIFY2(text.find(expected) != std::string::npos, (text + "\nmissing: " + expected).c_str());
         }
         // One row per trial, in order.
