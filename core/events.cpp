@@ -92,64 +92,93 @@ size_t microBatchCount(const EquivalenceChecked& check) {
     return count;
 }
 
+namespace {
+
+// One overload per event type: an event type added to Event without its name here does not
+// compile (eventName's visit finds no overload), rather than being written under another's name.
+const char* nameOf(const RunStateChanged&) {
+    return "state";
+}
+const char* nameOf(const ProbeStarted&) {
+    return "probe_started";
+}
+const char* nameOf(const ProbeTrial&) {
+    return "probe_trial";
+}
+const char* nameOf(const ProbeFinished&) {
+    return "probe_finished";
+}
+const char* nameOf(const OomEvent&) {
+    return "oom";
+}
+const char* nameOf(const MemorySample&) {
+    return "memory";
+}
+const char* nameOf(const StepMetrics&) {
+    return "step";
+}
+const char* nameOf(const MicroBatchDone&) {
+    return "micro_batch";
+}
+const char* nameOf(const OptimizerStepped&) {
+    return "optimizer_step";
+}
+const char* nameOf(const TargetBatchChanged&) {
+    return "target_batch";
+}
+const char* nameOf(const DeviceSwitched&) {
+    return "device_switch";
+}
+const char* nameOf(const Warning&) {
+    return "warning";
+}
+const char* nameOf(const CheckpointSaved&) {
+    return "checkpoint";
+}
+const char* nameOf(const ErrorEvent&) {
+    return "error";
+}
+const char* nameOf(const RunSummary&) {
+    return "run_summary";
+}
+const char* nameOf(const MemoryBreakdown&) {
+    return "memory_breakdown";
+}
+const char* nameOf(const StepModeWaiting&) {
+    return "step_mode_waiting";
+}
+const char* nameOf(const ThroughputTimed&) {
+    return "throughput_timed";
+}
+const char* nameOf(const ThroughputChosen&) {
+    return "throughput_chosen";
+}
+const char* nameOf(const ValidationDone&) {
+    return "validation";
+}
+const char* nameOf(const RanksStepped&) {
+    return "ranks_step";
+}
+const char* nameOf(const RankProbed&) {
+    return "rank_probe";
+}
+const char* nameOf(const SaverSurvey&) {
+    return "saver_survey";
+}
+const char* nameOf(const MemorySaversChanged&) {
+    return "memory_savers_changed";
+}
+const char* nameOf(const LossScaleChanged&) {
+    return "loss_scale_changed";
+}
+const char* nameOf(const EquivalenceChecked&) {
+    return "equivalence";
+}
+
+}  // namespace
+
 const char* eventName(const Event& event) {
-    return std::visit(
-        [](const auto& e) -> const char* {
-            using T = std::decay_t<decltype(e)>;
-            if constexpr (std::is_same_v<T, RunStateChanged>)
-                return "state";
-            else if constexpr (std::is_same_v<T, ProbeStarted>)
-                return "probe_started";
-            else if constexpr (std::is_same_v<T, ProbeTrial>)
-                return "probe_trial";
-            else if constexpr (std::is_same_v<T, ProbeFinished>)
-                return "probe_finished";
-            else if constexpr (std::is_same_v<T, OomEvent>)
-                return "oom";
-            else if constexpr (std::is_same_v<T, MemorySample>)
-                return "memory";
-            else if constexpr (std::is_same_v<T, StepMetrics>)
-                return "step";
-            else if constexpr (std::is_same_v<T, MicroBatchDone>)
-                return "micro_batch";
-            else if constexpr (std::is_same_v<T, OptimizerStepped>)
-                return "optimizer_step";
-            else if constexpr (std::is_same_v<T, TargetBatchChanged>)
-                return "target_batch";
-            else if constexpr (std::is_same_v<T, DeviceSwitched>)
-                return "device_switch";
-            else if constexpr (std::is_same_v<T, Warning>)
-                return "warning";
-            else if constexpr (std::is_same_v<T, CheckpointSaved>)
-                return "checkpoint";
-            else if constexpr (std::is_same_v<T, ErrorEvent>)
-                return "error";
-            else if constexpr (std::is_same_v<T, RunSummary>)
-                return "run_summary";
-            else if constexpr (std::is_same_v<T, MemoryBreakdown>)
-                return "memory_breakdown";
-            else if constexpr (std::is_same_v<T, StepModeWaiting>)
-                return "step_mode_waiting";
-            else if constexpr (std::is_same_v<T, ThroughputTimed>)
-                return "throughput_timed";
-            else if constexpr (std::is_same_v<T, ThroughputChosen>)
-                return "throughput_chosen";
-            else if constexpr (std::is_same_v<T, ValidationDone>)
-                return "validation";
-            else if constexpr (std::is_same_v<T, RanksStepped>)
-                return "ranks_step";
-            else if constexpr (std::is_same_v<T, RankProbed>)
-                return "rank_probe";
-            else if constexpr (std::is_same_v<T, SaverSurvey>)
-                return "saver_survey";
-            else if constexpr (std::is_same_v<T, MemorySaversChanged>)
-                return "memory_savers_changed";
-            else if constexpr (std::is_same_v<T, LossScaleChanged>)
-                return "loss_scale_changed";
-            else
-                return "equivalence";
-        },
-        event);
+    return std::visit([](const auto& e) { return nameOf(e); }, event);
 }
 
 }  // namespace batchpilot::core
