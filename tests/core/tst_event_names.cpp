@@ -29,13 +29,32 @@ class TestEventNames : public QObject {
 private Q_SLOTS:
     void everyTypeHasItsOwnDocumentedName() {
         // The names readers of events.jsonl rely on, as the format documents them.
-        const std::set<std::string> documented = {
-            "state",           "probe_started",     "probe_trial",      "probe_finished",   "oom",
-            "memory",          "step",              "micro_batch",      "optimizer_step",   "target_batch",
-            "device_switch",   "warning",           "checkpoint",       "error",            "run_summary",
-            "memory_breakdown", "step_mode_waiting", "equivalence",     "throughput_timed", "throughput_chosen",
-            "validation",      "ranks_step",        "rank_probe",       "saver_survey",     "memory_savers_changed",
-            "loss_scale_changed"};
+        const std::set<std::string> documented = {"state",
+                                                  "probe_started",
+                                                  "probe_trial",
+                                                  "probe_finished",
+                                                  "oom",
+                                                  "memory",
+                                                  "step",
+                                                  "micro_batch",
+                                                  "optimizer_step",
+                                                  "target_batch",
+                                                  "device_switch",
+                                                  "warning",
+                                                  "checkpoint",
+                                                  "error",
+                                                  "run_summary",
+                                                  "memory_breakdown",
+                                                  "step_mode_waiting",
+                                                  "equivalence",
+                                                  "throughput_timed",
+                                                  "throughput_chosen",
+                                                  "validation",
+                                                  "ranks_step",
+                                                  "rank_probe",
+                                                  "saver_survey",
+                                                  "memory_savers_changed",
+                                                  "loss_scale_changed"};
         const std::vector<Event> events = oneOfEach(std::make_index_sequence<std::variant_size_v<Event>>{});
         std::set<std::string> seen;
         for (const Event& event : events) {

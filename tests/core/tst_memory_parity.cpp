@@ -157,13 +157,22 @@ private Q_SLOTS:
         // The memory report: parameters, gradients and optimizer state from the parameter count.
         const auto [parameterBytes, bufferBytes] = modelBytes(loop);
         const MemoryBreakdown b = sink.all<MemoryBreakdown>().back();
-        QVERIFY2(near(b.parameterBytes, parameterBytes + bufferBytes, 0.01), qPrintable(mib(b.parameterBytes)));
+        // What loading the model adds: its parameters and buffers, and a TorchScript model's own
+        // constant tensors (measured: 128 KiB for the transformer with torch 2.15, none with 1.13).
+        QVERIFY2(b.parameterBytes >= parameterBytes + bufferBytes &&
+                     near(b.parameterBytes, parameterBytes + bufferBytes, 0.02),
+                 qPrintable(mib(b.parameterBytes) + QStringLiteral(" reported, parameters ") + mib(parameterBytes) +
+                            QStringLiteral(" and buffers ") + mib(bufferBytes)));
         QVERIFY2(near(b.gradientBytes, parameterBytes, 0.01), qPrintable(mib(b.gradientBytes)));
         const int64_t state = stateCopies(loop) * parameterBytes;
         QVERIFY2(state == 0 ? b.optimizerStateBytes == 0 : near(b.optimizerStateBytes, state, 0.01),
                  qPrintable(mib(b.optimizerStateBytes) + QStringLiteral(" for ") + mib(state)));
-        // What stays between micro-batches: those three and BatchPilot's copy of the buffers.
+        // Parameters, gradients and optimizer state within 1% of what the rules say, and what stays
+        // between micro-batches: those three and BatchPilot's copy of the buffers.
         const int64_t fixed = parameterBytes + bufferBytes + parameterBytes + state;
+        QVERIFY2(near(b.parameterBytes + b.gradientBytes + b.optimizerStateBytes, fixed, 0.01),
+                 qPrintable(mib(b.parameterBytes + b.gradientBytes + b.optimizerStateBytes) + QStringLiteral(" for ") +
+                            mib(fixed)));
         qInfo(
             "resident between micro-batches %lld bytes: parameters, gradients and optimizer state %lld, buffers %lld "
             "(optimizer state reported %lld)",
