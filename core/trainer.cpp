@@ -317,7 +317,7 @@ std::vector<torch::Tensor> Trainer::Impl::copyBuffers() const {
 }
 
 MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next,
-                                         bool measurement) {
+                                         bool measurement, std::vector<torch::Tensor>* buffersBefore) {
     MicroResult result;
     const auto started = Clock::now();
     result.residentBytes = meter->allocated();
@@ -378,6 +378,8 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         }
     } else if (measurement) {
         restoreBuffers(savedBuffers);  // the model's statistics are as before it
+    } else if (buffersBefore != nullptr) {
+        *buffersBefore = std::move(savedBuffers);
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
     return result;
@@ -448,8 +450,10 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
     int64_t plannedFor = 0;     // the micro-batch size `plan` was made for
     const auto stepLabel = [&] { return "step " + std::to_string(step + 1); };
     // The model's buffers (BatchNorm's statistics) as the batch found them, for a batch that
-    // starts over: its micro-batches then move them once, as in a run without the OOM.
-    const std::vector<torch::Tensor> startBuffers = copyBuffers();
+    // starts over: its micro-batches then move them once, as in a run without the OOM. The first
+    // micro-batch's own copy, taken where an OOM is recovered; empty until it succeeded (nothing
+    // has moved them before that).
+    std::vector<torch::Tensor> startBuffers;
     // Stopped mid-batch (paused or waiting in step mode): the partial gradients are dropped, the
     // model keeps its last step.
     const auto dropPartialBatch = [&] {
@@ -543,7 +547,8 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
             next.assign(indices.begin() + nextOffset, indices.begin() + nextOffset + plan[1]);
         }
         const double weight = static_cast<double>(size) / static_cast<double>(batchSize);
-        MicroResult r = runMicroBatch(slice, weight, std::move(next));
+        MicroResult r =
+            runMicroBatch(slice, weight, std::move(next), /*measurement=*/false, offset == 0 ? &startBuffers : nullptr);
         stepPeak = std::max(stepPeak, r.peakBytes);
         const int64_t redone = !r.ok && r.failure.outOfMemory && r.phase == Phase::Backward ? startOver() : 0;
         if (!r.ok && r.failure.outOfMemory && size == 1 && singleSampleOoms < kSingleSampleRetries) {
@@ -637,7 +642,8 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
             continue;
         }
         if (!trial && !plan.empty()) plan.erase(plan.begin());
-        (trial ? trialPeak : trainingPeak).offer(r, size);
+        // After the batch's first micro-batch its copy of the buffers stays resident (startBuffers).
+        (trial ? trialPeak : trainingPeak).offer(r, size, offset > 0 ? r.bufferCopyBytes : 0);
         const bool teaching = commands.stepMode();
         MicroBatchDone done{now(), step + 1, committed, offset, size, batchSize, weight, r.loss, trial, {}};
         if (options.reportSampleIndices || teaching) done.sampleIndices = slice;

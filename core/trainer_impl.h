@@ -97,8 +97,10 @@ struct PeakRecord {
     int64_t size = 0;
     int64_t input = 0;       ///< MicroResult::inputBytes
     int64_t bufferCopy = 0;  ///< MicroResult::bufferCopyBytes
-    void offer(const MicroResult& r, int64_t microBatch) {
-        if (r.peakBytes > peak) *this = {r.residentBytes, r.peakBytes, microBatch, r.inputBytes, r.bufferCopyBytes};
+    int64_t batchCopy = 0;   ///< the batch's copy of the buffers, resident during it (0: the batch's first)
+    void offer(const MicroResult& r, int64_t microBatch, int64_t batchCopyBytes) {
+        if (r.peakBytes > peak)
+            *this = {r.residentBytes, r.peakBytes, microBatch, r.inputBytes, r.bufferCopyBytes, batchCopyBytes};
     }
 };
 
@@ -374,9 +376,10 @@ struct Trainer::Impl {
     /// `next`: the micro-batch after this one, when known; it is requested from the prefetcher
     /// once this one's samples are taken (requesting it earlier would replace this one's load).
     /// `measurement` true: the model's buffers are put back afterwards (surveySavers, which also
-    /// puts back the accumulators).
+    /// puts back the accumulators). `buffersBefore`: where a micro-batch that succeeded leaves its
+    /// copy of the buffers as they were before it (the first of a batch: the batch's start).
     MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next = {},
-                              bool measurement = false);
+                              bool measurement = false, std::vector<torch::Tensor>* buffersBefore = nullptr);
     /// Makes each parameter's .grad its accumulator in `gradients`, where backward adds in place
     /// (an undefined accumulator unlinks it); call after `parameters` or `gradients` change.
     void linkGradients();

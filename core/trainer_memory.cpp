@@ -228,7 +228,7 @@ void Trainer::Impl::reportBreakdown() {
         b.activationMicroBatch = ledger.lastPeak.size;
         b.inputBytes = ledger.lastPeak.input;
         // The micro-batch's own copy is in its peak; the batch's copy, taken before it, is resident.
-        b.bufferCopyBytes = 2 * ledger.lastPeak.bufferCopy;
+        b.bufferCopyBytes = ledger.lastPeak.bufferCopy + ledger.lastPeak.batchCopy;
         b.activationBytes = std::max<int64_t>(
             0, ledger.lastPeak.peak - ledger.lastPeak.resident - ledger.lastPeak.input - ledger.lastPeak.bufferCopy);
     } else {
