@@ -49,6 +49,18 @@ public:
         return out;
     }
 
+    /// OOMs reported after the first probe finished: training at the size a probe chose must
+    /// not need its recovery.
+    int oomsAfterFirstProbe() const {
+        bool probed = false;
+        int ooms = 0;
+        for (const core::Event& e : events()) {
+            if (std::holds_alternative<core::ProbeFinished>(e)) probed = true;
+            if (probed && std::holds_alternative<core::OomEvent>(e)) ++ooms;
+        }
+        return ooms;
+    }
+
 private:
     mutable std::mutex m_mutex;
     std::vector<core::Event> m_events;

@@ -134,12 +134,6 @@ private Q_SLOTS:
 
         // The probe, then training at what it found: no OOM once it is done.
         RecordingSink sink;
-        bool probed = false;
-        int oomsAfterProbe = 0;
-        sink.onEach = [&](const Event& e) {
-            if (std::holds_alternative<ProbeFinished>(e)) probed = true;
-            if (probed && std::holds_alternative<OomEvent>(e)) ++oomsAfterProbe;
-        };
         {
             Trainer trainer(trainerOptions(loop, upper, 2), sink);
             const RunResult result = trainer.run();
@@ -152,7 +146,7 @@ private Q_SLOTS:
               static_cast<long long>(found), static_cast<double>(found) / static_cast<double>(plain));
         QVERIFY2(static_cast<double>(found) >= 0.98 * static_cast<double>(plain),
                  qPrintable(QStringLiteral("BatchPilot %1 against the plain loop's %2").arg(found).arg(plain)));
-        QCOMPARE(oomsAfterProbe, 0);
+        QCOMPARE(sink.oomsAfterFirstProbe(), 0);
 
         // The memory report: parameters, gradients and optimizer state from the parameter count.
         const auto [parameterBytes, bufferBytes] = modelBytes(loop);

@@ -59,12 +59,6 @@ private Q_SLOTS:
                  qPrintable(QStringLiteral("budget must bound the micro-batch, true max %1").arg(truth)));
 
         RecordingSink sink;
-        bool probed = false;
-        int oomsAfterProbe = 0;
-        sink.onEach = [&](const Event& e) {
-            if (std::holds_alternative<ProbeFinished>(e)) probed = true;
-            if (probed && std::holds_alternative<OomEvent>(e)) ++oomsAfterProbe;
-        };
         Trainer trainer(base(model, device), sink);
         const RunResult result = trainer.run();
         QVERIFY2(result.state == RunState::Finished, result.error.c_str());
@@ -78,7 +72,7 @@ private Q_SLOTS:
               100.0 * double(probe.microBatch) / double(truth), probe.trials);
         // What it chose trains: no OOM after the probe (an overshooting probe would otherwise hide
         // behind the recovery).
-        QCOMPARE(oomsAfterProbe, 0);
+        QCOMPARE(sink.oomsAfterFirstProbe(), 0);
         QVERIFY2(double(probe.microBatch) >= 0.97 * double(truth),
                  qPrintable(QStringLiteral("probe %1 vs true %2").arg(probe.microBatch).arg(truth)));
         QVERIFY2(probe.trials <= 14, qPrintable(QStringLiteral("%1 trials").arg(probe.trials)));
