@@ -8,6 +8,7 @@ function(batchpilot_add_test name)
   target_link_libraries(${target} PRIVATE batchpilot_settings Qt6::Test ${ARG_LIBS})
   if(ARG_TORCH)
     target_precompile_headers(${target} REUSE_FROM batchpilot_torch_pch)
+    batchpilot_skip_pch_for_moc(${target})
   endif()
   set_target_properties(${target} PROPERTIES AUTOMOC ON)
   if(ARG_NO_TEST)  # the caller adds its own CTest entries (tests/core/CMakeLists.txt, user_models)
@@ -24,4 +25,49 @@ function(batchpilot_add_test name)
   endif()
   set_tests_properties(${ARG_GROUP}.${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} COST ${ARG_COST}
                        ENVIRONMENT "QT_QPA_PLATFORM=offscreen;BATCHPILOT_RUNS_DIR=${CMAKE_BINARY_DIR}/test-runs")
+endfunction()
+
+# batchpilot_add_test_suite(<target> UNITS <unit...> LIBS <targets...>)
+# One QtTest executable for the tests that include torch, built from tests/test_main.cpp and
+# tst_<unit>.cpp of each unit in unity batches that share the precompiled torch header (see
+# tests/test_main.h); batchpilot_add_suite_test registers its units with CTest.
+function(batchpilot_add_test_suite target)
+  cmake_parse_arguments(ARG "" "" "UNITS;LIBS" ${ARGN})
+  set(sources "${PROJECT_SOURCE_DIR}/tests/test_main.cpp")
+  foreach(unit IN LISTS ARG_UNITS)
+    list(APPEND sources tst_${unit}.cpp)
+  endforeach()
+  add_executable(${target} ${sources})
+  target_link_libraries(${target} PRIVATE batchpilot_settings Qt6::Test ${ARG_LIBS})
+  target_precompile_headers(${target} REUSE_FROM batchpilot_torch_pch)
+  # Six files a batch: a batch compiles in about a minute, and the 2-core machines CI runs on still
+  # have batches to build side by side.
+  set_target_properties(${target} PROPERTIES AUTOMOC ON UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 6)
+  # The registry's main includes no torch; the moc output is included by each test file.
+  set_source_files_properties("${PROJECT_SOURCE_DIR}/tests/test_main.cpp" TARGET_DIRECTORY ${target}
+                              PROPERTIES SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
+  batchpilot_skip_pch_for_moc(${target})
+endfunction()
+
+# batchpilot_add_suite_test(<unit> SUITE <target> GROUP <group> [TIMEOUT s] [COST s])
+# Registers "<group>.<unit>" with CTest: the suite executable running tst_<unit>.cpp's class.
+function(batchpilot_add_suite_test unit)
+  cmake_parse_arguments(ARG "" "SUITE;GROUP;TIMEOUT;COST" "" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  if(NOT ARG_COST)
+    set(ARG_COST 1)
+  endif()
+  add_test(NAME ${ARG_GROUP}.${unit} COMMAND ${ARG_SUITE} ${unit})
+  set_tests_properties(${ARG_GROUP}.${unit} PROPERTIES TIMEOUT ${ARG_TIMEOUT} COST ${ARG_COST}
+                       ENVIRONMENT "QT_QPA_PLATFORM=offscreen;BATCHPILOT_RUNS_DIR=${CMAKE_BINARY_DIR}/test-runs")
+endfunction()
+
+# AUTOMOC's mocs_compilation.cpp of a target that reuses the precompiled torch header: the
+# moc output is included by the sources themselves, so the file is empty, but with the header
+# (~650 MB) it took ~8 s to compile, once per target.
+function(batchpilot_skip_pch_for_moc target)
+  set_source_files_properties("${CMAKE_CURRENT_BINARY_DIR}/${target}_autogen/mocs_compilation.cpp"
+                              TARGET_DIRECTORY ${target} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
 endfunction()

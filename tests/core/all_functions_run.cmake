@@ -1,8 +1,9 @@
 # Fails when a QtTest function (or one of its data rows) of EXE is run by none of the CTest entries.
-#   cmake -DEXE=<test executable> "-DRUN=<function or function:data tag>|..." -P all_functions_run.cmake
+#   cmake -DEXE=<test executable> [-DUNIT=<unit, for an executable of several>] "-DRUN=<function or function:data tag>|..."
+#         -P all_functions_run.cmake
 cmake_minimum_required(VERSION 3.20)
 string(REPLACE "|" ";" RUN "${RUN}")
-execute_process(COMMAND "${EXE}" -datatags OUTPUT_VARIABLE listing RESULT_VARIABLE status)
+execute_process(COMMAND "${EXE}" ${UNIT} -datatags OUTPUT_VARIABLE listing RESULT_VARIABLE status)
 if(NOT status EQUAL 0 OR listing STREQUAL "")
   message(FATAL_ERROR "${EXE} -datatags failed (${status}):\n${listing}")
 endif()

@@ -4,11 +4,14 @@
 // measured by the counting allocator.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <torch/torch.h>
 
 #include "core/activation_checkpoint.h"
 #include "core/counting_allocator.h"
+
+namespace tst_activation_checkpoint {
 
 using namespace batchpilot::core;
 
@@ -206,5 +209,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestActivationCheckpoint)
+}  // namespace tst_activation_checkpoint
+
+BATCHPILOT_TEST_MAIN(tst_activation_checkpoint::TestActivationCheckpoint)
 #include "tst_activation_checkpoint.moc"

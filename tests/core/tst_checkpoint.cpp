@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <QTemporaryDir>
 
@@ -10,6 +11,8 @@
 #include "core/trainer.h"
 #include "core/model.h"
 #include "recording_sink.h"
+
+namespace tst_checkpoint {
 
 using namespace batchpilot::core;
 using batchpilot::tests::RecordingSink;
@@ -303,5 +306,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestCheckpoint)
+}  // namespace tst_checkpoint
+
+BATCHPILOT_TEST_MAIN(tst_checkpoint::TestCheckpoint)
 #include "tst_checkpoint.moc"

@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <thread>
 
@@ -6,6 +7,8 @@
 
 #include "core/counting_allocator.h"
 #include "core/device.h"
+
+namespace tst_counting_allocator {
 
 using namespace batchpilot::core;
 
@@ -141,5 +144,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestCountingAllocator)
+}  // namespace tst_counting_allocator
+
+BATCHPILOT_TEST_MAIN(tst_counting_allocator::TestCountingAllocator)
 #include "tst_counting_allocator.moc"

@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <cmath>
 
@@ -10,6 +11,8 @@
 #include "core/dataset.h"
 #include "core/trainer.h"
 #include "recording_sink.h"
+
+namespace tst_csv_dataset {
 
 using namespace batchpilot::core;
 using batchpilot::tests::RecordingSink;
@@ -226,5 +229,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestCsvDataset)
+}  // namespace tst_csv_dataset
+
+BATCHPILOT_TEST_MAIN(tst_csv_dataset::TestCsvDataset)
 #include "tst_csv_dataset.moc"

@@ -4,6 +4,7 @@
 // rank and a resume with another number of ranks.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <QFile>
 #include <QJsonDocument>
@@ -28,6 +29,8 @@
 #include "core/model.h"
 #include "core/model_factory.h"
 #include "core/optimizer.h"
+
+namespace tst_data_parallel {
 
 using namespace batchpilot::core;
 
@@ -659,5 +662,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_GUILESS_MAIN(TestDataParallel)
+}  // namespace tst_data_parallel
+
+BATCHPILOT_TEST_MAIN(tst_data_parallel::TestDataParallel)
 #include "tst_data_parallel.moc"

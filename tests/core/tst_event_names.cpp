@@ -1,5 +1,5 @@
 // The events file's "type" names: one per event type, none shared, each the name the events file
-// format documents (README, "Events"), and every type written as one JSON line that says it.
+// format documents (docs/reference/events.md), and every type written as one JSON line that says it.
 
 #include <QtTest>
 

@@ -4,6 +4,7 @@
 // times nothing.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +19,8 @@
 #include "core/trainer.h"
 #include "clean_run.h"
 #include "recording_sink.h"
+
+namespace tst_fastest_micro_batch {
 
 using namespace batchpilot::core;
 using batchpilot::tests::breakdownAt;
@@ -339,5 +342,7 @@ void TestFastestMicroBatch::throughputDriftTimesAgain() {
     QCOMPARE(off.chosen.size(), size_t{1});
 }
 
-QTEST_MAIN(TestFastestMicroBatch)
+}  // namespace tst_fastest_micro_batch
+
+BATCHPILOT_TEST_MAIN(tst_fastest_micro_batch::TestFastestMicroBatch)
 #include "tst_fastest_micro_batch.moc"

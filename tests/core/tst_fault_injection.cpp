@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <algorithm>
 #include <map>
@@ -12,6 +13,8 @@
 #include "core/trainer.h"
 #include "clean_run.h"
 #include "recording_sink.h"
+
+namespace tst_fault_injection {
 
 using namespace batchpilot::core;
 using batchpilot::tests::CleanRun;
@@ -212,5 +215,7 @@ private:
     int m_absorbed = 0;
 };
 
-QTEST_APPLESS_MAIN(TestFaultInjection)
+}  // namespace tst_fault_injection
+
+BATCHPILOT_TEST_MAIN(tst_fault_injection::TestFaultInjection)
 #include "tst_fault_injection.moc"

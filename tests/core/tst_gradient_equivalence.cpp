@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -9,6 +10,8 @@
 #include "core/torchscript_model.h"
 #include "core/trainer.h"
 #include "recording_sink.h"
+
+namespace tst_gradient_equivalence {
 
 using namespace batchpilot::core;
 using batchpilot::tests::RecordingSink;
@@ -134,5 +137,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestGradientEquivalence)
+}  // namespace tst_gradient_equivalence
+
+BATCHPILOT_TEST_MAIN(tst_gradient_equivalence::TestGradientEquivalence)
 #include "tst_gradient_equivalence.moc"

@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,8 @@
 
 #include "core/dataset.h"
 #include "core/image_folder_dataset.h"
+
+namespace tst_image_folder_dataset {
 
 using namespace batchpilot::core;
 
@@ -340,5 +343,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestImageFolderDataset)
+}  // namespace tst_image_folder_dataset
+
+BATCHPILOT_TEST_MAIN(tst_image_folder_dataset::TestImageFolderDataset)
 #include "tst_image_folder_dataset.moc"

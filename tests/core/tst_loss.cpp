@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -9,6 +10,8 @@
 #include "core/options.h"
 
 Q_DECLARE_METATYPE(torch::Tensor)
+
+namespace tst_loss {
 
 using namespace batchpilot::core;
 
@@ -112,5 +115,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestLoss)
+}  // namespace tst_loss
+
+BATCHPILOT_TEST_MAIN(tst_loss::TestLoss)
 #include "tst_loss.moc"

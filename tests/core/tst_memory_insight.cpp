@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <thread>
 
@@ -6,6 +7,8 @@
 #include "core/model.h"
 #include "core/trainer.h"
 #include "recording_sink.h"
+
+namespace tst_memory_insight {
 
 using namespace batchpilot::core;
 using batchpilot::tests::RecordingSink;
@@ -347,5 +350,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestMemoryInsight)
+}  // namespace tst_memory_insight
+
+BATCHPILOT_TEST_MAIN(tst_memory_insight::TestMemoryInsight)
 #include "tst_memory_insight.moc"

@@ -6,6 +6,7 @@
 // parameter count and the optimizer's rules say.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -18,11 +19,13 @@
 #include "recording_sink.h"
 #include "yardstick/plain_loop.h"
 
+Q_DECLARE_METATYPE(batchpilot::yardstick::PlainLoopSetup)
+
+namespace tst_memory_parity {
+
 using namespace batchpilot::core;
 using batchpilot::tests::RecordingSink;
 using batchpilot::yardstick::PlainLoopSetup;
-
-Q_DECLARE_METATYPE(PlainLoopSetup)
 
 namespace {
 
@@ -209,5 +212,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestMemoryParity)
+}  // namespace tst_memory_parity
+
+BATCHPILOT_TEST_MAIN(tst_memory_parity::TestMemoryParity)
 #include "tst_memory_parity.moc"

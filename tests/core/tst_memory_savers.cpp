@@ -6,6 +6,7 @@
 // savers applied during a run take effect at the next batch without changing what is trained.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <algorithm>
 #include <functional>
@@ -19,6 +20,8 @@
 #include "core/trainer.h"
 #include "clean_run.h"
 #include "recording_sink.h"
+
+namespace tst_memory_savers {
 
 using namespace batchpilot::core;
 using batchpilot::tests::breakdownAt;
@@ -756,5 +759,7 @@ void TestMemorySavers::autoAppliesTheSuggestionOfTheSurvey() {
     QCOMPARE(sink.all<MemoryBreakdown>().back().memorySavers, surveys[0].suggestion);
 }
 
-QTEST_MAIN(TestMemorySavers)
+}  // namespace tst_memory_savers
+
+BATCHPILOT_TEST_MAIN(tst_memory_savers::TestMemorySavers)
 #include "tst_memory_savers.moc"

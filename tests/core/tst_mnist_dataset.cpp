@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <fstream>
 #include <thread>
@@ -8,6 +9,8 @@
 
 #include "core/dataset.h"
 #include "core/mnist_dataset.h"
+
+namespace tst_mnist_dataset {
 
 using namespace batchpilot::core;
 
@@ -247,5 +250,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestMnistDataset)
+}  // namespace tst_mnist_dataset
+
+BATCHPILOT_TEST_MAIN(tst_mnist_dataset::TestMnistDataset)
 #include "tst_mnist_dataset.moc"

@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <new>
 #include <stdexcept>
@@ -8,6 +9,8 @@
 
 #include "core/counting_allocator.h"
 #include "core/oom.h"
+
+namespace tst_oom_classification {
 
 using namespace batchpilot::core;
 
@@ -199,5 +202,7 @@ def forward(self, x):
     }
 };
 
-QTEST_APPLESS_MAIN(TestOomClassification)
+}  // namespace tst_oom_classification
+
+BATCHPILOT_TEST_MAIN(tst_oom_classification::TestOomClassification)
 #include "tst_oom_classification.moc"

@@ -1,8 +1,11 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <torch/torch.h>
 
 #include "core/optimizer.h"
+
+namespace tst_optimizer {
 
 using namespace batchpilot::core;
 
@@ -110,5 +113,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestOptimizer)
+}  // namespace tst_optimizer
+
+BATCHPILOT_TEST_MAIN(tst_optimizer::TestOptimizer)
 #include "tst_optimizer.moc"

@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <atomic>
 #include <chrono>
@@ -14,6 +15,8 @@
 #include "core/prefetcher.h"
 #include "core/trainer.h"
 #include "tests/core/recording_sink.h"
+
+namespace tst_prefetcher {
 
 using namespace batchpilot::core;
 
@@ -149,5 +152,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestPrefetcher)
+}  // namespace tst_prefetcher
+
+BATCHPILOT_TEST_MAIN(tst_prefetcher::TestPrefetcher)
 #include "tst_prefetcher.moc"

@@ -1,10 +1,13 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <map>
 
 #include "core/trainer.h"
 #include "recording_sink.h"
 #include "yardstick/plain_loop.h"
+
+namespace tst_probe_accuracy {
 
 using namespace batchpilot::core;
 using batchpilot::tests::RecordingSink;
@@ -85,5 +88,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestProbeAccuracy)
+}  // namespace tst_probe_accuracy
+
+BATCHPILOT_TEST_MAIN(tst_probe_accuracy::TestProbeAccuracy)
 #include "tst_probe_accuracy.moc"

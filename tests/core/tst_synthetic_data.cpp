@@ -1,10 +1,13 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <torch/torch.h>
 
 #include "core/dataset.h"
 #include "core/trainer.h"
 #include "recording_sink.h"
+
+namespace tst_synthetic_data {
 
 using namespace batchpilot::core;
 using batchpilot::tests::RecordingSink;
@@ -69,5 +72,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestSyntheticData)
+}  // namespace tst_synthetic_data
+
+BATCHPILOT_TEST_MAIN(tst_synthetic_data::TestSyntheticData)
 #include "tst_synthetic_data.moc"

@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <fstream>
 
@@ -10,6 +11,8 @@
 #include "core/torchscript_model.h"
 #include "core/trainer.h"
 #include "recording_sink.h"
+
+namespace tst_torchscript_model {
 
 using namespace batchpilot::core;
 using batchpilot::tests::RecordingSink;
@@ -274,5 +277,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestTorchScriptModel)
+}  // namespace tst_torchscript_model
+
+BATCHPILOT_TEST_MAIN(tst_torchscript_model::TestTorchScriptModel)
 #include "tst_torchscript_model.moc"

@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <QTemporaryDir>
 
@@ -8,6 +9,8 @@
 #include "core/counting_allocator.h"
 #include "core/trainer.h"
 #include "recording_sink.h"
+
+namespace tst_trainer_commands {
 
 using namespace batchpilot::core;
 using batchpilot::tests::RecordingSink;
@@ -281,5 +284,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestTrainerCommands)
+}  // namespace tst_trainer_commands
+
+BATCHPILOT_TEST_MAIN(tst_trainer_commands::TestTrainerCommands)
 #include "tst_trainer_commands.moc"

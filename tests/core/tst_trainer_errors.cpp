@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <QTemporaryDir>
 
@@ -8,6 +9,8 @@
 #include "core/model.h"
 #include "core/trainer.h"
 #include "recording_sink.h"
+
+namespace tst_trainer_errors {
 
 using namespace batchpilot::core;
 using batchpilot::tests::RecordingSink;
@@ -241,5 +244,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestTrainerErrors)
+}  // namespace tst_trainer_errors
+
+BATCHPILOT_TEST_MAIN(tst_trainer_errors::TestTrainerErrors)
 #include "tst_trainer_errors.moc"

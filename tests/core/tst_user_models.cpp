@@ -2,6 +2,7 @@
 // the LibTorch under test (scripted and traced, BatchNorm and GroupNorm), trained into real
 // out-of-memory errors, with fault injection, and probed against the true maximum.
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <algorithm>
 #include <map>
@@ -16,6 +17,8 @@
 #include "clean_run.h"
 #include "yardstick/plain_loop.h"
 #include "recording_sink.h"
+
+namespace tst_user_models {
 
 using namespace batchpilot::core;
 using batchpilot::tests::breakdownAt;
@@ -439,5 +442,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestUserModels)
+}  // namespace tst_user_models
+
+BATCHPILOT_TEST_MAIN(tst_user_models::TestUserModels)
 #include "tst_user_models.moc"

@@ -4,6 +4,7 @@
 // and an out-of-memory error during validation is recovered with the same result.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <cmath>
 #include <fstream>
@@ -17,6 +18,8 @@
 #include "core/trainer.h"
 #include "core/validation.h"
 #include "recording_sink.h"
+
+namespace tst_validation {
 
 using namespace batchpilot::core;
 using batchpilot::tests::RecordingSink;
@@ -383,5 +386,7 @@ void TestValidation::validationTableIsScaledLikeTraining() {
              refused.error().c_str());
 }
 
-QTEST_MAIN(TestValidation)
+}  // namespace tst_validation
+
+BATCHPILOT_TEST_MAIN(tst_validation::TestValidation)
 #include "tst_validation.moc"
