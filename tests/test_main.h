@@ -27,9 +27,9 @@ bool registerTest(const char* sourceFile, TestRunner run);
 
 #define BATCHPILOT_TEST_CONCAT_(a, b) a##b
 #define BATCHPILOT_TEST_CONCAT(a, b) BATCHPILOT_TEST_CONCAT_(a, b)
-#define BATCHPILOT_TEST_MAIN(Class)                                                                 \
-    static const bool BATCHPILOT_TEST_CONCAT(batchpilotTestRegistered, __COUNTER__) =               \
-        ::batchpilot::tests::registerTest(__FILE__, [](int argc, char** argv) {                     \
-            Class test;                                                                             \
-            return QTest::qExec(&test, argc, argv);                                                 \
+#define BATCHPILOT_TEST_MAIN(Class)                                                   \
+    static const bool BATCHPILOT_TEST_CONCAT(batchpilotTestRegistered, __COUNTER__) = \
+        ::batchpilot::tests::registerTest(__FILE__, [](int argc, char** argv) {       \
+            Class test;                                                               \
+            return QTest::qExec(&test, argc, argv);                                   \
         });

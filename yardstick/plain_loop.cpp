@@ -3,6 +3,7 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include <torch/torch.h>
@@ -156,6 +157,41 @@ PlainLoopRun runPlainLoop(const PlainLoopSetup& setup, int64_t microBatch, int64
     meter->releaseCache();
     allocator.setBudget(previousBudget);
     return run;
+}
+
+std::vector<torch::Tensor> replayPlainLoop(const PlainLoopSetup& setup, const std::vector<PlainBatch>& batches,
+                                           uint64_t seed) {
+    core::installCountingAllocator();
+    const auto device = core::parseDevice(setup.deviceName());
+    if (!device) throw std::runtime_error(device.error());
+    auto data = core::makeDataset(setup.data);
+    if (!data) throw std::runtime_error(data.error());
+    const torch::Device where = device->kind == core::DeviceKind::Cuda
+                                    ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device->index))
+                                    : torch::Device(torch::kCPU);
+    torch::manual_seed(seed);
+    auto made = core::makeModel(setup.model, **data);
+    if (!made) throw std::runtime_error(made.error());
+    std::shared_ptr<core::Model> model = *made;
+    model->to(where);
+    model->train(true);
+    const std::vector<torch::Tensor> parameters = model->parameters();
+    auto optimizer = makeOptimizer(setup.optimizer, parameters);
+    for (const PlainBatch& batch : batches) {
+        int64_t total = 0;
+        for (const auto& micro : batch) total += static_cast<int64_t>(micro.size());
+        for (const auto& micro : batch) {
+            const core::Batch host = (*data)->get(micro);
+            const torch::Tensor loss =
+                lossOf(setup.loss, model->forward(host.inputs.to(where)), host.targets.to(where));
+            (loss * (static_cast<double>(micro.size()) / static_cast<double>(total))).backward();
+        }
+        optimizer->step();
+        for (const auto& p : parameters) p.mutable_grad() = torch::Tensor();
+    }
+    std::vector<torch::Tensor> out;
+    for (const auto& p : parameters) out.push_back(p.detach().to(torch::kCPU).clone());
+    return out;
 }
 
 int64_t plainLoopLargest(const PlainLoopSetup& setup, int64_t upper, int confirmAbove) {

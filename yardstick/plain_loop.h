@@ -10,6 +10,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include <torch/types.h>
 
 #include "core/options.h"
 
@@ -54,5 +57,16 @@ PlainLoopRun runPlainLoop(const PlainLoopSetup& setup, int64_t microBatch, int64
 /// `confirmAbove` sizes just above are tried too (memory need not be monotone in the size).
 /// A run without a budget comes first (see plain_loop.cpp). 0 when not even one sample fits.
 int64_t plainLoopLargest(const PlainLoopSetup& setup, int64_t upper, int confirmAbove = 3);
+
+/// One training batch, as the sample indices (into the data set) of each of its micro-batches.
+using PlainBatch = std::vector<std::vector<int64_t>>;
+
+/// Trains `batches` in order — each micro-batch's loss × n_i/T (T: the batch's samples), backward
+/// into .grad, one optimizer step per batch — from a fresh model seeded with `seed`, and returns
+/// the parameters it ends with (on the host). An independent reference for the weights of a
+/// BatchPilot run: given the micro-batches a run committed (MicroBatchDone with sample indices),
+/// it says what those micro-batches give when nothing went wrong. Throws on any error.
+std::vector<torch::Tensor> replayPlainLoop(const PlainLoopSetup& setup, const std::vector<PlainBatch>& batches,
+                                           uint64_t seed);
 
 }  // namespace batchpilot::yardstick

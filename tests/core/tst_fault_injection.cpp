@@ -19,6 +19,7 @@ namespace tst_fault_injection {
 using namespace batchpilot::core;
 using batchpilot::tests::CleanRun;
 using batchpilot::tests::finalWeights;
+using batchpilot::tests::kPlainLoopBound;
 using batchpilot::tests::largestDifference;
 using batchpilot::tests::measureCleanRun;
 using batchpilot::tests::RecordingSink;
@@ -47,9 +48,7 @@ TrainerOptions options(OptimizerKind optimizer) {
     o.regrowAfterSteps = 2;
     o.probe.initialMicroBatch = 4;
     o.optimizer.kind = optimizer;
-    // Adam divides by the root of the gradient's second moment, which scales float rounding in
-    // tiny gradient components up to the size of a step: a smaller rate keeps the weights' float
-    // rounding (a different micro-batch split after an OOM) below the 1e-6 bound.
+    // Each optimizer at a usual rate for it.
     o.optimizer.learningRate = optimizer == OptimizerKind::Sgd ? 0.05 : 0.001;
     o.reportSampleIndices = true;
     o.intraOpThreads = 1;
@@ -68,28 +67,15 @@ class TestFaultInjection : public QObject {
         return m_clean.emplace(kind, measureCleanRun(options(kind))).first->second;
     }
 
-    std::map<OptimizerKind, double> m_splitNoise;
-
-    /// batchpilot::tests::splitNoise for runs whose micro-batches are capped at 4, 8 and 12.
-    double splitNoise(OptimizerKind kind) {
-        if (auto found = m_splitNoise.find(kind); found != m_splitNoise.end()) return found->second;
-        std::vector<TrainerOptions> variants;
-        for (const int64_t cap : {4, 8, 12}) {
-            variants.push_back(options(kind));
-            variants.back().probe.maxMicroBatch = cap;
-        }
-        return m_splitNoise[kind] = batchpilot::tests::splitNoise(variants, clean(kind).weights);
-    }
-
 private Q_SLOTS:
     void initTestCase() { installCountingAllocator(); }
 
     /// For each optimizer: 40 distinct allocations inside micro-batches and 20 distinct ones inside
     /// optimizer steps (2n and n, n = faultsPerPhase(), 20 but in sanitizer builds), drawn without
     /// replacement, and 3 first allocations of a micro-batch (its
-    /// copy to the device); each run recovers, ends with the clean run's
-    /// weights (≤ 1e-6, or twice the rounding another micro-batch split alone causes), and uses every
-    /// sample exactly once per epoch, the last partial one included.
+    /// copy to the device); each run recovers, ends with the weights a plain training loop reaches on
+    /// the micro-batches the run committed (clean_run.h, plainLoopWeights), and uses every sample
+    /// exactly once per epoch, the last partial one included.
     void recoversExactly_data() {
         QTest::addColumn<int>("optimizer");
         QTest::addColumn<qint64>("failAt");
@@ -153,6 +139,7 @@ private Q_SLOTS:
         const auto ooms = sink.all<OomEvent>();
         QVERIFY2(ooms.size() <= 1,
                  qPrintable(QStringLiteral("%1 OOM events for one injected failure").arg(ooms.size())));
+        if (!inStep) ++m_microRows;
         if (ooms.empty()) {
             QVERIFY2(!inStep, "an injected failure in an optimizer step must reach the trainer");
             ++m_absorbed;
@@ -162,15 +149,15 @@ private Q_SLOTS:
             m_phasesHit[ooms.front().phase].insert({optimizer, failAt});
         }
 
-        // Same final weights as the run without a fault.
+        // The weights of a plain training loop on exactly the micro-batches this run committed.
         const auto weights = finalWeights(trainer);
-        const auto& reference = clean(kind).weights;
+        const auto reference = batchpilot::tests::plainLoopWeights(options(kind), sink);
         QCOMPARE(weights.size(), reference.size());
         const double worst = largestDifference(weights, reference);
-        // 1e-6, or twice what another split alone causes where a build's float sums round more
-        // (seen: 1.2e-6 with Adam under Clang and the sanitizers).
-        const double bound = std::max(1e-6, 2 * splitNoise(kind));
-        QVERIFY2(worst <= bound, qPrintable(QStringLiteral("max abs difference %1, bound %2").arg(worst).arg(bound)));
+        QVERIFY2(worst <= kPlainLoopBound,
+                 qPrintable(QStringLiteral("max abs difference %1 from the plain loop's weights, bound %2")
+                                .arg(worst)
+                                .arg(kPlainLoopBound)));
 
         // Every sample index exactly once per epoch, in committed micro-batches; the last,
         // partial epoch holds exactly the samples of its steps, none twice.
@@ -208,11 +195,18 @@ private Q_SLOTS:
             m_phasesHit[Phase::OptimizerStep].size() >= 3 * n,
             qPrintable(QStringLiteral("fewer than %1 distinct injected OOMs landed in optimizer steps").arg(3 * n)));
         QVERIFY2(!m_phasesHit[Phase::Copy].empty(), "no injected OOM landed in a host-to-device copy");
+        // A failure LibTorch absorbs (2.x's oneDNN takes another path) tests nothing of BatchPilot's:
+        // at most a third of the injections into micro-batches may end that way.
+        QVERIFY2(m_absorbed * 3 <= m_microRows,
+                 qPrintable(QStringLiteral("%1 of %2 injected failures were absorbed inside LibTorch")
+                                .arg(m_absorbed)
+                                .arg(m_microRows)));
     }
 
 private:
     std::map<Phase, std::set<std::pair<int, qint64>>> m_phasesHit;
     int m_absorbed = 0;
+    int m_microRows = 0;
 };
 
 }  // namespace tst_fault_injection

@@ -105,25 +105,6 @@ class TestUserModels : public QObject {
         return m_clean.emplace(file, measureCleanRun(o)).first->second;
     }
 
-    std::map<QString, double> m_splitNoise;
-
-    /// batchpilot::tests::splitNoise for fixed sizes and for probes that grow into the next batch,
-    /// as a recovery's probe does. A ResNet can amplify the rounding (seen with LibTorch 2.x:
-    /// weights 1.5e-8 apart after one step gave gradients 1e-3 apart in the next, the probe's
-    /// sizes 12 then 16 against a fixed 8).
-    double splitNoise(const QString& file) {
-        if (auto found = m_splitNoise.find(file); found != m_splitNoise.end()) return found->second;
-        std::vector<TrainerOptions> variants;
-        for (const auto& [initial, max] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {6, 6}, {4, 8}, {12, 16}}) {
-            variants.push_back(options(file, "virtual:4GiB"));
-            variants.back().probe.initialMicroBatch = initial;
-            variants.back().probe.maxMicroBatch = max;
-        }
-        const double noise = batchpilot::tests::splitNoise(variants, clean(file).weights);
-        qInfo("%s: runs split otherwise end up to %g from the clean run", qPrintable(file), noise);
-        return m_splitNoise[file] = noise;
-    }
-
 private Q_SLOTS:
     void initTestCase() {
         installCountingAllocator();
@@ -253,9 +234,9 @@ private Q_SLOTS:
 
     /// Injected OOMs at distinct allocations (drawn without replacement, after set-up) until at
     /// least 20 (faultsPerPhase(): fewer in sanitizer builds) landed in forward, in backward and in
-    /// optimizer steps: every run ends with
-    /// the undisturbed run's weights (≤ 1e-6, or twice the rounding another micro-batch split
-    /// alone causes) and every sample used exactly once.
+    /// optimizer steps: every run ends with the weights a plain training loop reaches on the
+    /// micro-batches the run committed (clean_run.h, plainLoopWeights), and every sample used
+    /// exactly once.
     void faultInjection_data() {
         QTest::addColumn<QString>("file");
         // GroupNorm: a smaller micro-batch after an OOM computes the same gradient. (BatchNorm's
@@ -275,7 +256,6 @@ private Q_SLOTS:
         std::shuffle(microPool.begin(), microPool.end(), random);
         std::shuffle(stepPool.begin(), stepPool.end(), random);
         std::map<Phase, std::set<int64_t>> hit;
-        const double bound = std::max(1e-6, 2 * splitNoise(file));
         const size_t perPhase = static_cast<size_t>(batchpilot::tests::faultsPerPhase());
         const auto inject = [&](int64_t failAt) {
             RecordingSink sink;
@@ -291,6 +271,7 @@ private Q_SLOTS:
             Trainer trainer(o, sink);
             const RunResult result = trainer.run();
             allocator.failAfter(0);
+            const double bound = batchpilot::tests::kPlainLoopBound;
             QVERIFY2(
                 result.state == RunState::Finished,
                 qPrintable(QStringLiteral("allocation %1: %2").arg(failAt).arg(QString::fromStdString(result.error))));
@@ -303,7 +284,9 @@ private Q_SLOTS:
                 QVERIFY(ooms.front().recovered);
                 hit[ooms.front().phase].insert(failAt);
             }
-            const double difference = largestDifference(finalWeights(trainer), reference.weights);
+            // The weights of a plain training loop on exactly the micro-batches this run committed.
+            const double difference =
+                largestDifference(finalWeights(trainer), batchpilot::tests::plainLoopWeights(o, sink));
             const QString what = ooms.empty() ? QStringLiteral("no OOM event")
                                               : QStringLiteral("OOM in %1 at micro-batch %2: %3")
                                                     .arg(QString::fromStdString(toString(ooms.front().phase)))
