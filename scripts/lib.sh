@@ -1,7 +1,7 @@
 # Shared by scripts/test, scripts/demo and scripts/bench: install what is missing, configure, build.
 # Debian 12; run as root (or with sudo available) on a fresh machine.
 #
-# Two LibTorch builds from one code base (see README, "GPU workstation"):
+# Two LibTorch builds from one code base (see docs/guide/gpu.md):
 #   debian  Debian's libtorch-dev (1.13, CPU): the default where no NVIDIA GPU is present.
 #   pip     the LibTorch inside PyPI's torch (2.x, built with CUDA), installed with pip into
 #           .venv-torch/ in the checkout: the default where `nvidia-smi` reports a GPU.
