@@ -15,6 +15,9 @@
 #include "core/device.h"
 #include "core/model.h"
 #include "core/sampler.h"
+#include "bench/bench_main.h"
+
+namespace bench_accumulation {
 
 namespace {
 
@@ -70,7 +73,7 @@ double bareLoop(const core::TrainerOptions& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     const auto args = bench::parseArgs(argc, argv, "batchpilot-bench-accumulation",
                                        "Trainer against a bare LibTorch loop; samples/s over micro-batch sizes.");
     core::installCountingAllocator();
@@ -165,3 +168,7 @@ int main(int argc, char** argv) {
                 report["ratio_of_medians"].get<double>(), bench::median(ratios), report["seconds"].get<double>());
     return 0;
 }
+
+}  // namespace bench_accumulation
+
+BATCHPILOT_BENCH_MAIN("batchpilot-bench-accumulation", bench_accumulation::run)

@@ -28,6 +28,9 @@
 #include "core/counting_allocator.h"
 #include "core/throughput_search.h"
 #include "core/trainer.h"
+#include "bench/bench_main.h"
+
+namespace bench_fastest {
 
 namespace {
 
@@ -267,7 +270,7 @@ DemoSwitch runDemoSwitch(core::ProbeObjective objective, bool quick) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     // --torchscript MODEL.pt and --device DEV are this benchmark's own; the rest are every benchmark's.
     std::string torchscript;
     std::string device;
@@ -505,3 +508,7 @@ int main(int argc, char** argv) {
         100.0 * costWorst, report["seconds"].get<double>());
     return 0;
 }
+
+}  // namespace bench_fastest
+
+BATCHPILOT_BENCH_MAIN("batchpilot-bench-fastest", bench_fastest::run)

@@ -16,6 +16,9 @@
 #include "bench/trainer_workload.h"
 #include "core/counting_allocator.h"
 #include "core/trainer.h"
+#include "bench/bench_main.h"
+
+namespace bench_insight {
 
 namespace {
 
@@ -78,7 +81,7 @@ core::TrainerOptions model(const std::string& name, int64_t width, int64_t side,
 
 }  // namespace
 
-int main(int argc, char** argv) try {
+int run(int argc, char** argv) try {
     const auto args =
         bench::parseArgs(argc, argv, "batchpilot-bench-insight",
                          "Cost of the teaching instrumentation and the equivalence check; what-if accuracy.");
@@ -217,3 +220,7 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "batchpilot-bench-insight: %s\n", e.what());
     return 1;
 }
+
+}  // namespace bench_insight
+
+BATCHPILOT_BENCH_MAIN("batchpilot-bench-insight", bench_insight::run)

@@ -21,6 +21,9 @@
 #include "bench/trainer_workload.h"
 #include "core/counting_allocator.h"
 #include "core/memory_savers.h"
+#include "bench/bench_main.h"
+
+namespace bench_memory_savers {
 
 namespace {
 
@@ -214,7 +217,7 @@ nlohmann::json toJson(const std::string& savers, const Measured& m) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     std::string torchscript;
     std::vector<char*> rest{argv[0]};
     for (int i = 1; i < argc; ++i) {
@@ -341,3 +344,7 @@ int main(int argc, char** argv) {
     std::printf("memory savers: %.1f s\n", report["seconds"].get<double>());
     return 0;
 }
+
+}  // namespace bench_memory_savers
+
+BATCHPILOT_BENCH_MAIN("batchpilot-bench-memory-savers", bench_memory_savers::run)

@@ -12,6 +12,9 @@
 #include "bench/bench_util.h"
 #include "bench/trainer_workload.h"
 #include "core/counting_allocator.h"
+#include "bench/bench_main.h"
+
+namespace bench_meter {
 
 namespace {
 
@@ -29,7 +32,7 @@ struct Variant {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     const auto args = bench::parseArgs(argc, argv, "batchpilot-bench-meter",
                                        "Counting allocator on against off on the same training run.");
     core::installCountingAllocator();
@@ -86,3 +89,7 @@ int main(int argc, char** argv) {
                 report["ratio_virtual_off"].get<double>(), report["seconds"].get<double>());
     return 0;
 }
+
+}  // namespace bench_meter
+
+BATCHPILOT_BENCH_MAIN("batchpilot-bench-meter", bench_meter::run)

@@ -16,6 +16,9 @@
 #include "core/counting_allocator.h"
 #include "core/trainer.h"
 #include "yardstick/plain_loop.h"
+#include "bench/bench_main.h"
+
+namespace bench_parity {
 
 namespace {
 
@@ -145,7 +148,7 @@ double batchPilotSpeed(const Case& c, int64_t micro, int64_t target, int steps) 
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     std::string torchscript, transformer;
     std::vector<char*> rest{argv[0]};
     for (int i = 1; i < argc; ++i) {
@@ -233,3 +236,7 @@ int main(int argc, char** argv) {
     std::printf("parity benchmark: %.1f s\n", report["seconds"].get<double>());
     return 0;
 }
+
+}  // namespace bench_parity
+
+BATCHPILOT_BENCH_MAIN("batchpilot-bench-parity", bench_parity::run)

@@ -15,6 +15,9 @@
 #include "core/counting_allocator.h"
 #include "core/trainer.h"
 #include "yardstick/plain_loop.h"
+#include "bench/bench_main.h"
+
+namespace bench_probe {
 
 namespace {
 
@@ -125,7 +128,7 @@ nlohmann::json toJson(const bench::StrategyResult& r, int64_t truth) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     const auto args = bench::parseArgs(argc, argv, "batchpilot-bench-probe",
                                        "Probe accuracy and cost against the baseline strategies.");
     core::installCountingAllocator();
@@ -209,3 +212,7 @@ int main(int argc, char** argv) {
     std::printf("probe benchmark: %.1f s\n", report["seconds"].get<double>());
     return 0;
 }
+
+}  // namespace bench_probe
+
+BATCHPILOT_BENCH_MAIN("batchpilot-bench-probe", bench_probe::run)

@@ -18,6 +18,9 @@
 #include "core/counting_allocator.h"
 #include "core/math_libraries.h"
 #include "core/trainer.h"
+#include "bench/bench_main.h"
+
+namespace bench_roofline {
 
 namespace {
 
@@ -211,7 +214,7 @@ nlohmann::json model(const std::string& name, const std::string& label, int64_t 
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     const Args args = parse(argc, argv);
     core::installCountingAllocator();
     if (args.threads > 0) torch::set_num_threads(args.threads);
@@ -242,3 +245,7 @@ int main(int argc, char** argv) {
     bench::writeJson(args.outDir, "roofline-" + args.label + ".json", out);
     return 0;
 }
+
+}  // namespace bench_roofline
+
+BATCHPILOT_BENCH_MAIN("batchpilot-bench-roofline", bench_roofline::run)
