@@ -1,8 +1,11 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <numeric>
 
 #include "core/accumulation_plan.h"
+
+namespace tst_accumulation_plan {
 
 using batchpilot::core::AccumulationPlan;
 
@@ -85,5 +88,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestAccumulationPlan)
+}  // namespace tst_accumulation_plan
+
+BATCHPILOT_TEST_MAIN(tst_accumulation_plan::TestAccumulationPlan)
 #include "tst_accumulation_plan.moc"

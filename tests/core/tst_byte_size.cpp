@@ -1,6 +1,9 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include "core/byte_size.h"
+
+namespace tst_byte_size {
 
 using batchpilot::core::parseByteSize;
 
@@ -55,5 +58,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestByteSize)
+}  // namespace tst_byte_size
+
+BATCHPILOT_TEST_MAIN(tst_byte_size::TestByteSize)
 #include "tst_byte_size.moc"

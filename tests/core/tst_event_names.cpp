@@ -2,6 +2,7 @@
 // format documents (docs/reference/events.md), and every type written as one JSON line that says it.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <set>
 #include <string>
@@ -11,6 +12,8 @@
 
 #include "core/event_json.h"
 #include "core/events.h"
+
+namespace tst_event_names {
 
 using namespace batchpilot::core;
 
@@ -72,5 +75,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestEventNames)
+}  // namespace tst_event_names
+
+BATCHPILOT_TEST_MAIN(tst_event_names::TestEventNames)
 #include "tst_event_names.moc"

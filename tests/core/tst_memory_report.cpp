@@ -1,6 +1,9 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include "core/memory_report.h"
+
+namespace tst_memory_report {
 
 using namespace batchpilot::core;
 
@@ -212,5 +215,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestMemoryReport)
+}  // namespace tst_memory_report
+
+BATCHPILOT_TEST_MAIN(tst_memory_report::TestMemoryReport)
 #include "tst_memory_report.moc"

@@ -1,9 +1,12 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <cmath>
 #include <functional>
 
 #include "core/probe_search.h"
+
+namespace tst_probe_search {
 
 using namespace batchpilot::core;
 
@@ -162,5 +165,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestProbeSearch)
+}  // namespace tst_probe_search
+
+BATCHPILOT_TEST_MAIN(tst_probe_search::TestProbeSearch)
 #include "tst_probe_search.moc"

@@ -3,8 +3,11 @@
 // events stay out, and a malformed report is an error that names the event, never a crash.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include "core/event_json.h"
+
+namespace tst_rank_report {
 
 using namespace batchpilot::core;
 
@@ -147,5 +150,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_GUILESS_MAIN(TestRankReport)
+}  // namespace tst_rank_report
+
+BATCHPILOT_TEST_MAIN(tst_rank_report::TestRankReport)
 #include "tst_rank_report.moc"

@@ -1,8 +1,11 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <QTemporaryDir>
 
 #include "core/run_config.h"
+
+namespace tst_run_config {
 
 using namespace batchpilot::core;
 using nlohmann::json;
@@ -335,5 +338,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_APPLESS_MAIN(TestRunConfig)
+}  // namespace tst_run_config
+
+BATCHPILOT_TEST_MAIN(tst_run_config::TestRunConfig)
 #include "tst_run_config.moc"

@@ -3,6 +3,7 @@
 // from events made here, so the expected numbers are known.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <sys/stat.h>
 
@@ -15,6 +16,8 @@
 #include "core/run_folder.h"
 #include "core/run_history.h"
 #include "core/series_export.h"
+
+namespace tst_run_folder {
 
 using namespace batchpilot::core;
 namespace fs = std::filesystem;
@@ -361,5 +364,7 @@ void TestRunFolder::refusesAFolderItCannotCreate() {
     QVERIFY(!RunFolder::create("", o).has_value());
 }
 
-QTEST_APPLESS_MAIN(TestRunFolder)
+}  // namespace tst_run_folder
+
+BATCHPILOT_TEST_MAIN(tst_run_folder::TestRunFolder)
 #include "tst_run_folder.moc"

@@ -3,10 +3,13 @@
 // models, predictions against the probe) is in tst_memory_savers.cpp.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <functional>
 
 #include "core/saver_survey.h"
+
+namespace tst_saver_survey {
 
 using namespace batchpilot::core;
 
@@ -171,5 +174,7 @@ void TestSaverSurvey::adviceSaysWhatEachSaverDoes() {
     QVERIFY(saverAdvice(s).find("nothing fits") != std::string::npos);
 }
 
-QTEST_MAIN(TestSaverSurvey)
+}  // namespace tst_saver_survey
+
+BATCHPILOT_TEST_MAIN(tst_saver_survey::TestSaverSurvey)
 #include "tst_saver_survey.moc"

@@ -3,6 +3,7 @@
 // the largest), computed here independently of the search.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,8 @@
 #include <map>
 
 #include "core/throughput_search.h"
+
+namespace tst_throughput_search {
 
 using namespace batchpilot::core;
 
@@ -418,5 +421,7 @@ void TestThroughputSearch::driftWatchActsOnLastingChanges() {
     QCOMPARE(zeros.baseline(), 1000.0);
 }
 
-QTEST_MAIN(TestThroughputSearch)
+}  // namespace tst_throughput_search
+
+BATCHPILOT_TEST_MAIN(tst_throughput_search::TestThroughputSearch)
 #include "tst_throughput_search.moc"
