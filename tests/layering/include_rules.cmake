@@ -1,8 +1,14 @@
-# cmake -DSOURCE_DIR=<repository root> -P include_rules.cmake
+# cmake -DSOURCE_DIR=<repository root> [-DTORCH_FREE=<file>|<file>...] -P include_rules.cmake
 # The include rules between folders, checked on every source file:
 #   core/ includes neither ui/ nor app/;  ui/ does not include app/;
 #   inside ui/, a folder includes only folders of a lower or the same rank:
 #     session (the trainer bridge, event texts), style  <  charts, log, report, teaching  <  config  <  window
+# and torch stays out of what must not see it: no torch, ATen, c10 or caffe2 header is included by
+# ui/, by the window's main (app/gui_main.cpp), by the torch-free files of core/ (TORCH_FREE: the
+# torch-free library's sources, from tests/layering/CMakeLists.txt), or by any project header any
+# of those includes, followed all the way down. (The build's own rule, layering.ui_without_torch,
+# misses Debian's LibTorch, which puts ATen/ and c10/ in /usr/include.)
+cmake_minimum_required(VERSION 3.20)
 set(rank_session 0)
 set(rank_style 0)
 set(rank_charts 1)
@@ -42,6 +48,48 @@ foreach(source IN LISTS sources)
     endif()
   endforeach()
 endforeach()
+# Torch, through any chain of project includes.
+set(torch_pattern "^#include <(torch|ATen|c10|caffe2)[/.>]")
+file(GLOB_RECURSE torch_free RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/ui/*.h" "${SOURCE_DIR}/ui/*.cpp")
+if(EXISTS "${SOURCE_DIR}/app/gui_main.cpp")
+  list(APPEND torch_free app/gui_main.cpp)
+endif()
+string(REPLACE "|" ";" listed "${TORCH_FREE}")
+foreach(file IN LISTS listed)
+  list(APPEND torch_free "${file}")
+  string(REGEX REPLACE "\\.cpp$" ".h" header "${file}")
+  if(EXISTS "${SOURCE_DIR}/${header}")
+    list(APPEND torch_free "${header}")
+  endif()
+endforeach()
+# Breadth first from each torch-free file; `via` remembers how a header was reached, for the message.
+foreach(start IN LISTS torch_free)
+  set(queue "${start}")
+  set(seen "${start}")
+  set(via_${start} "${start}")
+  while(queue)
+    list(POP_FRONT queue file)
+    if(NOT EXISTS "${SOURCE_DIR}/${file}")
+      continue()
+    endif()
+    file(STRINGS "${SOURCE_DIR}/${file}" torch_lines REGEX "${torch_pattern}")
+    foreach(line IN LISTS torch_lines)
+      list(APPEND problems "${via_${file}}: ${line} (must stay torch-free: see tests/layering/include_rules.cmake)")
+    endforeach()
+    file(STRINGS "${SOURCE_DIR}/${file}" project_lines REGEX "^#include \"(core|ui|app)/[^\"]+\"")
+    foreach(line IN LISTS project_lines)
+      string(REGEX MATCH "\"([^\"]+)\"" unused "${line}")
+      set(next "${CMAKE_MATCH_1}")
+      if(NOT next IN_LIST seen)
+        list(APPEND seen "${next}")
+        list(APPEND queue "${next}")
+        set(via_${next} "${via_${file}} -> ${next}")
+      endif()
+    endforeach()
+  endwhile()
+endforeach()
+list(REMOVE_DUPLICATES problems)
+
 list(LENGTH sources checked)
 if(problems)
   list(JOIN problems "\n  " text)
