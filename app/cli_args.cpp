@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <sstream>
+#include <type_traits>
 
 #include <CLI/CLI.hpp>
 
@@ -37,6 +38,24 @@ CLI::Validator wholeNumber(int64_t minimum, int64_t maximum) {
             if (ec != std::errc{} || end != text.data() + text.size())
                 return "expects a whole number, got \"" + text + "\"";
             if (value < minimum || value > maximum) return "must be " + range + ", got " + text;
+            return {};
+        },
+        "", "");
+}
+
+/// Whole numbers are read as written, in decimal: CLI11 reads a leading 0 as octal ("010" as 8,
+/// "0777" as 511), which no one who types a step count or a seed means: this transform, the first
+/// validator of every whole-number flag, drops leading zeros before the checks and the conversion.
+CLI::Validator decimalWhole() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            const size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+            size_t zeros = sign;
+            while (zeros + 1 < text.size() && text[zeros] == '0') ++zeros;
+            const bool digits =
+                text.size() > sign && std::all_of(text.begin() + static_cast<std::ptrdiff_t>(sign), text.end(),
+                                                  [](char c) { return c >= '0' && c <= '9'; });
+            if (digits && zeros > sign) text.erase(sign, zeros - sign);
             return {};
         },
         "", "");
@@ -138,6 +157,7 @@ private:
                         std::function<void(TrainerOptions&, const T&)> set) {
         auto value = std::make_shared<T>();
         CLI::Option* flag = m_app.add_option(name, *value, text);
+        if constexpr (std::is_integral_v<T>) flag->transform(decimalWhole());
         m_setters.push_back([flag, value, set](TrainerOptions& o) {
             if (flag->count() > 0) set(o, *value);
         });
@@ -174,7 +194,7 @@ void Flags::declare(CliRequest& request) {
     option<std::string>("--model",
                         "mlp, cnn or resnet (default " + d.model.name +
                             "), or a TorchScript file (.pt/.pth)\n"
-                            "exported from Python: see README, \"Your own model and data\"",
+                            "exported from Python: see docs/guide/own-model-and-data.md",
                         [](TrainerOptions& o, const std::string& v) { o.model.name = v; })
         ->type_name("NAME")
         ->group(group);
@@ -245,13 +265,14 @@ void Flags::declare(CliRequest& request) {
                     "train on several devices at once, one process each (data parallel):\n"
                     "a comma-separated list such as virtual:48MiB,virtual:192MiB or\n"
                     "cuda:0,cuda:1; each device probes its own micro-batch and trains a\n"
-                    "share of every training batch (README, \"Several devices\")")
+                    "share of every training batch (docs/guide/several-devices.md)")
         ->type_name("DEV,DEV,...")
         ->group(group);
     m_app
         .add_option("--rank-timeout", request.rankTimeoutSeconds,
                     "several devices: seconds the ranks wait for each other (to join, and\n"
                     "at each step) before a missing rank ends the job (default 300)")
+        ->transform(decimalWhole())
         ->type_name("S")
         ->check(wholeNumber(1, 86400))
         ->group(group);
@@ -425,7 +446,7 @@ void Flags::declare(CliRequest& request) {
     group = "Configuration";
     m_app
         .add_option("--config", request.configPath,
-                    "read a JSON run configuration (see README); flags given too override it")
+                    "read a JSON run configuration (docs/reference/configuration.md); flags given too override it")
         ->type_name("FILE")
         ->group(group);
     m_app
@@ -522,6 +543,7 @@ void Flags::declare(CliRequest& request) {
                     "after the first step, check that accumulating the micro-batches gives\n"
                     "the gradient of one full pass over the first N samples of that batch\n"
                     "(0: the whole batch) and print the differences per parameter tensor")
+        ->transform(decimalWhole())
         ->type_name("N")
         ->check(wholeNumber(0, maxBatch))
         ->group(group);

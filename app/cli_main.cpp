@@ -32,7 +32,7 @@ namespace {
 
 using namespace batchpilot;
 
-/// Exit statuses (README, "Exit status").
+/// Exit statuses (docs/reference/exit-codes.md).
 constexpr int kExitFailed = 1;    ///< training failed (an error the run could not recover from)
 constexpr int kExitBadInput = 2;  ///< bad flags, configuration, data, model or checkpoint
 constexpr int kExitNotSaved = 4;  ///< trained, but a checkpoint or the events file could not be written
@@ -104,7 +104,7 @@ private:
 
 /// Tells the watcher when training has begun (the first probe or training state), and hands
 /// every event to the reporter and the run folder.
-/// Fault injection for tests of recovery across processes (README, "Several devices"):
+/// Fault injection for tests of recovery across processes (docs/guide/several-devices.md):
 /// BATCHPILOT_INJECT_OOMS="COUNT,MEAN,SEED" makes COUNT counted allocations of the training fail
 /// as out-of-memory errors, each at a random distance (1 to 2×MEAN allocations) after the last;
 /// with BATCHPILOT_INJECT_OOMS_RANK=R only in rank R of a job.

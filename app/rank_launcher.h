@@ -3,7 +3,7 @@
 #include "core/process_group.h"
 
 // batchpilot-cli --devices A,B,…: one worker process per device, started and supervised here
-// (README, "Several devices"). The workers are this program again, each with --device and
+// (docs/guide/several-devices.md). The workers are this program again, each with --device and
 // torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), joining
 // through a store this process hosts (TORCHELASTIC_USE_AGENT_STORE=True).
 
@@ -22,7 +22,7 @@ struct LaunchOptions {
 };
 
 /// Runs the job and returns the exit status: 0 when every rank finished, else the status of the
-/// first rank that failed (README, "Exit status"), 128+N when stopped by signal N.
+/// first rank that failed (docs/reference/exit-codes.md), 128+N when stopped by signal N.
 int launchRanks(const LaunchOptions& options);
 
 /// The command line without --devices and its value (both spellings).

@@ -2,7 +2,7 @@
 
 Usage:
   pytorch_loop.py export OUT_DIR
-      writes smallnet.pt (the README's SmallNet: convolutions and GroupNorm) and mlp.pt
+      writes smallnet.pt (the SmallNet of docs/guide/own-model-and-data.md: convolutions and GroupNorm) and mlp.pt
       (3072-512-512-10) for 3x32x32 inputs and 10 classes, scripted with this Python's torch,
       and images/: 4096 random 32x32 colour images (binary PPM) in 10 class folders, the data
       both loops train on (BatchPilot reads it with --data image-folder)

@@ -343,7 +343,7 @@ tl::expected<TrainerOptions, OptionProblem> resolve(TrainerOptions o) {
                 return Problem(OptionProblem{
                     "model.name",
                     "model file " + o.model.name +
-                        " does not exist: export one from Python (see README, \"Your own model and data\")"});
+                        " does not exist: export one from Python (see docs/guide/own-model-and-data.md)"});
             }
         }
     }

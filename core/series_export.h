@@ -6,7 +6,7 @@
 //   series,step,samples_seen,time_s,micro_batch,value
 //
 // where `series` names the quantity (train_loss, val_accuracy, memory_allocated_bytes, …, see
-// README), `step` is the optimizer steps done when it was measured, `samples_seen` the training
+// docs/guide/run-folders.md), `step` is the optimizer steps done when it was measured, `samples_seen` the training
 // samples seen by then, `time_s` seconds since the run started and `micro_batch` the size the row
 // belongs to (probe trials, timings, OOMs); a column that does not apply is empty. Built from the
 // events as JSON objects (a run folder's events.jsonl, or toJson() of live events). Torch-free.
@@ -21,7 +21,7 @@
 
 namespace batchpilot::core {
 
-/// Every series name the table can hold, in the order the README lists them.
+/// Every series name the table can hold, in the order docs/guide/run-folders.md lists them.
 const std::vector<std::string>& exportedSeries();
 
 /// Writes the table's rows to `out` as events are added (nothing is kept but the position).

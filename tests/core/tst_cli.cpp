@@ -377,6 +377,29 @@ private Q_SLOTS:
         }
     }
 
+    /// Whole numbers are read in decimal, leading zeros and all: CLI11 alone read "010" as octal 8
+    /// (the check said 10), so --steps 010 trained 8 steps and --seed 0777 seeded with 511.
+    void numbersAreReadAsWritten() {
+        QTemporaryDir dir;
+        const QString config = dir.filePath(QStringLiteral("config.json"));
+        const Run run = runCli({QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--target-batch"),
+                                QStringLiteral("012"), QStringLiteral("--steps"), QStringLiteral("010"),
+                                QStringLiteral("--seed"), QStringLiteral("0777"), QStringLiteral("--check-equivalence"),
+                                QStringLiteral("08"), QStringLiteral("--save-config"), config});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        QFile file(config);
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        const QJsonObject saved = QJsonDocument::fromJson(file.readAll()).object();
+        QCOMPARE(saved.value(QStringLiteral("target_batch")).toInteger(), 12);
+        QCOMPARE(saved.value(QStringLiteral("steps")).toInteger(), 10);
+        QCOMPARE(saved.value(QStringLiteral("seed")).toInteger(), 777);
+        // Not a number in decimal: refused as before, saying what was given.
+        const Run hex = runCli({QStringLiteral("--steps"), QStringLiteral("0x10"), QStringLiteral("--save-config"),
+                                dir.filePath(QStringLiteral("other.json"))});
+        QCOMPARE(hex.exitCode, 2);
+        QVERIFY2(hex.err.contains(QStringLiteral("0x10")), qPrintable(hex.err));
+    }
+
     void configFileWithOverridingFlags() {
         QTemporaryDir dir;
         const QString config = dir.filePath(QStringLiteral("run.json"));

@@ -53,7 +53,7 @@ public:
     /// running gradient norm of every micro-batch (for the accumulation view) and start in step
     /// mode when setStepMode(true) was called.
     bool start(const core::TrainerOptions& options);
-    /// Several devices (README, "Several devices"): `devices` (two or more, in rank order) share
+    /// Several devices (docs/guide/several-devices.md): `devices` (two or more, in rank order) share
     /// every training batch, one process each. This window trains rank 0 on devices[0] (the
     /// events, charts and run folder are its own, and RanksStepped carries every rank's numbers);
     /// the other ranks are workerProgram() processes, joined through a store hosted here. Every
