@@ -36,7 +36,7 @@ const char* typeName(const json& value) {
 }
 
 std::string shown(const json& value) {
-    std::string text = value.dump();
+    std::string text = jsonText(value);
     return text.size() > 40 ? text.substr(0, 37) + "..." : text;
 }
 
@@ -434,7 +434,11 @@ json toRunConfig(const TrainerOptions& o) {
 }
 
 tl::expected<void, std::string> saveRunConfig(const std::string& path, const TrainerOptions& options) {
-    return replaceFileAtomically(path, toRunConfig(options).dump(2) + "\n", "the configuration \"" + path + "\"");
+    return replaceFileAtomically(path, jsonText(toRunConfig(options), 2) + "\n", "the configuration \"" + path + "\"");
+}
+
+std::string jsonText(const nlohmann::json& value, int indent) {
+    return value.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace batchpilot::core

@@ -9,6 +9,11 @@
 
 namespace batchpilot::core {
 
+/// `value` as JSON text (indented by `indent`, or on one line). Text that is not UTF-8 — a Latin-1
+/// file name, a CSV header from an older system — has each invalid byte written as U+FFFD rather
+/// than the exception nlohmann::json throws for it, which ended the process.
+std::string jsonText(const nlohmann::json& value, int indent = -1);
+
 /// Run configurations as JSON: the same options the CLI flags and the GUI's run panel set.
 ///
 ///     {

@@ -194,7 +194,7 @@ tl::expected<std::unique_ptr<RunFolder>, std::string> RunFolder::create(const st
     if (checkpointsInRunFolder(options)) {
         recorded.checkpoint.directory = (fs::path(folder->m_path) / kRunCheckpointFolder).string();
     }
-    if (auto written = replaceFileAtomically(folder->m_path + "/config.json", toRunConfig(recorded).dump(2) + "\n",
+    if (auto written = replaceFileAtomically(folder->m_path + "/config.json", jsonText(toRunConfig(recorded), 2) + "\n",
                                              folder->m_path + "/config.json");
         !written) {
         return tl::unexpected("cannot write the run's configuration in " + folder->m_path + ": " + written.error());
@@ -242,8 +242,9 @@ void RunFolder::flush() {
 
 void RunFolder::writeSummary() {
     m_stepsSinceSummary = 0;
-    if (auto written = replaceFileAtomically(
-            m_path + "/summary.json", m_summary.toJson(m_name, m_started).dump(2) + "\n", m_path + "/summary.json");
+    if (auto written =
+            replaceFileAtomically(m_path + "/summary.json", jsonText(m_summary.toJson(m_name, m_started), 2) + "\n",
+                                  m_path + "/summary.json");
         !written) {
         fail("writing " + m_path + "/summary.json failed: " + written.error());
     }

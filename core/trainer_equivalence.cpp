@@ -1,6 +1,7 @@
 // The trainer's equivalence check: accumulated micro-batch gradients against one full pass over
 // the same samples, computed with training's own code (core/equivalence.h compares them).
 
+#include "core/run_config.h"
 #include "core/trainer_impl.h"
 
 namespace batchpilot::core {
@@ -96,7 +97,7 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
         const std::string round = "equivalence/" + std::to_string(++parallel->equivalenceChecks);
         std::vector<std::string> all;
         try {
-            all = link.exchangeText(round, nlohmann::json{{"plan", r.microBatchSizes}, {"problem", problem}}.dump());
+            all = link.exchangeText(round, jsonText(nlohmann::json{{"plan", r.microBatchSizes}, {"problem", problem}}));
         } catch (const std::exception& e) {
             ranksFailed(e, "checking the equivalence together");
         }

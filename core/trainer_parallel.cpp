@@ -5,6 +5,7 @@
 // runs inside a micro-batch: an OOM is recovered by the rank it happened on, with no collective
 // involved, so it cannot leave the others waiting for a collective it never joins.
 
+#include "core/run_config.h"
 #include "core/trainer_impl.h"
 
 #include <algorithm>
@@ -289,7 +290,7 @@ void Trainer::Impl::switchRanks() {
     for (const auto& [rank, spec] : std::exchange(parallel->requestedDevices, {})) mine[std::to_string(rank)] = spec;
     std::vector<std::string> asked;
     try {
-        asked = link.exchangeText("switch/" + round, mine.dump());
+        asked = link.exchangeText("switch/" + round, jsonText(mine));
     } catch (const std::exception& e) {
         ranksFailed(e, "agreeing on a device switch");
     }
@@ -321,7 +322,7 @@ void Trainer::Impl::switchRanks() {
     std::vector<std::string> outcome;
     try {
         outcome = link.exchangeText("switched/" + round,
-                                    nlohmann::json{{"device", device.name()}, {"refused", refused}}.dump());
+                                    jsonText(nlohmann::json{{"device", device.name()}, {"refused", refused}}));
     } catch (const std::exception& e) {
         ranksFailed(e, "agreeing on a device switch");
     }

@@ -13,6 +13,8 @@
 
 #include <cmath>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -398,6 +400,49 @@ private Q_SLOTS:
                                 dir.filePath(QStringLiteral("other.json"))});
         QCOMPARE(hex.exitCode, 2);
         QVERIFY2(hex.err.contains(QStringLiteral("0x10")), qPrintable(hex.err));
+    }
+
+    /// Text that is not UTF-8 — a Latin-1 CSV header, column name, runs folder and file name —
+    /// reaches the JSON the run writes: it used to end the process (nlohmann::json's type_error,
+    /// signal 6). Now the run trains and records it, each invalid byte as U+FFFD.
+    void textThatIsNotUtf8() {
+        QTemporaryDir dir;
+        QFile csv(dir.filePath(QStringLiteral("latin1.csv")));
+        QVERIFY(csv.open(QIODevice::WriteOnly));
+        QByteArray rows(
+            "pr\xe9"
+            "ce,x,y\n");
+        for (int i = 0; i < 40; ++i) rows += QByteArray::number(i % 2) + ',' + QByteArray::number(i) + ",1\n";
+        csv.write(rows);
+        csv.close();
+        // QProcess takes arguments as Unicode text: a shell passes the Latin-1 bytes as they are.
+        QProcess shell;
+        shell.setWorkingDirectory(dir.path());
+        shell.start(QStringLiteral("/bin/sh"),
+                    {QStringLiteral("-c"),
+                     QStringLiteral("exec \"$0\" --model mlp --device virtual:64MiB --steps 2 --target-batch 16 "
+                                    "--threads 1 --quiet --data csv --data-path latin1.csv "
+                                    "--target-column \"$(printf 'pr\\351ce')\" --runs-dir \"$(printf 'r\\351s')\" "
+                                    "--events \"$(printf '\\351v.jsonl')\""),
+                     QStringLiteral(BATCHPILOT_CLI_PATH)});
+        QVERIFY(shell.waitForFinished(120000));
+        const QString err = QString::fromUtf8(shell.readAllStandardError());
+        QCOMPARE(shell.exitStatus(), QProcess::NormalExit);
+        QVERIFY2(shell.exitCode() == 0, qPrintable(err));
+        // The run folder's configuration names the column, its invalid byte replaced. (Paths as
+        // bytes: QString cannot hold a Latin-1 file name.)
+        namespace fs = std::filesystem;
+        const fs::path runs = fs::path(dir.path().toStdString()) / "r\xe9s";
+        std::vector<fs::path> folders;
+        for (const auto& entry : fs::directory_iterator(runs)) folders.push_back(entry.path());
+        QCOMPARE(folders.size(), size_t(1));
+        std::ifstream config(folders.front() / "config.json");
+        QVERIFY(config.good());
+        const std::string text((std::istreambuf_iterator<char>(config)), std::istreambuf_iterator<char>());
+        const QJsonObject saved = QJsonDocument::fromJson(QByteArray::fromStdString(text)).object();
+        QCOMPARE(saved.value(QStringLiteral("data")).toObject().value(QStringLiteral("target_column")).toString(),
+                 QStringLiteral("pr\uFFFDce"));
+        QVERIFY(fs::exists(fs::path(dir.path().toStdString()) / "\xe9v.jsonl"));
     }
 
     void configFileWithOverridingFlags() {
