@@ -61,6 +61,16 @@ CLI::Validator decimalWhole() {
         "", "");
 }
 
+/// A text flag given an empty value (`--config ""`, or `--config "$UNSET"`) is a mistake, not a
+/// request for the default: `--config ''` used to start a training run with no configuration.
+CLI::Validator nonEmpty() {
+    return CLI::Validator(
+        [](const std::string& text) -> std::string {
+            return text.empty() ? "is empty: give a value, or leave the flag out for the default" : std::string();
+        },
+        "", "");
+}
+
 /// Finite numbers in [minimum, maximum] (or [minimum, maximum) when `openMaximum`), and above
 /// `minimum` when `positive`.
 CLI::Validator realNumber(double minimum, double maximum, bool positive = false, bool openMaximum = false) {
@@ -158,6 +168,7 @@ private:
         auto value = std::make_shared<T>();
         CLI::Option* flag = m_app.add_option(name, *value, text);
         if constexpr (std::is_integral_v<T>) flag->transform(decimalWhole());
+        if constexpr (std::is_same_v<T, std::string>) flag->check(nonEmpty());
         m_setters.push_back([flag, value, set](TrainerOptions& o) {
             if (flag->count() > 0) set(o, *value);
         });
@@ -266,6 +277,7 @@ void Flags::declare(CliRequest& request) {
                     "a comma-separated list such as virtual:48MiB,virtual:192MiB or\n"
                     "cuda:0,cuda:1; each device probes its own micro-batch and trains a\n"
                     "share of every training batch (docs/guide/several-devices.md)")
+        ->check(nonEmpty())
         ->type_name("DEV,DEV,...")
         ->group(group);
     m_app
@@ -447,11 +459,13 @@ void Flags::declare(CliRequest& request) {
     m_app
         .add_option("--config", request.configPath,
                     "read a JSON run configuration (docs/reference/configuration.md); flags given too override it")
+        ->check(nonEmpty())
         ->type_name("FILE")
         ->group(group);
     m_app
         .add_option("--save-config", request.saveConfigPath,
                     "write the configuration these flags describe to FILE and exit")
+        ->check(nonEmpty())
         ->type_name("FILE")
         ->group(group);
 
@@ -513,12 +527,14 @@ void Flags::declare(CliRequest& request) {
 
     group = "Output";
     m_app.add_option("--events", request.eventsPath, "write every event as JSON Lines to FILE")
+        ->check(nonEmpty())
         ->type_name("FILE")
         ->group(group);
     m_app
         .add_option("--runs-dir", request.runsDirectory,
                     "keep this run's folder (config.json, events.jsonl, summary.json) under\n"
                     "DIR (default: $BATCHPILOT_RUNS_DIR, else ~/.local/share/batchpilot/runs)")
+        ->check(nonEmpty())
         ->type_name("DIR")
         ->group(group);
     m_app.add_flag("--no-run-folder", request.noRunFolder, "do not record this run in a run folder")->group(group);
@@ -526,9 +542,11 @@ void Flags::declare(CliRequest& request) {
         .add_option("--export-csv", request.exportCsv,
                     "write every series of the run in RUN_FOLDER (loss, validation, memory,\n"
                     "throughput, probe trials) as one CSV table and exit")
+        ->check(nonEmpty())
         ->type_name("RUN_FOLDER")
         ->group(group);
     m_app.add_option("--csv-out", request.csvOut, "where --export-csv writes (default RUN_FOLDER/series.csv)")
+        ->check(nonEmpty())
         ->type_name("FILE")
         ->group(group);
     m_app.add_flag("--quiet", request.quiet, "print only the final summary")->group(group);

@@ -59,6 +59,13 @@ private Q_SLOTS:
         QTest::newRow("target not integer")
             << QStringList{QStringLiteral("--target-batch"), QStringLiteral("12.5")} << 2
             << QStringLiteral("--target-batch: expects a whole number, got \"12.5\"");
+        // An empty value (an unset shell variable) is refused, not taken as "no file": --config ''
+        // used to start a training run.
+        for (const char* flag : {"--config", "--save-config", "--export-csv", "--events", "--data-path", "--model"}) {
+            QTest::addRow("empty %s", flag)
+                << QStringList{QString::fromLatin1(flag), QString()} << 2
+                << QStringLiteral("%1: is empty: give a value, or leave the flag out").arg(QString::fromLatin1(flag));
+        }
         QTest::newRow("no such device") << QStringList{QStringLiteral("--device"), QStringLiteral("cuda:99")} << 2
                                         << QStringLiteral("\"cuda:99\" does not exist");
         QTest::newRow("bad budget") << QStringList{QStringLiteral("--device"), QStringLiteral("virtual:abc")} << 2
