@@ -12,13 +12,13 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/device.h"
-#include "core/memory_savers.h"
-#include "core/run_config.h"
-#include "core/run_folder.h"
+#include "core/device/device.h"
+#include "core/config/memory_savers.h"
+#include "core/config/run_config.h"
+#include "core/records/run_folder.h"
 
 // The flags are declared once, with CLI11: each with its range or choices, its help text and
-// what it sets. Ranges are core's limits (core/options.h), the ones the configuration file
+// what it sets. Ranges are core's limits (core/config/options.h), the ones the configuration file
 // uses; core::resolve() then applies the rules every front end shares.
 
 namespace batchpilot::app {

@@ -5,7 +5,7 @@
 
 #include <tl/expected.hpp>
 
-#include "core/options.h"
+#include "core/config/options.h"
 
 namespace batchpilot::app {
 

@@ -5,12 +5,12 @@
 #include <cmath>
 #include <type_traits>
 
-#include "core/accumulation_plan.h"
-#include "core/byte_size.h"
-#include "core/event_json.h"
-#include "core/memory_savers.h"
-#include "core/text_format.h"
-#include "core/trainer.h"
+#include "core/plan/accumulation_plan.h"
+#include "core/base/byte_size.h"
+#include "core/events/event_json.h"
+#include "core/config/memory_savers.h"
+#include "core/base/text_format.h"
+#include "core/train/trainer.h"
 
 namespace batchpilot::app {
 namespace {

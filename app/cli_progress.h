@@ -5,8 +5,8 @@
 #include <optional>
 #include <string>
 
-#include "core/events.h"
-#include "core/memory_report.h"
+#include "core/events/events.h"
+#include "core/plan/memory_report.h"
 
 namespace batchpilot::core {
 class Trainer;

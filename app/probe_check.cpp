@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "app/cli_args.h"
-#include "core/counting_allocator.h"
-#include "core/trainer.h"
+#include "core/device/counting_allocator.h"
+#include "core/train/trainer.h"
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/process_group.h"
+#include "core/distributed/process_group.h"
 
 extern char** environ;
 

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "core/process_group.h"
+#include "core/distributed/process_group.h"
 
 // batchpilot-cli --devices A,B,…: one worker process per device, started and supervised here
 // (docs/guide/several-devices.md). The workers are this program again, each with --device and

@@ -9,12 +9,12 @@
 
 #include "bench/bench_util.h"
 #include "bench/trainer_workload.h"
-#include "core/accumulation_plan.h"
-#include "core/counting_allocator.h"
-#include "core/dataset.h"
-#include "core/device.h"
-#include "core/model.h"
-#include "core/sampler.h"
+#include "core/plan/accumulation_plan.h"
+#include "core/device/counting_allocator.h"
+#include "core/data/dataset.h"
+#include "core/device/device.h"
+#include "core/nn/model.h"
+#include "core/data/sampler.h"
 #include "bench/bench_main.h"
 
 namespace bench_accumulation {

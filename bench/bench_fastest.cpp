@@ -25,9 +25,9 @@
 #include "bench/bench_util.h"
 #include "bench/trainer_workload.h"
 #include "bench/trial_runner.h"
-#include "core/counting_allocator.h"
-#include "core/throughput_search.h"
-#include "core/trainer.h"
+#include "core/device/counting_allocator.h"
+#include "core/plan/throughput_search.h"
+#include "core/train/trainer.h"
 #include "bench/bench_main.h"
 
 namespace bench_fastest {

@@ -14,8 +14,8 @@
 
 #include "bench/bench_util.h"
 #include "bench/trainer_workload.h"
-#include "core/counting_allocator.h"
-#include "core/trainer.h"
+#include "core/device/counting_allocator.h"
+#include "core/train/trainer.h"
 #include "bench/bench_main.h"
 
 namespace bench_insight {

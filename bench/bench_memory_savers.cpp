@@ -4,7 +4,7 @@
 // its fitted bytes per sample and fixed bytes, and the samples/s of the steps after the probe.
 // Then a budget on which nothing fits at micro-batch 1 without a saver (2% below the peak of one
 // sample, measured): every saver alone, and "auto", whose choice is scored against
-// the fastest saver measured there. And the survey (core/saver_survey.h): one run that measures
+// the fastest saver measured there. And the survey (core/plan/saver_survey.h): one run that measures
 // every saver after its probe, whose predicted micro-batches and samples/s are compared with the
 // runs above, and whose suggestion is scored against the fastest saver they measured. Last, the
 // issue's own case (images of 1024×1024 on 256 MiB) with auto. Writes memory_savers.json and
@@ -19,8 +19,8 @@
 
 #include "bench/bench_util.h"
 #include "bench/trainer_workload.h"
-#include "core/counting_allocator.h"
-#include "core/memory_savers.h"
+#include "core/device/counting_allocator.h"
+#include "core/config/memory_savers.h"
 #include "bench/bench_main.h"
 
 namespace bench_memory_savers {

@@ -11,7 +11,7 @@
 
 #include "bench/bench_util.h"
 #include "bench/trainer_workload.h"
-#include "core/counting_allocator.h"
+#include "core/device/counting_allocator.h"
 #include "bench/bench_main.h"
 
 namespace bench_meter {

@@ -13,8 +13,8 @@
 #include <torch/version.h>
 
 #include "bench/bench_util.h"
-#include "core/counting_allocator.h"
-#include "core/trainer.h"
+#include "core/device/counting_allocator.h"
+#include "core/train/trainer.h"
 #include "yardstick/plain_loop.h"
 #include "bench/bench_main.h"
 

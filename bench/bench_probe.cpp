@@ -12,8 +12,8 @@
 #include "bench/bench_util.h"
 #include "bench/probe_strategies.h"
 #include "bench/trial_runner.h"
-#include "core/counting_allocator.h"
-#include "core/trainer.h"
+#include "core/device/counting_allocator.h"
+#include "core/train/trainer.h"
 #include "yardstick/plain_loop.h"
 #include "bench/bench_main.h"
 

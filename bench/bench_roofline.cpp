@@ -15,9 +15,9 @@
 #include <torch/torch.h>
 
 #include "bench/bench_util.h"
-#include "core/counting_allocator.h"
-#include "core/math_libraries.h"
-#include "core/trainer.h"
+#include "core/device/counting_allocator.h"
+#include "core/device/math_libraries.h"
+#include "core/train/trainer.h"
 #include "bench/bench_main.h"
 
 namespace bench_roofline {

@@ -37,8 +37,8 @@
 #include "bench/bench_util.h"
 #include "bench/gui_bench.h"
 #include "bench/trainer_workload.h"
-#include "core/math_libraries.h"
-#include "core/trainer.h"
+#include "core/device/math_libraries.h"
+#include "core/train/trainer.h"
 #include "ui/window/main_window.h"
 #include "ui/session/trainer_controller.h"
 

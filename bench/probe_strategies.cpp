@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/probe_search.h"
+#include "core/plan/probe_search.h"
 
 namespace batchpilot::bench {
 namespace {

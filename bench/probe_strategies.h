@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/options.h"
+#include "core/config/options.h"
 
 /// The strategies the probe benchmark compares, run against the same trial function. All but
 /// BatchPilot's are baselines: the known recipes for "find the largest batch that fits", written

@@ -3,7 +3,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/trainer.h"
+#include "core/train/trainer.h"
 
 namespace batchpilot::bench {
 namespace {

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "core/events.h"
-#include "core/options.h"
-#include "core/trainer.h"
+#include "core/events/events.h"
+#include "core/config/options.h"
+#include "core/train/trainer.h"
 
 /// The training workload the accumulation and meter benchmarks time, and how they time it.
 namespace batchpilot::bench {

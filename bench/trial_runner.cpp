@@ -5,7 +5,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/trainer.h"
+#include "core/train/trainer.h"
 
 namespace batchpilot::bench {
 namespace {

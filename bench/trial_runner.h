@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/options.h"
+#include "core/config/options.h"
 #include "yardstick/plain_loop.h"
 
 /// Real probe trials for the benchmarks, and the true largest micro-batch found with them.

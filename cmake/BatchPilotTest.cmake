@@ -27,22 +27,25 @@ function(batchpilot_add_test name)
                        ENVIRONMENT "QT_QPA_PLATFORM=offscreen;BATCHPILOT_RUNS_DIR=${CMAKE_BINARY_DIR}/test-runs")
 endfunction()
 
-# batchpilot_add_test_suite(<target> UNITS <unit...> LIBS <targets...> [TORCH])
-# One QtTest executable for several test files, built from tests/test_main.cpp and tst_<unit>.cpp
+# batchpilot_add_test_suite(<target> UNITS <[room/]unit...> LIBS <targets...> [TORCH])
+# One QtTest executable for several test files, built from tests/test_main.cpp and [room/]tst_<unit>.cpp
 # of each unit in unity batches (see tests/test_main.h), with TORCH sharing the precompiled torch
 # header; batchpilot_add_suite_test registers its units with CTest.
 function(batchpilot_add_test_suite target)
   cmake_parse_arguments(ARG "TORCH" "" "UNITS;LIBS" ${ARGN})
   set(sources "${PROJECT_SOURCE_DIR}/tests/test_main.cpp")
-  foreach(unit IN LISTS ARG_UNITS)
-    list(APPEND sources tst_${unit}.cpp)
-  endforeach()
   # Each file's tst_<unit>.moc, from moc run on the file alone. AUTOMOC passes moc every include
   # path and lets it read torch's headers: ~2.5 s a file (56 s for the suite, once per build),
   # where the test classes need none of them (the output is the same).
   set(moc_dir "${CMAKE_CURRENT_BINARY_DIR}/${target}_moc")
-  foreach(unit IN LISTS ARG_UNITS)
-    set(source "${CMAKE_CURRENT_SOURCE_DIR}/tst_${unit}.cpp")
+  foreach(path IN LISTS ARG_UNITS)
+    get_filename_component(room "${path}" DIRECTORY)
+    get_filename_component(unit "${path}" NAME)
+    if(room)
+      set(room "${room}/")
+    endif()
+    set(source "${CMAKE_CURRENT_SOURCE_DIR}/${room}tst_${unit}.cpp")
+    list(APPEND sources "${source}")
     add_custom_command(OUTPUT "${moc_dir}/tst_${unit}.moc"
                        COMMAND Qt6::moc "${source}" -o "${moc_dir}/tst_${unit}.moc"
                        DEPENDS "${source}" Qt6::moc COMMENT "moc tst_${unit}.cpp" VERBATIM)

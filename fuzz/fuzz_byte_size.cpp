@@ -2,7 +2,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "core/byte_size.h"
+#include "core/base/byte_size.h"
 #include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

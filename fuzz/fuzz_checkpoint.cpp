@@ -14,11 +14,11 @@
 #include <string>
 #include <string_view>
 
-#include "core/checkpoint.h"
-#include "core/dataset.h"
-#include "core/model.h"
-#include "core/model_factory.h"
-#include "core/optimizer.h"
+#include "core/train/checkpoint.h"
+#include "core/data/dataset.h"
+#include "core/nn/model.h"
+#include "core/nn/model_factory.h"
+#include "core/optim/optimizer.h"
 #include "fuzz/fuzz_util.h"
 
 using namespace batchpilot::core;
@@ -26,7 +26,7 @@ using namespace batchpilot::core;
 namespace {
 
 std::string withHeader(std::string_view payload) {
-    std::string file = "BATCHPILOT-CKPT\n";  // core/checkpoint.cpp's kMagic
+    std::string file = "BATCHPILOT-CKPT\n";  // core/train/checkpoint.cpp's kMagic
     uint64_t length = payload.size();
     for (int i = 0; i < 8; ++i) file += static_cast<char>((length >> (8 * i)) & 0xFF);
     const uint32_t crc = static_cast<uint32_t>(

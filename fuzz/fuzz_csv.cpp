@@ -2,7 +2,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "core/csv_dataset.h"
+#include "core/data/csv_dataset.h"
 #include "fuzz/fuzz_util.h"
 
 using batchpilot::core::CsvDataset;

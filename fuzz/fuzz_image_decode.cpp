@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "core/image_folder_dataset.h"
+#include "core/data/image_folder_dataset.h"
 #include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -8,7 +8,7 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
-#include "core/image_folder_dataset.h"
+#include "core/data/image_folder_dataset.h"
 #include "fuzz/fuzz_util.h"
 
 using namespace batchpilot::core;

@@ -4,7 +4,7 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
-#include "core/mnist_dataset.h"
+#include "core/data/mnist_dataset.h"
 #include "fuzz/fuzz_util.h"
 
 using batchpilot::core::MnistDataset;

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/mnist_dataset.h"
+#include "core/data/mnist_dataset.h"
 #include "fuzz/fuzz_util.h"
 
 using namespace batchpilot::core;

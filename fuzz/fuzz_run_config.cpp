@@ -2,7 +2,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "core/run_config.h"
+#include "core/config/run_config.h"
 #include "fuzz/fuzz_util.h"
 
 using namespace batchpilot::core;

@@ -8,11 +8,11 @@
 
 #include <torch/torch.h>
 
-#include "core/counting_allocator.h"
-#include "core/dataset.h"
-#include "core/device.h"
-#include "core/model.h"
-#include "core/model_factory.h"
+#include "core/device/counting_allocator.h"
+#include "core/data/dataset.h"
+#include "core/device/device.h"
+#include "core/nn/model.h"
+#include "core/nn/model_factory.h"
 
 namespace batchpilot::yardstick {
 namespace {

@@ -14,7 +14,7 @@
 
 #include <torch/types.h>
 
-#include "core/options.h"
+#include "core/config/options.h"
 
 namespace batchpilot::yardstick {
 

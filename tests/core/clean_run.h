@@ -10,9 +10,9 @@
 
 #include <QtGlobal>
 
-#include "core/counting_allocator.h"
-#include "core/model.h"
-#include "core/trainer.h"
+#include "core/device/counting_allocator.h"
+#include "core/nn/model.h"
+#include "core/train/trainer.h"
 #include "recording_sink.h"
 #include "yardstick/plain_loop.h"
 

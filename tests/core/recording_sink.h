@@ -4,7 +4,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/events.h"
+#include "core/events/events.h"
 
 namespace batchpilot::tests {
 

@@ -1,9 +1,9 @@
-# cmake -DRULES=<include_rules.cmake> -DTREE=<source tree> -DTORCH_FREE=... "-DEXPECT=<text>|<text>..."
+# cmake -DRULES=<include_rules.cmake> -DTREE=<source tree> "-DEXPECT=<text>|<text>..."
 #       -P expect_rules_failure.cmake
 # Runs the include rules on a tree that breaks them and passes only when they fail, naming every
 # expected problem: a rule that never fires would otherwise pass for ever.
 cmake_minimum_required(VERSION 3.20)
-execute_process(COMMAND "${CMAKE_COMMAND}" "-DSOURCE_DIR=${TREE}" "-DTORCH_FREE=${TORCH_FREE}" -P "${RULES}"
+execute_process(COMMAND "${CMAKE_COMMAND}" "-DSOURCE_DIR=${TREE}" -P "${RULES}"
                 RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(result EQUAL 0)
   message(FATAL_ERROR "the include rules passed on ${TREE}, which breaks them:\n${out}${err}")

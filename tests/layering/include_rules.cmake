@@ -1,13 +1,14 @@
-# cmake -DSOURCE_DIR=<repository root> [-DTORCH_FREE=<file>|<file>...] -P include_rules.cmake
+# cmake -DSOURCE_DIR=<repository root> -P include_rules.cmake
 # The include rules between folders, checked on every source file:
 #   core/ includes neither ui/ nor app/;  ui/ does not include app/;
+#   core/'s files live in its rooms; a torch-free room (base, events, config, plan, records)
+#     includes only torch-free rooms;
 #   inside ui/, a folder includes only folders of a lower or the same rank:
 #     session (the trainer bridge, event texts), style  <  charts, log, report, teaching  <  config  <  window
 # and torch stays out of what must not see it: no torch, ATen, c10 or caffe2 header is included by
-# ui/, by the window's main (app/gui_main.cpp), by the torch-free files of core/ (TORCH_FREE: the
-# torch-free library's sources, from tests/layering/CMakeLists.txt), or by any project header any
-# of those includes, followed all the way down. (The build's own rule, layering.ui_without_torch,
-# misses Debian's LibTorch, which puts ATen/ and c10/ in /usr/include.)
+# ui/, by the window's main (app/gui_main.cpp), by core's torch-free rooms, or by any project
+# header any of those includes, followed all the way down. (The build's own rule,
+# layering.ui_without_torch, misses Debian's LibTorch, which puts ATen/ and c10/ in /usr/include.)
 cmake_minimum_required(VERSION 3.20)
 set(rank_session 0)
 set(rank_style 0)
@@ -17,6 +18,13 @@ set(rank_report 1)
 set(rank_teaching 1)
 set(rank_config 2)
 set(rank_window 3)
+# core/'s rooms (core/CMakeLists.txt): 1 torch-free, 0 engine.
+foreach(room base events config plan records)
+  set(room_${room} 1)
+endforeach()
+foreach(room device data nn optim distributed train)
+  set(room_${room} 0)
+endforeach()
 
 file(GLOB_RECURSE sources RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/core/*.h" "${SOURCE_DIR}/core/*.cpp"
      "${SOURCE_DIR}/ui/*.h" "${SOURCE_DIR}/ui/*.cpp")
@@ -30,11 +38,22 @@ foreach(source IN LISTS sources)
     list(APPEND problems "${source}: ui/ files live in one of the ranked folders (see this script)")
     continue()
   endif()
+  if(layer STREQUAL "core")
+    string(REGEX MATCH "^core/([a-z]+)/" in_room "${source}")
+    set(room "${CMAKE_MATCH_1}")
+    if(room STREQUAL "" OR NOT DEFINED room_${room})
+      list(APPEND problems "${source}: core/ files live in one of its rooms (see this script)")
+      continue()
+    endif()
+  endif()
   foreach(line IN LISTS includes)
     string(REGEX MATCH "\"([a-z]+)/([a-z_]+)/?" unused "${line}")
     set(target_layer "${CMAKE_MATCH_1}")
+    set(target_folder "${CMAKE_MATCH_2}")
     if(layer STREQUAL "core" AND NOT target_layer STREQUAL "core")
       list(APPEND problems "${source}: ${line} (core/ includes only core/)")
+    elseif(layer STREQUAL "core" AND room_${room} AND NOT room_${target_folder})
+      list(APPEND problems "${source}: ${line} (the torch-free core/${room} includes only torch-free rooms)")
     elseif(layer STREQUAL "ui" AND target_layer STREQUAL "app")
       list(APPEND problems "${source}: ${line} (ui/ never includes app/)")
     elseif(layer STREQUAL "ui" AND target_layer STREQUAL "ui")
@@ -54,13 +73,9 @@ file(GLOB_RECURSE torch_free RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/ui/*.h" "${
 if(EXISTS "${SOURCE_DIR}/app/gui_main.cpp")
   list(APPEND torch_free app/gui_main.cpp)
 endif()
-string(REPLACE "|" ";" listed "${TORCH_FREE}")
-foreach(file IN LISTS listed)
-  list(APPEND torch_free "${file}")
-  string(REGEX REPLACE "\\.cpp$" ".h" header "${file}")
-  if(EXISTS "${SOURCE_DIR}/${header}")
-    list(APPEND torch_free "${header}")
-  endif()
+foreach(room base events config plan records)
+  file(GLOB_RECURSE room_files RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/core/${room}/*.h" "${SOURCE_DIR}/core/${room}/*.cpp")
+  list(APPEND torch_free ${room_files})
 endforeach()
 # Breadth first from each torch-free file; `via` remembers how a header was reached, for the message.
 foreach(start IN LISTS torch_free)

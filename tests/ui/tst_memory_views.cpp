@@ -5,9 +5,9 @@
 #include <QSpinBox>
 #include <QToolTip>
 
-#include "core/byte_size.h"
-#include "core/events.h"
-#include "core/memory_report.h"
+#include "core/base/byte_size.h"
+#include "core/events/events.h"
+#include "core/plan/memory_report.h"
 #include "ui/charts/memory_fit_chart.h"
 #include "ui/session/event_text.h"
 #include "ui/charts/memory_breakdown_bar.h"

@@ -21,8 +21,8 @@
 #include <QTemporaryDir>
 #include <QTableWidget>
 
-#include "core/events.h"
-#include "core/run_config.h"
+#include "core/events/events.h"
+#include "core/config/run_config.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/probe_chart.h"

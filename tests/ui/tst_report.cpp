@@ -5,8 +5,8 @@
 #include <QTabWidget>
 #include <QTemporaryDir>
 
-#include "core/byte_size.h"
-#include "core/events.h"
+#include "core/base/byte_size.h"
+#include "core/events/events.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/memory_fit_chart.h"
 #include "ui/config/demo_options.h"

@@ -19,7 +19,7 @@
 #include <QTextBrowser>
 #include <QThread>
 
-#include "core/events.h"
+#include "core/events/events.h"
 #include "ui/teaching/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/loss_chart.h"

@@ -13,9 +13,9 @@
 #include <QValueAxis>
 #include <QXYSeries>
 
-#include "core/events.h"
-#include "core/math_libraries.h"
-#include "core/series_export.h"
+#include "core/events/events.h"
+#include "core/device/math_libraries.h"
+#include "core/records/series_export.h"
 #include "ui/teaching/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/loss_chart.h"
@@ -23,7 +23,7 @@
 #include "ui/charts/memory_fit_chart.h"
 #include "ui/charts/probe_chart.h"
 #include "ui/charts/runs_panel.h"
-#include "core/run_folder.h"
+#include "core/records/run_folder.h"
 #include <QTableWidget>
 #include "ui/charts/speed_chart.h"
 #include "ui/charts/throughput_chart.h"

@@ -4,7 +4,7 @@
 #include <QList>
 #include <QWidget>
 
-#include "core/events.h"
+#include "core/events/events.h"
 
 class QTabWidget;
 class QTimer;

@@ -7,7 +7,7 @@
 #include <QStringList>
 #include <QWidget>
 
-#include "core/events.h"
+#include "core/events/events.h"
 #include "ui/charts/chart_style.h"
 
 class QAbstractAxis;
@@ -57,7 +57,7 @@ public:
     virtual bool timeAxis() const { return false; }
     /// Saves the chart as it looks now.
     bool exportPng(const QString& path);
-    /// The series of the exported table (core/series_export.h: "train_loss", "val_loss", …) that
+    /// The series of the exported table (core/records/series_export.h: "train_loss", "val_loss", …) that
     /// this chart draws; empty: the chart draws none of them (its menu then offers no CSV export).
     virtual QStringList dataSeries() const { return {}; }
     /// The right-click menu, owned by `parent`: Follow live, Export data as CSV…, Export PNG….

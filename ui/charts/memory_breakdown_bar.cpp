@@ -9,8 +9,8 @@
 #include <QPainter>
 #include <QToolTip>
 
-#include "core/byte_size.h"
-#include "core/memory_report.h"
+#include "core/base/byte_size.h"
+#include "core/plan/memory_report.h"
 
 namespace batchpilot::ui {
 

@@ -6,7 +6,7 @@
 #include <QString>
 #include <QWidget>
 
-#include "core/events.h"
+#include "core/events/events.h"
 
 namespace batchpilot::ui {
 

@@ -17,7 +17,7 @@
 #include <QVBoxLayout>
 #include <QValueAxis>
 
-#include "core/byte_size.h"
+#include "core/base/byte_size.h"
 
 namespace batchpilot::ui {
 

@@ -13,8 +13,8 @@
 #include <QVBoxLayout>
 #include <QValueAxis>
 
-#include "core/byte_size.h"
-#include "core/memory_report.h"
+#include "core/base/byte_size.h"
+#include "core/plan/memory_report.h"
 #include "ui/charts/what_if_row.h"
 
 namespace batchpilot::ui {

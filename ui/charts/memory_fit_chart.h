@@ -3,7 +3,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/probe_search.h"
+#include "core/plan/probe_search.h"
 #include "ui/charts/live_chart.h"
 #include "ui/charts/what_if_row.h"
 

@@ -12,7 +12,7 @@
 #include <QScatterSeries>
 #include <QValueAxis>
 
-#include "core/byte_size.h"
+#include "core/base/byte_size.h"
 
 namespace batchpilot::ui {
 

@@ -18,7 +18,7 @@
 #include <QVBoxLayout>
 #include <QValueAxis>
 
-#include "core/run_folder.h"
+#include "core/records/run_folder.h"
 
 namespace batchpilot::ui {
 

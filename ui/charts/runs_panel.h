@@ -6,8 +6,8 @@
 
 #include <QWidget>
 
-#include "core/events.h"
-#include "core/run_history.h"
+#include "core/events/events.h"
+#include "core/records/run_history.h"
 #include "ui/charts/live_chart.h"
 #include "ui/charts/series_store.h"
 

@@ -9,7 +9,7 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
-#include "core/memory_report.h"
+#include "core/plan/memory_report.h"
 #include "ui/session/event_text.h"
 
 namespace batchpilot::ui {

@@ -5,7 +5,7 @@
 #include <QColor>
 #include <QWidget>
 
-#include "core/probe_search.h"
+#include "core/plan/probe_search.h"
 
 class QLabel;
 class QSlider;

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "core/options.h"
+#include "core/config/options.h"
 
 namespace batchpilot::ui {
 

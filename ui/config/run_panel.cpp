@@ -21,8 +21,8 @@
 #include <map>
 #include <optional>
 
-#include "core/byte_size.h"
-#include "core/device.h"
+#include "core/base/byte_size.h"
+#include "core/device/device.h"
 #include "ui/session/run_commands.h"
 #include "ui/session/run_model.h"
 #include "ui/session/trainer_controller.h"

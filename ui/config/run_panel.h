@@ -3,7 +3,7 @@
 #include <QString>
 #include <QWidget>
 
-#include "core/options.h"
+#include "core/config/options.h"
 #include "ui/teaching/teaching_box.h"
 
 class QCheckBox;

@@ -5,7 +5,7 @@
 #include <QAbstractTableModel>
 #include <QWidget>
 
-#include "core/events.h"
+#include "core/events/events.h"
 #include "ui/session/event_text.h"
 
 class QComboBox;

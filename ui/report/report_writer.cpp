@@ -12,8 +12,8 @@
 #include <QTextDocument>
 #include <QUrl>
 
-#include "core/byte_size.h"
-#include "core/memory_report.h"
+#include "core/base/byte_size.h"
+#include "core/plan/memory_report.h"
 #include "ui/session/event_text.h"
 
 namespace batchpilot::ui {

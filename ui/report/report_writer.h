@@ -3,8 +3,8 @@
 #include <QImage>
 #include <QString>
 
-#include "core/events.h"
-#include "core/memory_report.h"
+#include "core/events/events.h"
+#include "core/plan/memory_report.h"
 
 namespace batchpilot::ui {
 

@@ -9,7 +9,7 @@
 #include <QTemporaryFile>
 #include <QTextStream>
 
-#include "core/event_json.h"
+#include "core/events/event_json.h"
 
 namespace batchpilot::ui {
 

@@ -7,7 +7,7 @@
 
 #include <QString>
 
-#include "core/events.h"
+#include "core/events/events.h"
 
 class QTemporaryFile;
 

@@ -5,9 +5,9 @@
 
 #include <QMetaType>
 
-#include "core/events.h"
-#include "core/options.h"
-#include "core/trainer.h"
+#include "core/events/events.h"
+#include "core/config/options.h"
+#include "core/train/trainer.h"
 
 Q_DECLARE_METATYPE(batchpilot::core::Event)
 Q_DECLARE_METATYPE(batchpilot::core::RunResult)

@@ -3,9 +3,9 @@
 #include <QCoreApplication>
 #include <QLocale>
 
-#include "core/accumulation_plan.h"
-#include "core/byte_size.h"
-#include "core/memory_savers.h"
+#include "core/plan/accumulation_plan.h"
+#include "core/base/byte_size.h"
+#include "core/config/memory_savers.h"
 
 namespace batchpilot::ui {
 

@@ -2,7 +2,7 @@
 
 #include <QString>
 
-#include "core/events.h"
+#include "core/events/events.h"
 
 namespace batchpilot::ui {
 

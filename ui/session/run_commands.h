@@ -4,7 +4,7 @@
 #include <QObject>
 #include <QString>
 
-#include "core/options.h"
+#include "core/config/options.h"
 
 class QAbstractButton;
 class QAction;

@@ -6,9 +6,9 @@
 #include <QObject>
 #include <QString>
 
-#include "core/events.h"
-#include "core/memory_report.h"
-#include "core/options.h"
+#include "core/events/events.h"
+#include "core/plan/memory_report.h"
+#include "core/config/options.h"
 #include "ui/session/event_metatypes.h"
 
 namespace batchpilot::ui {

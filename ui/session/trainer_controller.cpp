@@ -15,8 +15,8 @@
 
 #include <unistd.h>
 
-#include "core/math_libraries.h"
-#include "core/run_config.h"
+#include "core/device/math_libraries.h"
+#include "core/config/run_config.h"
 
 // The bridge: the one ui/ file that runs the core trainer (on its own thread).
 

@@ -9,11 +9,11 @@
 #include <QObject>
 #include <QStringList>
 
-#include "core/events.h"
-#include "core/options.h"
-#include "core/process_group.h"
-#include "core/run_folder.h"
-#include "core/trainer.h"
+#include "core/events/events.h"
+#include "core/config/options.h"
+#include "core/distributed/process_group.h"
+#include "core/records/run_folder.h"
+#include "core/train/trainer.h"
 #include "ui/session/event_metatypes.h"
 
 class QProcess;

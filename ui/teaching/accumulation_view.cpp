@@ -8,7 +8,7 @@
 #include <QVBoxLayout>
 #include <QVariantAnimation>
 
-#include "core/accumulation_plan.h"
+#include "core/plan/accumulation_plan.h"
 #include "ui/session/event_text.h"
 #include "ui/teaching/micro_batch_table.h"
 

@@ -5,7 +5,7 @@
 
 #include <QWidget>
 
-#include "core/events.h"
+#include "core/events/events.h"
 #include "ui/session/run_model.h"
 
 class QLabel;

@@ -2,7 +2,7 @@
 
 #include <QDialog>
 
-#include "core/events.h"
+#include "core/events/events.h"
 
 class QLabel;
 class QTableWidget;

@@ -7,7 +7,7 @@
 #include <QAbstractTableModel>
 #include <QTableView>
 
-#include "core/events.h"
+#include "core/events/events.h"
 
 namespace batchpilot::ui {
 

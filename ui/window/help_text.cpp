@@ -3,10 +3,10 @@
 #include <QCoreApplication>
 #include <QLocale>
 
-#include "core/accumulation_plan.h"
-#include "core/byte_size.h"
-#include "core/math_libraries.h"
-#include "core/memory_report.h"
+#include "core/plan/accumulation_plan.h"
+#include "core/base/byte_size.h"
+#include "core/device/math_libraries.h"
+#include "core/plan/memory_report.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/live_chart.h"
 #include "ui/charts/loss_chart.h"

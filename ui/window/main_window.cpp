@@ -21,9 +21,9 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
-#include "core/run_config.h"
-#include "core/run_folder.h"
-#include "core/series_export.h"
+#include "core/config/run_config.h"
+#include "core/records/run_folder.h"
+#include "core/records/series_export.h"
 #include "ui/teaching/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/runs_panel.h"

@@ -3,8 +3,8 @@
 #include <QList>
 #include <QMainWindow>
 
-#include "core/events.h"
-#include "core/trainer.h"
+#include "core/events/events.h"
+#include "core/train/trainer.h"
 #include "ui/report/report_writer.h"
 #include "ui/report/run_record.h"
 #include "ui/style/theme.h"

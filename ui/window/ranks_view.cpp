@@ -6,7 +6,7 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
-#include "core/byte_size.h"
+#include "core/base/byte_size.h"
 
 namespace batchpilot::ui {
 

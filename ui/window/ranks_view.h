@@ -2,7 +2,7 @@
 
 #include <QWidget>
 
-#include "core/events.h"
+#include "core/events/events.h"
 
 class QLabel;
 class QTableWidget;

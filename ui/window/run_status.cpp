@@ -6,8 +6,8 @@
 #include <QProgressBar>
 #include <QStatusBar>
 
-#include "core/accumulation_plan.h"
-#include "core/byte_size.h"
+#include "core/plan/accumulation_plan.h"
+#include "core/base/byte_size.h"
 #include "ui/session/run_model.h"
 
 namespace batchpilot::ui {

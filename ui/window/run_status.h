@@ -3,7 +3,7 @@
 #include <QElapsedTimer>
 #include <QObject>
 
-#include "core/events.h"
+#include "core/events/events.h"
 
 class QLabel;
 class QProgressBar;

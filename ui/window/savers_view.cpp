@@ -11,8 +11,8 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
-#include "core/byte_size.h"
-#include "core/saver_survey.h"
+#include "core/base/byte_size.h"
+#include "core/plan/saver_survey.h"
 
 namespace batchpilot::ui {
 

@@ -4,8 +4,8 @@
 
 #include <QWidget>
 
-#include "core/events.h"
-#include "core/options.h"
+#include "core/events/events.h"
+#include "core/config/options.h"
 
 class QLabel;
 class QPushButton;

@@ -2,7 +2,7 @@
 
 #include <QObject>
 
-#include "core/events.h"
+#include "core/events/events.h"
 
 class QAction;
 class QMenu;

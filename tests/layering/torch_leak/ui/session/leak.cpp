@@ -1,1 +1,1 @@
-#include "core/engine_part.h"
+#include "core/device/engine_part.h"

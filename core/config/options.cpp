@@ -1,0 +1,393 @@
+#include "core/config/options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <string>
+
+#include "core/config/device_spec.h"
+#include "core/events/events.h"
+
+namespace batchpilot::core {
+namespace {
+
+std::string lower(std::string text) {
+    std::transform(text.begin(), text.end(), text.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return text;
+}
+
+template <typename T>
+std::string outOfRange(const char* field, T value, const std::string& range) {
+    return std::string(field) + " is " + std::to_string(value) + ", but must be " + range;
+}
+
+}  // namespace
+
+const char* toString(OptimizerKind kind) {
+    switch (kind) {
+    case OptimizerKind::Sgd: return "sgd";
+    case OptimizerKind::Adam: return "adam";
+    case OptimizerKind::AdamW: return "adamw";
+    }
+    return "unknown";
+}
+
+const char* toString(LrScaling rule) {
+    switch (rule) {
+    case LrScaling::None: return "none";
+    case LrScaling::Linear: return "linear";
+    case LrScaling::Sqrt: return "sqrt";
+    }
+    return "unknown";
+}
+
+const char* toString(NormKind kind) {
+    switch (kind) {
+    case NormKind::Group: return "group";
+    case NormKind::Batch: return "batch";
+    }
+    return "unknown";
+}
+
+tl::expected<OptimizerKind, std::string> parseOptimizerKind(const std::string& text) {
+    const std::string name = lower(text);
+    if (name == "sgd") return OptimizerKind::Sgd;
+    if (name == "adam") return OptimizerKind::Adam;
+    if (name == "adamw") return OptimizerKind::AdamW;
+    return tl::unexpected("unknown optimizer \"" + text + "\": choose sgd, adam or adamw");
+}
+
+tl::expected<LrScaling, std::string> parseLrScaling(const std::string& text) {
+    const std::string name = lower(text);
+    if (name == "none") return LrScaling::None;
+    if (name == "linear") return LrScaling::Linear;
+    if (name == "sqrt") return LrScaling::Sqrt;
+    return tl::unexpected("unknown learning-rate scaling \"" + text + "\": choose none, linear or sqrt");
+}
+
+const char* toString(ProbeObjective objective) {
+    switch (objective) {
+    case ProbeObjective::Fastest: return "fastest";
+    case ProbeObjective::Largest: return "largest";
+    }
+    return "unknown";
+}
+
+tl::expected<ProbeObjective, std::string> parseProbeObjective(const std::string& text) {
+    const std::string name = lower(text);
+    if (name == "fastest") return ProbeObjective::Fastest;
+    if (name == "largest") return ProbeObjective::Largest;
+    return tl::unexpected("unknown probe objective \"" + text + "\": choose fastest or largest");
+}
+
+const char* toString(MemorySavers savers) {
+    switch (savers) {
+    case MemorySavers::Off: return "off";
+    case MemorySavers::Checkpoint: return "checkpoint";
+    case MemorySavers::Bf16: return "bf16";
+    case MemorySavers::Both: return "both";
+    case MemorySavers::Fp16: return "fp16";
+    case MemorySavers::CheckpointFp16: return "checkpoint-fp16";
+    case MemorySavers::Auto: return "auto";
+    }
+    return "unknown";
+}
+
+tl::expected<MemorySavers, std::string> parseMemorySavers(const std::string& text) {
+    const std::string name = lower(text);
+    if (name == "off" || name == "none") return MemorySavers::Off;
+    if (name == "checkpoint" || name == "checkpointing") return MemorySavers::Checkpoint;
+    if (name == "bf16" || name == "bfloat16") return MemorySavers::Bf16;
+    if (name == "both" || name == "checkpoint-bf16") return MemorySavers::Both;
+    if (name == "fp16" || name == "float16" || name == "half") return MemorySavers::Fp16;
+    if (name == "checkpoint-fp16") return MemorySavers::CheckpointFp16;
+    if (name == "auto") return MemorySavers::Auto;
+    return tl::unexpected("unknown memory savers \"" + text +
+                          "\": choose auto, checkpoint, bf16, both, fp16, checkpoint-fp16 or off");
+}
+
+tl::expected<NormKind, std::string> parseNormKind(const std::string& text) {
+    const std::string name = lower(text);
+    if (name == "group" || name == "groupnorm") return NormKind::Group;
+    if (name == "batch" || name == "batchnorm") return NormKind::Batch;
+    return tl::unexpected("unknown normalisation \"" + text + "\": choose group or batch");
+}
+
+const char* toString(LossKind kind) {
+    switch (kind) {
+    case LossKind::CrossEntropy: return "cross-entropy";
+    case LossKind::Mse: return "mse";
+    }
+    return "unknown";
+}
+
+tl::expected<LossKind, std::string> parseLossKind(const std::string& text) {
+    const std::string name = lower(text);
+    if (name == "cross-entropy" || name == "crossentropy" || name == "ce") return LossKind::CrossEntropy;
+    if (name == "mse") return LossKind::Mse;
+    return tl::unexpected("unknown loss \"" + text + "\": choose cross-entropy (classification) or mse (regression)");
+}
+
+std::vector<std::string> builtinModelNames() {
+    return {"mlp", "cnn", "resnet"};
+}
+
+bool isModelFile(const std::string& name) {
+    const auto builtins = builtinModelNames();
+    if (std::find(builtins.begin(), builtins.end(), name) != builtins.end()) return false;
+    if (name.ends_with(".pt") || name.ends_with(".pth")) return true;
+    std::error_code ec;
+    return !name.empty() && std::filesystem::is_regular_file(name, ec);
+}
+
+std::vector<std::string> datasetNames() {
+    return {"synthetic", "mnist", "image-folder", "csv"};
+}
+
+std::string choiceList(const std::vector<std::string>& names) {
+    std::string text;
+    for (size_t i = 0; i < names.size(); ++i) {
+        if (i > 0) text += i + 1 == names.size() ? " or " : ", ";
+        text += names[i];
+    }
+    return text;
+}
+
+void setEpochs(TrainerOptions& options, int64_t epochs, bool stepsGiven) {
+    options.epochs = epochs;
+    if (!stepsGiven) options.steps.reset();
+}
+
+tl::expected<void, OptionProblem> check(const TrainerOptions& o) {
+    using Problem = tl::unexpected<OptionProblem>;
+    const auto problem = [](const char* field, std::string message) {
+        return Problem(OptionProblem{field, std::move(message)});
+    };
+    // Upper limits keep every later size computation (samples × steps, bytes per sample) far from
+    // overflow, and refuse before anything is allocated.
+    if (o.targetBatch <= 0 || o.targetBatch > kMaxTargetBatch) {
+        return problem("target_batch", outOfRange("target batch", o.targetBatch,
+                                                  "from 1 to " + std::to_string(kMaxTargetBatch) + " samples"));
+    }
+    if (o.steps && (*o.steps < 1 || *o.steps > kMaxSteps)) {
+        return problem("steps",
+                       outOfRange("steps", *o.steps, "from 1 to " + std::to_string(kMaxSteps) + " (or no step limit)"));
+    }
+    if (o.epochs && (*o.epochs < 1 || *o.epochs > kMaxEpochs)) {
+        return problem("epochs", outOfRange("epochs", *o.epochs,
+                                            "from 1 to " + std::to_string(kMaxEpochs) + " (or no epoch limit)"));
+    }
+    if (o.intraOpThreads < 0 || o.intraOpThreads > kMaxThreads) {
+        return problem("threads",
+                       outOfRange("threads", o.intraOpThreads,
+                                  "from 0 (every CPU this process may use) to " + std::to_string(kMaxThreads)));
+    }
+    if (o.reservedCpus < 0 || o.reservedCpus > kMaxThreads) {
+        return problem("reserved_cpus",
+                       outOfRange("reserved CPUs", o.reservedCpus, "from 0 to " + std::to_string(kMaxThreads)));
+    }
+    if (!(o.cudaMemoryFraction >= 0.0 && o.cudaMemoryFraction <= 1.0)) {
+        return problem("cuda_memory_fraction",
+                       outOfRange("CUDA memory fraction", o.cudaMemoryFraction, "between 0 (no cap) and 1"));
+    }
+    if (o.model.width < kMinModelWidth || o.model.width > kMaxModelWidth) {
+        return problem("model.width",
+                       outOfRange("model width", o.model.width,
+                                  "from " + std::to_string(kMinModelWidth) + " to " + std::to_string(kMaxModelWidth)));
+    }
+    const ProbeOptions& p = o.probe;
+    if (p.initialMicroBatch <= 0) {
+        return problem("probe.initial_micro_batch",
+                       outOfRange("initial micro-batch", p.initialMicroBatch, "at least 1"));
+    }
+    if (p.maxMicroBatch < 0) {
+        return problem("probe.max_micro_batch",
+                       outOfRange("maximum micro-batch", p.maxMicroBatch, "0 (no limit) or more"));
+    }
+    if (p.maxMicroBatch > 0 && p.maxMicroBatch < p.initialMicroBatch) {
+        return problem("probe.max_micro_batch",
+                       "maximum micro-batch " + std::to_string(p.maxMicroBatch) + " is below the initial micro-batch " +
+                           std::to_string(p.initialMicroBatch) + ": raise the maximum or lower the initial size");
+    }
+    if (p.multipleOf <= 0) {
+        return problem("probe.multiple_of", outOfRange("round-to-multiple", p.multipleOf, "at least 1"));
+    }
+    if (!(p.headroom >= 0.0 && p.headroom <= 0.9)) {
+        return problem("probe.headroom", outOfRange("headroom", p.headroom, "between 0 and 0.9 (a fraction)"));
+    }
+    if (p.maxTrials < 1 || p.maxTrials > kMaxProbeTrials) {
+        return problem("probe.max_trials",
+                       outOfRange("maximum trials", p.maxTrials, "from 1 to " + std::to_string(kMaxProbeTrials)));
+    }
+    if (!(p.tolerance >= 0.0 && p.tolerance <= 0.5)) {
+        return problem("probe.tolerance", outOfRange("probe tolerance", p.tolerance, "between 0 and 0.5"));
+    }
+    if (p.retimeEvery < 0 || p.retimeEvery > kMaxRetimeEvery) {
+        return problem("probe.retime_every", outOfRange("re-timing interval", p.retimeEvery,
+                                                        "0 (never) to " + std::to_string(kMaxRetimeEvery) + " steps"));
+    }
+    if (!(p.retimeDrift >= 0.01 && p.retimeDrift <= 10.0)) {
+        return problem("probe.retime_drift",
+                       outOfRange("throughput drift", p.retimeDrift, "between 0.01 and 10 (a fraction: 0.15 is 15%)"));
+    }
+    if (o.validation.split && !(*o.validation.split >= 0.0 && *o.validation.split <= 0.9)) {
+        return problem("validation.split", outOfRange("validation split", *o.validation.split,
+                                                      "between 0 (no validation) and 0.9 (a fraction of the data)"));
+    }
+    if (o.validation.everySteps && (*o.validation.everySteps < 1 || *o.validation.everySteps > kMaxSteps)) {
+        return problem("validation.every_steps",
+                       outOfRange("validation interval", *o.validation.everySteps, "at least 1 step"));
+    }
+    const OptimizerOptions& opt = o.optimizer;
+    if (!(opt.learningRate > 0.0 && opt.learningRate <= kMaxLearningRate)) {
+        return problem("optimizer.learning_rate",
+                       outOfRange("learning rate", opt.learningRate, "positive and at most 1e6"));
+    }
+    if (!(opt.momentum >= 0.0 && opt.momentum < 1.0)) {
+        return problem("optimizer.momentum", outOfRange("momentum", opt.momentum, "in [0, 1)"));
+    }
+    if (!(opt.weightDecay >= 0.0 && opt.weightDecay <= kMaxWeightDecay)) {
+        return problem("optimizer.weight_decay", outOfRange("weight decay", opt.weightDecay, "from 0 to 1e6"));
+    }
+    if (!(opt.beta1 >= 0.0 && opt.beta1 < 1.0 && opt.beta2 >= 0.0 && opt.beta2 < 1.0)) {
+        return problem("optimizer.beta1", "Adam betas must be in [0, 1)");
+    }
+    if (!(opt.epsilon >= 0.0 && opt.epsilon <= 1.0)) {
+        return problem("optimizer.epsilon", outOfRange("epsilon", opt.epsilon, "in [0, 1]"));
+    }
+    if (!o.datasetFactory) {
+        const DataOptions& d = o.data;
+        if (d.samples <= 0 || d.samples > kMaxSamples) {
+            return problem("data.samples",
+                           outOfRange("dataset samples", d.samples, "from 1 to " + std::to_string(kMaxSamples)));
+        }
+        if (d.classes < 2 || d.classes > kMaxClasses) {
+            return problem("data.classes",
+                           outOfRange("classes", d.classes, "from 2 to " + std::to_string(kMaxClasses)));
+        }
+        if (d.channels <= 0 || d.height <= 0 || d.width <= 0) {
+            return problem("data.image_size", "image size must be positive in every dimension (e.g. 3x32x32)");
+        }
+        if (d.channels > kMaxChannels || d.height > kMaxImageSide || d.width > kMaxImageSide ||
+            d.channels * d.height * d.width > kMaxSampleElements) {
+            return problem("data.image_size", "image size " + std::to_string(d.channels) + "x" +
+                                                  std::to_string(d.height) + "x" + std::to_string(d.width) +
+                                                  " is too large: at most " + std::to_string(kMaxSampleElements) +
+                                                  " values per sample (e.g. 3x4096x4096), " +
+                                                  std::to_string(kMaxChannels) + " channels and " +
+                                                  std::to_string(kMaxImageSide) + " pixels a side");
+        }
+    }
+    if (o.checkpoint.everySteps < 0) {
+        return problem("checkpoint.every_steps",
+                       outOfRange("checkpoint interval", o.checkpoint.everySteps, "0 (only at the end) or more steps"));
+    }
+    if (const std::string& metric = o.checkpoint.keepBest; !metric.empty()) {
+        const auto& names = validationMetricNames();
+        if (std::find(names.begin(), names.end(), metric) == names.end()) {
+            std::string known;
+            for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
+            return problem("checkpoint.keep_best",
+                           "unknown validation metric \"" + metric + "\" to keep the best model by: one of " + known);
+        }
+        // What validation measures follows the targets: class ids get accuracies (also when
+        // trained with MSE on one-hot targets), a regression table (data.regression) MSE and MAE.
+        const bool classIds = !o.data.regression;
+        if (classIds && (metric == "val_mse" || metric == "val_mae")) {
+            return problem("checkpoint.keep_best", metric +
+                                                       " is measured for regression data only (a CSV trained with "
+                                                       "--loss mse); with class ids keep the best model by "
+                                                       "val_accuracy or val_loss");
+        }
+        if (!classIds && (metric == "val_accuracy" || metric == "val_top5_accuracy")) {
+            return problem("checkpoint.keep_best", metric +
+                                                       " is measured for class ids only; a regression keeps "
+                                                       "its best model by val_loss, val_mse or val_mae");
+        }
+        if (o.validation.split && *o.validation.split == 0 && o.validation.path.empty()) {
+            return problem("checkpoint.keep_best", "keeping the best model by " + metric +
+                                                       " needs validation, but --validation-split is 0: hold out a "
+                                                       "share of the data or give --validation-data");
+        }
+    }
+    if (o.regrowAfterSteps < 0 || o.regrowAfterSteps > kMaxRegrowAfterSteps) {
+        return problem("regrow_after_steps", outOfRange("regrow-after steps", o.regrowAfterSteps,
+                                                        "from 0 (never) to " + std::to_string(kMaxRegrowAfterSteps)));
+    }
+    return {};
+}
+
+tl::expected<void, std::string> validate(const TrainerOptions& options) {
+    if (auto ok = check(options); !ok) return tl::unexpected(ok.error().message);
+    return {};
+}
+
+void settle(TrainerOptions& o) {
+    // A CSV trained with MSE predicts the target column's values rather than classes.
+    if (o.data.name == "csv" && o.loss == LossKind::Mse) o.data.regression = true;
+}
+
+tl::expected<TrainerOptions, OptionProblem> resolve(TrainerOptions o) {
+    using Problem = tl::unexpected<OptionProblem>;
+    if (!o.modelFactory) {
+        const auto models = builtinModelNames();
+        if (std::find(models.begin(), models.end(), o.model.name) == models.end()) {
+            if (!isModelFile(o.model.name)) {
+                return Problem(OptionProblem{"model.name", "unknown model \"" + o.model.name + "\": choose " +
+                                                               choiceList(models) +
+                                                               ", or give a TorchScript file (.pt or .pth)"});
+            }
+            std::error_code ec;
+            if (!std::filesystem::is_regular_file(o.model.name, ec)) {
+                return Problem(OptionProblem{
+                    "model.name",
+                    "model file " + o.model.name +
+                        " does not exist: export one from Python (see docs/guide/own-model-and-data.md)"});
+            }
+        }
+    }
+    if (!o.datasetFactory) {
+        const auto datasets = datasetNames();
+        if (std::find(datasets.begin(), datasets.end(), o.data.name) == datasets.end()) {
+            return Problem(
+                OptionProblem{"data.name", "unknown dataset \"" + o.data.name + "\": choose " + choiceList(datasets)});
+        }
+        if (o.data.name != "synthetic") {
+            const std::string what = o.data.name == "csv" ? "CSV file" : "folder";
+            if (o.data.path.empty()) {
+                return Problem(OptionProblem{
+                    "data.path", "the " + o.data.name + " dataset needs a data path (the " + what + " to read)"});
+            }
+            std::error_code ec;
+            if (!std::filesystem::exists(o.data.path, ec)) {
+                return Problem(OptionProblem{
+                    "data.path", "data path " + o.data.path + " does not exist: name the " + what + " to read"});
+            }
+        }
+        if (!o.validation.path.empty()) {
+            if (o.data.name == "synthetic") {
+                return Problem(OptionProblem{"validation.path",
+                                             "validation data " + o.validation.path +
+                                                 " given for synthetic data, which holds out samples of its own: "
+                                                 "leave the validation data out, or train on a data file"});
+            }
+            std::error_code ec;
+            if (!std::filesystem::exists(o.validation.path, ec)) {
+                return Problem(OptionProblem{"validation.path", "validation data " + o.validation.path +
+                                                                    " does not exist: name a file or folder in "
+                                                                    "the training data's format"});
+            }
+        }
+    }
+    settle(o);
+    if (auto device = parseDeviceName(o.device); !device) {
+        return Problem(OptionProblem{"device", device.error()});
+    } else {
+        o.device = device->name();
+    }
+    if (auto ok = check(o); !ok) return tl::unexpected(ok.error());
+    return o;
+}
+
+}  // namespace batchpilot::core

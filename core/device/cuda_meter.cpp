@@ -1,0 +1,95 @@
+#include "core/device/cuda_meter.h"
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "core/base/byte_size.h"
+
+namespace batchpilot::core {
+namespace {
+
+namespace alloc = c10::cuda::CUDACachingAllocator;
+// The allocator's statistics type (its namespace moved between LibTorch versions).
+using DeviceStats = decltype(alloc::getDeviceStats(c10::DeviceIndex{0}));
+// Index of the "all pools" entry in the allocator's StatArrays.
+constexpr size_t kAggregate = 0;
+
+/// The fraction each device was capped to (setCudaMemoryFraction), 0 when not capped.
+std::mutex g_fractionMutex;
+std::map<int, double> g_fractions;
+
+double fractionOf(int index) {
+    std::lock_guard lock(g_fractionMutex);
+    const auto found = g_fractions.find(index);
+    return found == g_fractions.end() ? 0.0 : found->second;
+}
+
+class CudaMeter final : public MemoryMeter {
+public:
+    explicit CudaMeter(int index) : m_index(index) {}
+
+    int64_t allocated() const override { return stats().allocated_bytes[kAggregate].current; }
+    int64_t reserved() const override { return stats().reserved_bytes[kAggregate].current; }
+    int64_t peak() const override { return stats().allocated_bytes[kAggregate].peak; }
+    int64_t peakReserved() const override { return stats().reserved_bytes[kAggregate].peak; }
+    int64_t allocatorRetries() const override { return stats().num_alloc_retries; }
+    void resetPeak() override { alloc::resetPeakStats(static_cast<c10::DeviceIndex>(m_index)); }
+    int64_t capacity() const override {
+        // What this process can use: the driver's free memory plus what the cache already holds,
+        // or less where the allocator was capped to a fraction of the device.
+        const int64_t reachable = driverFree() + reserved();
+        const double fraction = fractionOf(m_index);
+        if (fraction <= 0.0) return reachable;
+        return std::min(reachable, static_cast<int64_t>(fraction * static_cast<double>(total())));
+    }
+    int64_t free() const override { return std::max<int64_t>(0, capacity() - allocated()); }
+    int64_t total() const override { return driverInfo().second; }
+    int64_t otherProcesses() const override {
+        const auto [freeBytes, totalBytes] = driverInfo();
+        return std::max<int64_t>(0, totalBytes - freeBytes - reserved());
+    }
+    void releaseCache() override { alloc::emptyCache(); }
+
+private:
+    DeviceStats stats() const { return alloc::getDeviceStats(static_cast<c10::DeviceIndex>(m_index)); }
+    int64_t driverFree() const { return driverInfo().first; }
+    /// The driver's free and total bytes of the device (0, 0 when it cannot tell).
+    std::pair<int64_t, int64_t> driverInfo() const {
+        size_t freeBytes = 0;
+        size_t totalBytes = 0;
+        c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(m_index));
+        if (cudaMemGetInfo(&freeBytes, &totalBytes) != cudaSuccess) {
+            return {0, 0};
+        }
+        return {static_cast<int64_t>(freeBytes), static_cast<int64_t>(totalBytes)};
+    }
+    int m_index;
+};
+
+}  // namespace
+
+std::unique_ptr<MemoryMeter> openCudaMeter(int index) {
+    return std::make_unique<CudaMeter>(index);
+}
+
+void setCudaMemoryFraction(int index, double fraction) {
+    alloc::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index));
+    std::lock_guard lock(g_fractionMutex);
+    g_fractions[index] = fraction;
+}
+
+DeviceInfo describeCudaDevice(int index) {
+    cudaDeviceProp properties{};
+    cudaGetDeviceProperties(&properties, index);
+    const auto total = static_cast<int64_t>(properties.totalGlobalMem);
+    return {"cuda:" + std::to_string(index), std::string(properties.name) + ", " + formatBytes(total), total};
+}
+
+}  // namespace batchpilot::core

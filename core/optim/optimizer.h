@@ -1,0 +1,60 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/config/options.h"
+
+namespace batchpilot::core {
+
+/// SGD with momentum, Adam and AdamW with the same update rules as torch::optim (1.13), split in
+/// two phases so that an out-of-memory error can never leave the parameters half-updated:
+/// prepare() allocates everything the step needs (and may throw an OOM), apply() then updates
+/// in place and allocates nothing on the device.
+///
+/// Gradients are passed in (the trainer's accumulators) rather than read from `.grad`.
+/// Thread rules: use on the trainer thread only.
+class Optimizer {
+public:
+    Optimizer(const OptimizerOptions& options, std::vector<torch::Tensor> parameters);
+
+    /// Bytes of state the optimizer keeps between steps (momentum, moments). Used to reserve
+    /// memory during the first probe, before the state exists. The per-step scratch is not
+    /// included: it only exists during the step, when no activations are alive.
+    int64_t stateBytes() const;
+    /// True once prepare() succeeded at least once.
+    bool stateReady() const { return m_ready; }
+
+    /// Creates lazily-made state and per-step scratch. May throw an OOM; changes no parameter.
+    void prepare();
+    /// One update with `gradients` (same order and shapes as the parameters). Call after a
+    /// successful prepare(). Modifies `gradients` in place where weight decay is folded in.
+    void apply(std::vector<torch::Tensor>& gradients);
+    /// Frees per-step scratch (kept state stays).
+    void releaseScratch() { m_scratch = torch::Tensor(); }
+
+    double learningRate() const { return m_options.learningRate; }
+    void setLearningRate(double rate) { m_options.learningRate = rate; }
+    int64_t stepCount() const { return m_steps; }
+    /// Moves the state to `device` (parameters are moved by the model).
+    void to(const torch::Device& device, std::vector<torch::Tensor> parameters);
+    /// The state tensors (momentum buffers or first and second moments), for tests and moves.
+    const std::vector<torch::Tensor>& firstState() const { return m_first; }
+    const std::vector<torch::Tensor>& secondState() const { return m_second; }
+    /// Replaces the state with saved tensors (shapes must match the parameters) and step count.
+    void restore(std::vector<torch::Tensor> first, std::vector<torch::Tensor> second, int64_t steps);
+    OptimizerKind kind() const { return m_options.kind; }
+
+private:
+    OptimizerOptions m_options;
+    std::vector<torch::Tensor> m_parameters;
+    std::vector<torch::Tensor> m_first;   ///< SGD momentum buffer or Adam exp_avg
+    std::vector<torch::Tensor> m_second;  ///< Adam exp_avg_sq
+    torch::Tensor m_scratch;              ///< Adam denominators, flat, largest parameter's size
+    int64_t m_steps = 0;
+    bool m_ready = false;
+};
+
+}  // namespace batchpilot::core

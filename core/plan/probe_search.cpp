@@ -1,0 +1,200 @@
+#include "core/plan/probe_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace batchpilot::core {
+namespace {
+
+constexpr int64_t kMaxJump = 8;
+
+}  // namespace
+
+int64_t MemoryModel::largestWithin(int64_t usableBytes) const {
+    if (bytesPerSample <= 0) {
+        return 0;
+    }
+    const double n = (static_cast<double>(usableBytes) - fixedBytes) / bytesPerSample;
+    return n < 1 ? 0 : static_cast<int64_t>(std::min(n, 9.0e15));
+}
+
+ProbeSearch::ProbeSearch(const ProbeOptions& options, int64_t upperBound, int64_t usableBytes, int64_t knownFit)
+    : m_options(options),
+      m_upperBound(std::max<int64_t>(1, upperBound)),
+      m_usable(usableBytes),
+      m_unit(std::max<int64_t>(1, options.multipleOf)) {
+    if (m_unit > m_upperBound) {
+        m_unit = 1;
+    } else {
+        m_upperBound -= m_upperBound % m_unit;
+    }
+    m_lo = std::min(snap(knownFit), m_upperBound);
+}
+
+int64_t ProbeSearch::snap(int64_t size) const {
+    return size - size % m_unit;
+}
+
+bool ProbeSearch::converged() const {
+    if (m_lo >= m_upperBound) {
+        return true;
+    }
+    if (!m_failSeen) {
+        return false;
+    }
+    const int64_t gap = m_hi - m_lo;
+    return gap <= m_unit || static_cast<double>(gap) <= m_options.tolerance * static_cast<double>(m_lo);
+}
+
+std::optional<MemoryModel> fitMemoryModel(const std::vector<TrialOutcome>& trials, size_t largest) {
+    std::map<int64_t, int64_t> peaks;  // size → peak, largest sizes last
+    for (const TrialOutcome& t : trials) {
+        if (t.fit && t.peakBytes > 0) peaks[t.size] = t.peakBytes;
+    }
+    if (peaks.size() < 2) {
+        return std::nullopt;
+    }
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    size_t used = 0;
+    for (auto it = peaks.rbegin(); it != peaks.rend() && (largest == 0 || used < largest); ++it, ++used) {
+        const auto x = static_cast<double>(it->first);
+        const auto y = static_cast<double>(it->second);
+        n += 1;
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
+    }
+    const double denominator = n * sxx - sx * sx;
+    if (denominator <= 0) {
+        return std::nullopt;
+    }
+    MemoryModel model;
+    model.bytesPerSample = (n * sxy - sx * sy) / denominator;
+    model.fixedBytes = (sy - model.bytesPerSample * sx) / n;
+    if (model.bytesPerSample <= 0) {
+        return std::nullopt;
+    }
+    return model;
+}
+
+std::optional<MemoryModel> ProbeSearch::memoryModel() const {
+    // The three largest sizes that physically fit (also above the headroom line): memory per
+    // sample at small sizes often differs (kernel workspaces, allocator rounding), and the
+    // largest fits are the closest to the limit being predicted.
+    return fitMemoryModel(m_history, /*largest=*/3);
+}
+
+std::optional<int64_t> ProbeSearch::candidate() const {
+    const int64_t hi = m_failSeen ? m_hi : m_upperBound + 1;
+    const auto usable = [&](int64_t size) {
+        return size > m_lo && size < hi && size <= m_upperBound && !m_tried.contains(size);
+    };
+    if (m_lo == 0 && m_tried.empty()) {
+        const int64_t first = std::clamp(snap(m_options.initialMicroBatch), m_unit, m_upperBound);
+        return first;
+    }
+    if (const auto model = memoryModel()) {
+        const int64_t predicted = snap(std::min(model->largestWithin(m_usable), m_upperBound));
+        // Extrapolating far from the measured sizes is unreliable: jump at most kMaxJump times
+        // the largest fit and measure again.
+        if (predicted > m_lo * kMaxJump && usable(m_lo * kMaxJump)) {
+            return m_lo * kMaxJump;
+        }
+        if (usable(predicted)) {
+            return predicted;
+        }
+        const auto widen = [&](int64_t base, int streak) {
+            const double step =
+                m_options.tolerance * static_cast<double>(base) * std::pow(2.0, std::max(0, streak - 1));
+            return std::max(m_unit, snap(static_cast<int64_t>(step)));
+        };
+        // The model overestimates (its prediction failed): step down from the failure, by a
+        // step that doubles with every further failure, instead of bisecting a wide bracket.
+        if (predicted >= hi && m_failSeen && !m_modelMissed) {
+            const int64_t below = snap(hi - widen(hi, m_failStreak));
+            if (usable(below)) return below;
+        }
+        // The model says we are at the limit: step up from the largest fit to close the bracket.
+        if (predicted <= m_lo && !m_modelMissed) {
+            const int64_t above = m_lo + widen(m_lo, m_fitStreak);
+            if (usable(above)) return above;
+        }
+    }
+    if (!m_failSeen) {
+        const int64_t grown = std::min(m_upperBound, std::max(m_lo * 2, m_lo + m_unit));
+        if (usable(grown)) {
+            return grown;
+        }
+    }
+    const int64_t middle = snap(m_lo + (hi - m_lo) / 2);
+    if (usable(middle)) {
+        return middle;
+    }
+    if (usable(m_lo + m_unit)) {
+        return m_lo + m_unit;
+    }
+    return std::nullopt;
+}
+
+std::optional<int64_t> ProbeSearch::next() {
+    if (m_finished) {
+        return std::nullopt;
+    }
+    if (converged() || (m_lo == 0 && m_failSeen && m_hi <= 1)) {
+        m_finished = true;
+        return std::nullopt;
+    }
+    if (trials() >= m_options.maxTrials) {
+        m_finished = true;
+        m_hitTrialLimit = true;
+        return std::nullopt;
+    }
+    const auto size = candidate();
+    if (!size) {
+        m_finished = true;
+    }
+    return size;
+}
+
+void ProbeSearch::record(const TrialOutcome& outcome) {
+    const bool modelled = memoryModel().has_value();
+    m_history.push_back(outcome);
+    m_tried.insert(outcome.size);
+    const bool accepted = outcome.fit && outcome.peakBytes <= m_usable;
+    if (modelled) {
+        // Streaks since the memory model exists size the steps around its prediction.
+        // A fit after failures (or a failure after fits) means the prediction was bracketed:
+        // from then on bisection is the faster way to close the gap.
+        if ((accepted && m_failStreak > 0) || (!accepted && m_fitStreak > 0 && m_failSeen)) m_modelMissed = true;
+        m_fitStreak = accepted ? m_fitStreak + 1 : 0;
+        m_failStreak = accepted ? 0 : m_failStreak + 1;
+    }
+    if (accepted) {
+        m_lo = std::max(m_lo, outcome.size);
+        if (m_failSeen && m_lo >= m_hi) {
+            // Memory is not monotone in the size (or came back): forget the stale failure.
+            m_failSeen = false;
+        }
+        return;
+    }
+    if (!m_failSeen || outcome.size < m_hi) {
+        m_hi = outcome.size;
+        m_failSeen = true;
+    }
+    if (m_hi <= m_lo) {
+        m_lo = 0;  // an accepted size failed now: memory shrank, search below the failure
+        for (const TrialOutcome& t : m_history) {
+            if (t.fit && t.peakBytes <= m_usable && t.size < m_hi) {
+                m_lo = std::max(m_lo, t.size);
+            }
+        }
+    }
+    if (m_lo == 0 && m_unit > 1 && outcome.size == m_unit) {
+        // Not even one multiple fits: search single samples below it.
+        m_unit = 1;
+    }
+}
+
+}  // namespace batchpilot::core

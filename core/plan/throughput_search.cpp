@@ -1,0 +1,342 @@
+#include "core/plan/throughput_search.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/base/text_format.h"
+
+namespace batchpilot::core {
+
+namespace {
+
+std::string rate(double samplesPerSecond) {
+    return formatText("%.0f", samplesPerSecond);
+}
+
+std::string percent(double fraction) {
+    return formatText("%.0f%%", 100 * fraction);
+}
+
+double medianOf(std::vector<double> values) {
+    if (values.empty()) return 0;
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+/// Half the spread of the middle values (at least the middle three) relative to their median: one
+/// outlier does not make a series noisy. 0 with fewer than 3 values.
+double spreadOf(std::vector<double> values) {
+    if (values.size() < 3) return 0;
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    const size_t cut = n >= 6 ? n / 4 : (n - 3) / 2;
+    const double middle = medianOf(values);
+    return middle > 0 ? 0.5 * (values[n - 1 - cut] - values[cut]) / middle : 0;
+}
+
+}  // namespace
+
+int64_t evenSplitSize(int64_t target, int64_t parts, int64_t multipleOf, int64_t smallest) {
+    int64_t size = (target + parts - 1) / parts;
+    if (multipleOf > 1 && size >= multipleOf) size -= size % multipleOf;
+    return std::max(size, std::max<int64_t>(1, smallest));
+}
+
+std::vector<int64_t> throughputCandidates(int64_t largest, int64_t target, int64_t multipleOf, int64_t smallest) {
+    std::vector<int64_t> sizes;
+    smallest = std::max<int64_t>(1, smallest);
+    largest = std::min(largest, target);
+    if (largest < smallest || target < 1) return sizes;
+    for (int64_t halving = largest; halving >= smallest; halving /= 2) {
+        // The even split with the fewest micro-batches of at most `halving` samples.
+        const int64_t size = evenSplitSize(target, (target + halving - 1) / halving, multipleOf, smallest);
+        if (sizes.empty() || size < sizes.back()) sizes.push_back(size);
+        if (halving == 1) break;
+    }
+    return sizes;
+}
+
+double ThroughputSearch::Candidate::median() const {
+    return medianOf(samplesPerSecond);
+}
+
+ThroughputSearch::ThroughputSearch(const ThroughputSearchOptions& options) : m_options(options) {
+    m_options.repetitions = std::max(1, m_options.repetitions);
+    m_options.maxRepetitions = std::max(m_options.repetitions, m_options.maxRepetitions);
+    m_options.warmups = std::max(0, m_options.warmups);
+    m_plan = throughputCandidates(options.largest, options.target, options.multipleOf, options.smallest);
+    if (m_plan.size() <= 1) {
+        m_done = true;
+        m_reason = m_plan.empty() ? "no micro-batch size to time"
+                                  : "only one micro-batch size can be chosen (" + std::to_string(m_plan[0]) + ")";
+        return;
+    }
+    if (options.start > 0) {
+        // The size chosen before, as the even split of this target it stands for.
+        const int64_t parts = (options.target + options.start - 1) / options.start;
+        const int64_t start = evenSplitSize(options.target, parts, options.multipleOf, options.smallest);
+        if (start < m_plan.front() && start >= m_plan.back()) {
+            auto at = std::find_if(m_plan.begin(), m_plan.end(), [start](int64_t n) { return n <= start; });
+            if (*at != start) at = m_plan.insert(at, start);
+            m_startIndex = static_cast<size_t>(at - m_plan.begin());
+        }
+    }
+    // A size that just ran needs no warm-up: its kernels and memory blocks are ready.
+    const int64_t first = m_plan[m_startIndex];
+    m_timed.push_back(Candidate{first, {}, first == m_options.justRan ? m_options.warmups : 0, 1.0});
+    m_walkingUp = m_startIndex > 0;
+    challenge(m_walkingUp ? m_startIndex - 1 : m_startIndex + 1);
+}
+
+void ThroughputSearch::challenge(size_t index) {
+    if (m_timings >= m_options.budget) {
+        finishOnBudget();
+        return;
+    }
+    m_edge = index;
+    m_timed.push_back(Candidate{m_plan[index], {}, 0});
+}
+
+bool ThroughputSearch::incumbentActive() const {
+    const Candidate& best = incumbent();
+    if (best.warmupsDone < m_options.warmups) return true;
+    if (m_timed.back().warmupsDone < m_options.warmups) return false;
+    return m_incumbentTurn;
+}
+
+std::optional<int64_t> ThroughputSearch::next() const {
+    if (m_done) return std::nullopt;
+    return incumbentActive() ? incumbent().microBatch : m_timed.back().microBatch;
+}
+
+void ThroughputSearch::record(int64_t microBatch, double seconds) {
+    if (m_done) return;
+    const bool isIncumbent = incumbentActive();
+    Candidate& current = isIncumbent ? incumbent() : m_timed.back();
+    if (microBatch != current.microBatch) return;
+    ++m_spent;
+    if (current.warmupsDone < m_options.warmups) {
+        ++current.warmupsDone;
+        ++m_timings;
+        if (m_timings >= m_options.budget) finishOnBudget();
+        return;
+    }
+    if (!(seconds > 0) || !std::isfinite(seconds)) return;
+    current.pendingSeconds += seconds;
+    current.pendingSamples += microBatch;
+    ++current.pendingMicroBatches;
+    // Short micro-batches are timed together; a cap keeps a stalled clock from holding it forever.
+    if (current.pendingSeconds < m_options.minTimingSeconds && current.pendingMicroBatches < 256) return;
+    const double rate = static_cast<double>(current.pendingSamples) / current.pendingSeconds;
+    current.samplesPerSecond.push_back(rate);
+    current.pendingSeconds = 0;
+    current.pendingSamples = 0;
+    current.pendingMicroBatches = 0;
+    ++m_timings;
+    (isIncumbent ? m_incumbentRun : m_challengerRun).push_back(rate);
+    m_incumbentTurn = !isIncumbent;
+    decide();
+}
+
+void ThroughputSearch::decide() {
+    const bool budgetLeft = m_timings < m_options.budget;
+    const size_t pairs = m_challengerRun.size();
+    // Judged only with every challenger timing between two of the incumbent's.
+    const bool bracketed = pairs > 0 && m_incumbentRun.size() == pairs + 1;
+    std::vector<double> ratios;
+    for (size_t i = 0; bracketed && i < pairs; ++i) {
+        const double around = 0.5 * (m_incumbentRun[i] + m_incumbentRun[i + 1]);
+        ratios.push_back(around > 0 ? m_challengerRun[i] / around : 0);
+    }
+    // Two turns that both differ by more than twice the noise, the same way, need no third: a
+    // 1.4× faster size is clear at once, and the largest sizes' timings are the longest.
+    const bool clear = bracketed && pairs >= 2 &&
+                       (*std::min_element(ratios.begin(), ratios.end()) > 1 + 2 * m_options.noise ||
+                        *std::max_element(ratios.begin(), ratios.end()) < 1 - 2 * m_options.noise);
+    if (!bracketed || (static_cast<int>(pairs) < m_options.repetitions && !clear)) {
+        if (!budgetLeft) finishOnBudget();
+        return;
+    }
+    const double ratio = medianOf(ratios);
+    const double noise = std::max(m_options.noise, spreadOf(ratios));
+    if (ratio > 1 + noise) {
+        judged(true, false, ratio);
+    } else if (ratio < 1 - noise) {
+        judged(false, false, ratio);
+    } else if (static_cast<int>(pairs) < m_options.maxRepetitions && budgetLeft) {
+        return;  // within the noise: another challenger timing, and one of the incumbent after it
+    } else {
+        judged(false, true, ratio);
+    }
+}
+
+void ThroughputSearch::judged(bool challengerWins, bool tie, double ratio) {
+    const size_t index = m_timed.size() - 1;
+    m_timed[index].overFirst = incumbent().overFirst * ratio;
+    m_challengerRun.clear();
+    m_incumbentRun.clear();
+    m_incumbentTurn = true;
+    // Ties go to the larger size.
+    const bool larger = m_timed[index].microBatch > incumbent().microBatch;
+    const bool wins = challengerWins || (tie && larger);
+    if (wins) m_best = index;
+    if (m_refining) {
+        nextRefinement();
+        return;
+    }
+    m_notFaster = wins ? 0 : m_notFaster + 1;
+    walkOn(ratio);
+}
+
+void ThroughputSearch::walkOn(double ratio) {
+    const std::string direction = m_walkingUp ? "larger" : "smaller";
+    std::string cause;
+    if (ratio < 1 - m_options.clearlySlower) {
+        cause = "a " + direction + " micro-batch (" + std::to_string(m_timed.back().microBatch) + ") was " +
+                percent(1 - ratio) + " slower";
+    } else if (m_notFaster >= 2) {
+        // Past a size that is not faster, one more may still be (a cache-sized step further on);
+        // two in a row that are not end the walk: the plateau.
+        cause = direction + " micro-batches were not faster (within " + percent(m_options.noise) + " noise or slower)";
+    } else if (m_walkingUp && m_edge == 0) {
+        cause = "the largest that fits was reached";
+    } else if (!m_walkingUp && m_edge + 1 >= m_plan.size()) {
+        cause = "the smallest candidate was reached";
+    }
+    if (cause.empty()) {
+        challenge(m_walkingUp ? m_edge - 1 : m_edge + 1);
+        return;
+    }
+    // Up from the start and nothing above was better (the start, timed first, is still the best):
+    // walk down from it.
+    if (m_walkingUp && m_best == 0 && m_startIndex + 1 < m_plan.size()) {
+        m_walkingUp = false;
+        m_notFaster = 0;
+        challenge(m_startIndex + 1);
+        return;
+    }
+    endWalk(cause);
+}
+
+void ThroughputSearch::endWalk(const std::string& cause) {
+    m_walkCause = cause;
+    m_refining = true;
+    // Between the best and each nearest timed size above and below it, the size with the number
+    // of micro-batches half-way between theirs: the halvings are coarse, the optimum may lie
+    // between.
+    const int64_t target = m_options.target;
+    const auto partsOf = [target](int64_t size) { return (target + size - 1) / size; };
+    const int64_t best = m_timed[m_best].microBatch;
+    int64_t above = 0;
+    int64_t below = 0;
+    for (const Candidate& c : m_timed) {
+        if (c.microBatch > best && (above == 0 || c.microBatch < above)) above = c.microBatch;
+        if (c.microBatch < best && c.microBatch > below) below = c.microBatch;
+    }
+    for (const int64_t neighbour : {above, below}) {
+        if (neighbour == 0) continue;
+        const int64_t between = (partsOf(best) + partsOf(neighbour)) / 2;
+        const int64_t size = evenSplitSize(target, between, m_options.multipleOf, m_options.smallest);
+        const bool known =
+            find(size) != nullptr || std::find(m_refinements.begin(), m_refinements.end(), size) != m_refinements.end();
+        if (!known && size <= m_options.largest) m_refinements.push_back(size);
+    }
+    nextRefinement();
+}
+
+void ThroughputSearch::nextRefinement() {
+    if (m_refinements.empty()) {
+        finish(m_walkCause);
+        return;
+    }
+    if (m_timings >= m_options.budget) {
+        finish(m_walkCause + "; the timing budget was spent before the sizes between the halvings");
+        return;
+    }
+    const int64_t size = m_refinements.front();
+    m_refinements.erase(m_refinements.begin());
+    m_plan.push_back(size);
+    m_timed.push_back(Candidate{size, {}, 0});
+}
+
+void ThroughputSearch::finishOnBudget() {
+    finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
+}
+
+void ThroughputSearch::abandon(const std::string& why) {
+    if (!m_done) finish(why);
+}
+
+void ThroughputSearch::finish(const std::string& cause) {
+    m_done = true;
+    const Candidate& best = m_timed[m_best];
+    const int64_t largest = m_plan.front();
+    std::string text = "micro-batch " + std::to_string(best.microBatch);
+    if (best.median() > 0) text += " at " + rate(best.median()) + " samples/s";
+    const double over = overLargest(best.microBatch);
+    if (best.microBatch == largest) {
+        text += ", the largest that fits";
+    } else if (over >= 1.005) {
+        text += ", " + percent(over - 1) + " faster than the largest that fits (" + std::to_string(largest) +
+                ", timed in turns with it)";
+    } else if (over > 0) {
+        text += ", as fast as the largest that fits (" + std::to_string(largest) + ") within the noise";
+    } else {
+        text += "; the largest that fits (" + std::to_string(largest) + ") was not timed";
+    }
+    if (m_startIndex > 0)
+        text += "; the search started from the size chosen before (" + std::to_string(startedFrom()) + ")";
+    m_reason = text + ": " + cause;
+}
+
+int64_t ThroughputSearch::chosen() const {
+    if (m_plan.empty()) return m_options.largest;
+    if (m_timed.empty()) return m_plan.front();
+    return m_timed[m_best].microBatch;
+}
+
+const ThroughputSearch::Candidate* ThroughputSearch::find(int64_t microBatch) const {
+    for (const Candidate& c : m_timed)
+        if (c.microBatch == microBatch) return &c;
+    return nullptr;
+}
+
+double ThroughputSearch::overLargest(int64_t microBatch) const {
+    // The largest is the reference, also when it was the only size and nothing was timed.
+    if (!m_plan.empty() && microBatch == m_plan.front()) return 1.0;
+    const Candidate* c = find(microBatch);
+    const Candidate* largest = m_plan.empty() ? nullptr : find(m_plan.front());
+    if (!c || !largest || c->overFirst <= 0 || largest->overFirst <= 0) return 0;
+    return c->overFirst / largest->overFirst;
+}
+
+double ThroughputSearch::samplesPerSecond(int64_t microBatch) const {
+    const Candidate* c = find(microBatch);
+    return c ? c->median() : 0;
+}
+
+DriftWatch::DriftWatch(int64_t everySteps, double drift) : m_every(std::max<int64_t>(1, everySteps)), m_drift(drift) {}
+
+std::optional<std::string> DriftWatch::observe(double samplesPerSecond) {
+    if (!(samplesPerSecond > 0)) return std::nullopt;
+    m_window.push_back(samplesPerSecond);
+    if (static_cast<int64_t>(m_window.size()) < m_every) return std::nullopt;
+    std::vector<double> sorted = m_window;
+    m_window.clear();
+    std::sort(sorted.begin(), sorted.end());
+    const size_t mid = sorted.size() / 2;
+    const double median = sorted.size() % 2 == 1 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
+    if (m_baseline <= 0) {
+        m_baseline = median;
+        return std::nullopt;
+    }
+    const double change = median / m_baseline - 1.0;
+    if (std::abs(change) <= m_drift) return std::nullopt;
+    return formatText(
+        "training ran at %.0f samples/s over the last %lld steps, %+.0f%% from the %.0f samples/s "
+        "measured after the decision (more than the %.0f%% allowed): timing the sizes again",
+        median, static_cast<long long>(m_every), 100.0 * change, m_baseline, 100.0 * m_drift);
+}
+
+}  // namespace batchpilot::core

@@ -1,0 +1,306 @@
+#include "core/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include "core/device/counting_allocator.h"
+#include "core/base/durable_file.h"
+#include "core/nn/model.h"
+#include "core/optim/optimizer.h"
+
+namespace batchpilot::core {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kFormat = 1;
+
+std::string indexed(const char* prefix, size_t i) {
+    return std::string(prefix) + std::to_string(i);
+}
+
+/// The file: this header, then LibTorch's archive (a zip). The CRC-32 covers the archive, whose
+/// own zip reader does not check its records, so any damaged byte is found before it is used.
+constexpr char kMagic[16] = {'B', 'A', 'T', 'C', 'H', 'P', 'I', 'L', 'O', 'T', '-', 'C', 'K', 'P', 'T', '\n'};
+constexpr size_t kCheckpointHeaderBytes = sizeof(kMagic) + 8 + 4;
+
+void putLittleEndian(char* out, uint64_t value, int bytes) {
+    for (int i = 0; i < bytes; ++i) out[i] = static_cast<char>((value >> (8 * i)) & 0xff);
+}
+uint64_t getLittleEndian(const char* in, int bytes) {
+    uint64_t value = 0;
+    for (int i = 0; i < bytes; ++i) value |= uint64_t(static_cast<unsigned char>(in[i])) << (8 * i);
+    return value;
+}
+uint32_t crc32Of(const std::string& bytes) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (size_t done = 0; done < bytes.size();) {
+        const auto chunk = static_cast<uInt>(std::min<size_t>(bytes.size() - done, 1u << 30));
+        crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), chunk);
+        done += chunk;
+    }
+    return static_cast<uint32_t>(crc);
+}
+
+/// Writes the header and the archive to a new file and syncs it; false with the reason in `error`.
+bool writeDurably(const std::string& path, const std::string& header, const std::string& bytes, std::string& error) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        error = std::strerror(errno);
+        return false;
+    }
+    const auto written = writeAllAndSync(fd, {header, bytes});
+    if (!written) error = written.error();
+    if (::close(fd) != 0 && written) {
+        error = std::strerror(errno);
+        return false;
+    }
+    return written.has_value();
+}
+
+/// Makes a rename inside `directory` durable.
+void syncDirectory(const std::string& directory) {
+    const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        ::fsync(fd);
+        ::close(fd);
+    }
+}
+
+void writeTensors(torch::serialize::OutputArchive& archive, const char* prefix,
+                  const std::vector<torch::Tensor>& tensors) {
+    archive.write(std::string(prefix) + "count", c10::IValue(static_cast<int64_t>(tensors.size())));
+    for (size_t i = 0; i < tensors.size(); ++i) archive.write(indexed(prefix, i), tensors[i].detach().cpu());
+}
+
+std::vector<torch::Tensor> readTensors(torch::serialize::InputArchive& archive, const char* prefix) {
+    c10::IValue count;
+    archive.read(std::string(prefix) + "count", count);
+    std::vector<torch::Tensor> out(static_cast<size_t>(count.toInt()));
+    for (size_t i = 0; i < out.size(); ++i) archive.read(indexed(prefix, i), out[i]);
+    return out;
+}
+
+int64_t readInt(torch::serialize::InputArchive& archive, const std::string& key) {
+    c10::IValue value;
+    archive.read(key, value);
+    return value.toInt();
+}
+
+}  // namespace
+
+tl::expected<void, std::string> checkCheckpointDirectory(const std::string& directory) {
+    const std::string named = "the checkpoint folder \"" + directory + "\"";
+    std::error_code error;
+    fs::create_directories(directory, error);
+    if (error) return tl::unexpected("cannot create " + named + ": " + error.message() + "; choose a writable folder");
+    if (!fs::is_directory(directory, error))
+        return tl::unexpected(named + " is not a folder; choose a folder for --checkpoint-dir");
+    std::string probe = (fs::path(directory) / ".batchpilot-write-check.XXXXXX").string();
+    const int fd = ::mkstemp(probe.data());
+    if (fd < 0)
+        return tl::unexpected("cannot write in " + named + ": " + std::strerror(errno) + "; choose a writable folder");
+    // One block, synced: a full disk shows now rather than at the first save.
+    const std::string block(4096, '\0');
+    const auto written = writeAllAndSync(fd, {block});
+    ::close(fd);
+    ::unlink(probe.c_str());
+    if (!written)
+        return tl::unexpected("cannot write in " + named + ": " + written.error() +
+                              "; free some space or choose another folder");
+    return {};
+}
+
+tl::expected<std::string, std::string> saveCheckpoint(const std::string& directory, const Model& model,
+                                                      const Optimizer& optimizer, const TrainerState& state) {
+    // Host-side copies for the file: they do not use the device's memory.
+    CountingScope host(false);
+    std::error_code error;
+    fs::create_directories(directory, error);
+    if (error)
+        return tl::unexpected("cannot create the checkpoint directory \"" + directory + "\": " + error.message());
+    const std::string path = (fs::path(directory) / kCheckpointFile).string();
+    const std::string temporary = path + ".tmp";
+    std::ostringstream payload;
+    try {
+        torch::serialize::OutputArchive archive;
+        archive.write("format", c10::IValue(kFormat));
+        archive.write("model_name", c10::IValue(state.modelName));
+        archive.write("optimizer_kind", c10::IValue(static_cast<int64_t>(optimizer.kind())));
+        archive.write("optimizer_steps", c10::IValue(optimizer.stepCount()));
+        archive.write("step", c10::IValue(state.step));
+        archive.write("samples_seen", c10::IValue(state.samplesSeen));
+        archive.write("sampler_epoch", c10::IValue(state.samplerEpoch));
+        archive.write("sampler_position", c10::IValue(state.samplerPosition));
+        archive.write("target_batch", c10::IValue(state.targetBatch));
+        archive.write("micro_batch", c10::IValue(state.microBatch));
+        archive.write("learning_rate", c10::IValue(state.learningRate));
+        archive.write("device", c10::IValue(state.device));
+        archive.write("training_samples", c10::IValue(state.trainingSamples));
+        archive.write("best_metric", c10::IValue(state.bestMetric));
+        archive.write("best_value", c10::IValue(state.bestValue));
+        archive.write("loss_scale", c10::IValue(state.lossScale));
+        writeTensors(archive, "parameter", model.parameters());
+        writeTensors(archive, "buffer", model.buffers());
+        writeTensors(archive, "first", optimizer.firstState());
+        writeTensors(archive, "second", optimizer.secondState());
+        archive.save_to(payload);
+    } catch (const std::exception& e) {
+        return tl::unexpected("could not write the checkpoint \"" + path + "\": " + e.what());
+    }
+    const std::string bytes = std::move(payload).str();
+    std::string header(kCheckpointHeaderBytes, '\0');
+    std::memcpy(header.data(), kMagic, sizeof(kMagic));
+    putLittleEndian(header.data() + sizeof(kMagic), bytes.size(), 8);
+    putLittleEndian(header.data() + sizeof(kMagic) + 8, crc32Of(bytes), 4);
+    // A temporary left by a crash is never read; replace it.
+    std::remove(temporary.c_str());
+    std::string why;
+    if (!writeDurably(temporary, header, bytes, why)) {
+        std::remove(temporary.c_str());
+        return tl::unexpected("could not write the checkpoint \"" + path + "\": " + why +
+                              "; the previous checkpoint, if any, is unchanged");
+    }
+    fs::rename(temporary, path, error);
+    if (error) {
+        std::remove(temporary.c_str());
+        return tl::unexpected("could not replace the checkpoint \"" + path + "\": " + error.message());
+    }
+    syncDirectory(directory);
+    return path;
+}
+
+tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& directory, Model& model,
+                                                       Optimizer& optimizer) {
+    const std::string path = (fs::path(directory) / kCheckpointFile).string();
+    if (!fs::exists(path)) {
+        return tl::unexpected("no checkpoint to resume from: \"" + path + "\" does not exist");
+    }
+    TrainerState state;
+    std::vector<torch::Tensor> parameters, buffers, first, second;
+    int64_t optimizerKind = 0;
+    int64_t optimizerSteps = 0;
+    const auto corrupt = [&](const std::string& why) {
+        return tl::unexpected("checkpoint \"" + path + "\" is corrupt or not a BatchPilot checkpoint (" + why +
+                              "); resume from an intact one or start afresh");
+    };
+    std::error_code sizeError;
+    const auto fileBytes = fs::file_size(path, sizeError);
+    if (sizeError || !fs::is_regular_file(path)) return corrupt("not a readable regular file");
+    if (fileBytes < kCheckpointHeaderBytes) return corrupt("the file is only " + std::to_string(fileBytes) + " bytes");
+    std::string bytes;
+    {
+        std::ifstream in(path, std::ios::binary);
+        std::string header(kCheckpointHeaderBytes, '\0');
+        in.read(header.data(), static_cast<std::streamsize>(header.size()));
+        if (!in || std::memcmp(header.data(), kMagic, sizeof(kMagic)) != 0)
+            return corrupt("no BatchPilot checkpoint header");
+        const uint64_t length = getLittleEndian(header.data() + sizeof(kMagic), 8);
+        const auto expectedCrc = static_cast<uint32_t>(getLittleEndian(header.data() + sizeof(kMagic) + 8, 4));
+        // The length the header claims must be what the file holds: nothing is allocated for a
+        // size the file does not have.
+        if (length != fileBytes - kCheckpointHeaderBytes) {
+            return corrupt("the header says " + std::to_string(length) + " bytes follow, the file holds " +
+                           std::to_string(fileBytes - kCheckpointHeaderBytes) + "; it was cut short or altered");
+        }
+        bytes.resize(length);
+        in.read(bytes.data(), static_cast<std::streamsize>(length));
+        if (!in) return corrupt("reading it failed");
+        if (crc32Of(bytes) != expectedCrc) return corrupt("its CRC-32 checksum does not match: the file was damaged");
+    }
+    try {
+        CountingScope host(false);
+        torch::serialize::InputArchive archive;
+        std::istringstream payload(std::move(bytes));
+        archive.load_from(payload);
+        if (readInt(archive, "format") != kFormat) {
+            return tl::unexpected("checkpoint \"" + path + "\" has an unknown format version");
+        }
+        c10::IValue text;
+        archive.read("model_name", text);
+        state.modelName = text.toStringRef();
+        archive.read("device", text);
+        state.device = text.toStringRef();
+        c10::IValue rate;
+        archive.read("learning_rate", rate);
+        state.learningRate = rate.toDouble();
+        optimizerKind = readInt(archive, "optimizer_kind");
+        optimizerSteps = readInt(archive, "optimizer_steps");
+        state.step = readInt(archive, "step");
+        state.samplesSeen = readInt(archive, "samples_seen");
+        state.samplerEpoch = readInt(archive, "sampler_epoch");
+        state.samplerPosition = readInt(archive, "sampler_position");
+        state.targetBatch = readInt(archive, "target_batch");
+        state.microBatch = readInt(archive, "micro_batch");
+        c10::IValue trainingSamples;  // absent from checkpoints written before it was recorded
+        state.trainingSamples = archive.try_read("training_samples", trainingSamples) && trainingSamples.isInt()
+                                    ? trainingSamples.toInt()
+                                    : -1;
+        c10::IValue bestMetric;  // absent from checkpoints written before the best model was kept
+        c10::IValue bestValue;
+        if (archive.try_read("best_metric", bestMetric) && bestMetric.isString() &&
+            archive.try_read("best_value", bestValue) && bestValue.isDouble()) {
+            state.bestMetric = bestMetric.toStringRef();
+            state.bestValue = bestValue.toDouble();
+        }
+        c10::IValue lossScale;  // absent from checkpoints written before float16 autocast
+        if (archive.try_read("loss_scale", lossScale) && lossScale.isDouble() && std::isfinite(lossScale.toDouble()) &&
+            lossScale.toDouble() >= 0)
+            state.lossScale = lossScale.toDouble();
+        parameters = readTensors(archive, "parameter");
+        buffers = readTensors(archive, "buffer");
+        first = readTensors(archive, "first");
+        second = readTensors(archive, "second");
+    } catch (const std::exception& e) {
+        std::string why = e.what();
+        why = why.substr(0, why.find('\n'));
+        return tl::unexpected("checkpoint \"" + path + "\" is corrupt or not a BatchPilot checkpoint (" + why +
+                              "); resume from an intact one or start afresh");
+    }
+    if (state.modelName != model.name()) {
+        return tl::unexpected("checkpoint \"" + path + "\" was written for model \"" + state.modelName +
+                              "\", but this run builds \"" + model.name() + "\": use the same model to resume");
+    }
+    if (optimizerKind != static_cast<int64_t>(optimizer.kind())) {
+        return tl::unexpected("checkpoint \"" + path + "\" was written with the " +
+                              toString(static_cast<OptimizerKind>(optimizerKind)) + " optimizer, but this run uses " +
+                              toString(optimizer.kind()) + ": use the same optimizer to resume");
+    }
+    auto target = model.parameters();
+    auto targetBuffers = model.buffers();
+    bool shapesMatch = parameters.size() == target.size() && buffers.size() == targetBuffers.size();
+    for (size_t i = 0; shapesMatch && i < target.size(); ++i) shapesMatch = parameters[i].sizes() == target[i].sizes();
+    for (size_t i = 0; shapesMatch && i < targetBuffers.size(); ++i)
+        shapesMatch = buffers[i].sizes() == targetBuffers[i].sizes();
+    for (size_t i = 0; shapesMatch && i < first.size(); ++i)
+        shapesMatch = i < target.size() && first[i].sizes() == target[i].sizes();
+    if (!shapesMatch) {
+        return tl::unexpected("checkpoint \"" + path +
+                              "\" does not match this model's parameters (other width, input "
+                              "size or number of classes): use the same model options to resume");
+    }
+    torch::NoGradGuard noGrad;
+    const auto device = target.front().device();
+    for (size_t i = 0; i < target.size(); ++i) target[i].copy_(parameters[i]);
+    for (size_t i = 0; i < targetBuffers.size(); ++i) targetBuffers[i].copy_(buffers[i]);
+    // Copies made on the trainer thread: the state counts against the device again.
+    for (auto& t : first) t = t.to(device, /*non_blocking=*/false, /*copy=*/true);
+    for (auto& t : second) t = t.to(device, /*non_blocking=*/false, /*copy=*/true);
+    optimizer.restore(std::move(first), std::move(second), optimizerSteps);
+    optimizer.setLearningRate(state.learningRate);
+    return state;
+}
+
+}  // namespace batchpilot::core

@@ -1,0 +1,873 @@
+// The trainer: setup, the loop over training batches, micro-batches with OOM recovery, the
+// optimizer step, and the commands it applies between them. Its other parts: see trainer_impl.h.
+// About 500 lines on purpose: the loop and its OOM recovery read top-down in one file; what can
+// be understood on its own (probe, memory, equivalence, checkpoints, commands) lives elsewhere.
+
+#include "core/train/trainer_impl.h"
+
+namespace batchpilot::core {
+
+void Trainer::Impl::setup() {
+    auto checked = validate(options);
+    if (!checked) throw FatalError{checked.error(), "configuration"};
+    auto parsed = parseDevice(options.device);
+    if (!parsed) throw FatalError{parsed.error(), "configuration"};
+    device = *parsed;
+    torch::set_num_threads(intraOpThreadsFor(options.intraOpThreads, options.reservedCpus));
+    {
+        // The dataset lives in host memory: it does not count against the device.
+        CountingScope host(false);
+        CancelScope cancellable(commands.cancelFlag());
+        auto made = options.datasetFactory ? options.datasetFactory() : makeDataset(options.data);
+        if (!made && commands.cancelFlag().load()) throw LoadingCancelled{};
+        if (!made) throw FatalError{made.error(), "dataset"};
+        auto split = makeValidation(options, *made);
+        if (!split && commands.cancelFlag().load()) throw LoadingCancelled{};
+        if (!split) throw FatalError{split.error(), "dataset"};
+        heldOutOfTraining = split->training != *made;
+        data = split->training;
+        validationData = split->validation;
+    }
+    if (data->size() <= 0) throw FatalError{"the dataset \"" + data->name() + "\" is empty", "dataset"};
+    if (options.loss == LossKind::CrossEntropy && !options.data.regression && data->classes() < 2) {
+        throw FatalError{
+            "the data " + data->name() +
+                " has a single class: a classifier learns nothing from it (its loss "
+                "is 0 from the start); give data with at least two classes, or train a regression (--loss mse)",
+            "dataset"};
+    }
+    // Resumed runs check the checkpoint's target below.
+    if (options.resumeFrom.empty() && options.targetBatch > data->size()) {
+        throw FatalError{
+            "the target batch " + std::to_string(options.targetBatch) + " is larger than the data: " + data->name() +
+                " has " + std::to_string(data->size()) +
+                " samples, and a training batch uses each sample at most once; choose a target batch of at most " +
+                std::to_string(data->size()),
+            "configuration"};
+    }
+    if (options.checkpoint.directory.empty() &&
+        (options.checkpoint.everySteps > 0 || !options.checkpoint.keepBest.empty())) {
+        throw FatalError{std::string("checkpoints were asked for (") +
+                             (options.checkpoint.everySteps > 0 ? "an interval" : "keeping the best model") +
+                             ") but there is no folder to keep them in: name a checkpoint directory "
+                             "(--checkpoint-dir DIR), or record the run in a run folder, which keeps them",
+                         "configuration"};
+    }
+    if (!options.checkpoint.keepBest.empty()) {
+        const std::string& metric = options.checkpoint.keepBest;
+        if (!validationData) {
+            throw FatalError{"keeping the best model by " + metric +
+                                 " needs validation data: hold out a share of the data (--validation-split) or give "
+                                 "--validation-data",
+                             "configuration"};
+        }
+        if (metric == "val_top5_accuracy" && data->classes() <= 5) {
+            throw FatalError{
+                "keeping the best model by val_top5_accuracy needs more than 5 classes, but the data has " +
+                    std::to_string(data->classes()) + ": keep it by val_accuracy",
+                "configuration"};
+        }
+    }
+    if (!options.checkpoint.directory.empty()) {
+        // Found out now, not after hours of training: a checkpoint folder that cannot be written.
+        if (auto writable = checkCheckpointDirectory(options.checkpoint.directory); !writable) {
+            throw FatalError{writable.error(), "checkpoint"};
+        }
+    }
+    for (const std::string& warning : data->warnings()) emit(Warning{now(), warning});
+    if (validationData && !options.validation.path.empty()) {
+        for (const std::string& warning : validationData->warnings())
+            emit(Warning{now(), "validation data: " + warning});
+    }
+    prefetcher = std::make_unique<Prefetcher>(data);
+    if (device.kind == DeviceKind::Cuda && options.cudaMemoryFraction > 0) {
+        setCudaMemoryFraction(device.index, options.cudaMemoryFraction);
+    }
+    meter = openMeter(device);
+    meter->resetPeak();
+    allocatorRetriesSeen = meter->allocatorRetries();
+    target = options.targetBatch;
+    sampler.emplace(data->size(), options.seed);
+    try {
+        torch::manual_seed(options.seed);
+        // Parameters and gradient accumulators are measured as what they add on the device.
+        const int64_t beforeModel = meter->allocated();
+        auto made = options.modelFactory ? options.modelFactory(*data) : makeModel(options.model, *data);
+        if (!made) throw FatalError{made.error(), "model"};
+        model = *made;
+        model->to(torchDevice(device));
+        model->train(true);
+        parameters = model->parameters();
+        if (parameters.empty()) throw FatalError{"the model has no trainable parameters", "model"};
+        ledger.parameterBytes = meter->allocated() - beforeModel;
+        gradients.clear();
+        for (const auto& p : parameters) gradients.push_back(torch::zeros_like(p));
+        linkGradients();
+        ledger.gradientBytes = meter->allocated() - beforeModel - ledger.parameterBytes;
+        optimizer = std::make_unique<Optimizer>(options.optimizer, parameters);
+    } catch (const FatalError&) {
+        throw;
+    } catch (const std::exception&) {
+        const FailureInfo failure = classifyFailure(std::current_exception());
+        if (failure.outOfMemory) doesNotFit(failure.requestedBytes, /*duringSetup=*/true);
+        throw FatalError{"could not build the model: " + failure.message, "model"};
+    }
+    lossScale = options.lossScale;  // or the checkpoint's, when it recorded one
+    if (!options.resumeFrom.empty()) restoreCheckpoint();
+    if (checkpoints(options.memorySavers)) {
+        if (const std::string why = model->checkpointingUnsupported(); !why.empty()) {
+            throw FatalError{std::string("activation checkpointing (memory savers ") + toString(options.memorySavers) +
+                                 ") needs a model whose parts can be recomputed in backward, but " + model->name() +
+                                 ": " + why +
+                                 "; use the memory savers bf16, or auto (which goes without checkpointing)",
+                             "model"};
+        }
+    }
+    if (autocastsFp16(options.memorySavers)) {
+        if (const std::string why = float16Unavailable(); !why.empty()) {
+            throw FatalError{
+                std::string("float16 autocast (memory savers ") + toString(options.memorySavers) + ") " + why, "model"};
+        }
+    }
+    useMemorySavers(options.memorySavers == MemorySavers::Auto ? MemorySavers::Off : options.memorySavers);
+    if (model->usesBatchStatistics()) {
+        minPart = 2;
+        emit(Warning{now(),
+                     "the model uses BatchNorm: each micro-batch is normalised with its own "
+                     "statistics, so accumulated gradients differ from full-batch ones; for exact "
+                     "accumulation use GroupNorm or LayerNorm (the built-in resnet: --norm group)"});
+    }
+    if (options.parallel) setupParallel();
+}
+
+std::string Trainer::Impl::float16Unavailable() const {
+    if (device.kind == DeviceKind::Cuda || BATCHPILOT_CPU_AUTOCASTS_FLOAT16) return {};
+    return "needs a CUDA device, or LibTorch 2.5 or later on the CPU, and " + device.name() +
+           " runs on the CPU with LibTorch " + TORCH_VERSION +
+           ": use bf16 there (the same memory, float32's range, no loss scaling needed)";
+}
+
+bool Trainer::Impl::unscaleGradients() {
+    torch::NoGradGuard noGrad;
+    CountingScope inPlace(false);
+    // One flag on the device, read once: a sum of the gradients could overflow where none does.
+    torch::Tensor overflow;
+    for (const torch::Tensor& g : gradients) {
+        const torch::Tensor bad = g.isfinite().logical_not().any();
+        overflow = overflow.defined() ? overflow.logical_or(bad) : bad;
+    }
+    if (overflow.defined() && overflow.item<bool>()) return false;
+    for (torch::Tensor& g : gradients) g.div_(lossScale);
+    return true;
+}
+
+std::string Trainer::Impl::nonFiniteLossReason(double loss, const torch::Tensor& inputs, const torch::Tensor& output,
+                                               const torch::Tensor& targets) const {
+    torch::NoGradGuard noGrad;
+    CountingScope uncounted(false);
+    const std::string became = std::string("the loss became ") + (std::isnan(loss) ? "NaN" : "infinite");
+    const auto allFinite = [](const torch::Tensor& t) {
+        return !t.is_floating_point() || t.isfinite().all().item<bool>();
+    };
+    if (!allFinite(inputs) || !allFinite(targets)) {
+        return became + ": the data itself holds NaN or infinite values in this micro-batch; check the data file";
+    }
+    if (!allFinite(output)) {
+        if (autocastsFp16(savers)) {
+            return became +
+                   ": the model's output overflowed float16, whose largest value is 65504, under float16 "
+                   "autocast (memory savers " +
+                   toString(savers) +
+                   "); loss scaling cannot help a forward pass: train with bf16 (the same memory, float32's "
+                   "range) or without the float16 savers";
+        }
+        if (step == 0) {
+            return became +
+                   ": the model's output is NaN or infinite on finite inputs before any weight was updated, "
+                   "so the model itself produces it; check its weights and its forward";
+        }
+        return became + " at step " + std::to_string(step + 1) + ": the model's outputs overflowed after " +
+               std::to_string(step) +
+               " optimizer step(s), which is how training diverges; lower the learning rate "
+               "(it is " +
+               formatText("%g", optimizer->learningRate()) + ")";
+    }
+    return became +
+           " on finite outputs (outputs or targets too large for the loss?); lower the learning rate or "
+           "rescale the data";
+}
+
+bool Trainer::Impl::waitWhilePaused() {
+    const RunState previous = state;
+    return commands.waitWhilePaused([&] { setState(RunState::Paused); }, [&] { setState(previous); });
+}
+
+bool Trainer::Impl::applyCommands() {
+    auto [newTarget, newDevices, equivalence, reprobe, survey, newSavers] = commands.take();
+    std::optional<std::string> newDevice;
+    const int world = parallel ? parallel->link->size() : 1;
+    for (auto& [rank, spec] : newDevices) {
+        if (rank < 0 || rank >= world) {
+            emit(Warning{now(), "device switch of rank " + std::to_string(rank) + " to " + spec + " ignored: " +
+                                    (parallel ? "the job has ranks 0 to " + std::to_string(world - 1)
+                                              : std::string("this run trains on one device (rank 0)"))});
+        } else if (parallel) {
+            // Several devices: every rank switches at the same batch, agreed in ranksAgree.
+            parallel->requestedDevices[rank] = std::move(spec);
+        } else {
+            newDevice = std::move(spec);
+        }
+    }
+    if (parallel && equivalence) {
+        // Several devices: every rank checks at the same batch, agreed in ranksAgree.
+        parallel->requestedEquivalence = equivalence;
+        equivalence.reset();
+    }
+    if (parallel && (newSavers || survey)) {
+        // Several devices: every rank changes its savers, or measures them, at the same batch,
+        // agreed in ranksAgree.
+        if (newSavers && *newSavers != MemorySavers::Auto) parallel->requestedSavers = *newSavers;
+        if (survey) parallel->surveyRequested = true;
+        newSavers.reset();
+        survey = false;
+    }
+    // Checked before the commands below change the micro-batch plan it compares against.
+    if (equivalence) checkEquivalence(*equivalence);
+    if (newDevice) {
+        if (auto next = parseDevice(*newDevice)) {
+            const std::string before = device.name();
+            if (std::optional<std::string> refused = switchTo(*next)) emit(Warning{now(), *refused});
+            if (device.name() != before) {
+                startProbe(ProbeReason::DeviceSwitch, microBatch > 0 ? microBatch : options.probe.initialMicroBatch, 0);
+                reprobe = false;
+            }
+        } else {
+            emit(Warning{now(), "device switch ignored: " + next.error()});
+        }
+    }
+    if (newTarget && newTarget->first > data->size()) {
+        emit(Warning{now(), "target batch " + std::to_string(newTarget->first) + " ignored: the data has " +
+                                std::to_string(data->size()) +
+                                " samples, and a training batch uses each at most once; "
+                                "training continues at " +
+                                std::to_string(target)});
+        newTarget.reset();
+    }
+    if (newTarget && newTarget->first != target) {
+        // Several devices: every rank changes at the same batch, agreed in ranksAgree.
+        if (parallel)
+            parallel->requestedTarget = newTarget;
+        else if (changeTarget(newTarget->first, newTarget->second))
+            reprobe = false;
+    }
+    if (newSavers && *newSavers != savers) {
+        if (applySavers(*newSavers, "asked for")) reprobe = false;
+    } else if (survey || !surveyDue.empty()) {
+        // A survey asked for, or due after a probe that found a small micro-batch (finishProbe).
+        const SaverSurvey found = surveySavers(survey ? "asked for" : surveyDue);
+        surveyDue.clear();
+        if (!found.suggestion.empty() && !survey) {
+            const MemorySavers next = *parseMemorySavers(found.suggestion);
+            if (options.memorySavers == MemorySavers::Auto) {
+                if (applySavers(next, "memory savers auto: " + found.advice)) reprobe = false;
+            } else {
+                emit(Warning{now(), "memory savers: " + found.advice + "; train with --memory-savers " +
+                                        found.suggestion + " (or auto), or apply it in the app's Memory savers panel"});
+            }
+        }
+    }
+    if (reprobe && !probe) startProbe(ProbeReason::UserRequest, options.probe.initialMicroBatch, 0);
+    return !commands.stopRequested();
+}
+
+bool Trainer::Impl::changeTarget(int64_t next, LrScaling rule) {
+    const double ratio = static_cast<double>(next) / static_cast<double>(target);
+    const double oldRate = optimizer->learningRate();
+    double rate = oldRate;
+    if (rule == LrScaling::Linear) rate *= ratio;
+    if (rule == LrScaling::Sqrt) rate *= std::sqrt(ratio);
+    optimizer->setLearningRate(rate);
+    emit(TargetBatchChanged{now(), target, next, oldRate, rate});
+    target = next;
+    if (probe) return false;
+    startProbe(ProbeReason::TargetBatchChange, microBatch > 0 ? std::min(microBatch, localTarget()) : 1, 0);
+    return true;
+}
+
+void Trainer::Impl::linkGradients() {
+    for (size_t i = 0; i < parameters.size(); ++i) {
+        const torch::Tensor accumulator = i < gradients.size() ? gradients[i] : torch::Tensor();
+        if (!parameters[i].grad().is_same(accumulator)) parameters[i].mutable_grad() = accumulator;
+    }
+}
+
+void Trainer::Impl::restoreBuffers(const std::vector<torch::Tensor>& saved) {
+    torch::NoGradGuard noGrad;
+    CountingScope inPlace(false);
+    auto buffers = model->buffers();
+    for (size_t i = 0; i < saved.size() && i < buffers.size(); ++i) buffers[i].copy_(saved[i]);
+}
+
+std::vector<torch::Tensor> Trainer::Impl::copyBuffers() const {
+    // Counted: on a GPU these copies take device memory, and the breakdown names them.
+    torch::NoGradGuard noGrad;
+    std::vector<torch::Tensor> copies;
+    for (const auto& b : model->buffers()) copies.push_back(b.clone());
+    return copies;
+}
+
+MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next,
+                                         bool measurement, std::vector<torch::Tensor>* buffersBefore) {
+    MicroResult result;
+    const auto started = Clock::now();
+    result.residentBytes = meter->allocated();
+    meter->resetPeak();
+    // The model's buffers (BatchNorm's statistics) before this micro-batch: a failed one must not
+    // have moved them.
+    std::vector<torch::Tensor> savedBuffers;
+    std::exception_ptr error;
+    try {
+        Batch host = prefetcher->take(indices);
+        if (!next.empty()) prefetcher->request(std::move(next));  // loads while this one computes
+        const torch::Device where = parameters.front().device();
+        // The copy to the device is where its memory is first used: on the CPU and virtual
+        // devices a counted clone stands for it.
+        torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs.clone();
+        torch::Tensor targets = where.is_cuda() ? host.targets.to(where) : host.targets.clone();
+        host = Batch{};
+        result.inputBytes = static_cast<int64_t>(inputs.nbytes() + targets.nbytes());
+        result.phase = Phase::Forward;
+        savedBuffers = copyBuffers();
+        for (const auto& b : savedBuffers) result.bufferCopyBytes += static_cast<int64_t>(b.nbytes());
+        torch::Tensor output;
+        {
+            AutocastScope autocast(where.type(), forwardAutocast());  // bfloat16 with that memory saver
+            output = model->forward(inputs);
+        }
+        torch::Tensor loss = computeLoss(options.loss, output, targets);  // in float32 also under bf16
+        result.loss = loss.item<double>();
+        if (!std::isfinite(result.loss)) throw NonFiniteLoss(nonFiniteLossReason(result.loss, inputs, output, targets));
+        // Autograd keeps what backward needs; the output itself (logits: samples × classes) need
+        // not stay through backward, as in a loop that passes it straight to the loss.
+        output = torch::Tensor();
+        result.phase = Phase::Backward;
+        // Backward adds the weighted gradient straight into the batch's accumulators, which are
+        // the parameters' .grad: each parameter's new gradient is freed as soon as it is added,
+        // so the device holds one set of gradients, as a plain training loop does. An OOM half-way
+        // leaves part of this micro-batch there: trainBatch then trains the batch again from its
+        // first sample (OomEvent::redoneSamples).
+        // float16 autocast: scaled up so that small gradients do not round to zero in float16
+        // (divided again before the step, unscaleGradients).
+        linkGradients();
+        torch::autograd::backward({loss * (weight * backwardScale())}, /*grad_tensors=*/{}, /*retain_graph=*/false,
+                                  /*create_graph=*/false, /*inputs=*/parameters);
+        result.ok = true;
+        result.peakBytes = meter->peakReserved();
+    } catch (const std::exception&) {
+        error = std::current_exception();
+    }
+    if (error) {
+        // Outside the catch block, every tensor of the failed micro-batch is gone.
+        result.failure = classifyFailure(error);
+        result.peakBytes = meter->peakReserved();
+        if (result.failure.outOfMemory) {
+            releaseFailedBackward();
+            restoreBuffers(savedBuffers);
+            meter->releaseCache();
+            if (result.failure.requestedBytes == 0) result.failure.requestedBytes = meter->lastFailedAllocation();
+        }
+    } else if (measurement) {
+        restoreBuffers(savedBuffers);  // the model's statistics are as before it
+    } else if (buffersBefore != nullptr) {
+        *buffersBefore = std::move(savedBuffers);
+    }
+    result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    return result;
+}
+
+void Trainer::Impl::releaseFailedBackward() {
+    // LibTorch 2.x leaves the node tasks of a backward pass that threw in the autograd engine's
+    // ready queue, holding the failed micro-batch's saved activations and partial gradients
+    // until a later backward pops them. A tiny backward here pops them now, so the retry starts
+    // with the memory it had before the failed micro-batch.
+    // On a GPU the tasks wait in that device's queue: the tiny backward runs there too.
+    CountingScope uncounted(false);
+    auto x = torch::zeros({1}, torch::TensorOptions().device(parameters.front().device()).requires_grad(true));
+    (void)torch::autograd::grad({(x * 2).sum()}, {x});
+}
+
+void Trainer::Impl::optimizerStep() {
+    constexpr int kAttempts = 3;
+    if (reservation.defined()) reservation = torch::Tensor();
+    const bool firstStep = !optimizer->stateReady();
+    const int64_t beforeState = meter->allocated();
+    for (int attempt = 1;; ++attempt) {
+        std::exception_ptr error;
+        try {
+            optimizer->prepare();
+        } catch (const std::exception&) {
+            error = std::current_exception();
+        }
+        if (!error) break;
+        const FailureInfo failure = classifyFailure(error);
+        if (!failure.outOfMemory)
+            throw FatalError{"optimizer step failed: " + failure.message, "step " + std::to_string(step + 1)};
+        meter->releaseCache();
+        const bool retry = attempt < kAttempts;
+        emit(OomEvent{now(), step + 1, Phase::OptimizerStep, microBatch, failure.requestedBytes, failure.message, retry,
+                      microBatch});
+        if (!retry) {
+            throw FatalError{"the optimizer state does not fit on " + device.name() + " (" +
+                                 formatBytes(optimizer->stateBytes()) +
+                                 " needed); the accumulated gradients are kept "
+                                 "but no step was taken: choose a larger device or SGD without momentum",
+                             "step " + std::to_string(step + 1) + ", optimizer step"};
+        }
+    }
+    optimizer->apply(gradients);
+    optimizer->releaseScratch();
+    // The state the optimizer created in its first step is what stays allocated after it.
+    if (firstStep) ledger.optimizerStateBytes = std::max<int64_t>(0, meter->allocated() - beforeState);
+    torch::NoGradGuard noGrad;
+    CountingScope inPlace(false);
+    for (auto& g : gradients) g.zero_();
+}
+
+void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batchSize) {
+    // With several devices this rank trains its share; the weights stay those of the whole batch.
+    const auto localSize = static_cast<int64_t>(indices.size());
+    // Trained again after a float16 overflow: the step's time counts from its first try.
+    const auto stepStart = redoneSince.value_or(Clock::now());
+    redoneSince.reset();
+    int64_t offset = 0;
+    int64_t committed = 0;
+    int64_t largestUsed = 0;
+    int64_t stepPeak = 0;
+    PeakRecord trainingPeak;  // committed micro-batches of the plan
+    PeakRecord trialPeak;     // probe trials that fit (used when the step had only those)
+    double lossSum = 0;
+    std::vector<int64_t> plan;  // remaining micro-batch sizes when not probing
+    int64_t plannedFor = 0;     // the micro-batch size `plan` was made for
+    const auto stepLabel = [&] { return "step " + std::to_string(step + 1); };
+    // The model's buffers (BatchNorm's statistics) as the batch found them, for a batch that
+    // starts over: its micro-batches then move them once, as in a run without the OOM. The first
+    // micro-batch's own copy, taken where an OOM is recovered; empty until it succeeded (nothing
+    // has moved them before that).
+    std::vector<torch::Tensor> startBuffers;
+    // Stopped mid-batch (paused or waiting in step mode): the partial gradients are dropped, the
+    // model keeps its last step.
+    const auto dropPartialBatch = [&] {
+        {
+            torch::NoGradGuard noGrad;
+            CountingScope inPlace(false);
+            for (auto& g : gradients) g.zero_();
+        }
+        restoreBuffers(startBuffers);
+    };
+    // An OOM in backward left part of a micro-batch in the accumulators: the batch starts over
+    // from its first sample (the same samples, the same weights), so the step is the one a run
+    // without the OOM takes. Returns the samples trained again.
+    const auto startOver = [&] {
+        const int64_t redone = offset;
+        dropPartialBatch();
+        offset = 0;
+        committed = 0;
+        largestUsed = 0;
+        lossSum = 0;
+        trainingPeak = {};
+        trialPeak = {};
+        plan.clear();
+        return redone;
+    };
+    // Several devices: the other ranks wait for this one's gradients, so a stop or pause waits for
+    // the batch's end, where the ranks agree on it (ranksAgree).
+    const auto stopHere = [&] { return !parallel && !waitWhilePaused(); };
+    if (parallel) parallel->oomsInStep = 0;
+    while (offset < localSize) {
+        if (stopHere()) return dropPartialBatch();
+        const int64_t remaining = localSize - offset;
+        int64_t size = 0;
+        bool trial = false;
+        if (probe) {
+            const auto proposed = probe->next();
+            if (!proposed) {
+                finishProbe();
+                plan.clear();
+                continue;
+            }
+            // Below the model's smallest micro-batch: the probe has run out of sizes that fit.
+            if (*proposed < minMicroBatch) {
+                if (!nextMemorySavers(0)) doesNotFit(0);
+                plan.clear();
+                continue;  // a new probe, with memory savers
+            }
+            // A trial that would leave one sample for a model that cannot train on one waits for
+            // the next batch.
+            const bool leavesTooFew = remaining - *proposed > 0 && remaining - *proposed < minPart;
+            if (*proposed <= remaining && !leavesTooFew) {
+                size = *proposed;
+                trial = true;
+            } else if (probe->result() > 0) {
+                size = planFor(remaining, probe->result()).front();
+            } else {
+                size = remaining;
+                trial = true;
+            }
+        } else {
+            const int64_t planned = plannedMicroBatch();
+            if (timing) {
+                // While the fastest size is being timed, each micro-batch that can have the timed
+                // size has it exactly: the turns switch sizes every timing, and an even split of
+                // the rest would leave micro-batches of neither size. Only the end of a batch, too
+                // short for it, trains untimed.
+                const int64_t rest = remaining - planned;
+                if (rest >= 0 && (rest == 0 || rest >= minPart)) {
+                    plan = {planned};
+                    if (rest > 0) {
+                        const std::vector<int64_t> after = planFor(rest, planned);
+                        plan.insert(plan.end(), after.begin(), after.end());
+                    }
+                } else {
+                    plan = planFor(remaining, planned);
+                }
+                plannedFor = 0;  // planned again for the next micro-batch
+            } else if (plan.empty() || planned != plannedFor) {
+                plan = planFor(remaining, planned);
+                plannedFor = planned;
+            }
+            size = plan.front();
+        }
+        const std::vector<int64_t> slice(indices.begin() + offset, indices.begin() + offset + size);
+        const StepModeWaiting waiting{now(), step + 1, committed, offset, size, batchSize, trial};
+        if (!parallel && !commands.waitForAdvance([&] { emit(waiting); })) return dropPartialBatch();
+        std::vector<int64_t> next;
+        if (options.prefetch && !trial && plan.size() >= 2) {
+            // The next micro-batch is known: load it while this one computes.
+            const int64_t nextOffset = offset + size;
+            next.assign(indices.begin() + nextOffset, indices.begin() + nextOffset + plan[1]);
+        }
+        const double weight = static_cast<double>(size) / static_cast<double>(batchSize);
+        MicroResult r =
+            runMicroBatch(slice, weight, std::move(next), /*measurement=*/false, offset == 0 ? &startBuffers : nullptr);
+        stepPeak = std::max(stepPeak, r.peakBytes);
+        const int64_t redone = !r.ok && r.failure.outOfMemory && r.phase == Phase::Backward ? startOver() : 0;
+        if (!r.ok && r.failure.outOfMemory && size == 1 && singleSampleOoms < kSingleSampleRetries) {
+            // Memory can be taken by others for a moment; retry a single sample before declaring
+            // that the model does not fit at all.
+            ++singleSampleOoms;
+            emit(
+                OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, 1, redone});
+            continue;
+        }
+        if (r.ok) singleSampleOoms = 0;
+        if (trial) {
+            const bool fit = r.ok;
+            if (fit || r.failure.outOfMemory) {
+                probe->record({size, fit, r.peakBytes});
+                emit(ProbeTrial{now(), probeSequence, probe->trials(), size, fit,
+                                fit && r.peakBytes <= probe->usableBytes(), r.peakBytes,
+                                fit ? 0 : r.failure.requestedBytes, r.seconds});
+            }
+        }
+        if (!r.ok && !r.failure.outOfMemory) {
+            std::string message = r.failure.message;
+            if (size < 2 && needsTwoSamples(message)) {
+                if (minMicroBatch < 2 && upperBound() >= 2) {
+                    // Nothing of the failed sample was kept (the error came before any gradient).
+                    minMicroBatch = 2;
+                    minPart = std::max<int64_t>(minPart, 2);
+                    emit(Warning{now(),
+                                 "the model's BatchNorm cannot train on a single sample (its last feature map is "
+                                 "1x1, one value per channel): micro-batches hold at least 2 samples from now on"});
+                    if (trial) {
+                        startProbe(currentProbeReason, 2, 0);
+                    } else {
+                        microBatch = std::max<int64_t>(microBatch, 2);
+                        plan.clear();
+                    }
+                    continue;
+                }
+                if (upperBound() < 2) {
+                    message +=
+                        " (the model's BatchNorm cannot train on one sample, and micro-batches are limited to 1 "
+                        "here: allow at least 2 with --max-micro-batch and --target-batch)";
+                }
+            }
+            if (autocastsFp16(savers) && message.find("Half") != std::string::npos) {
+                message += std::string(
+                               " (under float16 autocast, the memory savers fp16, a layer of the model got "
+                               "float16 inputs it cannot take with this LibTorch on this device; train with ") +
+                           (model->checkpointingUnsupported().empty() ? "bf16 or --memory-savers checkpoint)"
+                                                                      : "bf16 or --memory-savers off)");
+            }
+            if (autocastsBf16(savers) && message.find("BFloat16") != std::string::npos) {
+                message += std::string(
+                               " (under bfloat16 autocast, the memory saver bf16, a layer of the model got "
+                               "inputs of two types, which this LibTorch rejects; LibTorch 2.1 and later "
+                               "accept them in normalisations; here train without bf16, ") +
+                           (model->checkpointingUnsupported().empty() ? "e.g. --memory-savers checkpoint)"
+                                                                      : "--memory-savers off)");
+            }
+            throw FatalError{message, stepLabel() + ", micro-batch " + std::to_string(committed + 1) + " (" +
+                                          std::to_string(size) + " samples), " + toString(r.phase)};
+        }
+        if (!r.ok) {
+            int64_t next = 0;
+            if (trial) {
+                next = probe->result();
+            } else {
+                if (size <= 1 || (size / 2 < minMicroBatch && microBatch <= minMicroBatch)) {
+                    if (!nextMemorySavers(r.failure.requestedBytes)) doesNotFit(r.failure.requestedBytes);
+                    emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true,
+                                  minMicroBatch, redone});
+                    plan.clear();
+                    sampleMemory(true);
+                    continue;  // a new probe, with memory savers
+                }
+                next = std::max<int64_t>(minMicroBatch, size / 2);
+                microBatch = next;
+                drift.reset();  // no longer the chosen size
+                cleanStepsSinceShrink = 0;
+                plan.clear();
+            }
+            emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, next,
+                          redone});
+            if (!trial && timing) {
+                // The sizes being timed all fit at the probe; memory was taken since. Keep the
+                // best measured so far, never above what just failed.
+                timing->abandon("an out-of-memory error interrupted the timing");
+                finishTiming(std::min(timing->chosen(), next));
+            }
+            sampleMemory(true);
+            continue;
+        }
+        if (!trial && !plan.empty()) plan.erase(plan.begin());
+        // After the batch's first micro-batch its copy of the buffers stays resident (startBuffers).
+        (trial ? trialPeak : trainingPeak).offer(r, size, offset > 0 ? r.bufferCopyBytes : 0);
+        const bool teaching = commands.stepMode();
+        MicroBatchDone done{now(), step + 1, committed, offset, size, batchSize, weight, r.loss, trial, {}};
+        if (options.reportSampleIndices || teaching) done.sampleIndices = slice;
+        if (options.reportGradientNorm || teaching) done.gradientNorm = gradientNorm();
+        emit(std::move(done));
+        lossSum += r.loss * weight;
+        largestUsed = std::max(largestUsed, size);
+        offset += size;
+        ++committed;
+        if (!trial && timing && timing->next() == size) recordTiming(size, r.seconds);
+        sampleMemory(false);
+    }
+    if (probe && !probe->next()) finishProbe();
+    ledger.lastPeak = trainingPeak.size > 0 ? trainingPeak : trialPeak;
+    const double computeSeconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
+    const int64_t plannedLocal = localTarget();  // before reduceOverRanks chooses the next shares
+    if (parallel) {
+        // A probe's trials (and its OOMs) say nothing of the speed to come; the fastest-micro-batch
+        // timing trains at sizes that all fit, close enough to balance by, and can take many
+        // steps on a small share.
+        lossSum = reduceOverRanks(lossSum, localSize, largestUsed, committed, stepPeak, computeSeconds, !probe);
+    }
+    if (autocastsFp16(savers) && !unscaleGradients()) {
+        // A gradient overflowed float16 at this scale (on some rank: the sums above carry it to
+        // every rank, which all decide alike). No step: the batch is trained again at half the
+        // scale, so no sample is skipped.
+        const double lower = lossScale / 2;
+        if (lower < kMinLossScale) {
+            throw FatalError{formatText("the gradients are not finite even at loss scale %g under float16 autocast "
+                                        "(memory savers %s): the backward pass itself produces inf or NaN; train "
+                                        "with bf16 or without the float16 savers, or lower the learning rate",
+                                        lossScale, toString(savers)),
+                             stepLabel()};
+        }
+        emit(LossScaleChanged{now(), step + 1, lossScale, lower, true, localSize});
+        lossScale = lower;
+        stepsAtThisScale = 0;
+        dropPartialBatch();
+        redoneSince = stepStart;
+        return trainBatch(indices, batchSize);
+    }
+    optimizerStep();
+    ++step;
+    samplesSeen += batchSize;
+    if (autocastsFp16(savers) && ++stepsAtThisScale >= kLossScaleGrowthSteps && lossScale * 2 <= kMaxLossScale) {
+        emit(LossScaleChanged{now(), step, lossScale, lossScale * 2, false, 0});
+        lossScale *= 2;
+        stepsAtThisScale = 0;
+    }
+    if (parallel) finishRanksStep();
+    const double seconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
+    emit(OptimizerStepped{now(), step, committed});
+    emit(StepMetrics{
+        now(), step, sampler->epoch(), samplesSeen, lossSum, largestUsed,
+        microBatch > 0 && !timing ? static_cast<int64_t>(planFor(plannedLocal, microBatch).size()) : committed,
+        // With several devices the plan above is this rank's share's, and so is its total.
+        parallel ? plannedLocal : target, optimizer->learningRate(),
+        seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0, seconds, stepPeak, totalSteps()});
+    sampleMemory(true);
+    reportBreakdown();
+    if (const int64_t retries = meter->allocatorRetries(); retries > allocatorRetriesSeen) {
+        emit(Warning{now(), "the CUDA caching allocator had to free its cache and retry " +
+                                std::to_string(retries - allocatorRetriesSeen) + " allocation(s) during step " +
+                                std::to_string(step) +
+                                ": device memory is fragmented; a larger --headroom leaves "
+                                "it room (each retry costs time)"});
+        allocatorRetriesSeen = retries;
+    }
+    // This process's own speed: with several devices, without the wait for the other ranks.
+    const double ownSeconds = parallel ? computeSeconds : seconds;
+    if (drift && !probe && !timing && localSize == plannedLocal && batchSize == target && largestUsed == microBatch &&
+        ownSeconds > 0) {
+        if (std::optional<std::string> why = drift->observe(static_cast<double>(localSize) / ownSeconds)) {
+            emit(Warning{now(), *why});
+            lastChosen = microBatch;
+            startTiming(probedMicroBatch, microBatch);  // from the size in use, which just ran
+        }
+    }
+    lastBatch = indices;
+    commands.batchDone();
+    if (options.checkpoint.everySteps > 0 && step % options.checkpoint.everySteps == 0) writeCheckpoint();
+    if (cleanStepsSinceShrink >= 0 && !probe && ++cleanStepsSinceShrink >= options.regrowAfterSteps &&
+        options.regrowAfterSteps > 0) {
+        cleanStepsSinceShrink = -1;
+        if (microBatch < probedMicroBatch) startProbe(ProbeReason::Regrow, microBatch, microBatch);
+    }
+}
+
+Trainer::Trainer(TrainerOptions options, EventSink& sink) : m_impl(std::make_unique<Impl>(std::move(options), sink)) {
+    installCountingAllocator();
+}
+
+Trainer::~Trainer() = default;
+
+RunResult Trainer::run() {
+    Impl& d = *m_impl;
+    CountingScope counting(true);
+    d.start = Clock::now();
+    RunResult result;
+    d.setState(RunState::Starting, d.options.device);
+    try {
+        d.setup();
+        d.reportSummary();
+        d.sampleMemory(true);
+        d.reportBreakdown();
+        if (d.microBatch == 0) {
+            d.startProbe(ProbeReason::Initial, d.options.probe.initialMicroBatch, 0);
+        } else {
+            d.setState(RunState::Training, "micro-batch " + std::to_string(d.microBatch));
+        }
+        while (!d.limitReached()) {
+            if (d.parallel) {
+                // Every rank takes the same decision at the same batch, or none would go on; a
+                // pause too: a rank that waited on its own would leave the others in a collective.
+                const bool here = !d.applyCommands();
+                if (d.ranksAgree(here)) break;
+                if (d.holdWhilePaused()) continue;  // the commands given meanwhile, agreed again
+                const std::vector<int64_t> batch = d.sampler->next(d.target);
+                d.trainBatch(d.rankSlice(batch), static_cast<int64_t>(batch.size()));
+                d.parallel->lastBatch = batch;
+            } else {
+                if (!d.applyCommands() || !d.waitWhilePaused()) break;
+                const std::vector<int64_t> batch = d.sampler->next(d.target);
+                d.trainBatch(batch, static_cast<int64_t>(batch.size()));
+                if (d.commands.stopRequested()) break;
+            }
+            // With several devices rank 0 evaluates (it keeps the checkpoints); the others wait for
+            // it here as long as its heartbeat goes on, however long the pass takes.
+            if (d.validationDue()) {
+                if (!d.leads()) {
+                    d.awaitValidation();
+                } else {
+                    d.runValidation();
+                    if (d.parallel) d.parallel->link->markDone("validated/" + std::to_string(d.step));
+                }
+            }
+        }
+        result.stopped = d.commands.stopRequested() || (d.parallel && d.parallel->stoppedByRanks);
+        if (d.parallel) d.checkRanksAgree();  // at the end of every run, whatever the interval
+        std::optional<int64_t> equivalence = d.commands.takeEquivalence();
+        // A check asked for during the last batch still runs: the user is waiting for it (with
+        // several devices, asked for on any rank, on every rank together).
+        if (d.parallel) equivalence = d.agreeOnEquivalence(equivalence, result.stopped);
+        if (equivalence && !result.stopped) d.checkEquivalence(*equivalence);
+        // The end of the run is always evaluated (a stop asked for by the user is not held up by it).
+        if (!result.stopped && d.leads() && d.validationData && d.step > 0 && d.lastValidationStep != d.step)
+            d.runValidation();
+        if (result.stopped) d.setState(RunState::Stopping);
+        d.reservation = torch::Tensor();
+        // Saved already at this step (an interval, re-saved after a new best model), or not.
+        if (!d.options.checkpoint.directory.empty() && d.step > 0 && d.latestCheckpointStep != d.step)
+            d.writeCheckpoint();
+        result.state = RunState::Finished;
+        d.setState(RunState::Finished, result.stopped ? "stopped" : "done");
+    } catch (const LoadingCancelled&) {
+        // Stopped while loading: nothing was trained, nothing to save.
+        result.state = RunState::Finished;
+        result.stopped = true;
+        d.setState(RunState::Finished, "stopped while loading the data");
+    } catch (const FatalError& e) {
+        result.state = RunState::Failed;
+        result.error = e.message;
+        result.badInput = e.where == "configuration" || e.where == "dataset" || e.where == "model" ||
+                          e.where == "resume" || e.where == "checkpoint";
+        d.emit(ErrorEvent{d.now(), e.message, e.where});
+        d.setState(RunState::Failed, e.message);
+        if (d.parallel && !e.otherRankFailed) d.parallel->link->reportFailure(e.message);
+    } catch (const std::exception& e) {
+        const FailureInfo failure = classifyFailure(std::current_exception());
+        result.state = RunState::Failed;
+        result.error = failure.message;
+        if (d.parallel) d.parallel->link->reportFailure(failure.message);
+        d.emit(ErrorEvent{d.now(), failure.message, "step " + std::to_string(d.step + 1)});
+        d.setState(RunState::Failed, failure.message);
+    }
+    result.steps = d.step;
+    result.checkpointError = d.checkpointError;
+    // A run that ended while probing reports the largest size that fit so far.
+    result.microBatch = d.microBatch > 0 || !d.probe ? d.microBatch : d.probe->result();
+    d.probe.reset();
+    d.reservation = torch::Tensor();
+    return result;
+}
+
+void Trainer::pause() {
+    m_impl->commands.pause();
+}
+void Trainer::resume() {
+    m_impl->commands.resume();
+}
+void Trainer::stop() {
+    m_impl->commands.stop();
+}
+void Trainer::reprobe() {
+    m_impl->commands.reprobe();
+}
+void Trainer::switchDevice(const std::string& device, int rank) {
+    m_impl->commands.switchDevice(device, rank);
+}
+void Trainer::setStepMode(bool on) {
+    m_impl->commands.setStepMode(on);
+}
+void Trainer::advance() {
+    m_impl->commands.advance();
+}
+void Trainer::finishBatch() {
+    m_impl->commands.finishBatch();
+}
+void Trainer::checkEquivalence(int64_t samples) {
+    m_impl->commands.checkEquivalence(samples);
+}
+void Trainer::surveySavers() {
+    m_impl->commands.surveySavers();
+}
+void Trainer::setMemorySavers(MemorySavers savers) {
+    if (savers != MemorySavers::Auto) m_impl->commands.setMemorySavers(savers);
+}
+
+void Trainer::setTargetBatch(int64_t target, std::optional<LrScaling> rule) {
+    if (target > 0) m_impl->commands.setTarget(target, rule.value_or(m_impl->options.lrScaling));
+}
+
+std::shared_ptr<Model> Trainer::model() const {
+    return m_impl->model;
+}
+
+}  // namespace batchpilot::core

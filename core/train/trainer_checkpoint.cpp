@@ -1,0 +1,99 @@
+// The trainer's checkpoints: saving one, and restoring a run from one (core/train/checkpoint.h writes
+// and reads the file).
+
+#include <filesystem>
+
+#include "core/train/trainer_impl.h"
+
+namespace batchpilot::core {
+
+void Trainer::Impl::writeCheckpoint(const std::string& metric, double value) {
+    if (!leads()) return;  // several devices: rank 0 writes (every rank holds the same parameters)
+    TrainerState saved{step,
+                       samplesSeen,
+                       sampler->epoch(),
+                       sampler->position(),
+                       target,
+                       microBatch,
+                       optimizer->learningRate(),
+                       device.name(),
+                       model->name(),
+                       data->size(),
+                       options.checkpoint.keepBest,
+                       bestValue,
+                       autocastsFp16(savers) ? lossScale : 0.0};
+    // A batch that ended an epoch leaves the position at its end: the next one starts a new epoch.
+    if (sampler->position() >= data->size()) {
+        saved.samplerEpoch = sampler->completedEpochs();
+        saved.samplerPosition = 0;
+    }
+    const std::string directory =
+        metric.empty() ? options.checkpoint.directory
+                       : (std::filesystem::path(options.checkpoint.directory) / kBestCheckpointFolder).string();
+    auto written = saveCheckpoint(directory, *model, *optimizer, saved);
+    if (written) {
+        if (metric.empty()) latestCheckpointStep = step;
+        emit(CheckpointSaved{now(), step, *written, metric, value});
+    } else {
+        checkpointError = written.error();
+        emit(Warning{now(), (metric.empty() ? "checkpoint not saved: " : "best model not saved: ") + written.error()});
+    }
+}
+
+void Trainer::Impl::keepBestModel(const ValidationDone& done) {
+    const std::string& metric = options.checkpoint.keepBest;
+    if (metric.empty()) return;
+    const std::optional<double> value = validationMetric(done, metric);
+    if (!value || !std::isfinite(*value)) return;
+    if (!improves(metric, *value, bestValue)) return;
+    bestValue = *value;
+    writeCheckpoint(metric, *value);
+    // A latest checkpoint written at this step (an interval that ends here) was saved before
+    // this validation: save it again, so that it records the new best value for a resumed run.
+    if (latestCheckpointStep == step) writeCheckpoint();
+}
+
+void Trainer::Impl::restoreCheckpoint() {
+    const int64_t beforeState = meter->allocated();
+    auto resumed = loadCheckpoint(options.resumeFrom, *model, *optimizer);
+    if (!resumed) throw FatalError{resumed.error(), "resume"};
+    // The sampler's position counts samples of the training set: on another set (another data
+    // file, or another held-out share) it would skip or repeat samples without a word.
+    if (resumed->trainingSamples >= 0 && resumed->trainingSamples != data->size()) {
+        throw FatalError{"the checkpoint in " + options.resumeFrom + " was written while training on " +
+                             std::to_string(resumed->trainingSamples) + " samples, but this run trains on " +
+                             std::to_string(data->size()) +
+                             " (other data, or another --validation-split or --validation-data): resume with "
+                             "the data and validation options of the run that wrote it, or start a new run",
+                         "resume"};
+    }
+    // Only a share held out of the data itself changed the training set: synthetic data gets
+    // extra samples of its own, and --validation-data leaves the training file whole.
+    if (resumed->trainingSamples < 0 && heldOutOfTraining) {
+        emit(Warning{now(), "the checkpoint in " + options.resumeFrom +
+                                " does not record how many samples it trained on (it was written before "
+                                "validation data was held out): if that run trained on all of the data, "
+                                "resume with --validation-split 0 so that the same samples follow"});
+    }
+    if (optimizer->stateReady()) ledger.optimizerStateBytes = std::max<int64_t>(0, meter->allocated() - beforeState);
+    // The best value so far carries over only when this run keeps its best model by the same metric.
+    if (!options.checkpoint.keepBest.empty() && resumed->bestMetric == options.checkpoint.keepBest)
+        bestValue = resumed->bestValue;
+    // float16 autocast goes on at the scale it had reached (a fresh scale could overflow and
+    // redo the first batch, rounding its gradients otherwise than the uninterrupted run).
+    if (resumed->lossScale > 0) lossScale = resumed->lossScale;
+    step = resumed->step;
+    samplesSeen = resumed->samplesSeen;
+    sampler->restore(resumed->samplerEpoch, resumed->samplerPosition);
+    target = resumed->targetBatch;
+    if (resumed->device == device.name() && !options.parallel) {
+        // Known to fit here: continue without probing; an OOM would still shrink it.
+        microBatch = std::min(resumed->microBatch, upperBound());
+        probedMicroBatch = microBatch;
+    }
+    emit(RunStateChanged{now(), RunState::Starting,
+                         "resumed from step " + std::to_string(step) + " of " + options.resumeFrom +
+                             ", at the checkpoint's target batch " + std::to_string(target)});
+}
+
+}  // namespace batchpilot::core

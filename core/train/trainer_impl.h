@@ -1,0 +1,457 @@
+#pragma once
+
+// Private to the trainer's files (trainer*.cpp): the run's state and the helpers its parts share.
+// Trainer::Impl is one object on purpose, the run thread's state; its methods are grouped by
+// concern in trainer.cpp (setup, the training loop, commands), trainer_probe.cpp (probe and
+// device switch), trainer_memory.cpp (memory samples, breakdown, "does not fit"),
+// trainer_equivalence.cpp and trainer_checkpoint.cpp.
+
+#include "core/train/trainer.h"
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <cmath>
+#include <optional>
+
+#include "core/plan/accumulation_plan.h"
+#include "core/base/byte_size.h"
+#include "core/train/checkpoint.h"
+#include "core/train/command_mailbox.h"
+#include "core/device/math_libraries.h"
+#include "core/config/memory_savers.h"
+#include "core/device/cuda_meter.h"
+#include "core/device/counting_allocator.h"
+#include "core/data/dataset.h"
+#include "core/device/device.h"
+#include "core/base/cancel.h"
+#include "core/train/equivalence.h"
+#include "core/events/event_json.h"
+#include "core/nn/loss.h"
+#include "core/nn/model.h"
+#include "core/nn/model_factory.h"
+#include "core/device/oom.h"
+#include "core/optim/optimizer.h"
+#include "core/data/prefetcher.h"
+#include "core/distributed/process_group.h"
+#include "core/plan/rank_shares.h"
+#include "core/plan/probe_search.h"
+#include "core/data/sampler.h"
+#include "core/plan/saver_survey.h"
+#include "core/base/text_format.h"
+#include "core/plan/throughput_search.h"
+#include "core/device/torch_compat.h"
+#include "core/train/validation.h"
+
+namespace batchpilot::core {
+namespace trainer_detail {
+
+using Clock = std::chrono::steady_clock;
+
+/// BatchNorm's refusal of one value per channel in training (LibTorch's C++ and TorchScript
+/// batch_norm both word it so).
+inline bool needsTwoSamples(const std::string& message) {
+    return message.find("Expected more than 1 value per channel when training") != std::string::npos;
+}
+
+/// The torch device a DeviceSpec's tensors live on (virtual devices are the CPU).
+inline torch::Device torchDevice(const DeviceSpec& device) {
+    return device.kind == DeviceKind::Cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.index))
+                                           : torch::Device(torch::kCPU);
+}
+
+/// OOMs in a row at micro-batch 1 before the model is declared too big for the device.
+constexpr int kSingleSampleRetries = 2;
+
+/// A run-ending error with a message for the user (not retried).
+struct FatalError {
+    std::string message;
+    std::string where;
+    /// Several devices: this rank fails because another one did (that one reported the cause).
+    bool otherRankFailed = false;
+};
+
+/// A loss that is NaN or infinite: training cannot continue meaningfully.
+class NonFiniteLoss : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// Outcome of one micro-batch.
+struct MicroResult {
+    bool ok = false;
+    FailureInfo failure;
+    Phase phase = Phase::Copy;
+    double loss = 0;
+    int64_t peakBytes = 0;
+    int64_t residentBytes = 0;    ///< allocated when the micro-batch started
+    int64_t inputBytes = 0;       ///< the micro-batch's inputs and targets on the device
+    int64_t bufferCopyBytes = 0;  ///< the copy of the model's buffers kept during it
+    double seconds = 0;
+};
+
+/// The micro-batch with the highest peak in a step, for the memory breakdown.
+struct PeakRecord {
+    int64_t resident = 0;
+    int64_t peak = 0;
+    int64_t size = 0;
+    int64_t input = 0;       ///< MicroResult::inputBytes
+    int64_t bufferCopy = 0;  ///< MicroResult::bufferCopyBytes
+    int64_t batchCopy = 0;   ///< the batch's copy of the buffers, resident during it (0: the batch's first)
+    void offer(const MicroResult& r, int64_t microBatch, int64_t batchCopyBytes) {
+        if (r.peakBytes > peak)
+            *this = {r.residentBytes, r.peakBytes, microBatch, r.inputBytes, r.bufferCopyBytes, batchCopyBytes};
+    }
+};
+
+/// Where the device memory goes: the parts of the memory breakdown (reportBreakdown), each
+/// measured by the meter at the point named in MemoryBreakdown.
+struct MemoryLedger {
+    int64_t parameterBytes = 0;
+    int64_t gradientBytes = 0;
+    int64_t optimizerStateBytes = 0;
+    PeakRecord lastPeak;  ///< the last step's highest micro-batch peak
+};
+
+/// Several devices (trainer_parallel.cpp): this rank's view of the job.
+struct ParallelState {
+    std::shared_ptr<ProcessGroupLink> link;
+    std::vector<std::string> devices;  ///< every rank's device, by rank
+    /// Every rank's share of a full training batch (of `target` samples), by rank.
+    std::vector<int64_t> shares;
+    std::optional<ShareBalancer> balancer;
+    /// The gradient accumulators' storage: Impl::gradients are views into these flat buffers,
+    /// so the all-reduce sums them in place, a few large tensors instead of one per parameter.
+    std::vector<torch::Tensor> buckets;
+    bool sharedByCapacity = false;  ///< the shares follow every rank's probed micro-batch
+    int oomsInStep = 0;             ///< this rank's recovered OOMs in the current step
+    int64_t lastCheckedStep = -1;   ///< step of the last parameter comparison
+    bool stoppedByRanks = false;    ///< the run ended because a rank asked to stop
+    /// A target batch change asked for on this rank, waiting for the ranks to agree on it.
+    std::optional<std::pair<int64_t, LrScaling>> requestedTarget;
+    /// Memory savers asked for on this rank, waiting for the ranks to agree on them.
+    std::optional<MemorySavers> requestedSavers;
+    bool surveyRequested = false;  ///< a survey of the memory savers asked for on this rank
+    /// Device switches asked for on this rank (by the rank that is to move), and an equivalence
+    /// check (its samples; 0: the whole batch), waiting for the ranks to agree on them.
+    std::map<int, std::string> requestedDevices;
+    std::optional<int64_t> requestedEquivalence;
+    int64_t switches = 0;            ///< device switches agreed so far: names each one's keys in the store
+    int64_t equivalenceChecks = 0;   ///< equivalence checks agreed so far: the same
+    std::vector<int64_t> lastBatch;  ///< the last training batch, every rank's samples (the equivalence check's)
+    /// Where each rank could use NCCL (ProcessGroupLink::ncclPlace: its host, empty: it cannot),
+    /// and why Gloo sums the gradients when it does.
+    std::vector<std::string> places;
+    std::string collectivesWhy;
+    /// BatchNorm's running statistics (their indices in the model's buffers): each rank's see
+    /// only its share of a batch, so after every step each rank keeps their average over the
+    /// ranks, weighted by share: the same on every rank, from every sample of the batch.
+    std::vector<size_t> statistics;
+    /// The ranks that voted to pause at this batch boundary (ranksAgree), for holdWhilePaused.
+    std::vector<int> pausingRanks;
+    int64_t pauses = 0;   ///< pauses agreed so far: names each one's key in the store
+    RanksStepped report;  ///< the current step's, filled by reduceOverRanks
+    /// This rank's probe and OOM events since the last step's exchange (ranks other than 0),
+    /// which rank 0 receives with the step (reduceOverRanks) and emits as RankProbed.
+    std::vector<Event> unreported;
+    int64_t reportExchanges = 0;  ///< names each exchange of those reports in the store
+};
+
+}  // namespace trainer_detail
+
+using namespace trainer_detail;
+
+/// Thrown by setup when the user stopped the run while the data was loading.
+struct LoadingCancelled {};
+
+struct Trainer::Impl {
+    Impl(TrainerOptions o, EventSink& s) : options(std::move(o)), sink(s), commands(options.stepMode) {}
+
+    TrainerOptions options;
+    EventSink& sink;
+
+    CommandMailbox commands;  ///< posted from any thread, taken by the run thread
+
+    // Run state: touched by the run thread only.
+    Clock::time_point start = Clock::now();
+    std::shared_ptr<Dataset> data;  ///< the training data (without the held-out samples)
+    /// The held-out data (core/train/validation.h); null without validation.
+    std::shared_ptr<Dataset> validationData;
+    /// The validation samples were taken out of the data set (makeValidation returned a smaller
+    /// training set), rather than generated extra or read from --validation-data.
+    bool heldOutOfTraining = false;
+    int64_t validationMicroBatch = 0;        ///< where the next validation pass starts (0: none ran yet)
+    int64_t validationCeiling = 0;           ///< smallest validation micro-batch that ran out of memory (0: none)
+    int64_t lastValidationStep = 0;          ///< step of the last validation pass
+    int64_t validatedEpochs = 0;             ///< completed epochs at the last validation pass
+    std::unique_ptr<Prefetcher> prefetcher;  ///< loads the next micro-batch during this one
+    std::shared_ptr<Model> model;
+    std::unique_ptr<Optimizer> optimizer;
+    DeviceSpec device;
+    std::unique_ptr<MemoryMeter> meter;
+    std::vector<torch::Tensor> parameters;
+    std::vector<torch::Tensor> gradients;  ///< accumulated, weighted gradients of the batch
+    torch::Tensor reservation;             ///< optimizer state held back during the first probe
+    std::optional<Sampler> sampler;
+    int64_t target = 0;
+    int64_t microBatch = 0;        ///< 0 until the first probe finishes
+    int64_t probedMicroBatch = 0;  ///< result of the last probe (regrow target)
+    /// Smallest micro-batch the model can train on: 2 once BatchNorm refused a single sample
+    /// (a 1x1 feature map leaves it one value per channel).
+    int64_t minMicroBatch = 1;
+    /// Smallest part the rest of a batch is split into, never below minMicroBatch: 2 for
+    /// BatchNorm models from the start (one sample normalised alone is useless even where
+    /// BatchNorm accepts it).
+    int64_t minPart = 1;
+    ProbeReason currentProbeReason = ProbeReason::Initial;
+    std::optional<ProbeSearch> probe;
+    int probeSequence = 0;
+    Clock::time_point probeStart;
+    /// The fastest-micro-batch search after a probe (objective "fastest"): it names the size of
+    /// each training micro-batch until it decides (trainer_probe.cpp).
+    std::optional<ThroughputSearch> timing;
+    Clock::time_point timingStart;
+    /// The size the last search chose, where the next one starts (0: none yet, or the run moved
+    /// to other hardware, where the old timings say nothing).
+    int64_t lastChosen = 0;
+    /// After a decision, with probe.retime_every: watches the throughput for a drift that asks
+    /// for a new search (trainBatch). Empty while probing or timing, and after an OOM shrink.
+    std::optional<DriftWatch> drift;
+    int64_t step = 0;
+    int64_t samplesSeen = 0;
+    int cleanStepsSinceShrink = -1;  ///< -1: no shrink pending a regrow
+    int singleSampleOoms = 0;        ///< consecutive OOMs at micro-batch 1
+    double lastMemorySample = -1;
+    RunState state = RunState::Idle;
+    std::vector<int64_t> lastBatch;  ///< indices of the last committed training batch
+    /// Several devices: the job this rank belongs to (null: one process trains every batch).
+    std::optional<ParallelState> parallel;
+    MemoryLedger ledger;
+
+    double now() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+    void emit(Event event) {
+        if (parallel) {
+            if (std::holds_alternative<OomEvent>(event)) ++parallel->oomsInStep;
+            // Rank 0 shows every rank's probes and OOMs: the others send theirs with the step.
+            if (parallel->link->rank() != 0 && isRankReported(event)) parallel->unreported.push_back(event);
+        }
+        sink.onEvent(event);
+    }
+    /// This process keeps the checkpoints and evaluates: the only one, or rank 0 of several.
+    bool leads() const { return !parallel || parallel->link->rank() == 0; }
+    void setState(RunState s, std::string detail = {}) {
+        state = s;
+        emit(RunStateChanged{now(), s, std::move(detail)});
+    }
+    int64_t usableBytes() const {
+        return static_cast<int64_t>(static_cast<double>(meter->capacity()) * (1.0 - options.probe.headroom));
+    }
+    /// The rest of a batch split for training (AccumulationPlan::split), with a last part below
+    /// minPart merged into the one before it (only possible at micro-batch 2: 2+1 -> 3).
+    std::vector<int64_t> planFor(int64_t remaining, int64_t micro) const {
+        std::vector<int64_t> sizes = AccumulationPlan::split(remaining, micro);
+        if (sizes.size() >= 2 && sizes.back() < minPart) {
+            sizes[sizes.size() - 2] += sizes.back();
+            sizes.pop_back();
+        }
+        return sizes;
+    }
+    /// The samples of a training batch this process trains: the target batch, or with several
+    /// devices this rank's share of it.
+    int64_t localTarget() const {
+        return parallel ? parallel->shares[static_cast<size_t>(parallel->link->rank())] : target;
+    }
+    int64_t upperBound() const {
+        int64_t bound = std::min(localTarget(), data->size());
+        if (options.probe.maxMicroBatch > 0) bound = std::min(bound, options.probe.maxMicroBatch);
+        return bound;
+    }
+    /// Whichever limit comes first ends the run; with neither it runs until stopped.
+    bool limitReached() const {
+        if (options.steps && step >= *options.steps) return true;
+        return options.epochs && sampler->completedEpochs() >= *options.epochs;
+    }
+    /// The step limit for progress displays; 0 when the run is unbounded.
+    int64_t totalSteps() const {
+        int64_t total = options.steps.value_or(0);
+        if (options.epochs) {
+            const int64_t byEpochs = *options.epochs * ((data->size() + target - 1) / target);
+            total = total > 0 ? std::min(total, byEpochs) : byEpochs;
+        }
+        return total;
+    }
+
+    void setup();
+    /// A validation pass is due after this step: every validation.every_steps steps, or when an
+    /// epoch was completed since the last one.
+    bool validationDue() const;
+    /// Evaluates the held-out data and reports ValidationDone (trainer_validation.cpp).
+    void runValidation();
+    void sampleMemory(bool force);
+    void reportBreakdown();
+    void reportSummary();
+    /// Reports EquivalenceChecked (trainer_equivalence.cpp). With several devices every rank
+    /// runs it at the same batch (agreed in ranksAgree): the check batch is split over the ranks
+    /// as training splits it, each accumulates its part with its own micro-batch plan, the parts
+    /// are summed over the ranks, and rank 0 compares the sum with one full pass and reports it.
+    void checkEquivalence(int64_t samples);
+    /// The gradient of `indices` accumulated by training's own code (runMicroBatch into the
+    /// accumulators) in micro-batches of `microBatchSizes`, each weighted by its share of
+    /// `batchSize` samples (several devices: the whole check batch, of which `indices` is this
+    /// rank's part); training's state is left as it was.
+    std::vector<torch::Tensor> accumulateAsTraining(const std::vector<int64_t>& indices,
+                                                    const std::vector<int64_t>& microBatchSizes, int64_t batchSize);
+    /// L2 norm of the accumulated gradients (uncounted: a few scalars).
+    double gradientNorm() const {
+        torch::NoGradGuard noGrad;
+        CountingScope scalars(false);
+        // One norm per tensor, then the norm of those: no copies, one synchronisation.
+        std::vector<torch::Tensor> norms;
+        norms.reserve(gradients.size());
+        for (const auto& g : gradients) norms.push_back(g.norm());
+        return torch::stack(norms).norm().item<double>();
+    }
+    void startProbe(ProbeReason reason, int64_t initial, int64_t knownFit);
+    void finishProbe();
+    /// Starts timing sizes up to `largest` (objective "fastest"; otherwise nothing); `warmSize`
+    /// just ran (the probe's last trial), so it needs no warm-up.
+    void startTiming(int64_t largest, int64_t warmSize = 0);
+    /// A training micro-batch of the size the timing asked for took `seconds`.
+    void recordTiming(int64_t size, double seconds);
+    /// Ends the timing: training uses `size` (the search's choice unless an OOM lowered it).
+    void finishTiming(int64_t size);
+    /// The micro-batch size training plans with now: the timed candidate while timing.
+    int64_t plannedMicroBatch() const { return timing && timing->next() ? *timing->next() : microBatch; }
+    bool applyCommands();
+    bool waitWhilePaused();
+    /// Trains `indices` and takes the optimizer step. `batchSize`: the whole training batch's
+    /// size, which weights each micro-batch (size / batchSize); with several devices `indices`
+    /// is this rank's share of it, and the gradients are summed over the ranks before the step.
+    void trainBatch(const std::vector<int64_t>& indices, int64_t batchSize);
+    /// Sets the target batch to `next`, the learning rate scaled by `rule`, and probes again
+    /// unless a probe runs; true when it started one.
+    bool changeTarget(int64_t next, LrScaling rule);
+    // Several devices (trainer_parallel.cpp).
+    /// Joins the job: refuses what it cannot do, gives every rank rank 0's parameters, learns the
+    /// ranks' devices, keeps the gradients in buckets and splits the target by usable memory.
+    void setupParallel();
+    /// At a batch boundary, every rank together: whether to stop (any rank asked to), the
+    /// target batch change asked for (the lowest rank's that asked), applied by all of them, and
+    /// which ranks asked to pause (ParallelState::pausingRanks).
+    bool ranksAgree(bool stopHere);
+    /// After ranksAgree, when ranks asked to pause: each of them waits until it is resumed (or
+    /// stopped), then says so in the store; every rank waits for all of them, as long as they
+    /// live (a pause may outlast any collective's timeout). False when no rank paused.
+    bool holdWhilePaused();
+    /// The gradient accumulators become views into a few flat buckets (zero, as at a batch
+    /// boundary), so the all-reduce works in place on large tensors; after a switch, on the new device.
+    void bucketGradients();
+    /// NCCL when every rank is on a GPU of its own and can use it, else Gloo (chooseCollectives);
+    /// every rank alike, at the start and after a device switch. A new NCCL communicator forms at
+    /// once (an all-reduce of the zero buckets), not in the middle of the next step.
+    void chooseRankCollectives();
+    /// A device switch agreed in ranksAgree: every rank learns the switches asked for, the ranks
+    /// named move and probe again, and every rank learns the ranks' devices (or why one stayed).
+    void switchRanks();
+    /// The end of a run: an equivalence check asked for on any rank during the last batch (its
+    /// samples), which every rank then runs together; none when a rank was stopped.
+    std::optional<int64_t> agreeOnEquivalence(std::optional<int64_t> mine, bool stopped);
+    /// This rank's part of a training batch.
+    std::vector<int64_t> rankSlice(const std::vector<int64_t>& batch) const;
+    /// After this rank's micro-batches: exchanges the ranks' numbers, sums the gradients and the
+    /// loss over the ranks, reports RanksStepped and chooses the next shares. Returns the loss
+    /// of the whole batch.
+    double reduceOverRanks(double lossSum, int64_t share, int64_t largestUsed, int64_t committed, int64_t peak,
+                           double computeSeconds, bool settled);
+    /// After the optimizer step: compares the ranks' parameters when due, reports RanksStepped
+    /// and applies the next shares (from the next batch on).
+    void finishRanksStep();
+    /// A rank other than 0, where rank 0 validates after this step: waits until it is done, as
+    /// long as rank 0 lives (ProcessGroupLink::waitWhileAlive), and counts the pass as its own.
+    void awaitValidation();
+    /// Compares a checksum of every rank's parameters (once per step); a difference stops the run.
+    void checkRanksAgree();
+    /// A collective failed: the message, naming the ranks that did not get to `step`.
+    [[noreturn]] void ranksFailed(const std::exception& error, const std::string& during);
+    /// `next`: the micro-batch after this one, when known; it is requested from the prefetcher
+    /// once this one's samples are taken (requesting it earlier would replace this one's load).
+    /// `measurement` true: the model's buffers are put back afterwards (surveySavers, which also
+    /// puts back the accumulators). `buffersBefore`: where a micro-batch that succeeded leaves its
+    /// copy of the buffers as they were before it (the first of a batch: the batch's start).
+    MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next = {},
+                              bool measurement = false, std::vector<torch::Tensor>* buffersBefore = nullptr);
+    /// Makes each parameter's .grad its accumulator in `gradients`, where backward adds in place
+    /// (an undefined accumulator unlinks it); call after `parameters` or `gradients` change.
+    void linkGradients();
+    /// Copies of the model's buffers (counted: they take device memory), and putting them back.
+    std::vector<torch::Tensor> copyBuffers() const;
+    void restoreBuffers(const std::vector<torch::Tensor>& saved);
+    void optimizerStep();
+    /// Moves to `next` (and reports DeviceSwitched); what stood in the way when it cannot.
+    std::optional<std::string> switchTo(const DeviceSpec& next);
+    /// Saves the latest checkpoint in options.checkpoint.directory; with `metric`, the best model
+    /// so far (its `value` on that validation metric) in the directory's best/ folder.
+    void writeCheckpoint(const std::string& metric = {}, double value = 0);
+    /// After a validation pass: saves the model as the best so far when `done` beats every earlier
+    /// pass on options.checkpoint.keepBest (strictly: a tie keeps the earlier model).
+    void keepBestModel(const ValidationDone& done);
+    /// The best value of options.checkpoint.keepBest so far, kept in every checkpoint so that a
+    /// resumed run goes on comparing; NaN: none yet.
+    double bestValue = std::numeric_limits<double>::quiet_NaN();
+    /// Model, optimizer and trainer state from options.resumeFrom (setup, after the model exists).
+    void restoreCheckpoint();
+    void releaseFailedBackward();
+    std::string checkpointError;        ///< the last failed save's message
+    int64_t latestCheckpointStep = -1;  ///< step of the latest checkpoint written (-1: none)
+    int64_t allocatorRetriesSeen = 0;   ///< the meter's allocator retries already reported
+    /// Stops the run: the model does not fit. Where a memory saver would help (not during setup,
+    /// nor for the optimizer state: `suggestSavers` false) the message names the one that makes
+    /// the smallest micro-batch fit fastest, measured (surveySavers).
+    [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false, bool suggestSavers = true);
+    /// The memory savers in use: options.memorySavers, or what "auto" turned on so far (never Auto).
+    MemorySavers savers = MemorySavers::Off;
+    void useMemorySavers(MemorySavers next);
+    /// The forward pass's autocast for the savers in use: bfloat16, float16, or off.
+    AutocastState forwardAutocast() const {
+        if (autocastsFp16(savers)) return {true, c10::ScalarType::Half};
+        return {autocastsBf16(savers), c10::ScalarType::BFloat16};
+    }
+    /// float16 autocast scales the loss by this before backward (TrainerOptions::lossScale at
+    /// first); the optimizer steps since it last changed.
+    double lossScale = 1;
+    int64_t stepsAtThisScale = 0;
+    /// When the batch being trained again after an overflow was first started.
+    std::optional<Clock::time_point> redoneSince;
+    /// What backward's loss is multiplied by: the loss scale under float16 autocast, else 1.
+    double backwardScale() const { return autocastsFp16(savers) ? lossScale : 1.0; }
+    /// float16 autocast, before the optimizer step: true when every gradient of the batch is
+    /// finite, which are then divided by the loss scale; false (gradients untouched) on overflow.
+    bool unscaleGradients();
+    /// Why float16 autocast cannot run on this device with this LibTorch; empty: it can.
+    std::string float16Unavailable() const;
+    /// memory_savers auto, when nothing fits at the smallest micro-batch: measures every saver
+    /// (surveySavers) and turns on the fastest that fits and was not tried yet, says so, and starts
+    /// a probe. False when none is left, or the option is not auto: the caller stops the run
+    /// (doesNotFit).
+    bool nextMemorySavers(int64_t requested);
+    /// The savers memory_savers auto turned on so far in this run (each at most once).
+    std::vector<MemorySavers> autoTried;
+    /// Measures every memory saver on the model, the device and the data's first samples
+    /// (core/plan/saver_survey.h decides the sizes and predicts), reports SaverSurvey and returns it.
+    /// Nothing changes: the savers in use, the model's statistics, the batch's gradients and the
+    /// CPU's random stream are as before.
+    SaverSurvey surveySavers(const std::string& reason);
+    /// The last survey (what MemorySaversChanged's prediction comes from).
+    std::optional<SaverSurvey> lastSurvey;
+    /// Why a survey is due at the next training batch (finishProbe found a micro-batch below
+    /// TrainerOptions::saverThreshold); empty: none.
+    std::string surveyDue;
+    /// Uses `next` from now on: reports MemorySaversChanged (`why`) and starts a probe from the
+    /// last survey's prediction. False (with a Warning where it is refused) when nothing changed.
+    bool applySavers(MemorySavers next, const std::string& why);
+    /// Why the loss is not finite: the data, the model before any update, or divergence.
+    std::string nonFiniteLossReason(double loss, const torch::Tensor& inputs, const torch::Tensor& output,
+                                    const torch::Tensor& targets) const;
+};
+
+}  // namespace batchpilot::core

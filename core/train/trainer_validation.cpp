@@ -1,0 +1,119 @@
+// The trainer's validation pass: the held-out data (core/train/validation.h) evaluated without
+// gradients, in eval mode, at a micro-batch of its own that grows while memory allows and halves
+// on an out-of-memory error, like training's. Training's state is not changed.
+
+#include <numeric>
+
+#include "core/train/trainer_impl.h"
+#include "core/train/validation.h"
+
+namespace batchpilot::core {
+namespace {
+
+/// Puts the model in eval mode for the pass and back in training mode however the pass ends.
+struct EvalMode {
+    explicit EvalMode(Model& m) : model(m) { model.train(false); }
+    ~EvalMode() { model.train(true); }
+    EvalMode(const EvalMode&) = delete;
+    EvalMode& operator=(const EvalMode&) = delete;
+    Model& model;
+};
+
+}  // namespace
+
+bool Trainer::Impl::validationDue() const {
+    if (!validationData || step == 0 || step == lastValidationStep) return false;
+    if (options.validation.everySteps) return step % *options.validation.everySteps == 0;
+    return sampler->completedEpochs() > validatedEpochs;
+}
+
+void Trainer::Impl::runValidation() {
+    const auto started = Clock::now();
+    const int64_t total = validationData->size();
+    const int64_t training = std::max<int64_t>(1, microBatch > 0 ? microBatch : probedMicroBatch);
+    // Without gradients no activation is kept for backward: a micro-batch several times
+    // training's fits. It starts at twice training's (or where the last pass ended) and doubles
+    // while a micro-batch's memory would still fit twice over, up to four times training's (at
+    // least 256): larger ones buy no speed.
+    const int64_t cap = std::min(total, std::max<int64_t>(256, 4 * training));
+    int64_t size = validationMicroBatch > 0 ? validationMicroBatch : std::min(cap, 2 * training);
+    if (validationCeiling > 0) size = std::min(size, std::max<int64_t>(1, validationCeiling / 2));
+    ValidationTotals totals(options.loss);
+    int ooms = 0;
+    int64_t largest = 0;
+    int64_t offset = 0;
+    EvalMode eval(*model);
+    while (offset < total) {
+        if (commands.stopRequested()) return;  // stopping: the pass is dropped, nothing was changed
+        const int64_t n = std::min(size, total - offset);
+        std::vector<int64_t> indices(static_cast<size_t>(n));
+        std::iota(indices.begin(), indices.end(), offset);
+        const int64_t resident = meter->allocated();
+        meter->resetPeak();
+        std::exception_ptr error;
+        try {
+            torch::NoGradGuard noGrad;
+            Batch host;
+            {
+                CountingScope hostMemory(false);  // read into host memory, as the prefetcher does
+                host = validationData->get(indices);
+            }
+            const torch::Device where = parameters.front().device();
+            torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs.clone();
+            torch::Tensor targets = where.is_cuda() ? host.targets.to(where) : host.targets.clone();
+            host = Batch{};
+            totals.add(model->forward(inputs), targets);
+        } catch (const std::exception&) {
+            error = std::current_exception();
+        }
+        if (error) {
+            const FailureInfo failure = classifyFailure(error);
+            if (!failure.outOfMemory) {
+                throw FatalError{"validation failed: " + failure.message,
+                                 "validation after step " + std::to_string(step) + " (" + std::to_string(n) +
+                                     " held-out samples from position " + std::to_string(offset) + ")"};
+            }
+            meter->releaseCache();
+            if (n <= 1) {
+                throw FatalError{"validation does not fit on " + device.name() +
+                                     " even one sample at a time, next to training's memory: " + failure.message,
+                                 "validation after step " + std::to_string(step)};
+            }
+            ++ooms;
+            validationCeiling = n;
+            size = std::max<int64_t>(1, n / 2);
+            emit(OomEvent{now(), step, Phase::Validation, n, failure.requestedBytes, failure.message, true, size});
+            sampleMemory(true);
+            continue;
+        }
+        offset += n;
+        largest = std::max(largest, n);
+        const int64_t activations = std::max<int64_t>(0, meter->peakReserved() - resident);
+        const bool roomForTwice = resident + 2 * activations <= usableBytes();
+        const bool belowFailure = validationCeiling == 0 || 2 * size < validationCeiling;
+        if (n == size && roomForTwice && belowFailure && 2 * size <= cap) size *= 2;
+        sampleMemory(false);
+    }
+    validationMicroBatch = size;
+    lastValidationStep = step;
+    validatedEpochs = sampler->completedEpochs();
+    ValidationDone done;
+    done.time = now();
+    done.step = step;
+    done.epoch = sampler->completedEpochs();
+    done.samplesSeen = samplesSeen;
+    done.samples = totals.samples();
+    done.loss = totals.meanLoss();
+    done.accuracy = totals.accuracy();
+    done.top5Accuracy = totals.top5Accuracy();
+    done.meanSquaredError = totals.meanSquaredError();
+    done.meanAbsoluteError = totals.meanAbsoluteError();
+    done.microBatch = largest;
+    done.ooms = ooms;
+    done.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    emit(done);
+    keepBestModel(done);
+    sampleMemory(true);
+}
+
+}  // namespace batchpilot::core

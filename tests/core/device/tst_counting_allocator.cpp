@@ -1,0 +1,150 @@
+#include <QtTest>
+#include "tests/test_main.h"
+
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "core/device/counting_allocator.h"
+#include "core/device/device.h"
+
+namespace tst_counting_allocator {
+
+using namespace batchpilot::core;
+
+class TestCountingAllocator : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() { installCountingAllocator(); }
+    void cleanup() {
+        CountingAllocator::instance().setBudget(0);
+        CountingAllocator::instance().failAfter(0);
+    }
+
+    void countsOnlyCountingThreads() {
+        auto& allocator = CountingAllocator::instance();
+        const int64_t before = allocator.allocated();
+        torch::Tensor uncounted = torch::empty({1024}, torch::kFloat32);
+        QCOMPARE(allocator.allocated(), before);
+        {
+            CountingScope counting;
+            torch::Tensor counted = torch::empty({1024}, torch::kFloat32);
+            QCOMPARE(allocator.allocated(), before + 4096);
+            // Another thread's allocations do not count, even while this one counts.
+            std::thread other([] { torch::Tensor t = torch::empty({4096}, torch::kFloat32); });
+            other.join();
+            QCOMPARE(allocator.allocated(), before + 4096);
+        }
+        QCOMPARE(allocator.allocated(), before);
+    }
+
+    void freeOnAnotherThreadUncounts() {
+        auto& allocator = CountingAllocator::instance();
+        const int64_t before = allocator.allocated();
+        torch::Tensor t;
+        {
+            CountingScope counting;
+            t = torch::empty({256}, torch::kFloat64);
+        }
+        QCOMPARE(allocator.allocated(), before + 2048);
+        std::thread other([moved = std::move(t)]() mutable { moved = torch::Tensor(); });
+        other.join();
+        QCOMPARE(allocator.allocated(), before);
+    }
+
+    void budgetThrowsOutOfMemoryError() {
+        auto& allocator = CountingAllocator::instance();
+        CountingScope counting;
+        const int64_t before = allocator.allocated();
+        allocator.setBudget(before + 1024 * 1024);
+        torch::Tensor fits = torch::empty({128 * 1024}, torch::kFloat32);  // 512 KiB
+        try {
+            torch::Tensor tooMuch = torch::empty({256 * 1024}, torch::kFloat32);  // 1 MiB more
+            QFAIL("allocation past the budget did not throw");
+        } catch (const c10::OutOfMemoryError& e) {
+            QVERIFY(QString::fromUtf8(e.what()).contains(QStringLiteral("tried to allocate 1.0 MiB")));
+        }
+        QCOMPARE(allocator.lastFailedRequest(), qint64(1024 * 1024));
+        // The failed allocation left nothing behind.
+        QCOMPARE(allocator.allocated(), before + 512 * 1024);
+        fits = torch::Tensor();
+        QCOMPARE(allocator.allocated(), before);
+    }
+
+    void peakIsResettable() {
+        auto& allocator = CountingAllocator::instance();
+        CountingScope counting;
+        allocator.resetPeak();
+        const int64_t base = allocator.allocated();
+        { torch::Tensor big = torch::empty({1 << 20}, torch::kUInt8); }
+        QCOMPARE(allocator.peak(), base + (1 << 20));
+        allocator.resetPeak();
+        QCOMPARE(allocator.peak(), base);
+    }
+
+    void injectsFailureAtNthAllocation() {
+        auto& allocator = CountingAllocator::instance();
+        CountingScope counting;
+        allocator.failAfter(3);
+        torch::Tensor a = torch::empty({4});
+        torch::Tensor b = torch::empty({4});
+        QVERIFY_THROWS_EXCEPTION(c10::OutOfMemoryError, torch::empty({4}));
+        // One-shot: the next allocation succeeds.
+        torch::Tensor d = torch::empty({4});
+        QVERIFY(d.defined());
+    }
+
+    void meterReportsVirtualDevice() {
+        const auto device = parseDevice("virtual:64MiB");
+        QVERIFY(device.has_value());
+        auto meter = openMeter(*device);
+        QCOMPARE(meter->capacity(), qint64(64) * 1024 * 1024);
+        QCOMPARE(CountingAllocator::instance().budget(), qint64(64) * 1024 * 1024);
+        CountingScope counting;
+        const int64_t before = meter->allocated();
+        torch::Tensor t = torch::empty({1 << 20}, torch::kUInt8);
+        QCOMPARE(meter->allocated(), before + (1 << 20));
+        QCOMPARE(meter->free(), meter->capacity() - meter->allocated());
+        auto cpu = openMeter(*parseDevice("cpu"));
+        QCOMPARE(CountingAllocator::instance().budget(), qint64(0));
+        QVERIFY(cpu->capacity() > 0);
+    }
+
+    void parsesDevices_data() {
+        QTest::addColumn<QString>("text");
+        QTest::addColumn<bool>("valid");
+        QTest::addColumn<QString>("canonicalOrMessage");
+        QTest::newRow("cpu") << QStringLiteral("cpu") << true << QStringLiteral("cpu");
+        QTest::newRow("virtual") << QStringLiteral("virtual:512MiB") << true << QStringLiteral("virtual:512MiB");
+        QTest::newRow("virtual GiB") << QStringLiteral("virtual:2GiB") << true << QStringLiteral("virtual:2GiB");
+        QTest::newRow("virtual bad size")
+            << QStringLiteral("virtual:abc") << false << QStringLiteral("invalid memory size");
+        QTest::newRow("virtual no size") << QStringLiteral("virtual") << false
+                                         << QStringLiteral("needs a memory budget");
+        QTest::newRow("unknown") << QStringLiteral("tpu:0") << false
+                                 << QStringLiteral("use cpu, cuda:N or virtual:<size>");
+        QTest::newRow("cuda index") << QStringLiteral("cuda:x") << false << QStringLiteral("must be a number");
+        QTest::newRow("cuda absent") << QStringLiteral("cuda:99") << false << QStringLiteral("does not exist");
+    }
+    void parsesDevices() {
+        QFETCH(QString, text);
+        QFETCH(bool, valid);
+        QFETCH(QString, canonicalOrMessage);
+        const auto device = parseDevice(text.toStdString());
+        QCOMPARE(device.has_value(), valid);
+        const QString got = QString::fromStdString(valid ? device->name() : device.error());
+        QVERIFY2(valid ? got == canonicalOrMessage : got.contains(canonicalOrMessage), qPrintable(got));
+    }
+
+    void listsDevices() {
+        const auto devices = availableDevices();
+        QVERIFY(!devices.empty());
+        QCOMPARE(QString::fromStdString(devices.front().id), QStringLiteral("cpu"));
+        QCOMPARE(devices.size() > 1, cudaAvailable());
+    }
+};
+
+}  // namespace tst_counting_allocator
+
+BATCHPILOT_TEST_MAIN(tst_counting_allocator::TestCountingAllocator)
+#include "tst_counting_allocator.moc"

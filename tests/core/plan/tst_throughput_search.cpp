@@ -1,0 +1,427 @@
+// The fastest-micro-batch search on synthetic throughput curves: each case states the curve, and
+// the expected choice is the best point of an exhaustive look at that curve (or, within noise,
+// the largest), computed here independently of the search.
+
+#include <QtTest>
+#include "tests/test_main.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "core/plan/throughput_search.h"
+
+namespace tst_throughput_search {
+
+using namespace batchpilot::core;
+
+namespace {
+
+/// Samples per second at micro-batch n, as a device would measure it without noise.
+using Curve = std::function<double(int64_t)>;
+
+/// Deterministic multiplicative noise in [1 - amplitude, 1 + amplitude].
+struct Noise {
+    double amplitude = 0;
+    uint64_t state = 12345;
+    double factor() {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        const double unit = static_cast<double>(state >> 11) / static_cast<double>(1ULL << 53);  // [0, 1)
+        return 1 + amplitude * (2 * unit - 1);
+    }
+};
+
+struct Outcome {
+    int64_t chosen = 0;
+    int spent = 0;
+    double overLargest = 0;  ///< the chosen size's speed over the largest, as the search measured it
+    std::string reason;
+    std::map<int64_t, int> timed;    ///< micro-batches run per size (warm-ups included)
+    std::map<int64_t, int> counted;  ///< counted timings per size
+};
+
+/// The machine's speed, as a factor of its usual one, after `elapsed` seconds of the search.
+using Drift = std::function<double(double elapsed)>;
+
+/// Runs the search to its end: each micro-batch takes n / (curve(n) · noise · drift) seconds; the
+/// first one of every size is `warmupPenalty` times slower (caches, kernels being picked).
+Outcome run(ThroughputSearchOptions options, const Curve& curve, double noise = 0, double warmupPenalty = 1,
+            const Drift& drift = {}) {
+    ThroughputSearch search(options);
+    Noise jitter{noise};
+    Outcome out;
+    int guard = 0;
+    double elapsed = 0;
+    while (auto size = search.next()) {
+        const bool first = out.timed[*size]++ == 0;
+        const double speed = curve(*size) * jitter.factor() * (drift ? drift(elapsed) : 1.0);
+        const double seconds = static_cast<double>(*size) / speed * (first ? warmupPenalty : 1.0);
+        elapsed += seconds;
+        search.record(*size, seconds);
+        if (++guard > 5000) break;
+    }
+    out.chosen = search.chosen();
+    out.overLargest = search.overLargest(out.chosen);
+    out.spent = search.timings();
+    for (const ThroughputSearch::Candidate& c : search.candidates())
+        out.counted[c.microBatch] = static_cast<int>(c.samplesPerSecond.size());
+    out.reason = search.reason();
+    return out;
+}
+
+/// The best candidate of the curve without noise (ties to the larger), the reference.
+int64_t bestOf(const std::vector<int64_t>& candidates, const Curve& curve) {
+    int64_t best = candidates.front();
+    for (int64_t size : candidates)
+        if (curve(size) > curve(best)) best = size;
+    return best;
+}
+
+/// A curve through measured points, straight in log-log between them (sizes between two
+/// halvings get a rate between theirs).
+Curve through(std::map<int64_t, double> points) {
+    return [points](int64_t n) {
+        auto above = points.lower_bound(n);
+        if (above == points.end()) return std::prev(above)->second;
+        if (above->first == n || above == points.begin()) return above->second;
+        const auto below = std::prev(above);
+        const double t =
+            std::log(double(n) / double(below->first)) / std::log(double(above->first) / double(below->first));
+        return std::exp(std::log(below->second) + t * (std::log(above->second) - std::log(below->second)));
+    };
+}
+
+ThroughputSearchOptions options(int64_t largest, int64_t target) {
+    ThroughputSearchOptions o;
+    o.largest = largest;
+    o.target = target;
+    return o;
+}
+
+}  // namespace
+
+class TestThroughputSearch : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void candidatesSplitTheTargetEvenly();
+    void plateauKeepsTheLargest();
+    void peakThenFallFindsThePeak();
+    void flatWithinNoiseKeepsTheLargest();
+    void warmupsAreNotCounted();
+    void budgetEndsTheSearch();
+    void clearDifferenceNeedsTwoTurns();
+    void refinesBetweenHalvings();
+    void driftSlowsBothSidesAlike();
+    void oneCandidateTimesNothing();
+    void shortMicroBatchesAreTimedTogether();
+    void abandonKeepsTheBestSoFar();
+    void clearlySlowerEndsTheWalk();
+    void startsFromTheChoiceBefore();
+    void startBelowTheOptimumWalksUp();
+    void startIsRoundedToAnEvenSplit();
+    void driftWatchActsOnLastingChanges();
+};
+
+void TestThroughputSearch::candidatesSplitTheTargetEvenly() {
+    // 271 fits, target 1024: 4 micro-batches of 256 is what 271 runs anyway; then halvings.
+    QCOMPARE(throughputCandidates(271, 1024, 1, 1), (std::vector<int64_t>{256, 128, 64, 32, 16, 8, 4, 2, 1}));
+    // 300 fits, target 1000: ceil(1000/4) = 250, then 150 → 7 parts of 143, 75 → 14 parts of 72 …
+    const std::vector<int64_t> sizes = throughputCandidates(300, 1000, 1, 1);
+    QCOMPARE(sizes.front(), int64_t(250));
+    for (size_t i = 0; i < sizes.size(); ++i) {
+        const int64_t n = sizes[i];
+        const int64_t parts = (1000 + n - 1) / n;
+        QVERIFY2(parts * n - 1000 < parts, "every candidate splits the target into near-equal parts");
+        if (i > 0) QVERIFY(n < sizes[i - 1]);
+    }
+    // Multiples of 8 where possible; no candidate under the model's smallest micro-batch.
+    for (int64_t n : throughputCandidates(300, 1000, 8, 2)) {
+        QVERIFY(n >= 2);
+        if (n >= 8) QCOMPARE(n % 8, int64_t(0));
+    }
+    QCOMPARE(throughputCandidates(64, 64, 1, 64), (std::vector<int64_t>{64}));
+}
+
+void TestThroughputSearch::plateauKeepsTheLargest() {
+    // A GPU-like curve: throughput rises until 256 and is flat above it.
+    const Curve plateau = [](int64_t n) { return 9000.0 * static_cast<double>(std::min<int64_t>(n, 256)) / 256; };
+    const Outcome out = run(options(1024, 4096), plateau, 0.01);
+    QCOMPARE(out.chosen, int64_t(1024));  // 512 and 256 are as fast: the larger wins the tie
+    QVERIFY2(out.timed.count(128) == 0, "stops at the plateau, before sizes that are slower");
+    QVERIFY2(out.reason.find("not faster") != std::string::npos, out.reason.c_str());
+}
+
+void TestThroughputSearch::peakThenFallFindsThePeak() {
+    // The CPU measured in the issue (cnn, target 1024): smaller is faster down to 64, with a
+    // dip at 128, then slower again.
+    const Curve cpu = through({{1024, 2626},
+                               {512, 3186},
+                               {256, 4600},
+                               {128, 4552},
+                               {64, 5622},
+                               {32, 4100},
+                               {16, 2600},
+                               {8, 1500},
+                               {4, 800},
+                               {2, 400},
+                               {1, 200}});
+    const std::vector<int64_t> candidates = throughputCandidates(1024, 1024, 1, 1);
+    QCOMPARE(bestOf(candidates, cpu), int64_t(64));
+    const Outcome out = run(options(1024, 1024), cpu, 0.01);
+    QCOMPARE(out.chosen, int64_t(64));
+    // Its speed over the largest, chained through the comparisons in turns, is the curve's.
+    QVERIFY2(std::abs(out.overLargest / (cpu(64) / cpu(1024)) - 1) < 0.05,
+             qPrintable(QString::number(out.overLargest)));
+    QVERIFY2(out.timed.count(8) == 0, "stops two sizes past the best");
+    QVERIFY2(out.reason.find("faster than the largest") != std::string::npos, out.reason.c_str());
+}
+
+void TestThroughputSearch::flatWithinNoiseKeepsTheLargest() {
+    const Curve flat = [](int64_t) { return 5000.0; };
+    ThroughputSearchOptions o = options(512, 512);
+    const Outcome out = run(o, flat, 0.02);
+    QCOMPARE(out.chosen, int64_t(512));
+    // Ties are timed again, but never beyond the per-comparison cap or the budget: a challenger
+    // is compared once, the largest (the incumbent all along) once per challenger.
+    for (const auto& [size, count] : out.counted) {
+        if (size != 512) QVERIFY(count <= o.maxRepetitions);
+    }
+    QVERIFY(out.spent <= o.budget);
+}
+
+void TestThroughputSearch::warmupsAreNotCounted() {
+    // The first micro-batch of every size is 5× slower; counted, it would make every new size
+    // look slow and the search would stop at the largest.
+    const Curve curve =
+        through({{256, 1000}, {128, 1500}, {64, 2000}, {32, 1200}, {16, 600}, {8, 300}, {4, 150}, {2, 80}, {1, 40}});
+    QCOMPARE(run(options(256, 256), curve, 0, 5.0).chosen, int64_t(64));
+}
+
+void TestThroughputSearch::refinesBetweenHalvings() {
+    // The fastest size, 86 (1024 in 12 micro-batches), lies between the halvings 128 and 64.
+    const Curve peaked = [](int64_t n) { return 10000.0 - 3000.0 * std::abs(std::log(double(n) / 86.0)); };
+    const Outcome out = run(options(1024, 1024), peaked, 0.005);
+    QCOMPARE(out.chosen, int64_t(86));
+    QVERIFY(out.timed.count(64) == 1 && out.timed.count(128) == 1);  // found from its neighbours
+}
+
+void TestThroughputSearch::budgetEndsTheSearch() {
+    const Curve smallerIsFaster = [](int64_t n) { return 10000.0 / std::sqrt(static_cast<double>(n)); };
+    ThroughputSearchOptions o = options(1024, 1024);
+    o.repetitions = 3;
+    // Warm-ups of 1024 and 512, then 1024, 512, 1024, 512, 1024 (every micro-batch ≥ 50 ms): 512
+    // is √2× as fast in both turns, clear without a third; 256's warm-up, then 512, 256, 512 spend
+    // 11 with one turn of that comparison done.
+    o.budget = 11;
+    const Outcome out = run(o, smallerIsFaster);
+    QCOMPARE(out.spent, 11);
+    QCOMPARE(out.chosen, int64_t(512));  // the best that was fully compared
+    QVERIFY2(out.reason.find("budget") != std::string::npos, out.reason.c_str());
+}
+
+void TestThroughputSearch::clearDifferenceNeedsTwoTurns() {
+    // 512 is 1.5× as fast as 1024: two turns show it. 256 is 5% faster than 512, beyond the 3%
+    // noise but not twice it: three turns.
+    const Curve curve =
+        through({{1024, 2000}, {512, 3000}, {342, 3000}, {256, 3150}, {171, 2800}, {128, 2000}, {64, 1000}});
+    const Outcome out = run(options(1024, 1024), curve);
+    QCOMPARE(out.chosen, int64_t(256));
+    QCOMPARE(out.counted.at(1024), 3);     // around 512's two turns
+    QCOMPARE(out.counted.at(512), 2 + 4);  // its two turns, then around 256's three
+}
+
+void TestThroughputSearch::driftSlowsBothSidesAlike() {
+    // The machine slows down while the search runs (another process starts, a shared virtual
+    // machine's neighbour wakes up): 5% per second of search, to half speed. Timed one after the
+    // other, each smaller size would look slower by what the machine lost in between and the
+    // search would keep the largest; timed in turns, the drift cancels and it finds the peak.
+    const Curve curve = through({{1024, 3000}, {512, 3400}, {256, 3900}, {128, 3500}, {64, 3000}, {32, 2400}});
+    const Drift slowing = [](double elapsed) { return std::max(0.5, 1.0 - 0.05 * elapsed); };
+    const Outcome out = run(options(1024, 1024), curve, 0.01, 1.0, slowing);
+    QCOMPARE(bestOf(throughputCandidates(1024, 1024, 1, 1), curve), int64_t(256));
+    QCOMPARE(out.chosen, int64_t(256));
+    // And speeding up (the neighbour finished) does not make smaller sizes look faster than they are.
+    const Curve plateau = [](int64_t n) { return 8000.0 * static_cast<double>(std::min<int64_t>(n, 256)) / 256; };
+    const Drift speeding = [](double elapsed) { return std::min(2.0, 1.0 + 0.05 * elapsed); };
+    QCOMPARE(run(options(1024, 4096), plateau, 0.01, 1.0, speeding).chosen, int64_t(1024));
+}
+
+void TestThroughputSearch::oneCandidateTimesNothing() {
+    ThroughputSearch search(options(1, 64));
+    QVERIFY(search.done());
+    QVERIFY(!search.next());
+    QCOMPARE(search.chosen(), int64_t(1));
+    QCOMPARE(search.overLargest(1), 1.0);  // the largest is its own reference, timed or not
+    QCOMPARE(search.spent(), 0);
+}
+
+void TestThroughputSearch::shortMicroBatchesAreTimedTogether() {
+    // 1.1 ms micro-batches: a timing spans them until 50 ms have passed, so one late micro-batch
+    // (a scheduler hiccup of 21 ms) moves a timing by a third instead of one timing by 20×.
+    ThroughputSearchOptions o = options(16, 64);
+    o.justRan = 16;  // no warm-up for 16
+    ThroughputSearch search(o);
+    QCOMPARE(*search.next(), int64_t(8));  // the challenger's warm-up comes first
+    search.record(8, 0.001);
+    int64_t samples = 0;
+    double seconds = 0;
+    int microBatches = 0;
+    while (search.candidates().front().samplesPerSecond.empty() && microBatches < 1000) {
+        QCOMPARE(*search.next(), int64_t(16));  // the incumbent's turn until its timing is complete
+        const double took = microBatches == 7 ? 0.021 : 0.0011;
+        search.record(16, took);
+        samples += 16;
+        seconds += took;
+        ++microBatches;
+    }
+    QCOMPARE(microBatches, 28);  // 27 × 1.1 ms + 21 ms ≥ 50 ms
+    QCOMPARE(search.spent(), 29);
+    QCOMPARE(search.timings(), 2);
+    QCOMPARE(search.candidates().front().samplesPerSecond.front(), double(samples) / seconds);
+    QCOMPARE(*search.next(), int64_t(8));  // then the challenger's turn
+}
+
+void TestThroughputSearch::abandonKeepsTheBestSoFar() {
+    ThroughputSearchOptions o = options(256, 256);
+    o.justRan = 256;  // the probe just ran 256: no warm-up for it
+    ThroughputSearch search(o);
+    // 256 runs at 1000 samples/s, 128 at 2000: 128 wins its comparison, then 64 is tried.
+    const std::map<int64_t, double> rate{{256, 1000.0}, {128, 2000.0}, {64, 100.0}};
+    int guard = 0;
+    while (search.next() && *search.next() != 64 && ++guard < 100) {
+        const int64_t n = *search.next();
+        search.record(n, static_cast<double>(n) / rate.at(n));
+    }
+    QCOMPARE(*search.next(), int64_t(64));
+    search.record(64, 64 / 100.0);
+    search.abandon("an out-of-memory error interrupted the timing");
+    QVERIFY(search.done());
+    QCOMPARE(search.chosen(), int64_t(128));
+    QCOMPARE(search.samplesPerSecond(128), 2000.0);
+    QVERIFY2(search.reason().find("out-of-memory") != std::string::npos, search.reason().c_str());
+}
+
+void TestThroughputSearch::clearlySlowerEndsTheWalk() {
+    // 512 is 40% slower than 1024: the walk ends there, 256 is never timed. 15% slower (a dip one
+    // halving deep, as 128 in the issue's curve) still lets the next halving be tried.
+    const Curve falling = through({{1024, 3000}, {512, 1800}, {256, 1000}, {128, 500}});
+    const Outcome out = run(options(1024, 1024), falling, 0.01);
+    QCOMPARE(out.chosen, int64_t(1024));
+    QCOMPARE(out.timed.count(256), size_t(0));
+    QVERIFY2(out.reason.find("(512) was 40% slower") != std::string::npos, out.reason.c_str());
+    const Curve dip = through({{1024, 3000}, {512, 2550}, {256, 4000}, {128, 2000}, {64, 1000}});
+    QCOMPARE(run(options(1024, 1024), dip, 0.01).chosen, int64_t(256));
+}
+
+void TestThroughputSearch::startsFromTheChoiceBefore() {
+    // The issue's CPU curve on a larger device: the size chosen before, 64, is still the best.
+    // Starting from it, the search times the sizes around it and never the slow largest ones,
+    // whose single micro-batches take the longest.
+    const Curve cpu =
+        through({{1024, 2626}, {512, 3186}, {256, 4600}, {128, 4552}, {64, 5622}, {32, 4100}, {16, 2600}, {8, 1500}});
+    ThroughputSearchOptions o = options(1024, 1024);
+    o.start = 64;
+    const Outcome fromStart = run(o, cpu, 0.01);
+    const Outcome fromLargest = run(options(1024, 1024), cpu, 0.01);
+    QCOMPARE(fromStart.chosen, int64_t(64));
+    QCOMPARE(fromLargest.chosen, int64_t(64));
+    QCOMPARE(fromStart.timed.count(1024), size_t(0));
+    QCOMPARE(fromStart.timed.count(512), size_t(0));
+    // Up to 128 (19% slower: one more), 256 (18% slower: the walk up ends), then down to 32
+    // (27% slower: it ends at once), then the sizes half-way to the neighbours.
+    QVERIFY(fromStart.timed.count(128) == 1 && fromStart.timed.count(256) == 1 && fromStart.timed.count(32) == 1);
+    QVERIFY2(fromStart.spent < fromLargest.spent,
+             qPrintable(QStringLiteral("%1 timings from the start, %2 from the largest")
+                            .arg(fromStart.spent)
+                            .arg(fromLargest.spent)));
+    // The largest was not timed: no speed over it is claimed, and the reason says why.
+    QCOMPARE(fromStart.overLargest, 0.0);
+    QVERIFY2(fromStart.reason.find("(1024) was not timed") != std::string::npos, fromStart.reason.c_str());
+    QVERIFY2(fromStart.reason.find("started from the size chosen before (64)") != std::string::npos,
+             fromStart.reason.c_str());
+}
+
+void TestThroughputSearch::startBelowTheOptimumWalksUp() {
+    // A GPU-like curve (rising to 256, flat above) after a move to a device with more memory:
+    // from the size chosen before, 64, the search walks up past the plateau's start (ties go to
+    // the larger size) to the largest, as a search from the largest would have kept it.
+    const Curve plateau = [](int64_t n) { return 9000.0 * static_cast<double>(std::min<int64_t>(n, 256)) / 256; };
+    ThroughputSearchOptions o = options(1024, 4096);
+    o.start = 64;
+    const Outcome out = run(o, plateau, 0.01);
+    QCOMPARE(out.chosen, int64_t(1024));
+    QCOMPARE(out.overLargest, 1.0);
+    QCOMPARE(out.timed.count(32), size_t(0));  // something above was better: no walk down
+    QVERIFY2(out.reason.find("the largest that fits") != std::string::npos, out.reason.c_str());
+    // Rising all the way: each larger size wins outright up to the largest.
+    const Curve rising = [](int64_t n) { return 100.0 * static_cast<double>(n); };
+    o.start = 128;
+    const Outcome up = run(o, rising);
+    QCOMPARE(up.chosen, int64_t(1024));
+    QVERIFY2(up.reason.find("the largest that fits was reached") != std::string::npos, up.reason.c_str());
+}
+
+void TestThroughputSearch::startIsRoundedToAnEvenSplit() {
+    // 100 chosen for target 1024 before; the target is now 1000: 10 micro-batches of 100. It is
+    // not a halving of 1000's candidates (500, 250, 125, …): it is inserted among them.
+    ThroughputSearchOptions o = options(1000, 1000);
+    o.start = 100;
+    ThroughputSearch search(o);
+    QCOMPARE(search.startedFrom(), int64_t(100));
+    QCOMPARE(*search.next(), int64_t(100));  // its warm-up first
+    const auto& plan = search.plan();
+    QVERIFY(std::is_sorted(plan.rbegin(), plan.rend()));
+    QVERIFY(std::find(plan.begin(), plan.end(), int64_t(100)) != plan.end());
+    // A start at or above the largest is the largest; one that no longer fits is ignored.
+    o.start = 4000;
+    QCOMPARE(ThroughputSearch(o).startedFrom(), int64_t(1000));
+    o.start = 0;
+    QCOMPARE(ThroughputSearch(o).startedFrom(), int64_t(1000));
+}
+
+void TestThroughputSearch::driftWatchActsOnLastingChanges() {
+    // Windows of 5 steps, ±15%. Steady training with ±8% noise and a single step at half speed
+    // (a checkpoint, a page fault) never asks for a new search: the window's median resists them.
+    DriftWatch steady(5, 0.15);
+    const double noise[] = {1.0, 1.08, 0.92, 1.03, 0.97};
+    for (int step = 0; step < 100; ++step) {
+        const double rate = step == 42 ? 500.0 : 1000.0 * noise[step % 5];
+        QVERIFY2(!steady.observe(rate), qPrintable(QStringLiteral("step %1").arg(step)));
+    }
+    QCOMPARE(steady.baseline(), 1000.0);
+    // A lasting slowdown of 30% from step 12: the window of steps 11-15 holds four slow steps, so
+    // its median is the slow speed and the search is asked for at step 15.
+    DriftWatch slowing(5, 0.15);
+    int askedAt = -1;
+    std::string why;
+    for (int step = 1; step <= 30 && askedAt < 0; ++step) {
+        if (auto reason = slowing.observe(step >= 12 ? 700.0 : 1000.0)) {
+            askedAt = step;
+            why = *reason;
+        }
+    }
+    QCOMPARE(askedAt, 15);
+    QVERIFY2(why.find("700 samples/s") != std::string::npos && why.find("-30%") != std::string::npos &&
+                 why.find("1000 samples/s") != std::string::npos && why.find("15%") != std::string::npos,
+             why.c_str());
+    // Faster counts too (the neighbour's job ended: a smaller size may now win), and a change
+    // within the threshold does not.
+    DriftWatch faster(4, 0.15);
+    for (int step = 1; step <= 4; ++step) QVERIFY(!faster.observe(1000));
+    for (int step = 1; step <= 3; ++step) QVERIFY(!faster.observe(1400));
+    QVERIFY(faster.observe(1400).has_value());
+    DriftWatch small(4, 0.15);
+    for (int step = 1; step <= 40; ++step) QVERIFY(!small.observe(step <= 4 ? 1000 : 1120));
+    // Steps without a throughput (a zero-length clock reading) are not counted.
+    DriftWatch zeros(2, 0.15);
+    QVERIFY(!zeros.observe(1000));
+    QVERIFY(!zeros.observe(0));
+    QVERIFY(!zeros.observe(1000));
+    QCOMPARE(zeros.baseline(), 1000.0);
+}
+
+}  // namespace tst_throughput_search
+
+BATCHPILOT_TEST_MAIN(tst_throughput_search::TestThroughputSearch)
+#include "tst_throughput_search.moc"

@@ -1,0 +1,348 @@
+// The objective "fastest" in a real trainer: the timed micro-batches are training micro-batches
+// (every sample of every batch exactly once, the same batches as a run that times nothing), the
+// chosen size is used afterwards, the search runs again after a target change, and "largest"
+// times nothing.
+
+#include <QtTest>
+#include "tests/test_main.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "core/plan/accumulation_plan.h"
+#include "core/data/dataset.h"
+#include "core/nn/model.h"
+#include "core/train/trainer.h"
+#include "tests/core/clean_run.h"
+#include "tests/core/recording_sink.h"
+
+namespace tst_fastest_micro_batch {
+
+using namespace batchpilot::core;
+using batchpilot::tests::breakdownAt;
+using batchpilot::tests::RecordingSink;
+
+namespace {
+
+constexpr int64_t kTarget = 256;
+
+TrainerOptions options(ProbeObjective objective) {
+    TrainerOptions o;
+    o.model.name = "mlp";  // no BatchNorm: any split of a batch gives the same gradient
+    o.data.samples = 1024;
+    o.data.height = o.data.width = 12;
+    o.device = "virtual:64MiB";
+    o.targetBatch = kTarget;
+    o.steps = 160;
+    o.seed = 5;
+    o.optimizer.learningRate = 0.01;
+    o.reportSampleIndices = true;
+    o.intraOpThreads = 1;
+    o.probe.objective = objective;
+    return o;
+}
+
+/// The samples of each step, sorted, from its micro-batches.
+std::map<int64_t, std::vector<int64_t>> samplesPerStep(const RecordingSink& sink) {
+    std::map<int64_t, std::vector<int64_t>> steps;
+    for (const MicroBatchDone& done : sink.committedMicroBatches()) {
+        auto& samples = steps[done.step];
+        samples.insert(samples.end(), done.sampleIndices.begin(), done.sampleIndices.end());
+    }
+    for (auto& [step, samples] : steps) std::sort(samples.begin(), samples.end());
+    return steps;
+}
+
+std::map<int64_t, double> lossPerStep(const RecordingSink& sink) {
+    std::map<int64_t, double> losses;
+    for (const StepMetrics& m : sink.all<StepMetrics>()) losses[m.step] = m.loss;
+    return losses;
+}
+
+/// A built-in model whose forward sleeps per sample once `slow` is set: the machine training got
+/// slower (a neighbour's job), the same for every micro-batch size.
+class SlowedModel : public Model {
+public:
+    SlowedModel(std::shared_ptr<Model> inner, std::shared_ptr<std::atomic<bool>> slow)
+        : m_inner(std::move(inner)), m_slow(std::move(slow)) {}
+    std::string name() const override { return m_inner->name(); }
+    torch::Tensor forward(const torch::Tensor& input) override {
+        if (m_slow->load()) std::this_thread::sleep_for(std::chrono::microseconds(400) * input.size(0));
+        return m_inner->forward(input);
+    }
+    std::vector<torch::Tensor> parameters() const override { return m_inner->parameters(); }
+    std::vector<torch::Tensor> buffers() const override { return m_inner->buffers(); }
+    void to(const torch::Device& device) override { m_inner->to(device); }
+    void train(bool on) override { m_inner->train(on); }
+    bool usesBatchStatistics() const override { return m_inner->usesBatchStatistics(); }
+
+private:
+    std::shared_ptr<Model> m_inner;
+    std::shared_ptr<std::atomic<bool>> m_slow;
+};
+
+struct DriftRun {
+    std::vector<ThroughputChosen> chosen;
+    std::vector<std::string> retimings;      ///< the warnings that started a new search
+    std::vector<std::string> slowRetimings;  ///< those whose window held a slowed step
+    int64_t slowFrom = 0;                    ///< the first step trained slowly
+    int64_t probes = 0;
+    std::map<int64_t, std::vector<int64_t>> samples;
+};
+
+/// Trains with the objective "fastest", slows the machine down 6 steps after the last decision
+/// (so that the drift watch has its baseline from unslowed steps), and stops at the decision that
+/// follows a re-timing caused by the slowdown, or 30 steps after the slowdown.
+/// On a shared machine the speed also drifts by itself (a CI runner measured +89% between two
+/// windows when its neighbours finished): a re-timing before the slowdown is the watch doing its
+/// job, so the slowdown is found by the windows that held slowed steps.
+DriftRun runWithSlowdown(int64_t retimeEvery) {
+    auto slow = std::make_shared<std::atomic<bool>>(false);
+    TrainerOptions o = options(ProbeObjective::Fastest);
+    o.steps = 50000;
+    o.probe.retimeEvery = retimeEvery;
+    o.probe.retimeDrift = 0.5;  // the slowdown is several-fold (-75% or more)
+    o.modelFactory = [slow, o](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
+        auto inner = makeBuiltinModel(o.model, data.sampleShape(), data.classes());
+        if (!inner) return tl::unexpected(inner.error());
+        return std::make_shared<SlowedModel>(*inner, slow);
+    };
+    RecordingSink sink;
+    Trainer trainer(o, sink);
+    DriftRun out;
+    int64_t decidedAt = -1;  // the first step after the last decision; 0 until it is known
+    int64_t lastStep = 0;
+    sink.onEach = [&](const Event& e) {
+        if (std::holds_alternative<ThroughputChosen>(e)) {
+            if (!out.slowRetimings.empty()) trainer.stop();
+            if (out.slowFrom == 0) decidedAt = 0;
+        }
+        if (const auto* w = std::get_if<Warning>(&e);
+            w && w->message.find("timing the sizes again") != std::string::npos) {
+            out.retimings.push_back(w->message);
+            if (out.slowFrom > 0 && lastStep >= out.slowFrom) out.slowRetimings.push_back(w->message);
+            if (out.slowFrom == 0) decidedAt = -1;  // the slowdown waits for this search's decision
+        }
+        if (const auto* m = std::get_if<StepMetrics>(&e)) {
+            lastStep = m->step;
+            if (decidedAt == 0) decidedAt = m->step;
+            if (decidedAt > 0 && out.slowFrom == 0 && m->step == decidedAt + 6) {
+                slow->store(true);
+                out.slowFrom = m->step + 1;
+            }
+            if (out.slowFrom > 0 && out.slowRetimings.empty() && m->step >= out.slowFrom + 30) trainer.stop();
+        }
+    };
+    const RunResult result = trainer.run();
+    if (result.state != RunState::Finished) qFatal("the run failed: %s", result.error.c_str());
+    out.chosen = sink.all<ThroughputChosen>();
+    out.probes = static_cast<int64_t>(sink.all<ProbeStarted>().size());
+    out.samples = samplesPerStep(sink);
+    return out;
+}
+
+}  // namespace
+
+class TestFastestMicroBatch : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void timingLosesNoSample();
+    void largestTimesNothing();
+    void targetChangeTimesAgain();
+    void deviceSwitchStartsFromTheChoiceBefore();
+    void throughputDriftTimesAgain();
+};
+
+void TestFastestMicroBatch::timingLosesNoSample() {
+    // The timed run goes on until three steps after its decision (how many steps the search
+    // needs depends on the machine's speed: a timing spans 50 ms); the untimed run trains as many.
+    RecordingSink fastest;
+    TrainerOptions timedOptions = options(ProbeObjective::Fastest);
+    timedOptions.steps = 20000;
+    Trainer timedTrainer(timedOptions, fastest);
+    int stepsAfterDecision = -1;
+    fastest.onEach = [&](const Event& e) {
+        if (std::holds_alternative<ThroughputChosen>(e)) stepsAfterDecision = 0;
+        if (std::holds_alternative<StepMetrics>(e) && stepsAfterDecision >= 0 && ++stepsAfterDecision == 3)
+            timedTrainer.stop();
+    };
+    const RunResult timed = timedTrainer.run();
+    QVERIFY2(timed.state == RunState::Finished, timed.error.c_str());
+    QVERIFY2(stepsAfterDecision >= 3, "the search decided");
+    RecordingSink largest;
+    TrainerOptions plainOptions = options(ProbeObjective::Largest);
+    plainOptions.steps = timed.steps;
+    const RunResult plain = Trainer(plainOptions, largest).run();
+    QVERIFY2(plain.state == RunState::Finished, plain.error.c_str());
+
+    const auto chosen = fastest.all<ThroughputChosen>();
+    QCOMPARE(chosen.size(), size_t(1));
+    const ThroughputChosen& decision = chosen.front();
+    QCOMPARE(decision.largestMicroBatch, fastest.all<ProbeFinished>().front().microBatch);
+    QVERIFY(decision.microBatch >= 1 && decision.microBatch <= decision.largestMicroBatch);
+    QVERIFY2(!decision.reason.empty(), "the decision says why");
+    // The speed over the largest, measured in turns: 1 when the largest was kept.
+    if (decision.microBatch == decision.largestMicroBatch)
+        QCOMPARE(decision.speedOverLargest, 1.0);
+    else
+        QVERIFY(decision.speedOverLargest > 0);
+    // Every finished timing was reported (a timing spans one or more micro-batches), and the
+    // largest size was timed at least three times.
+    const auto timings = fastest.all<ThroughputTimed>();
+    QVERIFY(int(timings.size()) <= decision.microBatchesTimed);
+    QVERIFY(std::count_if(timings.begin(), timings.end(), [&](const ThroughputTimed& t) {
+                return t.microBatch == decision.largestMicroBatch && t.repetitions > 0;
+            }) >= 3);
+
+    // Each step trained exactly its batch, once: the same samples as the run that timed nothing.
+    const auto got = samplesPerStep(fastest);
+    const auto expected = samplesPerStep(largest);
+    QCOMPARE(int64_t(got.size()), timed.steps);
+    for (const auto& [step, samples] : got) {
+        QCOMPARE(int64_t(samples.size()), kTarget);
+        QVERIFY2(std::adjacent_find(samples.begin(), samples.end()) == samples.end(), "a sample used twice");
+        QVERIFY2(samples == expected.at(step), qPrintable(QStringLiteral("step %1 trained other samples").arg(step)));
+    }
+    // And to the same effect: only the order of float sums differs.
+    const auto lossesTimed = lossPerStep(fastest);
+    const auto lossesPlain = lossPerStep(largest);
+    for (const auto& [step, loss] : lossesTimed) {
+        const double reference = lossesPlain.at(step);
+        QVERIFY2(std::abs(loss - reference) <= 1e-4 * std::abs(reference),
+                 qPrintable(QStringLiteral("step %1: %2 vs %3").arg(step).arg(loss).arg(reference)));
+    }
+
+    // After the decision, whole batches are split evenly at the chosen size.
+    const auto events = fastest.events();
+    int64_t decidedInStep = -1;
+    for (const Event& e : events) {
+        if (std::holds_alternative<ThroughputChosen>(e)) decidedInStep = 0;
+        if (const auto* done = std::get_if<MicroBatchDone>(&e); done && decidedInStep == 0) decidedInStep = done->step;
+    }
+    const EvenSplit split = EvenSplit::of(kTarget, decision.microBatch);
+    for (const MicroBatchDone& done : fastest.all<MicroBatchDone>()) {
+        if (decidedInStep <= 0 || done.step <= decidedInStep) continue;
+        QCOMPARE(done.size, split.sizeOf(done.index));
+    }
+    for (const StepMetrics& m : fastest.all<StepMetrics>()) {
+        if (decidedInStep > 0 && m.step > decidedInStep) QCOMPARE(m.accumulationSteps, split.parts);
+    }
+}
+
+void TestFastestMicroBatch::largestTimesNothing() {
+    RecordingSink sink;
+    const RunResult result = Trainer(options(ProbeObjective::Largest), sink).run();
+    QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+    QVERIFY(sink.all<ThroughputTimed>().empty());
+    QVERIFY(sink.all<ThroughputChosen>().empty());
+    const int64_t largest = sink.all<ProbeFinished>().front().microBatch;
+    const EvenSplit split = EvenSplit::of(kTarget, largest);
+    for (const StepMetrics& m : sink.all<StepMetrics>()) {
+        if (m.step > 1) QCOMPARE(m.accumulationSteps, split.parts);  // step 1 also ran the probe's trials
+    }
+}
+
+void TestFastestMicroBatch::targetChangeTimesAgain() {
+    RecordingSink sink;
+    TrainerOptions o = options(ProbeObjective::Fastest);
+    o.steps = 50000;  // stopped at the second decision (the searches' length depends on the machine)
+    Trainer trainer(o, sink);
+    sink.onEach = [&](const Event& e) {
+        const auto* chosen = std::get_if<ThroughputChosen>(&e);
+        if (chosen && chosen->targetBatch == kTarget) trainer.setTargetBatch(128);
+        if (chosen && chosen->targetBatch == 128) trainer.stop();
+    };
+    const RunResult result = trainer.run();
+    QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+    const auto chosen = sink.all<ThroughputChosen>();
+    QVERIFY2(chosen.size() >= 2, "a new target batch is timed again");
+    QCOMPARE(chosen.back().targetBatch, int64_t(128));
+    QVERIFY(chosen.back().microBatch <= 128);
+    QCOMPARE(chosen.back().sequence, 2);  // after the probe the target change started
+}
+
+void TestFastestMicroBatch::deviceSwitchStartsFromTheChoiceBefore() {
+    // The demo's move to a larger budget: the first device fits about half the target batch, the
+    // second all of it. The second search starts from the size the first chose (the likeliest
+    // optimum on the same hardware) instead of timing the largest, slowest sizes first.
+    // Activations: a part per micro-batch (backward's fresh gradients) and a part per sample.
+    const MemoryBreakdown at4 = breakdownAt(options(ProbeObjective::Largest), 4);
+    const MemoryBreakdown at8 = breakdownAt(options(ProbeObjective::Largest), 8);
+    QCOMPARE(at4.activationMicroBatch, int64_t{4});
+    QCOMPARE(at8.activationMicroBatch, int64_t{8});
+    const int64_t perSample = std::max<int64_t>(1, (at8.activationBytes - at4.activationBytes) / 4);
+    const int64_t small = at8.peakBytes + (kTarget / 2 - 8) * perSample;
+
+    RecordingSink sink;
+    TrainerOptions o = options(ProbeObjective::Fastest);
+    o.device = "virtual:" + std::to_string(small) + "B";
+    o.steps = 50000;  // stopped at the second decision
+    Trainer trainer(o, sink);
+    sink.onEach = [&](const Event& e) {
+        const auto* chosen = std::get_if<ThroughputChosen>(&e);
+        if (chosen && chosen->sequence == 1) trainer.switchDevice("virtual:4GiB");
+        if (chosen && chosen->sequence == 2) trainer.stop();
+    };
+    const RunResult result = trainer.run();
+    QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+    const auto probes = sink.all<ProbeFinished>();
+    const auto chosen = sink.all<ThroughputChosen>();
+    QCOMPARE(chosen.size(), size_t(2));
+    QVERIFY2(probes.front().microBatch < kTarget,
+             qPrintable(QStringLiteral("the first device fits %1 of %2").arg(probes.front().microBatch).arg(kTarget)));
+    QCOMPARE(chosen.back().largestMicroBatch, kTarget);
+    qInfo("on the first device: %s; after the switch: %s", chosen.front().reason.c_str(), chosen.back().reason.c_str());
+    const int64_t before = chosen.front().microBatch;
+    const std::string startedFrom = "started from the size chosen before (" + std::to_string(before) + ")";
+    QVERIFY2(chosen.back().reason.find(startedFrom) != std::string::npos, chosen.back().reason.c_str());
+    // Its first timing is the size chosen before (a warm-up), unless the probe had just run it.
+    std::vector<int64_t> timedSizes;
+    for (const ThroughputTimed& t : sink.all<ThroughputTimed>())
+        if (t.sequence == 2) timedSizes.push_back(t.microBatch);
+    QVERIFY(!timedSizes.empty());
+    const auto lastFit = [&] {
+        int64_t size = 0;
+        for (const ProbeTrial& trial : sink.all<ProbeTrial>())
+            if (trial.sequence == 2 && trial.fit) size = trial.microBatch;
+        return size;
+    }();
+    if (lastFit != before) QCOMPARE(timedSizes.front(), before);
+    // A speed over the largest is claimed only where the largest was timed.
+    const bool largestTimed = std::find(timedSizes.begin(), timedSizes.end(), kTarget) != timedSizes.end();
+    if (chosen.back().microBatch != kTarget) QCOMPARE(chosen.back().speedOverLargest > 0, largestTimed);
+}
+
+void TestFastestMicroBatch::throughputDriftTimesAgain() {
+    // probe.retime_every 3: the machine slows down several-fold after the decision; within a few
+    // steps the trainer says so and times the sizes again, without a new probe (the memory did
+    // not change) and without losing a sample. Off (the default), the same slowdown times nothing.
+    const DriftRun on = runWithSlowdown(3);
+    QCOMPARE(on.probes, int64_t{1});
+    QVERIFY(on.slowFrom > 0);
+    QVERIFY2(!on.slowRetimings.empty(), "the slowdown was seen within 30 steps");
+    qInfo("%s", on.slowRetimings.front().c_str());
+    if (on.retimings.size() > on.slowRetimings.size())
+        qInfo("and %d re-timing(s) before the slowdown: %s", int(on.retimings.size() - on.slowRetimings.size()),
+              on.retimings.front().c_str());
+    QVERIFY2(on.slowRetimings.front().find("-") != std::string::npos, on.slowRetimings.front().c_str());  // slower
+    QCOMPARE(on.chosen.size(), on.retimings.size() + 1);                  // each re-timing ends in a decision
+    for (const ThroughputChosen& c : on.chosen) QCOMPARE(c.sequence, 1);  // no new probe
+    QVERIFY(!on.samples.empty());
+    for (const auto& [step, samples] : on.samples) {
+        QCOMPARE(static_cast<int64_t>(samples.size()), kTarget);
+        QCOMPARE(static_cast<int64_t>(std::set<int64_t>(samples.begin(), samples.end()).size()), kTarget);
+    }
+    const DriftRun off = runWithSlowdown(0);
+    QVERIFY(off.slowFrom > 0);
+    QVERIFY(off.retimings.empty());
+    QCOMPARE(off.chosen.size(), size_t{1});
+}
+
+}  // namespace tst_fastest_micro_batch
+
+BATCHPILOT_TEST_MAIN(tst_fastest_micro_batch::TestFastestMicroBatch)
+#include "tst_fastest_micro_batch.moc"

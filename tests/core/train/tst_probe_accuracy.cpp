@@ -1,0 +1,94 @@
+#include <QtTest>
+#include "tests/test_main.h"
+
+#include <map>
+
+#include "core/train/trainer.h"
+#include "tests/core/recording_sink.h"
+#include "yardstick/plain_loop.h"
+
+namespace tst_probe_accuracy {
+
+using namespace batchpilot::core;
+using batchpilot::tests::RecordingSink;
+
+namespace {
+
+TrainerOptions base(const QString& model, const QString& device) {
+    TrainerOptions o;
+    o.model.name = model.toStdString();
+    o.model.width = 16;
+    o.data.samples = 4096;
+    o.data.height = o.data.width = 16;
+    o.device = device.toStdString();
+    o.targetBatch = 4096;
+    o.steps = 3;  // a probe may continue into the next training batch
+    o.probe.headroom = 0;
+    o.optimizer.kind = OptimizerKind::Adam;
+    return o;
+}
+
+/// The true largest micro-batch, from the yardstick: a plain LibTorch training loop (not the
+/// trainer) on the same virtual GPU, with the same model, data and optimizer.
+int64_t trueMaximum(const QString& model, int64_t budgetMiB) {
+    const TrainerOptions o = base(model, QString());
+    batchpilot::yardstick::PlainLoopSetup loop;
+    loop.model = o.model;
+    loop.data = o.data;
+    loop.optimizer = o.optimizer;
+    loop.budgetBytes = budgetMiB * 1024 * 1024;
+    return batchpilot::yardstick::plainLoopLargest(loop, 4096);
+}
+
+}  // namespace
+
+class TestProbeAccuracy : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void findsNearTrueMaximum_data() {
+        QTest::addColumn<QString>("model");
+        QTest::addColumn<int64_t>("budgetMiB");
+        QTest::newRow("mlp, 6 MiB") << QStringLiteral("mlp") << int64_t{6};
+        QTest::newRow("mlp, 16 MiB") << QStringLiteral("mlp") << int64_t{16};
+        QTest::newRow("cnn, 24 MiB") << QStringLiteral("cnn") << int64_t{24};
+        QTest::newRow("cnn, 64 MiB") << QStringLiteral("cnn") << int64_t{64};
+    }
+    void findsNearTrueMaximum() {
+        QFETCH(QString, model);
+        QFETCH(int64_t, budgetMiB);
+        const QString device = QStringLiteral("virtual:%1MiB").arg(budgetMiB);
+        const int64_t truth = trueMaximum(model, budgetMiB);
+        QVERIFY2(truth > 8 && truth < 4096,
+                 qPrintable(QStringLiteral("budget must bound the micro-batch, true max %1").arg(truth)));
+
+        RecordingSink sink;
+        Trainer trainer(base(model, device), sink);
+        const RunResult result = trainer.run();
+        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+        const auto finished = sink.all<ProbeFinished>();
+        QVERIFY(!finished.empty());
+        const auto& probe = finished.front();
+        const auto trials = sink.all<ProbeTrial>();
+        QVERIFY(int(trials.size()) >= probe.trials);
+        qInfo("%s on %s: probe %lld of true %lld (%.1f%%) in %d trials", qPrintable(model), qPrintable(device),
+              static_cast<long long>(probe.microBatch), static_cast<long long>(truth),
+              100.0 * double(probe.microBatch) / double(truth), probe.trials);
+        // What it chose trains: no OOM after the probe (an overshooting probe would otherwise hide
+        // behind the recovery).
+        QCOMPARE(sink.oomsAfterFirstProbe(), 0);
+        QVERIFY2(double(probe.microBatch) >= 0.97 * double(truth),
+                 qPrintable(QStringLiteral("probe %1 vs true %2").arg(probe.microBatch).arg(truth)));
+        QVERIFY2(probe.trials <= 14, qPrintable(QStringLiteral("%1 trials").arg(probe.trials)));
+        // The trials that fit were real micro-batches of the training batches: every step still
+        // committed exactly 4096 samples, none discarded.
+        std::map<int64_t, int64_t> committed;
+        for (const auto& m : sink.committedMicroBatches()) committed[m.step] += m.size;
+        QCOMPARE(committed.size(), size_t(3));
+        for (const auto& [step, samples] : committed) QCOMPARE(samples, qint64(4096));
+    }
+};
+
+}  // namespace tst_probe_accuracy
+
+BATCHPILOT_TEST_MAIN(tst_probe_accuracy::TestProbeAccuracy)
+#include "tst_probe_accuracy.moc"

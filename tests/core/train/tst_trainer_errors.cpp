@@ -1,0 +1,250 @@
+#include <QtTest>
+#include "tests/test_main.h"
+
+#include <QTemporaryDir>
+
+#include <torch/torch.h>
+
+#include "core/data/dataset.h"
+#include "core/nn/model.h"
+#include "core/train/trainer.h"
+#include "tests/core/recording_sink.h"
+
+namespace tst_trainer_errors {
+
+using namespace batchpilot::core;
+using batchpilot::tests::RecordingSink;
+
+namespace {
+
+TrainerOptions small() {
+    TrainerOptions o;
+    o.model.name = "mlp";
+    o.model.width = 8;
+    o.data.samples = 128;
+    o.data.height = o.data.width = 8;
+    o.device = "virtual:256MiB";
+    o.targetBatch = 32;
+    o.steps = 3;
+    return o;
+}
+
+/// Synthetic images whose pixels become NaN from `poisonFrom` on (by sample index).
+class PoisonedImages : public Dataset {
+public:
+    explicit PoisonedImages(const DataOptions& options) : m_inner(options) {}
+    std::string name() const override { return "poisoned"; }
+    int64_t size() const override { return m_inner.size(); }
+    std::vector<int64_t> sampleShape() const override { return m_inner.sampleShape(); }
+    int64_t classes() const override { return m_inner.classes(); }
+    Batch get(const std::vector<int64_t>& indices) const override {
+        Batch b = m_inner.get(indices);
+        b.inputs.fill_(std::numeric_limits<float>::quiet_NaN());
+        return b;
+    }
+
+private:
+    SyntheticImages m_inner;
+};
+
+}  // namespace
+
+class TestTrainerErrors : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void shapeErrorIsNotRetried() {
+        TrainerOptions o = small();
+        // A linear layer expecting the wrong number of inputs: a real (non-OOM) error.
+        std::shared_ptr<torch::nn::LinearImpl> layer;
+        o.modelFactory = [&](const Dataset&) -> tl::expected<std::shared_ptr<Model>, std::string> {
+            layer = std::make_shared<torch::nn::LinearImpl>(7, 10);
+            return std::make_shared<ModuleModel>("wrong-shape", layer, [raw = layer.get()](const torch::Tensor& x) {
+                return raw->forward(x.flatten(1));
+            });
+        };
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Failed);
+        QCOMPARE(result.steps, qint64(0));
+        QVERIFY(sink.all<OomEvent>().empty());
+        // Tried exactly once: no second probe trial after the error.
+        QCOMPARE(sink.all<ProbeTrial>().size(), size_t(0));
+        const auto errors = sink.all<ErrorEvent>();
+        QCOMPARE(errors.size(), size_t(1));
+        const QString message = QString::fromStdString(errors.front().message);
+        const QString where = QString::fromStdString(errors.front().where);
+        QVERIFY2(message.contains(QStringLiteral("shapes cannot be multiplied")), qPrintable(message));
+        QVERIFY2(where.contains(QStringLiteral("micro-batch 1")) && where.contains(QStringLiteral("forward")),
+                 qPrintable(where));
+        const auto states = sink.all<RunStateChanged>();
+        QCOMPARE(states.back().state, RunState::Failed);
+    }
+
+    void nanLossStopsWithStateIntact() {
+        TrainerOptions o = small();
+        o.datasetFactory = [&]() -> tl::expected<std::shared_ptr<Dataset>, std::string> {
+            return std::make_shared<PoisonedImages>(o.data);
+        };
+        torch::manual_seed(o.seed);
+        SyntheticImages data(o.data);
+        auto reference = *makeBuiltinModel(o.model, data.sampleShape(), data.classes());
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Failed);
+        QVERIFY2(
+            QString::fromStdString(result.error).contains(QStringLiteral("loss became NaN: the data itself holds NaN")),
+            result.error.c_str());
+        QVERIFY(sink.all<OomEvent>().empty());
+        // The weights are the initial ones: nothing of the failed batch was applied.
+        const auto got = trainer.model()->parameters();
+        const auto expected = reference->parameters();
+        for (size_t i = 0; i < got.size(); ++i) QVERIFY(torch::equal(got[i], expected[i]));
+    }
+
+    /// A model whose output is NaN on finite data before any update is named as the cause, not the
+    /// learning rate.
+    void nanFromTheModelIsBlamedOnTheModel() {
+        TrainerOptions o = small();
+        std::shared_ptr<torch::nn::LinearImpl> layer;
+        o.modelFactory = [&](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
+            int64_t features = 1;
+            for (const int64_t d : data.sampleShape()) features *= d;
+            layer = std::make_shared<torch::nn::LinearImpl>(features, data.classes());
+            return std::make_shared<ModuleModel>("nan-model", layer, [raw = layer.get()](const torch::Tensor& x) {
+                return raw->forward(x.flatten(1)) * std::numeric_limits<float>::quiet_NaN();
+            });
+        };
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Failed);
+        const QString error = QString::fromStdString(result.error);
+        QVERIFY2(error.contains(QStringLiteral("before any weight was updated, so the model itself produces it")),
+                 qPrintable(error));
+        QVERIFY2(!error.contains(QStringLiteral("learning rate")), qPrintable(error));
+    }
+
+    void modelTooBigForDevice() {
+        TrainerOptions o = small();
+        o.model.name = "resnet";
+        o.device = "virtual:2MiB";
+        o.data.height = o.data.width = 64;
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Failed);
+        const QString message = QString::fromStdString(result.error);
+        QVERIFY2(message.contains(QStringLiteral("does not fit on virtual:2MiB even at micro-batch 1")),
+                 qPrintable(message));
+        QVERIFY2(message.contains(QStringLiteral("needs ≈")) && message.contains(QStringLiteral("has 2.0 MiB")),
+                 qPrintable(message));
+    }
+
+    void parametersAloneTooBig() {
+        TrainerOptions o = small();
+        o.model.width = 512;  // an MLP of ~50 MiB of parameters
+        o.device = "virtual:4MiB";
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Failed);
+        const QString message = QString::fromStdString(result.error);
+        QVERIFY2(message.contains(QStringLiteral("parameters and gradients do not fit on virtual:4MiB")),
+                 qPrintable(message));
+        // The estimate is about this run, not left over from earlier runs in the process: at
+        // least the 4 MiB that were full, far below the gigabytes a stale peak would show.
+        const QRegularExpression needs(QStringLiteral("needs ≈ ([0-9.]+) MiB"));
+        const auto match = needs.match(message);
+        QVERIFY2(match.hasMatch(), qPrintable(message));
+        QVERIFY(match.captured(1).toDouble() >= 4.0 && match.captured(1).toDouble() < 200.0);
+    }
+
+    void invalidOptionsAreReported_data() {
+        QTest::addColumn<QString>("field");
+        QTest::newRow("target batch") << QStringLiteral("target batch");
+        QTest::newRow("device") << QStringLiteral("unknown device");
+        QTest::newRow("model") << QStringLiteral("unknown model");
+        QTest::newRow("headroom") << QStringLiteral("headroom");
+    }
+    void invalidOptionsAreReported() {
+        QFETCH(QString, field);
+        TrainerOptions o = small();
+        if (field == QStringLiteral("target batch")) o.targetBatch = 0;
+        if (field == QStringLiteral("unknown device")) o.device = "gpu9";
+        if (field == QStringLiteral("unknown model")) o.model.name = "transformer";
+        if (field == QStringLiteral("headroom")) o.probe.headroom = 1.5;
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Failed);
+        QVERIFY2(QString::fromStdString(result.error).contains(field), result.error.c_str());
+        QCOMPARE(sink.all<ErrorEvent>().size(), size_t(1));
+    }
+
+    /// Checkpoints the run could not keep are refused before training, as bad input, with the
+    /// reason (the front ends normally fill in the run folder, or refuse earlier).
+    void checkpointRequestsItCannotKeep_data() {
+        QTest::addColumn<QString>("request");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("interval without a folder")
+            << QStringLiteral("interval")
+            << QStringLiteral("checkpoints were asked for (an interval) but there is no folder");
+        QTest::newRow("best model without a folder")
+            << QStringLiteral("best")
+            << QStringLiteral("checkpoints were asked for (keeping the best model) but there is no folder");
+        QTest::newRow("top-5 with three classes")
+            << QStringLiteral("top5") << QStringLiteral("needs more than 5 classes, but the data has 3");
+        QTest::newRow("best model of unsplit data")
+            << QStringLiteral("unsplit") << QStringLiteral("keeping the best model by val_loss needs validation data");
+    }
+    void checkpointRequestsItCannotKeep() {
+        QFETCH(QString, request);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        TrainerOptions o = small();
+        if (request == QStringLiteral("interval")) o.checkpoint.everySteps = 2;
+        if (request == QStringLiteral("best")) o.checkpoint.keepBest = "val_loss";
+        if (request == QStringLiteral("top5")) {
+            o.data.classes = 3;
+            o.checkpoint.keepBest = "val_top5_accuracy";
+            o.checkpoint.directory = dir.path().toStdString();
+        }
+        if (request == QStringLiteral("unsplit")) {
+            // Data from a factory is not split unless asked: no validation data.
+            const DataOptions data = o.data;
+            o.datasetFactory = [data]() -> tl::expected<std::shared_ptr<Dataset>, std::string> {
+                return std::make_shared<SyntheticImages>(data);
+            };
+            o.checkpoint.keepBest = "val_loss";
+            o.checkpoint.directory = dir.path().toStdString();
+        }
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Failed);
+        QVERIFY(result.badInput);
+        QVERIFY2(QString::fromStdString(result.error).contains(message), result.error.c_str());
+        QVERIFY(sink.all<StepMetrics>().empty());
+        QVERIFY(QDir(dir.path()).isEmpty());  // nothing written
+    }
+
+    void batchNormWarns() {
+        TrainerOptions o = small();
+        o.model.name = "resnet";
+        o.model.norm = NormKind::Batch;
+        o.steps = 1;
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        QCOMPARE(trainer.run().state, RunState::Finished);
+        const auto warnings = sink.all<Warning>();
+        QVERIFY(!warnings.empty());
+        QVERIFY(QString::fromStdString(warnings.front().message).contains(QStringLiteral("BatchNorm")));
+    }
+};
+
+}  // namespace tst_trainer_errors
+
+BATCHPILOT_TEST_MAIN(tst_trainer_errors::TestTrainerErrors)
+#include "tst_trainer_errors.moc"

@@ -1,0 +1,2 @@
+#pragma once
+#include "core/device/engine_part.h"
