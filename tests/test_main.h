@@ -15,6 +15,12 @@
 
 #include <QtTest>
 
+#include <concepts>
+#include <type_traits>
+
+#include "core/config/options.h"
+#include "core/events/events.h"
+
 namespace batchpilot::tests {
 
 /// Runs one QtTest class: builds it and hands it to QTest::qExec.
@@ -33,3 +39,20 @@ bool registerTest(const char* sourceFile, TestRunner run);
             Class test;                                                               \
             return QTest::qExec(&test, argc, argv);                                   \
         });
+
+// QCOMPARE of two values of one of core's enums (RunState, Phase, MemorySavers, ...): on a
+// mismatch QtTest prints each value with an unqualified toString(), which finds core's
+// `const char* toString(RunState)` by argument-dependent lookup and then frees the string literal
+// it returns with delete[]: the test aborted ("free(): invalid pointer") instead of naming the
+// two values. This overload, more specialised than QtTest's, prints them with core's names.
+namespace QTest {
+template <typename E>
+requires std::is_enum_v<E> && requires(E e) {
+    { batchpilot::core::toString(e) } -> std::convertible_to<const char*>;
+}
+inline bool qCompare(const E& t1, const E& t2, const char* actual, const char* expected, const char* file, int line) {
+    return compare_helper(
+        t1 == t2, "Compared values are not the same", [&t1] { return qstrdup(batchpilot::core::toString(t1)); },
+        [&t2] { return qstrdup(batchpilot::core::toString(t2)); }, actual, expected, file, line);
+}
+}  // namespace QTest

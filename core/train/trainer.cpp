@@ -5,6 +5,8 @@
 
 #include "core/train/trainer_impl.h"
 
+#include "core/train/failure_explanation.h"
+
 namespace batchpilot::core {
 
 void Trainer::Impl::setup() {
@@ -436,255 +438,237 @@ void Trainer::Impl::optimizerStep() {
 void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batchSize) {
     // With several devices this rank trains its share; the weights stay those of the whole batch.
     const auto localSize = static_cast<int64_t>(indices.size());
-    // Trained again after a float16 overflow: the step's time counts from its first try.
-    const auto stepStart = redoneSince.value_or(Clock::now());
-    redoneSince.reset();
-    int64_t offset = 0;
-    int64_t committed = 0;
-    int64_t largestUsed = 0;
-    int64_t stepPeak = 0;
-    PeakRecord trainingPeak;  // committed micro-batches of the plan
-    PeakRecord trialPeak;     // probe trials that fit (used when the step had only those)
-    double lossSum = 0;
-    std::vector<int64_t> plan;  // remaining micro-batch sizes when not probing
-    int64_t plannedFor = 0;     // the micro-batch size `plan` was made for
-    const auto stepLabel = [&] { return "step " + std::to_string(step + 1); };
-    // The model's buffers (BatchNorm's statistics) as the batch found them, for a batch that
-    // starts over: its micro-batches then move them once, as in a run without the OOM. The first
-    // micro-batch's own copy, taken where an OOM is recovered; empty until it succeeded (nothing
-    // has moved them before that).
-    std::vector<torch::Tensor> startBuffers;
-    // Stopped mid-batch (paused or waiting in step mode): the partial gradients are dropped, the
-    // model keeps its last step.
-    const auto dropPartialBatch = [&] {
-        {
-            torch::NoGradGuard noGrad;
-            CountingScope inPlace(false);
-            for (auto& g : gradients) g.zero_();
+    const auto stepStart = Clock::now();  // a batch trained again counts from its first try
+    for (;;) {
+        BatchPass pass;
+        if (parallel) parallel->oomsInStep = 0;
+        if (!accumulate(pass, indices, batchSize)) return dropPartialBatch(pass);
+        if (probe && !probe->next()) finishProbe();
+        ledger.lastPeak = pass.trainingPeak.size > 0 ? pass.trainingPeak : pass.trialPeak;
+        const double computeSeconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
+        const int64_t plannedLocal = localTarget();  // before reduceOverRanks chooses the next shares
+        if (parallel) {
+            // A probe's trials (and its OOMs) say nothing of the speed to come; the fastest-micro-batch
+            // timing trains at sizes that all fit, close enough to balance by, and can take many
+            // steps on a small share.
+            pass.lossSum = reduceOverRanks(pass.lossSum, localSize, pass.largestUsed, pass.committed, pass.stepPeak,
+                                           computeSeconds, !probe);
         }
-        restoreBuffers(startBuffers);
-    };
-    // An OOM in backward left part of a micro-batch in the accumulators: the batch starts over
-    // from its first sample (the same samples, the same weights), so the step is the one a run
-    // without the OOM takes. Returns the samples trained again.
-    const auto startOver = [&] {
-        const int64_t redone = offset;
-        dropPartialBatch();
-        offset = 0;
-        committed = 0;
-        largestUsed = 0;
-        lossSum = 0;
-        trainingPeak = {};
-        trialPeak = {};
-        plan.clear();
-        return redone;
-    };
-    // Several devices: the other ranks wait for this one's gradients, so a stop or pause waits for
-    // the batch's end, where the ranks agree on it (ranksAgree).
-    const auto stopHere = [&] { return !parallel && !waitWhilePaused(); };
-    if (parallel) parallel->oomsInStep = 0;
-    while (offset < localSize) {
-        if (stopHere()) return dropPartialBatch();
-        const int64_t remaining = localSize - offset;
-        int64_t size = 0;
-        bool trial = false;
-        if (probe) {
-            const auto proposed = probe->next();
-            if (!proposed) {
-                finishProbe();
-                plan.clear();
-                continue;
-            }
-            // Below the model's smallest micro-batch: the probe has run out of sizes that fit.
-            if (*proposed < minMicroBatch) {
-                if (!nextMemorySavers(0)) doesNotFit(0);
-                plan.clear();
-                continue;  // a new probe, with memory savers
-            }
-            // A trial that would leave one sample for a model that cannot train on one waits for
-            // the next batch.
-            const bool leavesTooFew = remaining - *proposed > 0 && remaining - *proposed < minPart;
-            if (*proposed <= remaining && !leavesTooFew) {
-                size = *proposed;
-                trial = true;
-            } else if (probe->result() > 0) {
-                size = planFor(remaining, probe->result()).front();
-            } else {
-                size = remaining;
-                trial = true;
-            }
-        } else {
-            const int64_t planned = plannedMicroBatch();
-            if (timing) {
-                // While the fastest size is being timed, each micro-batch that can have the timed
-                // size has it exactly: the turns switch sizes every timing, and an even split of
-                // the rest would leave micro-batches of neither size. Only the end of a batch, too
-                // short for it, trains untimed.
-                const int64_t rest = remaining - planned;
-                if (rest >= 0 && (rest == 0 || rest >= minPart)) {
-                    plan = {planned};
-                    if (rest > 0) {
-                        const std::vector<int64_t> after = planFor(rest, planned);
-                        plan.insert(plan.end(), after.begin(), after.end());
-                    }
-                } else {
-                    plan = planFor(remaining, planned);
-                }
-                plannedFor = 0;  // planned again for the next micro-batch
-            } else if (plan.empty() || planned != plannedFor) {
-                plan = planFor(remaining, planned);
-                plannedFor = planned;
-            }
-            size = plan.front();
+        if (autocastsFp16(savers) && !unscaleGradients()) {
+            // A gradient overflowed float16 at this scale (on some rank: the sums above carry it to
+            // every rank, which all decide alike). No step: the batch is trained again at half the
+            // scale, so no sample is skipped.
+            halveLossScale(localSize);
+            dropPartialBatch(pass);
+            continue;
         }
-        const std::vector<int64_t> slice(indices.begin() + offset, indices.begin() + offset + size);
-        const StepModeWaiting waiting{now(), step + 1, committed, offset, size, batchSize, trial};
-        if (!parallel && !commands.waitForAdvance([&] { emit(waiting); })) return dropPartialBatch();
+        finishStep(pass, indices, batchSize, stepStart, computeSeconds, plannedLocal);
+        return;
+    }
+}
+
+bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indices, int64_t batchSize) {
+    const auto localSize = static_cast<int64_t>(indices.size());
+    while (pass.offset < localSize) {
+        // Several devices: the other ranks wait for this one's gradients, so a stop or pause waits
+        // for the batch's end, where the ranks agree on it (ranksAgree).
+        if (!parallel && !waitWhilePaused()) return false;
+        const std::optional<MicroChoice> choice = chooseMicroBatch(pass, localSize - pass.offset);
+        if (!choice) continue;  // the probe or the plan changed: choose again
+        const auto [size, trial] = *choice;
+        const std::vector<int64_t> slice(indices.begin() + pass.offset, indices.begin() + pass.offset + size);
+        const StepModeWaiting waiting{now(), step + 1, pass.committed, pass.offset, size, batchSize, trial};
+        if (!parallel && !commands.waitForAdvance([&] { emit(waiting); })) return false;
         std::vector<int64_t> next;
-        if (options.prefetch && !trial && plan.size() >= 2) {
+        if (options.prefetch && !trial && pass.plan.size() >= 2) {
             // The next micro-batch is known: load it while this one computes.
-            const int64_t nextOffset = offset + size;
-            next.assign(indices.begin() + nextOffset, indices.begin() + nextOffset + plan[1]);
+            const int64_t nextOffset = pass.offset + size;
+            next.assign(indices.begin() + nextOffset, indices.begin() + nextOffset + pass.plan[1]);
         }
         const double weight = static_cast<double>(size) / static_cast<double>(batchSize);
-        MicroResult r =
-            runMicroBatch(slice, weight, std::move(next), /*measurement=*/false, offset == 0 ? &startBuffers : nullptr);
-        stepPeak = std::max(stepPeak, r.peakBytes);
-        const int64_t redone = !r.ok && r.failure.outOfMemory && r.phase == Phase::Backward ? startOver() : 0;
-        if (!r.ok && r.failure.outOfMemory && size == 1 && singleSampleOoms < kSingleSampleRetries) {
-            // Memory can be taken by others for a moment; retry a single sample before declaring
-            // that the model does not fit at all.
-            ++singleSampleOoms;
-            emit(
-                OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, 1, redone});
-            continue;
-        }
-        if (r.ok) singleSampleOoms = 0;
-        if (trial) {
-            const bool fit = r.ok;
-            if (fit || r.failure.outOfMemory) {
-                probe->record({size, fit, r.peakBytes});
-                emit(ProbeTrial{now(), probeSequence, probe->trials(), size, fit,
-                                fit && r.peakBytes <= probe->usableBytes(), r.peakBytes,
-                                fit ? 0 : r.failure.requestedBytes, r.seconds});
-            }
-        }
-        if (!r.ok && !r.failure.outOfMemory) {
-            std::string message = r.failure.message;
-            if (size < 2 && needsTwoSamples(message)) {
-                if (minMicroBatch < 2 && upperBound() >= 2) {
-                    // Nothing of the failed sample was kept (the error came before any gradient).
-                    minMicroBatch = 2;
-                    minPart = std::max<int64_t>(minPart, 2);
-                    emit(Warning{now(),
-                                 "the model's BatchNorm cannot train on a single sample (its last feature map is "
-                                 "1x1, one value per channel): micro-batches hold at least 2 samples from now on"});
-                    if (trial) {
-                        startProbe(currentProbeReason, 2, 0);
-                    } else {
-                        microBatch = std::max<int64_t>(microBatch, 2);
-                        plan.clear();
-                    }
-                    continue;
-                }
-                if (upperBound() < 2) {
-                    message +=
-                        " (the model's BatchNorm cannot train on one sample, and micro-batches are limited to 1 "
-                        "here: allow at least 2 with --max-micro-batch and --target-batch)";
-                }
-            }
-            if (autocastsFp16(savers) && message.find("Half") != std::string::npos) {
-                message += std::string(
-                               " (under float16 autocast, the memory savers fp16, a layer of the model got "
-                               "float16 inputs it cannot take with this LibTorch on this device; train with ") +
-                           (model->checkpointingUnsupported().empty() ? "bf16 or --memory-savers checkpoint)"
-                                                                      : "bf16 or --memory-savers off)");
-            }
-            if (autocastsBf16(savers) && message.find("BFloat16") != std::string::npos) {
-                message += std::string(
-                               " (under bfloat16 autocast, the memory saver bf16, a layer of the model got "
-                               "inputs of two types, which this LibTorch rejects; LibTorch 2.1 and later "
-                               "accept them in normalisations; here train without bf16, ") +
-                           (model->checkpointingUnsupported().empty() ? "e.g. --memory-savers checkpoint)"
-                                                                      : "--memory-savers off)");
-            }
-            throw FatalError{message, stepLabel() + ", micro-batch " + std::to_string(committed + 1) + " (" +
-                                          std::to_string(size) + " samples), " + toString(r.phase)};
-        }
+        MicroResult r = runMicroBatch(slice, weight, std::move(next), /*measurement=*/false,
+                                      pass.offset == 0 ? &pass.startBuffers : nullptr);
+        pass.stepPeak = std::max(pass.stepPeak, r.peakBytes);
         if (!r.ok) {
-            int64_t next = 0;
-            if (trial) {
-                next = probe->result();
-            } else {
-                if (size <= 1 || (size / 2 < minMicroBatch && microBatch <= minMicroBatch)) {
-                    if (!nextMemorySavers(r.failure.requestedBytes)) doesNotFit(r.failure.requestedBytes);
-                    emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true,
-                                  minMicroBatch, redone});
-                    plan.clear();
-                    sampleMemory(true);
-                    continue;  // a new probe, with memory savers
-                }
-                next = std::max<int64_t>(minMicroBatch, size / 2);
-                microBatch = next;
-                drift.reset();  // no longer the chosen size
-                cleanStepsSinceShrink = 0;
-                plan.clear();
-            }
-            emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, next,
-                          redone});
-            if (!trial && timing) {
-                // The sizes being timed all fit at the probe; memory was taken since. Keep the
-                // best measured so far, never above what just failed.
-                timing->abandon("an out-of-memory error interrupted the timing");
-                finishTiming(std::min(timing->chosen(), next));
-            }
-            sampleMemory(true);
-            continue;
+            afterFailure(pass, r, size, trial);
+            continue;  // the same samples again, at the size chosen now
         }
-        if (!trial && !plan.empty()) plan.erase(plan.begin());
+        singleSampleOoms = 0;
+        if (trial) {
+            probe->record({size, true, r.peakBytes});
+            emit(ProbeTrial{now(), probeSequence, probe->trials(), size, true, r.peakBytes <= probe->usableBytes(),
+                            r.peakBytes, 0, r.seconds});
+        }
+        if (!trial && !pass.plan.empty()) pass.plan.erase(pass.plan.begin());
         // After the batch's first micro-batch its copy of the buffers stays resident (startBuffers).
-        (trial ? trialPeak : trainingPeak).offer(r, size, offset > 0 ? r.bufferCopyBytes : 0);
+        (trial ? pass.trialPeak : pass.trainingPeak).offer(r, size, pass.offset > 0 ? r.bufferCopyBytes : 0);
         const bool teaching = commands.stepMode();
-        MicroBatchDone done{now(), step + 1, committed, offset, size, batchSize, weight, r.loss, trial, {}};
+        MicroBatchDone done{now(), step + 1, pass.committed, pass.offset, size, batchSize, weight, r.loss, trial, {}};
         if (options.reportSampleIndices || teaching) done.sampleIndices = slice;
         if (options.reportGradientNorm || teaching) done.gradientNorm = gradientNorm();
         emit(std::move(done));
-        lossSum += r.loss * weight;
-        largestUsed = std::max(largestUsed, size);
-        offset += size;
-        ++committed;
+        pass.lossSum += r.loss * weight;
+        pass.largestUsed = std::max(pass.largestUsed, size);
+        pass.offset += size;
+        ++pass.committed;
         if (!trial && timing && timing->next() == size) recordTiming(size, r.seconds);
         sampleMemory(false);
     }
-    if (probe && !probe->next()) finishProbe();
-    ledger.lastPeak = trainingPeak.size > 0 ? trainingPeak : trialPeak;
-    const double computeSeconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
-    const int64_t plannedLocal = localTarget();  // before reduceOverRanks chooses the next shares
-    if (parallel) {
-        // A probe's trials (and its OOMs) say nothing of the speed to come; the fastest-micro-batch
-        // timing trains at sizes that all fit, close enough to balance by, and can take many
-        // steps on a small share.
-        lossSum = reduceOverRanks(lossSum, localSize, largestUsed, committed, stepPeak, computeSeconds, !probe);
-    }
-    if (autocastsFp16(savers) && !unscaleGradients()) {
-        // A gradient overflowed float16 at this scale (on some rank: the sums above carry it to
-        // every rank, which all decide alike). No step: the batch is trained again at half the
-        // scale, so no sample is skipped.
-        const double lower = lossScale / 2;
-        if (lower < kMinLossScale) {
-            throw FatalError{formatText("the gradients are not finite even at loss scale %g under float16 autocast "
-                                        "(memory savers %s): the backward pass itself produces inf or NaN; train "
-                                        "with bf16 or without the float16 savers, or lower the learning rate",
-                                        lossScale, toString(savers)),
-                             stepLabel()};
+    return true;
+}
+
+std::optional<Trainer::Impl::MicroChoice> Trainer::Impl::chooseMicroBatch(BatchPass& pass, int64_t remaining) {
+    if (probe) {
+        const auto proposed = probe->next();
+        if (!proposed) {
+            finishProbe();
+            pass.plan.clear();
+            return std::nullopt;
         }
-        emit(LossScaleChanged{now(), step + 1, lossScale, lower, true, localSize});
-        lossScale = lower;
-        stepsAtThisScale = 0;
-        dropPartialBatch();
-        redoneSince = stepStart;
-        return trainBatch(indices, batchSize);
+        // Below the model's smallest micro-batch: the probe has run out of sizes that fit.
+        if (*proposed < minMicroBatch) {
+            if (!nextMemorySavers(0)) doesNotFit(0);
+            pass.plan.clear();
+            return std::nullopt;  // a new probe, with memory savers
+        }
+        // A trial that would leave one sample for a model that cannot train on one waits for
+        // the next batch.
+        const bool leavesTooFew = remaining - *proposed > 0 && remaining - *proposed < minPart;
+        if (*proposed <= remaining && !leavesTooFew) return MicroChoice{*proposed, true};
+        if (probe->result() > 0) return MicroChoice{planFor(remaining, probe->result()).front(), false};
+        return MicroChoice{remaining, true};
     }
+    const int64_t planned = plannedMicroBatch();
+    if (timing) {
+        // While the fastest size is being timed, each micro-batch that can have the timed size
+        // has it exactly: the turns switch sizes every timing, and an even split of the rest would
+        // leave micro-batches of neither size. Only the end of a batch, too short for it, trains
+        // untimed.
+        const int64_t rest = remaining - planned;
+        if (rest >= 0 && (rest == 0 || rest >= minPart)) {
+            pass.plan = {planned};
+            if (rest > 0) {
+                const std::vector<int64_t> after = planFor(rest, planned);
+                pass.plan.insert(pass.plan.end(), after.begin(), after.end());
+            }
+        } else {
+            pass.plan = planFor(remaining, planned);
+        }
+        pass.plannedFor = 0;  // planned again for the next micro-batch
+    } else if (pass.plan.empty() || planned != pass.plannedFor) {
+        pass.plan = planFor(remaining, planned);
+        pass.plannedFor = planned;
+    }
+    return MicroChoice{pass.plan.front(), false};
+}
+
+void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t size, bool trial) {
+    // An OOM in backward left part of a micro-batch in the accumulators: the batch starts over
+    // from its first sample (the same samples, the same weights), so the step is the one a run
+    // without the OOM takes.
+    const int64_t redone = r.failure.outOfMemory && r.phase == Phase::Backward ? startOver(pass) : 0;
+    if (r.failure.outOfMemory && size == 1 && singleSampleOoms < kSingleSampleRetries) {
+        // Memory can be taken by others for a moment; retry a single sample before declaring
+        // that the model does not fit at all.
+        ++singleSampleOoms;
+        emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, 1, redone});
+        return;
+    }
+    if (trial && r.failure.outOfMemory) {
+        probe->record({size, false, r.peakBytes});
+        emit(ProbeTrial{now(), probeSequence, probe->trials(), size, false, false, r.peakBytes,
+                        r.failure.requestedBytes, r.seconds});
+    }
+    if (!r.failure.outOfMemory) {
+        if (size < 2 && needsTwoSamples(r.failure.message) && minMicroBatch < 2 && upperBound() >= 2) {
+            learnTwoSampleMinimum(pass, trial);  // nothing of the failed sample was kept
+            return;
+        }
+        throw FatalError{explainMicroBatchFailure({r.failure.message, size, upperBound(), savers,
+                                                   model->checkpointingUnsupported().empty()}),
+                         "step " + std::to_string(step + 1) + ", micro-batch " + std::to_string(pass.committed + 1) +
+                             " (" + std::to_string(size) + " samples), " + toString(r.phase)};
+    }
+    shrinkAfterOom(pass, r, size, trial, redone);
+    sampleMemory(true);
+}
+
+void Trainer::Impl::learnTwoSampleMinimum(BatchPass& pass, bool trial) {
+    minMicroBatch = 2;
+    minPart = std::max<int64_t>(minPart, 2);
+    emit(Warning{now(),
+                 "the model's BatchNorm cannot train on a single sample (its last feature map is 1x1, one value "
+                 "per channel): micro-batches hold at least 2 samples from now on"});
+    if (trial) {
+        startProbe(currentProbeReason, 2, 0);
+    } else {
+        microBatch = std::max<int64_t>(microBatch, 2);
+        pass.plan.clear();
+    }
+}
+
+void Trainer::Impl::shrinkAfterOom(BatchPass& pass, const MicroResult& r, int64_t size, bool trial, int64_t redone) {
+    int64_t next = 0;
+    if (trial) {
+        next = probe->result();
+    } else {
+        if (size <= 1 || (size / 2 < minMicroBatch && microBatch <= minMicroBatch)) {
+            if (!nextMemorySavers(r.failure.requestedBytes)) doesNotFit(r.failure.requestedBytes);
+            emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true,
+                          minMicroBatch, redone});
+            pass.plan.clear();
+            return;  // a new probe, with memory savers
+        }
+        next = std::max<int64_t>(minMicroBatch, size / 2);
+        microBatch = next;
+        drift.reset();  // no longer the chosen size
+        cleanStepsSinceShrink = 0;
+        pass.plan.clear();
+    }
+    emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, next, redone});
+    if (!trial && timing) {
+        // The sizes being timed all fit at the probe; memory was taken since. Keep the best
+        // measured so far, never above what just failed.
+        timing->abandon("an out-of-memory error interrupted the timing");
+        finishTiming(std::min(timing->chosen(), next));
+    }
+}
+
+void Trainer::Impl::dropPartialBatch(BatchPass& pass) {
+    {
+        torch::NoGradGuard noGrad;
+        CountingScope inPlace(false);
+        for (auto& g : gradients) g.zero_();
+    }
+    restoreBuffers(pass.startBuffers);
+}
+
+int64_t Trainer::Impl::startOver(BatchPass& pass) {
+    const int64_t redone = pass.offset;
+    dropPartialBatch(pass);
+    BatchPass fresh;
+    fresh.stepPeak = pass.stepPeak;
+    fresh.startBuffers = std::move(pass.startBuffers);
+    pass = std::move(fresh);
+    return redone;
+}
+
+void Trainer::Impl::halveLossScale(int64_t samples) {
+    const double lower = lossScale / 2;
+    if (lower < kMinLossScale) {
+        throw FatalError{formatText("the gradients are not finite even at loss scale %g under float16 autocast "
+                                    "(memory savers %s): the backward pass itself produces inf or NaN; train "
+                                    "with bf16 or without the float16 savers, or lower the learning rate",
+                                    lossScale, toString(savers)),
+                         "step " + std::to_string(step + 1)};
+    }
+    emit(LossScaleChanged{now(), step + 1, lossScale, lower, true, samples});
+    lossScale = lower;
+    stepsAtThisScale = 0;
+}
+
+void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>& indices, int64_t batchSize,
+                               Clock::time_point stepStart, double computeSeconds, int64_t plannedLocal) {
     optimizerStep();
     ++step;
     samplesSeen += batchSize;
@@ -695,27 +679,21 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
     }
     if (parallel) finishRanksStep();
     const double seconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
-    emit(OptimizerStepped{now(), step, committed});
+    emit(OptimizerStepped{now(), step, pass.committed});
     emit(StepMetrics{
-        now(), step, sampler->epoch(), samplesSeen, lossSum, largestUsed,
-        microBatch > 0 && !timing ? static_cast<int64_t>(planFor(plannedLocal, microBatch).size()) : committed,
+        now(), step, sampler->epoch(), samplesSeen, pass.lossSum, pass.largestUsed,
+        microBatch > 0 && !timing ? static_cast<int64_t>(planFor(plannedLocal, microBatch).size()) : pass.committed,
         // With several devices the plan above is this rank's share's, and so is its total.
         parallel ? plannedLocal : target, optimizer->learningRate(),
-        seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0, seconds, stepPeak, totalSteps()});
+        seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0, seconds, pass.stepPeak, totalSteps()});
     sampleMemory(true);
     reportBreakdown();
-    if (const int64_t retries = meter->allocatorRetries(); retries > allocatorRetriesSeen) {
-        emit(Warning{now(), "the CUDA caching allocator had to free its cache and retry " +
-                                std::to_string(retries - allocatorRetriesSeen) + " allocation(s) during step " +
-                                std::to_string(step) +
-                                ": device memory is fragmented; a larger --headroom leaves "
-                                "it room (each retry costs time)"});
-        allocatorRetriesSeen = retries;
-    }
+    warnAboutAllocatorRetries();
     // This process's own speed: with several devices, without the wait for the other ranks.
+    const auto localSize = static_cast<int64_t>(indices.size());
     const double ownSeconds = parallel ? computeSeconds : seconds;
-    if (drift && !probe && !timing && localSize == plannedLocal && batchSize == target && largestUsed == microBatch &&
-        ownSeconds > 0) {
+    if (drift && !probe && !timing && localSize == plannedLocal && batchSize == target &&
+        pass.largestUsed == microBatch && ownSeconds > 0) {
         if (std::optional<std::string> why = drift->observe(static_cast<double>(localSize) / ownSeconds)) {
             emit(Warning{now(), *why});
             lastChosen = microBatch;
@@ -730,6 +708,17 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
         cleanStepsSinceShrink = -1;
         if (microBatch < probedMicroBatch) startProbe(ProbeReason::Regrow, microBatch, microBatch);
     }
+}
+
+void Trainer::Impl::warnAboutAllocatorRetries() {
+    const int64_t retries = meter->allocatorRetries();
+    if (retries <= allocatorRetriesSeen) return;
+    emit(Warning{now(),
+                 "the CUDA caching allocator had to free its cache and retry " +
+                     std::to_string(retries - allocatorRetriesSeen) + " allocation(s) during step " +
+                     std::to_string(step) +
+                     ": device memory is fragmented; a larger --headroom leaves it room (each retry costs time)"});
+    allocatorRetriesSeen = retries;
 }
 
 Trainer::Trainer(TrainerOptions options, EventSink& sink) : m_impl(std::make_unique<Impl>(std::move(options), sink)) {

@@ -48,12 +48,6 @@ namespace trainer_detail {
 
 using Clock = std::chrono::steady_clock;
 
-/// BatchNorm's refusal of one value per channel in training (LibTorch's C++ and TorchScript
-/// batch_norm both word it so).
-inline bool needsTwoSamples(const std::string& message) {
-    return message.find("Expected more than 1 value per channel when training") != std::string::npos;
-}
-
 /// The torch device a DeviceSpec's tensors live on (virtual devices are the CPU).
 inline torch::Device torchDevice(const DeviceSpec& device) {
     return device.kind == DeviceKind::Cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.index))
@@ -102,6 +96,24 @@ struct PeakRecord {
         if (r.peakBytes > peak)
             *this = {r.residentBytes, r.peakBytes, microBatch, r.inputBytes, r.bufferCopyBytes, batchCopyBytes};
     }
+};
+
+/// One training batch in progress (Trainer::Impl::trainBatch): what its micro-batches did so far.
+struct BatchPass {
+    int64_t offset = 0;     ///< samples of the batch trained
+    int64_t committed = 0;  ///< micro-batches trained
+    int64_t largestUsed = 0;
+    int64_t stepPeak = 0;     ///< the highest peak of any micro-batch, failed ones included
+    PeakRecord trainingPeak;  ///< committed micro-batches of the plan
+    PeakRecord trialPeak;     ///< probe trials that fit (used when the step had only those)
+    double lossSum = 0;
+    std::vector<int64_t> plan;  ///< remaining micro-batch sizes when not probing
+    int64_t plannedFor = 0;     ///< the micro-batch size `plan` was made for
+    /// The model's buffers (BatchNorm's statistics) as the batch found them, for a batch that
+    /// starts over: its micro-batches then move them once, as in a run without the OOM. The
+    /// first micro-batch's own copy, taken where an OOM is recovered; empty until it succeeded
+    /// (nothing has moved them before that).
+    std::vector<torch::Tensor> startBuffers;
 };
 
 /// Where the device memory goes: the parts of the memory breakdown (reportBreakdown), each
@@ -328,6 +340,38 @@ struct Trainer::Impl {
     /// size, which weights each micro-batch (size / batchSize); with several devices `indices`
     /// is this rank's share of it, and the gradients are summed over the ranks before the step.
     void trainBatch(const std::vector<int64_t>& indices, int64_t batchSize);
+    // trainBatch's parts, in the order a batch meets them.
+    /// Trains the batch's micro-batches into the gradient accumulators; false when the run was
+    /// stopped or paused in the middle (the caller drops the partial batch).
+    bool accumulate(BatchPass& pass, const std::vector<int64_t>& indices, int64_t batchSize);
+    struct MicroChoice {
+        int64_t size = 0;
+        bool trial = false;  ///< a probe trial
+    };
+    /// The next micro-batch: the probe's trial or the plan's next size for the `remaining`
+    /// samples; nullopt when the probe or the plan changed first (choose again).
+    std::optional<MicroChoice> chooseMicroBatch(BatchPass& pass, int64_t remaining);
+    /// A micro-batch failed: after an OOM, the batch starts over where backward left partial
+    /// gradients, and the micro-batch shrinks (or the probe learns, or the memory savers change);
+    /// any other error ends the run (FatalError), explained (core/train/failure_explanation.h).
+    void afterFailure(BatchPass& pass, const MicroResult& r, int64_t size, bool trial);
+    /// BatchNorm refused a single sample: micro-batches hold at least 2 from now on.
+    void learnTwoSampleMinimum(BatchPass& pass, bool trial);
+    void shrinkAfterOom(BatchPass& pass, const MicroResult& r, int64_t size, bool trial, int64_t redone);
+    /// Stopped mid-batch (paused, step mode) or a batch trained again: the partial gradients are
+    /// dropped, the buffers put back as the batch found them; the model keeps its last step.
+    void dropPartialBatch(BatchPass& pass);
+    /// The batch from its first sample again (the same samples, the same weights); returns the
+    /// samples that are trained again.
+    int64_t startOver(BatchPass& pass);
+    /// float16 overflow: half the loss scale (the batch is then trained again); a FatalError
+    /// below kMinLossScale.
+    void halveLossScale(int64_t samples);
+    /// The optimizer step and what follows it: the loss scale's growth, the step's events, the
+    /// fastest size's drift watch, checkpoints, a regrow after an OOM shrink.
+    void finishStep(const BatchPass& pass, const std::vector<int64_t>& indices, int64_t batchSize,
+                    Clock::time_point stepStart, double computeSeconds, int64_t plannedLocal);
+    void warnAboutAllocatorRetries();
     /// Sets the target batch to `next`, the learning rate scaled by `rule`, and probes again
     /// unless a probe runs; true when it started one.
     bool changeTarget(int64_t next, LrScaling rule);
@@ -420,8 +464,6 @@ struct Trainer::Impl {
     /// first); the optimizer steps since it last changed.
     double lossScale = 1;
     int64_t stepsAtThisScale = 0;
-    /// When the batch being trained again after an overflow was first started.
-    std::optional<Clock::time_point> redoneSince;
     /// What backward's loss is multiplied by: the loss scale under float16 autocast, else 1.
     double backwardScale() const { return autocastsFp16(savers) ? lossScale : 1.0; }
     /// float16 autocast, before the optimizer step: true when every gradient of the batch is

@@ -7,6 +7,7 @@
 
 #include "core/data/dataset.h"
 #include "core/nn/model.h"
+#include "core/train/failure_explanation.h"
 #include "core/train/trainer.h"
 #include "tests/core/recording_sink.h"
 
@@ -228,6 +229,87 @@ private Q_SLOTS:
         QVERIFY2(QString::fromStdString(result.error).contains(message), result.error.c_str());
         QVERIFY(sink.all<StepMetrics>().empty());
         QVERIFY(QDir(dir.path()).isEmpty());  // nothing written
+    }
+
+    // What a user reads when a micro-batch fails for a reason other than memory: LibTorch's own
+    // words, then what they mean here and what to do. Each row's sentence written out in full, as
+    // the user reads it.
+    void failuresAreExplained_data() {
+        QTest::addColumn<QString>("message");
+        QTest::addColumn<int>("size");
+        QTest::addColumn<int>("largest");
+        QTest::addColumn<QString>("savers");
+        QTest::addColumn<bool>("checkpointable");
+        QTest::addColumn<QString>("added");  // empty: the message unchanged
+        const QString batchNorm =
+            QStringLiteral("Expected more than 1 value per channel when training, got input size [1, 64, 1, 1]");
+        const QString half = QStringLiteral("\"slow_conv2d_cpu\" not implemented for 'Half'");
+        const QString bfloat = QStringLiteral("expected scalar type BFloat16 but found Float");
+        QTest::newRow("BatchNorm, micro-batches limited to 1")
+            << batchNorm << 1 << 1 << "off" << true
+            << " (the model's BatchNorm cannot train on one sample, and micro-batches are limited to 1 here: allow "
+               "at least 2 with --max-micro-batch and --target-batch)";
+        QTest::newRow("BatchNorm, 2 allowed: the trainer moves to 2 instead")
+            << batchNorm << 1 << 8 << "off" << true << "";
+        QTest::newRow("BatchNorm at 2 samples: not the single-sample case")
+            << batchNorm << 2 << 1 << "off" << true << "";
+        QTest::newRow("Half under fp16")
+            << half << 4 << 64 << "fp16" << true
+            << " (under float16 autocast, the memory savers fp16, a layer of the model got float16 inputs it cannot "
+               "take with this LibTorch on this device; train with bf16 or --memory-savers checkpoint)";
+        QTest::newRow("Half under checkpoint-fp16, model not checkpointable")
+            << half << 4 << 64 << "checkpoint-fp16" << false
+            << " (under float16 autocast, the memory savers fp16, a layer of the model got float16 inputs it cannot "
+               "take with this LibTorch on this device; train with bf16 or --memory-savers off)";
+        QTest::newRow("Half without float16 savers") << half << 4 << 64 << "bf16" << true << "";
+        QTest::newRow("BFloat16 under bf16")
+            << bfloat << 4 << 64 << "bf16" << true
+            << " (under bfloat16 autocast, the memory saver bf16, a layer of the model got inputs of two types, which "
+               "this LibTorch rejects; LibTorch 2.1 and later accept them in normalisations; here train without "
+               "bf16, e.g. --memory-savers checkpoint)";
+        QTest::newRow("BFloat16 under both, model not checkpointable")
+            << bfloat << 4 << 64 << "both" << false
+            << " (under bfloat16 autocast, the memory saver bf16, a layer of the model got inputs of two types, which "
+               "this LibTorch rejects; LibTorch 2.1 and later accept them in normalisations; here train without "
+               "bf16, --memory-savers off)";
+        QTest::newRow("BFloat16 without bf16 savers") << bfloat << 4 << 64 << "fp16" << true << "";
+        QTest::newRow("a shape error") << QStringLiteral("mat1 and mat2 shapes cannot be multiplied (4x7 and 8x10)")
+                                       << 4 << 64 << "bf16" << true << "";
+    }
+    void failuresAreExplained() {
+        QFETCH(QString, message);
+        QFETCH(int, size);
+        QFETCH(int, largest);
+        QFETCH(QString, savers);
+        QFETCH(bool, checkpointable);
+        QFETCH(QString, added);
+        const auto parsed = parseMemorySavers(savers.toStdString());
+        QVERIFY(parsed);
+        const std::string explained =
+            explainMicroBatchFailure({message.toStdString(), size, largest, *parsed, checkpointable});
+        QCOMPARE(QString::fromStdString(explained), message + added);
+    }
+
+    // The same sentence from a real run: the built-in ResNet (two stride-2 stages) with BatchNorm
+    // on 4x4 images ends in 1x1 feature maps, and a target batch of 1 allows no micro-batch of two.
+    void singleSampleBatchNormIsExplained() {
+        TrainerOptions o = small();
+        o.model.name = "resnet";
+        o.model.norm = NormKind::Batch;
+        o.data.height = o.data.width = 4;
+        o.targetBatch = 1;
+        o.steps = 1;
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Failed);
+        QVERIFY2(QString::fromStdString(result.error)
+                     .contains(QStringLiteral("Expected more than 1 value per channel when training")),
+                 result.error.c_str());
+        QVERIFY2(QString::fromStdString(result.error)
+                     .contains(QStringLiteral("allow at least 2 with --max-micro-batch and --target-batch")),
+                 result.error.c_str());
+        QVERIFY(sink.all<StepMetrics>().empty());
     }
 
     void batchNormWarns() {
