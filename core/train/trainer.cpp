@@ -16,20 +16,53 @@ void Trainer::Impl::setup() {
     if (!parsed) throw FatalError{parsed.error(), "configuration"};
     device = *parsed;
     torch::set_num_threads(intraOpThreadsFor(options.intraOpThreads, options.reservedCpus));
-    {
-        // The dataset lives in host memory: it does not count against the device.
-        CountingScope host(false);
-        CancelScope cancellable(commands.cancelFlag());
-        auto made = options.datasetFactory ? options.datasetFactory() : makeDataset(options.data);
-        if (!made && commands.cancelFlag().load()) throw LoadingCancelled{};
-        if (!made) throw FatalError{made.error(), "dataset"};
-        auto split = makeValidation(options, *made);
-        if (!split && commands.cancelFlag().load()) throw LoadingCancelled{};
-        if (!split) throw FatalError{split.error(), "dataset"};
-        heldOutOfTraining = split->training != *made;
-        data = split->training;
-        validationData = split->validation;
+    loadData();
+    checkDataAndCheckpoints();
+    for (const std::string& warning : data->warnings()) emit(Warning{now(), warning});
+    if (validationData && !options.validation.path.empty()) {
+        for (const std::string& warning : validationData->warnings())
+            emit(Warning{now(), "validation data: " + warning});
     }
+    prefetcher = std::make_unique<Prefetcher>(data);
+    if (device.kind == DeviceKind::Cuda && options.cudaMemoryFraction > 0) {
+        setCudaMemoryFraction(device.index, options.cudaMemoryFraction);
+    }
+    meter = openMeter(device);
+    meter->resetPeak();
+    allocatorRetriesSeen = meter->allocatorRetries();
+    target = options.targetBatch;
+    sampler.emplace(data->size(), options.seed);
+    buildModel();
+    lossScale = options.lossScale;  // or the checkpoint's, when it recorded one
+    if (!options.resumeFrom.empty()) restoreCheckpoint();
+    checkSaversSuitModel();
+    useMemorySavers(options.memorySavers == MemorySavers::Auto ? MemorySavers::Off : options.memorySavers);
+    if (model->usesBatchStatistics()) {
+        minPart = 2;
+        emit(Warning{now(),
+                     "the model uses BatchNorm: each micro-batch is normalised with its own "
+                     "statistics, so accumulated gradients differ from full-batch ones; for exact "
+                     "accumulation use GroupNorm or LayerNorm (the built-in resnet: --norm group)"});
+    }
+    if (options.parallel) setupParallel();
+}
+
+void Trainer::Impl::loadData() {
+    // The dataset lives in host memory: it does not count against the device.
+    CountingScope host(false);
+    CancelScope cancellable(commands.cancelFlag());
+    auto made = options.datasetFactory ? options.datasetFactory() : makeDataset(options.data);
+    if (!made && commands.cancelFlag().load()) throw LoadingCancelled{};
+    if (!made) throw FatalError{made.error(), "dataset"};
+    auto split = makeValidation(options, *made);
+    if (!split && commands.cancelFlag().load()) throw LoadingCancelled{};
+    if (!split) throw FatalError{split.error(), "dataset"};
+    heldOutOfTraining = split->training != *made;
+    data = split->training;
+    validationData = split->validation;
+}
+
+void Trainer::Impl::checkDataAndCheckpoints() const {
     if (data->size() <= 0) throw FatalError{"the dataset \"" + data->name() + "\" is empty", "dataset"};
     if (options.loss == LossKind::CrossEntropy && !options.data.regression && data->classes() < 2) {
         throw FatalError{
@@ -76,20 +109,9 @@ void Trainer::Impl::setup() {
             throw FatalError{writable.error(), "checkpoint"};
         }
     }
-    for (const std::string& warning : data->warnings()) emit(Warning{now(), warning});
-    if (validationData && !options.validation.path.empty()) {
-        for (const std::string& warning : validationData->warnings())
-            emit(Warning{now(), "validation data: " + warning});
-    }
-    prefetcher = std::make_unique<Prefetcher>(data);
-    if (device.kind == DeviceKind::Cuda && options.cudaMemoryFraction > 0) {
-        setCudaMemoryFraction(device.index, options.cudaMemoryFraction);
-    }
-    meter = openMeter(device);
-    meter->resetPeak();
-    allocatorRetriesSeen = meter->allocatorRetries();
-    target = options.targetBatch;
-    sampler.emplace(data->size(), options.seed);
+}
+
+void Trainer::Impl::buildModel() {
     try {
         torch::manual_seed(options.seed);
         // Parameters and gradient accumulators are measured as what they add on the device.
@@ -114,8 +136,9 @@ void Trainer::Impl::setup() {
         if (failure.outOfMemory) doesNotFit(failure.requestedBytes, /*duringSetup=*/true);
         throw FatalError{"could not build the model: " + failure.message, "model"};
     }
-    lossScale = options.lossScale;  // or the checkpoint's, when it recorded one
-    if (!options.resumeFrom.empty()) restoreCheckpoint();
+}
+
+void Trainer::Impl::checkSaversSuitModel() const {
     if (checkpoints(options.memorySavers)) {
         if (const std::string why = model->checkpointingUnsupported(); !why.empty()) {
             throw FatalError{std::string("activation checkpointing (memory savers ") + toString(options.memorySavers) +
@@ -131,15 +154,6 @@ void Trainer::Impl::setup() {
                 std::string("float16 autocast (memory savers ") + toString(options.memorySavers) + ") " + why, "model"};
         }
     }
-    useMemorySavers(options.memorySavers == MemorySavers::Auto ? MemorySavers::Off : options.memorySavers);
-    if (model->usesBatchStatistics()) {
-        minPart = 2;
-        emit(Warning{now(),
-                     "the model uses BatchNorm: each micro-batch is normalised with its own "
-                     "statistics, so accumulated gradients differ from full-batch ones; for exact "
-                     "accumulation use GroupNorm or LayerNorm (the built-in resnet: --norm group)"});
-    }
-    if (options.parallel) setupParallel();
 }
 
 std::string Trainer::Impl::float16Unavailable() const {
@@ -727,6 +741,52 @@ Trainer::Trainer(TrainerOptions options, EventSink& sink) : m_impl(std::make_uni
 
 Trainer::~Trainer() = default;
 
+void Trainer::Impl::trainUntilDone() {
+    while (!limitReached()) {
+        if (parallel) {
+            // Every rank takes the same decision at the same batch, or none would go on; a
+            // pause too: a rank that waited on its own would leave the others in a collective.
+            const bool here = !applyCommands();
+            if (ranksAgree(here)) break;
+            if (holdWhilePaused()) continue;  // the commands given meanwhile, agreed again
+            const std::vector<int64_t> batch = sampler->next(target);
+            trainBatch(rankSlice(batch), static_cast<int64_t>(batch.size()));
+            parallel->lastBatch = batch;
+        } else {
+            if (!applyCommands() || !waitWhilePaused()) break;
+            const std::vector<int64_t> batch = sampler->next(target);
+            trainBatch(batch, static_cast<int64_t>(batch.size()));
+            if (commands.stopRequested()) break;
+        }
+        // With several devices rank 0 evaluates (it keeps the checkpoints); the others wait for
+        // it here as long as its heartbeat goes on, however long the pass takes.
+        if (validationDue()) {
+            if (!leads()) {
+                awaitValidation();
+            } else {
+                runValidation();
+                if (parallel) parallel->link->markDone("validated/" + std::to_string(step));
+            }
+        }
+    }
+}
+
+void Trainer::Impl::endRun(RunResult& result) {
+    result.stopped = commands.stopRequested() || (parallel && parallel->stoppedByRanks);
+    if (parallel) checkRanksAgree();  // at the end of every run, whatever the interval
+    std::optional<int64_t> equivalence = commands.takeEquivalence();
+    // A check asked for during the last batch still runs: the user is waiting for it (with
+    // several devices, asked for on any rank, on every rank together).
+    if (parallel) equivalence = agreeOnEquivalence(equivalence, result.stopped);
+    if (equivalence && !result.stopped) checkEquivalence(*equivalence);
+    // The end of the run is always evaluated (a stop asked for by the user is not held up by it).
+    if (!result.stopped && leads() && validationData && step > 0 && lastValidationStep != step) runValidation();
+    if (result.stopped) setState(RunState::Stopping);
+    reservation = torch::Tensor();
+    // Saved already at this step (an interval, re-saved after a new best model), or not.
+    if (!options.checkpoint.directory.empty() && step > 0 && latestCheckpointStep != step) writeCheckpoint();
+}
+
 RunResult Trainer::run() {
     Impl& d = *m_impl;
     CountingScope counting(true);
@@ -743,48 +803,8 @@ RunResult Trainer::run() {
         } else {
             d.setState(RunState::Training, "micro-batch " + std::to_string(d.microBatch));
         }
-        while (!d.limitReached()) {
-            if (d.parallel) {
-                // Every rank takes the same decision at the same batch, or none would go on; a
-                // pause too: a rank that waited on its own would leave the others in a collective.
-                const bool here = !d.applyCommands();
-                if (d.ranksAgree(here)) break;
-                if (d.holdWhilePaused()) continue;  // the commands given meanwhile, agreed again
-                const std::vector<int64_t> batch = d.sampler->next(d.target);
-                d.trainBatch(d.rankSlice(batch), static_cast<int64_t>(batch.size()));
-                d.parallel->lastBatch = batch;
-            } else {
-                if (!d.applyCommands() || !d.waitWhilePaused()) break;
-                const std::vector<int64_t> batch = d.sampler->next(d.target);
-                d.trainBatch(batch, static_cast<int64_t>(batch.size()));
-                if (d.commands.stopRequested()) break;
-            }
-            // With several devices rank 0 evaluates (it keeps the checkpoints); the others wait for
-            // it here as long as its heartbeat goes on, however long the pass takes.
-            if (d.validationDue()) {
-                if (!d.leads()) {
-                    d.awaitValidation();
-                } else {
-                    d.runValidation();
-                    if (d.parallel) d.parallel->link->markDone("validated/" + std::to_string(d.step));
-                }
-            }
-        }
-        result.stopped = d.commands.stopRequested() || (d.parallel && d.parallel->stoppedByRanks);
-        if (d.parallel) d.checkRanksAgree();  // at the end of every run, whatever the interval
-        std::optional<int64_t> equivalence = d.commands.takeEquivalence();
-        // A check asked for during the last batch still runs: the user is waiting for it (with
-        // several devices, asked for on any rank, on every rank together).
-        if (d.parallel) equivalence = d.agreeOnEquivalence(equivalence, result.stopped);
-        if (equivalence && !result.stopped) d.checkEquivalence(*equivalence);
-        // The end of the run is always evaluated (a stop asked for by the user is not held up by it).
-        if (!result.stopped && d.leads() && d.validationData && d.step > 0 && d.lastValidationStep != d.step)
-            d.runValidation();
-        if (result.stopped) d.setState(RunState::Stopping);
-        d.reservation = torch::Tensor();
-        // Saved already at this step (an interval, re-saved after a new best model), or not.
-        if (!d.options.checkpoint.directory.empty() && d.step > 0 && d.latestCheckpointStep != d.step)
-            d.writeCheckpoint();
+        d.trainUntilDone();
+        d.endRun(result);
         result.state = RunState::Finished;
         d.setState(RunState::Finished, result.stopped ? "stopped" : "done");
     } catch (const LoadingCancelled&) {

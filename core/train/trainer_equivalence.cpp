@@ -10,139 +10,159 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
     EquivalenceChecked r;
     r.step = step;
     const auto started = Clock::now();
-    const auto finish = [&] {
-        meter->releaseCache();
-        if (!leads()) return;  // several devices: rank 0 reports the job's check
-        r.time = now();
-        r.seconds = std::chrono::duration<double>(Clock::now() - started).count();
-        emit(std::move(r));
-    };
-    // With several devices the whole training batch (every rank's samples), as the sampler gave it.
-    std::vector<int64_t> indices = parallel ? parallel->lastBatch : lastBatch;
-    if (indices.empty()) {
-        Sampler peek = *sampler;  // before the first step: the batch about to be trained
-        indices = peek.next(target);
+    CheckBatch check = chooseCheckBatch(requested, r);
+    std::vector<std::vector<torch::Tensor>> accumulated = accumulateForCheck(check, r);
+    if (parallel) sumCheckOverRanks(check, r, accumulated);
+    if (check.problem.empty() && leads()) {
+        compareWithFullBatch(check, r, accumulated);
+    } else {
+        r.error = check.problem;
     }
-    const auto whole = static_cast<int64_t>(indices.size());
+    meter->releaseCache();
+    if (!leads()) return;  // several devices: rank 0 reports the job's check
+    r.time = now();
+    r.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    emit(std::move(r));
+}
+
+Trainer::Impl::CheckBatch Trainer::Impl::chooseCheckBatch(int64_t requested, EquivalenceChecked& r) {
+    CheckBatch check;
+    // With several devices the whole training batch (every rank's samples), as the sampler gave it.
+    check.indices = parallel ? parallel->lastBatch : lastBatch;
+    if (check.indices.empty()) {
+        Sampler peek = *sampler;  // before the first step: the batch about to be trained
+        check.indices = peek.next(target);
+    }
+    const auto whole = static_cast<int64_t>(check.indices.size());
     int64_t n = requested > 0 && requested < whole ? requested : whole;
     if (parallel) n = std::min(whole, std::max(n, parallel->link->size() * minPart));  // every rank a part
-    indices.resize(static_cast<size_t>(n));
+    check.indices.resize(static_cast<size_t>(n));
+    check.samples = n;
     r.samples = n;
     r.batchStatistics = model->usesBatchStatistics();
     r.bfloat16 = autocastsBf16(savers);
     r.float16 = autocastsFp16(savers);
     // This rank's part: with several devices, the share of the n samples training would give it.
-    const std::vector<int64_t> part = parallel ? rankSlice(indices) : indices;
-    const auto mine = static_cast<int64_t>(part.size());
-    const int64_t micro = microBatch > 0 ? microBatch : (probe ? probe->result() : 0);
-    std::string problem;
-    if (micro <= 0) {
-        problem = "no micro-batch size is known yet: check again once the probe has chosen one";
+    check.part = parallel ? rankSlice(check.indices) : check.indices;
+    const auto mine = static_cast<int64_t>(check.part.size());
+    check.microBatch = microBatch > 0 ? microBatch : (probe ? probe->result() : 0);
+    if (check.microBatch <= 0) {
+        check.problem = "no micro-batch size is known yet: check again once the probe has chosen one";
     } else if (mine > 0) {
         // The current plan; a part no larger than the micro-batch is split in up to four
         // micro-batches so that accumulation has something to show.
-        r.microBatchSizes = planFor(mine, micro < mine ? micro : std::max<int64_t>(minPart, (mine + 3) / 4));
+        r.microBatchSizes =
+            planFor(mine, check.microBatch < mine ? check.microBatch : std::max<int64_t>(minPart, (mine + 3) / 4));
     }
+    return check;
+}
 
-    /// Restores training mode whatever happens in the BatchNorm comparison.
-    struct TrainModeGuard {
-        Model& model;
-        ~TrainModeGuard() { model.train(true); }
-    };
-    const torch::Device where = parameters.front().device();
-    // A pass that runs out of memory on a host device (cpu, virtual) is repeated outside the
-    // budget: the budget simulates a GPU, and the check is not training. On a GPU it is an
-    // error with advice.
-    const auto guarded = [&](const std::function<std::vector<torch::Tensor>()>& pass, bool* outside) {
-        std::exception_ptr error;
-        try {
-            return pass();
-        } catch (const std::exception&) {
-            error = std::current_exception();
-        }
-        const FailureInfo failure = classifyFailure(error);
-        meter->releaseCache();
-        if (!failure.outOfMemory) std::rethrow_exception(error);
-        if (where.is_cuda()) {
-            throw std::runtime_error("the check batch of " + std::to_string(n) + " samples does not fit on " +
-                                     device.name() +
-                                     " in one pass next to the training state; choose a check "
-                                     "batch of at most about " +
-                                     std::to_string(micro) + " samples (the micro-batch that fits)");
-        }
-        if (outside != nullptr) *outside = true;
-        CountingScope uncounted(false);
+std::vector<torch::Tensor> Trainer::Impl::checkPass(const CheckBatch& check,
+                                                    const std::function<std::vector<torch::Tensor>()>& pass,
+                                                    bool* outside) {
+    std::exception_ptr error;
+    try {
         return pass();
-    };
+    } catch (const std::exception&) {
+        error = std::current_exception();
+    }
+    const FailureInfo failure = classifyFailure(error);
+    meter->releaseCache();
+    if (!failure.outOfMemory) std::rethrow_exception(error);
+    if (parameters.front().device().is_cuda()) {
+        throw std::runtime_error("the check batch of " + std::to_string(check.samples) + " samples does not fit on " +
+                                 device.name() +
+                                 " in one pass next to the training state; choose a check batch of at most about " +
+                                 std::to_string(check.microBatch) + " samples (the micro-batch that fits)");
+    }
+    if (outside != nullptr) *outside = true;
+    CountingScope uncounted(false);
+    return pass();
+}
+
+namespace {
+/// Restores training mode whatever happens in the BatchNorm comparison.
+struct TrainModeGuard {
+    Model& model;
+    ~TrainModeGuard() { model.train(true); }
+};
+}  // namespace
+
+std::vector<std::vector<torch::Tensor>> Trainer::Impl::accumulateForCheck(CheckBatch& check,
+                                                                          const EquivalenceChecked& r) {
     // Training mode, and for a BatchNorm model also evaluation mode, which normalises each sample
     // with the running statistics: no sample depends on its neighbours, which isolates what the
     // batch statistics cause. Every rank accumulates both before any comparison, so that the
     // ranks meet at the same exchanges whatever fails where.
-    const size_t modes = r.batchStatistics ? 2 : 1;
-    std::vector<std::vector<torch::Tensor>> accumulated(modes);
-    if (problem.empty()) {
-        try {
-            TrainModeGuard restore{*model};
-            for (size_t m = 0; m < modes; ++m) {
-                model->train(m == 0);
-                accumulated[m] = guarded([&] { return accumulateAsTraining(part, r.microBatchSizes, n); }, nullptr);
-            }
-        } catch (const std::exception&) {
-            problem = "the equivalence check could not run: " + classifyFailure(std::current_exception()).message;
+    std::vector<std::vector<torch::Tensor>> accumulated(r.batchStatistics ? 2 : 1);
+    if (!check.problem.empty()) return accumulated;
+    try {
+        TrainModeGuard restore{*model};
+        for (size_t m = 0; m < accumulated.size(); ++m) {
+            model->train(m == 0);
+            accumulated[m] = checkPass(
+                check, [&] { return accumulateAsTraining(check.part, r.microBatchSizes, check.samples); }, nullptr);
         }
+    } catch (const std::exception&) {
+        check.problem = "the equivalence check could not run: " + classifyFailure(std::current_exception()).message;
     }
-    if (parallel) {
-        // Every rank's plan and problem, then the parts' sum, as a training step sums them.
-        ProcessGroupLink& link = *parallel->link;
-        const std::string round = "equivalence/" + std::to_string(++parallel->equivalenceChecks);
-        std::vector<std::string> all;
-        try {
-            all = link.exchangeText(round, jsonText(nlohmann::json{{"plan", r.microBatchSizes}, {"problem", problem}}));
-        } catch (const std::exception& e) {
-            ranksFailed(e, "checking the equivalence together");
-        }
-        problem.clear();
-        r.rankDevices = parallel->devices;
-        for (size_t k = 0; k < all.size(); ++k) {
-            const nlohmann::json said = nlohmann::json::parse(all[k], nullptr, false);
-            const bool readable = said.is_object() && said.contains("plan") && said["plan"].is_array() &&
-                                  said.contains("problem") && said["problem"].is_string();
-            std::vector<int64_t> plan;
-            if (readable)
-                for (const nlohmann::json& size : said["plan"])
-                    if (size.is_number_integer()) plan.push_back(size.get<int64_t>());
-            r.rankMicroBatchSizes.push_back(std::move(plan));
-            const std::string theirs = readable ? said["problem"].get<std::string>() : "its answer cannot be read";
-            if (problem.empty() && !theirs.empty())
-                problem = "rank " + std::to_string(k) + " (" + parallel->devices[k] + "): " + theirs;
-        }
-        if (problem.empty()) {
-            try {
-                torch::NoGradGuard noGrad;
-                for (auto& gradients : accumulated) link.allReduceSum(gradients);
-            } catch (const std::exception& e) {
-                ranksFailed(e, "summing the equivalence check's gradients");
-            }
-        }
+    return accumulated;
+}
+
+void Trainer::Impl::sumCheckOverRanks(CheckBatch& check, EquivalenceChecked& r,
+                                      std::vector<std::vector<torch::Tensor>>& accumulated) {
+    // Every rank's plan and problem, then the parts' sum, as a training step sums them.
+    ProcessGroupLink& link = *parallel->link;
+    const std::string round = "equivalence/" + std::to_string(++parallel->equivalenceChecks);
+    std::vector<std::string> all;
+    try {
+        all =
+            link.exchangeText(round, jsonText(nlohmann::json{{"plan", r.microBatchSizes}, {"problem", check.problem}}));
+    } catch (const std::exception& e) {
+        ranksFailed(e, "checking the equivalence together");
     }
-    if (!problem.empty() || !leads()) {
-        r.error = problem;
-        return finish();
+    check.problem.clear();
+    r.rankDevices = parallel->devices;
+    for (size_t k = 0; k < all.size(); ++k) {
+        const nlohmann::json said = nlohmann::json::parse(all[k], nullptr, false);
+        const bool readable = said.is_object() && said.contains("plan") && said["plan"].is_array() &&
+                              said.contains("problem") && said["problem"].is_string();
+        std::vector<int64_t> plan;
+        if (readable)
+            for (const nlohmann::json& size : said["plan"])
+                if (size.is_number_integer()) plan.push_back(size.get<int64_t>());
+        r.rankMicroBatchSizes.push_back(std::move(plan));
+        const std::string theirs = readable ? said["problem"].get<std::string>() : "its answer cannot be read";
+        if (check.problem.empty() && !theirs.empty())
+            check.problem = "rank " + std::to_string(k) + " (" + parallel->devices[k] + "): " + theirs;
     }
+    if (!check.problem.empty()) return;
+    try {
+        torch::NoGradGuard noGrad;
+        for (auto& gradients : accumulated) link.allReduceSum(gradients);
+    } catch (const std::exception& e) {
+        ranksFailed(e, "summing the equivalence check's gradients");
+    }
+}
+
+void Trainer::Impl::compareWithFullBatch(const CheckBatch& check, EquivalenceChecked& r,
+                                         const std::vector<std::vector<torch::Tensor>>& accumulated) {
+    const torch::Device where = parameters.front().device();
     try {
         Batch host;
         {
             CountingScope uncounted(false);
-            host = data->get(indices);
+            host = data->get(check.indices);
         }
         const torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs;
         const torch::Tensor targets = where.is_cuda() ? host.targets.to(where) : host.targets;
         TrainModeGuard restore{*model};
-        for (size_t m = 0; m < modes; ++m) {
+        for (size_t m = 0; m < accumulated.size(); ++m) {
             model->train(m == 0);
             EquivalenceChecked running;
             EquivalenceChecked& into = m == 0 ? r : running;
-            auto full = guarded(
+            auto full = checkPass(
+                check,
                 [&] {
                     AutocastScope autocast(where.type(), forwardAutocast());  // as training runs it
                     return fullBatchGradient(*model, inputs, targets, options.loss, backwardScale());
@@ -157,7 +177,6 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
         r.tensors.clear();
         r.error = "the equivalence check could not run: " + failure.message;
     }
-    finish();
 }
 
 std::vector<torch::Tensor> Trainer::Impl::accumulateAsTraining(const std::vector<int64_t>& indices,

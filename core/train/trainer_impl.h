@@ -294,11 +294,29 @@ struct Trainer::Impl {
     }
 
     void setup();
+    // setup's parts.
+    /// The training data and the validation data (held out or given), on the host.
+    void loadData();
+    /// What the data and the checkpoint options must agree on, found before any training: a
+    /// FatalError naming the option to change.
+    void checkDataAndCheckpoints() const;
+    /// The model, its gradient accumulators and the optimizer on the device (counted).
+    void buildModel();
+    /// The memory savers asked for work with this model and device (FatalError where not).
+    void checkSaversSuitModel() const;
+    /// Trains batch after batch, validating when due, until a limit is reached or the run is
+    /// stopped (Trainer::run).
+    void trainUntilDone();
+    /// The end of a run that did not fail: the ranks' last comparison, an equivalence check asked
+    /// for during the last batch, the last validation and checkpoint; `result.stopped` set.
+    void endRun(RunResult& result);
     /// A validation pass is due after this step: every validation.every_steps steps, or when an
     /// epoch was completed since the last one.
     bool validationDue() const;
     /// Evaluates the held-out data and reports ValidationDone (trainer_validation.cpp).
     void runValidation();
+    /// One validation micro-batch added to `totals`; the error (an OOM among them) it raised, if any.
+    std::exception_ptr evaluate(const std::vector<int64_t>& indices, ValidationTotals& totals);
     void sampleMemory(bool force);
     void reportBreakdown();
     void reportSummary();
@@ -307,6 +325,30 @@ struct Trainer::Impl {
     /// as training splits it, each accumulates its part with its own micro-batch plan, the parts
     /// are summed over the ranks, and rank 0 compares the sum with one full pass and reports it.
     void checkEquivalence(int64_t samples);
+    // checkEquivalence's parts.
+    struct CheckBatch {
+        std::vector<int64_t> indices;  ///< the check batch (every rank's samples)
+        std::vector<int64_t> part;     ///< this rank's part of it
+        int64_t samples = 0;
+        int64_t microBatch = 0;  ///< the size training uses now (0: none known yet)
+        std::string problem;     ///< why the check cannot go on; empty: it can
+    };
+    /// The samples to check (the last training batch's first `requested`) and this rank's plan.
+    CheckBatch chooseCheckBatch(int64_t requested, EquivalenceChecked& r);
+    /// The accumulated gradient of this rank's part, in training mode (and, for a BatchNorm
+    /// model, in evaluation mode too); sets `check.problem` where it cannot be computed.
+    std::vector<std::vector<torch::Tensor>> accumulateForCheck(CheckBatch& check, const EquivalenceChecked& r);
+    /// Several devices: every rank's plan and problem, and the sum of the parts.
+    void sumCheckOverRanks(CheckBatch& check, EquivalenceChecked& r,
+                           std::vector<std::vector<torch::Tensor>>& accumulated);
+    /// One full pass over the check batch, compared with the accumulated gradients.
+    void compareWithFullBatch(const CheckBatch& check, EquivalenceChecked& r,
+                              const std::vector<std::vector<torch::Tensor>>& accumulated);
+    /// Runs `pass`; one that runs out of memory on a host device (cpu, virtual) is repeated
+    /// outside the budget (the budget simulates a GPU, and the check is not training), setting
+    /// `*outside`. On a GPU it is an error with advice.
+    std::vector<torch::Tensor> checkPass(const CheckBatch& check,
+                                         const std::function<std::vector<torch::Tensor>()>& pass, bool* outside);
     /// The gradient of `indices` accumulated by training's own code (runMicroBatch into the
     /// accumulators) in micro-batches of `microBatchSizes`, each weighted by its share of
     /// `batchSize` samples (several devices: the whole check batch, of which `indices` is this
@@ -383,6 +425,9 @@ struct Trainer::Impl {
     /// target batch change asked for (the lowest rank's that asked), applied by all of them, and
     /// which ranks asked to pause (ParallelState::pausingRanks).
     bool ranksAgree(bool stopHere);
+    /// Every rank's vote for the next batch (ranksAgree), 8 numbers a rank, rank by rank; this
+    /// rank's requests are cleared once sent.
+    std::vector<double> gatherVotes(bool stopHere);
     /// After ranksAgree, when ranks asked to pause: each of them waits until it is resumed (or
     /// stopped), then says so in the store; every rank waits for all of them, as long as they
     /// live (a pause may outlast any collective's timeout). False when no rank paused.
@@ -483,6 +528,9 @@ struct Trainer::Impl {
     /// Nothing changes: the savers in use, the model's statistics, the batch's gradients and the
     /// CPU's random stream are as before.
     SaverSurvey surveySavers(const std::string& reason);
+    /// surveySavers' measurement of one saver: micro-batches of the sizes nextSurveySize asks
+    /// for, trained with `candidate` on (left on), and what predictSaver makes of them.
+    SaverOption measureSaver(MemorySavers candidate);
     /// The last survey (what MemorySaversChanged's prediction comes from).
     std::optional<SaverSurvey> lastSurvey;
     /// Why a survey is due at the next training batch (finishProbe found a micro-batch below

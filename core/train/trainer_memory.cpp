@@ -70,6 +70,41 @@ bool Trainer::Impl::applySavers(MemorySavers next, const std::string& why) {
     return true;
 }
 
+SaverOption Trainer::Impl::measureSaver(MemorySavers candidate) {
+    const int64_t upper = upperBound();
+    useMemorySavers(candidate);
+    std::vector<SaverTrial> trials;
+    std::string failed;
+    const auto run = [&](int64_t size) {
+        std::vector<int64_t> indices(static_cast<size_t>(size));
+        std::iota(indices.begin(), indices.end(), int64_t{0});
+        const MicroResult r = runMicroBatch(indices, 1.0, {}, /*measurement=*/true);
+        meter->releaseCache();
+        if (!r.ok && !r.failure.outOfMemory) {
+            failed = r.failure.message.substr(0, r.failure.message.find('\n'));
+            return false;
+        }
+        trials.push_back({size, r.ok, r.ok ? r.peakBytes : neededBytes(*meter, r.failure.requestedBytes), r.seconds});
+        return true;
+    };
+    bool ok = true;
+    while (ok) {
+        const std::optional<int64_t> size = nextSurveySize(trials, usableBytes(), upper, minMicroBatch);
+        if (!size) break;
+        ok = run(*size);
+    }
+    SaverOption o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), minMicroBatch);
+    // A size's first run also prepares its kernels: where it is cheap, time it once more.
+    if (ok && o.samplesPerSecond > 0 && static_cast<double>(o.timedMicroBatch) / o.samplesPerSecond < 2.0 &&
+        run(o.timedMicroBatch))
+        o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), minMicroBatch);
+    if (!failed.empty()) {
+        o.fits = false;
+        o.unavailable = "it failed: " + failed;
+    }
+    return o;
+}
+
 SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
     const auto started = Clock::now();
     SaverSurvey survey;
@@ -81,7 +116,6 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
     survey.current = toString(savers);
     const MemorySavers before = savers;
     const std::string cannotSplit = model->checkpointingUnsupported();
-    const int64_t upper = upperBound();
     // Random layers (dropout) draw from the CPU's generator: it is put back afterwards, so that a
     // survey leaves the run's random stream as it found it.
     at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -113,40 +147,9 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
             o.savers = toString(candidate);
             o.unavailable = cannotSplit;
             survey.options.push_back(std::move(o));
-            continue;
+        } else {
+            survey.options.push_back(measureSaver(candidate));
         }
-        useMemorySavers(candidate);
-        std::vector<SaverTrial> trials;
-        std::string failed;
-        const auto run = [&](int64_t size) {
-            std::vector<int64_t> indices(static_cast<size_t>(size));
-            std::iota(indices.begin(), indices.end(), int64_t{0});
-            const MicroResult r = runMicroBatch(indices, 1.0, {}, /*measurement=*/true);
-            meter->releaseCache();
-            if (!r.ok && !r.failure.outOfMemory) {
-                failed = r.failure.message.substr(0, r.failure.message.find('\n'));
-                return false;
-            }
-            trials.push_back(
-                {size, r.ok, r.ok ? r.peakBytes : neededBytes(*meter, r.failure.requestedBytes), r.seconds});
-            return true;
-        };
-        bool ok = true;
-        while (ok) {
-            const std::optional<int64_t> size = nextSurveySize(trials, usableBytes(), upper, minMicroBatch);
-            if (!size) break;
-            ok = run(*size);
-        }
-        SaverOption o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), minMicroBatch);
-        // A size's first run also prepares its kernels: where it is cheap, time it once more.
-        if (ok && o.samplesPerSecond > 0 && static_cast<double>(o.timedMicroBatch) / o.samplesPerSecond < 2.0 &&
-            run(o.timedMicroBatch))
-            o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), minMicroBatch);
-        if (!failed.empty()) {
-            o.fits = false;
-            o.unavailable = "it failed: " + failed;
-        }
-        survey.options.push_back(std::move(o));
     }
     useMemorySavers(before);
     {

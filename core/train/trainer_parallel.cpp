@@ -197,7 +197,7 @@ void Trainer::Impl::chooseRankCollectives() {
     }
 }
 
-bool Trainer::Impl::ranksAgree(bool stopHere) {
+std::vector<double> Trainer::Impl::gatherVotes(bool stopHere) {
     // Each rank's vote: stop, the target batch it was asked for (0: none) with its rule, pause,
     // the memory savers it was asked for (their number + 1; 0: none), a survey of the savers,
     // how many device switches it was asked for, an equivalence check (its samples + 1; 0: none).
@@ -219,6 +219,11 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
     parallel->requestedSavers.reset();
     parallel->requestedEquivalence.reset();
     parallel->surveyRequested = false;
+    return votes;
+}
+
+bool Trainer::Impl::ranksAgree(bool stopHere) {
+    const std::vector<double> votes = gatherVotes(stopHere);
     constexpr size_t kVote = 8;
     parallel->pausingRanks.clear();
     for (size_t r = 0; r * kVote < votes.size(); ++r)

@@ -27,6 +27,25 @@ bool Trainer::Impl::validationDue() const {
     return sampler->completedEpochs() > validatedEpochs;
 }
 
+std::exception_ptr Trainer::Impl::evaluate(const std::vector<int64_t>& indices, ValidationTotals& totals) {
+    try {
+        torch::NoGradGuard noGrad;
+        Batch host;
+        {
+            CountingScope hostMemory(false);  // read into host memory, as the prefetcher does
+            host = validationData->get(indices);
+        }
+        const torch::Device where = parameters.front().device();
+        torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs.clone();
+        torch::Tensor targets = where.is_cuda() ? host.targets.to(where) : host.targets.clone();
+        host = Batch{};
+        totals.add(model->forward(inputs), targets);
+        return nullptr;
+    } catch (const std::exception&) {
+        return std::current_exception();
+    }
+}
+
 void Trainer::Impl::runValidation() {
     const auto started = Clock::now();
     const int64_t total = validationData->size();
@@ -50,23 +69,7 @@ void Trainer::Impl::runValidation() {
         std::iota(indices.begin(), indices.end(), offset);
         const int64_t resident = meter->allocated();
         meter->resetPeak();
-        std::exception_ptr error;
-        try {
-            torch::NoGradGuard noGrad;
-            Batch host;
-            {
-                CountingScope hostMemory(false);  // read into host memory, as the prefetcher does
-                host = validationData->get(indices);
-            }
-            const torch::Device where = parameters.front().device();
-            torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs.clone();
-            torch::Tensor targets = where.is_cuda() ? host.targets.to(where) : host.targets.clone();
-            host = Batch{};
-            totals.add(model->forward(inputs), targets);
-        } catch (const std::exception&) {
-            error = std::current_exception();
-        }
-        if (error) {
+        if (const std::exception_ptr error = evaluate(indices, totals)) {
             const FailureInfo failure = classifyFailure(error);
             if (!failure.outOfMemory) {
                 throw FatalError{"validation failed: " + failure.message,

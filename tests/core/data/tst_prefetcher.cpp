@@ -126,7 +126,8 @@ private Q_SLOTS:
         TrainerOptions options;
         options.model.name = "mlp";
         options.data = data;
-        options.datasetFactory = [&]() -> tl::expected<std::shared_ptr<Dataset>, std::string> { return images; };
+        const std::shared_ptr<Dataset> dataset = images;
+        options.datasetFactory = [dataset]() -> tl::expected<std::shared_ptr<Dataset>, std::string> { return dataset; };
         options.targetBatch = 64;
         options.probe.initialMicroBatch = 16;
         options.probe.maxMicroBatch = 16;
