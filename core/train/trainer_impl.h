@@ -452,6 +452,16 @@ struct Trainer::Impl {
     /// of the whole batch.
     double reduceOverRanks(double lossSum, int64_t share, int64_t largestUsed, int64_t committed, int64_t peak,
                            double computeSeconds, bool settled);
+    // reduceOverRanks' parts.
+    /// Every rank's step numbers (`mine`: this rank's), the gradient sum in place, BatchNorm's
+    /// statistics averaged by share, and the other ranks' probe reports where any has some.
+    std::vector<double> sumOverRanks(const std::vector<double>& mine, int64_t share, double& reduceSeconds,
+                                     std::vector<std::string>& reports);
+    /// Rank 0: the other ranks' probes and OOMs as RankProbed events.
+    void showRankReports(const std::vector<std::string>& reports);
+    /// The step's RanksStepped report and the next shares, decided alike on every rank from the
+    /// same numbers; returns the loss of the whole batch.
+    double recordRanksStep(const std::vector<double>& all, double reduceSeconds);
     /// After the optimizer step: compares the ranks' parameters when due, reports RanksStepped
     /// and applies the next shares (from the next batch on).
     void finishRanksStep();

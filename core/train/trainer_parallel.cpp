@@ -414,7 +414,6 @@ std::vector<int64_t> Trainer::Impl::rankSlice(const std::vector<int64_t>& batch)
 
 double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t largestUsed, int64_t committed,
                                       int64_t peak, double computeSeconds, bool settled) {
-    ProcessGroupLink& link = *parallel->link;
     std::vector<double> mine(kStepFields, 0.0);
     mine[kFieldShare] = static_cast<double>(share);
     mine[kFieldCompute] = computeSeconds;
@@ -427,9 +426,18 @@ double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t lar
     mine[kFieldProbed] = probe ? 0.0 : static_cast<double>(probedMicroBatch);
     mine[kFieldLoss] = lossSum;
     mine[kFieldReports] = static_cast<double>(parallel->unreported.size());
-    std::vector<double> all;
-    std::vector<std::string> reports;
     double reduceSeconds = 0;
+    std::vector<std::string> reports;
+    const std::vector<double> all = sumOverRanks(mine, share, reduceSeconds, reports);
+    parallel->unreported.clear();
+    if (leads()) showRankReports(reports);
+    return recordRanksStep(all, reduceSeconds);
+}
+
+std::vector<double> Trainer::Impl::sumOverRanks(const std::vector<double>& mine, int64_t share, double& reduceSeconds,
+                                                std::vector<std::string>& reports) {
+    ProcessGroupLink& link = *parallel->link;
+    std::vector<double> all;
     const auto field = [&](size_t rank, StepField f) { return all[rank * kStepFields + f]; };
     const auto world = static_cast<size_t>(link.size());
     try {
@@ -462,24 +470,31 @@ double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t lar
     } catch (const std::exception& e) {
         ranksFailed(e, "summing the gradients");
     }
-    parallel->unreported.clear();
-    if (leads()) {
-        for (size_t r = 1; r < reports.size(); ++r) {
-            auto report = readRankReport(reports[r], now());
-            if (!report) {
-                emit(Warning{now(), rankName(static_cast<int>(r), parallel->devices) +
-                                        " sent a probe report that cannot be read (" + report.error() +
-                                        "); its probes are not shown, training goes on"});
-                continue;
-            }
-            if (report->probes.empty() && report->trials.empty() && report->finished.empty() && report->ooms.empty())
-                continue;
-            report->time = now();
-            report->rank = static_cast<int>(r);
-            report->device = parallel->devices[r];
-            emit(std::move(*report));
+    return all;
+}
+
+void Trainer::Impl::showRankReports(const std::vector<std::string>& reports) {
+    for (size_t r = 1; r < reports.size(); ++r) {
+        auto report = readRankReport(reports[r], now());
+        if (!report) {
+            emit(Warning{now(), rankName(static_cast<int>(r), parallel->devices) +
+                                    " sent a probe report that cannot be read (" + report.error() +
+                                    "); its probes are not shown, training goes on"});
+            continue;
         }
+        if (report->probes.empty() && report->trials.empty() && report->finished.empty() && report->ooms.empty())
+            continue;
+        report->time = now();
+        report->rank = static_cast<int>(r);
+        report->device = parallel->devices[r];
+        emit(std::move(*report));
     }
+}
+
+double Trainer::Impl::recordRanksStep(const std::vector<double>& all, double reduceSeconds) {
+    ProcessGroupLink& link = *parallel->link;
+    const auto field = [&](size_t rank, StepField f) { return all[rank * kStepFields + f]; };
+    const auto world = static_cast<size_t>(link.size());
     double slowest = 0;
     double fastest = 0;  // of the ranks that had samples: one without waits for nothing
     double totalLoss = 0;
