@@ -17,6 +17,7 @@
 #include "app/cli_args.h"
 #include "app/cli_progress.h"
 #include "app/rank_launcher.h"
+#include "core/base/durable_file.h"
 #include "core/base/byte_size.h"
 #include "core/train/checkpoint.h"
 #include "core/device/counting_allocator.h"
@@ -39,6 +40,10 @@ constexpr int kExitNotSaved = 4;  ///< trained, but a checkpoint or the events f
 
 /// The signal that asked to stop (0: none). A second one ends the process at once.
 std::atomic<int> g_signal{0};
+/// Signals that stop a run after the current micro-batch, saving its checkpoint: Ctrl-C, kill, a
+/// closed terminal (SIGHUP), and a closed pipe on the output (SIGPIPE: `batchpilot-cli … | head`),
+/// which otherwise ended the process at once, without a message or a checkpoint.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
 
 /// How messages name this process: the program, or with several devices the rank.
 std::string g_name = "batchpilot-cli";
@@ -47,6 +52,8 @@ std::string g_name = "batchpilot-cli";
 pid_t g_launcher = 0;
 
 void onSignal(int number) {
+    // A closed pipe raises SIGPIPE at every later write to it: only a first one asks to stop.
+    if (number == SIGPIPE && g_signal.load() != 0) return;
     if (g_signal.exchange(number) != 0) {
         constexpr char kMessage[] = "\nbatchpilot-cli: second interrupt: exiting now without saving\n";
         [[maybe_unused]] const auto written = ::write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
@@ -196,7 +203,14 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (!request->exportCsv.empty()) {
-        const auto exported = core::exportRunCsv(request->exportCsv, request->csvOut);
+        // Stopped by a signal: the export ends, its temporary file removed, nothing replaced.
+        for (const int number : kStopSignals) std::signal(number, onSignal);
+        const auto exported =
+            core::exportRunCsv(request->exportCsv, request->csvOut, {}, [] { return g_signal.load() != 0; });
+        if (!exported && g_signal.load() != 0) {
+            std::fprintf(stderr, "batchpilot-cli: stopped by signal %d: nothing was written\n", g_signal.load());
+            return 128 + g_signal.load();
+        }
         if (!exported) {
             std::fprintf(stderr, "batchpilot-cli: %s\n", exported.error().c_str());
             return kExitBadInput;
@@ -262,6 +276,16 @@ int main(int argc, char** argv) {
             if (!request->eventsPath.empty()) request->eventsPath += ".rank" + std::to_string(rank);
         }
     }
+    // Refused before a run folder is made or anything trained: the events file is truncated when
+    // opened, and a link would truncate what it points to, a FIFO without a reader would block.
+    if (!request->eventsPath.empty()) {
+        if (const std::string why =
+                core::whyNotWritable(request->eventsPath, "the events file \"" + request->eventsPath + "\"");
+            !why.empty()) {
+            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), why.c_str());
+            return kExitBadInput;
+        }
+    }
     std::unique_ptr<core::RunFolder> folder;
     // Checkpoints asked for without a directory go into the run folder, which names it now.
     const bool checkpointsInFolder = core::checkpointsInRunFolder(request->options);
@@ -305,8 +329,7 @@ int main(int argc, char** argv) {
     reporter.setKeepBest(request->options.checkpoint.keepBest);
     if (request->options.parallel) reporter.setRank(request->options.parallel->rank());
     if (request->checkEquivalence >= 0) reporter.requestEquivalenceCheck(request->checkEquivalence);
-    std::signal(SIGINT, onSignal);
-    std::signal(SIGTERM, onSignal);
+    for (const int number : kStopSignals) std::signal(number, onSignal);
     core::RunResult result;
     {
         InterruptWatcher watcher(trainer, training);
@@ -328,8 +351,8 @@ int main(int argc, char** argv) {
             ? " (" + std::to_string(reporter.otherRankOomCount()) + " more on the other ranks)"
             : std::string();
     std::printf("\n%s after %lld steps: loss %.4f, micro-batch %lld, %d OOM event(s) recovered%s, peak %.1f MiB\n",
-                result.stopped ? "stopped" : "done", static_cast<long long>(result.steps), last.loss,
-                static_cast<long long>(result.microBatch), reporter.oomCount(), otherRanks.c_str(),
+                result.stopped || g_signal.load() != 0 ? "stopped" : "done", static_cast<long long>(result.steps),
+                last.loss, static_cast<long long>(result.microBatch), reporter.oomCount(), otherRanks.c_str(),
                 core::toMiB(last.peakBytes));
     if (const std::string validation = reporter.validationSummary(); !validation.empty())
         std::printf("%s\n", validation.c_str());
@@ -344,7 +367,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: error: %s\n", g_name.c_str(), eventsError.c_str());
         status = kExitNotSaved;
     }
-    if (const int number = g_signal.load(); number != 0 && result.stopped) {
+    // A signal during the run's last validation drops that pass: stopped too, not done.
+    if (const int number = g_signal.load(); number != 0) {
         std::fprintf(stderr, "%s: stopped by signal %d after %lld steps%s\n", g_name.c_str(), number,
                      static_cast<long long>(result.steps),
                      request->options.checkpoint.directory.empty() ? "" : "; the checkpoint holds the last step");

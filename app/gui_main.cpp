@@ -1,15 +1,71 @@
 #include <QApplication>
+#include <QCoreApplication>
 #include <QCommandLineParser>
 #include <QIcon>
 #include <QTimer>
 
+#include <cstdio>
+
 #include "ui/window/main_window.h"
 
+namespace {
+
+void nameApplication() {
+    QCoreApplication::setOrganizationName(QStringLiteral("BatchPilot"));
+    QCoreApplication::setApplicationName(QStringLiteral("BatchPilot"));
+    QCoreApplication::setApplicationVersion(QStringLiteral(BATCHPILOT_VERSION));
+}
+
+struct Flags {
+    QCommandLineOption demo{QStringLiteral("demo"),
+                            QCoreApplication::translate("main",
+                                                        "Start the built-in demo right away (small CNN, synthetic "
+                                                        "images, a 64 MiB virtual GPU).")};
+    QCommandLineOption quitAfter{
+        QStringLiteral("quit-after"),
+        QCoreApplication::translate("main", "Close the window after <seconds> (for scripted checks)."),
+        QStringLiteral("seconds")};
+
+    void declare(QCommandLineParser& parser) const {
+        parser.setApplicationDescription(QCoreApplication::translate(
+            "main", "Train at the batch you want on the device you get, and watch it live."));
+        parser.addHelpOption();
+        parser.addVersionOption();
+        parser.addOption(demo);
+        parser.addOption(quitAfter);
+    }
+};
+
+/// Why no window can open here: no display to open it on. Empty where Qt chooses its platform
+/// from QT_QPA_PLATFORM, or a display is set.
+QString noDisplay() {
+    if (!qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) return {};
+    if (!qEnvironmentVariableIsEmpty("DISPLAY") || !qEnvironmentVariableIsEmpty("WAYLAND_DISPLAY")) return {};
+    return QStringLiteral(
+        "batchpilot: there is no display to open the window on (neither DISPLAY nor WAYLAND_DISPLAY is set): run "
+        "it on a desktop or over ssh -X, train without a window with batchpilot-cli, or set "
+        "QT_QPA_PLATFORM=offscreen to run it without showing it\n");
+}
+
+}  // namespace
+
 int main(int argc, char* argv[]) {
+    const Flags flags;
+    {
+        // --help, --version and unknown flags are answered without a display, which QApplication
+        // needs (it aborted without one, even for --help).
+        QCoreApplication console(argc, argv);
+        nameApplication();
+        QCommandLineParser parser;
+        flags.declare(parser);
+        parser.process(console);  // prints and exits for --help, --version and errors
+    }
+    if (const QString why = noDisplay(); !why.isEmpty()) {
+        std::fputs(why.toLocal8Bit().constData(), stderr);
+        return 1;
+    }
     QApplication app(argc, argv);
-    QApplication::setOrganizationName(QStringLiteral("BatchPilot"));
-    QApplication::setApplicationName(QStringLiteral("BatchPilot"));
-    QApplication::setApplicationVersion(QStringLiteral(BATCHPILOT_VERSION));
+    nameApplication();
     QApplication::setDesktopFileName(QStringLiteral("batchpilot"));
     Q_INIT_RESOURCE(resources);  // the icons live in the static batchpilot_ui library
     QIcon icon;
@@ -18,28 +74,15 @@ int main(int argc, char* argv[]) {
     QApplication::setWindowIcon(icon);
 
     QCommandLineParser parser;
-    parser.setApplicationDescription(
-        QApplication::translate("main", "Train at the batch you want on the device you get, and watch it live."));
-    parser.addHelpOption();
-    parser.addVersionOption();
-    const QCommandLineOption demo(QStringLiteral("demo"),
-                                  QApplication::translate("main",
-                                                          "Start the built-in demo right away (small CNN, synthetic "
-                                                          "images, a 64 MiB virtual GPU)."));
-    const QCommandLineOption quitAfter(
-        QStringLiteral("quit-after"),
-        QApplication::translate("main", "Close the window after <seconds> (for scripted checks)."),
-        QStringLiteral("seconds"));
-    parser.addOption(demo);
-    parser.addOption(quitAfter);
+    flags.declare(parser);
     parser.process(app);
 
     batchpilot::ui::MainWindow window;
     window.show();
-    if (parser.isSet(demo)) QTimer::singleShot(0, &window, [&window] { window.startDemo(); });
-    if (parser.isSet(quitAfter)) {
+    if (parser.isSet(flags.demo)) QTimer::singleShot(0, &window, [&window] { window.startDemo(); });
+    if (parser.isSet(flags.quitAfter)) {
         bool ok = false;
-        const double seconds = parser.value(quitAfter).toDouble(&ok);
+        const double seconds = parser.value(flags.quitAfter).toDouble(&ok);
         if (ok && seconds > 0) QTimer::singleShot(static_cast<int>(seconds * 1000), &window, &QWidget::close);
     }
     return QApplication::exec();

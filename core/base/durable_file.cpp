@@ -28,18 +28,43 @@ tl::expected<void, std::string> writeAllAndSync(int fd, std::initializer_list<st
     return {};
 }
 
-tl::expected<void, std::string> replaceFileAtomically(const std::string& path, std::string_view text,
-                                                      const std::string& named) {
+namespace {
+
+/// "a symbolic link", "a folder", ...: what stands at a path that is not a regular file.
+std::string kindOf(const std::filesystem::file_status& status) {
+    namespace fs = std::filesystem;
+    if (fs::is_symlink(status)) return "a symbolic link";
+    if (fs::is_directory(status)) return "a folder";
+    if (fs::is_fifo(status)) return "a FIFO (named pipe)";
+    if (fs::is_socket(status)) return "a socket";
+    if (fs::is_character_file(status) || fs::is_block_file(status)) return "a device";
+    return "not a regular file";
+}
+
+}  // namespace
+
+std::string whyNotWritable(const std::string& path, const std::string& named) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const auto status = fs::symlink_status(path, ec);
-    if (!ec && fs::exists(status) && !fs::is_regular_file(status)) {
-        return tl::unexpected("not writing " + named + ": the path is " +
-                              (fs::is_symlink(status)     ? std::string("a symbolic link")
-                               : fs::is_directory(status) ? std::string("a folder")
-                                                          : std::string("a FIFO, socket or device")) +
-                              ", and only a regular file is replaced; choose another path");
-    }
+    if (ec || !fs::exists(status) || fs::is_regular_file(status)) return {};
+    return "not writing " + named + ": the path is " + kindOf(status) +
+           ", and only a regular file is replaced (or a new one made); choose another path";
+}
+
+std::string whyNotReadable(const std::string& path, const std::string& named) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const auto status = fs::status(path, ec);
+    if (!fs::exists(status)) return "cannot read " + named + ": there is no such file";
+    if (fs::is_regular_file(status)) return {};
+    return "cannot read " + named + ": the path is " + kindOf(status) + ", not a file";
+}
+
+tl::expected<void, std::string> replaceFileAtomically(const std::string& path, std::string_view text,
+                                                      const std::string& named) {
+    namespace fs = std::filesystem;
+    if (std::string why = whyNotWritable(path, named); !why.empty()) return tl::unexpected(std::move(why));
     const fs::path target(path);
     const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
     std::string temporary = (folder / ("." + target.filename().string() + ".XXXXXX")).string();

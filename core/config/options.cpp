@@ -385,6 +385,13 @@ tl::expected<TrainerOptions, OptionProblem> resolve(TrainerOptions o) {
         return Problem(OptionProblem{"device", device.error()});
     } else {
         o.device = device->name();
+        // Not dropped in silence: the cap is the CUDA caching allocator's, which nothing else has.
+        if (o.cudaMemoryFraction > 0 && device->kind != DeviceKind::Cuda) {
+            return Problem(
+                OptionProblem{"cuda_memory_fraction",
+                              "a CUDA memory fraction caps a GPU's caching allocator, but the device is " + o.device +
+                                  ": leave it out, or give a virtual device the budget you want (e.g. virtual:8GiB)"});
+        }
     }
     if (auto ok = check(o); !ok) return tl::unexpected(ok.error());
     return o;

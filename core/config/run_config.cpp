@@ -1,5 +1,7 @@
 #include "core/config/run_config.h"
 
+#include <algorithm>
+#include <set>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -324,6 +326,29 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const json& config, Tra
     return o;
 }
 
+namespace {
+
+/// " (lines 2 and 5)": the lines of `text` on which "key" is followed by a colon; empty unless
+/// there are at least two.
+std::string linesHolding(const std::string& text, const std::string& key) {
+    std::vector<int64_t> lines;
+    const std::string quoted = "\"" + key + "\"";
+    for (size_t at = text.find(quoted); at != std::string::npos; at = text.find(quoted, at + 1)) {
+        const size_t after = text.find_first_not_of(" \t\r\n", at + quoted.size());
+        if (after == std::string::npos || text[after] != ':') continue;
+        lines.push_back(1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+    }
+    if (lines.size() < 2) return {};
+    std::string out = " (lines ";
+    for (size_t i = 0; i < lines.size(); ++i) {
+        if (i > 0) out += i + 1 == lines.size() ? " and " : ", ";
+        out += std::to_string(lines[i]);
+    }
+    return out + ")";
+}
+
+}  // namespace
+
 tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path, TrainerOptions base) {
     const std::string named = "the configuration \"" + path + "\"";
     std::error_code ec;
@@ -356,14 +381,36 @@ tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path,
     }
     json config;
     bool tooDeep = false;
+    // A key given twice in one object: JSON readers disagree on which value counts (this one would
+    // take the last), so neither is taken. Its path, as "probe.headroom".
+    std::string twice;
+    std::vector<std::set<std::string>> keys;  // of each open object or array, innermost last
+    std::vector<std::string> outerKeys;       // the keys leading to it
+    std::string lastKey;
     // Deeper values are dropped while parsing (the parser itself does not recurse), so nothing
     // later walks a structure deep enough to overflow the stack.
-    const json::parser_callback_t depthLimit = [&](int depth, json::parse_event_t, json&) {
+    const json::parser_callback_t reader = [&](int depth, json::parse_event_t event, json& parsed) {
+        using Event = json::parse_event_t;
+        if (event == Event::object_start || event == Event::array_start) {
+            keys.emplace_back();
+            outerKeys.push_back(lastKey);
+            lastKey.clear();
+        } else if ((event == Event::object_end || event == Event::array_end) && !keys.empty()) {
+            keys.pop_back();
+            outerKeys.pop_back();
+        } else if (event == Event::key && parsed.is_string() && !keys.empty()) {
+            lastKey = parsed.get<std::string>();
+            if (!keys.back().insert(lastKey).second && twice.empty()) {
+                for (const std::string& outer : outerKeys)
+                    if (!outer.empty()) twice += outer + ".";
+                twice += lastKey;
+            }
+        }
         if (depth > kMaxConfigDepth) tooDeep = true;
         return depth <= kMaxConfigDepth;
     };
     try {
-        config = json::parse(content, depthLimit, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+        config = json::parse(content, reader, /*allow_exceptions=*/true, /*ignore_comments=*/true);
     } catch (const json::parse_error& e) {
         return tl::unexpected(named + " is not valid JSON: " + e.what());
     } catch (const json::exception& e) {
@@ -373,6 +420,11 @@ tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path,
     if (tooDeep) {
         return tl::unexpected(named + " nests values more than " + std::to_string(kMaxConfigDepth) +
                               " levels deep; a run configuration has at most 3");
+    }
+    if (!twice.empty()) {
+        const std::string key = twice.substr(twice.rfind('.') + 1);
+        return tl::unexpected(named + " gives \"" + twice + "\" twice" + linesHolding(content, key) +
+                              ": keep the one you mean and delete the other");
     }
     auto options = parseRunConfig(config, std::move(base));
     if (!options) return tl::unexpected(named + ": " + options.error());

@@ -1,6 +1,7 @@
 #include "core/data/csv_dataset.h"
 
 #include "core/base/cancel.h"
+#include "core/base/text_format.h"
 
 #include <algorithm>
 #include <charconv>
@@ -95,7 +96,10 @@ std::optional<int64_t> parseWhole(const std::string& text) {
 
 std::string quoteList(const std::vector<std::string>& names) {
     std::ostringstream out;
-    for (const auto& n : names) out << (out.tellp() > 0 ? ", " : "") << '"' << n << '"';
+    // A table can have thousands of columns: the first few, and how many more.
+    constexpr size_t kShown = 20;
+    for (size_t i = 0; i < names.size() && i < kShown; ++i) out << (i > 0 ? ", " : "") << quoteForMessage(names[i]);
+    if (names.size() > kShown) out << " and " << names.size() - kShown << " more";
     return out.str();
 }
 
@@ -122,13 +126,14 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
     }
     const auto target = std::find(header.begin(), header.end(), targetColumn);
     if (target == header.end()) {
-        return tl::unexpected("CSV file " + path + " has no column \"" + targetColumn + "\"; the columns are " +
-                              quoteList(header));
+        return tl::unexpected("CSV file " + path + " has no column " + quoteForMessage(targetColumn) +
+                              "; the columns are " + quoteList(header));
     }
     if (std::count(header.begin(), header.end(), targetColumn) > 1) {
-        return tl::unexpected(
-            "CSV file " + path + " has " + std::to_string(std::count(header.begin(), header.end(), targetColumn)) +
-            " columns named \"" + targetColumn + "\": the target column must be unique; rename the others");
+        return tl::unexpected("CSV file " + path + " has " +
+                              std::to_string(std::count(header.begin(), header.end(), targetColumn)) +
+                              " columns named " + quoteForMessage(targetColumn) +
+                              ": the target column must be unique; rename the others");
     }
     if (header.size() < 2) {
         return tl::unexpected("CSV file " + path + " has only the target column: it needs at least one feature column");
@@ -160,15 +165,16 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
         for (size_t c = 0; c < header.size(); ++c) {
             const std::string& field = record.fields[c];
             if (c == targetIndex) {
-                if (field.empty()) return tl::unexpected(where + ": the target \"" + targetColumn + "\" is empty");
+                if (field.empty())
+                    return tl::unexpected(where + ": the target " + quoteForMessage(targetColumn) + " is empty");
                 labels[static_cast<size_t>(r)] = field;
                 continue;
             }
             const auto value = parseDouble(field);
             if (!value || !std::isfinite(*value)) {
                 return tl::unexpected(
-                    where + ", column \"" + header[c] + "\": \"" + field +
-                    "\" is not a finite number; features must be numeric (encode categories as numbers, "
+                    where + ", column " + quoteForMessage(header[c]) + ": " + quoteForMessage(field) +
+                    " is not a finite number; features must be numeric (encode categories as numbers, "
                     "or drop the column)");
             }
             values[static_cast<size_t>(r * features + f++)] = *value;
@@ -207,17 +213,17 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
             const auto value = parseDouble(labels[static_cast<size_t>(r)]);
             if (!value || !std::isfinite(*value)) {
                 return tl::unexpected("CSV file " + path + ", line " +
-                                      std::to_string((*records)[static_cast<size_t>(r + 1)].line) + ": the target \"" +
-                                      labels[static_cast<size_t>(r)] +
-                                      "\" is not a finite number, as regression (MSE) needs");
+                                      std::to_string((*records)[static_cast<size_t>(r + 1)].line) + ": the target " +
+                                      quoteForMessage(labels[static_cast<size_t>(r)]) +
+                                      " is not a finite number, as regression (MSE) needs");
             }
             // Targets train as floats, and their squared error must stay finite too.
             if (std::fabs(*value) > 1e18) {
-                return tl::unexpected(
-                    "CSV file " + path + ", line " + std::to_string((*records)[static_cast<size_t>(r + 1)].line) +
-                    ": the target \"" + labels[static_cast<size_t>(r)] +
-                    "\" is too large to train on (at most 1e18 in magnitude, so that its squared error "
-                    "stays finite); rescale the target column");
+                return tl::unexpected("CSV file " + path + ", line " +
+                                      std::to_string((*records)[static_cast<size_t>(r + 1)].line) + ": the target " +
+                                      quoteForMessage(labels[static_cast<size_t>(r)]) +
+                                      " is too large to train on (at most 1e18 in magnitude, so that its squared error "
+                                      "stays finite); rescale the target column");
             }
             t[r] = static_cast<float>(*value);
         }
@@ -236,8 +242,8 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
         const auto [smallest, largest] = std::minmax_element(values.begin(), values.end());
         if (*smallest >= 0) {
             if (*largest >= 1'000'000) {
-                return tl::unexpected("CSV file " + path + ": the target \"" + targetColumn + "\" has class id " +
-                                      std::to_string(*largest) +
+                return tl::unexpected("CSV file " + path + ": the target " + quoteForMessage(targetColumn) +
+                                      " has class id " + std::to_string(*largest) +
                                       "; class ids must be 0..classes-1 (to predict "
                                       "numeric values use regression: --loss mse)");
             }
@@ -263,8 +269,8 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
     if (allNumbers) {
         const auto fractional =
             std::find_if(labels.begin(), labels.end(), [](const std::string& label) { return !parseWhole(label); });
-        return tl::unexpected("CSV file " + path + ": the target \"" + targetColumn + "\" holds numbers such as " +
-                              *fractional +
+        return tl::unexpected("CSV file " + path + ": the target " + quoteForMessage(targetColumn) +
+                              " holds numbers such as " + cutForMessage(*fractional) +
                               ", not class ids or names; to predict the values use regression "
                               "(--loss mse)");
     }

@@ -73,16 +73,57 @@ std::vector<RunListing> listRuns(const std::string& runsDirectory, std::size_t l
     return runs;
 }
 
+namespace {
+
+/// The next line of `in` (without its newline) into `line`, at most `limit` bytes of it; the rest
+/// of a longer line is read past, not kept. False at the end of the file; `tooLong` says whether
+/// the line was cut.
+bool readBoundedLine(std::istream& in, std::string& line, size_t limit, bool& tooLong) {
+    line.clear();
+    tooLong = false;
+    bool any = false;
+    char buffer[64 * 1024];
+    for (;;) {
+        in.getline(buffer, sizeof buffer);
+        const auto got = static_cast<size_t>(in.gcount());
+        if (got == 0 && in.fail()) return any;  // the end of the file
+        any = true;
+        // getline counts the newline it took; a full buffer without one sets failbit, the end of
+        // the file without one eofbit.
+        const bool newline = !in.fail() && !in.eof();
+        const size_t bytes = newline ? got - 1 : got;
+        if (!tooLong && line.size() + bytes <= limit) {
+            line.append(buffer, bytes);
+        } else {
+            tooLong = true;
+            line.clear();
+        }
+        if (newline || in.eof()) return true;
+        in.clear();  // the buffer filled: the line goes on
+    }
+}
+
+}  // namespace
+
 tl::expected<int64_t, std::string> forEachEvent(const std::string& eventsPath,
-                                                const std::function<void(const json&)>& visit) {
+                                                const std::function<void(const json&)>& visit,
+                                                const std::function<bool()>& stop) {
     std::ifstream in(eventsPath);
     if (!in) return tl::unexpected(eventsPath + " cannot be read");
     int64_t skipped = 0;
     std::string line;
-    while (std::getline(in, line)) {
-        if (line.empty()) continue;
-        const json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (!event.is_object()) {
+    bool tooLong = false;
+    bool tooDeep = false;
+    const json::parser_callback_t depthLimit = [&](int depth, json::parse_event_t, json&) {
+        if (depth > kMaxEventDepth) tooDeep = true;
+        return depth <= kMaxEventDepth;
+    };
+    while (readBoundedLine(in, line, kMaxEventLineBytes, tooLong)) {
+        if (stop && stop()) return tl::unexpected(std::string("stopped"));
+        if (line.empty() && !tooLong) continue;
+        tooDeep = false;
+        const json event = tooLong ? json() : json::parse(line, depthLimit, /*allow_exceptions=*/false);
+        if (tooLong || tooDeep || !event.is_object()) {
             ++skipped;
             continue;
         }

@@ -14,12 +14,22 @@
 
 namespace batchpilot::core {
 
+/// Longest line of an events file that is read as an event (BatchPilot's are a few KiB): a longer
+/// one is skipped without being held in memory.
+inline constexpr size_t kMaxEventLineBytes = size_t{16} << 20;
+/// Deepest nesting of an event that is read (BatchPilot's nest 3 levels): deeper values are
+/// dropped while parsing and the line is skipped.
+inline constexpr int kMaxEventDepth = 16;
+
 /// Reads the events file `eventsPath` (a run folder's events.jsonl) line by line and calls `visit`
 /// with each JSON object, in order; blank lines are passed over, and lines that are not a JSON
-/// object (a run cut off mid-line, damage) are counted and returned. Memory stays one line.
-/// An error names the file when it cannot be opened.
+/// object (a run cut off mid-line, damage, a line over kMaxEventLineBytes or nested deeper than
+/// kMaxEventDepth) are counted and returned. Memory stays one bounded line. `stop`, when given,
+/// is asked before each line: true ends the reading with the error "stopped". An error names the
+/// file when it cannot be opened.
 tl::expected<int64_t, std::string> forEachEvent(const std::string& eventsPath,
-                                                const std::function<void(const nlohmann::json&)>& visit);
+                                                const std::function<void(const nlohmann::json&)>& visit,
+                                                const std::function<bool()>& stop = {});
 
 /// A run folder found under a runs directory.
 struct RunListing {

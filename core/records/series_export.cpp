@@ -1,3 +1,4 @@
+#include "core/base/durable_file.h"
 #include "core/records/series_export.h"
 
 #include <unistd.h>
@@ -124,7 +125,8 @@ void SeriesCsvWriter::add(const json& event) {
 }
 
 tl::expected<SeriesExport, std::string> exportRunCsv(const std::string& runFolder, std::string outPath,
-                                                     const std::vector<std::string>& only) {
+                                                     const std::vector<std::string>& only,
+                                                     const std::function<bool()>& stop) {
     const std::string eventsPath = runFolder + "/events.jsonl";
     std::error_code ec;
     if (!fs::is_regular_file(eventsPath, ec)) {
@@ -133,6 +135,8 @@ tl::expected<SeriesExport, std::string> exportRunCsv(const std::string& runFolde
                               "the runs directory, see --runs-dir)");
     }
     if (outPath.empty()) outPath = runFolder + "/series.csv";
+    if (std::string why = whyNotWritable(outPath, "the CSV \"" + outPath + "\""); !why.empty())
+        return tl::unexpected(std::move(why));
     const fs::path target(outPath);
     const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
     std::string temporary = (folder / ("." + target.filename().string() + ".XXXXXX")).string();
@@ -144,10 +148,13 @@ tl::expected<SeriesExport, std::string> exportRunCsv(const std::string& runFolde
     {
         std::ofstream out(temporary, std::ios::out | std::ios::trunc);
         SeriesCsvWriter writer(out, only);
-        const auto skipped = forEachEvent(eventsPath, [&](const json& event) {
-            ++result.events;
-            writer.add(event);
-        });
+        const auto skipped = forEachEvent(
+            eventsPath,
+            [&](const json& event) {
+                ++result.events;
+                writer.add(event);
+            },
+            stop);
         if (!skipped) {
             std::remove(temporary.c_str());
             return tl::unexpected(skipped.error());

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,12 @@ struct SeriesExport {
 };
 
 /// Reads `runFolder`/events.jsonl and writes the table to `outPath` (empty: `runFolder`/series.csv)
-/// through a temporary file and a rename; `only` limits it to those series (empty: all). Errors
-/// name the file and what to do.
+/// through a temporary file and a rename; `only` limits it to those series (empty: all). Only a
+/// regular file (or nothing) at `outPath` is replaced. `stop`, asked before each event line: true
+/// ends the export with the error "stopped", the temporary file removed and nothing replaced.
+/// Errors name the file and what to do.
 tl::expected<SeriesExport, std::string> exportRunCsv(const std::string& runFolder, std::string outPath = {},
-                                                     const std::vector<std::string>& only = {});
+                                                     const std::vector<std::string>& only = {},
+                                                     const std::function<bool()>& stop = {});
 
 }  // namespace batchpilot::core

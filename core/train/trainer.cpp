@@ -781,6 +781,8 @@ void Trainer::Impl::endRun(RunResult& result) {
     if (equivalence && !result.stopped) checkEquivalence(*equivalence);
     // The end of the run is always evaluated (a stop asked for by the user is not held up by it).
     if (!result.stopped && leads() && validationData && step > 0 && lastValidationStep != step) runValidation();
+    // A stop asked for during that pass dropped it: the run was stopped, not done.
+    result.stopped = result.stopped || commands.stopRequested();
     if (result.stopped) setState(RunState::Stopping);
     reservation = torch::Tensor();
     // Saved already at this step (an interval, re-saved after a new best model), or not.

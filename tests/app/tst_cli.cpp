@@ -172,15 +172,44 @@ private Q_SLOTS:
         QTest::newRow("checkpoint folder is /dev/full")
             << base({QStringLiteral("--checkpoint-dir"), QStringLiteral("/dev/full")}) << 2
             << QStringLiteral("the checkpoint folder \"/dev/full\"");
-        QTest::newRow("events to /dev/full")
-            << base({QStringLiteral("--events"), QStringLiteral("/dev/full"), QStringLiteral("--quiet")}) << 4
-            << QStringLiteral("writing the events file \"/dev/full\" failed");
+        // Only a regular file (or a new path) is written: a link would truncate what it points to,
+        // a FIFO without a reader blocked the run for ever (issue 39).
+        QTest::newRow("events to a device")
+            << base({QStringLiteral("--events"), QStringLiteral("/dev/full"), QStringLiteral("--quiet")}) << 2
+            << QStringLiteral("not writing the events file \"/dev/full\": the path is a device");
+        QTest::newRow("events through a symlink")
+            << base({QStringLiteral("--events"), dir + QStringLiteral("/link.json")}) << 2
+            << QStringLiteral("the path is a symbolic link, and only a regular file is replaced");
+        QTest::newRow("events to a FIFO") << base({QStringLiteral("--events"), dir + QStringLiteral("/fifo")}) << 2
+                                          << QStringLiteral("the path is a FIFO (named pipe)");
+        QTest::newRow("events to a folder")
+            << base({QStringLiteral("--events"), dir}) << 2 << QStringLiteral("the path is a folder");
         QTest::newRow("save-config over a symlink")
             << base({QStringLiteral("--save-config"), dir + QStringLiteral("/link.json")}) << 2
             << QStringLiteral("the path is a symbolic link");
         QTest::newRow("save-config over a FIFO")
             << base({QStringLiteral("--save-config"), dir + QStringLiteral("/fifo")}) << 2
-            << QStringLiteral("a FIFO, socket or device");
+            << QStringLiteral("the path is a FIFO (named pipe)");
+        QTest::newRow("CSV export over a symlink")
+            << QStringList{QStringLiteral("--export-csv"), dir + QStringLiteral("/run"), QStringLiteral("--csv-out"),
+                           dir + QStringLiteral("/link.json")}
+            << 2
+            << QStringLiteral("not writing the CSV") + QStringLiteral(" \"") + dir +
+                   QStringLiteral("/link.json\": the path is a symbolic link");
+        QTest::newRow("CSV export over a device")
+            << QStringList{QStringLiteral("--export-csv"), dir + QStringLiteral("/run"), QStringLiteral("--csv-out"),
+                           QStringLiteral("/dev/null")}
+            << 2 << QStringLiteral("the path is a device");
+        QTest::newRow("CSV export's own series.csv is a symlink")
+            << QStringList{QStringLiteral("--export-csv"), dir + QStringLiteral("/linkedrun")} << 2
+            << QStringLiteral("/linkedrun/series.csv\": the path is a symbolic link");
+        // A key given twice: JSON readers differ on which value counts, so neither is taken.
+        QTest::newRow("config with a key twice")
+            << base({QStringLiteral("--config"), dir + QStringLiteral("/twice.json")}) << 2
+            << QStringLiteral("gives \"probe.headroom\" twice (lines 4 and 5): keep the one you mean");
+        QTest::newRow("CUDA memory fraction on a virtual device")
+            << base({QStringLiteral("--cuda-memory-fraction"), QStringLiteral("0.5")}) << 2
+            << QStringLiteral("a CUDA memory fraction caps a GPU's caching allocator, but the device is virtual:64MiB");
         QTest::newRow("threads 100000") << base({QStringLiteral("--threads"), QStringLiteral("100000")}) << 2
                                         << QStringLiteral("--threads: must be from 1 to 256, got 100000");
         QTest::newRow("image size with four parts")
@@ -240,10 +269,88 @@ private Q_SLOTS:
         // What the user named is still what it was.
         QFileInfo link(m_dir.filePath(QStringLiteral("link.json")));
         QVERIFY(link.isSymLink());
+        QFile target(m_dir.filePath(QStringLiteral("target.json")));
+        QVERIFY(target.open(QIODevice::ReadOnly));
+        QCOMPARE(target.readAll(), QByteArray("{}"));
         struct stat fifo {};
         QVERIFY(::stat(QFile::encodeName(m_dir.filePath(QStringLiteral("fifo"))).constData(), &fifo) == 0 &&
                 S_ISFIFO(fifo.st_mode));
         QVERIFY(QFileInfo(m_dir.filePath(QStringLiteral("file"))).isFile());
+    }
+
+    /// `batchpilot-cli ... | head`: the output's reader goes away, and the next line written
+    /// raises SIGPIPE. It ended the run at once, without a message or a checkpoint; now it stops
+    /// as Ctrl-C does (exit 141, the checkpoint saved).
+    void closedOutputStopsTheRun() {
+        QTemporaryDir dir;
+        QProcess shell;
+        shell.setWorkingDirectory(dir.path());
+        shell.start(QStringLiteral("/bin/bash"),
+                    {QStringLiteral("-c"),
+                     QStringLiteral("\"$0\" --model mlp --device virtual:64MiB --target-batch 64 --steps 100000 "
+                                    "--threads 1 --checkpoint-dir ck --no-run-folder | head -c 10 > /dev/null; "
+                                    "echo \"exit status ${PIPESTATUS[0]}\" >&2"),
+                     QStringLiteral(BATCHPILOT_CLI_PATH)});
+        QVERIFY(shell.waitForFinished(120000));
+        const QString err = QString::fromUtf8(shell.readAllStandardError());
+        QVERIFY2(err.contains(QStringLiteral("stopped by signal 13")), qPrintable(err));
+        QVERIFY2(err.contains(QStringLiteral("exit status 141")), qPrintable(err));
+        QVERIFY(QFile::exists(dir.filePath(QStringLiteral("ck/checkpoint.pt"))));
+    }
+
+    /// SIGTERM during --export-csv: the export ends, its temporary file is removed, and no CSV
+    /// appears (issue 39: a temporary .series.csv.XXXXXX was left behind).
+    void stoppedExportLeavesNothing() {
+        QTemporaryDir dir;
+        QVERIFY(QDir(dir.path()).mkpath(QStringLiteral("run")));
+        {
+            // Two million step events (~200 MB): an export that takes seconds.
+            std::ofstream events(dir.filePath(QStringLiteral("run/events.jsonl")).toStdString());
+            for (int step = 1; step <= 2'000'000; ++step)
+                events << R"({"type":"step","step":)" << step
+                       << R"(,"time":1.5,"loss":2.25,"samples_seen":64,"micro_batch":8,"accumulation_steps":8,)"
+                       << R"("target_batch":64,"samples_per_second":100.0,"step_seconds":0.5})" << '\n';
+        }
+        QProcess process;
+        process.start(QStringLiteral(BATCHPILOT_CLI_PATH),
+                      {QStringLiteral("--export-csv"), dir.filePath(QStringLiteral("run"))});
+        QVERIFY(process.waitForStarted());
+        // Stopped once the temporary file exists: the export is under way.
+        const auto temporary = [&] {
+            return QDir(dir.filePath(QStringLiteral("run")))
+                .entryList({QStringLiteral(".series.csv.*")}, QDir::Files | QDir::Hidden);
+        };
+        QTRY_VERIFY_WITH_TIMEOUT(!temporary().isEmpty(), 30000);
+        ::kill(pid_t(process.processId()), SIGTERM);
+        QVERIFY(process.waitForFinished(60000));
+        const QString err = QString::fromUtf8(process.readAllStandardError());
+        QCOMPARE(process.exitStatus(), QProcess::NormalExit);
+        QVERIFY2(process.exitCode() == 128 + SIGTERM,
+                 qPrintable(QStringLiteral("exit %1: %2").arg(process.exitCode()).arg(err)));
+        QVERIFY2(err.contains(QStringLiteral("stopped by signal 15: nothing was written")), qPrintable(err));
+        QVERIFY2(temporary().isEmpty(), qPrintable(temporary().join(QLatin1Char(' '))));
+        QVERIFY(!QFile::exists(dir.filePath(QStringLiteral("run/series.csv"))));
+    }
+
+    /// An events file that cannot be written to the end (here a file size limit, as a full disk
+    /// would) ends the run with exit status 4 and says so; the training itself finishes.
+    void eventsFileThatCannotBeWritten() {
+        QTemporaryDir dir;
+        QProcess shell;
+        shell.setWorkingDirectory(dir.path());
+        // A few KiB at most per file (ulimit -f counts blocks); SIGXFSZ ignored, so that a write past
+        // it fails with EFBIG.
+        shell.start(QStringLiteral("/bin/sh"),
+                    {QStringLiteral("-c"),
+                     QStringLiteral("trap '' XFSZ; ulimit -f 8; exec \"$0\" --model mlp --device virtual:64MiB "
+                                    "--steps 4 --target-batch 16 --samples 256 --threads 1 --quiet --no-run-folder "
+                                    "--events events.jsonl"),
+                     QStringLiteral(BATCHPILOT_CLI_PATH)});
+        QVERIFY(shell.waitForFinished(120000));
+        const QString err = QString::fromUtf8(shell.readAllStandardError());
+        QCOMPARE(shell.exitStatus(), QProcess::NormalExit);
+        QVERIFY2(shell.exitCode() == 4, qPrintable(QStringLiteral("exit %1: %2").arg(shell.exitCode()).arg(err)));
+        QVERIFY2(err.contains(QStringLiteral("the events file \"events.jsonl\"")), qPrintable(err));
     }
 
     /// A checkpoint with 256 bytes changed in the middle is refused as corrupt (exit 2), however
@@ -295,7 +402,14 @@ private Q_SLOTS:
 
     /// Ctrl-C during training stops after the current micro-batch, saves, and says so in the exit
     /// status (128 + SIGINT).
+    void interruptedRunSaysSo_data() {
+        QTest::addColumn<int>("signal");
+        QTest::newRow("SIGINT (Ctrl-C)") << SIGINT;
+        QTest::newRow("SIGTERM (kill)") << SIGTERM;
+        QTest::newRow("SIGHUP (the terminal closed)") << SIGHUP;
+    }
     void interruptedRunSaysSo() {
+        QFETCH(int, signal);
         QTemporaryDir dir;
         QProcess process;
         process.start(QStringLiteral(BATCHPILOT_CLI_PATH),
@@ -306,13 +420,13 @@ private Q_SLOTS:
         QVERIFY(process.waitForStarted());
         // Training has begun once the first step line is out.
         QTRY_VERIFY_WITH_TIMEOUT((process.waitForReadyRead(100), process.peek(1 << 20).contains("step ")), 60000);
-        ::kill(pid_t(process.processId()), SIGINT);
+        ::kill(pid_t(process.processId()), signal);
         QVERIFY(process.waitForFinished(60000));
         const QString err = QString::fromUtf8(process.readAllStandardError());
         QCOMPARE(process.exitStatus(), QProcess::NormalExit);
-        QVERIFY2(process.exitCode() == 128 + SIGINT,
+        QVERIFY2(process.exitCode() == 128 + signal,
                  qPrintable(QStringLiteral("exit %1: %2").arg(process.exitCode()).arg(err)));
-        QVERIFY2(err.contains(QStringLiteral("stopped by signal 2")), qPrintable(err));
+        QVERIFY2(err.contains(QStringLiteral("stopped by signal %1").arg(signal)), qPrintable(err));
         QVERIFY(QFile::exists(dir.filePath(QStringLiteral("checkpoint.pt"))));
     }
 
@@ -340,6 +454,20 @@ private Q_SLOTS:
         QVERIFY(overflow.open(QIODevice::WriteOnly));
         overflow.write("{\"steps\": 5555555555385860867772E204483}");
         overflow.close();
+        QFile twice(m_dir.filePath(QStringLiteral("twice.json")));
+        QVERIFY(twice.open(QIODevice::WriteOnly));
+        twice.write("{\n  \"steps\": 2,\n  \"probe\": {\n    \"headroom\": 0.05,\n    \"headroom\": 0.5\n  }\n}\n");
+        twice.close();
+        // Run folders to export: one plain, one whose series.csv is a link to another file.
+        for (const QString& run : {QStringLiteral("run"), QStringLiteral("linkedrun")}) {
+            QVERIFY(QDir(m_dir.path()).mkpath(run));
+            QFile events(m_dir.filePath(run + QStringLiteral("/events.jsonl")));
+            QVERIFY(events.open(QIODevice::WriteOnly));
+            events.write("{\"type\":\"state\",\"state\":\"starting\",\"time\":0,\"detail\":\"\"}\n");
+            events.close();
+        }
+        QVERIFY(QFile::link(m_dir.filePath(QStringLiteral("target.json")),
+                            m_dir.filePath(QStringLiteral("linkedrun/series.csv"))));
         // An image folder with a single class: one grey 2x2 PGM image in oneclass/cats/.
         QVERIFY(QDir(m_dir.path()).mkpath(QStringLiteral("oneclass/cats")));
         QFile image(m_dir.filePath(QStringLiteral("oneclass/cats/a.pgm")));

@@ -6,6 +6,7 @@
 #include <QtTest>
 #include "tests/test_main.h"
 
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -48,6 +49,35 @@ private:
     int64_t m_n;
 };
 
+/// NumberedData that, once armed, stops the trainer at its next read: in
+/// stopDuringTheLastValidation, the final validation pass's first micro-batch.
+class StoppingData : public NumberedData {
+public:
+    using NumberedData::NumberedData;
+    Batch get(const std::vector<int64_t>& indices) const override {
+        if (Trainer* t = trainer.load(); t != nullptr && armed.exchange(false)) t->stop();
+        return NumberedData::get(indices);
+    }
+    mutable std::atomic<bool> armed{false};
+    std::atomic<Trainer*> trainer{nullptr};
+};
+
+/// Arms `data` when the run's last step is reported.
+class ArmAtLastStep final : public EventSink {
+public:
+    ArmAtLastStep(StoppingData& data, int64_t lastStep) : m_data(data), m_lastStep(lastStep) {}
+    void onEvent(const Event& event) override {
+        if (const auto* s = std::get_if<StepMetrics>(&event); s != nullptr && s->step == m_lastStep)
+            m_data.armed = true;
+        if (std::holds_alternative<ValidationDone>(event)) ++validations;
+    }
+    int validations = 0;
+
+private:
+    StoppingData& m_data;
+    int64_t m_lastStep;
+};
+
 std::vector<int64_t> valuesOf(const Dataset& data) {
     std::vector<int64_t> all(static_cast<size_t>(data.size()));
     std::iota(all.begin(), all.end(), 0);
@@ -86,7 +116,29 @@ private Q_SLOTS:
     void dataFilesHoldOutATenth();
     void splitZeroTurnsItOff();
     void validationTableIsScaledLikeTraining();
+    void stopDuringTheLastValidation();
 };
+
+// Ctrl-C during the validation at the end of a run drops that pass: the run says it was stopped
+// (the CLI then exits 130), not that it is done (issue 39: it printed "interrupted", then "done",
+// and exited 0).
+void TestValidation::stopDuringTheLastValidation() {
+    // 3 steps of 64 of 768 training samples: no epoch ends, the only pass is the run's last.
+    TrainerOptions o = synthetic(1024, 3);
+    auto data = std::make_shared<StoppingData>(1024);
+    o.datasetFactory = [data] { return tl::expected<std::shared_ptr<Dataset>, std::string>(data); };
+    o.validation.split = 0.25;
+    o.optimizer.learningRate = 1e-6;  // the inputs are the numbers 0..1023
+    o.prefetch = false;               // every read on the trainer thread, in order
+    ArmAtLastStep sink(*data, 3);
+    Trainer trainer(o, sink);
+    data->trainer = &trainer;
+    const RunResult r = trainer.run();
+    QVERIFY2(r.state == RunState::Finished, r.error.c_str());
+    QCOMPARE(r.steps, int64_t{3});
+    QCOMPARE(sink.validations, 0);  // the pass was dropped, not reported
+    QVERIFY(r.stopped);
+}
 
 void TestValidation::heldOutSamplesAreDeterministicAndDisjoint() {
     QCOMPARE(heldOutCount(1797, 0.1), int64_t{180});
