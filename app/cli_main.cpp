@@ -146,11 +146,23 @@ private:
     std::mt19937_64 m_random;
 };
 
+/// For tests of several devices: BATCHPILOT_DELAY_VALIDATION=SECONDS holds the trainer for that
+/// long after each validation pass, as a long pass would (the other ranks wait for it), whatever
+/// the machine's speed.
+double validationDelay() {
+    const char* text = std::getenv("BATCHPILOT_DELAY_VALIDATION");
+    double seconds = 0;
+    if (text == nullptr || std::sscanf(text, "%lf", &seconds) != 1 || !(seconds > 0) || seconds > 3600) return 0;
+    return seconds;
+}
+
 class TrainingStarted final : public core::EventSink {
 public:
     TrainingStarted(core::EventSink& next, core::EventSink* folder, std::atomic<bool>& training)
         : m_next(next), m_folder(folder), m_training(training) {}
     void onEvent(const core::Event& event) override {
+        if (std::holds_alternative<core::ValidationDone>(event) && m_validationDelay > 0)
+            std::this_thread::sleep_for(std::chrono::duration<double>(m_validationDelay));
         if (const auto* s = std::get_if<core::RunStateChanged>(&event);
             s && (s->state == core::RunState::Probing || s->state == core::RunState::Training)) {
             if (!m_training.exchange(true)) m_injection.arm();
@@ -165,6 +177,7 @@ private:
     core::EventSink* m_folder;
     std::atomic<bool>& m_training;
     OomInjection m_injection;
+    const double m_validationDelay = validationDelay();
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include <QtTest>
 #include "tests/test_main.h"
 
+#include <cmath>
+
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -8,6 +10,7 @@
 #include "core/nn/model.h"
 #include "core/data/sampler.h"
 #include "core/nn/torchscript_model.h"
+#include "core/train/equivalence.h"
 #include "core/train/trainer.h"
 #include "tests/core/recording_sink.h"
 
@@ -64,6 +67,56 @@ def forward(self, x):
 class TestGradientEquivalence : public QObject {
     Q_OBJECT
 private Q_SLOTS:
+    // The comparison behind "accumulation is exact", on tensors whose differences are worked out
+    // by hand (issue 38: every other test read the check's own numbers, so a comparison that
+    // always said "equal" would have passed).
+    void comparisonOfHandMadeGradients() {
+        // a = [3, 4] (norm 5) against [3, 4]: equal. b = [1, 0, 0] against [0, 1, 0]: orthogonal,
+        // the difference [1, -1, 0] has norm √2 against the full gradient's 1.
+        const std::vector<torch::Tensor> full{torch::tensor({3.0F, 4.0F}), torch::tensor({0.0F, 1.0F, 0.0F})};
+        const std::vector<torch::Tensor> accumulated{torch::tensor({3.0F, 4.0F}), torch::tensor({1.0F, 0.0F, 0.0F})};
+        EquivalenceChecked r;
+        compareGradients({"a", "b"}, accumulated, full, r);
+        QCOMPARE(r.tensors.size(), size_t{2});
+        QCOMPARE(QString::fromStdString(r.tensors[0].name), QStringLiteral("a"));
+        QCOMPARE(r.tensors[0].elements, int64_t{2});
+        QCOMPARE(r.tensors[0].maxAbsDifference, 0.0);
+        QCOMPARE(r.tensors[0].relativeDifference, 0.0);
+        QVERIFY(std::abs(r.tensors[0].cosineSimilarity - 1.0) < 1e-12);
+        QCOMPARE(r.tensors[1].elements, int64_t{3});
+        QCOMPARE(r.tensors[1].maxAbsDifference, 1.0);
+        QVERIFY(std::abs(r.tensors[1].relativeDifference - std::sqrt(2.0)) < 1e-12);
+        QVERIFY(std::abs(r.tensors[1].cosineSimilarity) < 1e-12);
+        // All together: the difference [0, 0, 1, -1, 0] (norm √2) against [3, 4, 0, 1, 0] (norm
+        // √26); cosine (9 + 16) / (√26 · √26) = 25/26.
+        QCOMPARE(r.overall.elements, int64_t{5});
+        QCOMPARE(r.overall.maxAbsDifference, 1.0);
+        QVERIFY(std::abs(r.overall.relativeDifference - std::sqrt(2.0 / 26.0)) < 1e-12);
+        QVERIFY(std::abs(r.overall.cosineSimilarity - 25.0 / 26.0) < 1e-12);
+        QVERIFY(!r.equalUpToRounding());
+
+        // One micro-batch of two weighted 1/2 where its share of the batch is 1/4: the check's
+        // verdict on a wrongly weighted accumulation of a real gradient is "not equal".
+        torch::manual_seed(3);
+        const torch::Tensor w = torch::randn({4, 3}, torch::requires_grad());
+        const torch::Tensor x = torch::randn({8, 3});
+        const auto gradientOf = [&](const torch::Tensor& rows, double weight) {
+            if (w.grad().defined()) w.grad().zero_();
+            (torch::mm(rows, w.t()).pow(2).mean() * weight).backward();
+            return w.grad().clone();
+        };
+        const torch::Tensor wholeBatch = gradientOf(x, 1.0);
+        const torch::Tensor right = gradientOf(x.slice(0, 0, 2), 0.25) + gradientOf(x.slice(0, 2, 8), 0.75);
+        const torch::Tensor wrong = gradientOf(x.slice(0, 0, 2), 0.5) + gradientOf(x.slice(0, 2, 8), 0.75);
+        EquivalenceChecked exact;
+        compareGradients({"w"}, {right}, {wholeBatch}, exact);
+        QVERIFY2(exact.equalUpToRounding(), qPrintable(QString::number(exact.overall.relativeDifference)));
+        EquivalenceChecked broken;
+        compareGradients({"w"}, {wrong}, {wholeBatch}, broken);
+        QVERIFY2(!broken.equalUpToRounding(), qPrintable(QString::number(broken.overall.relativeDifference)));
+        QVERIFY(broken.overall.relativeDifference > 0.01);
+    }
+
     void accumulatedEqualsFullBatch_data() {
         QTest::addColumn<QString>("model");
         QTest::addColumn<qint64>("microBatch");
