@@ -116,7 +116,9 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
     if (!in) return tl::unexpected("cannot open CSV file " + path + " for reading: check its permissions");
     std::ostringstream content;
     content << in.rdbuf();
-    auto records = parseRecords(content.str(), path);
+    const std::string text = content.str();
+    const uint32_t crc = crc32Of(text.data(), text.size());
+    auto records = parseRecords(text, path);
     if (!records) return tl::unexpected(records.error());
     if (records->empty()) return tl::unexpected("CSV file " + path + " is empty: it needs a header row and data rows");
     const std::vector<std::string> header = records->front().fields;
@@ -144,6 +146,8 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
     const auto features = static_cast<int64_t>(header.size()) - 1;
 
     auto dataset = std::shared_ptr<CsvDataset>(new CsvDataset());
+    dataset->m_fingerprint = "CSV " + std::filesystem::path(path).filename().string() + ", content CRC-32 " +
+                             crcText(crc) + ", target " + quoteForMessage(targetColumn);
     dataset->m_path = path;
     dataset->m_target = targetColumn;
     dataset->m_regression = regression;

@@ -33,6 +33,7 @@ public:
                                                                        bool regression);
 
     std::string name() const override;
+    std::string fingerprint() const override { return m_fingerprint; }
     int64_t size() const override { return m_features.size(0); }
     std::vector<int64_t> sampleShape() const override { return {m_features.size(1)}; }
     /// Classes for classification; 1 (the target's width) for regression.
@@ -52,6 +53,7 @@ private:
     CsvDataset() = default;
 
     std::string m_path;
+    std::string m_fingerprint;  ///< the file's name and its content's CRC-32
     std::string m_target;
     bool m_regression = false;
     std::vector<std::string> m_featureNames;

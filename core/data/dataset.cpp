@@ -1,9 +1,14 @@
 #include "core/data/dataset.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 #include <sstream>
 
+#include <zlib.h>
+
+#include "core/base/byte_size.h"
 #include "core/data/csv_dataset.h"
 #include "core/data/image_folder_dataset.h"
 #include "core/data/mnist_dataset.h"
@@ -57,6 +62,27 @@ SyntheticImages::SyntheticImages(const DataOptions& options) : m_options(options
     }
 }
 
+uint32_t crc32Of(const void* bytes, size_t size, uint32_t crc) {
+    const auto* at = static_cast<const Bytef*>(bytes);
+    while (size > 0) {  // zlib's crc32 takes at most 4 GiB at once
+        const auto chunk = static_cast<uInt>(std::min<size_t>(size, size_t{1} << 30));
+        crc = static_cast<uint32_t>(::crc32(crc, at, chunk));
+        at += chunk;
+        size -= chunk;
+    }
+    return crc;
+}
+
+std::string crcText(uint32_t crc) {
+    char text[9];
+    std::snprintf(text, sizeof text, "%08x", crc);
+    return text;
+}
+
+std::string SyntheticImages::fingerprint() const {
+    return name() + ", generator seed " + std::to_string(m_options.seed);
+}
+
 std::string SyntheticImages::name() const {
     return "synthetic " + std::to_string(m_options.channels) + "x" + std::to_string(m_options.height) + "x" +
            std::to_string(m_options.width) + ", " + std::to_string(m_options.classes) + " classes, " +
@@ -103,7 +129,21 @@ tl::expected<std::shared_ptr<Dataset>, std::string> makeDataset(const DataOption
         if (!loaded) return tl::unexpected(loaded.error());
         return std::shared_ptr<Dataset>(*loaded);
     };
-    if (options.name == "synthetic") return std::make_shared<SyntheticImages>(options);
+    if (options.name == "synthetic") {
+        // Checked before anything is allocated: one prototype image per class, in host memory.
+        const double bytes = static_cast<double>(options.classes) * static_cast<double>(options.channels) *
+                             static_cast<double>(options.height) * static_cast<double>(options.width) *
+                             static_cast<double>(sizeof(float));
+        if (bytes > static_cast<double>(kMaxSyntheticPrototypeBytes)) {
+            return tl::unexpected("synthetic data of " + std::to_string(options.classes) + " classes at " +
+                                  std::to_string(options.channels) + "x" + std::to_string(options.height) + "x" +
+                                  std::to_string(options.width) + " keeps one prototype image per class: " +
+                                  formatBytes(static_cast<int64_t>(std::min(bytes, 9e18))) +
+                                  " of host memory, more than the " + formatBytes(kMaxSyntheticPrototypeBytes) +
+                                  " it may take; use fewer classes (--classes) or a smaller --image-size");
+        }
+        return std::make_shared<SyntheticImages>(options);
+    }
     const bool known = options.name == "mnist" || options.name == "image-folder" || options.name == "csv";
     if (known && options.path.empty()) {
         return tl::unexpected("dataset \"" + options.name + "\" needs a path: give --data-path (the " +

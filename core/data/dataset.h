@@ -36,7 +36,21 @@ public:
     /// Class names in class-id order where the data names its classes (image-folder subfolders,
     /// CSV string labels); empty otherwise.
     virtual std::vector<std::string> classNames() const { return {}; }
+    /// What tells these samples from others of the same shape and size: another file, other
+    /// content or another generator seed gives another fingerprint, so that a run resumed on other
+    /// data is refused (Trainer, restoreCheckpoint). Readable, e.g. "CSV prices.csv, content
+    /// CRC-32 1a2b3c4d". Empty: unknown (data given by tests), not checked.
+    virtual std::string fingerprint() const { return {}; }
 };
+
+/// CRC-32 of `size` bytes at `bytes`, continuing from `crc` (0 to start).
+uint32_t crc32Of(const void* bytes, size_t size, uint32_t crc = 0);
+/// A CRC-32 as 8 hexadecimal digits.
+std::string crcText(uint32_t crc);
+
+/// Host memory the synthetic data's class prototypes may take (classes × C×H×W × 4 bytes):
+/// makeDataset refuses more, with the cost, before allocating it.
+inline constexpr int64_t kMaxSyntheticPrototypeBytes = int64_t{1} << 30;
 
 /// Synthetic image classification: every class has a smooth random prototype image, and a sample
 /// is its class prototype plus per-pixel noise. Deterministic from (seed, index): the same
@@ -44,7 +58,14 @@ public:
 class SyntheticImages : public Dataset {
 public:
     explicit SyntheticImages(const DataOptions& options);
+    /// The same generator with `samples` samples: the samples both have are the same, and the
+    /// prototypes are shared, not made again (held-out samples after the training ones).
+    SyntheticImages(const SyntheticImages& generator, int64_t samples)
+        : m_options(generator.m_options), m_prototypes(generator.m_prototypes) {
+        m_options.samples = samples;
+    }
     std::string name() const override;
+    std::string fingerprint() const override;
     int64_t size() const override { return m_options.samples; }
     std::vector<int64_t> sampleShape() const override;
     int64_t classes() const override { return m_options.classes; }

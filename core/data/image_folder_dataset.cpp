@@ -21,6 +21,7 @@
 #include <turbojpeg.h>
 
 #include "core/base/cancel.h"
+#include "core/data/dataset.h"
 
 namespace batchpilot::core {
 namespace {
@@ -439,6 +440,21 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
                                       otherFiles.front() +
                                       " (readable: .png .jpg .jpeg .bmp .gif .tga .pgm .ppm .pnm)");
     }
+    // Each kept image's path inside the folder and its size: another folder, another set of
+    // images or an image replaced by one of another size gives another fingerprint, without
+    // reading every file again.
+    uint32_t crc = 0;
+    for (const std::string& file : dataset->m_files) {
+        std::error_code ec;
+        const std::string relative = fs::path(file).lexically_relative(root).string();
+        const auto bytes = static_cast<uint64_t>(fs::file_size(file, ec));
+        crc = crc32Of(relative.data(), relative.size() + 1, crc);  // with its terminating zero
+        crc = crc32Of(&bytes, sizeof bytes, crc);
+    }
+    dataset->m_fingerprint = "image folder " + fs::path(root).filename().string() + ", " +
+                             std::to_string(dataset->m_files.size()) + " images, listing CRC-32 " + crcText(crc) +
+                             ", " + std::to_string(options.channels) + "x" + std::to_string(options.height) + "x" +
+                             std::to_string(options.width);
     return dataset;
 }
 

@@ -38,6 +38,7 @@ public:
     static tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> load(const DataOptions& options);
 
     std::string name() const override;
+    std::string fingerprint() const override { return m_fingerprint; }
     int64_t size() const override { return static_cast<int64_t>(m_files.size()); }
     std::vector<int64_t> sampleShape() const override { return {m_channels, m_height, m_width}; }
     int64_t classes() const override { return static_cast<int64_t>(m_classNames.size()); }
@@ -56,6 +57,7 @@ private:
     ImageFolderDataset() = default;
 
     std::string m_root;
+    std::string m_fingerprint;  ///< the CRC-32 of every image's path (relative to the root) and size
     int64_t m_channels = 3;
     int64_t m_height = 0;
     int64_t m_width = 0;

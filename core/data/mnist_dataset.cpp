@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include "core/base/cancel.h"
+#include "core/data/dataset.h"
 
 namespace batchpilot::core {
 namespace {
@@ -211,8 +212,11 @@ tl::expected<std::shared_ptr<MnistDataset>, std::string> MnistDataset::load(cons
         largest = std::max(largest, label);
     }
     const int64_t classes = std::max<int64_t>(2, int64_t{largest} + 1);
-    return std::shared_ptr<MnistDataset>(
+    auto dataset = std::shared_ptr<MnistDataset>(
         new MnistDataset(pair->images, std::move(imageTensor), std::move(labelTensor), classes));
+    const uint32_t crc = crc32Of(labels->data(), labels->size(), crc32Of(images->data(), images->size()));
+    dataset->m_fingerprint = "MNIST " + fs::path(pair->images).filename().string() + ", content CRC-32 " + crcText(crc);
+    return dataset;
 }
 
 std::string MnistDataset::name() const {

@@ -34,6 +34,7 @@ public:
     static tl::expected<std::shared_ptr<MnistDataset>, std::string> load(const std::string& path);
 
     std::string name() const override;
+    std::string fingerprint() const override { return m_fingerprint; }
     int64_t size() const override { return m_labels.size(0); }
     std::vector<int64_t> sampleShape() const override { return {1, m_images.size(1), m_images.size(2)}; }
     int64_t classes() const override { return m_classes; }
@@ -43,8 +44,9 @@ private:
     MnistDataset(std::string imagesPath, torch::Tensor images, torch::Tensor labels, int64_t classes);
 
     std::string m_imagesPath;
-    torch::Tensor m_images;  ///< uint8 [N, rows, cols]
-    torch::Tensor m_labels;  ///< int64 [N]
+    std::string m_fingerprint;  ///< the images file's name and the CRC-32 of the images and labels
+    torch::Tensor m_images;     ///< uint8 [N, rows, cols]
+    torch::Tensor m_labels;     ///< int64 [N]
     int64_t m_classes = 0;
 };
 

@@ -152,6 +152,9 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
         archive.write("best_metric", c10::IValue(state.bestMetric));
         archive.write("best_value", c10::IValue(state.bestValue));
         archive.write("loss_scale", c10::IValue(state.lossScale));
+        archive.write("data_fingerprint", c10::IValue(state.dataFingerprint));
+        archive.write("loss", c10::IValue(state.loss));
+        if (state.seed) archive.write("seed", c10::IValue(static_cast<int64_t>(*state.seed)));
         writeTensors(archive, "parameter", model.parameters());
         writeTensors(archive, "buffer", model.buffers());
         writeTensors(archive, "first", optimizer.firstState());
@@ -259,6 +262,12 @@ tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& direct
         if (archive.try_read("loss_scale", lossScale) && lossScale.isDouble() && std::isfinite(lossScale.toDouble()) &&
             lossScale.toDouble() >= 0)
             state.lossScale = lossScale.toDouble();
+        c10::IValue recorded;  // the three below: absent from checkpoints written before they were kept
+        if (archive.try_read("data_fingerprint", recorded) && recorded.isString())
+            state.dataFingerprint = recorded.toStringRef();
+        if (archive.try_read("loss", recorded) && recorded.isString()) state.loss = recorded.toStringRef();
+        if (archive.try_read("seed", recorded) && recorded.isInt())
+            state.seed = static_cast<uint64_t>(recorded.toInt());
         parameters = readTensors(archive, "parameter");
         buffers = readTensors(archive, "buffer");
         first = readTensors(archive, "first");

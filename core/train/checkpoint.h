@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include <tl/expected.hpp>
@@ -32,6 +33,13 @@ struct TrainerState {
     /// float16 autocast's loss scale when the checkpoint was written (0: not recorded, or the run
     /// did not scale), so that a resumed run scales as the uninterrupted one would.
     double lossScale = 0;
+    /// What the run trained on and how, for a resumed run to refuse another (empty or nullopt:
+    /// not recorded, a checkpoint written before they were): the training set's
+    /// Dataset::fingerprint(), the loss ("cross-entropy", "mse") and the run's seed (the sampler's
+    /// order of the samples).
+    std::string dataFingerprint;
+    std::string loss;
+    std::optional<uint64_t> seed;
 };
 
 /// Folder inside a checkpoint directory that holds the best model so far (CheckpointOptions::keepBest).

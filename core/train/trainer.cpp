@@ -38,7 +38,7 @@ void Trainer::Impl::setup() {
     checkSaversSuitModel();
     useMemorySavers(options.memorySavers == MemorySavers::Auto ? MemorySavers::Off : options.memorySavers);
     if (model->usesBatchStatistics()) {
-        minPart = 2;
+        sizes.minPart = 2;
         emit(Warning{now(),
                      "the model uses BatchNorm: each micro-batch is normalised with its own "
                      "statistics, so accumulated gradients differ from full-batch ones; for exact "
@@ -254,7 +254,8 @@ bool Trainer::Impl::applyCommands() {
             const std::string before = device.name();
             if (std::optional<std::string> refused = switchTo(*next)) emit(Warning{now(), *refused});
             if (device.name() != before) {
-                startProbe(ProbeReason::DeviceSwitch, microBatch > 0 ? microBatch : options.probe.initialMicroBatch, 0);
+                startProbe(ProbeReason::DeviceSwitch,
+                           sizes.microBatch > 0 ? sizes.microBatch : options.probe.initialMicroBatch, 0);
                 reprobe = false;
             }
         } else {
@@ -306,7 +307,7 @@ bool Trainer::Impl::changeTarget(int64_t next, LrScaling rule) {
     emit(TargetBatchChanged{now(), target, next, oldRate, rate});
     target = next;
     if (probe) return false;
-    startProbe(ProbeReason::TargetBatchChange, microBatch > 0 ? std::min(microBatch, localTarget()) : 1, 0);
+    startProbe(ProbeReason::TargetBatchChange, sizes.microBatch > 0 ? std::min(sizes.microBatch, localTarget()) : 1, 0);
     return true;
 }
 
@@ -430,8 +431,8 @@ void Trainer::Impl::optimizerStep() {
             throw FatalError{"optimizer step failed: " + failure.message, "step " + std::to_string(step + 1)};
         meter->releaseCache();
         const bool retry = attempt < kAttempts;
-        emit(OomEvent{now(), step + 1, Phase::OptimizerStep, microBatch, failure.requestedBytes, failure.message, retry,
-                      microBatch});
+        emit(OomEvent{now(), step + 1, Phase::OptimizerStep, sizes.microBatch, failure.requestedBytes, failure.message,
+                      retry, sizes.microBatch});
         if (!retry) {
             throw FatalError{"the optimizer state does not fit on " + device.name() + " (" +
                                  formatBytes(optimizer->stateBytes()) +
@@ -507,7 +508,7 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
             afterFailure(pass, r, size, trial);
             continue;  // the same samples again, at the size chosen now
         }
-        singleSampleOoms = 0;
+        sizes.succeeded();
         if (trial) {
             probe->record({size, true, r.peakBytes});
             emit(ProbeTrial{now(), probeSequence, probe->trials(), size, true, r.peakBytes <= probe->usableBytes(),
@@ -540,14 +541,14 @@ std::optional<Trainer::Impl::MicroChoice> Trainer::Impl::chooseMicroBatch(BatchP
             return std::nullopt;
         }
         // Below the model's smallest micro-batch: the probe has run out of sizes that fit.
-        if (*proposed < minMicroBatch) {
+        if (*proposed < sizes.minMicroBatch) {
             if (!nextMemorySavers(0)) doesNotFit(0);
             pass.plan.clear();
             return std::nullopt;  // a new probe, with memory savers
         }
         // A trial that would leave one sample for a model that cannot train on one waits for
         // the next batch.
-        const bool leavesTooFew = remaining - *proposed > 0 && remaining - *proposed < minPart;
+        const bool leavesTooFew = remaining - *proposed > 0 && remaining - *proposed < sizes.minPart;
         if (*proposed <= remaining && !leavesTooFew) return MicroChoice{*proposed, true};
         if (probe->result() > 0) return MicroChoice{planFor(remaining, probe->result()).front(), false};
         return MicroChoice{remaining, true};
@@ -559,7 +560,7 @@ std::optional<Trainer::Impl::MicroChoice> Trainer::Impl::chooseMicroBatch(BatchP
         // leave micro-batches of neither size. Only the end of a batch, too short for it, trains
         // untimed.
         const int64_t rest = remaining - planned;
-        if (rest >= 0 && (rest == 0 || rest >= minPart)) {
+        if (rest >= 0 && (rest == 0 || rest >= sizes.minPart)) {
             pass.plan = {planned};
             if (rest > 0) {
                 const std::vector<int64_t> after = planFor(rest, planned);
@@ -581,10 +582,9 @@ void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t 
     // from its first sample (the same samples, the same weights), so the step is the one a run
     // without the OOM takes.
     const int64_t redone = r.failure.outOfMemory && r.phase == Phase::Backward ? startOver(pass) : 0;
-    if (r.failure.outOfMemory && size == 1 && singleSampleOoms < kSingleSampleRetries) {
+    if (r.failure.outOfMemory && sizes.retrySingleSample(size)) {
         // Memory can be taken by others for a moment; retry a single sample before declaring
         // that the model does not fit at all.
-        ++singleSampleOoms;
         emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, 1, redone});
         return;
     }
@@ -594,7 +594,7 @@ void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t 
                         r.failure.requestedBytes, r.seconds});
     }
     if (!r.failure.outOfMemory) {
-        if (size < 2 && needsTwoSamples(r.failure.message) && minMicroBatch < 2 && upperBound() >= 2) {
+        if (size < 2 && needsTwoSamples(r.failure.message) && sizes.minMicroBatch < 2 && upperBound() >= 2) {
             learnTwoSampleMinimum(pass, trial);  // nothing of the failed sample was kept
             return;
         }
@@ -608,15 +608,14 @@ void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t 
 }
 
 void Trainer::Impl::learnTwoSampleMinimum(BatchPass& pass, bool trial) {
-    minMicroBatch = 2;
-    minPart = std::max<int64_t>(minPart, 2);
+    sizes.requireTwoSamples();
     emit(Warning{now(),
                  "the model's BatchNorm cannot train on a single sample (its last feature map is 1x1, one value "
                  "per channel): micro-batches hold at least 2 samples from now on"});
     if (trial) {
         startProbe(currentProbeReason, 2, 0);
     } else {
-        microBatch = std::max<int64_t>(microBatch, 2);
+        sizes.microBatch = std::max<int64_t>(sizes.microBatch, 2);
         pass.plan.clear();
     }
 }
@@ -625,19 +624,16 @@ void Trainer::Impl::shrinkAfterOom(BatchPass& pass, const MicroResult& r, int64_
     int64_t next = 0;
     if (trial) {
         next = probe->result();
-    } else {
-        if (size <= 1 || (size / 2 < minMicroBatch && microBatch <= minMicroBatch)) {
-            if (!nextMemorySavers(r.failure.requestedBytes)) doesNotFit(r.failure.requestedBytes);
-            emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true,
-                          minMicroBatch, redone});
-            pass.plan.clear();
-            return;  // a new probe, with memory savers
-        }
-        next = std::max<int64_t>(minMicroBatch, size / 2);
-        microBatch = next;
+    } else if (const std::optional<int64_t> smaller = sizes.shrinkAfterOom(size)) {
+        next = *smaller;
         drift.reset();  // no longer the chosen size
-        cleanStepsSinceShrink = 0;
         pass.plan.clear();
+    } else {
+        if (!nextMemorySavers(r.failure.requestedBytes)) doesNotFit(r.failure.requestedBytes);
+        emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true,
+                      sizes.minMicroBatch, redone});
+        pass.plan.clear();
+        return;  // a new probe, with memory savers
     }
     emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, next, redone});
     if (!trial && timing) {
@@ -696,7 +692,8 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
     emit(OptimizerStepped{now(), step, pass.committed});
     emit(StepMetrics{
         now(), step, sampler->epoch(), samplesSeen, pass.lossSum, pass.largestUsed,
-        microBatch > 0 && !timing ? static_cast<int64_t>(planFor(plannedLocal, microBatch).size()) : pass.committed,
+        sizes.microBatch > 0 && !timing ? static_cast<int64_t>(planFor(plannedLocal, sizes.microBatch).size())
+                                        : pass.committed,
         // With several devices the plan above is this rank's share's, and so is its total.
         parallel ? plannedLocal : target, optimizer->learningRate(),
         seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0, seconds, pass.stepPeak, totalSteps()});
@@ -707,21 +704,18 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
     const auto localSize = static_cast<int64_t>(indices.size());
     const double ownSeconds = parallel ? computeSeconds : seconds;
     if (drift && !probe && !timing && localSize == plannedLocal && batchSize == target &&
-        pass.largestUsed == microBatch && ownSeconds > 0) {
+        pass.largestUsed == sizes.microBatch && ownSeconds > 0) {
         if (std::optional<std::string> why = drift->observe(static_cast<double>(localSize) / ownSeconds)) {
             emit(Warning{now(), *why});
-            lastChosen = microBatch;
-            startTiming(probedMicroBatch, microBatch);  // from the size in use, which just ran
+            sizes.lastChosen = sizes.microBatch;
+            startTiming(sizes.probed, sizes.microBatch);  // from the size in use, which just ran
         }
     }
     lastBatch = indices;
     commands.batchDone();
     if (options.checkpoint.everySteps > 0 && step % options.checkpoint.everySteps == 0) writeCheckpoint();
-    if (cleanStepsSinceShrink >= 0 && !probe && ++cleanStepsSinceShrink >= options.regrowAfterSteps &&
-        options.regrowAfterSteps > 0) {
-        cleanStepsSinceShrink = -1;
-        if (microBatch < probedMicroBatch) startProbe(ProbeReason::Regrow, microBatch, microBatch);
-    }
+    if (!probe && sizes.cleanStep(options.regrowAfterSteps))
+        startProbe(ProbeReason::Regrow, sizes.microBatch, sizes.microBatch);
 }
 
 void Trainer::Impl::warnAboutAllocatorRetries() {
@@ -800,10 +794,10 @@ RunResult Trainer::run() {
         d.reportSummary();
         d.sampleMemory(true);
         d.reportBreakdown();
-        if (d.microBatch == 0) {
+        if (d.sizes.microBatch == 0) {
             d.startProbe(ProbeReason::Initial, d.options.probe.initialMicroBatch, 0);
         } else {
-            d.setState(RunState::Training, "micro-batch " + std::to_string(d.microBatch));
+            d.setState(RunState::Training, "micro-batch " + std::to_string(d.sizes.microBatch));
         }
         d.trainUntilDone();
         d.endRun(result);
@@ -833,7 +827,7 @@ RunResult Trainer::run() {
     result.steps = d.step;
     result.checkpointError = d.checkpointError;
     // A run that ended while probing reports the largest size that fit so far.
-    result.microBatch = d.microBatch > 0 || !d.probe ? d.microBatch : d.probe->result();
+    result.microBatch = d.sizes.microBatch > 0 || !d.probe ? d.sizes.microBatch : d.probe->result();
     d.probe.reset();
     d.reservation = torch::Tensor();
     return result;

@@ -14,14 +14,17 @@ void Trainer::Impl::writeCheckpoint(const std::string& metric, double value) {
                        sampler->epoch(),
                        sampler->position(),
                        target,
-                       microBatch,
+                       sizes.microBatch,
                        optimizer->learningRate(),
                        device.name(),
                        model->name(),
                        data->size(),
                        options.checkpoint.keepBest,
                        bestValue,
-                       autocastsFp16(savers) ? lossScale : 0.0};
+                       autocastsFp16(savers) ? lossScale : 0.0,
+                       data->fingerprint(),
+                       toString(options.loss),
+                       options.seed};
     // A batch that ended an epoch leaves the position at its end: the next one starts a new epoch.
     if (sampler->position() >= data->size()) {
         saved.samplerEpoch = sampler->completedEpochs();
@@ -75,6 +78,7 @@ void Trainer::Impl::restoreCheckpoint() {
                                 "validation data was held out): if that run trained on all of the data, "
                                 "resume with --validation-split 0 so that the same samples follow"});
     }
+    checkResumedRun(*resumed);
     if (optimizer->stateReady()) ledger.optimizerStateBytes = std::max<int64_t>(0, meter->allocated() - beforeState);
     // The best value so far carries over only when this run keeps its best model by the same metric.
     if (!options.checkpoint.keepBest.empty() && resumed->bestMetric == options.checkpoint.keepBest)
@@ -88,12 +92,47 @@ void Trainer::Impl::restoreCheckpoint() {
     target = resumed->targetBatch;
     if (resumed->device == device.name() && !options.parallel) {
         // Known to fit here: continue without probing; an OOM would still shrink it.
-        microBatch = std::min(resumed->microBatch, upperBound());
-        probedMicroBatch = microBatch;
+        sizes.microBatch = std::min(resumed->microBatch, upperBound());
+        sizes.probed = sizes.microBatch;
     }
     emit(RunStateChanged{now(), RunState::Starting,
                          "resumed from step " + std::to_string(step) + " of " + options.resumeFrom +
                              ", at the checkpoint's target batch " + std::to_string(target)});
+}
+
+void Trainer::Impl::checkResumedRun(const TrainerState& resumed) {
+    const std::string checkpoint = "the checkpoint in " + options.resumeFrom;
+    const std::string advice = ": resume with the settings of the run that wrote it, or start a new run";
+    // Every sample once per epoch holds only on the same samples in the same order.
+    if (const std::string current = data->fingerprint();
+        !resumed.dataFingerprint.empty() && !current.empty() && current != resumed.dataFingerprint) {
+        throw FatalError{checkpoint + " was written while training on other data (" + resumed.dataFingerprint +
+                             "); this run's is " + current +
+                             " (another data file or content, --data-seed, --validation-split or --validation-data)" +
+                             advice,
+                         "resume"};
+    }
+    if (resumed.seed && *resumed.seed != options.seed) {
+        throw FatalError{checkpoint + " was written by a run with --seed " + std::to_string(*resumed.seed) +
+                             ", but this run has --seed " + std::to_string(options.seed) +
+                             ": the samples would come in another order, and this epoch would skip some and repeat "
+                             "others" +
+                             advice,
+                         "resume"};
+    }
+    if (!resumed.loss.empty() && resumed.loss != toString(options.loss)) {
+        throw FatalError{checkpoint + " was written training with the loss " + resumed.loss + ", but this run uses " +
+                             toString(options.loss) + advice,
+                         "resume"};
+    }
+    // The optimizer goes on at the checkpoint's learning rate, with its state (the rate may have
+    // been scaled with the target batch): another one is said, not dropped in silence.
+    const double asked = options.optimizer.learningRate;
+    if (std::abs(asked - resumed.learningRate) > 1e-9 * std::max(std::abs(asked), std::abs(resumed.learningRate))) {
+        emit(Warning{now(), formatText("this run's learning rate %g (--lr, or the default) is not used: a resumed run "
+                                       "goes on at its checkpoint's %g; start a new run to train at another",
+                                       asked, resumed.learningRate)});
+    }
 }
 
 }  // namespace batchpilot::core

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "core/plan/accumulation_plan.h"
+#include "core/plan/micro_batch_sizes.h"
 #include "core/base/byte_size.h"
 #include "core/train/checkpoint.h"
 #include "core/train/command_mailbox.h"
@@ -53,9 +54,6 @@ inline torch::Device torchDevice(const DeviceSpec& device) {
     return device.kind == DeviceKind::Cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.index))
                                            : torch::Device(torch::kCPU);
 }
-
-/// OOMs in a row at micro-batch 1 before the model is declared too big for the device.
-constexpr int kSingleSampleRetries = 2;
 
 /// A run-ending error with a message for the user (not retried).
 struct FatalError {
@@ -206,15 +204,9 @@ struct Trainer::Impl {
     torch::Tensor reservation;             ///< optimizer state held back during the first probe
     std::optional<Sampler> sampler;
     int64_t target = 0;
-    int64_t microBatch = 0;        ///< 0 until the first probe finishes
-    int64_t probedMicroBatch = 0;  ///< result of the last probe (regrow target)
-    /// Smallest micro-batch the model can train on: 2 once BatchNorm refused a single sample
-    /// (a 1x1 feature map leaves it one value per channel).
-    int64_t minMicroBatch = 1;
-    /// Smallest part the rest of a batch is split into, never below minMicroBatch: 2 for
-    /// BatchNorm models from the start (one sample normalised alone is useless even where
-    /// BatchNorm accepts it).
-    int64_t minPart = 1;
+    /// The micro-batch in use, the last probe's result, the smallest sizes the model allows, and
+    /// what an OOM or clean steps make of them (core/plan/micro_batch_sizes.h).
+    MicroBatchSizes sizes;
     ProbeReason currentProbeReason = ProbeReason::Initial;
     std::optional<ProbeSearch> probe;
     int probeSequence = 0;
@@ -223,16 +215,11 @@ struct Trainer::Impl {
     /// each training micro-batch until it decides (trainer_probe.cpp).
     std::optional<ThroughputSearch> timing;
     Clock::time_point timingStart;
-    /// The size the last search chose, where the next one starts (0: none yet, or the run moved
-    /// to other hardware, where the old timings say nothing).
-    int64_t lastChosen = 0;
     /// After a decision, with probe.retime_every: watches the throughput for a drift that asks
     /// for a new search (trainBatch). Empty while probing or timing, and after an OOM shrink.
     std::optional<DriftWatch> drift;
     int64_t step = 0;
     int64_t samplesSeen = 0;
-    int cleanStepsSinceShrink = -1;  ///< -1: no shrink pending a regrow
-    int singleSampleOoms = 0;        ///< consecutive OOMs at micro-batch 1
     double lastMemorySample = -1;
     RunState state = RunState::Idle;
     std::vector<int64_t> lastBatch;  ///< indices of the last committed training batch
@@ -258,16 +245,8 @@ struct Trainer::Impl {
     int64_t usableBytes() const {
         return static_cast<int64_t>(static_cast<double>(meter->capacity()) * (1.0 - options.probe.headroom));
     }
-    /// The rest of a batch split for training (AccumulationPlan::split), with a last part below
-    /// minPart merged into the one before it (only possible at micro-batch 2: 2+1 -> 3).
-    std::vector<int64_t> planFor(int64_t remaining, int64_t micro) const {
-        std::vector<int64_t> sizes = AccumulationPlan::split(remaining, micro);
-        if (sizes.size() >= 2 && sizes.back() < minPart) {
-            sizes[sizes.size() - 2] += sizes.back();
-            sizes.pop_back();
-        }
-        return sizes;
-    }
+    /// The rest of a batch split for training (MicroBatchSizes::planFor).
+    std::vector<int64_t> planFor(int64_t remaining, int64_t micro) const { return sizes.planFor(remaining, micro); }
     /// The samples of a training batch this process trains: the target batch, or with several
     /// devices this rank's share of it.
     int64_t localTarget() const {
@@ -375,7 +354,7 @@ struct Trainer::Impl {
     /// Ends the timing: training uses `size` (the search's choice unless an OOM lowered it).
     void finishTiming(int64_t size);
     /// The micro-batch size training plans with now: the timed candidate while timing.
-    int64_t plannedMicroBatch() const { return timing && timing->next() ? *timing->next() : microBatch; }
+    int64_t plannedMicroBatch() const { return timing && timing->next() ? *timing->next() : sizes.microBatch; }
     bool applyCommands();
     bool waitWhilePaused();
     /// Trains `indices` and takes the optimizer step. `batchSize`: the whole training batch's
@@ -499,6 +478,10 @@ struct Trainer::Impl {
     double bestValue = std::numeric_limits<double>::quiet_NaN();
     /// Model, optimizer and trainer state from options.resumeFrom (setup, after the model exists).
     void restoreCheckpoint();
+    /// The resumed checkpoint was written on this run's data, with its seed and loss: a
+    /// FatalError naming the setting and both values where not. A learning rate other than the
+    /// checkpoint's is said (a Warning): the checkpoint's goes on.
+    void checkResumedRun(const TrainerState& resumed);
     void releaseFailedBackward();
     std::string checkpointError;        ///< the last failed save's message
     int64_t latestCheckpointStep = -1;  ///< step of the latest checkpoint written (-1: none)

@@ -26,7 +26,7 @@ bool Trainer::Impl::nextMemorySavers(int64_t requested) {
     if (options.memorySavers != MemorySavers::Auto) return false;
     const int64_t needed = neededBytes(*meter, requested);  // before the survey's runs reset the peak
     const std::string nothing = "nothing fits on " + device.name() + " even at micro-batch " +
-                                std::to_string(minMicroBatch) +
+                                std::to_string(sizes.minMicroBatch) +
                                 (savers == MemorySavers::Off ? "" : " with " + describeSavers(savers)) + " (needs ≈ " +
                                 formatBytes(needed) + ", " + formatBytes(usableBytes()) + " usable)";
     autoTried.push_back(savers);
@@ -65,8 +65,8 @@ bool Trainer::Impl::applySavers(MemorySavers next, const std::string& why) {
     emit(MemorySaversChanged{now(), step, toString(savers), toString(next), why, predicted});
     useMemorySavers(next);
     meter->releaseCache();
-    lastChosen = 0;  // other savers, other speeds: the timings before say nothing
-    startProbe(ProbeReason::MemorySavers, predicted > 0 ? predicted : minMicroBatch, 0);
+    sizes.lastChosen = 0;  // other savers, other speeds: the timings before say nothing
+    startProbe(ProbeReason::MemorySavers, predicted > 0 ? predicted : sizes.minMicroBatch, 0);
     return true;
 }
 
@@ -89,15 +89,15 @@ SaverOption Trainer::Impl::measureSaver(MemorySavers candidate) {
     };
     bool ok = true;
     while (ok) {
-        const std::optional<int64_t> size = nextSurveySize(trials, usableBytes(), upper, minMicroBatch);
+        const std::optional<int64_t> size = nextSurveySize(trials, usableBytes(), upper, sizes.minMicroBatch);
         if (!size) break;
         ok = run(*size);
     }
-    SaverOption o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), minMicroBatch);
+    SaverOption o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), sizes.minMicroBatch);
     // A size's first run also prepares its kernels: where it is cheap, time it once more.
     if (ok && o.samplesPerSecond > 0 && static_cast<double>(o.timedMicroBatch) / o.samplesPerSecond < 2.0 &&
         run(o.timedMicroBatch))
-        o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), minMicroBatch);
+        o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), sizes.minMicroBatch);
     if (!failed.empty()) {
         o.fits = false;
         o.unavailable = "it failed: " + failed;
@@ -177,7 +177,7 @@ void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggest
     const int64_t needed = neededBytes(*meter, requested);
     std::string what = duringSetup ? "the model's parameters and gradients do not fit on " + device.name()
                                    : "the model does not fit on " + device.name() + " even at micro-batch " +
-                                         std::to_string(minMicroBatch);
+                                         std::to_string(sizes.minMicroBatch);
     if (!duringSetup && savers != MemorySavers::Off) what += " with " + describeSavers(savers);
     // Measured before the advice below, which it comes first in when it applies.
     std::string saver;

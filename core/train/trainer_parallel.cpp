@@ -84,11 +84,12 @@ void Trainer::Impl::setupParallel() {
             "devices: train on one device to step through a batch",
             "configuration"};
     }
-    if (target < world * minPart) {
+    if (target < world * sizes.minPart) {
         throw FatalError{
             "the target batch " + std::to_string(target) + " cannot be shared by " + std::to_string(world) +
-                " devices" + (minPart > 1 ? " at " + std::to_string(minPart) + " samples each (BatchNorm)" : "") +
-                ": choose a target batch of at least " + std::to_string(world * minPart) + ", or fewer devices",
+                " devices" +
+                (sizes.minPart > 1 ? " at " + std::to_string(sizes.minPart) + " samples each (BatchNorm)" : "") +
+                ": choose a target batch of at least " + std::to_string(world * sizes.minPart) + ", or fewer devices",
             "configuration"};
     }
     try {
@@ -119,8 +120,9 @@ void Trainer::Impl::setupParallel() {
         // First shares: by each device's usable memory; the probed micro-batches and the
         // measured speeds refine them (finishRanksStep).
         const std::vector<double> usable = link.allGather({static_cast<double>(usableBytes())});
-        state.shares = options.balanceShares ? splitShares(target, usable, minPart)
-                                             : splitShares(target, std::vector<double>(usable.size(), 1.0), minPart);
+        state.shares = options.balanceShares
+                           ? splitShares(target, usable, sizes.minPart)
+                           : splitShares(target, std::vector<double>(usable.size(), 1.0), sizes.minPart);
     } catch (const FatalError&) {
         throw;
     } catch (const std::exception& e) {
@@ -128,7 +130,7 @@ void Trainer::Impl::setupParallel() {
         ranksFailed(e, "joining the other ranks");
     }
     ShareBalancer::Options balance;
-    balance.minShare = minPart;
+    balance.minShare = sizes.minPart;
     state.balancer.emplace(balance);
     const std::vector<std::string> bufferNames = model->bufferNames();
     const std::vector<torch::Tensor> buffers = model->buffers();
@@ -144,8 +146,8 @@ void Trainer::Impl::setupParallel() {
     bucketGradients();
     chooseRankCollectives();
     // Every rank probes its own device, whatever a checkpoint says the micro-batch was.
-    microBatch = 0;
-    probedMicroBatch = 0;
+    sizes.microBatch = 0;
+    sizes.probed = 0;
 }
 
 void Trainer::Impl::bucketGradients() {
@@ -248,14 +250,14 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
         const auto next = static_cast<int64_t>(votes[r * kVote + 1]);
         if (next <= 0 || next == target) continue;
         const int world = parallel->link->size();
-        if (next < world * minPart) {
+        if (next < world * sizes.minPart) {
             emit(Warning{now(), "target batch " + std::to_string(next) + " ignored: " + std::to_string(world) +
-                                    " devices need at least " + std::to_string(world * minPart) +
+                                    " devices need at least " + std::to_string(world * sizes.minPart) +
                                     " samples; training continues at " + std::to_string(target)});
             break;
         }
         // The shares keep their proportions; each rank probes again within its new share.
-        parallel->shares = scaleShares(parallel->shares, next, minPart);
+        parallel->shares = scaleShares(parallel->shares, next, sizes.minPart);
         parallel->balancer->reset();
         changeTarget(next, static_cast<LrScaling>(static_cast<int>(votes[r * kVote + 2])));
         break;
@@ -318,7 +320,8 @@ void Trainer::Impl::switchRanks() {
             refused = *why;
         }
         if (device.name() != before) {
-            startProbe(ProbeReason::DeviceSwitch, microBatch > 0 ? microBatch : options.probe.initialMicroBatch, 0);
+            startProbe(ProbeReason::DeviceSwitch,
+                       sizes.microBatch > 0 ? sizes.microBatch : options.probe.initialMicroBatch, 0);
         } else if (!refused.empty()) {
             emit(Warning{now(), "device switch to " + *spec + " refused: " + refused});
         }
@@ -406,7 +409,7 @@ std::vector<int64_t> Trainer::Impl::rankSlice(const std::vector<int64_t>& batch)
     const auto total = static_cast<int64_t>(batch.size());
     // The end of an epoch: a shorter batch, split in the same proportions.
     const std::vector<int64_t> shares =
-        total == target ? parallel->shares : scaleShares(parallel->shares, total, minPart);
+        total == target ? parallel->shares : scaleShares(parallel->shares, total, sizes.minPart);
     const int rank = parallel->link->rank();
     const int64_t offset = shareOffset(shares, rank);
     return {batch.begin() + offset, batch.begin() + offset + shares[static_cast<size_t>(rank)]};
@@ -423,7 +426,7 @@ double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t lar
     mine[kFieldOoms] = parallel->oomsInStep;
     mine[kFieldSettled] = settled ? 1.0 : 0.0;
     // 0 while a probe runs: the shares follow the micro-batches once every rank's probe ended.
-    mine[kFieldProbed] = probe ? 0.0 : static_cast<double>(probedMicroBatch);
+    mine[kFieldProbed] = probe ? 0.0 : static_cast<double>(sizes.probed);
     mine[kFieldLoss] = lossSum;
     mine[kFieldReports] = static_cast<double>(parallel->unreported.size());
     double reduceSeconds = 0;
@@ -543,7 +546,7 @@ double Trainer::Impl::recordRanksStep(const std::vector<double>& all, double red
             if (!anyCapped) {
                 std::vector<double> capacity;
                 for (size_t r = 0; r < world; ++r) capacity.push_back(field(r, kFieldProbed));
-                std::vector<int64_t> next = splitShares(target, capacity, minPart);
+                std::vector<int64_t> next = splitShares(target, capacity, sizes.minPart);
                 if (next != parallel->shares) {
                     report.nextShares = std::move(next);
                     report.shareReason = "in proportion to each device's probed micro-batch";
@@ -574,8 +577,8 @@ void Trainer::Impl::finishRanksStep() {
     const int64_t after = localTarget();
     // A share beyond the size the last probe could try (it was bounded by the old share): probe
     // again from the size in use, so the larger share does not run in needlessly small parts.
-    if (after > before && !probe && probedMicroBatch >= before) {
-        startProbe(ProbeReason::TargetBatchChange, microBatch, microBatch);
+    if (after > before && !probe && sizes.probed >= before) {
+        startProbe(ProbeReason::TargetBatchChange, sizes.microBatch, sizes.microBatch);
     }
 }
 

@@ -9,7 +9,7 @@ void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t know
     timing.reset();  // a new probe ends a timing in progress; it times again when it finishes
     drift.reset();
     ProbeOptions probeOptions = options.probe;
-    probeOptions.initialMicroBatch = std::max<int64_t>(minMicroBatch, std::min(initial, upperBound()));
+    probeOptions.initialMicroBatch = std::max<int64_t>(sizes.minMicroBatch, std::min(initial, upperBound()));
     probe.emplace(probeOptions, upperBound(), usableBytes(), std::min(knownFit, upperBound()));
     currentProbeReason = reason;
     ++probeSequence;
@@ -34,11 +34,21 @@ void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t know
 void Trainer::Impl::finishProbe() {
     const int64_t found = probe->result();
     if (found <= 0) {
+        // Out of trials before it got down to the smallest size: that says nothing of whether
+        // the model fits ("not even at micro-batch 1" would be untrue).
+        int64_t smallest = std::numeric_limits<int64_t>::max();
+        for (const TrialOutcome& trial : probe->history()) smallest = std::min(smallest, trial.size);
+        if (probe->hitTrialLimit() && smallest > sizes.minMicroBatch) {
+            throw FatalError{"the probe used up its " + std::to_string(options.probe.maxTrials) +
+                                 " trial(s) (--max-trials) before any micro-batch fit: the smallest it tried was " +
+                                 std::to_string(smallest) +
+                                 "; allow more trials, or start lower with --initial-micro-batch",
+                             "configuration"};
+        }
         if (nextMemorySavers(0)) return;  // probes again, with memory savers
         doesNotFit(0);
     }
-    microBatch = found;
-    probedMicroBatch = found;
+    sizes.probeFound(found);
     // A small micro-batch where a larger one would help: every saver is measured at the next
     // training batch (applyCommands), and the fastest suggested. Not after a probe that a saver
     // change itself started, nor after a regrow or a re-probe of the same setting.
@@ -83,9 +93,9 @@ void Trainer::Impl::startTiming(int64_t largest, int64_t warmSize) {
     search.largest = largest;
     search.target = localTarget();  // with several devices, this rank's share
     search.multipleOf = options.probe.multipleOf;
-    search.smallest = std::max(minMicroBatch, minPart);
+    search.smallest = std::max(sizes.minMicroBatch, sizes.minPart);
     search.justRan = warmSize;
-    search.start = lastChosen;
+    search.start = sizes.lastChosen;
     timing.emplace(search);
     timingStart = Clock::now();
     if (timing->done()) finishTiming(timing->chosen());  // one size only: nothing to time
@@ -108,8 +118,8 @@ void Trainer::Impl::recordTiming(int64_t size, double seconds) {
 void Trainer::Impl::finishTiming(int64_t size) {
     const ThroughputSearch& search = *timing;
     const int64_t largest = search.plan().empty() ? size : search.plan().front();
-    microBatch = size;
-    lastChosen = size;
+    sizes.microBatch = size;
+    sizes.lastChosen = size;
     emit(ThroughputChosen{
         now(), probeSequence, size, largest, static_cast<int64_t>(planFor(localTarget(), size).size()), localTarget(),
         search.samplesPerSecond(size), search.samplesPerSecond(largest), search.overLargest(size), search.spent(),
@@ -139,7 +149,7 @@ std::optional<std::string> Trainer::Impl::switchTo(const DeviceSpec& next) {
         if (parallel) bucketGradients();
         if (reservation.defined()) reservation = reservation.to(target_device);
         meter->releaseCache();
-        lastChosen = 0;  // other hardware: search from the largest again
+        sizes.lastChosen = 0;  // other hardware: search from the largest again
     }
     device = next;
     meter = openMeter(device);

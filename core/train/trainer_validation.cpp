@@ -49,7 +49,7 @@ std::exception_ptr Trainer::Impl::evaluate(const std::vector<int64_t>& indices, 
 void Trainer::Impl::runValidation() {
     const auto started = Clock::now();
     const int64_t total = validationData->size();
-    const int64_t training = std::max<int64_t>(1, microBatch > 0 ? microBatch : probedMicroBatch);
+    const int64_t training = std::max<int64_t>(1, sizes.microBatch > 0 ? sizes.microBatch : sizes.probed);
     // Without gradients no activation is kept for backward: a micro-batch several times
     // training's fits. It starts at twice training's (or where the last pass ended) and doubles
     // while a micro-batch's memory would still fit twice over, up to four times training's (at

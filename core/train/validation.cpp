@@ -14,6 +14,13 @@ namespace batchpilot::core {
 SubsetDataset::SubsetDataset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices, std::string name)
     : m_base(std::move(base)), m_indices(std::move(indices)), m_name(std::move(name)) {}
 
+std::string SubsetDataset::fingerprint() const {
+    const std::string base = m_base->fingerprint();
+    if (base.empty()) return {};
+    return base + ", " + std::to_string(m_indices.size()) + " of its samples, CRC-32 " +
+           crcText(crc32Of(m_indices.data(), m_indices.size() * sizeof(int64_t)));
+}
+
 Batch SubsetDataset::get(const std::vector<int64_t>& indices) const {
     std::vector<int64_t> mapped;
     mapped.reserve(indices.size());
@@ -123,7 +130,9 @@ tl::expected<TrainValidation, std::string> makeValidation(const TrainerOptions& 
         bigger.samples = options.data.samples + extra;
         std::vector<int64_t> indices(static_cast<size_t>(extra));
         std::iota(indices.begin(), indices.end(), options.data.samples);
-        auto generator = std::make_shared<SyntheticImages>(bigger);
+        const auto* same = dynamic_cast<const SyntheticImages*>(training.get());
+        auto generator = same != nullptr ? std::make_shared<SyntheticImages>(*same, bigger.samples)
+                                         : std::make_shared<SyntheticImages>(bigger);
         const std::string name = "synthetic, " + std::to_string(extra) + " held-out samples of its own";
         return TrainValidation{std::move(training),
                                std::make_shared<SubsetDataset>(std::move(generator), std::move(indices), name)};

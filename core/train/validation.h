@@ -30,6 +30,8 @@ public:
     Batch get(const std::vector<int64_t>& indices) const override;
     std::vector<std::string> warnings() const override { return m_base->warnings(); }
     std::vector<std::string> classNames() const override { return m_base->classNames(); }
+    /// The base's, and which of its samples the view holds.
+    std::string fingerprint() const override;
     /// The base data set's index of each sample of the view.
     const std::vector<int64_t>& baseIndices() const { return m_indices; }
 

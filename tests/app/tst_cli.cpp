@@ -278,23 +278,26 @@ private Q_SLOTS:
         QVERIFY(QFileInfo(m_dir.filePath(QStringLiteral("file"))).isFile());
     }
 
-    /// `batchpilot-cli ... | head`: the output's reader goes away, and the next line written
+    /// `batchpilot-cli ... | grep -m1 ...`: the output's reader goes away, and the next line written
     /// raises SIGPIPE. It ended the run at once, without a message or a checkpoint; now it stops
     /// as Ctrl-C does (exit 141, the checkpoint saved).
     void closedOutputStopsTheRun() {
         QTemporaryDir dir;
         QProcess shell;
         shell.setWorkingDirectory(dir.path());
-        shell.start(QStringLiteral("/bin/bash"),
-                    {QStringLiteral("-c"),
-                     QStringLiteral("\"$0\" --model mlp --device virtual:64MiB --target-batch 64 --steps 100000 "
-                                    "--threads 1 --checkpoint-dir ck --no-run-folder | head -c 10 > /dev/null; "
-                                    "echo \"exit status ${PIPESTATUS[0]}\" >&2"),
-                     QStringLiteral(BATCHPILOT_CLI_PATH)});
+        shell.start(
+            QStringLiteral("/bin/bash"),
+            {QStringLiteral("-c"),
+             QStringLiteral("\"$0\" --model mlp --device virtual:64MiB --target-batch 64 --steps 100000 "
+                            "--threads 1 --checkpoint-dir ck --no-run-folder | grep -m1 '^step 1/' > /dev/null; "
+                            "echo \"exit status ${PIPESTATUS[0]}\" >&2"),
+             QStringLiteral(BATCHPILOT_CLI_PATH)});
         QVERIFY(shell.waitForFinished(120000));
         const QString err = QString::fromUtf8(shell.readAllStandardError());
         QVERIFY2(err.contains(QStringLiteral("stopped by signal 13")), qPrintable(err));
         QVERIFY2(err.contains(QStringLiteral("exit status 141")), qPrintable(err));
+        // The reader left after the first step's line: that step is saved.
+        QVERIFY2(err.contains(QStringLiteral("the checkpoint holds the last step")), qPrintable(err));
         QVERIFY(QFile::exists(dir.filePath(QStringLiteral("ck/checkpoint.pt"))));
     }
 

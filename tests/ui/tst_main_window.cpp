@@ -339,6 +339,27 @@ void TestMainWindow::configurationsAndResume() {
     QVERIFY2(w.errorText().contains(QLatin1String("probe.headroom")), qPrintable(w.errorText()));
     QCOMPARE(w.runPanel()->options().targetBatch, qint64(96));
 
+    // Values core accepts are shown as written (a target batch of 300 million and 50 million
+    // samples were clamped to the fields' old maximums of 100 million and 10 million); a value no
+    // field can hold (a seed above 2^31 - 1) is refused, never clamped, and the panel keeps its values.
+    QFile large(dir.filePath(QStringLiteral("large.json")));
+    QVERIFY(large.open(QIODevice::WriteOnly));
+    large.write(R"({"target_batch": 300000000, "data": {"samples": 50000000}, "optimizer": {"learning_rate": 1e-7}})");
+    large.close();
+    QVERIFY2(w.openConfiguration(large.fileName()), qPrintable(w.errorText()));
+    QCOMPARE(w.runPanel()->options().targetBatch, qint64(300'000'000));
+    QCOMPARE(w.runPanel()->options().data.samples, qint64(50'000'000));
+    QCOMPARE(w.runPanel()->options().optimizer.learningRate, 1e-7);
+    QFile seed(dir.filePath(QStringLiteral("seed.json")));
+    QVERIFY(seed.open(QIODevice::WriteOnly));
+    seed.write(R"({"seed": 5000000000, "target_batch": 32})");
+    seed.close();
+    QVERIFY(!w.openConfiguration(seed.fileName()));
+    QVERIFY2(w.errorText().contains(QLatin1String("seed is 5000000000, which the window cannot show")),
+             qPrintable(w.errorText()));
+    QCOMPARE(w.runPanel()->options().targetBatch, qint64(300'000'000));
+    QVERIFY(w.openConfiguration(config));
+
     // Resume: a run that saved a checkpoint is continued from it.
     const QString checkpoints = dir.filePath(QStringLiteral("ckpt"));
     core::TrainerOptions first = w.runPanel()->options();

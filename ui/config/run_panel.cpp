@@ -1,5 +1,7 @@
 #include "ui/config/run_panel.h"
 
+#include <algorithm>
+#include <limits>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
@@ -34,6 +36,11 @@ namespace {
 
 constexpr auto kVirtual = "virtual";
 constexpr auto kSeveral = "several";
+
+/// A core limit as a spin box's maximum: the limit itself, or the most a QSpinBox holds.
+int widest(int64_t limit) {
+    return static_cast<int>(std::min<int64_t>(limit, std::numeric_limits<int>::max()));
+}
 
 QSpinBox* spin(int min, int max, int value, const QString& tip) {
     auto* box = new QSpinBox;
@@ -123,7 +130,7 @@ QGroupBox* RunPanel::createModelAndData() {
     m_dataPath->setToolTip(
         tr("MNIST: the folder with train-images-idx3-ubyte(.gz); image folder: "
            "its root; CSV: the file"));
-    m_samples = spin(1, 10'000'000, 4096,
+    m_samples = spin(1, widest(core::kMaxSamples), 4096,
                      tr("Number of samples in the synthetic dataset. One pass over all of them is "
                         "an epoch; after it the samples are shuffled and used again."));
 
@@ -190,7 +197,7 @@ QGroupBox* RunPanel::createValidation() {
     QHBoxLayout* validationRow =
         pathRow(m_validationPath, tr("Choose the validation data's folder (MNIST, image folder) or file (CSV)"),
                 tr("CSV validation data"), tr("Validation data folder"));
-    m_validateEvery = spin(0, 100'000'000, 0,
+    m_validateEvery = spin(0, widest(core::kMaxSteps), 0,
                            tr("Validate every this many optimizer steps; at each epoch's end when set to "
                               "\"each epoch\". A run also validates when it reaches its limit."));
     m_validateEvery->setSpecialValueText(tr("each epoch"));
@@ -259,15 +266,15 @@ QGroupBox* RunPanel::createDevice() {
 }
 
 QGroupBox* RunPanel::createBatch() {
-    m_target = spin(0, 100'000'000, 1024,
+    m_target = spin(0, widest(core::kMaxTargetBatch), 1024,
                     tr("Samples per optimizer step. Reached by gradient accumulation when it does "
                        "not fit the device at once. Changes apply at the next training batch."));
     m_target->setObjectName(QStringLiteral("targetBatch"));
     m_target->setKeyboardTracking(false);  // commit on Enter or focus change, not per digit
-    m_initialMicro = spin(1, 10'000'000, 1,
+    m_initialMicro = spin(1, widest(core::kMaxTargetBatch), 1,
                           tr("First micro-batch size the probe tries; it doubles from there "
                              "until memory runs out. Start higher when you know small sizes fit."));
-    m_maxMicro = spin(0, 10'000'000, 0,
+    m_maxMicro = spin(0, widest(core::kMaxTargetBatch), 0,
                       tr("Largest micro-batch the probe may choose, even if more would fit. Set "
                          "it below the target batch to see accumulation at work on a big "
                          "device."));
@@ -337,8 +344,8 @@ QGroupBox* RunPanel::createTraining() {
            "Adam and AdamW keep two extra numbers per weight, which costs "
            "memory the probe has to leave free."));
     m_learningRate = new QDoubleSpinBox;
-    m_learningRate->setDecimals(5);
-    m_learningRate->setRange(0, 10);
+    m_learningRate->setDecimals(8);  // 1e-6 and 1e-7, common when fine-tuning, shown as they are
+    m_learningRate->setRange(0, core::kMaxLearningRate);
     m_learningRate->setSingleStep(0.001);
     m_learningRate->setValue(0.05);
     m_learningRate->setToolTip(
@@ -354,10 +361,10 @@ QGroupBox* RunPanel::createTraining() {
            "during a run: a larger batch gives a less noisy gradient, which "
            "can take a proportionally (linear) or more cautiously (square "
            "root) larger step."));
-    m_seed = spin(0, 1'000'000'000, 0,
+    m_seed = spin(0, std::numeric_limits<int>::max(), 0,
                   tr("Seed of the random initial weights and the sample order. The same seed "
                      "gives the same run, so two runs can be compared."));
-    m_steps = spin(0, 100'000'000, 500,
+    m_steps = spin(0, widest(core::kMaxSteps), 500,
                    tr("Optimizer steps to run before the run ends by itself. One step = one "
                       "whole target batch."));
     m_steps->setSpecialValueText(tr("no limit"));
@@ -482,6 +489,55 @@ void RunPanel::setDataPath(const QString& path) {
     revalidate();
 }
 
+QString RunPanel::cannotShow(const core::TrainerOptions& o) const {
+    const auto outside = [](const QString& key, double value, double min, double max) {
+        return tr("%1 is %2, which the window cannot show (it takes %3 to %4): train this configuration with "
+                  "batchpilot-cli --config FILE, or change the value in the file")
+            .arg(key, QString::number(value, 'g', 12), QString::number(min, 'g', 12), QString::number(max, 'g', 12));
+    };
+    struct Whole {
+        const char* key;
+        double value;
+        const QSpinBox* box;
+    };
+    const Whole wholes[] = {
+        {"data.samples", static_cast<double>(o.data.samples), m_samples},
+        {"target_batch", static_cast<double>(o.targetBatch), m_target},
+        {"probe.initial_micro_batch", static_cast<double>(o.probe.initialMicroBatch), m_initialMicro},
+        {"probe.max_micro_batch", static_cast<double>(o.probe.maxMicroBatch), m_maxMicro},
+        {"probe.multiple_of", static_cast<double>(o.probe.multipleOf), m_multiple},
+        {"seed", static_cast<double>(o.seed), m_seed},
+        {"steps", static_cast<double>(o.steps.value_or(0)), m_steps},
+        {"validation.every_steps", static_cast<double>(o.validation.everySteps.value_or(0)), m_validateEvery},
+    };
+    for (const Whole& w : wholes) {
+        if (w.value < w.box->minimum() || w.value > w.box->maximum())
+            return outside(QLatin1String(w.key), w.value, w.box->minimum(), w.box->maximum());
+    }
+    struct Real {
+        const char* key;
+        double value;  ///< as the field shows it (percent for shares)
+        const QDoubleSpinBox* box;
+        double scale;  ///< field value per configuration value
+    };
+    const Real reals[] = {
+        {"probe.headroom", o.probe.headroom * 100.0, m_headroom, 100.0},
+        {"optimizer.learning_rate", o.optimizer.learningRate, m_learningRate, 1.0},
+        {"validation.split", o.validation.split.value_or(core::kDefaultValidationSplit) * 100.0, m_heldOut, 100.0},
+    };
+    for (const Real& r : reals) {
+        if (r.value < r.box->minimum() || r.value > r.box->maximum())
+            return outside(QLatin1String(r.key), r.value / r.scale, r.box->minimum() / r.scale,
+                           r.box->maximum() / r.scale);
+    }
+    // A learning rate is shown to the field's decimals: a smaller one would read (and train) as 0.
+    const double shown = std::pow(10.0, -m_learningRate->decimals());
+    if (o.optimizer.learningRate > 0 && o.optimizer.learningRate < shown)
+        return outside(QStringLiteral("optimizer.learning_rate"), o.optimizer.learningRate, shown,
+                       m_learningRate->maximum());
+    return {};
+}
+
 void RunPanel::setOptions(const core::TrainerOptions& o) {
     m_base = o;
     if (m_model->findText(str(o.model.name)) < 0 && !o.model.name.empty())
@@ -502,7 +558,7 @@ void RunPanel::setOptions(const core::TrainerOptions& o) {
     }
     {
         const QSignalBlocker blocker(m_target);  // not a mid-run change
-        m_target->setValue(static_cast<int>(std::min<int64_t>(o.targetBatch, m_target->maximum())));
+        m_target->setValue(static_cast<int>(o.targetBatch));
     }
     m_initialMicro->setValue(static_cast<int>(o.probe.initialMicroBatch));
     m_maxMicro->setValue(static_cast<int>(o.probe.maxMicroBatch));
@@ -514,12 +570,10 @@ void RunPanel::setOptions(const core::TrainerOptions& o) {
     m_learningRate->setValue(o.optimizer.learningRate);
     m_lrScaling->setCurrentIndex(m_lrScaling->findData(static_cast<int>(o.lrScaling)));
     m_seed->setValue(static_cast<int>(o.seed));
-    m_steps->setValue(o.steps ? static_cast<int>(std::min<int64_t>(*o.steps, m_steps->maximum())) : 0);
+    m_steps->setValue(o.steps ? static_cast<int>(*o.steps) : 0);
     m_heldOut->setValue(o.validation.split.value_or(core::kDefaultValidationSplit) * 100.0);
     m_validationPath->setText(str(o.validation.path));
-    m_validateEvery->setValue(o.validation.everySteps ? static_cast<int>(std::min<int64_t>(*o.validation.everySteps,
-                                                                                           m_validateEvery->maximum()))
-                                                      : 0);
+    m_validateEvery->setValue(o.validation.everySteps ? static_cast<int>(*o.validation.everySteps) : 0);
     m_keepBest->setCurrentIndex(std::max(0, m_keepBest->findData(str(o.checkpoint.keepBest))));
     revalidate();
 }

@@ -40,6 +40,10 @@ public:
     /// size) are kept and returned by options() unchanged. The validation fields: held-out share,
     /// validation data and interval (core::ValidationOptions).
     void setOptions(const core::TrainerOptions& options);
+    /// Why the panel cannot show `options` without changing them: a value outside what its field
+    /// takes (a seed above 2^31 - 1, a learning rate finer than its decimals); empty when it can.
+    /// setOptions() never clamps: call this first (MainWindow::openConfiguration refuses with it).
+    QString cannotShow(const core::TrainerOptions& options) const;
     /// Selects a TorchScript model file (a .pt or .pth exported from Python) as the model.
     void setModelFile(const QString& path);
     /// Selects the dataset `name` ("mnist", "image-folder", "csv") read from `path`.

@@ -351,6 +351,11 @@ bool MainWindow::openConfiguration(const QString& path) {
         showError(QString::fromStdString(loaded.error()));
         return false;
     }
+    // Loaded as written or not at all: a field that cannot hold a value would change it in silence.
+    if (const QString why = m_runPanel->cannotShow(*loaded); !why.isEmpty()) {
+        showError(tr("Cannot open %1: %2").arg(path, why));
+        return false;
+    }
     m_runPanel->setOptions(*loaded);
     m_errorBox->hide();
     note(tr("configuration loaded from %1").arg(path));

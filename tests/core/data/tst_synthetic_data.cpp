@@ -30,6 +30,39 @@ private Q_SLOTS:
         QVERIFY(!torch::equal(other.get({3}).inputs[0], first.inputs[0]));
     }
 
+    // Held-out samples come from the same generator after the training ones: the same samples
+    // where both have them, without a second copy of the prototypes.
+    void aLargerGeneratorSharesThePrototypes() {
+        DataOptions options;
+        options.samples = 100;
+        auto training = std::make_shared<SyntheticImages>(options);
+        const SyntheticImages withHeldOut(*training, 120);
+        QCOMPARE(withHeldOut.size(), int64_t{120});
+        QVERIFY(torch::equal(withHeldOut.get({5, 99}).inputs, training->get({5, 99}).inputs));
+        options.samples = 120;
+        QVERIFY(torch::equal(withHeldOut.get({110}).inputs, SyntheticImages(options).get({110}).inputs));
+    }
+
+    // What --classes and --image-size claim is priced before it is allocated (issue 39:
+    // --classes 1000000 took more than 6 GB before anything was said).
+    void prototypesArePricedBeforeTheyAreMade() {
+        DataOptions options;
+        options.classes = 1'000'000;
+        auto made = makeDataset(options);
+        QVERIFY(!made);
+        QVERIFY2(QString::fromStdString(made.error())
+                     .contains(QStringLiteral("synthetic data of 1000000 classes at 3x32x32 keeps one prototype "
+                                              "image per class: 11.44 GiB of host memory, more than the 1.00 GiB")),
+                 made.error().c_str());
+        options.classes = 10;
+        options.height = options.width = 4096;  // 10 x 3x4096x4096 floats: 1.88 GiB
+        made = makeDataset(options);
+        QVERIFY(!made);
+        QVERIFY2(QString::fromStdString(made.error()).contains(QStringLiteral("1.88 GiB")), made.error().c_str());
+        options.height = options.width = 224;  // 10 x 3x224x224: 5.7 MiB
+        QVERIFY(makeDataset(options));
+    }
+
     void shapesAndLabels() {
         DataOptions options;
         options.samples = 2000;

@@ -312,6 +312,35 @@ private Q_SLOTS:
         QVERIFY(sink.all<StepMetrics>().empty());
     }
 
+    // --max-trials 1 and a first trial too large: the probe ran out of trials, which says nothing
+    // of whether one sample fits (issue 39: it said "does not fit … even at micro-batch 1").
+    void probeOutOfTrialsSaysSo() {
+        TrainerOptions o = small();
+        o.model.name = "cnn";
+        o.data.height = o.data.width = 32;
+        o.data.samples = 1024;
+        o.device = "virtual:8MiB";
+        o.targetBatch = 512;
+        o.probe.initialMicroBatch = 512;  // 512 feature maps of 8x32x32 floats: 16 MiB a layer
+        o.probe.maxTrials = 1;
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Failed);
+        QVERIFY(result.badInput);
+        QVERIFY2(QString::fromStdString(result.error)
+                     .contains(QStringLiteral("the probe used up its 1 trial(s) (--max-trials) before any micro-batch "
+                                              "fit: the smallest it tried was 512")),
+                 result.error.c_str());
+        QVERIFY2(!QString::fromStdString(result.error).contains(QStringLiteral("even at micro-batch 1")),
+                 result.error.c_str());
+        // With trials enough, the same model trains on the same device.
+        o.probe.maxTrials = 24;
+        o.steps = 1;
+        RecordingSink enough;
+        QCOMPARE(Trainer(o, enough).run().state, RunState::Finished);
+    }
+
     void batchNormWarns() {
         TrainerOptions o = small();
         o.model.name = "resnet";
