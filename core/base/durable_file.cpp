@@ -52,15 +52,6 @@ std::string whyNotWritable(const std::string& path, const std::string& named) {
            ", and only a regular file is replaced (or a new one made); choose another path";
 }
 
-std::string whyNotReadable(const std::string& path, const std::string& named) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    const auto status = fs::status(path, ec);
-    if (!fs::exists(status)) return "cannot read " + named + ": there is no such file";
-    if (fs::is_regular_file(status)) return {};
-    return "cannot read " + named + ": the path is " + kindOf(status) + ", not a file";
-}
-
 tl::expected<void, std::string> replaceFileAtomically(const std::string& path, std::string_view text,
                                                       const std::string& named) {
     namespace fs = std::filesystem;

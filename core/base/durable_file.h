@@ -18,10 +18,6 @@ tl::expected<void, std::string> writeAllAndSync(int fd, std::initializer_list<st
 /// path holds a regular file or nothing yet. `named` names the file in the message.
 std::string whyNotWritable(const std::string& path, const std::string& named);
 
-/// Why `path` cannot be read as a file: nothing is there, or a folder, a FIFO (reading it would
-/// wait for a writer), a socket or a device. Empty for a regular file, or a link to one.
-std::string whyNotReadable(const std::string& path, const std::string& named);
-
 /// Replaces `path` with `text` atomically: a unique temporary beside it (never an existing file),
 /// written and fsynced, then renamed over it, so a crash leaves the old file or the new one. Only
 /// a regular file (or nothing) at `path` is replaced: a symbolic link, folder, FIFO or device is

@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include <torch/torch.h>
-#include <zlib.h>
 
+#include "core/data/dataset.h"
 #include "core/device/counting_allocator.h"
 #include "core/base/durable_file.h"
 #include "core/nn/model.h"
@@ -43,15 +43,6 @@ uint64_t getLittleEndian(const char* in, int bytes) {
     uint64_t value = 0;
     for (int i = 0; i < bytes; ++i) value |= uint64_t(static_cast<unsigned char>(in[i])) << (8 * i);
     return value;
-}
-uint32_t crc32Of(const std::string& bytes) {
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (size_t done = 0; done < bytes.size();) {
-        const auto chunk = static_cast<uInt>(std::min<size_t>(bytes.size() - done, 1u << 30));
-        crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), chunk);
-        done += chunk;
-    }
-    return static_cast<uint32_t>(crc);
 }
 
 /// Writes the header and the archive to a new file and syncs it; false with the reason in `error`.
@@ -167,7 +158,7 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
     std::string header(kCheckpointHeaderBytes, '\0');
     std::memcpy(header.data(), kMagic, sizeof(kMagic));
     putLittleEndian(header.data() + sizeof(kMagic), bytes.size(), 8);
-    putLittleEndian(header.data() + sizeof(kMagic) + 8, crc32Of(bytes), 4);
+    putLittleEndian(header.data() + sizeof(kMagic) + 8, crc32Of(bytes.data(), bytes.size()), 4);
     // A temporary left by a crash is never read; replace it.
     std::remove(temporary.c_str());
     std::string why;
@@ -221,7 +212,8 @@ tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& direct
         bytes.resize(length);
         in.read(bytes.data(), static_cast<std::streamsize>(length));
         if (!in) return corrupt("reading it failed");
-        if (crc32Of(bytes) != expectedCrc) return corrupt("its CRC-32 checksum does not match: the file was damaged");
+        if (crc32Of(bytes.data(), bytes.size()) != expectedCrc)
+            return corrupt("its CRC-32 checksum does not match: the file was damaged");
     }
     try {
         CountingScope host(false);

@@ -60,15 +60,15 @@ private Q_SLOTS:
         QCOMPARE(s.shrinkAfterOom(40), std::optional<int64_t>(20));
         QVERIFY(!s.cleanStep(3));
         QVERIFY(!s.cleanStep(3));
-        QVERIFY(s.cleanStep(3));    // the third clean step: probe up to 40 again
-        QVERIFY(!s.cleanStep(3));   // once
+        QVERIFY(s.cleanStep(3));   // the third clean step: probe up to 40 again
+        QVERIFY(!s.cleanStep(3));  // once
         QCOMPARE(s.shrinkAfterOom(20), std::optional<int64_t>(10));
-        QVERIFY(!s.cleanStep(0));   // regrow_after_steps 0: never
+        QVERIFY(!s.cleanStep(0));  // regrow_after_steps 0: never
         QVERIFY(!s.cleanStep(0));
-        s.probeFound(10);           // the probe itself found no more
+        s.probeFound(10);  // the probe itself found no more
         QCOMPARE(s.shrinkAfterOom(10), std::optional<int64_t>(5));
         s.probed = 5;
-        QVERIFY(!s.cleanStep(1));   // nothing larger to find
+        QVERIFY(!s.cleanStep(1));  // nothing larger to find
     }
 
     void theRestOfABatchIsSplitEvenly() {
