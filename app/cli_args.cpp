@@ -14,6 +14,7 @@
 
 #include "core/device/device.h"
 #include "core/config/memory_savers.h"
+#include "core/plan/gpu_plan.h"
 #include "core/config/run_config.h"
 #include "core/records/run_folder.h"
 
@@ -265,7 +266,9 @@ void Flags::declare(CliRequest& request) {
     group = "Device and batch";
     option<std::string>("--device",
                         "cpu, cuda:N or virtual:<size> — a simulated GPU with a memory budget,\n"
-                        "e.g. virtual:512MiB (default " +
+                        "e.g. virtual:512MiB; PyTorch's caching allocator simulated after a\n"
+                        "slash: virtual:8GiB/caching, virtual:8GiB/expandable_segments:True\n"
+                        "(docs/guide/virtual-gpu.md) (default " +
                             d.device + ")",
                         [](TrainerOptions& o, const std::string& v) { o.device = v; })  // resolve() canonicalises
         ->type_name("DEV")
@@ -555,6 +558,17 @@ void Flags::declare(CliRequest& request) {
                   "after each probe, print where the device memory goes: the probe's\n"
                   "trials, the fitted memory model, and parameters, gradients, optimizer\n"
                   "state and activations at the next step")
+        ->group(group);
+    m_app
+        .add_option("--plan-for", request.planFor,
+                    "after the first probe, predict the plan on each GPU named (all, or\n"
+                    "some of " +
+                        core::gpuPresetNames() +
+                        "):\n"
+                        "the largest micro-batch and the accumulation for the target batch,\n"
+                        "from the memory line the probe measured (docs/guide/virtual-gpu.md)")
+        ->check(parsedBy([](const std::string& v) { return core::gpuPlanTargets(v); }))
+        ->type_name("GPUS")
         ->group(group);
     m_app
         .add_option("--check-equivalence", request.checkEquivalence,

@@ -199,6 +199,15 @@ int main(int argc, char** argv) {
             std::printf("%-10s %s\n", device.id.c_str(), device.description.c_str());
         }
         std::printf("%-10s %s\n", "virtual:<size>", "a simulated GPU with a memory budget, e.g. virtual:512MiB");
+        std::printf("%-10s %s\n", "",
+                    "(virtual:512MiB/caching adds PyTorch's caching allocator: docs/guide/virtual-gpu.md)");
+        std::printf("\nSimulated GPUs (PyTorch's caching allocator, a CUDA context, the cuBLAS workspace):\n");
+        for (const core::GpuPreset& gpu : core::gpuPresets()) {
+            const std::string id = "virtual:" + std::string(gpu.name);
+            std::printf("%-18s %s, %s as PyTorch reports it, compute capability %d.%d\n", id.c_str(),
+                        std::string(gpu.description).c_str(), core::formatBytes(gpu.capacityBytes).c_str(),
+                        gpu.computeCapability / 10, gpu.computeCapability % 10);
+        }
         const core::MathLibraries math = core::mathLibraries();
         std::printf("\n%s\n", core::describe(math).c_str());
         if (math.blasLibrary.size() > 0) std::printf("BLAS library: %s\n", math.blasLibrary.c_str());
@@ -339,6 +348,13 @@ int main(int argc, char** argv) {
     core::Trainer trainer(request->options, sink);
     reporter.setTrainer(&trainer);
     reporter.setMemoryReport(request->memoryReport);
+    if (!request->planFor.empty()) {
+        const auto device = core::parseDeviceName(request->options.device);
+        const core::GpuPreset* gpu = device ? core::findGpuPreset(device->preset) : nullptr;
+        reporter.setGpuPlan(core::gpuPlanTargets(request->planFor).value_or(std::vector<core::GpuPlanTarget>{}),
+                            request->options.probe.headroom, request->options.device,
+                            gpu != nullptr ? core::cublasWorkspaceBytes(*gpu) : 0);
+    }
     reporter.setKeepBest(request->options.checkpoint.keepBest);
     if (request->options.parallel) reporter.setRank(request->options.parallel->rank());
     if (request->checkEquivalence >= 0) reporter.requestEquivalenceCheck(request->checkEquivalence);

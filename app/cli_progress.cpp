@@ -8,6 +8,7 @@
 #include "core/plan/accumulation_plan.h"
 #include "core/base/byte_size.h"
 #include "core/events/event_json.h"
+#include "core/memory/caching_allocator.h"
 #include "core/config/memory_savers.h"
 #include "core/base/text_format.h"
 #include "core/train/trainer.h"
@@ -44,6 +45,9 @@ std::string oomText(const core::OomEvent& e) {
                                                       : "recovered; the probe tries a smaller size";
     std::string text = formatText("OOM in %s at micro-batch %" PRId64 " (%s requested): %s", core::toString(e.phase),
                                   e.microBatch, core::formatBytes(e.requestedBytes).c_str(), outcome.c_str());
+    if (const auto numbers = core::parseCudaOutOfMemoryText(e.message)) {
+        text += " — " + core::describeCudaOom(*numbers);
+    }
     if (e.redoneSamples > 0) {
         text += formatText("; the batch starts over, its first %" PRId64
                            " samples trained again (backward had added part of the failed micro-batch "
@@ -189,6 +193,16 @@ void ConsoleReporter::onEvent(const core::Event& event) {
                                 " = %s accumulated%s",
                                 e.sequence, e.trials, e.seconds, e.microBatch, batchName().c_str(), e.targetBatch,
                                 EvenSplit::of(e.targetBatch, e.microBatch).sum().c_str(), model.c_str()));
+                if (!m_gpuTargets.empty() && e.bytesPerSample > 0 && m_rank <= 0) {
+                    // Printed even with --quiet: the user asked for it.
+                    if (m_openLine) std::fputc('\n', m_out);
+                    m_openLine = false;
+                    const auto rows = planForGpus(m_gpuTargets, e.fixedBytes, e.bytesPerSample, m_gpuWorkspace,
+                                                  e.targetBatch, m_gpuHeadroom);
+                    std::fprintf(m_out, "%s", formatGpuPlan(rows, m_gpuDevice, e.targetBatch).c_str());
+                    std::fflush(m_out);
+                    m_gpuTargets.clear();
+                }
             } else if constexpr (std::is_same_v<T, ThroughputTimed>) {
                 // One line per candidate once it is ranked would hide the repetitions; one per
                 // counted timing shows the search working without the warm-ups' noise.

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/events/events.h"
+#include "core/plan/gpu_plan.h"
 #include "core/plan/memory_report.h"
 
 namespace batchpilot::core {
@@ -30,6 +31,15 @@ public:
     void setTrainer(core::Trainer* trainer) { m_trainer = trainer; }
     /// Prints the memory report (probe trials, memory model, breakdown) after each probe.
     void setMemoryReport(bool on) { m_memoryReport = on; }
+    /// After the first probe that fitted a memory line, prints the plan on each of `targets`
+    /// (core/plan/gpu_plan.h); `device` is where the run measures, holding `workspaceBytes`.
+    void setGpuPlan(std::vector<core::GpuPlanTarget> targets, double headroom, std::string device,
+                    int64_t workspaceBytes) {
+        m_gpuTargets = std::move(targets);
+        m_gpuHeadroom = headroom;
+        m_gpuDevice = std::move(device);
+        m_gpuWorkspace = workspaceBytes;
+    }
     /// The validation metric the run keeps its best model by (--keep-best); the summary's "best"
     /// pass is then the best by it. Empty: by accuracy, then loss.
     void setKeepBest(const std::string& metric) { m_keepBest = metric; }
@@ -89,6 +99,10 @@ private:
     /// What a plan of this process splits: the target batch, or with several devices its share.
     std::string batchName() const;
     core::MemoryReport m_report;
+    std::vector<core::GpuPlanTarget> m_gpuTargets;  ///< empty: no plan asked for, or printed already
+    double m_gpuHeadroom = 0;
+    std::string m_gpuDevice;
+    int64_t m_gpuWorkspace = 0;
     int64_t m_checkSamples = -1;
     bool m_checkSent = false;
     core::EquivalenceChecked m_equivalence;

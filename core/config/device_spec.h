@@ -1,10 +1,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include <tl/expected.hpp>
+
+#include "core/memory/caching_allocator.h"
+#include "core/memory/gpu_presets.h"
 
 namespace batchpilot::core {
 
@@ -12,18 +16,33 @@ namespace batchpilot::core {
 /// parseDevice() in device.h, which also checks that a CUDA device exists).
 enum class DeviceKind { Cpu, Cuda, Virtual };
 
-/// A parsed device name: "cpu", "cuda:N" or "virtual:<size>".
+/// A parsed device name: "cpu", "cuda:N" or "virtual:<size>[/<allocator setting>...]".
 struct DeviceSpec {
     DeviceKind kind = DeviceKind::Cpu;
     int index = 0;            ///< CUDA device index
     int64_t budgetBytes = 0;  ///< virtual devices only
+    /// Virtual devices: the allocator settings the name gives ("virtual:8GiB/caching",
+    /// "virtual:8GiB/expandable_segments:True", "virtual:64MiB/exact"); none: the environment's
+    /// PYTORCH_ALLOC_CONF, else exact counting.
+    std::optional<AllocatorSettings> allocator;
+    /// Virtual devices named after a GPU ("virtual:T4"): the preset's name; its capacity is
+    /// budgetBytes. Empty for "virtual:<size>".
+    std::string preset;
 
-    /// Canonical name ("cpu", "cuda:0", "virtual:512MiB").
+    /// Canonical name ("cpu", "cuda:0", "virtual:512MiB", "virtual:1GiB/exact").
     std::string name() const;
 };
 
 /// The forms a device name may take, for messages.
-inline constexpr const char* kDeviceForms = "use cpu, cuda:N or virtual:<size> (a simulated GPU, e.g. virtual:512MiB)";
+inline constexpr const char* kDeviceForms =
+    "use cpu, cuda:N or virtual:<size> (a simulated GPU, e.g. virtual:512MiB; virtual:512MiB/caching adds PyTorch's "
+    "caching allocator)";
+
+/// The allocator settings a virtual device uses: its name's, else the environment's
+/// (PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF, as PyTorch reads them), else exact counting.
+/// `ignored` receives PyTorch options the model does not simulate; an error names the variable.
+tl::expected<AllocatorSettings, std::string> virtualAllocatorSettings(const DeviceSpec& device,
+                                                                      std::vector<std::string>* ignored = nullptr);
 
 /// Parses a device name's syntax only. Messages say what was wrong and list the valid forms.
 tl::expected<DeviceSpec, std::string> parseDeviceName(std::string_view text);

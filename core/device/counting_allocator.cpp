@@ -24,6 +24,8 @@ constexpr size_t kBlockHeaderBytes = 64;
 
 struct Header {
     int64_t bytes;
+    int64_t address;  ///< the block in the allocator model
+    int32_t model;    ///< which model (CountingAllocator::m_models)
     bool counted;
 };
 static_assert(sizeof(Header) <= kBlockHeaderBytes);
@@ -37,50 +39,168 @@ Header* headerOf(void* data) {
 }  // namespace
 
 CountingAllocator& CountingAllocator::instance() {
-    static CountingAllocator allocator;
-    return allocator;
+    // Never destroyed: tensors may be freed during the process's exit, after static destructors.
+    static CountingAllocator* allocator = new CountingAllocator();
+    return *allocator;
+}
+
+CountingAllocator::CountingAllocator() {
+    AllocatorSettings exact;
+    exact.exact = true;
+    m_models.push_back(std::make_unique<CachingAllocatorModel>(exact, 0));
+}
+
+void CountingAllocator::publish(const AllocatorStats& before, const AllocatorStats& after) {
+    const int64_t allocated = m_allocated.load() + after.allocatedBytes - before.allocatedBytes;
+    const int64_t reserved = m_reserved.load() + after.reservedBytes - before.reservedBytes;
+    m_allocated.store(allocated);
+    m_reserved.store(reserved);
+    m_allocRetries.fetch_add(after.allocRetries - before.allocRetries);
+    if (allocated > m_peak.load()) m_peak.store(allocated);
+    if (reserved > m_peakReserved.load()) m_peakReserved.store(reserved);
+}
+
+void CountingAllocator::configure(int64_t budget, const AllocatorSettings& settings, int64_t workspaceBytes) {
+    std::lock_guard lock(m_mutex);
+    m_budget.store(budget);
+    if (m_workspaceBytes.load() > 0) {
+        CachingAllocatorModel& holder = *m_models[m_workspaceModel];
+        const AllocatorStats before = holder.stats();
+        holder.free(m_workspaceAddress);
+        publish(before, holder.stats());
+        m_workspaceBytes.store(0);
+    }
+    CachingAllocatorModel& current = *m_models.back();
+    const AllocatorStats before = current.stats();
+    current.emptyCache();
+    publish(before, current.stats());
+    if (current.settings() == settings) {
+        current.setLimit(budget);
+    } else {
+        // The old model keeps the blocks still alive (they are released into it); the budget now
+        // applies to the new one, which holds nothing yet.
+        current.setLimit(0);
+        m_models.push_back(std::make_unique<CachingAllocatorModel>(settings, budget));
+    }
+    if (workspaceBytes > 0) {
+        CachingAllocatorModel& model = *m_models.back();
+        const AllocatorStats statsBefore = model.stats();
+        if (auto placed = model.allocate(workspaceBytes)) {
+            m_workspaceAddress = *placed;
+            m_workspaceModel = m_models.size() - 1;
+            m_workspaceBytes.store(workspaceBytes);
+        }
+        publish(statsBefore, model.stats());
+    }
+}
+
+void CountingAllocator::setBudget(int64_t bytes) {
+    std::lock_guard lock(m_mutex);
+    m_budget.store(bytes);
+    m_models.back()->setLimit(bytes);
+}
+
+void CountingAllocator::resetPeak() {
+    m_peak.store(m_allocated.load());
+    m_peakReserved.store(m_reserved.load());
+}
+
+void CountingAllocator::emptyCache() {
+    std::lock_guard lock(m_mutex);
+    for (auto& model : m_models) {
+        const AllocatorStats before = model->stats();
+        model->emptyCache();
+        publish(before, model->stats());
+    }
+}
+
+AllocatorSettings CountingAllocator::settings() const {
+    std::lock_guard lock(m_mutex);
+    return m_models.back()->settings();
+}
+
+std::vector<SegmentView> CountingAllocator::segments() const {
+    std::lock_guard lock(m_mutex);
+    return m_models.back()->segments();
+}
+
+AllocationFailure CountingAllocator::lastFailure() const {
+    std::lock_guard lock(m_mutex);
+    return m_lastFailure;
 }
 
 c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST {
     const auto size = static_cast<int64_t>(bytes);
     const bool counted = t_counting;
+    int64_t address = 0;
+    int32_t modelIndex = 0;
     if (counted) {
         const int64_t number = m_count.fetch_add(1) + 1;
         int64_t failAt = m_failAt.load();
         const bool injected = failAt != 0 && number >= failAt && m_failAt.compare_exchange_strong(failAt, 0);
-        const int64_t before = m_allocated.fetch_add(size);
-        const int64_t budget = m_budget.load();
-        if (injected || (budget > 0 && before + size > budget)) {
-            m_allocated.fetch_sub(size);
-            m_lastFailed.store(size);
-            m_allocatedAtFailure.store(before);
-            std::string message = "virtual GPU out of memory: tried to allocate " + formatBytes(size) + " with " +
-                                  formatBytes(before) + " allocated";
-            if (budget > 0) {
-                message += " of a " + formatBytes(budget) + " budget";
-            }
+        auto* self = const_cast<CountingAllocator*>(this);
+        std::string message;
+        {
+            std::lock_guard lock(m_mutex);
+            CachingAllocatorModel& model = *self->m_models.back();
+            modelIndex = static_cast<int32_t>(self->m_models.size() - 1);
+            const int64_t before = m_allocated.load();
             if (injected) {
-                message += " (injected failure at counted allocation " + std::to_string(number) + ")";
+                m_lastFailed.store(size);
+                m_allocatedAtFailure.store(before);
+                message = "virtual GPU out of memory: tried to allocate " + formatBytes(size) + " with " +
+                          formatBytes(before) + " allocated (injected failure at counted allocation " +
+                          std::to_string(number) + ")";
+            } else {
+                const AllocatorStats statsBefore = model.stats();
+                auto placed = model.allocate(size);
+                self->publish(statsBefore, model.stats());
+                if (placed) {
+                    address = *placed;
+                } else {
+                    const AllocationFailure& failure = placed.error();
+                    self->m_lastFailure = failure;
+                    m_lastFailed.store(size);
+                    m_allocatedAtFailure.store(failure.allocatedBytes);
+                    if (model.settings().exact) {
+                        message = "virtual GPU out of memory: tried to allocate " + formatBytes(size) + " with " +
+                                  formatBytes(before) + " allocated of a " + formatBytes(failure.limitBytes) +
+                                  " budget";
+                    } else if (model.settings().expandableSegments) {
+                        // With expandable segments a failed mapping can surface as the driver's
+                        // error rather than as OutOfMemoryError; BatchPilot must recognise both.
+                        message = "CUDA driver error: out of memory (" + cudaOutOfMemoryText(failure) + ")";
+                    } else {
+                        message = cudaOutOfMemoryText(failure);
+                    }
+                }
             }
+        }
+        if (!message.empty()) {
+            if (message.starts_with("CUDA driver error")) C10_THROW_ERROR(Error, message);
             C10_THROW_ERROR(OutOfMemoryError, message);
         }
         m_countedBytes.fetch_add(size);
-        int64_t peak = m_peak.load();
-        while (before + size > peak && !m_peak.compare_exchange_weak(peak, before + size)) {
-        }
     }
     void* base = nullptr;
     try {
         base = c10::alloc_cpu(bytes + kBlockHeaderBytes);
     } catch (...) {
-        // The host itself is out of memory: undo the count, then let the caller classify it.
+        // The host itself is out of memory: give the block back, then let the caller classify it.
         if (counted) {
-            m_allocated.fetch_sub(size);
+            auto* self = const_cast<CountingAllocator*>(this);
+            std::lock_guard lock(m_mutex);
+            CachingAllocatorModel& model = *self->m_models[modelIndex];
+            const AllocatorStats before = model.stats();
+            model.free(address);
+            self->publish(before, model.stats());
         }
         throw;
     }
     auto* header = static_cast<Header*>(base);
     header->bytes = size;
+    header->address = address;
+    header->model = modelIndex;
     header->counted = counted;
     void* data = static_cast<char*>(base) + kBlockHeaderBytes;
     return {data, data, &CountingAllocator::release, c10::Device(c10::DeviceType::CPU)};
@@ -92,7 +212,12 @@ void CountingAllocator::release(void* data) {
     }
     Header* header = headerOf(data);
     if (header->counted) {
-        instance().m_allocated.fetch_sub(header->bytes);
+        CountingAllocator& self = instance();
+        std::lock_guard lock(self.m_mutex);
+        CachingAllocatorModel& model = *self.m_models[header->model];
+        const AllocatorStats before = model.stats();
+        model.free(header->address);
+        self.publish(before, model.stats());
     }
     c10::free_cpu(header);
 }

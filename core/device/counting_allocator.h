@@ -2,21 +2,29 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include <c10/core/Allocator.h>
 
 #include "core/device/torch_compat.h"
+#include "core/memory/caching_allocator.h"
 
 namespace batchpilot::core {
 
-/// The CPU allocator BatchPilot installs with c10::SetCPUAllocator. It counts the bytes allocated
-/// by threads inside a CountingScope (the trainer thread), keeps a resettable peak, and enforces
-/// an optional budget by throwing c10::OutOfMemoryError — the type a CUDA OOM throws — which is
-/// how a "virtual GPU" behaves like a real one. Tests can make the N-th counted allocation fail.
+/// The CPU allocator BatchPilot installs with c10::SetCPUAllocator. The bytes allocated by
+/// threads inside a CountingScope (the trainer thread) go through a model of PyTorch's CUDA
+/// caching allocator (core/memory/caching_allocator.h: blocks rounded, packed into segments,
+/// cached when freed; the budget counts reserved segments; the cache is flushed and the
+/// allocation retried before an OOM) — or, with the `exact` setting and on the CPU device,
+/// through a plain byte count. The memory itself always comes from the host. Over the budget it
+/// throws c10::OutOfMemoryError with CUDA's text, which is how a "virtual GPU" behaves like a
+/// real one. Tests can make the N-th counted allocation fail.
 ///
-/// Every block carries a 64-byte header with its size and whether it was counted, so a block is
-/// uncounted correctly whichever thread frees it. The DataPtr's context is the data pointer
-/// itself, as ATen's raw_allocate requires.
+/// Every block carries a 64-byte header with its size, its block in the model and whether it was
+/// counted, so a block is released correctly whichever thread frees it. The DataPtr's context is
+/// the data pointer itself, as ATen's raw_allocate requires.
 ///
 /// Thread rules: all methods are thread-safe.
 class CountingAllocator final : public c10::Allocator {
@@ -35,24 +43,49 @@ public:
     /// file's storages are allocated here at their record's size).
     static int64_t blockBytes(const c10::DataPtr& data);
 
-    /// Counted bytes may not exceed `bytes`; 0 removes the budget.
-    void setBudget(int64_t bytes) {
-        m_budget.store(bytes);
+    /// A device is opened: the budget (0: none) and the allocator's settings. The cache is
+    /// emptied, as a new process's would be; blocks still alive are released into the model they
+    /// came from.
+    /// `workspaceBytes`: a block held for the device's lifetime, as cuBLAS's workspace is on a GPU
+    /// (0: none); the previous device's is released.
+    void configure(int64_t budget, const AllocatorSettings& settings, int64_t workspaceBytes = 0);
+    /// The block configure() holds for the workspace (0 when none or when it did not fit).
+    int64_t workspaceBytes() const {
+        return m_workspaceBytes.load();
     }
+    /// Reserved bytes may not exceed `bytes`; 0 removes the budget (the settings stay).
+    void setBudget(int64_t bytes);
     int64_t budget() const {
         return m_budget.load();
     }
-    /// Bytes currently allocated by counting threads.
+    /// Bytes in blocks handed out to counting threads (rounded to the allocator's blocks).
     int64_t allocated() const {
         return m_allocated.load();
+    }
+    /// Bytes in the allocator's segments: allocated plus the cache.
+    int64_t reserved() const {
+        return m_reserved.load();
     }
     /// Highest allocated() since the last resetPeak().
     int64_t peak() const {
         return m_peak.load();
     }
-    void resetPeak() {
-        m_peak.store(m_allocated.load());
+    /// Highest reserved() since the last resetPeak().
+    int64_t peakReserved() const {
+        return m_peakReserved.load();
     }
+    void resetPeak();
+    /// How often the allocator flushed its cache to retry an allocation (num_alloc_retries).
+    int64_t allocRetries() const {
+        return m_allocRetries.load();
+    }
+    /// torch.cuda.empty_cache(): cached segments go back to the budget.
+    void emptyCache();
+    /// The current settings and the model's segments and blocks.
+    AllocatorSettings settings() const;
+    std::vector<SegmentView> segments() const;
+    /// The model's failure for the most recent OOM it raised (not an injected one).
+    AllocationFailure lastFailure() const;
     /// Bytes of all successful counted allocations since start-up (never decreases).
     int64_t countedBytes() const {
         return m_countedBytes.load();
@@ -75,8 +108,21 @@ public:
     }
 
 private:
-    CountingAllocator() = default;
+    CountingAllocator();
     static void release(void* data);
+    /// Copies the model's counters into the atomics; call with m_mutex held.
+    void publish(const AllocatorStats& before, const AllocatorStats& after);
+
+    mutable std::mutex m_mutex;
+    /// Every model used since start-up (a block goes back to its own); the last is current.
+    std::vector<std::unique_ptr<CachingAllocatorModel>> m_models;
+    AllocationFailure m_lastFailure;
+    int64_t m_workspaceAddress = 0;
+    size_t m_workspaceModel = 0;
+    std::atomic<int64_t> m_workspaceBytes{0};
+    std::atomic<int64_t> m_reserved{0};
+    std::atomic<int64_t> m_peakReserved{0};
+    std::atomic<int64_t> m_allocRetries{0};
 
     mutable std::atomic<int64_t> m_allocated{0};
     mutable std::atomic<int64_t> m_peak{0};

@@ -30,16 +30,24 @@ int64_t hostAvailableBytes() {
 /// GPU (capacity = its budget).
 class CountingMeter final : public MemoryMeter {
 public:
-    explicit CountingMeter(int64_t budget) : m_budget(budget) {
-        CountingAllocator::instance().setBudget(budget);
-        m_capacity = budget > 0 ? budget : allocated() + hostAvailableBytes();
+    /// `context`: of the budget, what a simulated CUDA context takes outside the allocator.
+    CountingMeter(int64_t budget, const AllocatorSettings& settings, int64_t context = 0, int64_t workspace = 0)
+        : m_budget(budget), m_context(context) {
+        CountingAllocator::instance().configure(budget - context, settings, workspace);
+        m_capacity = budget > 0 ? budget - context : allocated() + hostAvailableBytes();
     }
+    int64_t total() const override { return m_capacity + m_context; }
+    int64_t contextBytes() const override { return m_context; }
+    int64_t workspaceBytes() const override { return CountingAllocator::instance().workspaceBytes(); }
     int64_t allocated() const override { return CountingAllocator::instance().allocated(); }
-    int64_t reserved() const override { return allocated(); }
+    int64_t reserved() const override { return CountingAllocator::instance().reserved(); }
     int64_t peak() const override { return CountingAllocator::instance().peak(); }
+    int64_t peakReserved() const override { return CountingAllocator::instance().peakReserved(); }
+    int64_t allocatorRetries() const override { return CountingAllocator::instance().allocRetries(); }
     void resetPeak() override { CountingAllocator::instance().resetPeak(); }
+    void releaseCache() override { CountingAllocator::instance().emptyCache(); }
     int64_t capacity() const override { return m_capacity; }
-    int64_t free() const override { return std::max<int64_t>(0, m_capacity - allocated()); }
+    int64_t free() const override { return std::max<int64_t>(0, m_capacity - reserved()); }
     int64_t lastFailedAllocation() const override { return CountingAllocator::instance().lastFailedRequest(); }
     int64_t lastFailureNeed() const override {
         const auto& allocator = CountingAllocator::instance();
@@ -48,6 +56,7 @@ public:
 
 private:
     int64_t m_budget;
+    int64_t m_context = 0;
     int64_t m_capacity;
 };
 
@@ -59,6 +68,15 @@ bool cudaAvailable() {
 
 tl::expected<DeviceSpec, std::string> parseDevice(std::string_view text) {
     auto spec = parseDeviceName(text);
+    if (spec && spec->kind == DeviceKind::Virtual) {
+        // The environment's allocator settings apply to virtual devices as PyTorch applies them to
+        // real ones: a mistake there is this machine's, said before anything runs.
+        if (auto settings = virtualAllocatorSettings(*spec); !settings) {
+            return tl::unexpected("device \"" + std::string(text) + "\": " + settings.error() +
+                                  " (set it right or unset it, or give the device its own settings, e.g. " +
+                                  "virtual:8GiB/expandable_segments:True)");
+        }
+    }
     if (!spec || spec->kind != DeviceKind::Cuda) return spec;
     const std::string name(text);
     if (!cudaAvailable()) {
@@ -87,8 +105,21 @@ std::vector<DeviceInfo> availableDevices() {
 
 std::unique_ptr<MemoryMeter> openMeter(const DeviceSpec& device) {
     switch (device.kind) {
-    case DeviceKind::Cpu: return std::make_unique<CountingMeter>(0);
-    case DeviceKind::Virtual: return std::make_unique<CountingMeter>(device.budgetBytes);
+    case DeviceKind::Cpu: {
+        AllocatorSettings exact;  // host memory: every byte asked for, nothing cached
+        exact.exact = true;
+        return std::make_unique<CountingMeter>(0, exact);
+    }
+    case DeviceKind::Virtual: {
+        // Settings the environment gets wrong were refused where the device was chosen
+        // (parseDevice); here they fall back to PyTorch's defaults.
+        const AllocatorSettings settings = virtualAllocatorSettings(device).value_or(AllocatorSettings{});
+        if (const GpuPreset* gpu = findGpuPreset(device.preset)) {
+            return std::make_unique<CountingMeter>(device.budgetBytes, settings, kCudaContextBytes,
+                                                   cublasWorkspaceBytes(*gpu));
+        }
+        return std::make_unique<CountingMeter>(device.budgetBytes, settings);
+    }
     case DeviceKind::Cuda: CountingAllocator::instance().setBudget(0); return openCudaMeter(device.index);
     }
     return nullptr;

@@ -63,6 +63,10 @@ public:
     virtual int64_t otherProcesses() const { return 0; }
     /// Returns cached, unused memory to the device after an OOM (CUDA); no-op elsewhere.
     virtual void releaseCache() {}
+    /// A simulated GPU's CUDA context, outside the allocator (virtual GPU presets), else 0.
+    virtual int64_t contextBytes() const { return 0; }
+    /// The cuBLAS workspace held through the allocator (virtual GPU presets), else 0.
+    virtual int64_t workspaceBytes() const { return 0; }
     /// Size of the allocation that failed most recently, 0 when unknown.
     virtual int64_t lastFailedAllocation() const { return 0; }
     /// Bytes that would have been in use had that allocation succeeded, 0 when unknown.

@@ -11,10 +11,13 @@
 namespace batchpilot::core {
 namespace {
 
-constexpr std::array<std::string_view, 5> kOomMessages{
+// "CUDA driver error: out of memory" is how a failed mapping of expandable segments can arrive
+// (not as OutOfMemoryError); "CUDA error: out of memory" is cudaErrorMemoryAllocation's text.
+constexpr std::array<std::string_view, 7> kOomMessages{
     "CUDA out of memory",         "DefaultCPUAllocator: can't allocate memory",
     "CUBLAS_STATUS_ALLOC_FAILED", "HIP out of memory",
-    "virtual GPU out of memory",
+    "virtual GPU out of memory",  "CUDA driver error: out of memory",
+    "CUDA error: out of memory",
 };
 
 constexpr std::string_view kInterpreterLine = "The following operation failed in the TorchScript interpreter";

@@ -156,6 +156,8 @@ json fields(const MemoryBreakdown& e) {
             {"peak_bytes", e.peakBytes},
             {"cache_bytes", e.cacheBytes},
             {"other_process_bytes", e.otherProcessBytes},
+            {"context_bytes", e.contextBytes},
+            {"workspace_bytes", e.workspaceBytes},
             {"free_bytes", e.freeBytes},
             {"memory_savers", e.memorySavers.empty() ? std::string("off") : e.memorySavers}};
 }

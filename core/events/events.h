@@ -275,19 +275,27 @@ struct MemoryBreakdown {
     /// The largest parameter's gradient: backward holds each parameter's new gradient until it
     /// adds it to the accumulators, so the activations include up to this much of it.
     int64_t largestGradientBytes = 0;
-    int64_t residentBytes = 0;      ///< measured before that micro-batch (between micro-batches)
-    int64_t peakBytes = 0;          ///< measured peak of that micro-batch (resident + activations)
-    int64_t cacheBytes = 0;         ///< allocator cache above the peak (CUDA), 0 elsewhere
+    int64_t residentBytes = 0;  ///< measured before that micro-batch (between micro-batches)
+    int64_t peakBytes = 0;      ///< measured peak of that micro-batch in tensors (resident + activations)
+    /// What the caching allocator held at that micro-batch's peak beyond the tensors (its cache,
+    /// rounding): reserved − allocated; 0 with exact counting and on the CPU.
+    int64_t cacheBytes = 0;
     int64_t otherProcessBytes = 0;  ///< CUDA: total − driver free − reserved; 0 elsewhere
-    int64_t freeBytes = 0;          ///< total − peak − cache − other processes (never negative)
+    /// A virtual GPU preset's CUDA context (outside PyTorch's allocator), 0 elsewhere.
+    int64_t contextBytes = 0;
+    /// A virtual GPU preset's cuBLAS workspace (allocated through the allocator), 0 elsewhere.
+    int64_t workspaceBytes = 0;
+    int64_t freeBytes = 0;  ///< total − peak − cache − other processes (never negative)
     /// The memory savers in use ("checkpoint", "bf16", "both"; "" for none): they shape the
     /// activations (core/config/memory_savers.h).
     std::string memorySavers;
 
-    /// Parameters + gradients + optimizer state + activations + input batch + buffer copies: what
-    /// the parts explain of the peak. It equals peakBytes when nothing else stayed resident.
+    /// Parameters + gradients + optimizer state + activations + input batch + buffer copies +
+    /// workspace: what the parts explain of the peak. It equals peakBytes when nothing else stayed
+    /// resident.
     int64_t attributedBytes() const {
-        return parameterBytes + gradientBytes + optimizerStateBytes + activationBytes + inputBytes + bufferCopyBytes;
+        return parameterBytes + gradientBytes + optimizerStateBytes + activationBytes + inputBytes + bufferCopyBytes +
+               workspaceBytes;
     }
 };
 

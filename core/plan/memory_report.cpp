@@ -98,6 +98,11 @@ std::vector<MemoryPart> memoryParts(const MemoryBreakdown& b) {
                          "micro-batch found them: an out-of-memory error puts them back, so no sample moves them "
                          "twice."});
     }
+    if (b.workspaceBytes > 0) {
+        parts.push_back({"cuBLAS workspace", b.workspaceBytes,
+                         "Scratch memory cuBLAS takes through PyTorch's allocator at the first matrix product and "
+                         "keeps: 8.1 MiB per stream, 32 MiB on compute capability 9.0 and later (H100, H200)."});
+    }
     if (b.peakBytes > b.attributedBytes()) {
         // Without it the parts would fall short of the device's memory by that much.
         parts.push_back({"other resident", b.peakBytes - b.attributedBytes(),
@@ -105,12 +110,22 @@ std::vector<MemoryPart> memoryParts(const MemoryBreakdown& b) {
                          "allocated between micro-batches besides the model, its gradients and the optimizer "
                          "state (on a GPU also the allocator's rounding)."});
     }
-    if (b.cacheBytes > 0 || b.otherProcessBytes > 0 || b.device.rfind("cuda", 0) == 0) {
+    const bool cuda = b.device.rfind("cuda", 0) == 0;
+    if (b.cacheBytes > 0 || cuda) {
         parts.push_back({"allocator cache", b.cacheBytes,
-                         "Memory the CUDA caching allocator keeps reserved to reuse quickly; free for this run, not "
-                         "for other processes."});
+                         "What the caching allocator (CUDA's, or the virtual GPU's model of it) held at the peak "
+                         "beyond the tensors: freed blocks it keeps to reuse, and the unused ends of its rounded "
+                         "blocks and segments. Free for this run, not for other processes; fragmentation shows "
+                         "here."});
+    }
+    if (b.otherProcessBytes > 0 || cuda) {
         parts.push_back({"other processes", b.otherProcessBytes,
                          "Memory used on this GPU by other programs (total minus free minus this run's reserved)."});
+    }
+    if (b.contextBytes > 0) {
+        parts.push_back({"CUDA context", b.contextBytes,
+                         "What the CUDA driver takes on the device for this process (kernels, their state), outside "
+                         "PyTorch's allocator: about 287 MB with lazy module loading. No tensor can use it."});
     }
     parts.push_back({"free", b.freeBytes, "Memory not used even at this run's peak."});
     return parts;

@@ -380,6 +380,7 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
                                   /*create_graph=*/false, /*inputs=*/parameters);
         result.ok = true;
         result.peakBytes = meter->peakReserved();
+        result.peakAllocatedBytes = meter->peak();
     } catch (const std::exception&) {
         error = std::current_exception();
     }
@@ -387,6 +388,7 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         // Outside the catch block, every tensor of the failed micro-batch is gone.
         result.failure = classifyFailure(error);
         result.peakBytes = meter->peakReserved();
+        result.peakAllocatedBytes = meter->peak();
         if (result.failure.outOfMemory) {
             releaseFailedBackward();
             restoreBuffers(savedBuffers);
@@ -501,6 +503,10 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
             next.assign(indices.begin() + nextOffset, indices.begin() + nextOffset + pass.plan[1]);
         }
         const double weight = static_cast<double>(size) / static_cast<double>(batchSize);
+        // A trial measures what its own size reserves, not the cache earlier trials left: with a
+        // caching allocator (a GPU, a virtual one with its model) the probe's line would
+        // otherwise fit the cache.
+        if (trial) meter->releaseCache();
         MicroResult r = runMicroBatch(slice, weight, std::move(next), /*measurement=*/false,
                                       pass.offset == 0 ? &pass.startBuffers : nullptr);
         pass.stepPeak = std::max(pass.stepPeak, r.peakBytes);
@@ -720,13 +726,33 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
 
 void Trainer::Impl::warnAboutAllocatorRetries() {
     const int64_t retries = meter->allocatorRetries();
-    if (retries <= allocatorRetriesSeen) return;
-    emit(Warning{now(),
-                 "the CUDA caching allocator had to free its cache and retry " +
-                     std::to_string(retries - allocatorRetriesSeen) + " allocation(s) during step " +
-                     std::to_string(step) +
-                     ": device memory is fragmented; a larger --headroom leaves it room (each retry costs time)"});
+    if (retries <= allocatorRetriesSeen) {
+        thrashingSteps = 0;
+        return;
+    }
+    const int64_t during = retries - allocatorRetriesSeen;
     allocatorRetriesSeen = retries;
+    // Retries in consecutive steps at a settled size are thrashing (Composer's rule): each flushes
+    // the whole cache and costs the time of reserving it again. The micro-batch shrinks as after
+    // an OOM; nothing is lost, since the step itself went through.
+    thrashingSteps = probe || timing ? 0 : thrashingSteps + 1;
+    if (thrashingSteps >= kThrashingSteps) {
+        thrashingSteps = 0;
+        const int64_t before = sizes.microBatch;
+        if (const std::optional<int64_t> smaller = sizes.shrinkAfterOom(before)) {
+            drift.reset();
+            emit(Warning{now(), "the caching allocator had to free its cache and retry allocations in " +
+                                    std::to_string(kThrashingSteps) + " steps in a row (" + std::to_string(during) +
+                                    " in step " + std::to_string(step) + "): memory is fragmented at micro-batch " +
+                                    std::to_string(before) + ", so it goes down to " + std::to_string(*smaller) +
+                                    " as after an out-of-memory error"});
+            return;
+        }
+    }
+    emit(Warning{now(),
+                 "the caching allocator had to free its cache and retry " + std::to_string(during) +
+                     " allocation(s) during step " + std::to_string(step) +
+                     ": device memory is fragmented; a larger --headroom leaves it room (each retry costs time)"});
 }
 
 Trainer::Trainer(TrainerOptions options, EventSink& sink) : m_impl(std::make_unique<Impl>(std::move(options), sink)) {

@@ -75,24 +75,30 @@ struct MicroResult {
     FailureInfo failure;
     Phase phase = Phase::Copy;
     double loss = 0;
-    int64_t peakBytes = 0;
-    int64_t residentBytes = 0;    ///< allocated when the micro-batch started
-    int64_t inputBytes = 0;       ///< the micro-batch's inputs and targets on the device
-    int64_t bufferCopyBytes = 0;  ///< the copy of the model's buffers kept during it
+    int64_t peakBytes = 0;           ///< highest reserved during it (what the device held)
+    int64_t peakAllocatedBytes = 0;  ///< highest allocated during it (what tensors held)
+    int64_t residentBytes = 0;       ///< allocated when the micro-batch started
+    int64_t inputBytes = 0;          ///< the micro-batch's inputs and targets on the device
+    int64_t bufferCopyBytes = 0;     ///< the copy of the model's buffers kept during it
     double seconds = 0;
 };
 
 /// The micro-batch with the highest peak in a step, for the memory breakdown.
 struct PeakRecord {
     int64_t resident = 0;
-    int64_t peak = 0;
+    int64_t peak = 0;  ///< reserved
     int64_t size = 0;
-    int64_t input = 0;       ///< MicroResult::inputBytes
-    int64_t bufferCopy = 0;  ///< MicroResult::bufferCopyBytes
-    int64_t batchCopy = 0;   ///< the batch's copy of the buffers, resident during it (0: the batch's first)
+    int64_t input = 0;          ///< MicroResult::inputBytes
+    int64_t bufferCopy = 0;     ///< MicroResult::bufferCopyBytes
+    int64_t batchCopy = 0;      ///< the batch's copy of the buffers, resident during it (0: the batch's first)
+    int64_t peakAllocated = 0;  ///< MicroResult::peakAllocatedBytes
+    /// Keeps the micro-batch whose tensors peaked highest: with a caching allocator every
+    /// micro-batch's reserved peak carries the cache the largest one left, so a short last
+    /// micro-batch would otherwise stand for the step.
     void offer(const MicroResult& r, int64_t microBatch, int64_t batchCopyBytes) {
-        if (r.peakBytes > peak)
-            *this = {r.residentBytes, r.peakBytes, microBatch, r.inputBytes, r.bufferCopyBytes, batchCopyBytes};
+        if (r.peakAllocatedBytes > peakAllocated || (r.peakAllocatedBytes == peakAllocated && r.peakBytes > peak))
+            *this = {r.residentBytes,   r.peakBytes,    microBatch,          r.inputBytes,
+                     r.bufferCopyBytes, batchCopyBytes, r.peakAllocatedBytes};
     }
 };
 
@@ -486,6 +492,9 @@ struct Trainer::Impl {
     std::string checkpointError;        ///< the last failed save's message
     int64_t latestCheckpointStep = -1;  ///< step of the latest checkpoint written (-1: none)
     int64_t allocatorRetriesSeen = 0;   ///< the meter's allocator retries already reported
+    /// Consecutive steps, at a settled micro-batch, in which the allocator retried.
+    int thrashingSteps = 0;
+    static constexpr int kThrashingSteps = 2;
     /// Stops the run: the model does not fit. Where a memory saver would help (not during setup,
     /// nor for the optimizer state: `suggestSavers` false) the message names the one that makes
     /// the smallest micro-batch fit fastest, measured (surveySavers).

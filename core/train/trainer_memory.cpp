@@ -227,21 +227,27 @@ void Trainer::Impl::reportBreakdown() {
         optimizer->stateReady() ? ledger.optimizerStateBytes : (reservation.defined() ? optimizer->stateBytes() : 0);
     if (ledger.lastPeak.size > 0) {
         b.residentBytes = ledger.lastPeak.resident;
-        b.peakBytes = ledger.lastPeak.peak;
+        // The parts are what tensors held at the peak; what the allocator held beyond them (its
+        // cache, the rounding of blocks and segments) is a part of its own.
+        b.peakBytes = ledger.lastPeak.peakAllocated;
+        b.cacheBytes = std::max<int64_t>(0, ledger.lastPeak.peak - ledger.lastPeak.peakAllocated);
         b.activationMicroBatch = ledger.lastPeak.size;
         b.inputBytes = ledger.lastPeak.input;
         // The micro-batch's own copy is in its peak; the batch's copy, taken before it, is resident.
         b.bufferCopyBytes = ledger.lastPeak.bufferCopy + ledger.lastPeak.batchCopy;
-        b.activationBytes = std::max<int64_t>(
-            0, ledger.lastPeak.peak - ledger.lastPeak.resident - ledger.lastPeak.input - ledger.lastPeak.bufferCopy);
+        b.activationBytes = std::max<int64_t>(0, ledger.lastPeak.peakAllocated - ledger.lastPeak.resident -
+                                                     ledger.lastPeak.input - ledger.lastPeak.bufferCopy);
     } else {
         // Before any micro-batch: what is resident is the whole story.
         b.residentBytes = meter->allocated();
         b.peakBytes = b.residentBytes;
+        b.cacheBytes = std::max<int64_t>(0, meter->reserved() - meter->allocated());
     }
-    b.cacheBytes = std::max<int64_t>(0, meter->reserved() - std::max(b.peakBytes, meter->allocated()));
     b.otherProcessBytes = meter->otherProcesses();
-    b.freeBytes = std::max<int64_t>(0, b.totalBytes - b.peakBytes - b.cacheBytes - b.otherProcessBytes);
+    b.contextBytes = meter->contextBytes();
+    b.workspaceBytes = meter->workspaceBytes();
+    b.freeBytes =
+        std::max<int64_t>(0, b.totalBytes - b.peakBytes - b.cacheBytes - b.otherProcessBytes - b.contextBytes);
     emit(std::move(b));
 }
 

@@ -69,7 +69,8 @@ private Q_SLOTS:
         QTest::newRow("no such device") << QStringList{QStringLiteral("--device"), QStringLiteral("cuda:99")} << 2
                                         << QStringLiteral("\"cuda:99\" does not exist");
         QTest::newRow("bad budget") << QStringList{QStringLiteral("--device"), QStringLiteral("virtual:abc")} << 2
-                                    << QStringLiteral("invalid memory size \"abc\"");
+                                    << QStringLiteral(
+                                           "\"abc\" is neither a memory size (e.g. virtual:512MiB) nor a GPU preset");
         QTest::newRow("unknown flag") << QStringList{QStringLiteral("--turbo")} << 2
                                       << QStringLiteral("unknown flag \"--turbo\"");
         QTest::newRow("missing value") << QStringList{QStringLiteral("--steps")} << 2

@@ -1,7 +1,7 @@
 # cmake -DSOURCE_DIR=<repository root> -P include_rules.cmake
 # The include rules between folders, checked on every source file:
 #   core/ includes neither ui/ nor app/;  ui/ does not include app/;
-#   core/'s files live in its rooms; a torch-free room (base, events, config, plan, records)
+#   core/'s files live in its rooms; a torch-free room (base, memory, events, config, plan, records)
 #     includes only torch-free rooms;
 #   inside ui/, a folder includes only folders of a lower or the same rank:
 #     session (the trainer bridge, event texts), style  <  charts, log, report, teaching  <  config  <  window
@@ -19,7 +19,7 @@ set(rank_teaching 1)
 set(rank_config 2)
 set(rank_window 3)
 # core/'s rooms (core/CMakeLists.txt): 1 torch-free, 0 engine.
-foreach(room base events config plan records)
+foreach(room base memory events config plan records)
   set(room_${room} 1)
 endforeach()
 foreach(room device data nn optim distributed train)
@@ -73,7 +73,7 @@ file(GLOB_RECURSE torch_free RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/ui/*.h" "${
 if(EXISTS "${SOURCE_DIR}/app/gui_main.cpp")
   list(APPEND torch_free app/gui_main.cpp)
 endif()
-foreach(room base events config plan records)
+foreach(room base memory events config plan records)
   file(GLOB_RECURSE room_files RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/core/${room}/*.h" "${SOURCE_DIR}/core/${room}/*.cpp")
   list(APPEND torch_free ${room_files})
 endforeach()

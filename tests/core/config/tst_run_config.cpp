@@ -166,7 +166,9 @@ private Q_SLOTS:
         QTest::newRow("zero target") << QStringLiteral(R"({"target_batch": 0})")
                                      << QStringLiteral("target_batch: expected an integer from 1 up, got 0");
         QTest::newRow("bad device") << QStringLiteral(R"({"device": "virtual:lots"})")
-                                    << QStringLiteral("device: device \"virtual:lots\": invalid memory size");
+                                    << QStringLiteral(
+                                           "device: device \"virtual:lots\": \"lots\" is neither a memory "
+                                           "size (e.g. virtual:512MiB) nor a GPU preset");
         QTest::newRow("bad memory savers")
             << QStringLiteral(R"({"memory_savers": "fp8"})")
             << QStringLiteral(

@@ -95,16 +95,31 @@ private Q_SLOTS:
     }
 
     void meterReportsVirtualDevice() {
-        const auto device = parseDevice("virtual:64MiB");
+        const auto device = parseDevice("virtual:64MiB/caching");
         QVERIFY(device.has_value());
         auto meter = openMeter(*device);
         QCOMPARE(meter->capacity(), qint64(64) * 1024 * 1024);
         QCOMPARE(CountingAllocator::instance().budget(), qint64(64) * 1024 * 1024);
         CountingScope counting;
         const int64_t before = meter->allocated();
+        const int64_t reservedBefore = meter->reserved();
         torch::Tensor t = torch::empty({1 << 20}, torch::kUInt8);
         QCOMPARE(meter->allocated(), before + (1 << 20));
-        QCOMPARE(meter->free(), meter->capacity() - meter->allocated());
+        // PyTorch's caching allocator: a request of 1 MiB is "small", packed into a 2 MiB segment,
+        // and the budget counts the segment.
+        QCOMPARE(meter->reserved(), reservedBefore + (2 << 20));
+        QCOMPARE(meter->free(), meter->capacity() - meter->reserved());
+        t = torch::Tensor();
+        QCOMPARE(meter->allocated(), before);
+        QCOMPARE(meter->reserved(), reservedBefore + (2 << 20));  // cached, not returned
+        meter->releaseCache();
+        QCOMPARE(meter->reserved(), reservedBefore);
+        // Exact counting (the default without settings): every byte, nothing cached.
+        auto exact = openMeter(*parseDevice("virtual:64MiB"));
+        const int64_t exactBefore = exact->reserved();
+        torch::Tensor u = torch::empty({1000}, torch::kUInt8);
+        QCOMPARE(exact->allocated(), exactBefore + 1000);
+        QCOMPARE(exact->reserved(), exactBefore + 1000);
         auto cpu = openMeter(*parseDevice("cpu"));
         QCOMPARE(CountingAllocator::instance().budget(), qint64(0));
         QVERIFY(cpu->capacity() > 0);
@@ -118,7 +133,11 @@ private Q_SLOTS:
         QTest::newRow("virtual") << QStringLiteral("virtual:512MiB") << true << QStringLiteral("virtual:512MiB");
         QTest::newRow("virtual GiB") << QStringLiteral("virtual:2GiB") << true << QStringLiteral("virtual:2GiB");
         QTest::newRow("virtual bad size")
-            << QStringLiteral("virtual:abc") << false << QStringLiteral("invalid memory size");
+            << QStringLiteral("virtual:abc") << false << QStringLiteral("is neither a memory size");
+        QTest::newRow("virtual bad number")
+            << QStringLiteral("virtual:12xB") << false << QStringLiteral("invalid memory size");
+        QTest::newRow("virtual GPU preset")
+            << QStringLiteral("virtual:a100-40gb") << true << QStringLiteral("virtual:A100-40GB");
         QTest::newRow("virtual no size") << QStringLiteral("virtual") << false
                                          << QStringLiteral("needs a memory budget");
         QTest::newRow("unknown") << QStringLiteral("tpu:0") << false

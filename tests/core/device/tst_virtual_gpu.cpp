@@ -1,0 +1,209 @@
+#include <QtTest>
+#include "tests/test_main.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/device/counting_allocator.h"
+#include "core/device/device.h"
+#include "core/device/oom.h"
+#include "core/memory/caching_allocator.h"
+#include "core/plan/gpu_plan.h"
+#include "core/train/trainer.h"
+#include "tests/core/recording_sink.h"
+
+namespace tst_virtual_gpu {
+
+using namespace batchpilot::core;
+using batchpilot::tests::RecordingSink;
+
+namespace {
+
+constexpr int64_t kMiB = 1024 * 1024;
+
+torch::Tensor bytes(int64_t n) {
+    return torch::empty({n}, torch::kUInt8);
+}
+
+/// The documented fragmentation case with real tensors on `device`: two 30 MiB blocks freed, two
+/// 16 MiB blocks split from them, then 20 MiB. Returns the error's text ("" when it fitted).
+std::string fragment(const std::string& device, int64_t* retries = nullptr, bool* oomType = nullptr,
+                     bool* classified = nullptr) {
+    auto meter = openMeter(*parseDevice(device));
+    const int64_t retriesBefore = meter->allocatorRetries();
+    CountingScope counting;
+    std::string text;
+    {
+        torch::Tensor a = bytes(30 * kMiB);
+        torch::Tensor b = bytes(30 * kMiB);
+        a = torch::Tensor();
+        b = torch::Tensor();
+        torch::Tensor c = bytes(16 * kMiB);
+        torch::Tensor d = bytes(16 * kMiB);
+        try {
+            torch::Tensor e = bytes(20 * kMiB);
+        } catch (const c10::Error& error) {
+            text = error.what_without_backtrace();
+            if (oomType != nullptr) *oomType = dynamic_cast<const c10::OutOfMemoryError*>(&error) != nullptr;
+            if (classified != nullptr) *classified = classifyFailure(std::current_exception()).outOfMemory;
+        }
+    }
+    if (retries != nullptr) *retries = meter->allocatorRetries() - retriesBefore;
+    meter->releaseCache();
+    return text;
+}
+
+/// The first probe's result on `device` (cnn, a target batch no probe reaches).
+ProbeFinished probeOn(const std::string& device) {
+    TrainerOptions o;
+    o.model.name = "cnn";
+    o.device = device;
+    o.targetBatch = 4096;
+    o.data.samples = 4096;
+    o.steps = 3;  // a probe may go on into the next training batch
+    o.validation.split = 0;
+    o.intraOpThreads = 1;
+    RecordingSink sink;
+    Trainer trainer(o, sink);
+    const RunResult result = trainer.run();
+    const auto finished = sink.all<ProbeFinished>();
+    return result.state == RunState::Finished && !finished.empty() ? finished.front() : ProbeFinished{};
+}
+
+/// Trains `model` on `device` for 20 steps and returns the sink.
+RunResult train(const std::string& model, const std::string& device, RecordingSink& sink) {
+    TrainerOptions o;
+    o.model.name = model;
+    o.device = device;
+    o.targetBatch = 1024;
+    o.data.samples = 4096;
+    o.steps = 20;
+    o.validation.split = 0;
+    o.intraOpThreads = 1;
+    o.reportSampleIndices = true;
+    Trainer trainer(o, sink);
+    return trainer.run();
+}
+
+}  // namespace
+
+// The virtual GPU with PyTorch's caching allocator (core/memory/caching_allocator.h), through
+// LibTorch's own allocations and through the trainer. The allocator's rules themselves are
+// tested in tests/core/memory against PyTorch's documented behaviour.
+class TestVirtualGpu : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() {
+        installCountingAllocator();  // as the trainer does: LibTorch's CPU allocations go through it
+    }
+
+    void fragmentationIsAnOomWithCudasNumbers() {
+        int64_t retries = 0;
+        bool oomType = false;
+        bool classified = false;
+        const std::string text = fragment("virtual:64MiB/caching", &retries, &oomType, &classified);
+        QVERIFY2(oomType, text.c_str());  // c10::OutOfMemoryError, as CUDA's
+        QVERIFY(classified);
+        // Read back as PyTorch's message: the 20 MiB segment it tried, 32 MiB in tensors, 28 MiB
+        // cached in the two split segments that cannot be released — an OOM with half the
+        // device in use.
+        const auto numbers = parseCudaOutOfMemoryText(text);
+        QVERIFY2(numbers.has_value(), text.c_str());
+        QCOMPARE(numbers->triedBytes, 20 * kMiB);
+        QCOMPARE(numbers->totalBytes, 64 * kMiB);
+        QCOMPARE(numbers->allocatedBytes, 32 * kMiB);
+        QCOMPARE(numbers->reservedUnallocatedBytes, 28 * kMiB);
+        QCOMPARE(retries, int64_t{1});  // the cache was flushed and the allocation retried first
+        QVERIFY(CountingAllocator::instance().lastFailure().fragmentation);
+    }
+
+    void expandableSegmentsAvoidThatOom() {
+        QCOMPARE(fragment("virtual:64MiB/expandable_segments:True"), std::string());
+    }
+
+    void exactCountingHasNoFragmentation() {
+        QCOMPARE(fragment("virtual:64MiB/exact"), std::string());
+        QCOMPARE(fragment("virtual:64MiB"), std::string());
+    }
+
+    void anExpandableOomIsTheDriversErrorAndStillAnOom() {
+        auto meter = openMeter(*parseDevice("virtual:32MiB/expandable_segments:True"));
+        CountingScope counting;
+        try {
+            torch::Tensor t = bytes(40 * kMiB);
+            QFAIL("40 MiB fitted in 32");
+        } catch (const c10::Error& error) {
+            QVERIFY2(dynamic_cast<const c10::OutOfMemoryError*>(&error) == nullptr,
+                     "expected the driver's error, not OutOfMemoryError");
+            const std::string text = error.what_without_backtrace();
+            QVERIFY2(text.find("CUDA driver error: out of memory") != std::string::npos, text.c_str());
+            QVERIFY(classifyFailure(std::current_exception()).outOfMemory);
+        }
+    }
+
+    void thePlanForAnotherDeviceIsWhatItsProbeFinds() {
+        // --plan-for's prediction from one probe's memory line, against a real probe on the
+        // device predicted for: within 5%. (Twice the budget. At four times, 512 MiB, the cnn's
+        // reserved peaks stop growing evenly with the size — 1467 samples reserved 448 MiB, 1571
+        // only 414 — and prediction and probe were 13% apart: docs/guide/virtual-gpu.md.)
+        const ProbeFinished measured = probeOn("virtual:128MiB/caching");
+        QVERIFY(measured.bytesPerSample > 0);
+        std::vector<GpuPlanTarget> targets;
+        for (const int64_t mib : {256}) {
+            targets.push_back({"virtual:" + std::to_string(mib) + "MiB/caching", "", mib * kMiB, 0, 0});
+        }
+        const auto rows = planForGpus(targets, measured.fixedBytes, measured.bytesPerSample, 0, 4096, 0.05);
+        for (const GpuPlanRow& row : rows) {
+            const ProbeFinished real = probeOn(row.target.device);
+            QVERIFY2(real.microBatch > 0, row.target.device.c_str());
+            qInfo("%s: predicted %lld, probed %lld", row.target.device.c_str(),
+                  static_cast<long long>(row.microBatch), static_cast<long long>(real.microBatch));
+            QVERIFY2(std::abs(static_cast<double>(row.microBatch - real.microBatch)) <=
+                         0.05 * static_cast<double>(real.microBatch),
+                     qPrintable(QStringLiteral("%1: predicted %2, probed %3")
+                                    .arg(QString::fromStdString(row.target.device))
+                                    .arg(row.microBatch)
+                                    .arg(real.microBatch)));
+        }
+    }
+
+    void theChosenMicroBatchTrainsWithoutOom_data() {
+        QTest::addColumn<QString>("model");
+        QTest::newRow("mlp") << QStringLiteral("mlp");
+        QTest::newRow("cnn") << QStringLiteral("cnn");
+    }
+    void theChosenMicroBatchTrainsWithoutOom() {
+        // The probe plans with the peak *reserved* (each trial measured from an empty cache), so
+        // the size it chooses trains 20 steps without an OOM under the caching allocator, and
+        // every sample of every batch is trained once.
+        QFETCH(QString, model);
+        RecordingSink sink;
+        const RunResult result = train(model.toStdString(), "virtual:192MiB/caching", sink);
+        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+        QCOMPARE(sink.oomsAfterFirstProbe(), 0);
+        std::map<int64_t, std::vector<int64_t>> steps;
+        for (const MicroBatchDone& m : sink.committedMicroBatches())
+            steps[m.step].insert(steps[m.step].end(), m.sampleIndices.begin(), m.sampleIndices.end());
+        QCOMPARE(steps.size(), size_t{20});
+        for (auto& [step, samples] : steps) {
+            std::sort(samples.begin(), samples.end());
+            QCOMPARE(samples.size(), size_t{1024});
+            QVERIFY(std::adjacent_find(samples.begin(), samples.end()) == samples.end());
+        }
+        // The device's cache shows in the breakdown, named apart from the tensors.
+        const auto breakdowns = sink.all<MemoryBreakdown>();
+        QVERIFY(!breakdowns.empty());
+        const MemoryBreakdown& last = breakdowns.back();
+        QVERIFY(last.peakBytes + last.cacheBytes <= last.capacityBytes);
+        QCOMPARE(last.attributedBytes(), last.peakBytes);
+    }
+};
+
+}  // namespace tst_virtual_gpu
+
+BATCHPILOT_TEST_MAIN(tst_virtual_gpu::TestVirtualGpu)
+#include "tst_virtual_gpu.moc"
