@@ -38,7 +38,8 @@ std::string AllocatorSettings::text() const {
     std::string out;
     const auto add = [&](const std::string& item) { out += (out.empty() ? "" : ",") + item; };
     if (expandableSegments) add("expandable_segments:True");
-    if (maxSplitBytes != std::numeric_limits<int64_t>::max()) add("max_split_size_mb:" + std::to_string(maxSplitBytes / kMiB));
+    if (maxSplitBytes != std::numeric_limits<int64_t>::max())
+        add("max_split_size_mb:" + std::to_string(maxSplitBytes / kMiB));
     if (roundupPower2Divisions > 1) add("roundup_power2_divisions:" + std::to_string(roundupPower2Divisions));
     return out;
 }
@@ -48,9 +49,10 @@ tl::expected<AllocatorSettings, std::string> parseAllocatorSettings(std::string_
     AllocatorSettings settings = base;
     // PyTorch's options that change nothing the model simulates (or only on a real GPU).
     static const std::vector<std::string> kNotModelled = {
-        "garbage_collection_threshold", "backend", "release_lock_on_cudamalloc", "pinned_use_cuda_host_register",
-        "pinned_num_register_threads", "pinned_use_background_threads", "graph_capture_record_stream_reuse",
-        "per_process_memory_fraction"};
+        "garbage_collection_threshold",      "backend",
+        "release_lock_on_cudamalloc",        "pinned_use_cuda_host_register",
+        "pinned_num_register_threads",       "pinned_use_background_threads",
+        "graph_capture_record_stream_reuse", "per_process_memory_fraction"};
     size_t start = 0;
     while (start <= text.size()) {
         size_t end = text.find(separator, start);
@@ -69,8 +71,9 @@ tl::expected<AllocatorSettings, std::string> parseAllocatorSettings(std::string_
         }
         const auto colon = item.find(':');
         if (colon == std::string::npos) {
-            return tl::unexpected("allocator setting \"" + cutForMessage(item) +
-                                  "\" needs a value: write key:value, e.g. expandable_segments:True, or caching or exact");
+            return tl::unexpected(
+                "allocator setting \"" + cutForMessage(item) +
+                "\" needs a value: write key:value, e.g. expandable_segments:True, or caching or exact");
         }
         const std::string key = trimmed(std::string_view(item).substr(0, colon));
         const std::string value = trimmed(std::string_view(item).substr(colon + 1));
@@ -92,7 +95,8 @@ tl::expected<AllocatorSettings, std::string> parseAllocatorSettings(std::string_
             settings.exact = false;
         } else if (key == "roundup_power2_divisions") {
             const auto divisions = wholeNumber(value);
-            if (!divisions || *divisions > 64 || (*divisions > 0 && !std::has_single_bit(static_cast<uint64_t>(*divisions)))) {
+            if (!divisions || *divisions > 64 ||
+                (*divisions > 0 && !std::has_single_bit(static_cast<uint64_t>(*divisions)))) {
                 return tl::unexpected(
                     "allocator setting roundup_power2_divisions must be a power of two up to 64 (0 or 1: off), not \"" +
                     cutForMessage(value) + "\" (the per-range list form is not simulated)");
@@ -426,8 +430,8 @@ tl::expected<int64_t, int64_t> CachingAllocatorModel::allocateExpandable(int64_t
         // Grow the range at its end: the free block there (if any) becomes large enough.
         const int64_t page = pageBytes(small);
         auto last = m_blocks.end();
-        for (auto it = m_blocks.lower_bound(segmentAddress); it != m_blocks.end() && it->second.segment == segmentAddress;
-             ++it) {
+        for (auto it = m_blocks.lower_bound(segmentAddress);
+             it != m_blocks.end() && it->second.segment == segmentAddress; ++it) {
             last = it;
         }
         const bool tailFree = last != m_blocks.end() && !last->second.allocated;
@@ -565,9 +569,9 @@ std::optional<CudaOomNumbers> parseCudaOutOfMemoryText(std::string_view text) {
 std::string describeCudaOom(const CudaOomNumbers& n) {
     const std::string tried = formatSizeAsPyTorch(n.triedBytes);
     if (n.freeBytes + n.reservedUnallocatedBytes >= n.triedBytes) {
-        return "fragmentation: " + formatSizeAsPyTorch(n.reservedUnallocatedBytes) +
-               " reserved but unallocated and " + formatSizeAsPyTorch(n.freeBytes) + " free, yet no block of " +
-               tried + "; expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF, or after a virtual device's name) or a "
+        return "fragmentation: " + formatSizeAsPyTorch(n.reservedUnallocatedBytes) + " reserved but unallocated and " +
+               formatSizeAsPyTorch(n.freeBytes) + " free, yet no block of " + tried +
+               "; expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF, or after a virtual device's name) or a "
                "smaller micro-batch avoids it";
     }
     return "exhaustion: " + formatSizeAsPyTorch(n.allocatedBytes) + " in tensors, " +

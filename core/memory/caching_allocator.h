@@ -92,13 +92,13 @@ struct AllocatorStats {
 class CachingAllocatorModel {
 public:
     // c10/cuda/CUDACachingAllocator.cpp
-    static constexpr int64_t kMinBlockSize = 512;              ///< every block is a multiple of it
-    static constexpr int64_t kSmallSize = 1 << 20;             ///< largest "small" request
-    static constexpr int64_t kSmallBuffer = 2 << 20;           ///< small pool's segment size
-    static constexpr int64_t kLargeBuffer = 20 << 20;          ///< segment for requests of 1–10 MiB
+    static constexpr int64_t kMinBlockSize = 512;             ///< every block is a multiple of it
+    static constexpr int64_t kSmallSize = 1 << 20;            ///< largest "small" request
+    static constexpr int64_t kSmallBuffer = 2 << 20;          ///< small pool's segment size
+    static constexpr int64_t kLargeBuffer = 20 << 20;         ///< segment for requests of 1–10 MiB
     static constexpr int64_t kMinLargeAlloc = 10 << 20;       ///< from here, segments are the request's size
-    static constexpr int64_t kRoundLarge = 2 << 20;            ///< … rounded up to this
-    static constexpr int64_t kExpandablePageSmall = 2 << 20;   ///< expandable segments map these pages
+    static constexpr int64_t kRoundLarge = 2 << 20;           ///< … rounded up to this
+    static constexpr int64_t kExpandablePageSmall = 2 << 20;  ///< expandable segments map these pages
     static constexpr int64_t kExpandablePageLarge = 20 << 20;
 
     explicit CachingAllocatorModel(AllocatorSettings settings = {}, int64_t limitBytes = 0);

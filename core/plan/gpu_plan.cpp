@@ -42,17 +42,16 @@ tl::expected<std::vector<GpuPlanTarget>, std::string> gpuPlanTargets(std::string
     return targets;
 }
 
-std::vector<GpuPlanRow> planForGpus(const std::vector<GpuPlanTarget>& targets, double fixedBytes,
-                                    double bytesPerSample, int64_t probeWorkspaceBytes, int64_t targetBatch,
-                                    double headroom) {
+std::vector<GpuPlanRow> planForGpus(const std::vector<GpuPlanTarget>& targets, double fixedBytes, double bytesPerSample,
+                                    int64_t probeWorkspaceBytes, int64_t targetBatch, double headroom) {
     std::vector<GpuPlanRow> rows;
     for (const GpuPlanTarget& target : targets) {
         GpuPlanRow row;
         row.target = target;
-        row.usableBytes = static_cast<int64_t>(static_cast<double>(target.capacityBytes - target.contextBytes) *
-                                               (1.0 - headroom));
-        const double fixed = fixedBytes - static_cast<double>(probeWorkspaceBytes) +
-                             static_cast<double>(target.workspaceBytes);
+        row.usableBytes =
+            static_cast<int64_t>(static_cast<double>(target.capacityBytes - target.contextBytes) * (1.0 - headroom));
+        const double fixed =
+            fixedBytes - static_cast<double>(probeWorkspaceBytes) + static_cast<double>(target.workspaceBytes);
         row.neededBytes = static_cast<int64_t>(std::ceil(fixed + bytesPerSample));
         if (bytesPerSample > 0 && static_cast<double>(row.usableBytes) >= fixed + bytesPerSample) {
             const double most = std::floor((static_cast<double>(row.usableBytes) - fixed) / bytesPerSample);
@@ -71,13 +70,12 @@ std::string formatGpuPlan(const std::vector<GpuPlanRow>& rows, const std::string
     out += formatText("  %-20s %12s %12s  %s\n", "device", "usable", "micro-batch", "target batch =");
     for (const GpuPlanRow& row : rows) {
         if (row.microBatch > 0) {
-            out += formatText("  %-20s %12s %12lld  %s\n", row.target.device.c_str(),
-                              formatBytes(row.usableBytes).c_str(), static_cast<long long>(row.microBatch),
-                              row.plan.c_str());
+            out +=
+                formatText("  %-20s %12s %12lld  %s\n", row.target.device.c_str(), formatBytes(row.usableBytes).c_str(),
+                           static_cast<long long>(row.microBatch), row.plan.c_str());
         } else {
-            out += formatText("  %-20s %12s %12s  does not fit: one sample needs about %s\n",
-                              row.target.device.c_str(), formatBytes(row.usableBytes).c_str(), "-",
-                              formatBytes(row.neededBytes).c_str());
+            out += formatText("  %-20s %12s %12s  does not fit: one sample needs about %s\n", row.target.device.c_str(),
+                              formatBytes(row.usableBytes).c_str(), "-", formatBytes(row.neededBytes).c_str());
         }
     }
     return out;

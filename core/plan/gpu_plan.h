@@ -38,9 +38,8 @@ struct GpuPlanRow {
 /// The memory line measured on the probe's device — peak ≈ fixed + perSample × n, reserved
 /// bytes, `probeWorkspaceBytes` of the fixed part being that device's workspace — carried to each
 /// target: the largest n whose peak stays within the target's usable memory.
-std::vector<GpuPlanRow> planForGpus(const std::vector<GpuPlanTarget>& targets, double fixedBytes,
-                                    double bytesPerSample, int64_t probeWorkspaceBytes, int64_t targetBatch,
-                                    double headroom);
+std::vector<GpuPlanRow> planForGpus(const std::vector<GpuPlanTarget>& targets, double fixedBytes, double bytesPerSample,
+                                    int64_t probeWorkspaceBytes, int64_t targetBatch, double headroom);
 
 /// The rows as a table for the terminal, with a heading that names what it was measured on.
 std::string formatGpuPlan(const std::vector<GpuPlanRow>& rows, const std::string& measuredOn, int64_t targetBatch);

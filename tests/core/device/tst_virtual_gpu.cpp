@@ -145,25 +145,35 @@ private Q_SLOTS:
         }
     }
 
+    void thePlanForAnotherDeviceIsWhatItsProbeFinds_data() {
+        QTest::addColumn<QString>("allocator");
+        QTest::addColumn<double>("within");
+        // Counting exact bytes, memory grows with the micro-batch along a line, and the line one
+        // probe measured carries to twice the budget within 5%.
+        QTest::newRow("exact") << QStringLiteral("exact") << 0.05;
+        // Under the caching allocator the reserved peak grows faster than a line as blocks stop
+        // fitting the cache (the cnn: 0.23 MiB per sample between 64 and 281 samples, 0.34 between
+        // 512 and 704), so the probe's line, fitted to its largest fits, is a first plan only:
+        // measured 1.2% off with Debian's LibTorch, 17% with PyPI's (docs/guide/virtual-gpu.md).
+        QTest::newRow("caching") << QStringLiteral("caching") << 0.25;
+    }
     void thePlanForAnotherDeviceIsWhatItsProbeFinds() {
         // --plan-for's prediction from one probe's memory line, against a real probe on the
-        // device predicted for: within 5%. (Twice the budget. At four times, 512 MiB, the cnn's
-        // reserved peaks stop growing evenly with the size — 1467 samples reserved 448 MiB, 1571
-        // only 414 — and prediction and probe were 13% apart: docs/guide/virtual-gpu.md.)
-        const ProbeFinished measured = probeOn("virtual:128MiB/caching");
+        // device predicted for (twice the budget).
+        QFETCH(QString, allocator);
+        QFETCH(double, within);
+        const std::string settings = "/" + allocator.toStdString();
+        const ProbeFinished measured = probeOn("virtual:128MiB" + settings);
         QVERIFY(measured.bytesPerSample > 0);
-        std::vector<GpuPlanTarget> targets;
-        for (const int64_t mib : {256}) {
-            targets.push_back({"virtual:" + std::to_string(mib) + "MiB/caching", "", mib * kMiB, 0, 0});
-        }
+        const std::vector<GpuPlanTarget> targets{{"virtual:256MiB" + settings, "", 256 * kMiB, 0, 0}};
         const auto rows = planForGpus(targets, measured.fixedBytes, measured.bytesPerSample, 0, 4096, 0.05);
         for (const GpuPlanRow& row : rows) {
             const ProbeFinished real = probeOn(row.target.device);
             QVERIFY2(real.microBatch > 0, row.target.device.c_str());
-            qInfo("%s: predicted %lld, probed %lld", row.target.device.c_str(),
-                  static_cast<long long>(row.microBatch), static_cast<long long>(real.microBatch));
+            qInfo("%s: predicted %lld, probed %lld", row.target.device.c_str(), static_cast<long long>(row.microBatch),
+                  static_cast<long long>(real.microBatch));
             QVERIFY2(std::abs(static_cast<double>(row.microBatch - real.microBatch)) <=
-                         0.05 * static_cast<double>(real.microBatch),
+                         within * static_cast<double>(real.microBatch),
                      qPrintable(QStringLiteral("%1: predicted %2, probed %3")
                                     .arg(QString::fromStdString(row.target.device))
                                     .arg(row.microBatch)

@@ -57,8 +57,9 @@ private Q_SLOTS:
         QCOMPARE(gpuPlanTargets("all")->size(), size_t{7});
         const auto bad = gpuPlanTargets("T4,V100");
         QVERIFY(!bad.has_value());
-        QVERIFY2(bad.error().find("\"V100\"") != std::string::npos && bad.error().find("A100-80GB") != std::string::npos,
-                 bad.error().c_str());
+        QVERIFY2(
+            bad.error().find("\"V100\"") != std::string::npos && bad.error().find("A100-80GB") != std::string::npos,
+            bad.error().c_str());
         QVERIFY(!gpuPlanTargets(",").has_value());
     }
 };
