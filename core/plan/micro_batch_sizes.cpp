@@ -33,6 +33,13 @@ std::optional<int64_t> MicroBatchSizes::shrinkAfterOom(int64_t size) {
     return microBatch;
 }
 
+bool MicroBatchSizes::thrashing(int64_t retriesInStep, bool settled) {
+    thrashingSteps = retriesInStep > 0 && settled ? thrashingSteps + 1 : 0;
+    if (thrashingSteps < kThrashingSteps) return false;
+    thrashingSteps = 0;
+    return true;
+}
+
 bool MicroBatchSizes::cleanStep(int regrowAfter) {
     if (cleanStepsSinceShrink < 0 || regrowAfter <= 0 || ++cleanStepsSinceShrink < regrowAfter) return false;
     cleanStepsSinceShrink = -1;

@@ -48,6 +48,14 @@ struct MicroBatchSizes {
     bool retrySingleSample(int64_t size);
     /// A micro-batch succeeded: single-sample retries start again from 0.
     void succeeded() { singleSampleOoms = 0; }
+
+    /// Composer's thrashing rule: a caching allocator that had to flush its cache and retry in
+    /// kThrashingSteps consecutive optimizer steps at a settled size (no probe, no timing) is
+    /// fragmented at that size. Called once per step with the retries made during it; true when
+    /// the micro-batch should shrink now (the count starts again).
+    static constexpr int kThrashingSteps = 2;
+    bool thrashing(int64_t retriesInStep, bool settled);
+    int thrashingSteps = 0;  ///< consecutive settled steps with retries
     /// A training micro-batch of `size` ran out of memory: the size training goes on at (half of
     /// it, never below minMicroBatch; a regrow is then pending), or nullopt when none smaller is
     /// left (the memory savers, or the end of the run).

@@ -726,29 +726,25 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
 
 void Trainer::Impl::warnAboutAllocatorRetries() {
     const int64_t retries = meter->allocatorRetries();
-    if (retries <= allocatorRetriesSeen) {
-        thrashingSteps = 0;
-        return;
-    }
     const int64_t during = retries - allocatorRetriesSeen;
     allocatorRetriesSeen = retries;
-    // Retries in consecutive steps at a settled size are thrashing (Composer's rule): each flushes
-    // the whole cache and costs the time of reserving it again. The micro-batch shrinks as after
-    // an OOM; nothing is lost, since the step itself went through.
-    thrashingSteps = probe || timing ? 0 : thrashingSteps + 1;
-    if (thrashingSteps >= kThrashingSteps) {
-        thrashingSteps = 0;
-        const int64_t before = sizes.microBatch;
+    // Retries in consecutive steps at a settled size are thrashing: each flushes the whole cache
+    // and costs the time of reserving it again. The micro-batch shrinks as after an OOM; nothing
+    // is lost, since the step itself went through.
+    const int64_t before = sizes.microBatch;
+    if (sizes.thrashing(during, !probe && !timing)) {
         if (const std::optional<int64_t> smaller = sizes.shrinkAfterOom(before)) {
             drift.reset();
             emit(Warning{now(), "the caching allocator had to free its cache and retry allocations in " +
-                                    std::to_string(kThrashingSteps) + " steps in a row (" + std::to_string(during) +
-                                    " in step " + std::to_string(step) + "): memory is fragmented at micro-batch " +
-                                    std::to_string(before) + ", so it goes down to " + std::to_string(*smaller) +
+                                    std::to_string(MicroBatchSizes::kThrashingSteps) + " steps in a row (" +
+                                    std::to_string(during) + " in step " + std::to_string(step) +
+                                    "): memory is fragmented at micro-batch " + std::to_string(before) +
+                                    ", so it goes down to " + std::to_string(*smaller) +
                                     " as after an out-of-memory error"});
             return;
         }
     }
+    if (during <= 0) return;
     emit(Warning{now(),
                  "the caching allocator had to free its cache and retry " + std::to_string(during) +
                      " allocation(s) during step " + std::to_string(step) +

@@ -492,9 +492,6 @@ struct Trainer::Impl {
     std::string checkpointError;        ///< the last failed save's message
     int64_t latestCheckpointStep = -1;  ///< step of the latest checkpoint written (-1: none)
     int64_t allocatorRetriesSeen = 0;   ///< the meter's allocator retries already reported
-    /// Consecutive steps, at a settled micro-batch, in which the allocator retried.
-    int thrashingSteps = 0;
-    static constexpr int kThrashingSteps = 2;
     /// Stops the run: the model does not fit. Where a memory saver would help (not during setup,
     /// nor for the optimizer state: `suggestSavers` false) the message names the one that makes
     /// the smallest micro-batch fit fastest, measured (surveySavers).

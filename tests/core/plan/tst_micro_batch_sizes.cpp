@@ -71,6 +71,21 @@ private Q_SLOTS:
         QVERIFY(!s.cleanStep(1));  // nothing larger to find
     }
 
+    void retriesInTwoSettledStepsInARowAreThrashing() {
+        // Composer's rule: two consecutive steps with allocator retries at a settled size.
+        MicroBatchSizes s;
+        s.probeFound(64);
+        QVERIFY(!s.thrashing(3, true));  // one step with retries
+        QVERIFY(!s.thrashing(0, true));  // a clean step in between starts the count again
+        QVERIFY(!s.thrashing(1, true));
+        QVERIFY(s.thrashing(2, true));    // the second in a row
+        QVERIFY(!s.thrashing(1, true));   // the count started again after the decision
+        QVERIFY(!s.thrashing(5, false));  // during a probe or a timing retries are expected
+        QVERIFY(!s.thrashing(5, true));
+        // What the trainer does then: shrink as after an OOM, a regrow pending.
+        QCOMPARE(s.shrinkAfterOom(s.microBatch), std::optional<int64_t>(32));
+    }
+
     void theRestOfABatchIsSplitEvenly() {
         MicroBatchSizes s;
         QCOMPARE(s.planFor(10, 4), (std::vector<int64_t>{4, 3, 3}));  // 3 parts, as even as can be

@@ -340,7 +340,7 @@ void TestMemorySavers::modelThatDoesNotFitTrainsWithCheckpointing() {
         const auto probes = sink.all<ProbeStarted>();
         if (savers == MemorySavers::Auto) {
             const auto warnings = sink.all<Warning>();
-            const std::string turnsOn = "memory savers auto turns on " + describeSavers(named);
+            const std::string turnsOn = "memory savers auto turns on " + describeSavers(used);
             QVERIFY(std::any_of(warnings.begin(), warnings.end(),
                                 [&](const Warning& w) { return w.message.find(turnsOn) != std::string::npos; }));
             QVERIFY(std::any_of(probes.begin(), probes.end(),
