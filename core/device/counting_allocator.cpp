@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -50,14 +51,27 @@ CountingAllocator::CountingAllocator() {
     m_models.push_back(std::make_unique<CachingAllocatorModel>(exact, 0));
 }
 
-void CountingAllocator::publish(const AllocatorStats& before, const AllocatorStats& after) {
-    const int64_t allocated = m_allocated.load() + after.allocatedBytes - before.allocatedBytes;
-    const int64_t reserved = m_reserved.load() + after.reservedBytes - before.reservedBytes;
-    m_allocated.store(allocated);
-    m_reserved.store(reserved);
-    m_allocRetries.fetch_add(after.allocRetries - before.allocRetries);
-    if (allocated > m_peak.load()) m_peak.store(allocated);
-    if (reserved > m_peakReserved.load()) m_peakReserved.store(reserved);
+template <typename Change>
+auto CountingAllocator::changeModel(CachingAllocatorModel& model, Change change) {
+    const AllocatorStats before = model.stats();
+    const auto publish = [&] {
+        const AllocatorStats& after = model.stats();
+        const int64_t allocated = m_allocated.load() + after.allocatedBytes - before.allocatedBytes;
+        const int64_t reserved = m_reserved.load() + after.reservedBytes - before.reservedBytes;
+        m_allocated.store(allocated);
+        m_reserved.store(reserved);
+        m_allocRetries.fetch_add(after.allocRetries - before.allocRetries);
+        if (allocated > m_peak.load()) m_peak.store(allocated);
+        if (reserved > m_peakReserved.load()) m_peakReserved.store(reserved);
+    };
+    if constexpr (std::is_void_v<decltype(change())>) {
+        change();
+        publish();
+    } else {
+        auto result = change();
+        publish();
+        return result;
+    }
 }
 
 void CountingAllocator::configure(int64_t budget, const AllocatorSettings& settings, int64_t workspaceBytes) {
@@ -65,15 +79,11 @@ void CountingAllocator::configure(int64_t budget, const AllocatorSettings& setti
     m_budget.store(budget);
     if (m_workspaceBytes.load() > 0) {
         CachingAllocatorModel& holder = *m_models[m_workspaceModel];
-        const AllocatorStats before = holder.stats();
-        holder.free(m_workspaceAddress);
-        publish(before, holder.stats());
+        changeModel(holder, [&] { holder.free(m_workspaceAddress); });
         m_workspaceBytes.store(0);
     }
     CachingAllocatorModel& current = *m_models.back();
-    const AllocatorStats before = current.stats();
-    current.emptyCache();
-    publish(before, current.stats());
+    changeModel(current, [&] { current.emptyCache(); });
     if (current.settings() == settings) {
         current.setLimit(budget);
     } else {
@@ -84,13 +94,11 @@ void CountingAllocator::configure(int64_t budget, const AllocatorSettings& setti
     }
     if (workspaceBytes > 0) {
         CachingAllocatorModel& model = *m_models.back();
-        const AllocatorStats statsBefore = model.stats();
-        if (auto placed = model.allocate(workspaceBytes)) {
+        if (auto placed = changeModel(model, [&] { return model.allocate(workspaceBytes); })) {
             m_workspaceAddress = *placed;
             m_workspaceModel = m_models.size() - 1;
             m_workspaceBytes.store(workspaceBytes);
         }
-        publish(statsBefore, model.stats());
     }
 }
 
@@ -107,21 +115,7 @@ void CountingAllocator::resetPeak() {
 
 void CountingAllocator::emptyCache() {
     std::lock_guard lock(m_mutex);
-    for (auto& model : m_models) {
-        const AllocatorStats before = model->stats();
-        model->emptyCache();
-        publish(before, model->stats());
-    }
-}
-
-AllocatorSettings CountingAllocator::settings() const {
-    std::lock_guard lock(m_mutex);
-    return m_models.back()->settings();
-}
-
-std::vector<SegmentView> CountingAllocator::segments() const {
-    std::lock_guard lock(m_mutex);
-    return m_models.back()->segments();
+    for (auto& model : m_models) changeModel(*model, [&] { model->emptyCache(); });
 }
 
 AllocationFailure CountingAllocator::lastFailure() const {
@@ -140,6 +134,7 @@ c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST
         const bool injected = failAt != 0 && number >= failAt && m_failAt.compare_exchange_strong(failAt, 0);
         auto* self = const_cast<CountingAllocator*>(this);
         std::string message;
+        bool driverError = false;  // expandable segments: the driver's error, not OutOfMemoryError
         {
             std::lock_guard lock(m_mutex);
             CachingAllocatorModel& model = *self->m_models.back();
@@ -152,9 +147,7 @@ c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST
                           formatBytes(before) + " allocated (injected failure at counted allocation " +
                           std::to_string(number) + ")";
             } else {
-                const AllocatorStats statsBefore = model.stats();
-                auto placed = model.allocate(size);
-                self->publish(statsBefore, model.stats());
+                auto placed = self->changeModel(model, [&] { return model.allocate(size); });
                 if (placed) {
                     address = *placed;
                 } else {
@@ -170,6 +163,7 @@ c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST
                         // With expandable segments a failed mapping can surface as the driver's
                         // error rather than as OutOfMemoryError; BatchPilot must recognise both.
                         message = "CUDA driver error: out of memory (" + cudaOutOfMemoryText(failure) + ")";
+                        driverError = true;
                     } else {
                         message = cudaOutOfMemoryText(failure);
                     }
@@ -177,7 +171,7 @@ c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST
             }
         }
         if (!message.empty()) {
-            if (message.starts_with("CUDA driver error")) C10_THROW_ERROR(Error, message);
+            if (driverError) C10_THROW_ERROR(Error, message);
             C10_THROW_ERROR(OutOfMemoryError, message);
         }
         m_countedBytes.fetch_add(size);
@@ -191,9 +185,7 @@ c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST
             auto* self = const_cast<CountingAllocator*>(this);
             std::lock_guard lock(m_mutex);
             CachingAllocatorModel& model = *self->m_models[modelIndex];
-            const AllocatorStats before = model.stats();
-            model.free(address);
-            self->publish(before, model.stats());
+            self->changeModel(model, [&] { model.free(address); });
         }
         throw;
     }
@@ -215,9 +207,7 @@ void CountingAllocator::release(void* data) {
         CountingAllocator& self = instance();
         std::lock_guard lock(self.m_mutex);
         CachingAllocatorModel& model = *self.m_models[header->model];
-        const AllocatorStats before = model.stats();
-        model.free(header->address);
-        self.publish(before, model.stats());
+        self.changeModel(model, [&] { model.free(header->address); });
     }
     c10::free_cpu(header);
 }

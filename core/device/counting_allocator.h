@@ -81,9 +81,6 @@ public:
     }
     /// torch.cuda.empty_cache(): cached segments go back to the budget.
     void emptyCache();
-    /// The current settings and the model's segments and blocks.
-    AllocatorSettings settings() const;
-    std::vector<SegmentView> segments() const;
     /// The model's failure for the most recent OOM it raised (not an injected one).
     AllocationFailure lastFailure() const;
     /// Bytes of all successful counted allocations since start-up (never decreases).
@@ -110,8 +107,10 @@ public:
 private:
     CountingAllocator();
     static void release(void* data);
-    /// Copies the model's counters into the atomics; call with m_mutex held.
-    void publish(const AllocatorStats& before, const AllocatorStats& after);
+    /// Runs `change` on `model` (with m_mutex held) and adds what it changed in the model's
+    /// counters to the atomics; returns what `change` returns.
+    template <typename Change>
+    auto changeModel(CachingAllocatorModel& model, Change change);
 
     mutable std::mutex m_mutex;
     /// Every model used since start-up (a block goes back to its own); the last is current.

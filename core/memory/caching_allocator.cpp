@@ -154,11 +154,6 @@ void CachingAllocatorModel::addAllocated(int64_t bytes, int64_t requested) {
     m_stats.peakAllocatedBytes = std::max(m_stats.peakAllocatedBytes, m_stats.allocatedBytes);
 }
 
-void CachingAllocatorModel::resetPeaks() {
-    m_stats.peakAllocatedBytes = m_stats.allocatedBytes;
-    m_stats.peakReservedBytes = m_stats.reservedBytes;
-}
-
 std::map<int64_t, CachingAllocatorModel::Block>::iterator CachingAllocatorModel::blockAt(int64_t address) {
     return m_blocks.find(address);
 }

@@ -113,7 +113,6 @@ public:
     void emptyCache();
 
     const AllocatorStats& stats() const { return m_stats; }
-    void resetPeaks();
     int64_t limit() const { return m_limit; }
     void setLimit(int64_t bytes) { m_limit = bytes; }
     const AllocatorSettings& settings() const { return m_settings; }
