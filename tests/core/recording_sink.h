@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "core/events/events.h"
@@ -39,13 +40,21 @@ public:
 
     /// The micro-batches that made their steps. One with index 0 starts its step's batch over
     /// (after an OOM in backward, or a float16 overflow): the ones before it in that step were
-    /// trained again, so they do not count.
+    /// trained again, so they do not count. Nor do those of a step that never reported its
+    /// metrics: a stop answers within one micro-batch and drops the unfinished step.
     std::vector<core::MicroBatchDone> committedMicroBatches() const {
         std::vector<core::MicroBatchDone> out;
+        std::set<int64_t> finished;
+        {
+            std::lock_guard lock(m_mutex);
+            for (const auto& e : m_events)
+                if (const auto* m = std::get_if<core::StepMetrics>(&e)) finished.insert(m->step);
+        }
         for (const core::MicroBatchDone& m : all<core::MicroBatchDone>()) {
             if (m.index == 0) std::erase_if(out, [&](const core::MicroBatchDone& o) { return o.step == m.step; });
             out.push_back(m);
         }
+        std::erase_if(out, [&](const core::MicroBatchDone& m) { return !finished.contains(m.step); });
         return out;
     }
 
