@@ -1,7 +1,12 @@
-// batchpilot-probe-check: runs BatchPilot's probe on a device and compares it with the true
-// largest micro-batch, found by bisection over real single trials and confirmed by checking the
-// sizes just above it. Prints one table row per model, and exits 1 when the probe is above the
-// true largest or below 97% of it. Used by scripts/gpu-check on real GPUs.
+// batchpilot-probe-check: runs BatchPilot's probe on a device and compares it with two true
+// largest micro-batches, each found by bisection and confirmed by the sizes just above it:
+//   - the plain loop's (yardstick/plain_loop.h: forward, backward into .grad, the optimizer's
+//     step; no BatchPilot code): the yardstick the probe is measured against;
+//   - BatchPilot's own (training runs at exactly n samples, by the plain loop's rule): where
+//     training at the probe's size would run out of memory.
+// Prints one table row, and exits 1 when the probe is above BatchPilot's own largest, below 97%
+// of the plain loop's, or when BatchPilot's own largest is below 98% of the plain loop's (it
+// would hold memory a plain loop does not). Used by scripts/gpu-check on real GPUs.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -9,7 +14,10 @@
 
 #include "app/cli_args.h"
 #include "core/device/counting_allocator.h"
+#include "core/device/cuda_meter.h"
+#include "core/device/device.h"
 #include "core/train/trainer.h"
+#include "yardstick/plain_loop.h"
 
 namespace {
 
@@ -24,27 +32,49 @@ public:
             if (trainer != nullptr) trainer->stop();  // the probe is what is measured
         }
         if (const auto* err = std::get_if<core::ErrorEvent>(&e)) error = err->message;
+        if (std::holds_alternative<core::OomEvent>(e)) ++ooms;
     }
     core::Trainer* trainer = nullptr;  ///< stopped once its probe finished
     std::vector<core::ProbeTrial> trials;
+    int ooms = 0;  ///< OOM events, the probe's trials included
     core::ProbeFinished finished;
     std::string error;
 };
 
+/// Whether BatchPilot trains with micro-batches of exactly n samples, by the plain loop's rule
+/// (yardstick::plainLoopLargest): two training batches of two micro-batches each, without an OOM.
+/// On a caching allocator a size that fits one micro-batch can fail the second, once the cache is
+/// split up: that is what training at the probe's size meets.
 bool fits(core::TrainerOptions o, int64_t n) {
-    o.targetBatch = n;
+    o.targetBatch = 2 * n;
+    o.data.samples = std::max(o.data.samples, 2 * n);
     o.probe.initialMicroBatch = n;
     o.probe.maxMicroBatch = n;
     o.probe.objective = core::ProbeObjective::Largest;  // exactly n
-    o.steps = 1;
+    o.steps = 2;
+    o.validation.split = 0;  // the plain loop does not validate
     Collect sink;
     core::Trainer trainer(o, sink);
-    trainer.run();
-    return !sink.trials.empty() && sink.trials.front().fit;
+    const core::RunResult result = trainer.run();
+    return result.state == core::RunState::Finished && !sink.trials.empty() && sink.trials.front().fit &&
+           sink.ooms == 0;
 }
 
-/// The share of the true largest micro-batch the probe must find.
+/// The share of the plain loop's largest micro-batch the probe must find.
 constexpr double kGoal = 0.97;
+/// The share of the plain loop's largest micro-batch BatchPilot must be able to train with.
+constexpr double kParity = 0.98;
+
+/// The plain loop on the same device, model, data, loss and optimizer.
+yardstick::PlainLoopSetup plainSetup(const core::TrainerOptions& o) {
+    yardstick::PlainLoopSetup setup;
+    setup.model = o.model;
+    setup.data = o.data;
+    setup.loss = o.loss;
+    setup.optimizer = o.optimizer;
+    setup.device = o.device;
+    return setup;
+}
 
 }  // namespace
 
@@ -84,54 +114,76 @@ int main(int argc, char** argv) {
     }
     const double probeSeconds = probe.finished.seconds;
 
-    const auto truthStarted = std::chrono::steady_clock::now();
-    int64_t lo = 0;
+    const auto searchStarted = std::chrono::steady_clock::now();
+    // BatchPilot's own largest: training runs at exactly n samples.
+    int64_t own = 0;
     int64_t hi = options.targetBatch + 1;
     int checks = 0;
-    while (hi - lo > 1) {
-        const int64_t mid = (lo + hi) / 2;
+    while (hi - own > 1) {
+        const int64_t mid = (own + hi) / 2;
         ++checks;
-        (fits(options, mid) ? lo : hi) = mid;
+        (fits(options, mid) ? own : hi) = mid;
     }
-    for (int64_t n = lo + 1; n <= std::min(lo + 3, options.targetBatch); ++n) {
+    for (int64_t n = own + 1; n <= std::min(own + 3, options.targetBatch); ++n) {
         ++checks;
-        if (fits(options, n)) lo = n;
+        if (fits(options, n)) own = n;
     }
-    const double truthSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - truthStarted).count();
+    // The plain loop's largest, under the same cap where the GPU was capped to a fraction.
+    const auto device = core::parseDevice(options.device);
+    if (device && device->kind == core::DeviceKind::Cuda && options.cudaMemoryFraction > 0)
+        core::setCudaMemoryFraction(device->index, options.cudaMemoryFraction);
+    int64_t plain = 0;
+    try {
+        plain = yardstick::plainLoopLargest(plainSetup(options), options.targetBatch);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "batchpilot-probe-check: %s\n", e.what());
+        return 1;
+    }
+    const double searchSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - searchStarted).count();
     int ooms = 0;
     for (const auto& t : probe.trials) ooms += t.fit ? 0 : 1;
+    const int64_t found = probe.finished.microBatch;
+    const auto share = [](int64_t part, int64_t whole) {
+        return whole > 0 ? 100.0 * double(part) / double(whole) : 0.0;
+    };
     std::printf(
-        "| model | device | input | probe | true max | found/true | trials | OOMs | probe s | search s (%d runs) |\n",
-        checks);
-    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-    std::printf("| %s | %s | %lldx%lldx%lld | %lld | %lld | %.1f%% | %d | %d | %.2f | %.1f |\n",
+        "| model | device | input | probe | plain loop's largest | probe/plain | BatchPilot's largest | "
+        "BatchPilot/plain "
+        "| trials | OOMs | probe s | searches s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| %s | %s | %lldx%lldx%lld | %lld | %lld | %.1f%% | %lld | %.1f%% | %d | %d | %.2f | %.1f |\n",
                 options.model.name.c_str(), options.device.c_str(), static_cast<long long>(options.data.channels),
                 static_cast<long long>(options.data.height), static_cast<long long>(options.data.width),
-                static_cast<long long>(probe.finished.microBatch), static_cast<long long>(lo),
-                lo > 0 ? 100.0 * double(probe.finished.microBatch) / double(lo) : 0.0, probe.finished.trials, ooms,
-                probeSeconds, truthSeconds);
-    // What scripts/gpu-check relies on: the probe within 97% of the true largest, and never above
-    // it (a size that fit the probe's trial but not a training run of that size).
-    const int64_t found = probe.finished.microBatch;
-    if (lo <= 0) {
+                static_cast<long long>(found), static_cast<long long>(plain), share(found, plain),
+                static_cast<long long>(own), share(own, plain), probe.finished.trials, ooms, probeSeconds,
+                searchSeconds);
+    if (plain <= 0 || own <= 0) {
         std::fprintf(stderr, "batchpilot-probe-check: not even one sample fits %s: nothing to compare\n",
                      options.device.c_str());
         return 1;
     }
-    if (found > lo) {
+    int status = 0;
+    if (found > own) {
         std::fprintf(stderr,
-                     "batchpilot-probe-check: FAIL: the probe chose %lld, above the true largest %lld: training at "
-                     "its size would run out of memory\n",
-                     static_cast<long long>(found), static_cast<long long>(lo));
-        return 1;
+                     "batchpilot-probe-check: FAIL: the probe chose %lld, above the %lld BatchPilot trains with: "
+                     "training at its size would run out of memory\n",
+                     static_cast<long long>(found), static_cast<long long>(own));
+        status = 1;
     }
-    if (static_cast<double>(found) < kGoal * static_cast<double>(lo)) {
+    if (static_cast<double>(found) < kGoal * static_cast<double>(plain)) {
         std::fprintf(stderr,
-                     "batchpilot-probe-check: FAIL: the probe found %lld, %.1f%% of the true largest %lld (goal: "
-                     "at least %.0f%%)\n",
-                     static_cast<long long>(found), 100.0 * double(found) / double(lo), static_cast<long long>(lo),
-                     100.0 * kGoal);
-        return 1;
+                     "batchpilot-probe-check: FAIL: the probe found %lld, %.1f%% of the plain loop's largest %lld "
+                     "(goal: at least %.0f%%)\n",
+                     static_cast<long long>(found), share(found, plain), static_cast<long long>(plain), 100.0 * kGoal);
+        status = 1;
     }
-    return 0;
+    if (static_cast<double>(own) < kParity * static_cast<double>(plain)) {
+        std::fprintf(stderr,
+                     "batchpilot-probe-check: FAIL: BatchPilot trains with at most %lld, %.1f%% of the plain loop's "
+                     "%lld (goal: at least %.0f%%)\n",
+                     static_cast<long long>(own), share(own, plain), static_cast<long long>(plain), 100.0 * kParity);
+        status = 1;
+    }
+    return status;
 }

@@ -201,7 +201,8 @@ int64_t plainLoopLargest(const PlainLoopSetup& setup, int64_t upper, int confirm
     // fitting one would report a size no later run trains with. One run without a budget first:
     // every size is then measured as training goes on.
     PlainLoopSetup warmUp = setup;
-    if (warmUp.device.empty()) warmUp.device = "cpu";  // the virtual GPU without its budget
+    // A virtual GPU's run without its budget, on the host.
+    if (warmUp.device.empty() || warmUp.device.starts_with("virtual")) warmUp.device = "cpu";
     (void)runPlainLoop(warmUp, 1, 2, /*steps=*/1);
     const auto fits = [&](int64_t size) {
         const PlainLoopRun run = runPlainLoop(setup, size, 2 * size, /*steps=*/2);

@@ -1,5 +1,6 @@
 #include "core/device/cuda_meter.h"
 
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -31,9 +32,27 @@ double fractionOf(int index) {
     return found == g_fractions.end() ? 0.0 : found->second;
 }
 
+/// Initialises LibTorch's CUDA state, its caching allocator included, as the first CUDA tensor
+/// would: the allocator's statistics, peak reset and memory fraction throw ("Invalid device
+/// argument", "Allocator not initialized") when called before it. Python's torch does this in
+/// torch.cuda._lazy_init(); a C++ program that reads the allocator before its first CUDA tensor
+/// must do it itself (found on the first real GPU: every cuda:0 run failed at step 1).
+template <typename Context>
+void initializeCudaOf(Context& context) {
+    // LibTorch 2.x: lazyInitDevice(type); 1.13 (Debian's): lazyInitCUDA().
+    if constexpr (requires { context.lazyInitDevice(c10::DeviceType::CUDA); })
+        context.lazyInitDevice(c10::DeviceType::CUDA);
+    else
+        context.lazyInitCUDA();
+}
+
+void initializeCuda() {
+    initializeCudaOf(at::globalContext());
+}
+
 class CudaMeter final : public MemoryMeter {
 public:
-    explicit CudaMeter(int index) : m_index(index) {}
+    explicit CudaMeter(int index) : m_index(index) { initializeCuda(); }
 
     int64_t allocated() const override { return stats().allocated_bytes[kAggregate].current; }
     int64_t reserved() const override { return stats().reserved_bytes[kAggregate].current; }
@@ -80,6 +99,7 @@ std::unique_ptr<MemoryMeter> openCudaMeter(int index) {
 }
 
 void setCudaMemoryFraction(int index, double fraction) {
+    initializeCuda();
     alloc::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index));
     std::lock_guard lock(g_fractionMutex);
     g_fractions[index] = fraction;
