@@ -115,7 +115,7 @@ std::unique_ptr<MemoryMeter> openMeter(const DeviceSpec& device) {
         // (parseDevice); here they fall back to PyTorch's defaults.
         const AllocatorSettings settings = virtualAllocatorSettings(device).value_or(AllocatorSettings{});
         if (const GpuPreset* gpu = findGpuPreset(device.preset)) {
-            return std::make_unique<CountingMeter>(device.budgetBytes, settings, kCudaContextBytes,
+            return std::make_unique<CountingMeter>(device.budgetBytes, settings, cudaContextBytes(*gpu),
                                                    cublasWorkspaceBytes(*gpu));
         }
         return std::make_unique<CountingMeter>(device.budgetBytes, settings);

@@ -558,19 +558,29 @@ std::optional<CudaOomNumbers> parseCudaOutOfMemoryText(std::string_view text) {
     numbers.freeBytes = sizeAfter(text, " of which ").value_or(0);
     numbers.allocatedBytes = sizeAfter(text, "Of the allocated memory ").value_or(0);
     numbers.reservedUnallocatedBytes = sizeAfter(text, "is allocated by PyTorch, and ").value_or(0);
+    numbers.allowedBytes = sizeAfter(text, "memory in use. ").value_or(0);
     return numbers;
+}
+
+int64_t CudaOomNumbers::reservableBytes() const {
+    if (allowedBytes <= 0) return freeBytes;
+    const int64_t underCap = std::max<int64_t>(0, allowedBytes - allocatedBytes - reservedUnallocatedBytes);
+    return std::min(freeBytes, underCap);
 }
 
 std::string describeCudaOom(const CudaOomNumbers& n) {
     const std::string tried = formatSizeAsPyTorch(n.triedBytes);
-    if (n.freeBytes + n.reservedUnallocatedBytes >= n.triedBytes) {
+    const int64_t reservable = n.reservableBytes();
+    const std::string free = formatSizeAsPyTorch(reservable) + (n.allowedBytes > 0 ? " free under the cap" : " free");
+    if (reservable + n.reservedUnallocatedBytes >= n.triedBytes) {
         return "fragmentation: " + formatSizeAsPyTorch(n.reservedUnallocatedBytes) + " reserved but unallocated and " +
-               formatSizeAsPyTorch(n.freeBytes) + " free, yet no block of " + tried +
+               free + ", yet no block of " + tried +
                "; expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF, or after a virtual device's name) or a "
                "smaller micro-batch avoids it";
     }
     return "exhaustion: " + formatSizeAsPyTorch(n.allocatedBytes) + " in tensors, " +
-           formatSizeAsPyTorch(n.freeBytes + n.reservedUnallocatedBytes) + " left for " + tried;
+           formatSizeAsPyTorch(reservable + n.reservedUnallocatedBytes) + " left for " + tried +
+           (n.allowedBytes > 0 ? " under the cap of " + formatSizeAsPyTorch(n.allowedBytes) : std::string());
 }
 
 }  // namespace batchpilot::core

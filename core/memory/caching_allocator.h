@@ -188,12 +188,18 @@ struct CudaOomNumbers {
     int64_t freeBytes = 0;
     int64_t allocatedBytes = 0;
     int64_t reservedUnallocatedBytes = 0;
+    /// The process's limit where the allocator was capped (torch.cuda.set_per_process_memory_fraction,
+    /// --cuda-memory-fraction: "… 8.00 GiB allowed;"); 0 without a cap.
+    int64_t allowedBytes = 0;
+    /// What the allocator could still reserve: the GPU's free memory, or less under a cap.
+    int64_t reservableBytes() const;
 };
 std::optional<CudaOomNumbers> parseCudaOutOfMemoryText(std::string_view text);
 
-/// What an OOM's numbers say, in words with the remedy: "fragmentation: …" when the free and the
-/// cached-but-unallocated memory together held what was tried (no block was large enough), else
-/// "exhaustion: …".
+/// What an OOM's numbers say, in words with the remedy: "fragmentation: …" when the reservable and
+/// the cached-but-unallocated memory together held what was tried (no block was large enough), else
+/// "exhaustion: …". Under a cap the GPU's free memory is not reservable: a real H200 capped to
+/// 8 GiB had 138 GiB free at every OOM.
 std::string describeCudaOom(const CudaOomNumbers& numbers);
 
 }  // namespace batchpilot::core

@@ -50,6 +50,11 @@ std::string gpuPresetNames() {
     return names;
 }
 
+int64_t cudaContextBytes(const GpuPreset& preset) {
+    constexpr int64_t kLibraries = 238 * MiB;  // 765 − 527 MiB on the H200
+    return preset.computeCapability >= 90 ? 527 * MiB + kLibraries : 287'000'000 + kLibraries;
+}
+
 int64_t cublasWorkspaceBytes(const GpuPreset& preset) {
     return preset.computeCapability >= 90 ? 32 * MiB : 2 * 4096 * 1024 + 8 * 16 * 1024;  // ":4096:2:16:8"
 }

@@ -30,9 +30,13 @@ const GpuPreset* findGpuPreset(std::string_view name);
 /// The names of all presets, comma-separated, for messages.
 std::string gpuPresetNames();
 
-/// Memory the CUDA context takes on the device, outside PyTorch's allocator: ≈ 287 MB with lazy
-/// module loading (CUDA 11.7 and later, PyTorch's default), measured in PyTorch PR #86509.
-inline constexpr int64_t kCudaContextBytes = 287'000'000;
+/// Memory a training process holds on the device outside PyTorch's allocator: the CUDA context
+/// and the math libraries' kernels and handles (cuBLAS, cuDNN). Measured on an H200 (PyTorch 2.11,
+/// CUDA 13.0, cuDNN 9.19, driver 580; scripts/gpu-check, docs/GPU.md): 527 MiB once the context
+/// existed, 765 MiB after a convolution's and a linear layer's forward and backward — 238 MiB for
+/// the libraries. Hopper presets (compute capability 9.x) take the H200's 765 MiB; the others the
+/// 287 MB context PyTorch PR #86509 measured with lazy module loading, plus the same 238 MiB.
+int64_t cudaContextBytes(const GpuPreset& preset);
 
 /// The cuBLAS workspace PyTorch takes through its caching allocator at the first matrix product:
 /// CUBLAS_WORKSPACE_CONFIG ":4096:2:16:8", 2 × 4096 KiB + 8 × 16 KiB = 8,519,680 B, before compute

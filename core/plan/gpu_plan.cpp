@@ -13,7 +13,7 @@ namespace {
 
 GpuPlanTarget targetOf(const GpuPreset& preset) {
     return {"virtual:" + std::string(preset.name), std::string(preset.description), preset.capacityBytes,
-            kCudaContextBytes, cublasWorkspaceBytes(preset)};
+            cudaContextBytes(preset), cublasWorkspaceBytes(preset)};
 }
 
 }  // namespace

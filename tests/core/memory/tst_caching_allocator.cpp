@@ -265,6 +265,32 @@ private Q_SLOTS:
         QVERIFY2(describeCudaOom(*back).starts_with("fragmentation: 1.50 GiB reserved but unallocated and 512.00 MiB "
                                                     "free, yet no block of 20.00 MiB"),
                  describeCudaOom(*back).c_str());
+        // Real H200 messages under --cuda-memory-fraction (scripts/gpu-check): the GPU's free memory
+        // is not the process's. 380 MiB tried with 2.07 MiB cached under a ~1 GiB cap: exhaustion,
+        // though 138 GiB of the card were free; and PyTorch's own fragmentation case (two split
+        // 30 MiB segments, 64 MiB allowed): 4 MiB reservable + 28 MiB cached held the 20 MiB.
+        const auto capped = parseCudaOutOfMemoryText(
+            "CUDA out of memory. Tried to allocate 380.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which "
+            "138.36 GiB is free. Including non-PyTorch memory, this process has 1.71 GiB memory in use. 972.80 MiB "
+            "allowed; Of the allocated memory 604.12 MiB is allocated by PyTorch, and 2.07 MiB is reserved by PyTorch "
+            "but unallocated.");
+        QVERIFY(capped.has_value());
+        QCOMPARE(capped->allowedBytes, static_cast<int64_t>(972.80 * MiB + 0.5));
+        QVERIFY2(describeCudaOom(*capped).starts_with("exhaustion: 604.12 MiB in tensors"),
+                 describeCudaOom(*capped).c_str());
+        QVERIFY2(describeCudaOom(*capped).find("under the cap of 972.80 MiB") != std::string::npos,
+                 describeCudaOom(*capped).c_str());
+        const auto split = parseCudaOutOfMemoryText(
+            "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which "
+            "139.23 GiB is free. Including non-PyTorch memory, this process has 578.00 MiB memory in use. 64.00 MiB "
+            "allowed; Of the allocated memory 32.00 MiB is allocated by PyTorch, and 28.00 MiB is reserved by PyTorch "
+            "but unallocated.");
+        QVERIFY(split.has_value());
+        QCOMPARE(split->reservableBytes(), 4 * MiB);
+        QVERIFY2(describeCudaOom(*split).starts_with("fragmentation: 28.00 MiB reserved but unallocated and 4.00 MiB "
+                                                     "free under the cap"),
+                 describeCudaOom(*split).c_str());
+        QCOMPARE(real->allowedBytes, int64_t{0});
         QCOMPARE(formatSizeAsPyTorch(1024), std::string("1024 bytes"));
         QCOMPARE(formatSizeAsPyTorch(1025), std::string("1.00 KiB"));
     }

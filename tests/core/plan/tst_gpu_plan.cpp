@@ -13,7 +13,8 @@ using namespace batchpilot::core;
 constexpr int64_t MiB = 1024 * 1024;
 
 // The plan for every GPU from one memory line, each figure worked out by hand: a preset's usable
-// memory is (its capacity − the 287 MB CUDA context) × (1 − headroom); the fixed part moves from
+// memory is (its capacity − the CUDA context and libraries: 287 MB + 238 MiB before Hopper) ×
+// (1 − headroom); the fixed part moves from
 // the probe device's cuBLAS workspace to the preset's (8,519,680 B, or 32 MiB from H100 on).
 class TestGpuPlan : public QObject {
     Q_OBJECT
@@ -24,11 +25,12 @@ private Q_SLOTS:
         // 100 MiB fixed (measured on virtual:<size>, no workspace), 40 MiB per sample, target 512.
         const auto rows = planForGpus(*targets, 100.0 * MiB, 40.0 * MiB, 0, 512, 0.05);
         QCOMPARE(rows.size(), size_t{2});
-        // T4: (15094 MiB − 287,000,000) × 0.95 = 14,763,195,836 B usable; fixed 104,857,600 +
-        // 8,519,680; (14,763,195,836 − 113,377,280) / 41,943,040 = 349.3 → 349, so 512 = 2 × 256.
+        // T4: (15094 MiB − 287,000,000 − 249,561,088) × 0.95 = 14,526,112,803 B usable; fixed
+        // 104,857,600 + 8,519,680; (14,526,112,803 − 113,377,280) / 41,943,040 = 343.6 → 343, so
+        // 512 = 2 × 256.
         QCOMPARE(rows[0].target.device, std::string("virtual:T4"));
-        QCOMPARE(rows[0].usableBytes, int64_t{14763195836});
-        QCOMPARE(rows[0].microBatch, int64_t{349});
+        QCOMPARE(rows[0].usableBytes, int64_t{14526112803});
+        QCOMPARE(rows[0].microBatch, int64_t{343});
         QCOMPARE(rows[0].plan, std::string("2 × 256"));
         // H200: 3390 samples fit; the target batch is one micro-batch.
         QCOMPARE(rows[1].microBatch, int64_t{512});
