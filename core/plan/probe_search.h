@@ -25,9 +25,12 @@ struct MemoryModel {
 };
 
 /// Least squares fit of peak = a + b·n over the trials that fit (one point per size, the last
-/// measured), using only the `largest` largest sizes when it is not 0. Empty when fewer than two
-/// distinct sizes fit or the slope is not positive.
-std::optional<MemoryModel> fitMemoryModel(const std::vector<TrialOutcome>& trials, size_t largest = 0);
+/// measured), using only the `largest` largest sizes when it is not 0. With a `spread` (0..1) the
+/// points are the largest size and then only sizes at most `spread` of it (all of the largest
+/// sizes when none is that far below). Empty when fewer than two distinct sizes fit or the slope
+/// is not positive.
+std::optional<MemoryModel> fitMemoryModel(const std::vector<TrialOutcome>& trials, size_t largest = 0,
+                                          double spread = 0);
 
 /// The search for the largest micro-batch that fits, as a pure state machine: it proposes sizes,
 /// the caller runs them and records the outcome. No tensors, so it is tested with synthetic
@@ -60,8 +63,11 @@ public:
     bool hitTrialLimit() const { return m_hitTrialLimit; }
     int trials() const { return static_cast<int>(m_history.size()); }
     const std::vector<TrialOutcome>& history() const { return m_history; }
-    /// The fitted memory model, when two distinct sizes have fit.
+    /// The fitted memory model the search predicts its next size with (the three largest fits),
+    /// when two distinct sizes have fit.
     std::optional<MemoryModel> memoryModel() const;
+    /// The memory line the probe reports (memoryLine's sizes spread out; see probe_search.cpp).
+    std::optional<MemoryModel> memoryLine() const;
     int64_t usableBytes() const { return m_usable; }
 
 private:

@@ -67,7 +67,7 @@ void Trainer::Impl::finishProbe() {
                        probe->trials(),
                        std::chrono::duration<double>(Clock::now() - probeStart).count(),
                        probe->hitTrialLimit()};
-    if (auto fitted = probe->memoryModel()) {
+    if (auto fitted = probe->memoryLine()) {
         done.fixedBytes = fitted->fixedBytes;
         done.bytesPerSample = fitted->bytesPerSample;
     }

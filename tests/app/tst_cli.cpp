@@ -804,7 +804,7 @@ private Q_SLOTS:
                      qPrintable(run.out + QStringLiteral("\nmissing: ") + QString::fromUtf8(expected)));
         }
         // The parts explain the measured peak (within 2%).
-        const QRegularExpression share(QStringLiteral("\\(([0-9.]+)% of it\\)"));
+        const QRegularExpression share(QStringLiteral("explain [0-9.]+ MiB of it \\(([0-9.]+)%\\)"));
         const auto match = share.match(run.out);
         QVERIFY(match.hasMatch());
         QVERIFY2(qAbs(match.captured(1).toDouble() - 100.0) <= 2.0, qPrintable(match.captured(0)));

@@ -160,7 +160,7 @@ void TestMemoryViews::barAddsWhatThePartsDoNotExplain() {
     QCOMPARE(names, (QStringList{QStringLiteral("parameters"), QStringLiteral("gradients"),
                                  QStringLiteral("optimizer state"), QStringLiteral("activations (micro-batch 64)"),
                                  QStringLiteral("other resident"), QStringLiteral("allocator cache"),
-                                 QStringLiteral("other processes"), QStringLiteral("free")}));
+                                 QStringLiteral("CUDA context and other processes"), QStringLiteral("free")}));
     QCOMPARE(bar.segments()[4].bytes, qint64(b.peakBytes - b.attributedBytes()));
     QCOMPARE(sum, qint64(b.totalBytes));
 }

@@ -27,6 +27,7 @@ QString shortName(const QString& name) {
     if (name.startsWith(QLatin1String("other resident"))) return MemoryBreakdownBar::tr("resident");
     if (name.startsWith(QLatin1String("allocator cache"))) return MemoryBreakdownBar::tr("cache");
     if (name.startsWith(QLatin1String("other processes"))) return MemoryBreakdownBar::tr("processes");
+    if (name.startsWith(QLatin1String("CUDA context"))) return MemoryBreakdownBar::tr("context");
     const qsizetype paren = name.indexOf(QLatin1String(" ("));
     return paren > 0 ? name.left(paren) : name;
 }
@@ -102,6 +103,7 @@ QColor MemoryBreakdownBar::colorOf(int index) const {
         {"other resident", QColor(0x8c, 0x6d, 0x46), QColor(0xc0, 0x9a, 0x6b)},
         {"allocator cache", QColor(0x9f, 0xb7, 0xd9), QColor(0x5d, 0x7a, 0xa3)},
         {"other processes", QColor(0x6b, 0x6b, 0x6b), QColor(0x9a, 0x9a, 0x9a)},
+        {"CUDA context", QColor(0x6b, 0x6b, 0x6b), QColor(0x9a, 0x9a, 0x9a)},
         {"free", QColor(0xe9, 0xec, 0xef), QColor(0x3a, 0x3d, 0x42)},
     };
     for (const Entry& e : entries)
