@@ -78,6 +78,10 @@ SaverOption Trainer::Impl::measureSaver(MemorySavers candidate) {
     const auto run = [&](int64_t size) {
         std::vector<int64_t> indices(static_cast<size_t>(size));
         std::iota(indices.begin(), indices.end(), int64_t{0});
+        // From an empty cache: on a caching allocator the peak counts reserved bytes, and what
+        // training left cached would count against the first saver measured (on an H200 the
+        // survey's "off" row said "does not fit" where training ran at micro-batch 34).
+        meter->releaseCache();
         const MicroResult r = runMicroBatch(indices, 1.0, {}, /*measurement=*/true);
         meter->releaseCache();
         if (!r.ok && !r.failure.outOfMemory) {

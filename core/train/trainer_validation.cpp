@@ -51,11 +51,12 @@ void Trainer::Impl::runValidation() {
     const int64_t total = validationData->size();
     const int64_t training = std::max<int64_t>(1, sizes.microBatch > 0 ? sizes.microBatch : sizes.probed);
     // Without gradients no activation is kept for backward: a micro-batch several times
-    // training's fits. It starts at twice training's (or where the last pass ended) and doubles
-    // while a micro-batch's memory would still fit twice over, up to four times training's (at
-    // least 256): larger ones buy no speed.
+    // training's fits. It starts at training's (or where the last pass ended), which fits next to
+    // the gradients and optimizer state, and doubles while a micro-batch's memory would still fit
+    // twice over, up to four times training's (at least 256): larger ones buy no speed. Starting at
+    // twice training's ran out of memory on a real GPU whenever training ran close to its limit.
     const int64_t cap = std::min(total, std::max<int64_t>(256, 4 * training));
-    int64_t size = validationMicroBatch > 0 ? validationMicroBatch : std::min(cap, 2 * training);
+    int64_t size = validationMicroBatch > 0 ? validationMicroBatch : std::min(cap, training);
     if (validationCeiling > 0) size = std::min(size, std::max<int64_t>(1, validationCeiling / 2));
     ValidationTotals totals(options.loss);
     int ooms = 0;
