@@ -39,6 +39,7 @@ private Q_SLOTS:
     void defaultsAreValid();
     void invalidInputDisablesStart_data();
     void offersCoresModelsAndDatasets();
+    void offersTheGpuPresets();
     void invalidInputDisablesStart();
     void optionsRoundTrip();
     void validationFields();
@@ -110,6 +111,31 @@ void TestRunPanel::offersCoresModelsAndDatasets() {
     QCOMPARE(panel.datasetBox()->count(), int(core::datasetNames().size()));
     for (const std::string& name : core::builtinModelNames())
         QVERIFY2(panel.modelBox()->findText(QString::fromStdString(name)) >= 0, name.c_str());
+}
+
+void TestRunPanel::offersTheGpuPresets() {
+    // The device menu offers each GPU people are handed, as --list-devices does; choosing one
+    // trains on it (its budget is the card's, not the size field's), and a configuration naming
+    // one comes back to it.
+    Session session;
+    ui::RunPanel& panel = session.panel;
+    const QStringList expected{QStringLiteral("virtual:T4"),        QStringLiteral("virtual:L4"),
+                               QStringLiteral("virtual:RTX4090"),   QStringLiteral("virtual:A100-40GB"),
+                               QStringLiteral("virtual:A100-80GB"), QStringLiteral("virtual:H100-80GB"),
+                               QStringLiteral("virtual:H200")};
+    for (const QString& id : expected) QVERIFY2(panel.deviceBox()->findData(id) >= 0, qPrintable(id));
+    const int t4 = panel.deviceBox()->findData(QStringLiteral("virtual:T4"));
+    QVERIFY2(panel.deviceBox()->itemText(t4).contains(QStringLiteral("NVIDIA T4")),
+             qPrintable(panel.deviceBox()->itemText(t4)));
+    panel.deviceBox()->setCurrentIndex(t4);
+    QVERIFY(!panel.virtualSizeEdit()->isEnabled());
+    QCOMPARE(panel.options().device, std::string("virtual:T4"));
+    QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
+    core::TrainerOptions o = ui::demoOptions();
+    o.device = "virtual:H200";
+    panel.setOptions(o);
+    QCOMPARE(panel.deviceBox()->currentData().toString(), QStringLiteral("virtual:H200"));
+    QCOMPARE(panel.options().device, std::string("virtual:H200"));
 }
 
 void TestRunPanel::optionsRoundTrip() {

@@ -25,6 +25,7 @@
 
 #include "core/base/byte_size.h"
 #include "core/device/device.h"
+#include "core/memory/gpu_presets.h"
 #include "ui/session/run_commands.h"
 #include "ui/session/run_model.h"
 #include "ui/session/trainer_controller.h"
@@ -232,6 +233,14 @@ QGroupBox* RunPanel::createDevice() {
     for (const core::DeviceInfo& info : core::availableDevices())
         m_device->addItem(QStringLiteral("%1 — %2").arg(str(info.id), str(info.description)), str(info.id));
     m_device->addItem(tr("Virtual GPU (simulated memory budget)"), QLatin1String(kVirtual));
+    // The GPUs people are handed, simulated with PyTorch's caching allocator, their CUDA context and
+    // cuBLAS workspace (--list-devices lists the same).
+    for (const core::GpuPreset& gpu : core::gpuPresets()) {
+        const QString id = QStringLiteral("virtual:") + str(std::string(gpu.name));
+        m_device->addItem(tr("%1 — %2, %3 (simulated)")
+                              .arg(id, str(std::string(gpu.description)), str(core::formatBytes(gpu.capacityBytes))),
+                          id);
+    }
     m_device->addItem(tr("Several devices (one process each)"), QLatin1String(kSeveral));
     m_device->setToolTip(
         tr("Where to train. A virtual GPU is the CPU with a hard memory budget: "
@@ -549,7 +558,9 @@ void RunPanel::setOptions(const core::TrainerOptions& o) {
     if (dataset >= 0) m_dataset->setCurrentIndex(dataset);
     m_samples->setValue(static_cast<int>(o.data.samples));
     const QString device = str(o.device);
-    if (device.startsWith(QLatin1String("virtual:"))) {
+    if (const int preset = m_device->findData(device); preset >= 0) {
+        m_device->setCurrentIndex(preset);  // cpu, cuda:N, or a GPU preset ("virtual:T4")
+    } else if (device.startsWith(QLatin1String("virtual:"))) {
         m_virtualSize->setText(device.mid(8));
         m_device->setCurrentIndex(m_device->findData(QLatin1String(kVirtual)));
     } else {
