@@ -571,6 +571,13 @@ void Flags::declare(CliRequest& request) {
         ->type_name("GPUS")
         ->group(group);
     m_app
+        .add_option("--memory-snapshot", request.memorySnapshot,
+                    "write the virtual GPU's segments and blocks, as they were at the run's\n"
+                    "last out-of-memory error (else at its end), as PyTorch's memory\n"
+                    "snapshot: open FILE at https://pytorch.org/memory_viz")
+        ->type_name("FILE")
+        ->group(group);
+    m_app
         .add_option("--check-equivalence", request.checkEquivalence,
                     "after the first step, check that accumulating the micro-batches gives\n"
                     "the gradient of one full pass over the first N samples of that batch\n"

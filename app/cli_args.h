@@ -24,6 +24,7 @@ struct CliRequest {
     bool quiet = false;
     bool memoryReport = false;      ///< --memory-report: print the memory report after each probe
     std::string planFor;            ///< --plan-for all|T4,…: after the first probe, the plan on those GPUs
+    std::string memorySnapshot;     ///< --memory-snapshot FILE: the virtual GPU's segments, as PyTorch pickles them
     int64_t checkEquivalence = -1;  ///< --check-equivalence N: samples to check after step 1 (0: whole batch)
     /// --resume DIR without --checkpoint-dir: checkpoints replace DIR/checkpoint.pt (said at start).
     bool checkpointReplacesResumed = false;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <random>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@
 #include "core/device/counting_allocator.h"
 #include "core/device/device.h"
 #include "core/device/math_libraries.h"
+#include "core/memory/gpu_presets.h"
+#include "core/memory/memory_snapshot.h"
 #include "core/distributed/process_group.h"
 #include "core/config/run_config.h"
 #include "core/records/run_folder.h"
@@ -252,6 +255,27 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "batchpilot-cli: %s\n", job.error().c_str());
         return kExitBadInput;
     }
+    if (!request->memorySnapshot.empty()) {
+        const auto device = core::parseDeviceName(request->options.device);
+        std::string why;
+        if (*job || !request->devices.empty() || !device || device->kind != core::DeviceKind::Virtual)
+            why =
+                "--memory-snapshot needs one virtual device (virtual:<size> or a GPU preset); on a real GPU use "
+                "torch.cuda.memory._dump_snapshot() in Python";
+        else
+            why = core::whyNotWritable(request->memorySnapshot,
+                                       "the memory snapshot \"" + request->memorySnapshot + "\"");
+        // Said now, not after the whole run has trained.
+        const std::filesystem::path folder = std::filesystem::path(request->memorySnapshot).parent_path();
+        std::error_code error;
+        if (why.empty() && !folder.empty() && !std::filesystem::is_directory(folder, error))
+            why = "no folder \"" + folder.string() + "\" for the memory snapshot \"" + request->memorySnapshot +
+                  "\": create it, or choose another path";
+        if (!why.empty()) {
+            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), why.c_str());
+            return kExitBadInput;
+        }
+    }
     if (!request->devices.empty() || *job) {
         if (const std::string problem = core::glooInterfaceProblem(); !problem.empty()) {
             std::fprintf(stderr, "batchpilot-cli: %s\n", problem.c_str());
@@ -365,6 +389,24 @@ int main(int argc, char** argv) {
         result = trainer.run();
     }
     std::string eventsError = reporter.closeEvents();
+    std::string snapshotError;
+    if (!request->memorySnapshot.empty()) {
+        // The allocator as the last OOM found it (what failed, and why), else as the run ends.
+        const auto& allocator = core::CountingAllocator::instance();
+        std::vector<core::SegmentView> segments = allocator.segmentsAtLastFailure();
+        const bool atOom = !segments.empty();
+        if (!atOom) segments = allocator.segments();
+        const std::string named = "the memory snapshot \"" + request->memorySnapshot + "\"";
+        if (auto written =
+                core::replaceFileAtomically(request->memorySnapshot, core::memorySnapshotPickle(segments), named);
+            !written) {
+            snapshotError = written.error();
+        } else if (!request->quiet) {
+            std::printf("memory snapshot %s: %s (open it at https://pytorch.org/memory_viz)\n",
+                        atOom ? "at the last out-of-memory error" : "at the end of the run",
+                        request->memorySnapshot.c_str());
+        }
+    }
     if (folder) {
         folder->flush();
         if (eventsError.empty()) eventsError = folder->error();
@@ -372,6 +414,7 @@ int main(int argc, char** argv) {
     if (result.state == core::RunState::Failed) {
         std::fprintf(stderr, "%s: %s\n", g_name.c_str(), result.error.c_str());
         if (!eventsError.empty()) std::fprintf(stderr, "%s: %s\n", g_name.c_str(), eventsError.c_str());
+        if (!snapshotError.empty()) std::fprintf(stderr, "%s: %s\n", g_name.c_str(), snapshotError.c_str());
         return result.badInput ? kExitBadInput : kExitFailed;
     }
     const auto& last = reporter.lastStep();
@@ -394,6 +437,10 @@ int main(int argc, char** argv) {
     }
     if (!eventsError.empty()) {
         std::fprintf(stderr, "%s: error: %s\n", g_name.c_str(), eventsError.c_str());
+        status = kExitNotSaved;
+    }
+    if (!snapshotError.empty()) {
+        std::fprintf(stderr, "%s: error: %s\n", g_name.c_str(), snapshotError.c_str());
         status = kExitNotSaved;
     }
     // A signal during the run's last validation drops that pass: stopped too, not done.

@@ -123,6 +123,16 @@ AllocationFailure CountingAllocator::lastFailure() const {
     return m_lastFailure;
 }
 
+std::vector<SegmentView> CountingAllocator::segments() const {
+    std::lock_guard lock(m_mutex);
+    return m_models.empty() ? std::vector<SegmentView>{} : m_models.back()->segments();
+}
+
+std::vector<SegmentView> CountingAllocator::segmentsAtLastFailure() const {
+    std::lock_guard lock(m_mutex);
+    return m_segmentsAtFailure;
+}
+
 c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST {
     const auto size = static_cast<int64_t>(bytes);
     const bool counted = t_counting;
@@ -153,6 +163,7 @@ c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST
                 } else {
                     const AllocationFailure& failure = placed.error();
                     self->m_lastFailure = failure;
+                    self->m_segmentsAtFailure = model.segments();  // only at an OOM: its cost is the copy
                     m_lastFailed.store(size);
                     m_allocatedAtFailure.store(failure.allocatedBytes);
                     if (model.settings().exact) {

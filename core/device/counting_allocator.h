@@ -83,6 +83,11 @@ public:
     void emptyCache();
     /// The model's failure for the most recent OOM it raised (not an injected one).
     AllocationFailure lastFailure() const;
+    /// The current model's segments and blocks (memory snapshots, the segment view).
+    std::vector<SegmentView> segments() const;
+    /// The segments as they were when the model raised its most recent OOM, before anything of
+    /// the failed micro-batch was freed (empty when none was raised).
+    std::vector<SegmentView> segmentsAtLastFailure() const;
     /// Bytes of all successful counted allocations since start-up (never decreases).
     int64_t countedBytes() const {
         return m_countedBytes.load();
@@ -116,6 +121,7 @@ private:
     /// Every model used since start-up (a block goes back to its own); the last is current.
     std::vector<std::unique_ptr<CachingAllocatorModel>> m_models;
     AllocationFailure m_lastFailure;
+    std::vector<SegmentView> m_segmentsAtFailure;
     int64_t m_workspaceAddress = 0;
     size_t m_workspaceModel = 0;
     std::atomic<int64_t> m_workspaceBytes{0};

@@ -104,6 +104,14 @@ private Q_SLOTS:
             << QStringList{QStringLiteral("--initial-micro-batch"), QStringLiteral("64"),
                            QStringLiteral("--max-micro-batch"), QStringLiteral("8")}
             << 2 << QStringLiteral("maximum micro-batch 8 is below the initial micro-batch 64");
+        QTest::newRow("memory snapshot of a real device")
+            << QStringList{QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--memory-snapshot"),
+                           QStringLiteral("snapshot.pickle")}
+            << 2 << QStringLiteral("--memory-snapshot needs one virtual device");
+        QTest::newRow("memory snapshot into a missing folder")
+            << QStringList{QStringLiteral("--device"), QStringLiteral("virtual:64MiB"),
+                           QStringLiteral("--memory-snapshot"), QStringLiteral("no-such-folder/snapshot.pickle")}
+            << 2 << QStringLiteral("no folder \"no-such-folder\" for the memory snapshot");
         QTest::newRow("stray argument") << QStringList{QStringLiteral("mlp")} << 2
                                         << QStringLiteral("unexpected argument \"mlp\"");
         QTest::newRow("keep best by an unknown metric")

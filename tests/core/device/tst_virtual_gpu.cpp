@@ -1,4 +1,7 @@
 #include <QtTest>
+#include <QFile>
+#include <QTemporaryDir>
+#include <QProcess>
 #include "tests/test_main.h"
 
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include "core/device/device.h"
 #include "core/device/oom.h"
 #include "core/memory/caching_allocator.h"
+#include "core/memory/memory_snapshot.h"
 #include "core/plan/gpu_plan.h"
 #include "core/train/trainer.h"
 #include "tests/core/recording_sink.h"
@@ -119,6 +123,60 @@ private Q_SLOTS:
         QCOMPARE(numbers->reservedUnallocatedBytes, 28 * kMiB);
         QCOMPARE(retries, int64_t{1});  // the cache was flushed and the allocation retried first
         QVERIFY(CountingAllocator::instance().lastFailure().fragmentation);
+    }
+
+    void theSnapshotOfAnOomOpensInPyTorchsTools() {
+        // The allocator as the fragmentation OOM found it, pickled as torch.cuda.memory._snapshot()
+        // is and read back by Python: the numbers PyTorch's own allocator gave on an H200 for the
+        // same sequence (docs/GPU.md: 60 MiB reserved, 32 MiB allocated), two 16 MiB blocks in use
+        // and their segments' two 14 MiB cached tails. Where the Python torch has segsum
+        // (torch.cuda._memory_viz, 2.1 and later) it reads the file too, and checks its accounting.
+        QVERIFY(!fragment("virtual:64MiB/caching").empty());
+        const std::vector<SegmentView> segments = CountingAllocator::instance().segmentsAtLastFailure();
+        QCOMPARE(segments.size(), size_t{2});
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const QString path = dir.filePath(QStringLiteral("snapshot.pickle"));
+        {
+            QFile file(path);
+            QVERIFY(file.open(QIODevice::WriteOnly));
+            const std::string pickle = memorySnapshotPickle(segments);
+            file.write(pickle.data(), static_cast<qint64>(pickle.size()));
+        }
+        const QString script = QStringLiteral(
+            "import pickle, sys\n"
+            "d = pickle.load(open(sys.argv[1], 'rb'))\n"
+            "segs = d['segments']\n"
+            "blocks = [b for s in segs for b in s['blocks']]\n"
+            "assert all(sum(b['size'] for b in s['blocks']) == s['total_size'] for s in segs)\n"
+            "active = sorted(b['size'] for b in blocks if b['state'] == 'active_allocated')\n"
+            "inactive = sorted(b['size'] for b in blocks if b['state'] == 'inactive')\n"
+            "print('reserved', sum(s['total_size'] for s in segs))\n"
+            "print('allocated', sum(active))\n"
+            "print('active', active, 'inactive', inactive)\n"
+            "print('types', sorted(s['segment_type'] for s in segs), 'traces', d['device_traces'])\n"
+            "try:\n"
+            "    from torch.cuda._memory_viz import segsum\n"
+            "except ImportError:\n"
+            "    segsum = None\n"
+            "if segsum is not None:\n"
+            "    print(segsum(d))\n");
+        QProcess python;
+        python.setProcessChannelMode(QProcess::MergedChannels);
+        python.start(QStringLiteral(BATCHPILOT_TEST_PYTHON), {QStringLiteral("-c"), script, path});
+        QVERIFY(python.waitForFinished(120000));
+        const QString out = QString::fromUtf8(python.readAll());
+        QVERIFY2(python.exitStatus() == QProcess::NormalExit && python.exitCode() == 0, qPrintable(out));
+        qInfo("%s", qPrintable(out));
+        QVERIFY2(out.contains(QStringLiteral("reserved %1\n").arg(60 * kMiB)), qPrintable(out));
+        QVERIFY2(out.contains(QStringLiteral("allocated %1\n").arg(32 * kMiB)), qPrintable(out));
+        QVERIFY2(out.contains(QStringLiteral("active [%1, %1] inactive [%2, %2]").arg(16 * kMiB).arg(14 * kMiB)),
+                 qPrintable(out));
+        QVERIFY2(out.contains(QStringLiteral("types ['large', 'large'] traces [[]]")), qPrintable(out));
+        if (out.contains(QStringLiteral("total_reserved"))) {
+            QVERIFY2(out.contains(QStringLiteral("total_reserved: 60.0MiB")), qPrintable(out));
+            QVERIFY2(out.contains(QStringLiteral("total_allocated: 32.0MiB")), qPrintable(out));
+        }
     }
 
     void expandableSegmentsAvoidThatOom() {

@@ -1,0 +1,24 @@
+#pragma once
+
+// PyTorch's memory snapshot of the allocator's segments: the dictionary
+// torch.cuda.memory._snapshot() returns and torch.cuda.memory._dump_snapshot() pickles, which
+// https://pytorch.org/memory_viz and `python -m torch.cuda._memory_viz` open. Written from the
+// virtual GPU's model of the caching allocator, so that its segments can be looked at with
+// PyTorch's own tools.
+
+#include <string>
+#include <vector>
+
+#include "core/memory/caching_allocator.h"
+
+namespace batchpilot::core {
+
+/// The snapshot as a pickle (protocol 2): {"segments": [{"device", "address", "total_size",
+/// "allocated_size", "active_size", "requested_size", "stream", "segment_type", "is_expandable",
+/// "frames", "blocks": [{"address", "size", "requested_size", "state", "frames"}]}],
+/// "device_traces": [[]]}. A block's state is "active_allocated" or "inactive" (cached); an
+/// expandable segment lists its mapped pages only, as its total_size counts them. No stack frames
+/// or allocation trace: the model does not record them.
+std::string memorySnapshotPickle(const std::vector<SegmentView>& segments);
+
+}  // namespace batchpilot::core
