@@ -20,6 +20,7 @@
 #endif
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <chrono>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
 // BATCHPILOT_HAVE_NCCL: a CUDA LibTorch whose NCCL process group (in libtorch_cuda, declared with
@@ -217,6 +218,20 @@ tl::expected<void, std::string> ProcessGroupLink::connect() {
         auto tcp = c10::make_intrusive<c10d::TCPStore>(where.masterAddress, storeOptions);
         impl.tcp = tcp;
         impl.store = c10::make_intrusive<c10d::PrefixStore>(kKeyPrefix, tcp);
+        // Every rank counts itself in, and none sets up Gloo's connections before all have: Gloo
+        // prepares a connection to every other rank first, which for WORLD_SIZE=4096 took 44 s
+        // before a 2 s timeout was even looked at. The count makes the timeout the timeout, and
+        // says how many ranks came.
+        impl.store->add("joined", 1);
+        const auto deadline = std::chrono::steady_clock::now() + impl.timeout;
+        for (int64_t joined = 0;;) {
+            joined = impl.store->add("joined", 0);
+            if (joined >= where.worldSize) break;
+            if (std::chrono::steady_clock::now() >= deadline)
+                throw std::runtime_error(std::to_string(joined) + " of " + std::to_string(where.worldSize) +
+                                         " ranks joined");
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
         auto options = c10d::ProcessGroupGloo::Options::create(impl.timeout);
         options->devices = glooDevices(where.masterAddress);
         options->threads = 2;

@@ -561,6 +561,26 @@ private Q_SLOTS:
         QVERIFY(!run.out.contains(QStringLiteral("step 1/")));
     }
 
+    void aJobWhoseRanksNeverComeEndsAtItsTimeout() {
+        // WORLD_SIZE=4096 with only rank 0 started: it says how many ranks joined, within the rank
+        // timeout's order (it took 44 s for a 2 s timeout while Gloo prepared 4095 connections).
+        // The bound below is a hang's, not a speed claim: the message is what is checked.
+        QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+        environment.insert(QStringLiteral("RANK"), QStringLiteral("0"));
+        environment.insert(QStringLiteral("WORLD_SIZE"), QStringLiteral("4096"));
+        environment.insert(QStringLiteral("MASTER_ADDR"), QStringLiteral("127.0.0.1"));
+        environment.insert(QStringLiteral("MASTER_PORT"), QString::number(freePort()));
+        const Run run = runCli(
+            job(QStringLiteral("sgd"), 1) + QStringList{QStringLiteral("--device"), QStringLiteral("virtual:24MiB"),
+                                                        QStringLiteral("--rank-timeout"), QStringLiteral("2")},
+            environment);
+        QCOMPARE(run.exitCode, 1);
+        QVERIFY2(run.err.contains(QStringLiteral("rank 0 of 4096 could not join")) &&
+                     run.err.contains(QStringLiteral("within 2 s: 1 of 4096 ranks joined")),
+                 qPrintable(run.err));
+        QVERIFY(!run.out.contains(QStringLiteral("step 1/")));
+    }
+
     void killedRankEndsTheJobAndAnotherSetResumes() {
         const QString directory = path(QStringLiteral("job-killed"));
         const QString eventsFile = directory + QStringLiteral(".jsonl");
