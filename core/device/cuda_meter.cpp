@@ -40,7 +40,7 @@ double fractionOf(int index) {
 template <typename Context>
 void initializeCudaOf(Context& context) {
     // LibTorch 2.x: lazyInitDevice(type); 1.13 (Debian's): lazyInitCUDA().
-    if constexpr (requires(Context& c) { c.lazyInitDevice(c10::DeviceType::CUDA); })
+    if constexpr (requires(Context & c) { c.lazyInitDevice(c10::DeviceType::CUDA); })
         context.lazyInitDevice(c10::DeviceType::CUDA);
     else
         context.lazyInitCUDA();
