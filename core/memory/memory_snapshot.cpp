@@ -1,5 +1,6 @@
 #include "core/memory/memory_snapshot.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
 
@@ -88,17 +89,24 @@ std::string memorySnapshotPickle(const std::vector<SegmentView>& segments) {
         p.text("segments");
         p.list(segments.size(), [&](size_t i) {
             const SegmentView& segment = segments[i];
+            // An expandable segment maps pages, not blocks: its free blocks are partly mapped. Its
+            // allocated blocks are listed, and its mapped free bytes as one cached block after
+            // them, so that the blocks add up to what it reserves (PyTorch's tools check that).
             std::vector<BlockView> blocks;
             int64_t allocated = 0;
             int64_t requested = 0;
+            int64_t end = 0;
             for (const BlockView& b : segment.blocks) {
-                if (!b.mapped) continue;  // an expandable segment's total_size counts mapped pages
-                blocks.push_back(b);
                 if (b.allocated) {
                     allocated += b.bytes;
                     requested += b.requestedBytes;
                 }
+                if (segment.expandable && !b.allocated) continue;
+                blocks.push_back(b);
+                end = std::max(end, b.offset + b.bytes);
             }
+            if (segment.expandable && segment.bytes > allocated)
+                blocks.push_back({end, segment.bytes - allocated, 0, false, true});
             p.dict([&] {
                 p.text("device");
                 p.integer(0);

@@ -17,7 +17,8 @@ namespace batchpilot::core {
 /// "allocated_size", "active_size", "requested_size", "stream", "segment_type", "is_expandable",
 /// "frames", "blocks": [{"address", "size", "requested_size", "state", "frames"}]}],
 /// "device_traces": [[]]}. A block's state is "active_allocated" or "inactive" (cached); an
-/// expandable segment lists its mapped pages only, as its total_size counts them. No stack frames
+/// expandable segment lists its allocated blocks and its mapped free bytes as one cached block
+/// after them (it maps pages, not blocks). No stack frames
 /// or allocation trace: the model does not record them.
 std::string memorySnapshotPickle(const std::vector<SegmentView>& segments);
 
