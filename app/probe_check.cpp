@@ -171,19 +171,17 @@ int main(int argc, char** argv) {
                      static_cast<long long>(found), static_cast<long long>(own));
         status = 1;
     }
-    if (static_cast<double>(found) < kGoal * static_cast<double>(plain)) {
+    // A size below its goal's share of the plain loop's largest.
+    const auto belowGoal = [&](const char* what, int64_t size, double goal) {
+        if (static_cast<double>(size) >= goal * static_cast<double>(plain)) return;
         std::fprintf(stderr,
-                     "batchpilot-probe-check: FAIL: the probe found %lld, %.1f%% of the plain loop's largest %lld "
-                     "(goal: at least %.0f%%)\n",
-                     static_cast<long long>(found), share(found, plain), static_cast<long long>(plain), 100.0 * kGoal);
+                     "batchpilot-probe-check: FAIL: %s %lld, %.1f%% of the plain loop's largest %lld (goal: at "
+                     "least %.0f%%)\n",
+                     what, static_cast<long long>(size), share(size, plain), static_cast<long long>(plain),
+                     100.0 * goal);
         status = 1;
-    }
-    if (static_cast<double>(own) < kParity * static_cast<double>(plain)) {
-        std::fprintf(stderr,
-                     "batchpilot-probe-check: FAIL: BatchPilot trains with at most %lld, %.1f%% of the plain loop's "
-                     "%lld (goal: at least %.0f%%)\n",
-                     static_cast<long long>(own), share(own, plain), static_cast<long long>(plain), 100.0 * kParity);
-        status = 1;
-    }
+    };
+    belowGoal("the probe found", found, kGoal);
+    belowGoal("BatchPilot trains with at most", own, kParity);
     return status;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -20,7 +21,6 @@
 #endif
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <chrono>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
 // BATCHPILOT_HAVE_NCCL: a CUDA LibTorch whose NCCL process group (in libtorch_cuda, declared with
