@@ -11,7 +11,7 @@
 
 namespace batchpilot::core {
 
-tl::expected<void, std::string> writeAllAndSync(int fd, std::initializer_list<std::string_view> parts) {
+tl::expected<void, std::string> writeAll(int fd, std::initializer_list<std::string_view> parts) {
     for (std::string_view part : parts) {
         for (size_t done = 0; done < part.size();) {
             const ssize_t n = ::write(fd, part.data() + done, part.size() - done);
@@ -24,6 +24,11 @@ tl::expected<void, std::string> writeAllAndSync(int fd, std::initializer_list<st
             }
         }
     }
+    return {};
+}
+
+tl::expected<void, std::string> writeAllAndSync(int fd, std::initializer_list<std::string_view> parts) {
+    if (auto written = writeAll(fd, parts); !written) return written;
     if (::fsync(fd) != 0) return tl::unexpected(std::string(std::strerror(errno)));
     return {};
 }

@@ -17,6 +17,7 @@
 #include "core/data/dataset.h"
 #include "core/device/counting_allocator.h"
 #include "core/base/durable_file.h"
+#include "core/base/hold_point.h"
 #include "core/nn/model.h"
 #include "core/optim/optimizer.h"
 
@@ -52,7 +53,13 @@ bool writeDurably(const std::string& path, const std::string& header, const std:
         error = std::strerror(errno);
         return false;
     }
-    const auto written = writeAllAndSync(fd, {header, bytes});
+    // Written in two halves, so that a test can kill the process between them (holdPoint).
+    const std::string_view archive(bytes);
+    auto written = writeAll(fd, {header, archive.substr(0, archive.size() / 2)});
+    if (written) {
+        holdPoint("checkpoint-write");
+        written = writeAllAndSync(fd, {archive.substr(archive.size() / 2)});
+    }
     if (!written) error = written.error();
     if (::close(fd) != 0 && written) {
         error = std::strerror(errno);

@@ -5,6 +5,7 @@
 
 #include "core/train/trainer_impl.h"
 
+#include "core/base/hold_point.h"
 #include "core/train/failure_explanation.h"
 
 namespace batchpilot::core {
@@ -519,6 +520,7 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
             probe->record({size, true, r.peakBytes});
             emit(ProbeTrial{now(), probeSequence, probe->trials(), size, true, r.peakBytes <= probe->usableBytes(),
                             r.peakBytes, 0, r.seconds});
+            holdPoint("probe-trial");
         }
         if (!trial && !pass.plan.empty()) pass.plan.erase(pass.plan.begin());
         // After the batch's first micro-batch its copy of the buffers stays resident (startBuffers).
@@ -528,6 +530,7 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         if (options.reportSampleIndices || teaching) done.sampleIndices = slice;
         if (options.reportGradientNorm || teaching) done.gradientNorm = gradientNorm();
         emit(std::move(done));
+        if (!trial && pass.offset + size < localSize) holdPoint("micro-batch");
         pass.lossSum += r.loss * weight;
         pass.largestUsed = std::max(pass.largestUsed, size);
         pass.offset += size;
