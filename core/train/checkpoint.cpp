@@ -171,8 +171,10 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
     std::string why;
     if (!writeDurably(temporary, header, bytes, why)) {
         std::remove(temporary.c_str());
+        const bool full = why == std::strerror(ENOSPC) || why == std::strerror(EDQUOT);
         return tl::unexpected("could not write the checkpoint \"" + path + "\": " + why +
-                              "; the previous checkpoint, if any, is unchanged");
+                              "; the previous checkpoint, if any, is unchanged" +
+                              (full ? ": free some space there, or save checkpoints to another folder" : ""));
     }
     fs::rename(temporary, path, error);
     if (error) {

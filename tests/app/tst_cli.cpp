@@ -39,6 +39,30 @@ Run runCli(const QStringList& args) {
             QString::fromUtf8(process.readAllStandardOutput()), QString::fromUtf8(process.readAllStandardError())};
 }
 
+/// A ResNet with BatchNorm (running statistics that a resume must restore, which no loss shows),
+/// Adam and one split for every run ("fastest" would time sizes by the clock): on virtual:16MiB at
+/// 3x16x16, micro-batch 13, five to a training batch of 64.
+QStringList resumableRun() {
+    return {QStringLiteral("--model"),        QStringLiteral("resnet"),       QStringLiteral("--norm"),
+            QStringLiteral("batch"),          QStringLiteral("--image-size"), QStringLiteral("3x16x16"),
+            QStringLiteral("--optimizer"),    QStringLiteral("adam"),         QStringLiteral("--objective"),
+            QStringLiteral("largest"),        QStringLiteral("--threads"),    QStringLiteral("1"),
+            QStringLiteral("--no-run-folder")};
+}
+
+/// Python's torch (not BatchPilot's reader) compares two checkpoints: every parameter, buffer and
+/// optimizer state tensor within 1e-6, the counters equal (compare_checkpoints.py).
+void checkSameCheckpoint(const QString& checkpoint, const QString& reference) {
+    QProcess compare;
+    compare.start(QStringLiteral(BATCHPILOT_TEST_PYTHON),
+                  {QStringLiteral(BATCHPILOT_COMPARE_CHECKPOINTS), checkpoint, reference, QStringLiteral("1e-6")});
+    QVERIFY(compare.waitForFinished(120000));
+    const QString said = QString::fromUtf8(compare.readAllStandardOutput() + compare.readAllStandardError());
+    QVERIFY2(compare.exitStatus() == QProcess::NormalExit && compare.exitCode() == 0, qPrintable(said));
+    QVERIFY2(said.contains(QStringLiteral(" 0 difference(s)")), qPrintable(said));
+    qInfo("%s", qPrintable(said.trimmed()));
+}
+
 }  // namespace
 
 class TestCli : public QObject {
@@ -634,13 +658,7 @@ private Q_SLOTS:
         QFETCH(QString, heldDevice);
         QFETCH(int, resumesFrom);
         constexpr int kSteps = 8;
-        // BatchNorm: running statistics that a resume must restore, which no loss shows.
-        const QStringList common{QStringLiteral("--model"), QStringLiteral("resnet"), QStringLiteral("--norm"),
-                                 QStringLiteral("batch"), QStringLiteral("--image-size"), QStringLiteral("3x16x16"),
-                                 QStringLiteral("--optimizer"), QStringLiteral("adam"),
-                                 // The same split in every run: "fastest" times sizes by the clock.
-                                 QStringLiteral("--objective"), QStringLiteral("largest"), QStringLiteral("--threads"),
-                                 QStringLiteral("1"), QStringLiteral("--no-run-folder")};
+        const QStringList common = resumableRun();
         const QStringList device{QStringLiteral("--device"), QStringLiteral("virtual:16MiB")};
         QTemporaryDir dir;
         const QString checkpoints = dir.filePath(QStringLiteral("ckpt"));
@@ -728,16 +746,64 @@ private Q_SLOTS:
         QVERIFY2(resumed.out.contains(QStringLiteral("checkpoints replace ") + checkpoint), qPrintable(resumed.out));
         QVERIFY(resumed.out.contains(QStringLiteral("done after %1 steps").arg(kSteps)));
 
-        QProcess compare;
-        compare.start(QStringLiteral(BATCHPILOT_TEST_PYTHON),
-                      {QStringLiteral(BATCHPILOT_COMPARE_CHECKPOINTS), checkpoint,
-                       reference + QStringLiteral("/checkpoint.pt"), QStringLiteral("1e-6")});
-        QVERIFY(compare.waitForFinished(120000));
-        const QString said = QString::fromUtf8(compare.readAllStandardOutput() + compare.readAllStandardError());
-        QVERIFY2(compare.exitStatus() == QProcess::NormalExit && compare.exitCode() == 0, qPrintable(said));
-        // Parameters, BatchNorm's running statistics and Adam's two moments were all compared.
-        QVERIFY2(said.contains(QStringLiteral(" 0 difference(s)")), qPrintable(said));
-        qInfo("%s", qPrintable(said.trimmed()));
+        checkSameCheckpoint(checkpoint, reference + QStringLiteral("/checkpoint.pt"));
+    }
+
+    // A disk that fills up during the run (tests/app/full_disk.cpp, preloaded: the third save
+    // meets "No space left on device" half-way): the run goes on and ends with exit status 4, each
+    // failed save is said, the second save's checkpoint stays whole with no partial file beside
+    // it, and resuming from it trains as if nothing had happened.
+    void diskFillsDuringTheRun() {
+        constexpr int kSteps = 6;
+        const QStringList common =
+            resumableRun() + QStringList{QStringLiteral("--device"), QStringLiteral("virtual:16MiB")};
+        QTemporaryDir dir;
+        const QString reference = dir.filePath(QStringLiteral("straight"));
+        const Run straight = runCli(common + QStringList{QStringLiteral("--target-batch"), QStringLiteral("64"),
+                                                         QStringLiteral("--steps"), QString::number(kSteps),
+                                                         QStringLiteral("--checkpoint-dir"), reference});
+        QVERIFY2(straight.exitCode == 0, qPrintable(straight.err));
+        const qint64 checkpointBytes = QFileInfo(reference + QStringLiteral("/checkpoint.pt")).size();
+        QVERIFY(checkpointBytes > 0);
+
+        const QString full = dir.filePath(QStringLiteral("full"));
+        QProcess process;
+        QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+        environment.insert(QStringLiteral("LD_PRELOAD"), QStringLiteral(BATCHPILOT_FULL_DISK));
+        environment.insert(QStringLiteral("BATCHPILOT_FULL_DISK_DIR"), full);
+        environment.insert(QStringLiteral("BATCHPILOT_FULL_DISK_BYTES"), QString::number(checkpointBytes * 5 / 2));
+        // Sanitizer builds: the preloaded library comes before the sanitizer's runtime.
+        environment.insert(QStringLiteral("ASAN_OPTIONS"), environment.value(QStringLiteral("ASAN_OPTIONS")) +
+                                                               QStringLiteral(":verify_asan_link_order=0"));
+        process.setProcessEnvironment(environment);
+        process.start(
+            QStringLiteral(BATCHPILOT_CLI_PATH),
+            common + QStringList{QStringLiteral("--target-batch"), QStringLiteral("64"), QStringLiteral("--steps"),
+                                 QString::number(kSteps), QStringLiteral("--checkpoint-dir"), full,
+                                 QStringLiteral("--checkpoint-every"), QStringLiteral("1")});
+        QVERIFY(process.waitForFinished(120000));
+        const QString err = QString::fromUtf8(process.readAllStandardError());
+        QCOMPARE(process.exitStatus(), QProcess::NormalExit);
+        QVERIFY2(process.exitCode() == 4, qPrintable(err));
+        // Said at the end (even with --quiet), with the reason and what to do.
+        const QString message = QStringLiteral(
+                                    "could not write the checkpoint \"%1/checkpoint.pt\": No space left on "
+                                    "device; the previous checkpoint, if any, is unchanged: free some "
+                                    "space there, or save checkpoints to another folder")
+                                    .arg(full);
+        QVERIFY2(err.contains(QStringLiteral("error: ") + message), qPrintable(err));
+        // Saves 3 to 6 and the one after the last validation failed, each said.
+        const QString out = QString::fromUtf8(process.readAllStandardOutput());
+        QCOMPARE(out.count(QStringLiteral("warning: checkpoint not saved: ") + message), kSteps - 2 + 1);
+        // Only the last whole checkpoint is there: no partial temporary file.
+        QCOMPARE(QDir(full).entryList(QDir::Files | QDir::Hidden | QDir::System),
+                 QStringList{QStringLiteral("checkpoint.pt")});
+
+        const Run resumed = runCli(
+            common + QStringList{QStringLiteral("--steps"), QString::number(kSteps), QStringLiteral("--resume"), full});
+        QVERIFY2(resumed.exitCode == 0, qPrintable(resumed.err));
+        QVERIFY2(resumed.out.contains(QStringLiteral("resumed from step 2 ")), qPrintable(resumed.out));
+        checkSameCheckpoint(full + QStringLiteral("/checkpoint.pt"), reference + QStringLiteral("/checkpoint.pt"));
     }
 
     void shortRunWritesJsonLines() {
