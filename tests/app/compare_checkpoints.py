@@ -10,8 +10,12 @@ the trainer's counters (equal). Prints each difference; exit status 0 when they 
 
 import io
 import sys
+import warnings
 
 import torch
+
+# torch 2.x calls torch.jit deprecated; it still reads the archive LibTorch's C++ API writes.
+warnings.filterwarnings("ignore", category=FutureWarning)
 
 HEADER_BYTES = 28
 MAGIC = b"BATCHPILOT-CKPT\n"

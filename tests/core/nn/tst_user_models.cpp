@@ -347,7 +347,7 @@ private Q_SLOTS:
             o.probe.headroom = 0;
             // BatchNorm in training mode needs two samples when the last stage is 1x1 pixels.
             o.probe.initialMicroBatch = 2;
-            o.steps = 1;
+            o.steps = 2;
             return o;
         };
         // The truth: a plain LibTorch training loop (yardstick/plain_loop.h) on the same budget,
@@ -373,6 +373,10 @@ private Q_SLOTS:
               static_cast<long long>(lo), 100.0 * double(found) / double(lo), finished.front().trials);
         QVERIFY2(double(found) >= 0.97 * double(lo),
                  qPrintable(QStringLiteral("probe %1 vs true %2").arg(found).arg(lo)));
+        // What it chose trains: two batches of 512 at the chosen size without an OOM (an
+        // overshooting probe would otherwise hide behind the recovery).
+        QCOMPARE(sink.oomsAfterFirstProbe(), 0);
+        QCOMPARE(result.steps, int64_t{2});
     }
 
     /// torchvision's ResNet-18 with BatchNorm at 32x32: its last feature map is 1x1, so BatchNorm

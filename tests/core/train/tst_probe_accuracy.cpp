@@ -52,6 +52,8 @@ private Q_SLOTS:
         QTest::newRow("mlp, 16 MiB") << QStringLiteral("mlp") << int64_t{16};
         QTest::newRow("cnn, 24 MiB") << QStringLiteral("cnn") << int64_t{24};
         QTest::newRow("cnn, 64 MiB") << QStringLiteral("cnn") << int64_t{64};
+        QTest::newRow("resnet, 24 MiB") << QStringLiteral("resnet") << int64_t{24};
+        QTest::newRow("resnet, 48 MiB") << QStringLiteral("resnet") << int64_t{48};
     }
     void findsNearTrueMaximum() {
         QFETCH(QString, model);
