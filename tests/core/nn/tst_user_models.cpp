@@ -324,6 +324,8 @@ private Q_SLOTS:
         QTest::addColumn<QString>("file");
         QTest::newRow("resnet18 BatchNorm, scripted") << QStringLiteral("resnet18_bn_scripted.pt");
         QTest::newRow("GroupNorm, traced") << QStringLiteral("resnet_gn_traced.pt");
+        // Parameter-heavy: most of the budget is weights, gradients and optimizer state.
+        QTest::newRow("transformer, scripted") << QStringLiteral("transformer_scripted.pt");
     }
     void probeFindsTrueMaximum() {
         QFETCH(QString, file);
