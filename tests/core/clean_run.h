@@ -80,6 +80,8 @@ inline CleanRun measureCleanRun(const core::TrainerOptions& options) {
         } else if (start >= 0 && std::holds_alternative<OptimizerStepped>(e)) {
             for (int64_t n = last + 1; n <= now - start; ++n) run.optimizerAllocations.push_back(n);
             last = now - start;
+        } else if (start >= 0 && std::holds_alternative<ValidationDone>(e)) {
+            last = now - start;  // a validation pass: neither a micro-batch nor an optimizer step
         }
     };
     Trainer trainer(options, sink);

@@ -234,8 +234,8 @@ private Q_SLOTS:
 
     /// Injected OOMs at distinct allocations (drawn without replacement, after set-up) until at
     /// least 20 (faultsPerPhase(): fewer in sanitizer builds) landed in forward, in backward and in
-    /// optimizer steps: every run ends with the weights a plain training loop reaches on the
-    /// micro-batches the run committed (clean_run.h, plainLoopWeights), and every sample used
+    /// optimizer steps, and 10 in the copy of a micro-batch's inputs: every run ends with the weights a plain training
+    /// loop reaches on the micro-batches the run committed (clean_run.h, plainLoopWeights), and every sample used
     /// exactly once.
     void faultInjection_data() {
         QTest::addColumn<QString>("file");
@@ -245,6 +245,7 @@ private Q_SLOTS:
         QTest::newRow("GroupNorm, traced") << QStringLiteral("resnet_gn_traced.pt");
     }
     void faultInjection() {
+        constexpr size_t kCopyPoints = 10;
         QFETCH(QString, file);
         const CleanRun& reference = clean(file);
         QVERIFY(reference.microBatchAllocations.size() > 100);
@@ -311,12 +312,22 @@ private Q_SLOTS:
             inject(stepPool[i]);
             if (QTest::currentTestFailed()) return;
         }
+        // The copy of a micro-batch to the device (inputs, then labels): its first two
+        // allocations, aimed at (eight micro-batches in all here).
+        std::vector<int64_t> firsts;
+        for (const int64_t n : reference.firstOfMicroBatch) firsts.insert(firsts.end(), {n, n + 1});
+        std::shuffle(firsts.begin(), firsts.end(), random);
+        for (size_t i = 0; i < firsts.size() && hit[Phase::Copy].size() < kCopyPoints; ++i) {
+            inject(firsts[i]);
+            if (QTest::currentTestFailed()) return;
+        }
         qInfo("distinct allocations hit: copy %zu, forward %zu, backward %zu, optimizer step %zu",
               hit[Phase::Copy].size(), hit[Phase::Forward].size(), hit[Phase::Backward].size(),
               hit[Phase::OptimizerStep].size());
         QVERIFY(hit[Phase::Forward].size() >= perPhase);
         QVERIFY(hit[Phase::Backward].size() >= perPhase);
         QVERIFY(hit[Phase::OptimizerStep].size() >= perPhase);
+        QVERIFY(hit[Phase::Copy].size() >= kCopyPoints);
     }
 
     /// The probe reaches ≥ 97% of the true largest micro-batch (headroom 0) on a user's model.

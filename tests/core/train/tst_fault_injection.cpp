@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "core/device/counting_allocator.h"
+#include "core/device/torch_compat.h"
 #include "core/nn/model.h"
 #include "core/train/trainer.h"
 #include "tests/core/clean_run.h"
@@ -55,12 +56,48 @@ TrainerOptions options(OptimizerKind optimizer) {
     return o;
 }
 
+/// The other models and the memory savers, each injected on its own (everyModelRecovers).
+struct Setting {
+    const char* name;
+    const char* model;
+    MemorySavers savers;
+    OptimizerKind optimizer;
+};
+constexpr Setting kSettings[] = {
+    {"mlp", "mlp", MemorySavers::Off, OptimizerKind::Adam},
+    {"cnn", "cnn", MemorySavers::Off, OptimizerKind::Sgd},
+    {"resnet, activation checkpointing", "resnet", MemorySavers::Checkpoint, OptimizerKind::Adam},
+    {"resnet, bfloat16", "resnet", MemorySavers::Bf16, OptimizerKind::Sgd},
+#if BATCHPILOT_CPU_AUTOCASTS_FLOAT16  // LibTorch 1.13 refuses float16 on the CPU (tst_memory_savers)
+    {"cnn, float16 with loss scaling", "cnn", MemorySavers::Fp16, OptimizerKind::Sgd},
+#endif
+};
+
+TrainerOptions options(const Setting& setting) {
+    TrainerOptions o = options(setting.optimizer);
+    o.model.name = setting.model;
+    o.memorySavers = setting.savers;
+    return o;
+}
+
+/// Allocations drawn inside micro-batches, and first allocations of a micro-batch (the copy to
+/// the device), for each setting of kSettings.
+constexpr size_t kSettingDraws = 8;
+constexpr size_t kCopyPoints = 10;
+/// Under bfloat16 or float16 a recovered OOM changes the split, and the half-precision rounding
+/// with it: how far from the uninjected run the weights may end. Measured up to 0.028 (ResNet,
+/// bfloat16, SGD at 0.05, LibTorch 1.13); a wrong recovery (a gradient kept twice, a step taken
+/// on a part of a batch) moves them by the size of a whole update or more. The samples' check
+/// below catches a lost or repeated sample in any case.
+constexpr double kHalfPrecisionBound = 0.1;
+
 }  // namespace
 
 class TestFaultInjection : public QObject {
     Q_OBJECT
 
     std::map<OptimizerKind, CleanRun> m_clean;
+    std::map<int, CleanRun> m_cleanSettings;
 
     const CleanRun& clean(OptimizerKind kind) {
         if (auto found = m_clean.find(kind); found != m_clean.end()) return found->second;
@@ -72,7 +109,7 @@ private Q_SLOTS:
 
     /// For each optimizer: 40 distinct allocations inside micro-batches and 20 distinct ones inside
     /// optimizer steps (2n and n, n = faultsPerPhase(), 20 but in sanitizer builds), drawn without
-    /// replacement, and 3 first allocations of a micro-batch (its
+    /// replacement, and 4 first allocations of a micro-batch (its
     /// copy to the device); each run recovers, ends with the weights a plain training loop reaches on
     /// the micro-batches the run committed (clean_run.h, plainLoopWeights), and uses every sample
     /// exactly once per epoch, the last partial one included.
@@ -105,7 +142,7 @@ private Q_SLOTS:
             std::shuffle(firsts.begin(), firsts.end(), random);
             int aimed = 0;
             for (const int64_t n : firsts) {
-                if (aimed == 3) break;
+                if (aimed == 4) break;
                 if (std::find(micro.begin(), micro.begin() + microDraws, n) != micro.begin() + microDraws) continue;
                 QTest::addRow("%s, first allocation of a micro-batch %lld", toString(kind), static_cast<long long>(n))
                     << static_cast<int>(kind) << qint64(n) << false;
@@ -179,6 +216,88 @@ private Q_SLOTS:
         QCOMPARE(static_cast<int64_t>(perEpoch.rbegin()->second.size()), lastEpochSamples);
     }
 
+    /// The mlp, the cnn and each memory saver: 8 allocations drawn inside micro-batches and 10
+    /// first allocations of a micro-batch (its copy to the device) for each, every one reaching the
+    /// trainer as an OOM that is recovered, with every sample used once per epoch. The weights:
+    /// the plain loop's on the same micro-batches (float32 settings, as recoversExactly); under
+    /// bfloat16 or float16 the plain loop computes in float32, so there they are compared with the
+    /// uninjected run of the same setting.
+    void everyModelRecovers_data() {
+        QTest::addColumn<int>("setting");
+        QTest::addColumn<qint64>("failAt");
+        QTest::addColumn<bool>("copy");
+        for (int i = 0; i < int(std::size(kSettings)); ++i) {
+            const CleanRun& run = cleanSetting(i);
+            std::mt19937_64 random(77 + i);
+            auto firsts = run.firstOfMicroBatch;
+            std::shuffle(firsts.begin(), firsts.end(), random);
+            if (firsts.size() < kCopyPoints) qFatal("too few micro-batches to aim at");
+            for (size_t k = 0; k < kCopyPoints; ++k)
+                QTest::addRow("%s, first allocation of a micro-batch %lld", kSettings[i].name,
+                              static_cast<long long>(firsts[k]))
+                    << i << qint64(firsts[k]) << true;
+            std::vector<int64_t> micro;
+            for (const int64_t n : run.microBatchAllocations)
+                if (std::find(firsts.begin(), firsts.end(), n) == firsts.end()) micro.push_back(n);
+            std::shuffle(micro.begin(), micro.end(), random);
+            for (size_t k = 0; k < kSettingDraws && k < micro.size(); ++k)
+                QTest::addRow("%s, micro-batch allocation %lld", kSettings[i].name, static_cast<long long>(micro[k]))
+                    << i << qint64(micro[k]) << false;
+        }
+    }
+    void everyModelRecovers() {
+        QFETCH(int, setting);
+        QFETCH(qint64, failAt);
+        QFETCH(bool, copy);
+        const TrainerOptions o = options(kSettings[setting]);
+        auto& allocator = CountingAllocator::instance();
+        RecordingSink sink;
+        bool armed = false;
+        sink.onEach = [&](const Event& e) {
+            if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Probing && !armed) {
+                armed = true;
+                allocator.failAfter(failAt);
+            }
+        };
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        allocator.failAfter(0);
+        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+        QCOMPARE(result.steps, kSteps);
+        // Injected, not passed over: one OOM, recovered, in the copy where it was aimed there.
+        const auto ooms = sink.all<OomEvent>();
+        QVERIFY2(ooms.size() == 1,
+                 qPrintable(QStringLiteral("%1 OOM events for one injected failure").arg(ooms.size())));
+        QVERIFY(ooms.front().recovered);
+        if (copy) QCOMPARE(ooms.front().phase, Phase::Copy);
+        m_settingPhases[setting][ooms.front().phase] += 1;
+
+        const auto weights = finalWeights(trainer);
+        if (o.memorySavers == MemorySavers::Off || o.memorySavers == MemorySavers::Checkpoint) {
+            const double worst = largestDifference(weights, batchpilot::tests::plainLoopWeights(o, sink));
+            QVERIFY2(worst <= kPlainLoopBound, qPrintable(QStringLiteral("max abs difference %1 from the plain "
+                                                                         "loop's weights, bound %2")
+                                                              .arg(worst)
+                                                              .arg(kPlainLoopBound)));
+        } else {
+            const double worst = largestDifference(weights, cleanSetting(setting).weights);
+            qInfo("max abs difference from the uninjected run: %g", worst);
+            QVERIFY2(worst <= kHalfPrecisionBound,
+                     qPrintable(QStringLiteral("max abs difference %1 from the uninjected run's weights, bound %2")
+                                    .arg(worst)
+                                    .arg(kHalfPrecisionBound)));
+        }
+        std::map<int64_t, int64_t> epochOfStep;
+        for (const auto& s : sink.all<StepMetrics>()) epochOfStep[s.step] = s.epoch;
+        std::map<int64_t, std::multiset<int64_t>> perEpoch;
+        for (const auto& m : sink.committedMicroBatches())
+            perEpoch[epochOfStep.at(m.step)].insert(m.sampleIndices.begin(), m.sampleIndices.end());
+        for (const auto& [epoch, samples] : perEpoch) {
+            QCOMPARE(std::set<int64_t>(samples.begin(), samples.end()).size(), samples.size());
+            if (epoch != perEpoch.rbegin()->first) QCOMPARE(samples.size(), size_t(kSamples));
+        }
+    }
+
     void coveredEveryPhase() {
         qInfo(
             "distinct injected OOMs: copy %zu, forward %zu, backward %zu, optimizer step %zu; absorbed inside LibTorch "
@@ -194,7 +313,16 @@ private Q_SLOTS:
         QVERIFY2(
             m_phasesHit[Phase::OptimizerStep].size() >= 3 * n,
             qPrintable(QStringLiteral("fewer than %1 distinct injected OOMs landed in optimizer steps").arg(3 * n)));
-        QVERIFY2(!m_phasesHit[Phase::Copy].empty(), "no injected OOM landed in a host-to-device copy");
+        // Four aimed at the copy for each optimizer, and everyModelRecovers' ten for each setting.
+        QVERIFY2(m_phasesHit[Phase::Copy].size() >= 10,
+                 qPrintable(QStringLiteral("%1 injected OOMs landed in a host-to-device copy, fewer than 10")
+                                .arg(m_phasesHit[Phase::Copy].size())));
+        for (const auto& [setting, phases] : m_settingPhases) {
+            const int copies = phases.count(Phase::Copy) ? phases.at(Phase::Copy) : 0;
+            QVERIFY2(copies >= int(kCopyPoints), qPrintable(QStringLiteral("%1: %2 OOMs in the copy")
+                                                                .arg(QString::fromLatin1(kSettings[setting].name))
+                                                                .arg(copies)));
+        }
         // A failure LibTorch absorbs (2.x's oneDNN takes another path) tests nothing of BatchPilot's:
         // at most a third of the injections into micro-batches may end that way.
         QVERIFY2(m_absorbed * 3 <= m_microRows,
@@ -204,6 +332,12 @@ private Q_SLOTS:
     }
 
 private:
+    const CleanRun& cleanSetting(int i) {
+        if (auto found = m_cleanSettings.find(i); found != m_cleanSettings.end()) return found->second;
+        return m_cleanSettings.emplace(i, measureCleanRun(options(kSettings[i]))).first->second;
+    }
+
+    std::map<int, std::map<Phase, int>> m_settingPhases;
     std::map<Phase, std::set<std::pair<int, qint64>>> m_phasesHit;
     int m_absorbed = 0;
     int m_microRows = 0;
