@@ -1,3 +1,14 @@
+# Every test's environment: the offscreen platform, its own runs folder, and QtTest's
+# per-function watchdog (5 minutes by default) raised to just under CTest's 900 s per test, so a
+# slow function on a loaded 2-core machine is not killed while a hang is still reported by name
+# (sanitizer builds: 25 minutes, under scripts/check's 1800 s).
+if(BATCHPILOT_SANITIZE)
+  set(BATCHPILOT_QTEST_FUNCTION_TIMEOUT_MS 1500000)
+else()
+  set(BATCHPILOT_QTEST_FUNCTION_TIMEOUT_MS 840000)
+endif()
+set(BATCHPILOT_TEST_ENVIRONMENT "QT_QPA_PLATFORM=offscreen;BATCHPILOT_RUNS_DIR=${CMAKE_BINARY_DIR}/test-runs;QTEST_FUNCTION_TIMEOUT=${BATCHPILOT_QTEST_FUNCTION_TIMEOUT_MS}")
+
 # batchpilot_add_test(<unit> SOURCE <file> LIBS <targets...> GROUP <group> [TIMEOUT s] [COST s] [TORCH]
 #                     [NO_TEST])
 # Builds one QtTest executable per unit and registers it with CTest as "<group>.<unit>".
@@ -24,7 +35,7 @@ function(batchpilot_add_test name)
     set(ARG_COST 1)
   endif()
   set_tests_properties(${ARG_GROUP}.${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} COST ${ARG_COST}
-                       ENVIRONMENT "QT_QPA_PLATFORM=offscreen;BATCHPILOT_RUNS_DIR=${CMAKE_BINARY_DIR}/test-runs")
+                       ENVIRONMENT "${BATCHPILOT_TEST_ENVIRONMENT}")
 endfunction()
 
 # batchpilot_add_test_suite(<target> UNITS <[room/]unit...> LIBS <targets...> [TORCH])
@@ -77,7 +88,7 @@ function(batchpilot_add_suite_test unit)
   endif()
   add_test(NAME ${ARG_GROUP}.${unit} COMMAND ${ARG_SUITE} ${unit})
   set_tests_properties(${ARG_GROUP}.${unit} PROPERTIES TIMEOUT ${ARG_TIMEOUT} COST ${ARG_COST}
-                       ENVIRONMENT "QT_QPA_PLATFORM=offscreen;BATCHPILOT_RUNS_DIR=${CMAKE_BINARY_DIR}/test-runs")
+                       ENVIRONMENT "${BATCHPILOT_TEST_ENVIRONMENT}")
 endfunction()
 
 # AUTOMOC's mocs_compilation.cpp of a target that reuses the precompiled torch header: the

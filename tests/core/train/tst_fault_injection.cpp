@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -80,8 +81,8 @@ TrainerOptions options(const Setting& setting) {
     return o;
 }
 
-/// Allocations drawn inside micro-batches, and first allocations of a micro-batch (the copy to
-/// the device), for each setting of kSettings.
+/// OOMs that reach the trainer from allocations drawn inside micro-batches, and first allocations
+/// of a micro-batch (the copy to the device), for each setting of kSettings.
 constexpr size_t kSettingDraws = 8;
 constexpr size_t kCopyPoints = 10;
 /// Under bfloat16 or float16 a recovered OOM changes the split, and the half-precision rounding
@@ -216,86 +217,112 @@ private Q_SLOTS:
         QCOMPARE(static_cast<int64_t>(perEpoch.rbegin()->second.size()), lastEpochSamples);
     }
 
-    /// The mlp, the cnn and each memory saver: 8 allocations drawn inside micro-batches and 10
-    /// first allocations of a micro-batch (its copy to the device) for each, every one reaching the
-    /// trainer as an OOM that is recovered, with every sample used once per epoch. The weights:
-    /// the plain loop's on the same micro-batches (float32 settings, as recoversExactly); under
-    /// bfloat16 or float16 the plain loop computes in float32, so there they are compared with the
-    /// uninjected run of the same setting.
+    /// The mlp, the cnn and each memory saver: 10 first allocations of a micro-batch (its copy to
+    /// the device), each of which must reach the trainer as an OOM in the copy, then allocations
+    /// drawn inside micro-batches until 8 reached the trainer (LibTorch 2.x's oneDNN absorbs some
+    /// failures itself: such a run must be undisturbed, and at most 8 may be). Each recovers and
+    /// uses every sample once per epoch. The weights: the plain loop's on the same micro-batches
+    /// (float32 settings, as recoversExactly); under bfloat16 or float16 the plain loop computes
+    /// in float32, so there they are compared with the uninjected run of the same setting.
     void everyModelRecovers_data() {
         QTest::addColumn<int>("setting");
-        QTest::addColumn<qint64>("failAt");
-        QTest::addColumn<bool>("copy");
-        for (int i = 0; i < int(std::size(kSettings)); ++i) {
-            const CleanRun& run = cleanSetting(i);
-            std::mt19937_64 random(77 + i);
-            auto firsts = run.firstOfMicroBatch;
-            std::shuffle(firsts.begin(), firsts.end(), random);
-            if (firsts.size() < kCopyPoints) qFatal("too few micro-batches to aim at");
-            for (size_t k = 0; k < kCopyPoints; ++k)
-                QTest::addRow("%s, first allocation of a micro-batch %lld", kSettings[i].name,
-                              static_cast<long long>(firsts[k]))
-                    << i << qint64(firsts[k]) << true;
-            std::vector<int64_t> micro;
-            for (const int64_t n : run.microBatchAllocations)
-                if (std::find(firsts.begin(), firsts.end(), n) == firsts.end()) micro.push_back(n);
-            std::shuffle(micro.begin(), micro.end(), random);
-            for (size_t k = 0; k < kSettingDraws && k < micro.size(); ++k)
-                QTest::addRow("%s, micro-batch allocation %lld", kSettings[i].name, static_cast<long long>(micro[k]))
-                    << i << qint64(micro[k]) << false;
-        }
+        for (int i = 0; i < int(std::size(kSettings)); ++i) QTest::newRow(kSettings[i].name) << i;
     }
     void everyModelRecovers() {
         QFETCH(int, setting);
-        QFETCH(qint64, failAt);
-        QFETCH(bool, copy);
         const TrainerOptions o = options(kSettings[setting]);
+        const CleanRun& clean = cleanSetting(setting);
         auto& allocator = CountingAllocator::instance();
-        RecordingSink sink;
-        bool armed = false;
-        sink.onEach = [&](const Event& e) {
-            if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Probing && !armed) {
-                armed = true;
-                allocator.failAfter(failAt);
-            }
+        // One injected run: the phase its OOM landed in, or nullopt when LibTorch absorbed it.
+        const auto inject = [&](int64_t failAt) -> std::optional<Phase> {
+            RecordingSink sink;
+            bool armed = false;
+            sink.onEach = [&](const Event& e) {
+                if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Probing && !armed) {
+                    armed = true;
+                    allocator.failAfter(failAt);
+                }
+            };
+            Trainer trainer(o, sink);
+            const RunResult result = trainer.run();
+            allocator.failAfter(0);
+            const QString where = QStringLiteral("allocation %1: ").arg(failAt);
+            [&] {
+                QVERIFY2(result.state == RunState::Finished, qPrintable(where + QString::fromStdString(result.error)));
+                QCOMPARE(result.steps, kSteps);
+                const auto ooms = sink.all<OomEvent>();
+                QVERIFY2(ooms.size() <= 1, qPrintable(where + QStringLiteral("%1 OOM events").arg(ooms.size())));
+                if (!ooms.empty()) QVERIFY(ooms.front().recovered);
+                const auto weights = finalWeights(trainer);
+                if (o.memorySavers == MemorySavers::Off || o.memorySavers == MemorySavers::Checkpoint) {
+                    const double worst = largestDifference(weights, batchpilot::tests::plainLoopWeights(o, sink));
+                    QVERIFY2(worst <= kPlainLoopBound,
+                             qPrintable(where + QStringLiteral("max abs difference %1 from the plain loop's weights, "
+                                                               "bound %2")
+                                                    .arg(worst)
+                                                    .arg(kPlainLoopBound)));
+                } else {
+                    const double worst = largestDifference(weights, clean.weights);
+                    m_halfPrecisionWorst = std::max(m_halfPrecisionWorst, worst);
+                    QVERIFY2(worst <= kHalfPrecisionBound,
+                             qPrintable(where + QStringLiteral("max abs difference %1 from the uninjected run's "
+                                                               "weights, bound %2")
+                                                    .arg(worst)
+                                                    .arg(kHalfPrecisionBound)));
+                }
+                std::map<int64_t, int64_t> epochOfStep;
+                for (const auto& s : sink.all<StepMetrics>()) epochOfStep[s.step] = s.epoch;
+                std::map<int64_t, std::multiset<int64_t>> perEpoch;
+                for (const auto& m : sink.committedMicroBatches())
+                    perEpoch[epochOfStep.at(m.step)].insert(m.sampleIndices.begin(), m.sampleIndices.end());
+                for (const auto& [epoch, samples] : perEpoch) {
+                    QVERIFY2(std::set<int64_t>(samples.begin(), samples.end()).size() == samples.size(),
+                             qPrintable(where + QStringLiteral("a sample used twice in epoch %1").arg(epoch)));
+                    if (epoch != perEpoch.rbegin()->first)
+                        QVERIFY2(samples.size() == size_t(kSamples),
+                                 qPrintable(where +
+                                            QStringLiteral("%1 samples in epoch %2").arg(samples.size()).arg(epoch)));
+                }
+            }();
+            const auto ooms = sink.all<OomEvent>();
+            return ooms.empty() ? std::nullopt : std::optional<Phase>(ooms.front().phase);
         };
-        Trainer trainer(o, sink);
-        const RunResult result = trainer.run();
-        allocator.failAfter(0);
-        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
-        QCOMPARE(result.steps, kSteps);
-        // Injected, not passed over: one OOM, recovered, in the copy where it was aimed there.
-        const auto ooms = sink.all<OomEvent>();
-        QVERIFY2(ooms.size() == 1,
-                 qPrintable(QStringLiteral("%1 OOM events for one injected failure").arg(ooms.size())));
-        QVERIFY(ooms.front().recovered);
-        if (copy) QCOMPARE(ooms.front().phase, Phase::Copy);
-        m_settingPhases[setting][ooms.front().phase] += 1;
 
-        const auto weights = finalWeights(trainer);
-        if (o.memorySavers == MemorySavers::Off || o.memorySavers == MemorySavers::Checkpoint) {
-            const double worst = largestDifference(weights, batchpilot::tests::plainLoopWeights(o, sink));
-            QVERIFY2(worst <= kPlainLoopBound, qPrintable(QStringLiteral("max abs difference %1 from the plain "
-                                                                         "loop's weights, bound %2")
-                                                              .arg(worst)
-                                                              .arg(kPlainLoopBound)));
-        } else {
-            const double worst = largestDifference(weights, cleanSetting(setting).weights);
-            qInfo("max abs difference from the uninjected run: %g", worst);
-            QVERIFY2(worst <= kHalfPrecisionBound,
-                     qPrintable(QStringLiteral("max abs difference %1 from the uninjected run's weights, bound %2")
-                                    .arg(worst)
-                                    .arg(kHalfPrecisionBound)));
+        std::mt19937_64 random(77 + setting);
+        auto firsts = clean.firstOfMicroBatch;
+        std::shuffle(firsts.begin(), firsts.end(), random);
+        QVERIFY(firsts.size() >= kCopyPoints);
+        for (size_t k = 0; k < kCopyPoints; ++k) {
+            const std::optional<Phase> phase = inject(firsts[k]);
+            if (QTest::currentTestFailed()) return;
+            QVERIFY2(phase == Phase::Copy,
+                     qPrintable(QStringLiteral("allocation %1, the first of a micro-batch: %2")
+                                    .arg(firsts[k])
+                                    .arg(QString::fromStdString(phase ? toString(*phase) : "no OOM"))));
         }
-        std::map<int64_t, int64_t> epochOfStep;
-        for (const auto& s : sink.all<StepMetrics>()) epochOfStep[s.step] = s.epoch;
-        std::map<int64_t, std::multiset<int64_t>> perEpoch;
-        for (const auto& m : sink.committedMicroBatches())
-            perEpoch[epochOfStep.at(m.step)].insert(m.sampleIndices.begin(), m.sampleIndices.end());
-        for (const auto& [epoch, samples] : perEpoch) {
-            QCOMPARE(std::set<int64_t>(samples.begin(), samples.end()).size(), samples.size());
-            if (epoch != perEpoch.rbegin()->first) QCOMPARE(samples.size(), size_t(kSamples));
+        std::vector<int64_t> micro;
+        for (const int64_t n : clean.microBatchAllocations)
+            if (std::find(firsts.begin(), firsts.end(), n) == firsts.end()) micro.push_back(n);
+        std::shuffle(micro.begin(), micro.end(), random);
+        std::map<Phase, int> reached;
+        int absorbed = 0;
+        size_t reachedCount = 0;
+        for (size_t k = 0; k < micro.size() && reachedCount < kSettingDraws && absorbed <= int(kSettingDraws); ++k) {
+            const std::optional<Phase> phase = inject(micro[k]);
+            if (QTest::currentTestFailed()) return;
+            if (phase) {
+                ++reached[*phase];
+                ++reachedCount;
+            } else {
+                ++absorbed;
+            }
         }
+        qInfo("%s: %zu OOMs in the copy, then %d in forward, %d in backward; %d absorbed inside LibTorch",
+              kSettings[setting].name, kCopyPoints, reached[Phase::Forward], reached[Phase::Backward], absorbed);
+        QVERIFY2(reachedCount >= kSettingDraws,
+                 qPrintable(QStringLiteral("only %1 drawn failures reached the trainer, %2 absorbed")
+                                .arg(reachedCount)
+                                .arg(absorbed)));
     }
 
     void coveredEveryPhase() {
@@ -304,6 +331,8 @@ private Q_SLOTS:
             "%d",
             m_phasesHit[Phase::Copy].size(), m_phasesHit[Phase::Forward].size(), m_phasesHit[Phase::Backward].size(),
             m_phasesHit[Phase::OptimizerStep].size(), m_absorbed);
+        qInfo("everyModelRecovers: the half-precision runs ended at most %g from the uninjected ones (bound %g)",
+              m_halfPrecisionWorst, kHalfPrecisionBound);
         // Three optimizers, each with 2n draws inside micro-batches and n inside optimizer steps.
         const auto n = static_cast<size_t>(batchpilot::tests::faultsPerPhase());
         QVERIFY2(m_phasesHit[Phase::Forward].size() >= n,
@@ -313,16 +342,10 @@ private Q_SLOTS:
         QVERIFY2(
             m_phasesHit[Phase::OptimizerStep].size() >= 3 * n,
             qPrintable(QStringLiteral("fewer than %1 distinct injected OOMs landed in optimizer steps").arg(3 * n)));
-        // Four aimed at the copy for each optimizer, and everyModelRecovers' ten for each setting.
+        // Four aimed at the copy for each optimizer (everyModelRecovers asserts its own ten).
         QVERIFY2(m_phasesHit[Phase::Copy].size() >= 10,
                  qPrintable(QStringLiteral("%1 injected OOMs landed in a host-to-device copy, fewer than 10")
                                 .arg(m_phasesHit[Phase::Copy].size())));
-        for (const auto& [setting, phases] : m_settingPhases) {
-            const int copies = phases.count(Phase::Copy) ? phases.at(Phase::Copy) : 0;
-            QVERIFY2(copies >= int(kCopyPoints), qPrintable(QStringLiteral("%1: %2 OOMs in the copy")
-                                                                .arg(QString::fromLatin1(kSettings[setting].name))
-                                                                .arg(copies)));
-        }
         // A failure LibTorch absorbs (2.x's oneDNN takes another path) tests nothing of BatchPilot's:
         // at most a third of the injections into micro-batches may end that way.
         QVERIFY2(m_absorbed * 3 <= m_microRows,
@@ -337,7 +360,7 @@ private:
         return m_cleanSettings.emplace(i, measureCleanRun(options(kSettings[i]))).first->second;
     }
 
-    std::map<int, std::map<Phase, int>> m_settingPhases;
+    double m_halfPrecisionWorst = 0;
     std::map<Phase, std::set<std::pair<int, qint64>>> m_phasesHit;
     int m_absorbed = 0;
     int m_microRows = 0;
