@@ -6,11 +6,17 @@
 #include <QtTest>
 #include "tests/test_main.h"
 
+#include <QTemporaryDir>
+
+#include <array>
+#include <random>
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <fstream>
 #include <numeric>
 #include <set>
+#include <sstream>
 
 #include "core/device/counting_allocator.h"
 #include "core/data/csv_dataset.h"
@@ -111,7 +117,9 @@ private Q_SLOTS:
     void metricsEqualACountByHand();
     void regressionErrorsByHand();
     void trainerValidatesOnItsSchedule();
+    void resultEqualsAnEvaluationOfTheTrainedModel_data();
     void resultEqualsAnEvaluationOfTheTrainedModel();
+    void regressionEqualsAnEvaluationOfTheTrainedModel();
     void outOfMemoryDuringValidationIsRecovered();
     void dataFilesHoldOutATenth();
     void splitZeroTurnsItOff();
@@ -248,12 +256,34 @@ void TestValidation::trainerValidatesOnItsSchedule() {
     QCOMPARE(v.back().samplesSeen, int64_t{20 * 64});
 }
 
+void TestValidation::resultEqualsAnEvaluationOfTheTrainedModel_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<int>("norm");
+    QTest::addColumn<qint64>("classes");
+    QTest::newRow("mlp, 10 classes") << QStringLiteral("mlp") << int(NormKind::Group) << qint64{10};
+    // BatchNorm: evaluated in eval mode, with the running statistics training left (batch
+    // statistics of a validation micro-batch would give other numbers).
+    QTest::newRow("resnet with BatchNorm, 12 classes")
+        << QStringLiteral("resnet") << int(NormKind::Batch) << qint64{12};
+    QTest::newRow("cnn, 40 classes") << QStringLiteral("cnn") << int(NormKind::Group) << qint64{40};
+}
+
 void TestValidation::resultEqualsAnEvaluationOfTheTrainedModel() {
     // The last validation against the test's own evaluation of the trained model on the held-out
-    // samples (the generator's samples 300..329), with its own argmax count.
+    // samples (the generator's samples 300..329), in one pass, with its own argmax, top-5 count
+    // (a sort of each row) and cross-entropy (log-sum-exp minus the target's logit).
+    QFETCH(QString, model);
+    QFETCH(int, norm);
+    QFETCH(qint64, classes);
     RecordingSink sink;
     TrainerOptions o = synthetic(300, 12);
+    o.model.name = model.toStdString();
+    o.model.norm = static_cast<NormKind>(norm);
+    o.data.classes = classes;
     o.validation.everySteps = 12;
+    // Training in micro-batches of at most 8, validation in pieces too: they must add up to the
+    // test's one pass.
+    o.probe.maxMicroBatch = 8;
     Trainer trainer(o, sink);
     const RunResult result = trainer.run();
     QVERIFY2(result.state == RunState::Finished, result.error.c_str());
@@ -267,18 +297,116 @@ void TestValidation::resultEqualsAnEvaluationOfTheTrainedModel() {
     const Batch batch = generator.get(held);
     torch::NoGradGuard noGrad;
     trainer.model()->train(false);
-    const torch::Tensor logits = trainer.model()->forward(batch.inputs);
+    const torch::Tensor logits = trainer.model()->forward(batch.inputs).to(torch::kFloat64);
     int64_t correct = 0;
+    int64_t correct5 = 0;
     double loss = 0;
     for (int64_t i = 0; i < 30; ++i) {
-        const torch::Tensor row = logits[i];
-        if (row.argmax().item<int64_t>() == batch.targets[i].item<int64_t>()) ++correct;
-        loss += (row.exp().sum().log() - row[batch.targets[i].item<int64_t>()]).item<double>();
+        std::vector<std::pair<double, int64_t>> row;
+        for (int64_t c = 0; c < classes; ++c) row.emplace_back(logits[i][c].item<double>(), c);
+        std::sort(row.begin(), row.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+        const int64_t target = batch.targets[i].item<int64_t>();
+        if (row[0].second == target) ++correct;
+        for (int k = 0; k < 5; ++k)
+            if (row[size_t(k)].second == target) ++correct5;
+        double sum = 0;
+        for (const auto& [z, c] : row) sum += std::exp(z);
+        loss += std::log(sum) - logits[i][target].item<double>();
     }
+    qInfo("%s: validation loss %.6f (here %.6f), accuracy %.4f (%.4f), top-5 %.4f (%.4f)", qPrintable(model),
+          done.front().loss, loss / 30.0, done.front().accuracy, double(correct) / 30.0, done.front().top5Accuracy,
+          double(correct5) / 30.0);
     QCOMPARE(done.front().samples, int64_t{30});
+    QVERIFY2(done.front().microBatch < 30, qPrintable(QString::number(done.front().microBatch)));
     QCOMPARE(done.front().accuracy, static_cast<double>(correct) / 30.0);
+    QCOMPARE(done.front().top5Accuracy, static_cast<double>(correct5) / 30.0);
     QVERIFY2(std::abs(done.front().loss - loss / 30.0) < 1e-5,
              qPrintable(QStringLiteral("%1 vs %2").arg(done.front().loss).arg(loss / 30.0)));
+    QCOMPARE(done.front().meanSquaredError, -1.0);
+}
+
+void TestValidation::regressionEqualsAnEvaluationOfTheTrainedModel() {
+    // A regression table (y = x1 - 2·x2 + noise) with MSE, validated on a second file: the pass's
+    // MSE, MAE and loss against the test's own evaluation of the trained model on that file's
+    // rows, as written here.
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    std::mt19937 random(11);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    // Each number as the file holds it (6 significant digits), so that the test reads what the
+    // trainer reads.
+    const auto asWritten = [](double v) {
+        std::ostringstream text;
+        text << v;
+        return std::stod(text.str());
+    };
+    const auto write = [&](const QString& name, int rows) {
+        std::vector<std::array<double, 3>> kept;
+        std::ofstream out(dir.filePath(name).toStdString());
+        out << "x1,x2,y\n";
+        for (int i = 0; i < rows; ++i) {
+            const double x1 = asWritten(3 * normal(random) + 5);
+            const double x2 = asWritten(normal(random));
+            const double y = asWritten(x1 - 2 * x2 + 0.1 * normal(random));
+            out << x1 << ',' << x2 << ',' << y << '\n';
+            kept.push_back({x1, x2, y});
+        }
+        return kept;
+    };
+    const auto training = write(QStringLiteral("train.csv"), 256);
+    const auto heldOut = write(QStringLiteral("val.csv"), 37);
+    TrainerOptions o = synthetic(256, 16);
+    o.data.name = "csv";
+    o.data.path = dir.filePath(QStringLiteral("train.csv")).toStdString();
+    o.data.targetColumn = "y";
+    o.data.regression = true;
+    o.loss = LossKind::Mse;
+    o.validation.path = dir.filePath(QStringLiteral("val.csv")).toStdString();
+    o.targetBatch = 32;
+    RecordingSink sink;
+    Trainer trainer(o, sink);
+    const RunResult result = trainer.run();
+    QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+    const auto done = sink.all<ValidationDone>();
+    QVERIFY(!done.empty());
+    const ValidationDone& last = done.back();
+    QCOMPARE(last.step, int64_t{16});
+
+    // The features standardised with the training file's mean and (population) deviation, as the
+    // guide says the validation file is.
+    double mean[2] = {0, 0};
+    double deviation[2] = {0, 0};
+    for (const auto& row : training)
+        for (int j = 0; j < 2; ++j) mean[j] += row[size_t(j)] / 256;
+    for (const auto& row : training)
+        for (int j = 0; j < 2; ++j) deviation[j] += (row[size_t(j)] - mean[j]) * (row[size_t(j)] - mean[j]) / 256;
+    torch::NoGradGuard noGrad;
+    trainer.model()->train(false);
+    torch::Tensor inputs = torch::empty({37, 2});
+    for (int i = 0; i < 37; ++i)
+        for (int j = 0; j < 2; ++j) inputs[i][j] = (heldOut[size_t(i)][size_t(j)] - mean[j]) / std::sqrt(deviation[j]);
+    const torch::Tensor output = trainer.model()->forward(inputs).to(torch::kFloat64).reshape({37});
+    double squared = 0;
+    double absolute = 0;
+    for (int i = 0; i < 37; ++i) {
+        const double error = output[i].item<double>() - double(float(heldOut[size_t(i)][2]));
+        squared += error * error;
+        absolute += std::abs(error);
+    }
+    qInfo("regression: validation MSE %.6f (here %.6f), MAE %.6f (here %.6f)", last.meanSquaredError, squared / 37,
+          last.meanAbsoluteError, absolute / 37);
+    QCOMPARE(last.samples, int64_t{37});
+    QCOMPARE(last.accuracy, -1.0);
+    QVERIFY2(std::abs(last.meanSquaredError - squared / 37) < 1e-5 * std::max(1.0, squared / 37),
+             qPrintable(QStringLiteral("MSE %1 vs %2").arg(last.meanSquaredError).arg(squared / 37)));
+    QVERIFY2(std::abs(last.meanAbsoluteError - absolute / 37) < 1e-5 * std::max(1.0, absolute / 37),
+             qPrintable(QStringLiteral("MAE %1 vs %2").arg(last.meanAbsoluteError).arg(absolute / 37)));
+    QVERIFY2(std::abs(last.loss - squared / 37) < 1e-5 * std::max(1.0, squared / 37),
+             qPrintable(QStringLiteral("loss %1 vs %2").arg(last.loss).arg(squared / 37)));
+    // It learned the line, so the numbers compared are not those of an untrained model.
+    QVERIFY2(
+        last.meanSquaredError < done.front().meanSquaredError || done.size() == 1,
+        qPrintable(QStringLiteral("MSE %1 after %2").arg(last.meanSquaredError).arg(done.front().meanSquaredError)));
 }
 
 void TestValidation::outOfMemoryDuringValidationIsRecovered() {
