@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -206,6 +207,10 @@ struct TrainerOptions {
     /// Optional overrides of the built-in model and dataset (tests, user models).
     ModelFactory modelFactory;
     DatasetFactory datasetFactory;
+    /// For tests: the clock that times micro-batches and training batches, by which the
+    /// fastest-size search and its drift check decide; empty: std::chrono::steady_clock. A test
+    /// that advances its own clock makes those decisions independent of the machine's speed.
+    std::function<std::chrono::steady_clock::time_point()> timingClock;
 };
 
 /// Limits every front end shares (the CLI, the configuration file, the GUI).

@@ -337,7 +337,7 @@ std::vector<torch::Tensor> Trainer::Impl::copyBuffers() const {
 MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next,
                                          bool measurement, std::vector<torch::Tensor>* buffersBefore) {
     MicroResult result;
-    const auto started = Clock::now();
+    const auto started = timingNow();
     result.residentBytes = meter->allocated();
     meter->resetPeak();
     // The model's buffers (BatchNorm's statistics) before this micro-batch: a failed one must not
@@ -401,7 +401,7 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
     } else if (buffersBefore != nullptr) {
         *buffersBefore = std::move(savedBuffers);
     }
-    result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    result.seconds = std::chrono::duration<double>(timingNow() - started).count();
     return result;
 }
 
@@ -456,14 +456,14 @@ void Trainer::Impl::optimizerStep() {
 void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batchSize) {
     // With several devices this rank trains its share; the weights stay those of the whole batch.
     const auto localSize = static_cast<int64_t>(indices.size());
-    const auto stepStart = Clock::now();  // a batch trained again counts from its first try
+    const auto stepStart = timingNow();  // a batch trained again counts from its first try
     for (;;) {
         BatchPass pass;
         if (parallel) parallel->oomsInStep = 0;
         if (!accumulate(pass, indices, batchSize)) return dropPartialBatch(pass);
         if (probe && !probe->next()) finishProbe();
         ledger.lastPeak = pass.trainingPeak.size > 0 ? pass.trainingPeak : pass.trialPeak;
-        const double computeSeconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
+        const double computeSeconds = std::chrono::duration<double>(timingNow() - stepStart).count();
         const int64_t plannedLocal = localTarget();  // before reduceOverRanks chooses the next shares
         if (parallel) {
             // A probe's trials (and its OOMs) say nothing of the speed to come; the fastest-micro-batch
@@ -697,7 +697,7 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
         stepsAtThisScale = 0;
     }
     if (parallel) finishRanksStep();
-    const double seconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
+    const double seconds = std::chrono::duration<double>(timingNow() - stepStart).count();
     emit(OptimizerStepped{now(), step, pass.committed});
     emit(StepMetrics{
         now(), step, sampler->epoch(), samplesSeen, pass.lossSum, pass.largestUsed,

@@ -234,6 +234,8 @@ struct Trainer::Impl {
     MemoryLedger ledger;
 
     double now() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+    /// What micro-batches and training batches are timed with (TrainerOptions::timingClock).
+    Clock::time_point timingNow() const { return options.timingClock ? options.timingClock() : Clock::now(); }
     void emit(Event event) {
         if (parallel) {
             if (std::holds_alternative<OomEvent>(event)) ++parallel->oomsInStep;

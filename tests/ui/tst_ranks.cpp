@@ -233,10 +233,13 @@ private Q_SLOTS:
         // keep their proportions.
         w.runPanel()->targetBatchBox()->setValue(256);
         w.controller()->resume();
-        QTRY_VERIFY_WITH_TIMEOUT(
-            w.accumulationView()->targetBatch() == 256 && w.ranksView()->table()->rowCount() == 2 &&
-                qobject_cast<QProgressBar*>(w.ranksView()->table()->cellWidget(0, 2))->maximum() == 256,
-            kTimeout);
+        const auto shareBarMaximum = [&] {
+            const auto* bar = w.ranksView()->table()->rowCount() == 2
+                                  ? qobject_cast<QProgressBar*>(w.ranksView()->table()->cellWidget(0, 2))
+                                  : nullptr;
+            return bar != nullptr ? bar->maximum() : -1;  // no bar yet: wait, never dereference
+        };
+        QTRY_VERIFY_WITH_TIMEOUT(w.accumulationView()->targetBatch() == 256 && shareBarMaximum() == 256, kTimeout);
 
         // The run ends on every rank at the step limit; the window can start again.
         QSignalSpy finished(w.controller(), &ui::TrainerController::runFinished);

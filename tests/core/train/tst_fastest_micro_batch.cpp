@@ -11,7 +11,6 @@
 #include <chrono>
 #include <map>
 #include <set>
-#include <thread>
 
 #include "core/plan/accumulation_plan.h"
 #include "core/data/dataset.h"
@@ -63,15 +62,19 @@ std::map<int64_t, double> lossPerStep(const RecordingSink& sink) {
     return losses;
 }
 
-/// A built-in model whose forward sleeps per sample once `slow` is set: the machine training got
-/// slower (a neighbour's job), the same for every micro-batch size.
+/// A built-in model on a clock of its own (TrainerOptions::timingClock): each forward pass
+/// advances it by 2 ms + 50 µs per sample, four times that once `slow` is set — the machine
+/// training got slower (a neighbour's job), the same for every micro-batch size. The speeds the
+/// trainer measures are exact, and the slowdown is -75% on any machine.
 class SlowedModel : public Model {
 public:
-    SlowedModel(std::shared_ptr<Model> inner, std::shared_ptr<std::atomic<bool>> slow)
-        : m_inner(std::move(inner)), m_slow(std::move(slow)) {}
+    SlowedModel(std::shared_ptr<Model> inner, std::shared_ptr<std::atomic<bool>> slow,
+                std::shared_ptr<std::atomic<int64_t>> clockNanoseconds)
+        : m_inner(std::move(inner)), m_slow(std::move(slow)), m_clock(std::move(clockNanoseconds)) {}
     std::string name() const override { return m_inner->name(); }
     torch::Tensor forward(const torch::Tensor& input) override {
-        if (m_slow->load()) std::this_thread::sleep_for(std::chrono::microseconds(400) * input.size(0));
+        const int64_t cost = 2'000'000 + 50'000 * input.size(0);
+        m_clock->fetch_add(m_slow->load() ? 4 * cost : cost);
         return m_inner->forward(input);
     }
     std::vector<torch::Tensor> parameters() const override { return m_inner->parameters(); }
@@ -83,6 +86,7 @@ public:
 private:
     std::shared_ptr<Model> m_inner;
     std::shared_ptr<std::atomic<bool>> m_slow;
+    std::shared_ptr<std::atomic<int64_t>> m_clock;
 };
 
 struct DriftRun {
@@ -102,14 +106,16 @@ struct DriftRun {
 /// job, so the slowdown is found by the windows that held slowed steps.
 DriftRun runWithSlowdown(int64_t retimeEvery) {
     auto slow = std::make_shared<std::atomic<bool>>(false);
+    auto clock = std::make_shared<std::atomic<int64_t>>(0);
     TrainerOptions o = options(ProbeObjective::Fastest);
+    o.timingClock = [clock] { return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(clock->load())); };
     o.steps = 50000;
     o.probe.retimeEvery = retimeEvery;
     o.probe.retimeDrift = 0.5;  // the slowdown is several-fold (-75% or more)
-    o.modelFactory = [slow, o](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
+    o.modelFactory = [slow, clock, o](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
         auto inner = makeBuiltinModel(o.model, data.sampleShape(), data.classes());
         if (!inner) return tl::unexpected(inner.error());
-        return std::make_shared<SlowedModel>(*inner, slow);
+        return std::make_shared<SlowedModel>(*inner, slow, clock);
     };
     RecordingSink sink;
     Trainer trainer(o, sink);
