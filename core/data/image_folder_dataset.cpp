@@ -278,28 +278,46 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
         return tl::unexpected(root + " is not a folder: image-folder data is a folder with one subfolder per class");
     }
 
+    // Everything read stays inside the folder given: a symbolic link out of it (a class folder
+    // linked to "/", say) would walk the whole file system and train on whatever it found.
+    const std::string inside = fs::canonical(root, ec).string();
+    if (ec) return tl::unexpected("cannot open image folder " + root + ": " + ec.message());
+    const auto leadsOutside = [&inside](const fs::path& path) {
+        std::error_code canonicalError;
+        const std::string real = fs::canonical(path, canonicalError).string();
+        return canonicalError || (real != inside && !real.starts_with(inside + "/"));
+    };
+    std::vector<std::string> outside;
     std::vector<std::string> classDirs;
     int64_t looseImages = 0;
     for (fs::directory_iterator it(root, fs::directory_options::skip_permission_denied, ec), end; !ec && it != end;
          it.increment(ec)) {
         if (isHidden(it->path())) continue;
         if (it->is_directory(ec)) {
+            if (leadsOutside(it->path())) {
+                outside.push_back(it->path().string());
+                continue;
+            }
             classDirs.push_back(it->path().filename().string());
         } else if (isImageName(it->path())) {
             ++looseImages;
         }
     }
     if (ec) return tl::unexpected("cannot list image folder " + root + ": " + ec.message());
+    const std::string linkedOut = outside.empty() ? std::string()
+                                                  : " (besides " + std::to_string(outside.size()) +
+                                                        " linked folder(s) that lead outside it, e.g. " +
+                                                        outside.front() + ", which are not followed)";
     if (classDirs.empty()) {
         return tl::unexpected(
-            "image folder " + root + " has no class subfolders" +
+            "image folder " + root + " has no class subfolders" + linkedOut +
             (looseImages > 0 ? " (it holds " + std::to_string(looseImages) + " images directly)" : "") +
             ": put the images of each class in their own subfolder, e.g. " + root + "/cat/1.png");
     }
     if (classDirs.size() == 1) {
-        return tl::unexpected("image folder " + root + " has one class subfolder (\"" + classDirs.front() +
-                              "\"): a classifier needs at least two classes, each in its own subfolder of " + root +
-                              " (root/<class>/<image>)");
+        return tl::unexpected("image folder " + root + " has one class subfolder (\"" + classDirs.front() + "\")" +
+                              linkedOut + ": a classifier needs at least two classes, each in its own subfolder of " +
+                              root + " (root/<class>/<image>)");
     }
     std::sort(classDirs.begin(), classDirs.end());
 
@@ -321,6 +339,11 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
             if (cancelled(cancelFlag())) return tl::unexpected(std::string(kLoadingCancelled));
             if (isHidden(it->path())) {
                 if (it->is_directory(ec)) it.disable_recursion_pending();
+                continue;
+            }
+            if (it->is_symlink(ec) && leadsOutside(it->path())) {
+                if (it->is_directory(ec)) it.disable_recursion_pending();
+                outside.push_back(it->path().string());
                 continue;
             }
             if (it->is_directory(ec)) {
@@ -356,6 +379,12 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
     }
 
     auto dataset = std::shared_ptr<ImageFolderDataset>(new ImageFolderDataset());
+    if (!outside.empty()) {
+        dataset->m_warnings.push_back(std::to_string(outside.size()) + " symbolic link(s) lead outside " + root +
+                                      " and were skipped (e.g. " + outside.front() +
+                                      "): a data set's images are read from inside its folder; copy them in, or "
+                                      "give the folder they are in");
+    }
     if (!loops.empty()) {
         dataset->m_warnings.push_back(std::to_string(loops.size()) +
                                       " linked folder(s) lead back to a folder already read "

@@ -33,9 +33,24 @@ public:
     /// `context`: of the budget, what a simulated CUDA context takes outside the allocator.
     CountingMeter(int64_t budget, const AllocatorSettings& settings, int64_t context = 0, int64_t workspace = 0)
         : m_budget(budget), m_context(context) {
-        CountingAllocator::instance().configure(budget - context, settings, workspace);
-        m_capacity = budget > 0 ? budget - context : allocated() + hostAvailableBytes();
+        // A virtual GPU's tensors live in host memory: a budget beyond what the host has free
+        // (virtual:8000000TB, an H200 preset on a laptop) is held to that, less a margin for the
+        // rest of the process, so that the probe meets a virtual OOM and not the kernel's OOM
+        // killer (it allocated until the machine ran out).
+        int64_t limit = budget - context;
+        if (const int64_t host = hostAvailableBytes(); budget > 0 && host > 0) {
+            const int64_t hostLimit = allocated() + std::max<int64_t>(0, host - kHostMargin);
+            if (limit > hostLimit) {
+                m_note = "the device's " + formatBytes(budget) + " is more than this machine's free memory (" +
+                         formatBytes(host) + "), where a virtual GPU keeps its tensors: it holds at most " +
+                         formatBytes(hostLimit) + " here, and the micro-batch found is what fits in that";
+                limit = hostLimit;
+            }
+        }
+        CountingAllocator::instance().configure(limit, settings, workspace);
+        m_capacity = budget > 0 ? limit : allocated() + hostAvailableBytes();
     }
+    std::string limitNote() const override { return m_note; }
     int64_t total() const override { return m_capacity + m_context; }
     int64_t contextBytes() const override { return m_context; }
     int64_t workspaceBytes() const override { return CountingAllocator::instance().workspaceBytes(); }
@@ -55,9 +70,13 @@ public:
     }
 
 private:
+    /// Host memory left to the rest of the process (and the machine) under a virtual GPU held to
+    /// the host's free memory.
+    static constexpr int64_t kHostMargin = int64_t{1} << 30;
     int64_t m_budget;
     int64_t m_context = 0;
     int64_t m_capacity;
+    std::string m_note;
 };
 
 }  // namespace

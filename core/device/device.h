@@ -53,6 +53,9 @@ public:
     virtual int64_t allocatorRetries() const { return 0; }
     /// Resets peak() and peakReserved() to the current values.
     virtual void resetPeak() = 0;
+    /// Something the user should know about the device's limit, for a warning (a virtual GPU
+    /// larger than the host's free memory: its tensors live there); empty when nothing.
+    virtual std::string limitNote() const { return {}; }
     /// Memory this process may use on the device.
     virtual int64_t capacity() const = 0;
     /// capacity() minus what is in use (never negative).

@@ -20,6 +20,12 @@ constexpr std::array<std::string_view, 7> kOomMessages{
     "CUDA error: out of memory",
 };
 
+/// Failures that may mean memory ran out (FailureInfo::maybeOutOfMemory).
+constexpr std::array<std::string_view, 2> kMaybeOomMessages{
+    "could not create a primitive",
+    "CUDNN_STATUS_NOT_SUPPORTED",
+};
+
 constexpr std::string_view kInterpreterLine = "The following operation failed in the TorchScript interpreter";
 
 /// Nested exceptions deeper than this are not followed (a chain that long is not from LibTorch).
@@ -135,6 +141,8 @@ FailureInfo classifyFailure(std::exception_ptr error) {
     for (const Link& link : chain) {
         const bool oom = link.oomType || isOutOfMemoryMessage(link.reason) || namesOutOfMemoryClass(link.reason);
         info.outOfMemory = info.outOfMemory || oom;
+        for (std::string_view maybe : kMaybeOomMessages)
+            if (link.reason.find(maybe) != std::string::npos) info.maybeOutOfMemory = true;
         info.insideTorchScript = info.insideTorchScript || link.interpreter;
         if (!info.detail.empty()) info.detail += "\n-- caused by --\n";
         info.detail += link.text;

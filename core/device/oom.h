@@ -17,6 +17,12 @@ struct FailureInfo {
     /// Everything the chain said (every nested exception, the TorchScript traceback), for logs.
     std::string detail;
     bool insideTorchScript = false;  ///< the TorchScript interpreter wrapped the error
+    /// A failure a math library also raises when memory runs out, without saying so: oneDNN's
+    /// "could not create a primitive" (its scratch memory, PyPI's LibTorch under memory pressure)
+    /// and cuDNN's CUDNN_STATUS_NOT_SUPPORTED (a workspace too large). The trainer takes it for an
+    /// OOM above the smallest micro-batch, where the same shapes at a smaller size can work, and
+    /// for the error it is at the smallest.
+    bool maybeOutOfMemory = false;
 };
 
 /// Classifies an exception as DESIGN.md says, from the whole chain: the exception type, every

@@ -1,6 +1,7 @@
 #include "core/train/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -98,6 +99,47 @@ int64_t readInt(torch::serialize::InputArchive& archive, const std::string& key)
 }
 
 }  // namespace
+
+tl::expected<CheckpointFolderLock, std::string> CheckpointFolderLock::acquire(const std::string& directory) {
+    const std::string path = (fs::path(directory) / kCheckpointLockFile).string();
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return tl::unexpected("cannot lock the checkpoint folder \"" + directory + "\" (" + path +
+                              "): " + std::strerror(errno) + "; choose another folder");
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int why = errno;
+        char holder[32] = {};
+        const ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
+        ::close(fd);
+        std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string();
+        while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+        if (why == EWOULDBLOCK) {
+            return tl::unexpected("the checkpoint folder \"" + directory + "\" is in use by another run" +
+                                  (pid.empty() ? std::string() : " (process " + pid + ")") +
+                                  ": two runs saving there would overwrite each other's checkpoints; wait for it "
+                                  "to end, or give this run another --checkpoint-dir");
+        }
+        return tl::unexpected("cannot lock the checkpoint folder \"" + directory + "\": " + std::strerror(why));
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd, 0) == 0) {
+        [[maybe_unused]] const auto written = writeAll(fd, {pid});
+    }
+    return CheckpointFolderLock(fd);
+}
+
+CheckpointFolderLock& CheckpointFolderLock::operator=(CheckpointFolderLock&& other) noexcept {
+    if (this != &other) {
+        if (m_fd >= 0) ::close(m_fd);
+        m_fd = other.m_fd;
+        other.m_fd = -1;
+    }
+    return *this;
+}
+
+CheckpointFolderLock::~CheckpointFolderLock() {
+    if (m_fd >= 0) ::close(m_fd);  // releases the lock; the file stays, holding no one's id
+}
 
 tl::expected<void, std::string> checkCheckpointDirectory(const std::string& directory) {
     const std::string named = "the checkpoint folder \"" + directory + "\"";

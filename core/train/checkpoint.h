@@ -60,6 +60,28 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
 /// removing a temporary one), so that a run learns before training that it could not save.
 tl::expected<void, std::string> checkCheckpointDirectory(const std::string& directory);
 
+/// A checkpoint folder held by one run: an exclusive lock (flock) on `directory`/.batchpilot.lock,
+/// which records the holder's process id. Two runs saving into one folder (two resumes of the same
+/// checkpoint, say) would overwrite each other's checkpoints; the second is refused instead,
+/// naming the first. Released when the object is destroyed or the process ends, also by kill -9.
+class CheckpointFolderLock {
+public:
+    /// Takes the folder's lock (the folder must exist); the error names the process holding it.
+    static tl::expected<CheckpointFolderLock, std::string> acquire(const std::string& directory);
+    CheckpointFolderLock(CheckpointFolderLock&& other) noexcept : m_fd(other.m_fd) { other.m_fd = -1; }
+    CheckpointFolderLock& operator=(CheckpointFolderLock&& other) noexcept;
+    CheckpointFolderLock(const CheckpointFolderLock&) = delete;
+    CheckpointFolderLock& operator=(const CheckpointFolderLock&) = delete;
+    ~CheckpointFolderLock();
+
+private:
+    explicit CheckpointFolderLock(int fd) : m_fd(fd) {}
+    int m_fd = -1;
+};
+
+/// Name of the lock file inside a checkpoint directory (CheckpointFolderLock).
+inline constexpr const char* kCheckpointLockFile = ".batchpilot.lock";
+
 /// Loads `directory`/checkpoint.pt into `model` and `optimizer` (already built the same way) and
 /// returns the trainer state. A missing, corrupt or mismatched checkpoint (other model, other
 /// parameter shapes, other optimizer) is an error saying which.

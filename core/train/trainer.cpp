@@ -19,6 +19,12 @@ void Trainer::Impl::setup() {
     torch::set_num_threads(intraOpThreadsFor(options.intraOpThreads, options.reservedCpus));
     loadData();
     checkDataAndCheckpoints();
+    if (!options.checkpoint.directory.empty()) {
+        // Held to the run's end: another run saving into this folder is refused.
+        auto lock = CheckpointFolderLock::acquire(options.checkpoint.directory);
+        if (!lock) throw FatalError{lock.error(), "checkpoint"};
+        checkpointLock.emplace(std::move(*lock));
+    }
     for (const std::string& warning : data->warnings()) emit(Warning{now(), warning});
     if (validationData && !options.validation.path.empty()) {
         for (const std::string& warning : validationData->warnings())
@@ -29,6 +35,7 @@ void Trainer::Impl::setup() {
         setCudaMemoryFraction(device.index, options.cudaMemoryFraction);
     }
     meter = openMeter(device);
+    if (const std::string note = meter->limitNote(); !note.empty()) emit(Warning{now(), device.name() + ": " + note});
     meter->resetPeak();
     allocatorRetriesSeen = meter->allocatorRetries();
     target = options.targetBatch;
@@ -390,6 +397,15 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         result.failure = classifyFailure(error);
         result.peakBytes = meter->peakReserved();
         result.peakAllocatedBytes = meter->peak();
+        // oneDNN's "could not create a primitive" and the like: memory, where a smaller
+        // micro-batch of the same shapes is left to try; the error it says at the smallest.
+        if (!result.failure.outOfMemory && result.failure.maybeOutOfMemory &&
+            static_cast<int64_t>(indices.size()) > sizes.minMicroBatch) {
+            result.failure.outOfMemory = true;
+            result.failure.message +=
+                " (taken for an out-of-memory error: this library also says it when memory "
+                "runs out; a smaller micro-batch is tried)";
+        }
         if (result.failure.outOfMemory) {
             releaseFailedBackward();
             restoreBuffers(savedBuffers);

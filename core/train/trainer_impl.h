@@ -493,7 +493,9 @@ struct Trainer::Impl {
     void releaseFailedBackward();
     std::string checkpointError;        ///< the last failed save's message
     int64_t latestCheckpointStep = -1;  ///< step of the latest checkpoint written (-1: none)
-    int64_t allocatorRetriesSeen = 0;   ///< the meter's allocator retries already reported
+    /// The checkpoint folder, held for this run (another run saving there is refused).
+    std::optional<CheckpointFolderLock> checkpointLock;
+    int64_t allocatorRetriesSeen = 0;  ///< the meter's allocator retries already reported
     /// Stops the run: the model does not fit. Where a memory saver would help (not during setup,
     /// nor for the optimizer state: `suggestSavers` false) the message names the one that makes
     /// the smallest micro-batch fit fastest, measured (surveySavers).

@@ -92,19 +92,24 @@ SaverOption Trainer::Impl::measureSaver(MemorySavers candidate) {
         return true;
     };
     bool ok = true;
-    while (ok) {
+    // A stop (Ctrl-C, SIGTERM, the window's Stop) ends the survey at the next measurement: it
+    // waited ≈ 8.5 s for every saver to be measured.
+    while (ok && !commands.stopRequested()) {
         const std::optional<int64_t> size = nextSurveySize(trials, usableBytes(), upper, sizes.minMicroBatch);
         if (!size) break;
         ok = run(*size);
     }
     SaverOption o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), sizes.minMicroBatch);
     // A size's first run also prepares its kernels: where it is cheap, time it once more.
-    if (ok && o.samplesPerSecond > 0 && static_cast<double>(o.timedMicroBatch) / o.samplesPerSecond < 2.0 &&
-        run(o.timedMicroBatch))
+    if (ok && !commands.stopRequested() && o.samplesPerSecond > 0 &&
+        static_cast<double>(o.timedMicroBatch) / o.samplesPerSecond < 2.0 && run(o.timedMicroBatch))
         o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), sizes.minMicroBatch);
     if (!failed.empty()) {
         o.fits = false;
         o.unavailable = "it failed: " + failed;
+    } else if (commands.stopRequested()) {
+        o.fits = false;
+        o.unavailable = "not measured: the run was stopped";
     }
     return o;
 }
@@ -146,6 +151,13 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
         for (const auto& g : gradients) accumulated.push_back(g.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
     }
     for (const MemorySavers candidate : candidates) {
+        if (commands.stopRequested()) {
+            SaverOption o;
+            o.savers = toString(candidate);
+            o.unavailable = "not measured: the run was stopped";
+            survey.options.push_back(std::move(o));
+            continue;
+        }
         if (checkpoints(candidate) && !cannotSplit.empty()) {
             SaverOption o;
             o.savers = toString(candidate);

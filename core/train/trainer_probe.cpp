@@ -153,6 +153,7 @@ std::optional<std::string> Trainer::Impl::switchTo(const DeviceSpec& next) {
     }
     device = next;
     meter = openMeter(device);
+    if (const std::string note = meter->limitNote(); !note.empty()) emit(Warning{now(), device.name() + ": " + note});
     emit(DeviceSwitched{now(), from, device.name(), parallel ? parallel->link->rank() : 0});
     reportSummary();
     return std::nullopt;

@@ -189,6 +189,26 @@ private Q_SLOTS:
         const QString dir = m_dir.path();
         QTest::newRow("config is a folder")
             << base({QStringLiteral("--config"), dir}) << 2 << QStringLiteral("is not a regular file (a folder)");
+        // 4096 processes of ≈ 180 MiB each: refused before one starts, with the cost.
+        QStringList many;
+        for (int i = 0; i < 4096; ++i) many << QStringLiteral("virtual:1MiB");
+        QTest::newRow("4096 devices") << QStringList{QStringLiteral("--model"), QStringLiteral("mlp"),
+                                                     QStringLiteral("--devices"), many.join(QLatin1Char(','))}
+                                      << 2
+                                      << QStringLiteral(
+                                             "--devices: 4096 ranks, one process each, take at least "
+                                             "720.0 GiB of host memory");
+        // A gigabyte of NUL bytes took 5.2 GB before it was refused: now at its first NUL.
+        QTest::newRow("CSV of NUL bytes")
+            << base({QStringLiteral("--data"), QStringLiteral("csv"), QStringLiteral("--data-path"),
+                     dir + QStringLiteral("/nul.csv"), QStringLiteral("--target-column"), QStringLiteral("y")})
+            << 2 << QStringLiteral("nul.csv holds a NUL byte (at byte 0): it is not a text file");
+        // A class folder that is a link to "/": not walked (it read the whole file system).
+        QTest::newRow("image-folder class linked to /")
+            << base({QStringLiteral("--data"), QStringLiteral("image-folder"), QStringLiteral("--data-path"),
+                     dir + QStringLiteral("/linkedout"), QStringLiteral("--image-size"), QStringLiteral("1x2x2")})
+            << 2
+            << QStringLiteral("has one class subfolder (\"cats\") (besides 1 linked folder(s) that lead outside it");
         QTest::newRow("config is a FIFO") << base({QStringLiteral("--config"), dir + QStringLiteral("/fifo")}) << 2
                                           << QStringLiteral("a FIFO, socket or device");
         QTest::newRow("config nested 100,000 deep")
@@ -504,6 +524,13 @@ private Q_SLOTS:
         }
         QVERIFY(QFile::link(m_dir.filePath(QStringLiteral("target.json")),
                             m_dir.filePath(QStringLiteral("linkedrun/series.csv"))));
+        QFile nul(m_dir.filePath(QStringLiteral("nul.csv")));
+        QVERIFY(nul.open(QIODevice::WriteOnly));
+        nul.write(QByteArray(3 << 20, '\0'));
+        nul.close();
+        // An image folder whose second class is a link to "/".
+        QVERIFY(QDir(m_dir.path()).mkpath(QStringLiteral("linkedout/cats")));
+        QVERIFY(QFile::link(QStringLiteral("/"), m_dir.filePath(QStringLiteral("linkedout/root"))));
         // An image folder with a single class: one grey 2x2 PGM image in oneclass/cats/.
         QVERIFY(QDir(m_dir.path()).mkpath(QStringLiteral("oneclass/cats")));
         QFile image(m_dir.filePath(QStringLiteral("oneclass/cats/a.pgm")));
@@ -749,6 +776,85 @@ private Q_SLOTS:
         checkSameCheckpoint(checkpoint, reference + QStringLiteral("/checkpoint.pt"));
     }
 
+    // Two runs saving into one checkpoint folder (two resumes of the same checkpoint) overwrote
+    // each other's files and both ended with exit 4: the second is refused at once, naming the
+    // first, and the folder is free again when the first ends, even by SIGKILL.
+    void twoRunsCannotShareACheckpointFolder() {
+        QTemporaryDir dir;
+        const QString checkpoints = dir.filePath(QStringLiteral("ckpt"));
+        const QStringList args =
+            resumableRun() + QStringList{QStringLiteral("--device"),         QStringLiteral("virtual:16MiB"),
+                                         QStringLiteral("--target-batch"),   QStringLiteral("64"),
+                                         QStringLiteral("--steps"),          QStringLiteral("2"),
+                                         QStringLiteral("--checkpoint-dir"), checkpoints};
+        QProcess first;
+        QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+        environment.insert(QStringLiteral("BATCHPILOT_HOLD_AT"), QStringLiteral("micro-batch:1"));
+        first.setProcessEnvironment(environment);
+        first.start(QStringLiteral(BATCHPILOT_CLI_PATH), args);
+        QVERIFY(first.waitForStarted());
+        QString err;
+        while (!err.contains(QStringLiteral("held at")) && first.state() == QProcess::Running) {
+            first.waitForReadyRead(1000);
+            err += QString::fromUtf8(first.readAllStandardError());
+        }
+        QVERIFY2(err.contains(QStringLiteral("held at micro-batch")), qPrintable(err));
+        const Run second = runCli(args);
+        QCOMPARE(second.exitCode, 2);
+        QVERIFY2(second.err.contains(QStringLiteral("the checkpoint folder \"%1\" is in use by another run "
+                                                    "(process %2)")
+                                         .arg(checkpoints)
+                                         .arg(first.processId())),
+                 qPrintable(second.err));
+        ::kill(pid_t(first.processId()), SIGKILL);
+        first.waitForFinished();
+        const Run third = runCli(args);
+        QVERIFY2(third.exitCode == 0, qPrintable(third.err));
+    }
+
+    // A link inside a class folder that leads out of the image folder is skipped with a warning,
+    // not walked (a link to "/" read the whole file system, /proc included, for 13 s).
+    void linksOutOfAnImageFolderAreNotFollowed() {
+        QTemporaryDir dir;
+        for (const char* name : {"cats", "dogs"}) {
+            QVERIFY(QDir(dir.path()).mkpath(QString::fromLatin1(name)));
+            for (int i = 0; i < 4; ++i) {
+                QFile image(dir.filePath(QStringLiteral("%1/%2.pgm").arg(QString::fromLatin1(name)).arg(i)));
+                QVERIFY(image.open(QIODevice::WriteOnly));
+                image.write(QByteArray("P5\n2 2\n255\n") + QByteArray(4, char(i * 60 + (name[0] == 'c' ? 0 : 20))));
+            }
+        }
+        QVERIFY(QFile::link(QStringLiteral("/"), dir.filePath(QStringLiteral("dogs/root"))));
+        const Run run = runCli({QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--device"),
+                                QStringLiteral("virtual:64MiB"), QStringLiteral("--steps"), QStringLiteral("1"),
+                                QStringLiteral("--data"), QStringLiteral("image-folder"), QStringLiteral("--data-path"),
+                                dir.path(), QStringLiteral("--image-size"), QStringLiteral("1x2x2"),
+                                QStringLiteral("--target-batch"), QStringLiteral("4"),
+                                QStringLiteral("--no-run-folder"), QStringLiteral("--threads"), QStringLiteral("1")});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        QVERIFY2(run.out.contains(QStringLiteral("warning: 1 symbolic link(s) lead outside %1 and were skipped (e.g. "
+                                                 "%1/dogs/root)")
+                                      .arg(dir.path())),
+                 qPrintable(run.out));
+        // Nothing from outside was read: no file of the system is named, as unreadable or not an image.
+        QVERIFY2(!run.out.contains(QStringLiteral("not images by their extension")), qPrintable(run.out));
+        QVERIFY2(!run.out.contains(QStringLiteral("could not be read")), qPrintable(run.out));
+    }
+
+    // A virtual GPU larger than the machine (virtual:8000000TB) allocated host memory until the
+    // machine ran out: it is held to the host's free memory, and the run says so.
+    void budgetLargerThanTheMachine() {
+        const Run run = runCli({QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--device"),
+                                QStringLiteral("virtual:8000000TB"), QStringLiteral("--steps"), QStringLiteral("1"),
+                                QStringLiteral("--target-batch"), QStringLiteral("32"), QStringLiteral("--samples"),
+                                QStringLiteral("256"), QStringLiteral("--no-run-folder"), QStringLiteral("--threads"),
+                                QStringLiteral("1")});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        QVERIFY2(run.out.contains(QStringLiteral("is more than this machine's free memory")) &&
+                     run.out.contains(QStringLiteral("where a virtual GPU keeps its tensors: it holds at most")),
+                 qPrintable(run.out));
+    }
+
     // A disk that fills up during the run (tests/app/full_disk.cpp, preloaded: the third save
     // meets "No space left on device" half-way): the run goes on and ends with exit status 4, each
     // failed save is said, the second save's checkpoint stays whole with no partial file beside
@@ -795,9 +901,9 @@ private Q_SLOTS:
         // Saves 3 to 6 and the one after the last validation failed, each said.
         const QString out = QString::fromUtf8(process.readAllStandardOutput());
         QCOMPARE(out.count(QStringLiteral("warning: checkpoint not saved: ") + message), kSteps - 2 + 1);
-        // Only the last whole checkpoint is there: no partial temporary file.
+        // Only the last whole checkpoint is there (and the folder's lock): no partial temporary file.
         QCOMPARE(QDir(full).entryList(QDir::Files | QDir::Hidden | QDir::System),
-                 QStringList{QStringLiteral("checkpoint.pt")});
+                 (QStringList{QStringLiteral(".batchpilot.lock"), QStringLiteral("checkpoint.pt")}));
 
         const Run resumed = runCli(
             common + QStringList{QStringLiteral("--steps"), QString::number(kSteps), QStringLiteral("--resume"), full});

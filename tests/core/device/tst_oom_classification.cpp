@@ -73,6 +73,21 @@ private Q_SLOTS:
         const auto info = classify(c10Error(message.toStdString()));
         QVERIFY(!info.outOfMemory);
         QVERIFY(QString::fromStdString(info.message).contains(message.left(20)));
+        // cuDNN's NOT_SUPPORTED may be memory (a workspace too large): the trainer decides by size.
+        QCOMPARE(info.maybeOutOfMemory, message.contains(QStringLiteral("NOT_SUPPORTED")));
+    }
+
+    /// oneDNN under memory pressure (PyPI's LibTorch) says "could not create a primitive", not
+    /// that memory ran out: not an OOM by itself, but marked as possibly one (the trainer then
+    /// tries a smaller micro-batch, tst_trainer_errors).
+    void libraryFailuresThatMayBeMemory() {
+        const auto info =
+            classify(c10Error("could not create a primitive descriptor for a convolution forward "
+                              "propagation primitive"));
+        QVERIFY(!info.outOfMemory);
+        QVERIFY(info.maybeOutOfMemory);
+        const auto plain = classify(c10Error("mat1 and mat2 shapes cannot be multiplied (4x10 and 12x3)"));
+        QVERIFY(!plain.maybeOutOfMemory);
     }
 
     void realShapeErrorFromTorch() {

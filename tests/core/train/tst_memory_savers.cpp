@@ -9,6 +9,7 @@
 #include "tests/test_main.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <map>
 
@@ -166,6 +167,7 @@ private Q_SLOTS:
     void surveyPredictsWhatTheProbeFinds();
     void saversAppliedDuringTheRunTakeEffectAtTheNextBatch();
     void autoAppliesTheSuggestionOfTheSurvey();
+    void stopDuringTheSurveyEndsIt();
 };
 
 void TestMemorySavers::checkpointedModelsComputeTheSameGradients_data() {
@@ -625,7 +627,77 @@ const SaverOption& optionFor(const SaverSurvey& survey, const std::string& saver
     qFatal("the survey has no row for %s", savers.c_str());
 }
 
+/// A model that calls `before` ahead of each forward pass (everything else is the wrapped one's).
+class ForwardWatched : public Model {
+public:
+    ForwardWatched(std::shared_ptr<Model> inner, std::function<void()> before)
+        : m_inner(std::move(inner)), m_before(std::move(before)) {}
+    std::string name() const override { return m_inner->name(); }
+    torch::Tensor forward(const torch::Tensor& input) override {
+        m_before();
+        return m_inner->forward(input);
+    }
+    std::vector<torch::Tensor> parameters() const override { return m_inner->parameters(); }
+    std::vector<torch::Tensor> buffers() const override { return m_inner->buffers(); }
+    void to(const torch::Device& device) override { m_inner->to(device); }
+    void train(bool on) override { m_inner->train(on); }
+    bool usesBatchStatistics() const override { return m_inner->usesBatchStatistics(); }
+    std::string checkpointingUnsupported() const override { return m_inner->checkpointingUnsupported(); }
+    void setCheckpointing(bool on) override { m_inner->setCheckpointing(on); }
+
+private:
+    std::shared_ptr<Model> m_inner;
+    std::function<void()> m_before;
+};
+
 }  // namespace
+
+void TestMemorySavers::stopDuringTheSurveyEndsIt() {
+    // A stop (Ctrl-C, SIGTERM, the window's Stop) that arrives while the survey measures its
+    // first saver ends the survey at the next measurement — it used to measure every saver first
+    // (≈ 8.5 s) — and the run stops. The savers it did not measure say so.
+    TrainerOptions o = surveyOptions(MemorySavers::Off);
+    o.saverThreshold = 100000;
+    o.steps = 20;
+    // The survey follows the first probe, before the next batch trains. In training each forward
+    // pass ends in a committed micro-batch (MicroBatchDone; no validation here); the survey's
+    // measurements commit nothing, so its second forward pass is the second in a row.
+    std::atomic<bool> probed{false};
+    std::atomic<int> inARow{0};
+    std::atomic<int> surveyForwards{0};
+    Trainer* running = nullptr;
+    o.modelFactory = [&, model = o.model](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
+        auto inner = makeBuiltinModel(model, data.sampleShape(), data.classes());
+        if (!inner) return tl::unexpected(inner.error());
+        return std::make_shared<ForwardWatched>(*inner, [&] {
+            if (!probed.load()) return;
+            if (inARow.fetch_add(1) + 1 >= 2 && surveyForwards.fetch_add(1) == 0) running->stop();
+        });
+    };
+    RecordingSink sink;
+    sink.onEach = [&](const Event& e) {
+        if (std::holds_alternative<ProbeFinished>(e)) probed = true;
+        if (std::holds_alternative<MicroBatchDone>(e)) inARow = 0;
+    };
+    Trainer trainer(o, sink);
+    running = &trainer;
+    const RunResult result = trainer.run();
+    qInfo("%d forward passes in the survey; %zu survey(s); stopped %d after %lld steps", surveyForwards.load(),
+          sink.all<SaverSurvey>().size(), int(result.stopped), static_cast<long long>(result.steps));
+    QCOMPARE(result.state, RunState::Finished);
+    QVERIFY(result.stopped);
+    QVERIFY(result.steps < o.steps);
+    const auto surveys = sink.all<SaverSurvey>();
+    QCOMPARE(surveys.size(), size_t{1});
+    int notMeasured = 0;
+    for (const SaverOption& option : surveys.front().options)
+        if (option.unavailable == "not measured: the run was stopped") ++notMeasured;
+    // The first saver ("off") was stopped mid-measure, and the three after it never started.
+    QCOMPARE(notMeasured, 4);
+    // The stop came at the survey's second forward pass; at most the measurement in progress ran on.
+    QVERIFY2(surveyForwards.load() <= 2, qPrintable(QString::number(surveyForwards.load())));
+    QVERIFY(sink.all<MemorySaversChanged>().empty());
+}
 
 void TestMemorySavers::surveyPredictsWhatTheProbeFinds() {
     // One run measures every saver (the threshold above any micro-batch makes the survey follow

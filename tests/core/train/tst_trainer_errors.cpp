@@ -1,4 +1,6 @@
 #include <QtTest>
+
+#include <map>
 #include "tests/test_main.h"
 
 #include <QTemporaryDir>
@@ -80,6 +82,48 @@ private Q_SLOTS:
                  qPrintable(where));
         const auto states = sink.all<RunStateChanged>();
         QCOMPARE(states.back().state, RunState::Failed);
+    }
+
+    /// oneDNN's "could not create a primitive" above a size (as PyPI's LibTorch says under memory
+    /// pressure): taken for an OOM, the micro-batch shrinks below it and training goes on, every
+    /// sample trained; when it fails at every size it is the error it says, not "does not fit".
+    void libraryFailureThatMayBeMemory_data() {
+        QTest::addColumn<int>("failsAbove");
+        QTest::newRow("above 8 samples") << 8;
+        QTest::newRow("at every size") << 0;
+    }
+    void libraryFailureThatMayBeMemory() {
+        QFETCH(int, failsAbove);
+        TrainerOptions o = small();
+        o.reportSampleIndices = true;
+        o.probe.objective = ProbeObjective::Largest;
+        std::shared_ptr<torch::nn::LinearImpl> layer;
+        o.modelFactory = [&](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
+            const int64_t inputs = data.sampleShape()[0] * data.sampleShape()[1] * data.sampleShape()[2];
+            layer = std::make_shared<torch::nn::LinearImpl>(inputs, data.classes());
+            return std::make_shared<ModuleModel>(
+                "onednn", layer, [raw = layer.get(), failsAbove](const torch::Tensor& x) {
+                    if (x.size(0) > failsAbove)
+                        TORCH_CHECK(false, "could not create a primitive descriptor for a matmul primitive");
+                    return raw->forward(x.flatten(1));
+                });
+        };
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        if (failsAbove > 0) {
+            QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+            QCOMPARE(result.steps, qint64(3));
+            QVERIFY(!sink.all<OomEvent>().empty());
+            for (const MicroBatchDone& m : sink.committedMicroBatches()) QVERIFY(m.size <= failsAbove);
+            std::map<int64_t, int64_t> perStep;
+            for (const MicroBatchDone& m : sink.committedMicroBatches()) perStep[m.step] += m.size;
+            for (const auto& [step, samples] : perStep) QCOMPARE(samples, qint64(32));
+        } else {
+            QCOMPARE(result.state, RunState::Failed);
+            QVERIFY2(result.error.find("could not create a primitive") != std::string::npos, result.error.c_str());
+            QVERIFY2(result.error.find("does not fit") == std::string::npos, result.error.c_str());
+        }
     }
 
     void nanLossStopsWithStateIntact() {
