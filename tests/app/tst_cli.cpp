@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -319,6 +320,11 @@ private Q_SLOTS:
         const Run run = runCli(args);
         QVERIFY2(run.exitCode == exitCode, qPrintable(QStringLiteral("exit %1: %2").arg(run.exitCode).arg(run.err)));
         QVERIFY2(run.err.contains(message), qPrintable(run.err));
+        // Memory bounded by what is real (issue 39: ≤ 2 GB for any input): the largest resident
+        // size of any process this test has waited for so far, this one included.
+        struct rusage usage {};
+        QCOMPARE(::getrusage(RUSAGE_CHILDREN, &usage), 0);
+        QVERIFY2(usage.ru_maxrss < 2L * 1024 * 1024, qPrintable(QStringLiteral("%1 KiB").arg(usage.ru_maxrss)));
         // What the user named is still what it was.
         QFileInfo link(m_dir.filePath(QStringLiteral("link.json")));
         QVERIFY(link.isSymLink());
