@@ -819,7 +819,8 @@ private Q_SLOTS:
     }
 
     // A link inside a class folder that leads out of the image folder is skipped with a warning,
-    // not walked (a link to "/" read the whole file system, /proc included, for 13 s).
+    // not walked (a link to "/" read the whole file system, /proc included, for 13 s), and a
+    // file too large to be an image is refused by its size.
     void linksOutOfAnImageFolderAreNotFollowed() {
         QTemporaryDir dir;
         for (const char* name : {"cats", "dogs"}) {
@@ -831,6 +832,12 @@ private Q_SLOTS:
             }
         }
         QVERIFY(QFile::link(QStringLiteral("/"), dir.filePath(QStringLiteral("dogs/root"))));
+        // A sparse 2.5 GB "image": refused by its size, not read (it took 5.3 GB and 21 s).
+        {
+            QFile sparse(dir.filePath(QStringLiteral("dogs/x.png")));
+            QVERIFY(sparse.open(QIODevice::WriteOnly));
+            QVERIFY(sparse.resize(qint64{2500} << 20));
+        }
         const Run run = runCli({QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--device"),
                                 QStringLiteral("virtual:64MiB"), QStringLiteral("--steps"), QStringLiteral("1"),
                                 QStringLiteral("--data"), QStringLiteral("image-folder"), QStringLiteral("--data-path"),
@@ -844,7 +851,14 @@ private Q_SLOTS:
                  qPrintable(run.out));
         // Nothing from outside was read: no file of the system is named, as unreadable or not an image.
         QVERIFY2(!run.out.contains(QStringLiteral("not images by their extension")), qPrintable(run.out));
-        QVERIFY2(!run.out.contains(QStringLiteral("could not be read")), qPrintable(run.out));
+        QVERIFY2(run.out.contains(QStringLiteral("warning: 1 of 9 image files in %1 could not be read and were "
+                                                 "skipped: %1/dogs/x.png (the file holds 2.44 GiB, more than any "
+                                                 "image read here")
+                                      .arg(dir.path())),
+                 qPrintable(run.out));
+        struct rusage usage {};
+        QCOMPARE(::getrusage(RUSAGE_CHILDREN, &usage), 0);
+        QVERIFY2(usage.ru_maxrss < 2L * 1024 * 1024, qPrintable(QStringLiteral("%1 KiB").arg(usage.ru_maxrss)));
     }
 
     // A virtual GPU larger than the machine (virtual:8000000TB) allocated host memory until the
