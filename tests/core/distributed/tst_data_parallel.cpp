@@ -259,6 +259,32 @@ private Q_SLOTS:
         QVERIFY(steps.back().value(QStringLiteral("parameters_checked")).toBool() ||
                 QFile::exists(eventsFile + QStringLiteral(".rank1")));
         QVERIFY(QFile::exists(eventsFile + QStringLiteral(".rank1")));
+
+        // The job's last validation (rank 0's report, which Keep best decides by) against one
+        // process evaluating the job's final weights: resumed at step 5 with nothing left to
+        // train, it only validates — its own validation is checked against the test's own
+        // evaluation in tst_validation.
+        const QString alone = directory + QStringLiteral("-alone.jsonl");
+        const Run validated = runCli(
+            model(optimizer) + QStringList{QStringLiteral("--steps"), QStringLiteral("5"), QStringLiteral("--device"),
+                                           QStringLiteral("virtual:64MiB"), QStringLiteral("--resume"), directory,
+                                           QStringLiteral("--events"), alone});
+        QVERIFY2(validated.exitCode == 0, qPrintable(validated.err));
+        const auto byJob = events(eventsFile, QStringLiteral("validation"));
+        const auto byOne = events(alone, QStringLiteral("validation"));
+        QVERIFY(!byJob.empty() && !byOne.empty());
+        const QJsonObject a = byJob.back();
+        const QJsonObject b = byOne.back();
+        QCOMPARE(a.value(QStringLiteral("step")).toInt(), 5);
+        QCOMPARE(b.value(QStringLiteral("step")).toInt(), 5);
+        QCOMPARE(a.value(QStringLiteral("samples")).toInteger(), b.value(QStringLiteral("samples")).toInteger());
+        QCOMPARE(a.value(QStringLiteral("accuracy")).toDouble(), b.value(QStringLiteral("accuracy")).toDouble());
+        QCOMPARE(a.value(QStringLiteral("top5_accuracy")).toDouble(),
+                 b.value(QStringLiteral("top5_accuracy")).toDouble());
+        const double lossA = a.value(QStringLiteral("loss")).toDouble();
+        const double lossB = b.value(QStringLiteral("loss")).toDouble();
+        QVERIFY2(std::abs(lossA - lossB) <= 1e-5 * std::max(1.0, std::abs(lossB)),
+                 qPrintable(QStringLiteral("validation loss %1 by the job, %2 by one process").arg(lossA).arg(lossB)));
     }
 
     void oomsOnOneRankChangeNothing() {
