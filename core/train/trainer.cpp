@@ -842,14 +842,19 @@ RunResult Trainer::run() {
         }
         d.trainUntilDone();
         d.endRun(result);
+        // The last checkpoint is written: the folder is free for the next run (this process's
+        // too) before anyone hears that this one ended.
+        d.checkpointLock.reset();
         result.state = RunState::Finished;
         d.setState(RunState::Finished, result.stopped ? "stopped" : "done");
     } catch (const LoadingCancelled&) {
         // Stopped while loading: nothing was trained, nothing to save.
+        d.checkpointLock.reset();
         result.state = RunState::Finished;
         result.stopped = true;
         d.setState(RunState::Finished, "stopped while loading the data");
     } catch (const FatalError& e) {
+        d.checkpointLock.reset();
         result.state = RunState::Failed;
         result.error = e.message;
         result.badInput = e.where == "configuration" || e.where == "dataset" || e.where == "model" ||
@@ -858,6 +863,7 @@ RunResult Trainer::run() {
         d.setState(RunState::Failed, e.message);
         if (d.parallel && !e.otherRankFailed) d.parallel->link->reportFailure(e.message);
     } catch (const std::exception& e) {
+        d.checkpointLock.reset();
         const FailureInfo failure = classifyFailure(std::current_exception());
         result.state = RunState::Failed;
         result.error = failure.message;

@@ -493,7 +493,8 @@ struct Trainer::Impl {
     void releaseFailedBackward();
     std::string checkpointError;        ///< the last failed save's message
     int64_t latestCheckpointStep = -1;  ///< step of the latest checkpoint written (-1: none)
-    /// The checkpoint folder, held for this run (another run saving there is refused).
+    /// The checkpoint folder, held while this run may save there (another run saving there is
+    /// refused); released as run() ends.
     std::optional<CheckpointFolderLock> checkpointLock;
     int64_t allocatorRetriesSeen = 0;  ///< the meter's allocator retries already reported
     /// Stops the run: the model does not fit. Where a memory saver would help (not during setup,
