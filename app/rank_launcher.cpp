@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/base/host_memory.h"
+#include "core/config/options.h"
 #include "core/distributed/process_group.h"
 
 extern char** environ;
@@ -35,24 +37,6 @@ void onLauncherSignal(int number) {
 /// What one rank process holds before its data and model: LibTorch, its threads and the CLI
 /// (measured: 64 ranks of a small MLP took 11.5 GB, 180 MiB each).
 constexpr int64_t kRankHostBytes = int64_t{180} << 20;
-
-/// The host memory available to new processes (MemAvailable in /proc/meminfo); nullopt when
-/// unknown.
-std::optional<int64_t> availableHostBytes() {
-    std::FILE* file = std::fopen("/proc/meminfo", "r");
-    if (file == nullptr) return std::nullopt;
-    char line[256];
-    std::optional<int64_t> bytes;
-    while (std::fgets(line, sizeof line, file) != nullptr) {
-        long long kib = 0;
-        if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) {
-            bytes = static_cast<int64_t>(kib) * 1024;
-            break;
-        }
-    }
-    std::fclose(file);
-    return bytes;
-}
 
 std::string gib(int64_t bytes) {
     char text[32];
@@ -155,7 +139,13 @@ int launchRanks(const LaunchOptions& options) {
     // Each rank is a process of its own: refused before any starts when together they would
     // hold more host memory than the machine has free (64 ranks took 11.5 GB without a word).
     const auto ranks = static_cast<int64_t>(options.devices.size());
-    if (const std::optional<int64_t> available = availableHostBytes();
+    if (ranks > core::kMaxDevices) {
+        std::fprintf(stderr, "batchpilot-cli: --devices: %lld devices given, at most %d: one process each\n",
+                     static_cast<long long>(ranks), core::kMaxDevices);
+        return 2;
+    }
+    if (const std::optional<int64_t> available =
+            core::hostAvailableBytes() > 0 ? std::optional<int64_t>(core::hostAvailableBytes()) : std::nullopt;
         available && ranks * kRankHostBytes > *available) {
         std::fprintf(stderr,
                      "batchpilot-cli: --devices: %lld ranks, one process each, take at least %s of host memory "

@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (exported.error().empty()) std::abort();
         return 0;
     }
-    // Every line is an event read or a line skipped, none both.
+    // What it says it read and wrote cannot be negative (counters that wrapped).
     if (exported->events < 0 || exported->skipped < 0 || exported->rows < 0) std::abort();
     return 0;
 }

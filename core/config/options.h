@@ -218,6 +218,8 @@ inline constexpr int64_t kMaxTargetBatch = int64_t{1} << 31;
 inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
 inline constexpr int64_t kMaxEpochs = 1'000'000;
 inline constexpr int kMaxThreads = 256;
+/// Devices of one job (--devices): one process each.
+inline constexpr int kMaxDevices = 256;
 inline constexpr int64_t kMaxSamples = 100'000'000;  ///< synthetic data set
 inline constexpr int64_t kMaxClasses = 1'000'000;
 inline constexpr int64_t kMaxSampleElements = int64_t{3} << 24;  ///< values per sample (3x4096x4096)

@@ -4,7 +4,6 @@
 #include "core/base/text_format.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -121,7 +120,7 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
     // three copies), and refused at the first NUL byte, which no text file holds: a gigabyte of
     // NULs took 5.2 GB before it was refused.
     std::string text;
-    text.reserve(static_cast<size_t>(std::filesystem::file_size(path, ec)));
+    if (const uintmax_t size = std::filesystem::file_size(path, ec); !ec) text.reserve(static_cast<size_t>(size));
     constexpr size_t kChunk = size_t{1} << 20;
     std::vector<char> chunk(kChunk);
     while (in) {
@@ -136,7 +135,8 @@ tl::expected<std::shared_ptr<CsvDataset>, std::string> CsvDataset::load(const st
         text.append(chunk.data(), got);
         if (cancelled(cancelFlag())) return tl::unexpected(std::string(kLoadingCancelled));
     }
-    if (in.bad()) return tl::unexpected("cannot read CSV file " + path + ": " + std::strerror(errno));
+    if (in.bad())
+        return tl::unexpected("cannot read CSV file " + path + ": a read failed; check the file and its disk");
     const uint32_t crc = crc32Of(text.data(), text.size());
     auto records = parseRecords(text, path);
     if (!records) return tl::unexpected(records.error());

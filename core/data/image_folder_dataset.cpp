@@ -296,10 +296,11 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
     // linked to "/", say) would walk the whole file system and train on whatever it found.
     const std::string inside = fs::canonical(root, ec).string();
     if (ec) return tl::unexpected("cannot open image folder " + root + ": " + ec.message());
+    // A dangling link leads nowhere, not outside: it is passed over as before.
     const auto leadsOutside = [&inside](const fs::path& path) {
         std::error_code canonicalError;
         const std::string real = fs::canonical(path, canonicalError).string();
-        return canonicalError || (real != inside && !real.starts_with(inside + "/"));
+        return !canonicalError && real != inside && !real.starts_with(inside + "/");
     };
     std::vector<std::string> outside;
     std::vector<std::string> classDirs;
@@ -308,7 +309,7 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
          it.increment(ec)) {
         if (isHidden(it->path())) continue;
         if (it->is_directory(ec)) {
-            if (leadsOutside(it->path())) {
+            if (std::error_code linkError; it->is_symlink(linkError) && leadsOutside(it->path())) {
                 outside.push_back(it->path().string());
                 continue;
             }
@@ -355,8 +356,9 @@ tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDatase
                 if (it->is_directory(ec)) it.disable_recursion_pending();
                 continue;
             }
-            if (it->is_symlink(ec) && leadsOutside(it->path())) {
-                if (it->is_directory(ec)) it.disable_recursion_pending();
+            // Its own error code: the iterator's would end the listing on a dangling link.
+            if (std::error_code linkError; it->is_symlink(linkError) && leadsOutside(it->path())) {
+                it.disable_recursion_pending();
                 outside.push_back(it->path().string());
                 continue;
             }

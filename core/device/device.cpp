@@ -6,25 +6,12 @@
 #include <torch/cuda.h>
 
 #include "core/base/byte_size.h"
+#include "core/base/host_memory.h"
 #include "core/device/counting_allocator.h"
 #include "core/device/cuda_meter.h"
 
 namespace batchpilot::core {
 namespace {
-
-/// MemAvailable from /proc/meminfo in bytes, 0 when unreadable.
-int64_t hostAvailableBytes() {
-    std::ifstream meminfo("/proc/meminfo");
-    std::string key;
-    int64_t kib = 0;
-    std::string unit;
-    while (meminfo >> key >> kib >> unit) {
-        if (key == "MemAvailable:") {
-            return kib * 1024;
-        }
-    }
-    return 0;
-}
 
 /// Meter over the counting allocator: the CPU (capacity = available host memory) or a virtual
 /// GPU (capacity = its budget).
@@ -33,15 +20,17 @@ public:
     /// `context`: of the budget, what a simulated CUDA context takes outside the allocator.
     CountingMeter(int64_t budget, const AllocatorSettings& settings, int64_t context = 0, int64_t workspace = 0)
         : m_budget(budget), m_context(context) {
-        // A virtual GPU's tensors live in host memory: a budget beyond what the host has free
-        // (virtual:8000000TB, an H200 preset on a laptop) is held to that, less a margin for the
-        // rest of the process, so that the probe meets a virtual OOM and not the kernel's OOM
-        // killer (it allocated until the machine ran out).
+        // A virtual GPU's tensors live in host memory: a budget beyond the machine's memory (or
+        // its container's limit) can never be honoured (virtual:8000000TB, an H200 preset on a
+        // laptop) and is held to it, less a margin for the rest of the process, so that the probe
+        // meets a virtual OOM and not the kernel's OOM killer (it allocated until the machine ran
+        // out). The machine's memory, not what is free now: the same budget means the same on a
+        // busy machine as on an idle one.
         int64_t limit = budget - context;
-        if (const int64_t host = hostAvailableBytes(); budget > 0 && host > 0) {
-            const int64_t hostLimit = allocated() + std::max<int64_t>(0, host - kHostMargin);
+        if (const int64_t host = hostMemoryBytes(); budget > 0 && host > 0) {
+            const int64_t hostLimit = std::max<int64_t>(int64_t{64} << 20, host - kHostMargin);
             if (limit > hostLimit) {
-                m_note = "the device's " + formatBytes(budget) + " is more than this machine's free memory (" +
+                m_note = "the device's " + formatBytes(budget) + " is more than this machine's memory (" +
                          formatBytes(host) + "), where a virtual GPU keeps its tensors: it holds at most " +
                          formatBytes(hostLimit) + " here, and the micro-batch found is what fits in that";
                 limit = hostLimit;
@@ -71,7 +60,7 @@ public:
 
 private:
     /// Host memory left to the rest of the process (and the machine) under a virtual GPU held to
-    /// the host's free memory.
+    /// the host's memory.
     static constexpr int64_t kHostMargin = int64_t{1} << 30;
     int64_t m_budget;
     int64_t m_context = 0;

@@ -117,9 +117,13 @@ tl::expected<CheckpointFolderLock, std::string> CheckpointFolderLock::acquire(co
             return tl::unexpected("the checkpoint folder \"" + directory + "\" is in use by another run" +
                                   (pid.empty() ? std::string() : " (process " + pid + ")") +
                                   ": two runs saving there would overwrite each other's checkpoints; wait for it "
-                                  "to end, or give this run another --checkpoint-dir");
+                                  "to end, or give this run another checkpoint folder");
         }
-        return tl::unexpected("cannot lock the checkpoint folder \"" + directory + "\": " + std::strerror(why));
+        // A file system that cannot lock (ENOLCK, EOPNOTSUPP on some network and FUSE mounts) saved
+        // checkpoints before there was a lock: it still does, unguarded, and says so.
+        return CheckpointFolderLock(-1, "the checkpoint folder \"" + directory + "\" cannot be locked (" +
+                                            std::strerror(why) +
+                                            "): another run saving there at the same time would not be refused");
     }
     const std::string pid = std::to_string(::getpid()) + "\n";
     if (::ftruncate(fd, 0) == 0) {
@@ -132,13 +136,14 @@ CheckpointFolderLock& CheckpointFolderLock::operator=(CheckpointFolderLock&& oth
     if (this != &other) {
         if (m_fd >= 0) ::close(m_fd);
         m_fd = other.m_fd;
+        m_unlockedWhy = std::move(other.m_unlockedWhy);
         other.m_fd = -1;
     }
     return *this;
 }
 
 CheckpointFolderLock::~CheckpointFolderLock() {
-    if (m_fd >= 0) ::close(m_fd);  // releases the lock; the file stays, holding no one's id
+    if (m_fd >= 0) ::close(m_fd);  // releases the lock; the file stays, with the last holder's id
 }
 
 tl::expected<void, std::string> checkCheckpointDirectory(const std::string& directory) {

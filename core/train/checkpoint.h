@@ -4,6 +4,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <tl/expected.hpp>
 
@@ -67,16 +68,24 @@ tl::expected<void, std::string> checkCheckpointDirectory(const std::string& dire
 class CheckpointFolderLock {
 public:
     /// Takes the folder's lock (the folder must exist); the error names the process holding it.
+    /// Where the file system cannot lock (some FUSE and SMB mounts), the run goes on unlocked and
+    /// unlockedWhy() says so, for a warning.
     static tl::expected<CheckpointFolderLock, std::string> acquire(const std::string& directory);
-    CheckpointFolderLock(CheckpointFolderLock&& other) noexcept : m_fd(other.m_fd) { other.m_fd = -1; }
+    const std::string& unlockedWhy() const { return m_unlockedWhy; }
+    CheckpointFolderLock(CheckpointFolderLock&& other) noexcept
+        : m_fd(other.m_fd), m_unlockedWhy(std::move(other.m_unlockedWhy)) {
+        other.m_fd = -1;
+    }
     CheckpointFolderLock& operator=(CheckpointFolderLock&& other) noexcept;
     CheckpointFolderLock(const CheckpointFolderLock&) = delete;
     CheckpointFolderLock& operator=(const CheckpointFolderLock&) = delete;
     ~CheckpointFolderLock();
 
 private:
-    explicit CheckpointFolderLock(int fd) : m_fd(fd) {}
+    explicit CheckpointFolderLock(int fd, std::string unlockedWhy = {})
+        : m_fd(fd), m_unlockedWhy(std::move(unlockedWhy)) {}
     int m_fd = -1;
+    std::string m_unlockedWhy;
 };
 
 /// Name of the lock file inside a checkpoint directory (CheckpointFolderLock).

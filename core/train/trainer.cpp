@@ -17,14 +17,20 @@ void Trainer::Impl::setup() {
     if (!parsed) throw FatalError{parsed.error(), "configuration"};
     device = *parsed;
     torch::set_num_threads(intraOpThreadsFor(options.intraOpThreads, options.reservedCpus));
-    loadData();
-    checkDataAndCheckpoints();
     if (!options.checkpoint.directory.empty()) {
-        // Held to the run's end: another run saving into this folder is refused.
+        // Found out now, not after hours of training (nor after loading the data): a checkpoint
+        // folder that cannot be written, or that another run is saving into. Held to the run's
+        // end.
+        if (auto writable = checkCheckpointDirectory(options.checkpoint.directory); !writable) {
+            throw FatalError{writable.error(), "checkpoint"};
+        }
         auto lock = CheckpointFolderLock::acquire(options.checkpoint.directory);
         if (!lock) throw FatalError{lock.error(), "checkpoint"};
+        if (!lock->unlockedWhy().empty()) emit(Warning{now(), lock->unlockedWhy()});
         checkpointLock.emplace(std::move(*lock));
     }
+    loadData();
+    checkDataAndCheckpoints();
     for (const std::string& warning : data->warnings()) emit(Warning{now(), warning});
     if (validationData && !options.validation.path.empty()) {
         for (const std::string& warning : validationData->warnings())
@@ -109,12 +115,6 @@ void Trainer::Impl::checkDataAndCheckpoints() const {
                 "keeping the best model by val_top5_accuracy needs more than 5 classes, but the data has " +
                     std::to_string(data->classes()) + ": keep it by val_accuracy",
                 "configuration"};
-        }
-    }
-    if (!options.checkpoint.directory.empty()) {
-        // Found out now, not after hours of training: a checkpoint folder that cannot be written.
-        if (auto writable = checkCheckpointDirectory(options.checkpoint.directory); !writable) {
-            throw FatalError{writable.error(), "checkpoint"};
         }
     }
 }
@@ -400,7 +400,7 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         // oneDNN's "could not create a primitive" and the like: memory, where a smaller
         // micro-batch of the same shapes is left to try; the error it says at the smallest.
         if (!result.failure.outOfMemory && result.failure.maybeOutOfMemory &&
-            static_cast<int64_t>(indices.size()) > sizes.minMicroBatch) {
+            static_cast<int64_t>(indices.size()) > std::max(sizes.minMicroBatch, sizes.minPart)) {
             result.failure.outOfMemory = true;
             result.failure.message +=
                 " (taken for an out-of-memory error: this library also says it when memory "

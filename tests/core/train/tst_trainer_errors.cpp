@@ -1,9 +1,9 @@
 #include <QtTest>
-
-#include <map>
 #include "tests/test_main.h"
 
 #include <QTemporaryDir>
+
+#include <map>
 
 #include <torch/torch.h>
 

@@ -8,13 +8,13 @@
 
 #include <QTemporaryDir>
 
-#include <array>
-#include <random>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <fstream>
 #include <numeric>
+#include <random>
 #include <set>
 #include <sstream>
 
