@@ -84,8 +84,11 @@ std::string formatBytes(int64_t bytes) {
         std::snprintf(buffer, sizeof buffer, "%.1f KiB", static_cast<double>(bytes) / kKi);
     } else if (magnitude < kKi * kKi * kKi) {
         std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / (kKi * kKi));
-    } else {
+    } else if (magnitude < kKi * kKi * kKi * kKi) {
         std::snprintf(buffer, sizeof buffer, "%.2f GiB", static_cast<double>(bytes) / (kKi * kKi * kKi));
+    } else {
+        // Budgets nobody has (virtual:8000000TB) read as TiB, not as "7450580596.92 GiB".
+        std::snprintf(buffer, sizeof buffer, "%.2f TiB", static_cast<double>(bytes) / (kKi * kKi * kKi * kKi));
     }
     return buffer;
 }

@@ -55,6 +55,10 @@ private Q_SLOTS:
         QCOMPARE(QString::fromStdString(formatBytes(12)), QStringLiteral("12 B"));
         QCOMPARE(QString::fromStdString(formatBytes(512LL * 1024 * 1024)), QStringLiteral("512.0 MiB"));
         QCOMPARE(QString::fromStdString(formatBytes(3LL * 1024 * 1024 * 1024 / 2)), QStringLiteral("1.50 GiB"));
+        QCOMPARE(QString::fromStdString(formatBytes(1023LL << 30)), QStringLiteral("1023.00 GiB"));
+        QCOMPARE(QString::fromStdString(formatBytes(3LL << 39)), QStringLiteral("1.50 TiB"));
+        // What it prints parses back as a size.
+        QCOMPARE(*batchpilot::core::parseByteSize(formatBytes(3LL << 39)), 3LL << 39);
     }
 };
 
