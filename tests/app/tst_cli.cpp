@@ -66,6 +66,26 @@ void checkSameCheckpoint(const QString& checkpoint, const QString& reference) {
     qInfo("%s", qPrintable(said.trimmed()));
 }
 
+/// Starts the CLI with BATCHPILOT_HOLD_AT=`point` (core/base/hold_point.h) and waits, at most three
+/// minutes, until it says it is held there; a process that ended or hung before is killed and the
+/// test fails, naming what it said.
+void startHeld(QProcess& process, const QStringList& args, const QString& point) {
+    QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+    environment.insert(QStringLiteral("BATCHPILOT_HOLD_AT"), point);
+    process.setProcessEnvironment(environment);
+    process.start(QStringLiteral(BATCHPILOT_CLI_PATH), args);
+    QVERIFY(process.waitForStarted());
+    const QString held = QStringLiteral("held at ") + point.section(QLatin1Char(':'), 0, 0);
+    QString err;
+    const QDeadlineTimer deadline(std::chrono::minutes(3));
+    while (!err.contains(held) && process.state() == QProcess::Running && !deadline.hasExpired()) {
+        process.waitForReadyRead(1000);
+        err += QString::fromUtf8(process.readAllStandardError());
+    }
+    if (!err.contains(held)) process.kill();  // a hang before the point
+    QVERIFY2(err.contains(held), qPrintable(err + QString::fromUtf8(process.readAllStandardOutput())));
+}
+
 }  // namespace
 
 class TestCli : public QObject {
@@ -710,21 +730,8 @@ private Q_SLOTS:
         // Held and killed with SIGKILL: no chance to clean up.
         const auto killWhenHeld = [&](const QStringList& args, const QString& point) {
             QProcess process;
-            QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
-            environment.insert(QStringLiteral("BATCHPILOT_HOLD_AT"), point);
-            process.setProcessEnvironment(environment);
-            process.start(QStringLiteral(BATCHPILOT_CLI_PATH), args);
-            QVERIFY(process.waitForStarted());
-            QString err;
-            const QDeadlineTimer deadline(std::chrono::minutes(3));
-            while (!err.contains(QStringLiteral("held at ")) && process.state() == QProcess::Running &&
-                   !deadline.hasExpired()) {
-                process.waitForReadyRead(1000);
-                err += QString::fromUtf8(process.readAllStandardError());
-            }
-            if (!err.contains(QStringLiteral("held at "))) process.kill();  // a hang before the point
-            QVERIFY2(err.contains(QStringLiteral("held at ") + point.section(QLatin1Char(':'), 0, 0)),
-                     qPrintable(err + QString::fromUtf8(process.readAllStandardOutput())));
+            startHeld(process, args, point);
+            if (QTest::currentTestFailed()) return;
             ::kill(pid_t(process.processId()), SIGKILL);
             process.waitForFinished();
             QCOMPARE(process.exitStatus(), QProcess::CrashExit);
@@ -798,20 +805,8 @@ private Q_SLOTS:
                                          QStringLiteral("--steps"),          QStringLiteral("2"),
                                          QStringLiteral("--checkpoint-dir"), checkpoints};
         QProcess first;
-        QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
-        environment.insert(QStringLiteral("BATCHPILOT_HOLD_AT"), QStringLiteral("micro-batch:1"));
-        first.setProcessEnvironment(environment);
-        first.start(QStringLiteral(BATCHPILOT_CLI_PATH), args);
-        QVERIFY(first.waitForStarted());
-        QString err;
-        const QDeadlineTimer deadline(std::chrono::minutes(3));
-        while (!err.contains(QStringLiteral("held at")) && first.state() == QProcess::Running &&
-               !deadline.hasExpired()) {
-            first.waitForReadyRead(1000);
-            err += QString::fromUtf8(first.readAllStandardError());
-        }
-        if (!err.contains(QStringLiteral("held at"))) first.kill();
-        QVERIFY2(err.contains(QStringLiteral("held at micro-batch")), qPrintable(err));
+        startHeld(first, args, QStringLiteral("micro-batch:1"));
+        if (QTest::currentTestFailed()) return;
         const Run second = runCli(args);
         QCOMPARE(second.exitCode, 2);
         QVERIFY2(second.err.contains(QStringLiteral("the checkpoint folder \"%1\" is in use by another run "

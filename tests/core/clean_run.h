@@ -54,6 +54,19 @@ inline std::vector<torch::Tensor> finalWeights(core::Trainer& trainer) {
     return out;
 }
 
+/// Makes counted allocation `failAt` fail as an OOM, counted from the run's first probe (set-up,
+/// where an OOM is fatal by design, is never a target): the numbering CleanRun's allocations use.
+/// Takes `sink`'s onEach.
+inline void failAtFromFirstProbe(RecordingSink& sink, int64_t failAt) {
+    sink.onEach = [armed = false, failAt](const core::Event& e) mutable {
+        if (const auto* s = std::get_if<core::RunStateChanged>(&e);
+            s && s->state == core::RunState::Probing && !armed) {
+            armed = true;
+            core::CountingAllocator::instance().failAfter(failAt);
+        }
+    };
+}
+
 /// Runs `options` twice and measures the second: LibTorch allocates some things once per process
 /// (kernel caches, lazy initialisation), so the measured run allocates exactly as later ones do.
 /// Throws when the run fails or runs out of memory.

@@ -260,13 +260,7 @@ private Q_SLOTS:
         const size_t perPhase = static_cast<size_t>(batchpilot::tests::faultsPerPhase());
         const auto inject = [&](int64_t failAt) {
             RecordingSink sink;
-            int64_t base = -1;
-            sink.onEach = [&](const Event& e) {
-                if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Probing && base < 0) {
-                    base = 0;
-                    allocator.failAfter(failAt);
-                }
-            };
+            batchpilot::tests::failAtFromFirstProbe(sink, failAt);
             TrainerOptions o = options(file, "virtual:4GiB");
             o.probe.initialMicroBatch = o.probe.maxMicroBatch = 8;
             Trainer trainer(o, sink);

@@ -17,6 +17,7 @@
 #include "core/nn/model.h"
 #include "core/train/trainer.h"
 #include "tests/core/clean_run.h"
+#include "tests/core/forward_watched.h"
 #include "tests/core/recording_sink.h"
 
 namespace tst_fastest_micro_batch {
@@ -62,33 +63,6 @@ std::map<int64_t, double> lossPerStep(const RecordingSink& sink) {
     return losses;
 }
 
-/// A built-in model on a clock of its own (TrainerOptions::timingClock): each forward pass
-/// advances it by 2 ms + 50 µs per sample, four times that once `slow` is set — the machine
-/// training got slower (a neighbour's job), the same for every micro-batch size. The speeds the
-/// trainer measures are exact, and the slowdown is -75% on any machine.
-class SlowedModel : public Model {
-public:
-    SlowedModel(std::shared_ptr<Model> inner, std::shared_ptr<std::atomic<bool>> slow,
-                std::shared_ptr<std::atomic<int64_t>> clockNanoseconds)
-        : m_inner(std::move(inner)), m_slow(std::move(slow)), m_clock(std::move(clockNanoseconds)) {}
-    std::string name() const override { return m_inner->name(); }
-    torch::Tensor forward(const torch::Tensor& input) override {
-        const int64_t cost = 2'000'000 + 50'000 * input.size(0);
-        m_clock->fetch_add(m_slow->load() ? 4 * cost : cost);
-        return m_inner->forward(input);
-    }
-    std::vector<torch::Tensor> parameters() const override { return m_inner->parameters(); }
-    std::vector<torch::Tensor> buffers() const override { return m_inner->buffers(); }
-    void to(const torch::Device& device) override { m_inner->to(device); }
-    void train(bool on) override { m_inner->train(on); }
-    bool usesBatchStatistics() const override { return m_inner->usesBatchStatistics(); }
-
-private:
-    std::shared_ptr<Model> m_inner;
-    std::shared_ptr<std::atomic<bool>> m_slow;
-    std::shared_ptr<std::atomic<int64_t>> m_clock;
-};
-
 struct DriftRun {
     std::vector<ThroughputChosen> chosen;
     std::vector<std::string> retimings;      ///< the warnings that started a new search
@@ -115,7 +89,14 @@ DriftRun runWithSlowdown(int64_t retimeEvery) {
     o.modelFactory = [slow, clock, o](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
         auto inner = makeBuiltinModel(o.model, data.sampleShape(), data.classes());
         if (!inner) return tl::unexpected(inner.error());
-        return std::make_shared<SlowedModel>(*inner, slow, clock);
+        // The model's clock (TrainerOptions::timingClock): each forward pass advances it by 2 ms
+        // + 50 µs per sample, four times that once `slow` is set — the machine training got
+        // slower (a neighbour's job), the same for every micro-batch size. The speeds the trainer
+        // measures are exact, and the slowdown is -75% on any machine.
+        return std::make_shared<batchpilot::tests::ForwardWatched>(*inner, [slow, clock](const torch::Tensor& input) {
+            const int64_t cost = 2'000'000 + 50'000 * input.size(0);
+            clock->fetch_add(slow->load() ? 4 * cost : cost);
+        });
     };
     RecordingSink sink;
     Trainer trainer(o, sink);

@@ -158,13 +158,7 @@ private Q_SLOTS:
         const auto kind = static_cast<OptimizerKind>(optimizer);
         auto& allocator = CountingAllocator::instance();
         RecordingSink sink;
-        bool armed = false;
-        sink.onEach = [&](const Event& e) {
-            if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Probing && !armed) {
-                armed = true;
-                allocator.failAfter(failAt);
-            }
-        };
+        batchpilot::tests::failAtFromFirstProbe(sink, failAt);
         Trainer trainer(options(kind), sink);
         const RunResult result = trainer.run();
         allocator.failAfter(0);
@@ -236,13 +230,7 @@ private Q_SLOTS:
         // One injected run: the phase its OOM landed in, or nullopt when LibTorch absorbed it.
         const auto inject = [&](int64_t failAt) -> std::optional<Phase> {
             RecordingSink sink;
-            bool armed = false;
-            sink.onEach = [&](const Event& e) {
-                if (const auto* s = std::get_if<RunStateChanged>(&e); s && s->state == RunState::Probing && !armed) {
-                    armed = true;
-                    allocator.failAfter(failAt);
-                }
-            };
+            batchpilot::tests::failAtFromFirstProbe(sink, failAt);
             Trainer trainer(o, sink);
             const RunResult result = trainer.run();
             allocator.failAfter(0);

@@ -20,6 +20,7 @@
 #include "core/nn/torchscript_model.h"
 #include "core/train/trainer.h"
 #include "tests/core/clean_run.h"
+#include "tests/core/forward_watched.h"
 #include "tests/core/recording_sink.h"
 
 namespace tst_memory_savers {
@@ -627,29 +628,6 @@ const SaverOption& optionFor(const SaverSurvey& survey, const std::string& saver
     qFatal("the survey has no row for %s", savers.c_str());
 }
 
-/// A model that calls `before` ahead of each forward pass (everything else is the wrapped one's).
-class ForwardWatched : public Model {
-public:
-    ForwardWatched(std::shared_ptr<Model> inner, std::function<void()> before)
-        : m_inner(std::move(inner)), m_before(std::move(before)) {}
-    std::string name() const override { return m_inner->name(); }
-    torch::Tensor forward(const torch::Tensor& input) override {
-        m_before();
-        return m_inner->forward(input);
-    }
-    std::vector<torch::Tensor> parameters() const override { return m_inner->parameters(); }
-    std::vector<torch::Tensor> buffers() const override { return m_inner->buffers(); }
-    void to(const torch::Device& device) override { m_inner->to(device); }
-    void train(bool on) override { m_inner->train(on); }
-    bool usesBatchStatistics() const override { return m_inner->usesBatchStatistics(); }
-    std::string checkpointingUnsupported() const override { return m_inner->checkpointingUnsupported(); }
-    void setCheckpointing(bool on) override { m_inner->setCheckpointing(on); }
-
-private:
-    std::shared_ptr<Model> m_inner;
-    std::function<void()> m_before;
-};
-
 }  // namespace
 
 void TestMemorySavers::stopDuringTheSurveyEndsIt() {
@@ -669,7 +647,7 @@ void TestMemorySavers::stopDuringTheSurveyEndsIt() {
     o.modelFactory = [&, model = o.model](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
         auto inner = makeBuiltinModel(model, data.sampleShape(), data.classes());
         if (!inner) return tl::unexpected(inner.error());
-        return std::make_shared<ForwardWatched>(*inner, [&] {
+        return std::make_shared<batchpilot::tests::ForwardWatched>(*inner, [&](const torch::Tensor&) {
             if (!probed.load()) return;
             if (inARow.fetch_add(1) + 1 >= 2 && surveyForwards.fetch_add(1) == 0) running->stop();
         });
