@@ -21,6 +21,7 @@ struct CliRequest {
     std::string csvOut;          ///< --csv-out FILE: where --export-csv writes (default RUN_FOLDER/series.csv)
     bool help = false;
     bool listDevices = false;
+    bool optionsReference = false;  ///< --options-reference: print core::optionsReference() and exit
     bool quiet = false;
     bool memoryReport = false;      ///< --memory-report: print the memory report after each probe
     std::string planFor;            ///< --plan-for all|T4,…: after the first probe, the plan on those GPUs

@@ -27,6 +27,7 @@
 #include "core/memory/gpu_presets.h"
 #include "core/memory/memory_snapshot.h"
 #include "core/distributed/process_group.h"
+#include "core/config/option_schema.h"
 #include "core/config/run_config.h"
 #include "core/records/run_folder.h"
 #include "core/records/series_export.h"
@@ -195,6 +196,10 @@ int main(int argc, char** argv) {
     }
     if (request->help) {
         std::fputs(app::cliHelp().c_str(), stdout);
+        return 0;
+    }
+    if (request->optionsReference) {
+        std::fputs(core::optionsReference().c_str(), stdout);
         return 0;
     }
     if (request->listDevices) {

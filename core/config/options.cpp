@@ -1,5 +1,7 @@
 #include "core/config/options.h"
 
+#include "core/config/option_schema.h"
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -164,108 +166,22 @@ tl::expected<void, OptionProblem> check(const TrainerOptions& o) {
     const auto problem = [](const char* field, std::string message) {
         return Problem(OptionProblem{field, std::move(message)});
     };
-    // Upper limits keep every later size computation (samples × steps, bytes per sample) far from
-    // overflow, and refuse before anything is allocated.
-    if (o.targetBatch <= 0 || o.targetBatch > kMaxTargetBatch) {
-        return problem("target_batch", outOfRange("target batch", o.targetBatch,
-                                                  "from 1 to " + std::to_string(kMaxTargetBatch) + " samples"));
-    }
-    if (o.steps && (*o.steps < 1 || *o.steps > kMaxSteps)) {
-        return problem("steps",
-                       outOfRange("steps", *o.steps, "from 1 to " + std::to_string(kMaxSteps) + " (or no step limit)"));
-    }
-    if (o.epochs && (*o.epochs < 1 || *o.epochs > kMaxEpochs)) {
-        return problem("epochs", outOfRange("epochs", *o.epochs,
-                                            "from 1 to " + std::to_string(kMaxEpochs) + " (or no epoch limit)"));
-    }
-    if (o.intraOpThreads < 0 || o.intraOpThreads > kMaxThreads) {
-        return problem("threads",
-                       outOfRange("threads", o.intraOpThreads,
-                                  "from 0 (every CPU this process may use) to " + std::to_string(kMaxThreads)));
-    }
+    // Every option's own range, as the schema declares it (core/config/option_schema.cpp). Upper
+    // limits keep every later size computation (samples × steps, bytes per sample) far from
+    // overflow, and refuse before anything is allocated. Then the rules between options.
+    if (auto ranges = checkRanges(o); !ranges) return tl::unexpected(ranges.error());
     if (o.reservedCpus < 0 || o.reservedCpus > kMaxThreads) {
         return problem("reserved_cpus",
                        outOfRange("reserved CPUs", o.reservedCpus, "from 0 to " + std::to_string(kMaxThreads)));
     }
-    if (!(o.cudaMemoryFraction >= 0.0 && o.cudaMemoryFraction <= 1.0)) {
-        return problem("cuda_memory_fraction",
-                       outOfRange("CUDA memory fraction", o.cudaMemoryFraction, "between 0 (no cap) and 1"));
-    }
-    if (o.model.width < kMinModelWidth || o.model.width > kMaxModelWidth) {
-        return problem("model.width",
-                       outOfRange("model width", o.model.width,
-                                  "from " + std::to_string(kMinModelWidth) + " to " + std::to_string(kMaxModelWidth)));
-    }
     const ProbeOptions& p = o.probe;
-    if (p.initialMicroBatch <= 0) {
-        return problem("probe.initial_micro_batch",
-                       outOfRange("initial micro-batch", p.initialMicroBatch, "at least 1"));
-    }
-    if (p.maxMicroBatch < 0) {
-        return problem("probe.max_micro_batch",
-                       outOfRange("maximum micro-batch", p.maxMicroBatch, "0 (no limit) or more"));
-    }
     if (p.maxMicroBatch > 0 && p.maxMicroBatch < p.initialMicroBatch) {
         return problem("probe.max_micro_batch",
                        "maximum micro-batch " + std::to_string(p.maxMicroBatch) + " is below the initial micro-batch " +
                            std::to_string(p.initialMicroBatch) + ": raise the maximum or lower the initial size");
     }
-    if (p.multipleOf <= 0) {
-        return problem("probe.multiple_of", outOfRange("round-to-multiple", p.multipleOf, "at least 1"));
-    }
-    if (!(p.headroom >= 0.0 && p.headroom <= 0.9)) {
-        return problem("probe.headroom", outOfRange("headroom", p.headroom, "between 0 and 0.9 (a fraction)"));
-    }
-    if (p.maxTrials < 1 || p.maxTrials > kMaxProbeTrials) {
-        return problem("probe.max_trials",
-                       outOfRange("maximum trials", p.maxTrials, "from 1 to " + std::to_string(kMaxProbeTrials)));
-    }
-    if (!(p.tolerance >= 0.0 && p.tolerance <= 0.5)) {
-        return problem("probe.tolerance", outOfRange("probe tolerance", p.tolerance, "between 0 and 0.5"));
-    }
-    if (p.retimeEvery < 0 || p.retimeEvery > kMaxRetimeEvery) {
-        return problem("probe.retime_every", outOfRange("re-timing interval", p.retimeEvery,
-                                                        "0 (never) to " + std::to_string(kMaxRetimeEvery) + " steps"));
-    }
-    if (!(p.retimeDrift >= 0.01 && p.retimeDrift <= 10.0)) {
-        return problem("probe.retime_drift",
-                       outOfRange("throughput drift", p.retimeDrift, "between 0.01 and 10 (a fraction: 0.15 is 15%)"));
-    }
-    if (o.validation.split && !(*o.validation.split >= 0.0 && *o.validation.split <= 0.9)) {
-        return problem("validation.split", outOfRange("validation split", *o.validation.split,
-                                                      "between 0 (no validation) and 0.9 (a fraction of the data)"));
-    }
-    if (o.validation.everySteps && (*o.validation.everySteps < 1 || *o.validation.everySteps > kMaxSteps)) {
-        return problem("validation.every_steps",
-                       outOfRange("validation interval", *o.validation.everySteps, "at least 1 step"));
-    }
-    const OptimizerOptions& opt = o.optimizer;
-    if (!(opt.learningRate > 0.0 && opt.learningRate <= kMaxLearningRate)) {
-        return problem("optimizer.learning_rate",
-                       outOfRange("learning rate", opt.learningRate, "positive and at most 1e6"));
-    }
-    if (!(opt.momentum >= 0.0 && opt.momentum < 1.0)) {
-        return problem("optimizer.momentum", outOfRange("momentum", opt.momentum, "in [0, 1)"));
-    }
-    if (!(opt.weightDecay >= 0.0 && opt.weightDecay <= kMaxWeightDecay)) {
-        return problem("optimizer.weight_decay", outOfRange("weight decay", opt.weightDecay, "from 0 to 1e6"));
-    }
-    if (!(opt.beta1 >= 0.0 && opt.beta1 < 1.0 && opt.beta2 >= 0.0 && opt.beta2 < 1.0)) {
-        return problem("optimizer.beta1", "Adam betas must be in [0, 1)");
-    }
-    if (!(opt.epsilon >= 0.0 && opt.epsilon <= 1.0)) {
-        return problem("optimizer.epsilon", outOfRange("epsilon", opt.epsilon, "in [0, 1]"));
-    }
     if (!o.datasetFactory) {
         const DataOptions& d = o.data;
-        if (d.samples <= 0 || d.samples > kMaxSamples) {
-            return problem("data.samples",
-                           outOfRange("dataset samples", d.samples, "from 1 to " + std::to_string(kMaxSamples)));
-        }
-        if (d.classes < 2 || d.classes > kMaxClasses) {
-            return problem("data.classes",
-                           outOfRange("classes", d.classes, "from 2 to " + std::to_string(kMaxClasses)));
-        }
         if (d.channels <= 0 || d.height <= 0 || d.width <= 0) {
             return problem("data.image_size", "image size must be positive in every dimension (e.g. 3x32x32)");
         }
@@ -278,10 +194,6 @@ tl::expected<void, OptionProblem> check(const TrainerOptions& o) {
                                                   std::to_string(kMaxChannels) + " channels and " +
                                                   std::to_string(kMaxImageSide) + " pixels a side");
         }
-    }
-    if (o.checkpoint.everySteps < 0) {
-        return problem("checkpoint.every_steps",
-                       outOfRange("checkpoint interval", o.checkpoint.everySteps, "0 (only at the end) or more steps"));
     }
     if (const std::string& metric = o.checkpoint.keepBest; !metric.empty()) {
         const auto& names = validationMetricNames();
@@ -310,10 +222,6 @@ tl::expected<void, OptionProblem> check(const TrainerOptions& o) {
                                                        " needs validation, but --validation-split is 0: hold out a "
                                                        "share of the data or give --validation-data");
         }
-    }
-    if (o.regrowAfterSteps < 0 || o.regrowAfterSteps > kMaxRegrowAfterSteps) {
-        return problem("regrow_after_steps", outOfRange("regrow-after steps", o.regrowAfterSteps,
-                                                        "from 0 (never) to " + std::to_string(kMaxRegrowAfterSteps)));
     }
     return {};
 }

@@ -11,7 +11,8 @@
 #include <tl/expected.hpp>
 
 /// Run options. Plain structs with defaults in the declarations; the CLI, the GUI and tests fill
-/// them in. Units: samples for batch sizes, fractions (0..1) for headroom.
+/// them in. Units: samples for batch sizes, fractions (0..1) for headroom. What a user can set,
+/// with its key, flag and range, is declared in core/config/option_schema.cpp.
 namespace batchpilot::core {
 
 class Model;

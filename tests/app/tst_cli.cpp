@@ -140,7 +140,7 @@ private Q_SLOTS:
                                             << QStringLiteral("--loss-scale: must be from 1 to 1e+30, got 0.5");
         QTest::newRow("unknown dataset")
             << QStringList{QStringLiteral("--data"), QStringLiteral("imagenet")} << 2
-            << QStringLiteral("--data: unknown value \"imagenet\": choose synthetic, mnist, image-folder or csv");
+            << QStringLiteral("--data: unknown dataset \"imagenet\": choose synthetic, mnist, image-folder or csv");
         QTest::newRow("csv without a path")
             << QStringList{QStringLiteral("--data"), QStringLiteral("csv")} << 2
             << QStringLiteral("the csv dataset needs a data path (the CSV file to read)");
@@ -286,7 +286,7 @@ private Q_SLOTS:
             << base({QStringLiteral("--cuda-memory-fraction"), QStringLiteral("0.5")}) << 2
             << QStringLiteral("a CUDA memory fraction caps a GPU's caching allocator, but the device is virtual:64MiB");
         QTest::newRow("threads 100000") << base({QStringLiteral("--threads"), QStringLiteral("100000")}) << 2
-                                        << QStringLiteral("--threads: must be from 1 to 256, got 100000");
+                                        << QStringLiteral("--threads: must be from 0 to 256, got 100000");
         QTest::newRow("image size with four parts")
             << base({QStringLiteral("--image-size"), QStringLiteral("3x32x32x5")}) << 2
             << QStringLiteral("--image-size: expects CxHxW such as 3x32x32, got \"3x32x32x5\"");

@@ -1,21 +1,25 @@
-# Fails when the committed command-line reference is not what the CLI prints.
-#   cmake -DCLI=<batchpilot-cli> -DDOC=<docs/reference/cli-help.txt> -P cli_reference.cmake
-# scripts/cli-reference writes the file from `batchpilot-cli --help`. The text depends on neither
-# the terminal nor the machine (CLI11 wraps at a fixed column), so it is compared byte for byte.
+# Fails when a committed reference is not what the CLI prints.
+#   cmake -DCLI=<batchpilot-cli> -DDOC=<docs/reference/cli-help.txt> [-DFLAG=--help] -P cli_reference.cmake
+# scripts/cli-reference writes the files from `batchpilot-cli --help` and `--options-reference`.
+# The text depends on neither the terminal nor the machine (CLI11 wraps at a fixed column), so it
+# is compared byte for byte.
 cmake_minimum_required(VERSION 3.20)
 if(NOT CLI OR NOT DOC)
-  message(FATAL_ERROR "usage: cmake -DCLI=<batchpilot-cli> -DDOC=<cli-help.txt> -P cli_reference.cmake")
+  message(FATAL_ERROR "usage: cmake -DCLI=<batchpilot-cli> -DDOC=<cli-help.txt> [-DFLAG=--help] -P cli_reference.cmake")
 endif()
-execute_process(COMMAND "${CLI}" --help OUTPUT_VARIABLE printed ERROR_VARIABLE errors RESULT_VARIABLE status)
+if(NOT FLAG)
+  set(FLAG --help)
+endif()
+execute_process(COMMAND "${CLI}" ${FLAG} OUTPUT_VARIABLE printed ERROR_VARIABLE errors RESULT_VARIABLE status)
 if(NOT status EQUAL 0 OR printed STREQUAL "")
-  message(FATAL_ERROR "\"${CLI}\" --help failed (${status}):\n${errors}")
+  message(FATAL_ERROR "\"${CLI}\" ${FLAG} failed (${status}):\n${errors}")
 endif()
 if(NOT EXISTS "${DOC}")
-  message(FATAL_ERROR "${DOC} is missing: run scripts/cli-reference to write it from batchpilot-cli --help")
+  message(FATAL_ERROR "${DOC} is missing: run scripts/cli-reference to write it from batchpilot-cli ${FLAG}")
 endif()
 file(READ "${DOC}" committed)
 if(printed STREQUAL committed)
-  message(STATUS "${DOC} is what batchpilot-cli --help prints")
+  message(STATUS "${DOC} is what batchpilot-cli ${FLAG} prints")
   return()
 endif()
 
@@ -43,7 +47,7 @@ while(TRUE)
   endforeach()
   math(EXPR line "${line} + 1")
 endwhile()
-message(FATAL_ERROR "${DOC} is not what batchpilot-cli --help prints; first difference at line ${line}:\n"
+message(FATAL_ERROR "${DOC} is not what batchpilot-cli ${FLAG} prints; first difference at line ${line}:\n"
                     "  committed: ${committed_line}\n"
-                    "  --help:    ${printed_line}\n"
-                    "Run scripts/cli-reference (it writes the file from --help) and commit the result.")
+                    "  printed:   ${printed_line}\n"
+                    "Run scripts/cli-reference (it writes the file from ${FLAG}) and commit the result.")

@@ -24,6 +24,7 @@
 #include <optional>
 
 #include "core/base/byte_size.h"
+#include "core/config/option_schema.h"
 #include "core/device/device.h"
 #include "core/memory/gpu_presets.h"
 #include "ui/session/run_commands.h"
@@ -50,6 +51,24 @@ QSpinBox* spin(int min, int max, int value, const QString& tip) {
     box->setToolTip(tip);
     box->setGroupSeparatorShown(false);
     return box;
+}
+
+/// A spin box for one of core's options (core/config/option_schema.h), with its range and default.
+/// An option whose null means "none" (no step limit, each epoch) takes 0 for it; `lowest` widens
+/// the range below the option's (a target batch of 0 is shown, and refused, rather than clamped).
+QSpinBox* spinFor(const char* key, const QString& tip, std::optional<int> lowest = std::nullopt) {
+    const core::OptionSpec* spec = core::findOption(key);
+    Q_ASSERT(spec != nullptr && spec->type == core::OptionType::Integer);
+    const nlohmann::json value = core::optionDefault(*spec);
+    const int minimum = lowest ? *lowest : spec->nullMeans.empty() ? static_cast<int>(spec->minimum) : 0;
+    return spin(minimum, widest(spec->maximum), value.is_null() ? 0 : widest(value.get<int64_t>()), tip);
+}
+
+/// A percentage field's range from a share option's ("probe.headroom": 0 to 0.9 → 0 to 90 %).
+void percentRange(QDoubleSpinBox* box, const char* key) {
+    const core::OptionSpec* spec = core::findOption(key);
+    Q_ASSERT(spec != nullptr && spec->type == core::OptionType::Number);
+    box->setRange(spec->low * 100.0, spec->high * 100.0);
 }
 
 QString str(const std::string& text) {
@@ -131,9 +150,8 @@ QGroupBox* RunPanel::createModelAndData() {
     m_dataPath->setToolTip(
         tr("MNIST: the folder with train-images-idx3-ubyte(.gz); image folder: "
            "its root; CSV: the file"));
-    m_samples = spin(1, widest(core::kMaxSamples), 4096,
-                     tr("Number of samples in the synthetic dataset. One pass over all of them is "
-                        "an epoch; after it the samples are shuffled and used again."));
+    m_samples = spinFor("data.samples", tr("Number of samples in the synthetic dataset. One pass over all of them is "
+                                           "an epoch; after it the samples are shuffled and used again."));
 
     auto* data = new QGroupBox(tr("Model and data"));
     auto* dataForm = new QFormLayout(data);
@@ -180,7 +198,7 @@ QHBoxLayout* RunPanel::pathRow(QLineEdit* edit, const QString& tip, const QStrin
 
 QGroupBox* RunPanel::createValidation() {
     m_heldOut = new QDoubleSpinBox;
-    m_heldOut->setRange(0, 90);
+    percentRange(m_heldOut, "validation.split");
     m_heldOut->setDecimals(1);
     m_heldOut->setSingleStep(5);
     m_heldOut->setSuffix(QStringLiteral(" %"));
@@ -198,9 +216,9 @@ QGroupBox* RunPanel::createValidation() {
     QHBoxLayout* validationRow =
         pathRow(m_validationPath, tr("Choose the validation data's folder (MNIST, image folder) or file (CSV)"),
                 tr("CSV validation data"), tr("Validation data folder"));
-    m_validateEvery = spin(0, widest(core::kMaxSteps), 0,
-                           tr("Validate every this many optimizer steps; at each epoch's end when set to "
-                              "\"each epoch\". A run also validates when it reaches its limit."));
+    m_validateEvery = spinFor("validation.every_steps",
+                              tr("Validate every this many optimizer steps; at each epoch's end when set to "
+                                 "\"each epoch\". A run also validates when it reaches its limit."));
     m_validateEvery->setSpecialValueText(tr("each epoch"));
     m_validateEvery->setSuffix(tr(" steps"));
     m_keepBest = new QComboBox;
@@ -275,21 +293,22 @@ QGroupBox* RunPanel::createDevice() {
 }
 
 QGroupBox* RunPanel::createBatch() {
-    m_target = spin(0, widest(core::kMaxTargetBatch), 1024,
-                    tr("Samples per optimizer step. Reached by gradient accumulation when it does "
-                       "not fit the device at once. Changes apply at the next training batch."));
+    m_target = spinFor("target_batch",
+                       tr("Samples per optimizer step. Reached by gradient accumulation when it does "
+                          "not fit the device at once. Changes apply at the next training batch."),
+                       0);
     m_target->setObjectName(QStringLiteral("targetBatch"));
     m_target->setKeyboardTracking(false);  // commit on Enter or focus change, not per digit
-    m_initialMicro = spin(1, widest(core::kMaxTargetBatch), 1,
-                          tr("First micro-batch size the probe tries; it doubles from there "
-                             "until memory runs out. Start higher when you know small sizes fit."));
-    m_maxMicro = spin(0, widest(core::kMaxTargetBatch), 0,
-                      tr("Largest micro-batch the probe may choose, even if more would fit. Set "
-                         "it below the target batch to see accumulation at work on a big "
-                         "device."));
+    m_initialMicro =
+        spinFor("probe.initial_micro_batch", tr("First micro-batch size the probe tries; it doubles from there "
+                                                "until memory runs out. Start higher when you know small sizes fit."));
+    m_maxMicro =
+        spinFor("probe.max_micro_batch", tr("Largest micro-batch the probe may choose, even if more would fit. Set "
+                                            "it below the target batch to see accumulation at work on a big "
+                                            "device."));
     m_maxMicro->setSpecialValueText(tr("no limit"));
     m_headroom = new QDoubleSpinBox;
-    m_headroom->setRange(0, 90);
+    percentRange(m_headroom, "probe.headroom");
     m_headroom->setDecimals(1);
     m_headroom->setSuffix(QStringLiteral(" %"));
     m_headroom->setValue(5);
@@ -297,9 +316,8 @@ QGroupBox* RunPanel::createBatch() {
         tr("Share of the device memory the probe keeps free. Memory gets "
            "fragmented and inputs can vary in size, so a micro-batch that "
            "just fits once might not fit the next time."));
-    m_multiple = spin(1, 4096, 1,
-                      tr("Round the micro-batch down to a multiple of this. GPUs compute some "
-                         "sizes faster (multiples of 8 suit tensor cores)."));
+    m_multiple = spinFor("probe.multiple_of", tr("Round the micro-batch down to a multiple of this. GPUs compute some "
+                                                 "sizes faster (multiples of 8 suit tensor cores)."));
     m_objective = new QComboBox;
     m_objective->setObjectName(QStringLiteral("objectiveBox"));
     m_objective->addItem(tr("fastest (timed)"), static_cast<int>(core::ProbeObjective::Fastest));
@@ -354,7 +372,7 @@ QGroupBox* RunPanel::createTraining() {
            "memory the probe has to leave free."));
     m_learningRate = new QDoubleSpinBox;
     m_learningRate->setDecimals(8);  // 1e-6 and 1e-7, common when fine-tuning, shown as they are
-    m_learningRate->setRange(0, core::kMaxLearningRate);
+    m_learningRate->setRange(0, core::findOption("optimizer.learning_rate")->high);
     m_learningRate->setSingleStep(0.001);
     m_learningRate->setValue(0.05);
     m_learningRate->setToolTip(
@@ -370,12 +388,10 @@ QGroupBox* RunPanel::createTraining() {
            "during a run: a larger batch gives a less noisy gradient, which "
            "can take a proportionally (linear) or more cautiously (square "
            "root) larger step."));
-    m_seed = spin(0, std::numeric_limits<int>::max(), 0,
-                  tr("Seed of the random initial weights and the sample order. The same seed "
-                     "gives the same run, so two runs can be compared."));
-    m_steps = spin(0, widest(core::kMaxSteps), 500,
-                   tr("Optimizer steps to run before the run ends by itself. One step = one "
-                      "whole target batch."));
+    m_seed = spinFor("seed", tr("Seed of the random initial weights and the sample order. The same seed "
+                                "gives the same run, so two runs can be compared."));
+    m_steps = spinFor("steps", tr("Optimizer steps to run before the run ends by itself. One step = one "
+                                  "whole target batch."));
     m_steps->setSpecialValueText(tr("no limit"));
 
     auto* training = new QGroupBox(tr("Training"));

@@ -164,7 +164,7 @@ private Q_SLOTS:
         QTest::newRow("out of range") << QStringLiteral(R"({"probe": {"headroom": 1.5}})")
                                       << QStringLiteral("probe.headroom: expected a number in [0, 0.9], got 1.5");
         QTest::newRow("zero target") << QStringLiteral(R"({"target_batch": 0})")
-                                     << QStringLiteral("target_batch: expected an integer from 1 up, got 0");
+                                     << QStringLiteral("target_batch: expected an integer from 1 to 2147483648, got 0");
         QTest::newRow("bad device") << QStringLiteral(R"({"device": "virtual:lots"})")
                                     << QStringLiteral(
                                            "device: device \"virtual:lots\": \"lots\" is neither a memory "
