@@ -62,7 +62,8 @@ std::vector<Case> cases(bool quick, const std::string& torchscript, const std::s
         core::TrainerOptions o = bench::cnnWorkload("virtual:256MiB", 1024, 0, 1);
         o.model.name = torchscript;
         o.optimizer.learningRate = 0.01;
-        out.push_back({"TorchScript SmallNet 3x32x32, 256 MiB", o});
+        const std::string file = torchscript.substr(torchscript.find_last_of('/') + 1);
+        out.push_back({"TorchScript " + file.substr(0, file.rfind('.')) + " 3x32x32, 256 MiB", o});
     }
     if (!device.empty()) {
         // A real device instead of the virtual budgets (the GPU check): its memory decides.
@@ -166,6 +167,8 @@ struct Search {
     double seconds = 0;
     int64_t samplesTimed = 0;            ///< samples trained while the search timed
     std::map<int64_t, double> measured;  ///< the search's own median samples/s per size
+    double claimedMicroBatchGain = 0;    ///< ThroughputChosen::speedOverLargest
+    double claimedStepGain = 0;          ///< ThroughputChosen::stepSpeedOverLargest
     std::string reason;
 };
 
@@ -195,6 +198,8 @@ Search runFastest(const Case& c) {
             s.largest = d->largestMicroBatch;
             s.timed = d->microBatchesTimed;
             s.seconds = d->seconds;
+            s.claimedMicroBatchGain = d->speedOverLargest;
+            s.claimedStepGain = d->stepSpeedOverLargest;
             s.reason = d->reason;
         }
     }
@@ -268,6 +273,65 @@ DemoSwitch runDemoSwitch(core::ProbeObjective objective, bool quick) {
     return out;
 }
 
+/// --claims: for each case, `searches` runs of the search; each decision below the largest has its
+/// claim per training batch checked against whole batches of the two sizes measured in turns.
+int claims(const bench::BenchArgs& args, const std::vector<Case>& all, const std::string& only, int searches,
+           int64_t steps, int turns, nlohmann::json report) {
+    report["claims_only"] = true;
+    std::vector<std::string> rows;
+    // --only A|B: the cases whose name holds A or B.
+    const auto wanted = [&only](const std::string& label) {
+        if (only.empty()) return true;
+        for (size_t start = 0; start <= only.size();) {
+            const size_t bar = std::min(only.find('|', start), only.size());
+            if (label.find(only.substr(start, bar - start)) != std::string::npos) return true;
+            start = bar + 1;
+        }
+        return false;
+    };
+    for (const Case& c : all) {
+        if (!wanted(c.label)) continue;
+        const int64_t largestSize = core::throughputCandidates(largestFit(c), c.options.targetBatch, 1, 1).front();
+        nlohmann::json config = {
+            {"setup", c.label}, {"target_batch", c.options.targetBatch}, {"largest_size", largestSize}};
+        std::map<int64_t, Paired> measured;
+        for (int i = 0; i < searches; ++i) {
+            const Search s = runFastest(c);
+            nlohmann::json row = {{"chosen", s.chosen},
+                                  {"largest", largestSize},
+                                  {"claimed_micro_batch_gain", s.claimedMicroBatchGain},
+                                  {"claimed_step_gain", s.claimedStepGain},
+                                  {"reason", s.reason}};
+            if (s.chosen != largestSize && s.claimedStepGain > 0) {
+                if (!measured.count(s.chosen)) measured[s.chosen] = pairedRatio(c, s.chosen, largestSize, steps, turns);
+                const Paired& p = measured[s.chosen];
+                row["measured_step_gain"] = p.raw;
+                row["measured_step_gain_turns"] = p.ratios;
+                row["claim_error"] = s.claimedStepGain / p.raw - 1.0;
+                row["micro_batch_claim_error"] = s.claimedMicroBatchGain / p.raw - 1.0;
+                rows.push_back("\"" + c.label + "\"," + std::to_string(s.chosen) + "," + std::to_string(largestSize) +
+                               "," + bench::fixed(s.claimedMicroBatchGain, 3) + "," +
+                               bench::fixed(s.claimedStepGain, 3) + "," + bench::fixed(p.raw, 3));
+            }
+            std::printf(
+                "%-38s chose %lld (largest %lld): claimed %.3fx per batch, %.3fx per micro-batch; measured "
+                "%s\n",
+                c.label.c_str(), static_cast<long long>(s.chosen), static_cast<long long>(largestSize),
+                s.claimedStepGain, s.claimedMicroBatchGain,
+                row.contains("measured_step_gain")
+                    ? (bench::fixed(row["measured_step_gain"].get<double>(), 3) + "x per batch").c_str()
+                    : "nothing (the largest was kept, or not timed)");
+            std::fflush(stdout);
+            config["searches"].push_back(row);
+        }
+        report["configs"].push_back(config);
+    }
+    bench::writeJson(args.outDir, "fastest.json", report);
+    bench::writeCsv(args.outDir, "fastest_claims.csv",
+                    "setup,chosen,largest,claimed_micro_batch_gain,claimed_step_gain,measured_step_gain", rows);
+    return 0;
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -275,6 +339,9 @@ int run(int argc, char** argv) {
     std::string torchscript;
     std::string device;
     std::string only;  // run the cases whose label contains this (trying one out)
+    // --claims: no sweep; each search's claim per training batch against whole batches of the
+    // chosen size and the largest, measured in turns (issue 38, item 10).
+    bool claimsOnly = false;
     std::vector<char*> rest{argv[0]};
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--torchscript") == 0 && i + 1 < argc)
@@ -283,14 +350,17 @@ int run(int argc, char** argv) {
             device = argv[++i];
         else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc)
             only = argv[++i];
+        else if (std::strcmp(argv[i], "--claims") == 0)
+            claimsOnly = true;
         else
             rest.push_back(argv[i]);
     }
     const auto args = bench::parseArgs(static_cast<int>(rest.size()), rest.data(), "batchpilot-bench-fastest",
                                        "The objective \"fastest\" against a sweep of micro-batch sizes (also takes "
                                        "--torchscript MODEL.pt, --device DEV to use one real device instead of "
-                                       "the virtual budgets, and --only TEXT for the cases whose name holds it, or "
-                                       "\"demo\" for the demo's device switch alone).");
+                                       "the virtual budgets, --only TEXT for the cases whose name holds it, or "
+                                       "\"demo\" for the demo's device switch alone, and --claims to check only "
+                                       "the decisions' claims per training batch, without the sweep).");
     core::installCountingAllocator();
     const auto started = Clock::now();
     const int rounds = args.quick ? 1 : 2;     // sweep rounds, interleaving the sizes
@@ -305,6 +375,7 @@ int run(int argc, char** argv) {
     report["searches"] = searches;
     report["turns"] = turns;
     std::vector<std::string> rows;
+    if (claimsOnly) return claims(args, cases(args.quick, torchscript, device), only, searches, steps, turns, report);
     for (const Case& c : cases(args.quick, torchscript, device)) {
         if (!only.empty() && c.label.find(only) == std::string::npos) continue;
         const auto caseStarted = Clock::now();
@@ -368,6 +439,13 @@ int run(int argc, char** argv) {
             config["in_turns"].push_back(
                 {{"micro_batch", n}, {"over_best", p.ratio()}, {"over_best_uncapped", p.raw}, {"turns", p.ratios}});
         double ratioSum = 0, worst = 1, costSum = 0;
+        // The decision's claim, "the chosen size runs whole training batches N times as fast as the
+        // largest", against whole batches of the two measured in turns (issue 38, item 10).
+        std::map<int64_t, Paired> overLargest;
+        for (const Search& s : runs) {
+            if (s.chosen == largestSize || s.claimedStepGain <= 0 || overLargest.count(s.chosen)) continue;
+            overLargest[s.chosen] = pairedRatio(c, s.chosen, largestSize, steps, turns);
+        }
         for (const Search& s : runs) {
             const double ratio = paired[s.chosen].ratio();
             // Time lost to timing: the search's time minus what its samples take at the chosen size.
@@ -377,6 +455,9 @@ int run(int argc, char** argv) {
             worst = std::min(worst, ratio);
             costSum += cost;
             config["searches"].push_back({{"chosen", s.chosen},
+                                          {"largest", largestSize},
+                                          {"claimed_micro_batch_gain", s.claimedMicroBatchGain},
+                                          {"claimed_step_gain", s.claimedStepGain},
                                           {"chosen_over_best", ratio},
                                           {"chosen_over_best_sweep", rate[s.chosen] / rate[best]},
                                           {"micro_batches_timed", s.timed},
@@ -384,6 +465,20 @@ int run(int argc, char** argv) {
                                           {"cost_seconds", cost},
                                           {"cost_share_of_100_steps", cost / hundredSteps},
                                           {"reason", s.reason}});
+            if (overLargest.count(s.chosen)) {
+                const double measured = overLargest[s.chosen].raw;
+                auto& row = config["searches"].back();
+                row["measured_step_gain"] = measured;
+                row["measured_step_gain_turns"] = overLargest[s.chosen].ratios;
+                row["claim_error"] = s.claimedStepGain / measured - 1.0;
+                row["micro_batch_claim_error"] = s.claimedMicroBatchGain / measured - 1.0;
+                std::printf(
+                    "  chose %lld over %lld: claimed %.3fx per batch (%.3fx per micro-batch), measured %.3fx "
+                    "per batch in turns: %+.1f%% (%+.1f%%)\n",
+                    static_cast<long long>(s.chosen), static_cast<long long>(largestSize), s.claimedStepGain,
+                    s.claimedMicroBatchGain, measured, 100.0 * (s.claimedStepGain / measured - 1.0),
+                    100.0 * (s.claimedMicroBatchGain / measured - 1.0));
+            }
             // What the search measured, next to the sweep: a systematic difference between timing
             // micro-batches and timing whole steps shows here.
             for (const auto& [size, r] : s.measured)

@@ -462,7 +462,54 @@ void insightSection(std::ostream& md, const json& insight) {
           "measured yet: no GPU was available to these benchmarks).\n\n";
 }
 
-void fastestSection(std::ostream& md, const json& fastest) {
+/// The decisions' claims per whole training batch (issue 38, item 10), from every search that chose
+/// a size below the largest and had the two measured in turns: `claims` (a run of its own, in
+/// claims/fastest.json) or else the main run.
+bool hasClaims(const json& fastest) {
+    if (fastest.is_null()) return false;
+    for (const json& c : fastest["configs"])
+        for (const json& s : c["searches"])
+            if (s.contains("measured_step_gain")) return true;
+    return false;
+}
+
+void claimsTable(std::ostream& md, const json& claims) {
+    if (!hasClaims(claims)) return;
+    std::vector<const json*> rows;
+    std::vector<std::string> setups;
+    for (const json& c : claims["configs"])
+        for (const json& s : c["searches"])
+            if (s.contains("measured_step_gain")) {
+                rows.push_back(&s);
+                setups.push_back(c["setup"].get<std::string>());
+            }
+    md << "### What the decision claims, against whole training batches\n\n"
+          "A decision that chose a size below the largest says how much faster it trains: per micro-batch (the "
+          "search's timings, in turns) and per whole training batch (`step_speed_over_largest`: the micro-batches "
+          "plus what each batch costs besides them — the optimizer step, the per-micro-batch bookkeeping — "
+          "measured on the batches trained so far). Measured here: whole training batches at the chosen size and "
+          "at the largest, in turns ("
+       << claims["turns"].get<int>()
+       << " turns, each a run as in the sweep), after the decision.\n\n"
+          "| setup | chosen / largest | claimed per micro-batch | claimed per batch | measured per batch | "
+          "claim's error (per micro-batch's) |\n|---|---|---|---|---|---|\n";
+    double worst = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const json& s = *rows[i];
+        const double error = s["claim_error"].get<double>();
+        const double microError = s["micro_batch_claim_error"].get<double>();
+        worst = std::max(worst, std::abs(error));
+        md << "| " << setups[i] << " | " << s["chosen"].get<int64_t>() << " / " << s["largest"].get<int64_t>() << " | "
+           << fixed(s["claimed_micro_batch_gain"].get<double>(), 3) << " | "
+           << fixed(s["claimed_step_gain"].get<double>(), 3) << " | " << fixed(s["measured_step_gain"].get<double>(), 3)
+           << " | " << (error >= 0 ? "+" : "") << fixed(100.0 * error, 1) << "% (" << (microError >= 0 ? "+" : "")
+           << fixed(100.0 * microError, 1) << "%) |\n";
+    }
+    md << "\nThe claim per batch is within " << fixed(100.0 * worst, 1) << "% of whole batches measured in turns "
+       << "(goal ≤ 5%: " << verdict(worst <= 0.05) << ").\n\n";
+}
+
+void fastestSection(std::ostream& md, const json& fastest, const json& claims) {
     md << "## 6. Fastest micro-batch (probe objective \"fastest\")\n\n";
     if (fastest.is_null()) {
         md << "_fastest.json is missing: the fastest-micro-batch benchmark did not run._\n\n";
@@ -519,6 +566,7 @@ void fastestSection(std::ostream& md, const json& fastest) {
            << "% here (the sweep noise, median of the setups): more than neighbouring sizes differ, which is why "
               "the scores are measured in turns.";
     md << "\n\n";
+    claimsTable(md, hasClaims(fastest) ? fastest : claims);
     if (fastest.contains("demo_switch")) {
         md << "The desktop demo's experiment (cnn, target batch 1024, Adam, a 64 MiB virtual GPU switched to "
               "256 MiB mid-run, which re-probes and searches again): median samples/s of the steps before the "
@@ -751,6 +799,9 @@ int main(int argc, char** argv) {
     const json gui = load(args.in, "gui.json");
     const json insight = load(args.in, "insight.json");
     const json fastest = load(args.in, "fastest.json");
+    // The claims per training batch, when the main run measured none: a focused run of their own
+    // (batchpilot-bench-fastest --out docs/bench/claims --only …, docs/guide/benchmarks.md).
+    const json claims = load(args.in + "/claims", "fastest.json");
     const json memorySavers = load(args.in, "memory_savers.json");
     const json dataParallel = load(args.in, "data_parallel.json");
     const json parity = load(args.in, "parity.json");
@@ -785,7 +836,7 @@ int main(int argc, char** argv) {
     meterSection(md, meter);
     guiSection(md, gui);
     insightSection(md, insight);
-    fastestSection(md, fastest);
+    fastestSection(md, fastest, claims);
     memorySaversSection(md, memorySavers);
     dataParallelSection(md, dataParallel);
     // The roofline section comes from scripts/bench-roofline (per LibTorch build): kept as it is.

@@ -124,8 +124,9 @@ std::vector<OptionSpec> declare() {
             "), or a TorchScript file (.pt/.pth)\n"
             "exported from Python: see docs/guide/own-model-and-data.md",
         "`mlp`, `cnn`, `resnet`, or a TorchScript file (`.pt`/`.pth`, or any existing file)");
-    add(choice("model.norm", "--norm", "normalisation", {"group", "batch"}, parseNormKind,
-               [](auto& o) -> auto& { return o.model.norm; }),
+    add(choice(
+            "model.norm", "--norm", "normalisation", {"group", "batch"}, parseNormKind,
+            [](auto& o) -> auto& { return o.model.norm; }),
         "KIND", "resnet normalisation: group (exact under accumulation) or batch\n(default group)");
     add(integer(
             "model.width", "--width", "model width", kMinModelWidth, kMaxModelWidth,
@@ -184,8 +185,8 @@ std::vector<OptionSpec> declare() {
                 shown(kMaxSampleElements) + " values per sample (e.g. 3x4096x4096)");
     }
     add(integer(
-            "data.classes", "--classes", "classes", 2, kMaxClasses, [](const Options& o) { return json(o.data.classes); },
-            [](Options& o, int64_t v) { o.data.classes = v; }),
+            "data.classes", "--classes", "classes", 2, kMaxClasses,
+            [](const Options& o) { return json(o.data.classes); }, [](Options& o, int64_t v) { o.data.classes = v; }),
         "N", "number of classes (default " + shown(d.data.classes) + ")", "number of classes (synthetic data)");
     add(integer(
             "data.samples", "--samples", "dataset samples", 1, kMaxSamples,
@@ -247,15 +248,18 @@ std::vector<OptionSpec> declare() {
         "N", "upper limit for the micro-batch (default 0: none)",
         "upper limit for the micro-batch, not below the initial size; 0: none");
     add(real(
-            "probe.headroom", "--headroom", "headroom", 0.0, 0.9, [](const Options& o) { return json(o.probe.headroom); },
+            "probe.headroom", "--headroom", "headroom", 0.0, 0.9,
+            [](const Options& o) { return json(o.probe.headroom); },
             [](Options& o, double v) { o.probe.headroom = v; }),
         "F", "fraction of device memory kept free, 0..0.9 (default " + shown(d.probe.headroom) + ")");
     add(real(
-            "probe.tolerance", "", "probe tolerance", 0.0, 0.5, [](const Options& o) { return json(o.probe.tolerance); },
+            "probe.tolerance", "", "probe tolerance", 0.0, 0.5,
+            [](const Options& o) { return json(o.probe.tolerance); },
             [](Options& o, double v) { o.probe.tolerance = v; }),
         "", "", "the probe stops when its bracket is this close (a fraction), or adjacent");
-    add(choice("probe.objective", "--objective", "probe objective", {"fastest", "largest"}, parseProbeObjective,
-               [](auto& o) -> auto& { return o.probe.objective; }),
+    add(choice(
+            "probe.objective", "--objective", "probe objective", {"fastest", "largest"}, parseProbeObjective,
+            [](auto& o) -> auto& { return o.probe.objective; }),
         "GOAL",
         "after finding the largest micro-batch that fits: fastest (default)\n"
         "times smaller sizes on real training micro-batches and keeps the one\n"
@@ -300,8 +304,9 @@ std::vector<OptionSpec> declare() {
         "(default 0: no cap)");
 
     group = "Optimisation";
-    add(choice("optimizer.kind", "--optimizer", "optimizer", {"sgd", "adam", "adamw"}, parseOptimizerKind,
-               [](auto& o) -> auto& { return o.optimizer.kind; }),
+    add(choice(
+            "optimizer.kind", "--optimizer", "optimizer", {"sgd", "adam", "adamw"}, parseOptimizerKind,
+            [](auto& o) -> auto& { return o.optimizer.kind; }),
         "NAME", "sgd (with momentum), adam or adamw (default sgd)");
     {
         auto lr = real(
@@ -324,9 +329,8 @@ std::vector<OptionSpec> declare() {
             [](const Options& o) { return json(o.optimizer.weightDecay); },
             [](Options& o, double v) { o.optimizer.weightDecay = v; }),
         "F", "L2 (sgd, adam) or decoupled (adamw) weight decay (default 0)");
-    for (const auto& [key, label, field] :
-         {std::tuple{"optimizer.beta1", "Adam beta1", &OptimizerOptions::beta1},
-          std::tuple{"optimizer.beta2", "Adam beta2", &OptimizerOptions::beta2}}) {
+    for (const auto& [key, label, field] : {std::tuple{"optimizer.beta1", "Adam beta1", &OptimizerOptions::beta1},
+                                            std::tuple{"optimizer.beta2", "Adam beta2", &OptimizerOptions::beta2}}) {
         const auto member = field;
         auto beta = real(
             key, "", label, 0.0, 1.0, [member](const Options& o) { return json(o.optimizer.*member); },
@@ -338,19 +342,21 @@ std::vector<OptionSpec> declare() {
             "optimizer.epsilon", "", "epsilon", 0.0, 1.0, [](const Options& o) { return json(o.optimizer.epsilon); },
             [](Options& o, double v) { o.optimizer.epsilon = v; }),
         "", "", "Adam and AdamW's epsilon");
-    add(choice("lr_scaling", "--lr-scaling", "learning-rate scaling", {"none", "linear", "sqrt"}, parseLrScaling,
-               [](auto& o) -> auto& { return o.lrScaling; }),
+    add(choice(
+            "lr_scaling", "--lr-scaling", "learning-rate scaling", {"none", "linear", "sqrt"}, parseLrScaling,
+            [](auto& o) -> auto& { return o.lrScaling; }),
         "RULE",
         "how the learning rate follows a change of the target batch during a\n"
         "run: none (default), linear or sqrt");
-    add(choice("loss", "--loss", "loss", {"cross-entropy", "mse"}, parseLossKind,
-               [](auto& o) -> auto& { return o.loss; }),
+    add(choice(
+            "loss", "--loss", "loss", {"cross-entropy", "mse"}, parseLossKind, [](auto& o) -> auto& { return o.loss; }),
         "NAME",
         "cross-entropy (classification, default) or mse (regression; with\n"
         "csv the target column holds the values to predict)");
-    add(choice("memory_savers", "--memory-savers", "memory savers",
-               {"off", "checkpoint", "bf16", "both", "fp16", "checkpoint-fp16", "auto"}, parseMemorySavers,
-               [](auto& o) -> auto& { return o.memorySavers; }),
+    add(choice(
+            "memory_savers", "--memory-savers", "memory savers",
+            {"off", "checkpoint", "bf16", "both", "fp16", "checkpoint-fp16", "auto"}, parseMemorySavers,
+            [](auto& o) -> auto& { return o.memorySavers; }),
         "SAVERS",
         "trade speed or precision for memory: checkpoint (recompute activations\n"
         "in backward), bf16 (bfloat16 autocast), both, fp16 (float16 autocast with\n"
@@ -359,7 +365,8 @@ std::vector<OptionSpec> declare() {
         "fastest) or off (default)");
     add(integer(
             "saver_threshold", "--saver-threshold", "saver threshold", 0, kMaxTargetBatch,
-            [](const Options& o) { return json(o.saverThreshold); }, [](Options& o, int64_t v) { o.saverThreshold = v; }),
+            [](const Options& o) { return json(o.saverThreshold); },
+            [](Options& o, int64_t v) { o.saverThreshold = v; }),
         "N",
         "measure every memory saver when the probe finds a micro-batch below N\n"
         "(and below the target batch), and suggest the fastest (default " +
@@ -442,9 +449,7 @@ std::vector<OptionSpec> declare() {
     {
         auto every = integer(
             "validation.every_steps", "--validate-every", "validation interval", 1, kMaxSteps,
-            [](const Options& o) {
-                return o.validation.everySteps ? json(*o.validation.everySteps) : json(nullptr);
-            },
+            [](const Options& o) { return o.validation.everySteps ? json(*o.validation.everySteps) : json(nullptr); },
             nullptr);
         every.nullMeans = "at the end of every epoch";
         every.set = [](Options& o, const json& v, OptionReading&) {
@@ -558,7 +563,8 @@ tl::expected<void, std::string> readOption(const OptionSpec& s, const json& valu
                                            TrainerOptions& options, OptionReading& reading) {
     const auto fail = [&](const std::string& what) { return tl::unexpected(where + ": " + what); };
     if (value.is_null()) {
-        if (s.nullMeans.empty()) return fail(std::string("expected ") + [&] {
+        if (s.nullMeans.empty())
+            return fail(std::string("expected ") + [&] {
                 switch (s.type) {
                 case OptionType::Integer: return "an integer";
                 case OptionType::Number: return "a number";
@@ -579,7 +585,8 @@ tl::expected<void, std::string> readOption(const OptionSpec& s, const json& valu
         return {};
     }
     case OptionType::Number: {
-        if (!value.is_number()) return fail(std::string("expected a number, got ") + typeName(value) + " " + brief(value));
+        if (!value.is_number())
+            return fail(std::string("expected a number, got ") + typeName(value) + " " + brief(value));
         const auto x = value.get<double>();
         if (!numberInRange(s, x)) {
             std::ostringstream range;
@@ -637,7 +644,8 @@ tl::expected<json, std::string> optionValueFromText(const OptionSpec& s, const s
         int64_t value = 0;
         const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
         const std::string range = "from " + std::to_string(s.minimum) + " to " + std::to_string(s.maximum);
-        if (ec == std::errc::result_out_of_range) return tl::unexpected("expects a whole number " + range + ", got " + given);
+        if (ec == std::errc::result_out_of_range)
+            return tl::unexpected("expects a whole number " + range + ", got " + given);
         if (digits.empty() || ec != std::errc{} || end != digits.data() + digits.size())
             return tl::unexpected("expects a whole number, got \"" + given + "\"");
         if (value < s.minimum || value > s.maximum) return tl::unexpected("must be " + range + ", got " + given);
@@ -682,7 +690,8 @@ tl::expected<json, std::string> optionValueFromText(const OptionSpec& s, const s
         return tl::unexpected("expects true or false, got \"" + given + "\"");
     case OptionType::Text:
     case OptionType::Choice:
-        if (given.empty()) return tl::unexpected(std::string("is empty: give a value, or leave the flag out for the default"));
+        if (given.empty())
+            return tl::unexpected(std::string("is empty: give a value, or leave the flag out for the default"));
         if (s.checkText) {
             if (auto ok = s.checkText(given); !ok) return tl::unexpected(ok.error());
         }
@@ -768,8 +777,8 @@ std::string optionsReference() {
         std::string flag = s.flag.empty() ? "—" : "`" + s.flag + "`";
         // A table cell cannot hold "|".
         std::replace(meaning.begin(), meaning.end(), '|', '/');
-        out += "| `" + s.key + "` | " + flag + " | " + referenceRange(s) + " | `" + jsonText(optionDefault(s)) + "` | " +
-               meaning + " |\n";
+        out += "| `" + s.key + "` | " + flag + " | " + referenceRange(s) + " | `" + jsonText(optionDefault(s)) +
+               "` | " + meaning + " |\n";
     }
     return out;
 }

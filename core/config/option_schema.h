@@ -40,10 +40,10 @@ struct OptionReading {
 /// One option. Values travel as JSON whatever their source: the command line's text is converted
 /// (optionValueFromText) and then read exactly as a configuration's value is.
 struct OptionSpec {
-    std::string key;        ///< configuration key path: "probe.headroom"
-    std::string flag;       ///< "--headroom"; empty: configuration only
-    std::string group;      ///< section of --help and of the reference: "Device and batch"
-    std::string label;      ///< in messages: "headroom"
+    std::string key;    ///< configuration key path: "probe.headroom"
+    std::string flag;   ///< "--headroom"; empty: configuration only
+    std::string group;  ///< section of --help and of the reference: "Device and batch"
+    std::string label;  ///< in messages: "headroom"
     OptionType type = OptionType::Text;
     std::string valueName;  ///< in --help: N, F, NAME, PATH
     std::string help;       ///< --help's text for the flag (lines broken by hand at ~72 characters)
@@ -79,8 +79,7 @@ nlohmann::json optionDefault(const OptionSpec& spec);
 /// Checks `value` against the option's type and range and stores it; the message names `where`
 /// (the key path, "probe.headroom", or the flag) and what was expected.
 tl::expected<void, std::string> readOption(const OptionSpec& spec, const nlohmann::json& value,
-                                           const std::string& where, TrainerOptions& options,
-                                           OptionReading& reading);
+                                           const std::string& where, TrainerOptions& options, OptionReading& reading);
 /// Applies what one source implied for others (the epochs/steps rule); after its last option.
 void finishReading(TrainerOptions& options, const OptionReading& reading);
 

@@ -187,6 +187,9 @@ json fields(const ThroughputChosen& e) {
             {"samples_per_second", e.samplesPerSecond},
             {"largest_samples_per_second", e.largestSamplesPerSecond},
             {"speed_over_largest", e.speedOverLargest},
+            {"step_speed_over_largest", e.stepSpeedOverLargest},
+            {"step_seconds", e.stepSeconds},
+            {"micro_batch_seconds", e.microBatchSeconds},
             {"micro_batches_timed", e.microBatchesTimed},
             {"seconds", e.seconds},
             {"reason", e.reason}};

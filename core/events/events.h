@@ -90,8 +90,14 @@ struct ThroughputChosen {
     /// The chosen size's speed over the largest's, measured in turns (drift cancelled: a better
     /// figure than the two medians' ratio); 1 when the largest was kept, 0 when not measured.
     double speedOverLargest = 0;
-    int microBatchesTimed = 0;  ///< timed micro-batches, warm-ups included
-    double seconds = 0;         ///< from the probe's end to the decision
+    /// The same per whole training batch: speedOverLargest's micro-batches plus what a batch costs
+    /// besides them (the two below), each size with its own number of micro-batches
+    /// (core::stepSpeedOverLargest). What the decision claims; 0 when speedOverLargest is.
+    double stepSpeedOverLargest = 0;
+    double stepSeconds = 0;        ///< per training batch besides its micro-batches (the optimizer step, …)
+    double microBatchSeconds = 0;  ///< per micro-batch besides its own timed work (0 with the above: not yet measured)
+    int microBatchesTimed = 0;     ///< timed micro-batches, warm-ups included
+    double seconds = 0;            ///< from the probe's end to the decision
     std::string reason;
 };
 

@@ -339,4 +339,30 @@ std::optional<std::string> DriftWatch::observe(double samplesPerSecond) {
         median, static_cast<long long>(m_every), 100.0 * change, m_baseline, 100.0 * m_drift);
 }
 
+void StepCostWatch::observe(int64_t microBatches, double microSeconds, double accumulateSeconds, double stepSeconds) {
+    if (microBatches < 1 || !(stepSeconds >= accumulateSeconds) || !(accumulateSeconds >= 0)) return;
+    const auto keep = [this](std::vector<double>& values, double value) {
+        values.push_back(std::max(0.0, value));
+        if (values.size() > m_window) values.erase(values.begin());
+    };
+    keep(m_perMicroBatch, (accumulateSeconds - microSeconds) / static_cast<double>(microBatches));
+    keep(m_perStep, stepSeconds - accumulateSeconds);
+}
+
+StepCosts StepCostWatch::costs() const {
+    return {medianOf(m_perMicroBatch), medianOf(m_perStep)};
+}
+
+double stepSpeedOverLargest(int64_t target, int64_t size, int64_t largest, double largestSamplesPerSecond,
+                            double overLargest, const StepCosts& costs) {
+    if (target < 1 || size < 1 || largest < 1 || !(largestSamplesPerSecond > 0) || !(overLargest > 0)) return 0;
+    const double samples = static_cast<double>(target);
+    const auto batches = [target](int64_t n) { return static_cast<double>((target + n - 1) / n); };
+    const double atLargest =
+        samples / largestSamplesPerSecond + batches(largest) * costs.perMicroBatchSeconds + costs.perStepSeconds;
+    const double atSize = samples / (overLargest * largestSamplesPerSecond) +
+                          batches(size) * costs.perMicroBatchSeconds + costs.perStepSeconds;
+    return atLargest / atSize;
+}
+
 }  // namespace batchpilot::core

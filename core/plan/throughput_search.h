@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -165,6 +166,42 @@ private:
     double m_baseline = 0;
     std::vector<double> m_window;
 };
+
+/// What a training batch costs besides its micro-batches' own timed work (loading, forward,
+/// backward): per micro-batch (choosing it, its event, a memory sample) and per batch (the
+/// optimizer step, the step's reports; with several devices the wait for the others).
+struct StepCosts {
+    double perMicroBatchSeconds = 0;
+    double perStepSeconds = 0;
+};
+
+/// Measures StepCosts on whole training batches: the median of the last `window` clean batches
+/// (no probe trial, no failure, no batch trained again). A pure class, like the searches.
+class StepCostWatch {
+public:
+    explicit StepCostWatch(size_t window = 8) : m_window(std::max<size_t>(1, window)) {}
+    /// A clean batch of `microBatches` micro-batches whose own timings add up to `microSeconds`;
+    /// the loop over them ended after `accumulateSeconds`, the whole batch (its step included)
+    /// after `stepSeconds`.
+    void observe(int64_t microBatches, double microSeconds, double accumulateSeconds, double stepSeconds);
+    /// Zero costs before the first batch.
+    StepCosts costs() const;
+    bool measured() const { return !m_perStep.empty(); }
+
+private:
+    size_t m_window;
+    std::vector<double> m_perMicroBatch;
+    std::vector<double> m_perStep;
+};
+
+/// How much faster whole training batches of `target` samples run at micro-batch `size` than at
+/// `largest`: each batch is ceil(target / n) micro-batches at their measured speed — `largest` at
+/// `largestSamplesPerSecond`, `size` at `overLargest` times that (measured in turns) — plus
+/// `costs` (per micro-batch, and per batch). A fixed per-batch cost shrinks the micro-batches'
+/// gain; a per-micro-batch cost shrinks it further for the smaller size, which needs more of them.
+/// 0 when a speed is unknown.
+double stepSpeedOverLargest(int64_t target, int64_t size, int64_t largest, double largestSamplesPerSecond,
+                            double overLargest, const StepCosts& costs);
 
 /// The size that splits `target` into `parts` micro-batches (ceil(target / parts)), lowered to a
 /// multiple of `multipleOf` and at least `smallest`: every candidate of a search is one.

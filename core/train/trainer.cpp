@@ -473,8 +473,9 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
     // With several devices this rank trains its share; the weights stay those of the whole batch.
     const auto localSize = static_cast<int64_t>(indices.size());
     const auto stepStart = timingNow();  // a batch trained again counts from its first try
-    for (;;) {
+    for (bool again = false;; again = true) {
         BatchPass pass;
+        pass.clean = !again;
         if (parallel) parallel->oomsInStep = 0;
         if (!accumulate(pass, indices, batchSize)) return dropPartialBatch(pass);
         if (probe && !probe->next()) finishProbe();
@@ -527,6 +528,7 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         MicroResult r = runMicroBatch(slice, weight, std::move(next), /*measurement=*/false,
                                       pass.offset == 0 ? &pass.startBuffers : nullptr);
         pass.stepPeak = std::max(pass.stepPeak, r.peakBytes);
+        if (trial || !r.ok) pass.clean = false;
         if (!r.ok) {
             afterFailure(pass, r, size, trial);
             continue;  // the same samples again, at the size chosen now
@@ -551,6 +553,7 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         pass.largestUsed = std::max(pass.largestUsed, size);
         pass.offset += size;
         ++pass.committed;
+        pass.microSeconds += r.seconds;
         if (!trial && timing && timing->next() == size) recordTiming(size, r.seconds);
         sampleMemory(false);
     }
@@ -682,6 +685,7 @@ int64_t Trainer::Impl::startOver(BatchPass& pass) {
     const int64_t redone = pass.offset;
     dropPartialBatch(pass);
     BatchPass fresh;
+    fresh.clean = false;
     fresh.stepPeak = pass.stepPeak;
     fresh.startBuffers = std::move(pass.startBuffers);
     pass = std::move(fresh);
@@ -714,6 +718,7 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
     }
     if (parallel) finishRanksStep();
     const double seconds = std::chrono::duration<double>(timingNow() - stepStart).count();
+    if (pass.clean) stepCosts.observe(pass.committed, pass.microSeconds, computeSeconds, seconds);
     emit(OptimizerStepped{now(), step, pass.committed});
     emit(StepMetrics{
         now(), step, sampler->epoch(), samplesSeen, pass.lossSum, pass.largestUsed,

@@ -111,6 +111,10 @@ struct BatchPass {
     PeakRecord trainingPeak;  ///< committed micro-batches of the plan
     PeakRecord trialPeak;     ///< probe trials that fit (used when the step had only those)
     double lossSum = 0;
+    double microSeconds = 0;  ///< the committed micro-batches' own timings, added up
+    /// No probe trial, no failure and not trained again: its time is what a batch of its plan
+    /// costs (StepCostWatch).
+    bool clean = true;
     std::vector<int64_t> plan;  ///< remaining micro-batch sizes when not probing
     int64_t plannedFor = 0;     ///< the micro-batch size `plan` was made for
     /// The model's buffers (BatchNorm's statistics) as the batch found them, for a batch that
@@ -224,6 +228,8 @@ struct Trainer::Impl {
     /// After a decision, with probe.retime_every: watches the throughput for a drift that asks
     /// for a new search (trainBatch). Empty while probing or timing, and after an OOM shrink.
     std::optional<DriftWatch> drift;
+    /// What training batches cost besides their micro-batches, for the search's per-batch claim.
+    StepCostWatch stepCosts;
     int64_t step = 0;
     int64_t samplesSeen = 0;
     double lastMemorySample = -1;

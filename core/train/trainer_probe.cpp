@@ -1,6 +1,7 @@
 // The trainer's probe sessions (start, finish: core/plan/probe_search.h decides the sizes) and the
 // device switch that ends in a new probe.
 
+#include "core/base/text_format.h"
 #include "core/train/trainer_impl.h"
 
 namespace batchpilot::core {
@@ -120,10 +121,35 @@ void Trainer::Impl::finishTiming(int64_t size) {
     const int64_t largest = search.plan().empty() ? size : search.plan().front();
     sizes.microBatch = size;
     sizes.lastChosen = size;
-    emit(ThroughputChosen{
-        now(), probeSequence, size, largest, static_cast<int64_t>(planFor(localTarget(), size).size()), localTarget(),
-        search.samplesPerSecond(size), search.samplesPerSecond(largest), search.overLargest(size), search.spent(),
-        std::chrono::duration<double>(Clock::now() - timingStart).count(), search.reason()});
+    ThroughputChosen chosen{now(),
+                            probeSequence,
+                            size,
+                            largest,
+                            static_cast<int64_t>(planFor(localTarget(), size).size()),
+                            localTarget(),
+                            search.samplesPerSecond(size),
+                            search.samplesPerSecond(largest),
+                            search.overLargest(size)};
+    chosen.microBatchesTimed = search.spent();
+    chosen.seconds = std::chrono::duration<double>(Clock::now() - timingStart).count();
+    chosen.reason = search.reason();
+    // The claim per whole training batch: the micro-batches' gain, less what every batch costs
+    // besides them (the optimizer step, …), measured on the batches trained so far.
+    const StepCosts costs = stepCosts.costs();
+    chosen.stepSeconds = costs.perStepSeconds;
+    chosen.microBatchSeconds = costs.perMicroBatchSeconds;
+    chosen.stepSpeedOverLargest = stepSpeedOverLargest(localTarget(), size, largest, chosen.largestSamplesPerSecond,
+                                                       chosen.speedOverLargest, costs);
+    if (size != largest && chosen.stepSpeedOverLargest > 0) {
+        chosen.reason +=
+            stepCosts.measured()
+                ? formatText(
+                      "; per training batch, with its %.0f ms besides the micro-batches (%.1f ms "
+                      "each), %.2fx the largest's speed",
+                      1000 * costs.perStepSeconds, 1000 * costs.perMicroBatchSeconds, chosen.stepSpeedOverLargest)
+                : std::string("; per training batch the optimizer step is not measured yet");
+    }
+    emit(chosen);
     timing.reset();
     drift.reset();
     if (options.probe.retimeEvery > 0) drift.emplace(options.probe.retimeEvery, options.probe.retimeDrift);

@@ -109,7 +109,8 @@ private Q_SLOTS:
         for (const core::OptionSpec& spec : core::optionSchema()) {
             if (spec.type != core::OptionType::Integer && spec.type != core::OptionType::Number) continue;
             for (const Edge& edge : edges(spec)) {
-                const std::string what = spec.key + " = " + edge.value.dump() + (edge.valid ? " (valid)" : " (invalid)");
+                const std::string what =
+                    spec.key + " = " + edge.value.dump() + (edge.valid ? " (valid)" : " (invalid)");
                 // The configuration file.
                 const auto read = core::parseRunConfig(configWith(spec.key, edge.value));
                 if (spec.zeroIsAbsent && edge.value == json(0)) {

@@ -149,7 +149,7 @@ void TestTeaching::helpExplainsTheFastestChoice() {
     // Help > How this works quotes the search's decision: faster than the largest by a factor
     // measured in turns; a search that started from the size chosen before and never timed the
     // largest claims no factor; a kept largest says smaller sizes were not faster.
-    const auto help = [](int64_t chosenSize, double speedOverLargest) {
+    const auto help = [](int64_t chosenSize, double speedOverLargest, double stepSpeedOverLargest = 0) {
         ui::RunModel model;
         core::ProbeFinished probed;  // the search follows a probe
         probed.sequence = 1;
@@ -165,13 +165,22 @@ void TestTeaching::helpExplainsTheFastestChoice() {
         chosen.samplesPerSecond = 3000;
         chosen.largestSamplesPerSecond = 2000;
         chosen.speedOverLargest = speedOverLargest;
+        chosen.stepSpeedOverLargest = stepSpeedOverLargest;
+        chosen.accumulationSteps = 8;
+        chosen.stepSeconds = 0.040;
+        chosen.microBatchSeconds = 0.001;
         chosen.microBatchesTimed = 12;
         model.handle({probed, timed, chosen});
         return ui::howItWorksHtml(model);
     };
-    const QString faster = help(128, 1.46);
-    QVERIFY2(faster.contains(QStringLiteral("It chose <b>128</b> rather than the largest that fits, 1024: 1.46×")),
+    const QString faster = help(128, 1.46, 1.31);
+    QVERIFY2(faster.contains(QStringLiteral("It chose <b>128</b> rather than the largest that fits, 1024: its "
+                                            "micro-batches ran 1.46×")),
              qPrintable(faster));
+    // The gain per whole training batch, with its 40 ms step and 8 × 1 ms besides the micro-batches.
+    QVERIFY2(faster.contains(QStringLiteral("(48 ms besides the micro-batches), runs about <b>1.31×</b>")),
+             qPrintable(faster));
+    QVERIFY(!help(128, 1.46).contains(QLatin1String("whole training batch")));
     const QString notTimed = help(128, 0);
     QVERIFY2(notTimed.contains(QLatin1String("the largest that fits, 1024, was not timed")), qPrintable(notTimed));
     QVERIFY(!notTimed.contains(QLatin1String("kept the largest")));

@@ -88,16 +88,25 @@ QString fastestPart(const RunModel& run) {
                                         "warm-up, not counted).")
                                    : tr("the sizes timed so far: %1.").arg(timed.join(QStringLiteral(", ")));
     if (const auto& c = d.throughputChosen) {
-        if (c->microBatch != c->largestMicroBatch && c->speedOverLargest > 0)
-            text += tr(" It chose <b>%1</b> rather than the largest that fits, %2: %3× as fast, timed in turns "
-                       "with it (%4 against %5 samples/s over the whole timing, while the machine's own speed "
-                       "varied).")
+        if (c->microBatch != c->largestMicroBatch && c->speedOverLargest > 0) {
+            text += tr(" It chose <b>%1</b> rather than the largest that fits, %2: its micro-batches ran %3× as "
+                       "fast, timed in turns with it (%4 against %5 samples/s over the whole timing, while the "
+                       "machine's own speed varied).")
                         .arg(c->microBatch)
                         .arg(c->largestMicroBatch)
                         .arg(c->speedOverLargest, 0, 'f', 2)
                         .arg(c->samplesPerSecond, 0, 'f', 0)
                         .arg(c->largestSamplesPerSecond, 0, 'f', 0);
-        else if (c->microBatch != c->largestMicroBatch)
+            // What a user sees in the step times: the same gain per whole training batch, with what
+            // every batch costs besides its micro-batches (the optimizer step above all).
+            if (c->stepSpeedOverLargest > 0)
+                text +=
+                    tr(" A whole training batch, its optimizer step included (%1 ms besides the micro-batches), "
+                       "runs about <b>%2×</b> as fast.")
+                        .arg(1000 * (c->stepSeconds + c->microBatchSeconds * static_cast<double>(c->accumulationSteps)),
+                             0, 'f', 0)
+                        .arg(c->stepSpeedOverLargest, 0, 'f', 2);
+        } else if (c->microBatch != c->largestMicroBatch)
             text += tr(" It chose <b>%1</b>, starting from the size it chose before; the largest that fits, %2, "
                        "was not timed: the sizes next to %1 already ran slower.")
                         .arg(c->microBatch)

@@ -121,6 +121,8 @@ private Q_SLOTS:
     void startBelowTheOptimumWalksUp();
     void startIsRoundedToAnEvenSplit();
     void driftWatchActsOnLastingChanges();
+    void stepGainCountsWhatBatchesCostBesides();
+    void stepCostsAreMediansOfCleanBatches();
 };
 
 void TestThroughputSearch::candidatesSplitTheTargetEvenly() {
@@ -419,6 +421,48 @@ void TestThroughputSearch::driftWatchActsOnLastingChanges() {
     QVERIFY(!zeros.observe(0));
     QVERIFY(!zeros.observe(1000));
     QCOMPARE(zeros.baseline(), 1000.0);
+}
+
+void TestThroughputSearch::stepGainCountsWhatBatchesCostBesides() {
+    // Target 1024: the largest, 1024, at 1000 samples/s; 128 (8 micro-batches) 1.5x as fast.
+    // Nothing besides the micro-batches: the micro-batches' gain is the batch's.
+    QCOMPARE(stepSpeedOverLargest(1024, 128, 1024, 1000, 1.5, {}), 1.5);
+    // A 200 ms optimizer step and 10 ms per micro-batch, by hand:
+    // largest (1.024 + 1 x 0.01 + 0.2) / (1024 / 1500 + 8 x 0.01 + 0.2) = 1.234 / 0.962667.
+    const double gain = stepSpeedOverLargest(1024, 128, 1024, 1000, 1.5, {0.01, 0.2});
+    QVERIFY2(std::abs(gain - 1.234 / 0.9626667) < 1e-6, qPrintable(QString::number(gain)));
+    QVERIFY(gain < 1.5);
+    // A large cost per micro-batch makes the faster micro-batches the slower batches: 8 of them
+    // pay it 8 times (1.124 s at 1024 against 1.4827 s at 128).
+    QVERIFY(stepSpeedOverLargest(1024, 128, 1024, 1000, 1.5, {0.1, 0.0}) < 1.0);
+    // An uneven split counts its extra micro-batch: 1000 samples at 300 are 4 micro-batches.
+    const double uneven = stepSpeedOverLargest(1000, 300, 1000, 1000, 1.0, {0.05, 0.0});
+    QVERIFY2(std::abs(uneven - 1.05 / 1.2) < 1e-9, qPrintable(QString::number(uneven)));
+    // Unknown speeds claim nothing.
+    QCOMPARE(stepSpeedOverLargest(1024, 128, 1024, 0, 1.5, {}), 0.0);
+    QCOMPARE(stepSpeedOverLargest(1024, 128, 1024, 1000, 0, {}), 0.0);
+}
+
+void TestThroughputSearch::stepCostsAreMediansOfCleanBatches() {
+    StepCostWatch watch(3);
+    QVERIFY(!watch.measured());
+    QCOMPARE(watch.costs().perStepSeconds, 0.0);
+    // 4 micro-batches timed at 0.8 s in all, the loop over them ended at 0.84 s, the step at 1.0 s:
+    // 10 ms per micro-batch, 160 ms per batch.
+    watch.observe(4, 0.8, 0.84, 1.0);
+    QVERIFY(watch.measured());
+    QVERIFY(std::abs(watch.costs().perMicroBatchSeconds - 0.01) < 1e-12);
+    QVERIFY(std::abs(watch.costs().perStepSeconds - 0.16) < 1e-12);
+    // One slow batch (a checkpoint written) does not move the median; the window forgets the oldest.
+    watch.observe(4, 0.8, 0.84, 3.0);
+    watch.observe(4, 0.8, 0.84, 1.1);
+    QVERIFY(std::abs(watch.costs().perStepSeconds - 0.26) < 1e-12);
+    watch.observe(2, 0.4, 0.42, 0.5);  // the window now holds 2.16, 0.26 and 0.08
+    QVERIFY(std::abs(watch.costs().perStepSeconds - 0.26) < 1e-12);
+    // Nonsense is ignored: no micro-batch, a step shorter than its loop.
+    watch.observe(0, 0, 0, 1.0);
+    watch.observe(2, 0.4, 0.5, 0.45);
+    QVERIFY(std::abs(watch.costs().perStepSeconds - 0.26) < 1e-12);
 }
 
 }  // namespace tst_throughput_search
