@@ -120,7 +120,7 @@ private:
             flag = m_app.add_flag(spec.flag, *on, spec.help);
             m_setters.push_back([flag, on, &spec](TrainerOptions& o, core::OptionReading& r) {
                 if (flag->count() == 0) return tl::expected<void, std::string>();
-                return core::readOption(spec, nlohmann::json(true), spec.flag, o, r);
+                return core::readOption(spec, nlohmann::json(*on), spec.flag, o, r);  // --flag=false too
             });
         } else {
             auto text = std::make_shared<std::string>();

@@ -466,10 +466,11 @@ void insightSection(std::ostream& md, const json& insight) {
 /// a size below the largest and had the two measured in turns: `claims` (a run of its own, in
 /// claims/fastest.json) or else the main run.
 bool hasClaims(const json& fastest) {
-    if (fastest.is_null()) return false;
+    if (!fastest.is_object() || !fastest.contains("configs")) return false;
     for (const json& c : fastest["configs"])
-        for (const json& s : c["searches"])
-            if (s.contains("measured_step_gain")) return true;
+        if (c.contains("searches"))
+            for (const json& s : c["searches"])
+                if (s.contains("measured_step_gain")) return true;
     return false;
 }
 
@@ -478,7 +479,7 @@ void claimsTable(std::ostream& md, const json& claims) {
     std::vector<const json*> rows;
     std::vector<std::string> setups;
     for (const json& c : claims["configs"])
-        for (const json& s : c["searches"])
+        for (const json& s : c.value("searches", json::array()))
             if (s.contains("measured_step_gain")) {
                 rows.push_back(&s);
                 setups.push_back(c["setup"].get<std::string>());

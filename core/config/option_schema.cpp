@@ -635,18 +635,23 @@ void finishReading(TrainerOptions& options, const OptionReading& reading) {
 tl::expected<json, std::string> optionValueFromText(const OptionSpec& s, const std::string& given) {
     switch (s.type) {
     case OptionType::Integer: {
-        // In decimal, as written: CLI11 would read a leading 0 as octal ("010" as 8).
+        // In decimal, as written: CLI11 would read a leading 0 as octal ("010" as 8). Zeros are
+        // dropped only from a number ("0-0" stays what it is: not a number).
         std::string digits = given;
         const size_t sign = !digits.empty() && digits[0] == '-' ? 1 : 0;
+        const bool allDigits =
+            digits.size() > sign && std::all_of(digits.begin() + static_cast<std::ptrdiff_t>(sign), digits.end(),
+                                                [](char c) { return c >= '0' && c <= '9'; });
+        if (!allDigits) return tl::unexpected("expects a whole number, got \"" + given + "\"");
         size_t zeros = sign;
         while (zeros + 1 < digits.size() && digits[zeros] == '0') ++zeros;
         digits.erase(sign, zeros - sign);
         int64_t value = 0;
         const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-        const std::string range = "from " + std::to_string(s.minimum) + " to " + std::to_string(s.maximum);
+        const std::string range = rangeText(s);
         if (ec == std::errc::result_out_of_range)
             return tl::unexpected("expects a whole number " + range + ", got " + given);
-        if (digits.empty() || ec != std::errc{} || end != digits.data() + digits.size())
+        if (ec != std::errc{} || end != digits.data() + digits.size())
             return tl::unexpected("expects a whole number, got \"" + given + "\"");
         if (value < s.minimum || value > s.maximum) return tl::unexpected("must be " + range + ", got " + given);
         return json(value);

@@ -64,6 +64,12 @@ tl::expected<void, std::string> readSection(const json& object, const std::strin
     }
     for (const auto& [key, value] : object.items()) {
         const std::string where = path.empty() ? key : path + "." + key;
+        // "probe.headroom" as one key would be a second way to give probe's headroom.
+        if (key.find('.') != std::string::npos) {
+            return tl::unexpected(where + ": unknown key (a section's keys go inside it: {\"" +
+                                  key.substr(0, key.find('.')) + "\": {\"" + key.substr(key.find('.') + 1) +
+                                  "\": …}})");
+        }
         if (const OptionSpec* spec = findOption(where)) {
             if (auto ok = readOption(*spec, value, where, o, reading); !ok) return ok;
         } else if (isSection(where)) {

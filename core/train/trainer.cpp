@@ -507,13 +507,17 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
     while (pass.offset < localSize) {
         // Several devices: the other ranks wait for this one's gradients, so a stop or pause waits
         // for the batch's end, where the ranks agree on it (ranksAgree).
+        const auto pauseStart = timingNow();
         if (!parallel && !waitWhilePaused()) return false;
+        pass.waitSeconds += std::chrono::duration<double>(timingNow() - pauseStart).count();
         const std::optional<MicroChoice> choice = chooseMicroBatch(pass, localSize - pass.offset);
         if (!choice) continue;  // the probe or the plan changed: choose again
         const auto [size, trial] = *choice;
         const std::vector<int64_t> slice(indices.begin() + pass.offset, indices.begin() + pass.offset + size);
         const StepModeWaiting waiting{now(), step + 1, pass.committed, pass.offset, size, batchSize, trial};
+        const auto advanceStart = timingNow();
         if (!parallel && !commands.waitForAdvance([&] { emit(waiting); })) return false;
+        pass.waitSeconds += std::chrono::duration<double>(timingNow() - advanceStart).count();
         std::vector<int64_t> next;
         if (options.prefetch && !trial && pass.plan.size() >= 2) {
             // The next micro-batch is known: load it while this one computes.
@@ -718,7 +722,9 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
     }
     if (parallel) finishRanksStep();
     const double seconds = std::chrono::duration<double>(timingNow() - stepStart).count();
-    if (pass.clean) stepCosts.observe(pass.committed, pass.microSeconds, computeSeconds, seconds);
+    if (pass.clean)
+        stepCosts.observe(pass.committed, pass.microSeconds, computeSeconds - pass.waitSeconds,
+                          seconds - pass.waitSeconds);
     emit(OptimizerStepped{now(), step, pass.committed});
     emit(StepMetrics{
         now(), step, sampler->epoch(), samplesSeen, pass.lossSum, pass.largestUsed,

@@ -112,6 +112,7 @@ struct BatchPass {
     PeakRecord trialPeak;     ///< probe trials that fit (used when the step had only those)
     double lossSum = 0;
     double microSeconds = 0;  ///< the committed micro-batches' own timings, added up
+    double waitSeconds = 0;   ///< waiting for the user (a pause, step mode's Advance), not training
     /// No probe trial, no failure and not trained again: its time is what a batch of its plan
     /// costs (StepCostWatch).
     bool clean = true;

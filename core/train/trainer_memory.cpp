@@ -19,6 +19,7 @@ int64_t neededBytes(const MemoryMeter& meter, int64_t requested) {
 
 void Trainer::Impl::useMemorySavers(MemorySavers next) {
     model->setCheckpointing(checkpoints(next));
+    if (next != savers) stepCosts = StepCostWatch();  // other work per batch from now on
     savers = next;
 }
 

@@ -135,19 +135,21 @@ void Trainer::Impl::finishTiming(int64_t size) {
     chosen.reason = search.reason();
     // The claim per whole training batch: the micro-batches' gain, less what every batch costs
     // besides them (the optimizer step, …), measured on the batches trained so far.
-    const StepCosts costs = stepCosts.costs();
-    chosen.stepSeconds = costs.perStepSeconds;
-    chosen.microBatchSeconds = costs.perMicroBatchSeconds;
-    chosen.stepSpeedOverLargest = stepSpeedOverLargest(localTarget(), size, largest, chosen.largestSamplesPerSecond,
-                                                       chosen.speedOverLargest, costs);
-    if (size != largest && chosen.stepSpeedOverLargest > 0) {
-        chosen.reason +=
-            stepCosts.measured()
-                ? formatText(
-                      "; per training batch, with its %.0f ms besides the micro-batches (%.1f ms "
-                      "each), %.2fx the largest's speed",
-                      1000 * costs.perStepSeconds, 1000 * costs.perMicroBatchSeconds, chosen.stepSpeedOverLargest)
-                : std::string("; per training batch the optimizer step is not measured yet");
+    // Not claimed before a clean batch has been measured (the search can decide in the batch
+    // after the probe's, or be cut short by an OOM).
+    if (stepCosts.measured()) {
+        const StepCosts costs = stepCosts.costs();
+        chosen.stepSeconds = costs.perStepSeconds;
+        chosen.microBatchSeconds = costs.perMicroBatchSeconds;
+        chosen.stepSpeedOverLargest = stepSpeedOverLargest(localTarget(), size, largest, chosen.largestSamplesPerSecond,
+                                                           chosen.speedOverLargest, costs);
+        if (size != largest && chosen.stepSpeedOverLargest > 0) {
+            const double besides =
+                costs.perStepSeconds + costs.perMicroBatchSeconds * static_cast<double>(chosen.accumulationSteps);
+            chosen.reason += formatText(
+                "; per training batch, with its %.0f ms besides the micro-batches, %.2fx the largest's speed",
+                1000 * besides, chosen.stepSpeedOverLargest);
+        }
     }
     emit(chosen);
     timing.reset();
@@ -178,6 +180,7 @@ std::optional<std::string> Trainer::Impl::switchTo(const DeviceSpec& next) {
         sizes.lastChosen = 0;  // other hardware: search from the largest again
     }
     device = next;
+    stepCosts = StepCostWatch();  // what batches cost besides their micro-batches, on this device
     meter = openMeter(device);
     if (const std::string note = meter->limitNote(); !note.empty()) emit(Warning{now(), device.name() + ": " + note});
     emit(DeviceSwitched{now(), from, device.name(), parallel ? parallel->link->rank() : 0});

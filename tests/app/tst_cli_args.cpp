@@ -1,5 +1,7 @@
 #include <QtTest>
 
+#include <QTemporaryDir>
+
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
@@ -209,6 +211,16 @@ private Q_SLOTS:
     /// A flag given with a configuration overrides it; the flags' epochs drop the default steps
     /// only when the flags give no steps (the same rule as inside one configuration).
     void flagsOverrideAndEpochsFollowTheirSource() {
+        QTemporaryDir dir;
+        const std::string config = dir.filePath(QStringLiteral("run.json")).toStdString();
+        QVERIFY(core::saveRunConfig(config, *core::parseRunConfig(json::parse(R"({"steps": 7, "target_batch": 32,
+                                                                                "device": "virtual:64MiB",
+                                                                                "model": {"name": "mlp"}})")))
+                    .has_value());
+        auto fromFile = app::parseCli({"--config", config, "--target-batch", "64"});
+        QVERIFY2(fromFile.has_value(), fromFile ? "" : fromFile.error().c_str());
+        QCOMPARE(fromFile->options.targetBatch, int64_t{64});          // the flag
+        QCOMPARE(fromFile->options.steps, std::optional<int64_t>(7));  // the file
         auto parsed = app::parseCli({"--device", "virtual:64MiB", "--model", "mlp", "--epochs", "3"});
         QVERIFY(parsed.has_value());
         QCOMPARE(parsed->options.epochs, std::optional<int64_t>(3));
@@ -224,6 +236,24 @@ private Q_SLOTS:
         parsed = app::parseCli({"--device", "virtual:64MiB", "--model", "mlp", "--equal-shares"});
         QVERIFY(parsed.has_value());
         QVERIFY(!parsed->options.balanceShares);
+        parsed = app::parseCli({"--device", "virtual:64MiB", "--model", "mlp", "--equal-shares=false"});
+        QVERIFY(parsed.has_value());
+        QVERIFY(parsed->options.balanceShares);
+    }
+
+    /// Whole numbers as written, or refused: no sign but "-", no spaces, no zeros hiding a
+    /// second number, nothing beyond the 64-bit range taken for its remainder.
+    void wholeNumbersAreReadAsWritten() {
+        for (const char* text : {"0-0", "00-5", "+5", " 5", "5 ", "0x10", "1e3", ""}) {
+            const auto parsed = app::parseCli({"--device", "virtual:64MiB", "--model", "mlp", "--seed", text});
+            QVERIFY2(!parsed.has_value(), text);
+        }
+        const auto huge = app::parseCli({"--seed", "99999999999999999999"});
+        QVERIFY(!huge.has_value());
+        QVERIFY2(huge.error().find("--seed: expects a whole number at least 0") == 0, huge.error().c_str());
+        const auto zeros = app::parseCli({"--device", "virtual:64MiB", "--model", "mlp", "--seed", "-0"});
+        QVERIFY(zeros.has_value());
+        QCOMPARE(zeros->options.seed, uint64_t{0});
     }
 };
 

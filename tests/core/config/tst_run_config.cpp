@@ -156,6 +156,8 @@ private Q_SLOTS:
         QTest::addColumn<QString>("message");
         QTest::newRow("unknown key") << QStringLiteral(R"({"probe": {"headrom": 0.1}})")
                                      << QStringLiteral("probe.headrom: unknown key; known keys here: headroom");
+        QTest::newRow("a section's key as one dotted key")
+            << QStringLiteral(R"({"probe.headroom": 0.5})") << QStringLiteral("probe.headroom: unknown key");
         QTest::newRow("wrong type") << QStringLiteral(R"({"target_batch": "big"})")
                                     << QStringLiteral("target_batch: expected an integer, got a string \"big\"");
         QTest::newRow("fraction as integer type")
