@@ -478,12 +478,14 @@ void claimsTable(std::ostream& md, const json& claims) {
     if (!hasClaims(claims)) return;
     std::vector<const json*> rows;
     std::vector<std::string> setups;
-    for (const json& c : claims["configs"])
-        for (const json& s : c.value("searches", json::array()))
+    for (const json& c : claims["configs"]) {
+        if (!c.contains("searches")) continue;
+        for (const json& s : c["searches"])  // pointers kept: into `claims` itself, not a copy
             if (s.contains("measured_step_gain")) {
                 rows.push_back(&s);
                 setups.push_back(c["setup"].get<std::string>());
             }
+    }
     md << "### What the decision claims, against whole training batches\n\n"
           "A decision that chose a size below the largest says how much faster it trains: per micro-batch (the "
           "search's timings, in turns) and per whole training batch (`step_speed_over_largest`: the micro-batches "

@@ -19,7 +19,7 @@ class CountingMeter final : public MemoryMeter {
 public:
     /// `context`: of the budget, what a simulated CUDA context takes outside the allocator.
     CountingMeter(int64_t budget, const AllocatorSettings& settings, int64_t context = 0, int64_t workspace = 0)
-        : m_budget(budget), m_context(context) {
+        : m_context(context) {
         // A virtual GPU's tensors live in host memory: a budget beyond the machine's memory (or
         // its container's limit) can never be honoured (virtual:8000000TB, an H200 preset on a
         // laptop) and is held to it, less a margin for the rest of the process, so that the probe
@@ -62,7 +62,6 @@ private:
     /// Host memory left to the rest of the process (and the machine) under a virtual GPU held to
     /// the host's memory.
     static constexpr int64_t kHostMargin = int64_t{1} << 30;
-    int64_t m_budget;
     int64_t m_context = 0;
     int64_t m_capacity;
     std::string m_note;

@@ -121,22 +121,23 @@ void Trainer::Impl::finishTiming(int64_t size) {
     const int64_t largest = search.plan().empty() ? size : search.plan().front();
     sizes.microBatch = size;
     sizes.lastChosen = size;
-    ThroughputChosen chosen{now(),
-                            probeSequence,
-                            size,
-                            largest,
-                            static_cast<int64_t>(planFor(localTarget(), size).size()),
-                            localTarget(),
-                            search.samplesPerSecond(size),
-                            search.samplesPerSecond(largest),
-                            search.overLargest(size)};
+    ThroughputChosen chosen;
+    chosen.time = now();
+    chosen.sequence = probeSequence;
+    chosen.microBatch = size;
+    chosen.largestMicroBatch = largest;
+    chosen.accumulationSteps = static_cast<int64_t>(planFor(localTarget(), size).size());
+    chosen.targetBatch = localTarget();
+    chosen.samplesPerSecond = search.samplesPerSecond(size);
+    chosen.largestSamplesPerSecond = search.samplesPerSecond(largest);
+    chosen.speedOverLargest = search.overLargest(size);
     chosen.microBatchesTimed = search.spent();
     chosen.seconds = std::chrono::duration<double>(Clock::now() - timingStart).count();
     chosen.reason = search.reason();
     // The claim per whole training batch: the micro-batches' gain, less what every batch costs
-    // besides them (the optimizer step, …), measured on the batches trained so far.
-    // Not claimed before a clean batch has been measured (the search can decide in the batch
-    // after the probe's, or be cut short by an OOM).
+    // besides them (the optimizer step, …), measured on the batches trained so far. Not claimed
+    // before a clean batch has been measured (the search can decide in the batch after the
+    // probe's, or be cut short by an OOM).
     if (stepCosts.measured()) {
         const StepCosts costs = stepCosts.costs();
         chosen.stepSeconds = costs.perStepSeconds;
