@@ -755,10 +755,11 @@ std::string referenceRange(const OptionSpec& s) {
     return cell;
 }
 
-/// The help on one line, without its "(default …)": the table has a column for it.
+/// The help on one line, without a plain "(default 32)": the table has a column for it (one that
+/// says what a value means, "(default 0: never)", stays).
 std::string oneLine(std::string text) {
     std::replace(text.begin(), text.end(), '\n', ' ');
-    return std::regex_replace(text, std::regex(R"( ?\(default [^();]*\))"), "");
+    return std::regex_replace(text, std::regex(R"( ?\(default [^();:]*\))"), "");
 }
 
 }  // namespace
