@@ -152,7 +152,16 @@ void TestFastestMicroBatch::timingLosesNoSample() {
     timedOptions.steps = 20000;
     Trainer timedTrainer(timedOptions, fastest);
     int stepsAfterDecision = -1;
+    // Whether a whole batch without a probe trial (what the decision's claim per training batch
+    // is measured on) ended before the decision.
+    bool trialInStep = false;
+    bool cleanStepBefore = false;
     fastest.onEach = [&](const Event& e) {
+        if (const auto* done = std::get_if<MicroBatchDone>(&e); done && done->probeTrial) trialInStep = true;
+        if (std::holds_alternative<StepMetrics>(e) && stepsAfterDecision < 0) {
+            cleanStepBefore = cleanStepBefore || !trialInStep;
+            trialInStep = false;
+        }
         if (std::holds_alternative<ThroughputChosen>(e)) stepsAfterDecision = 0;
         if (std::holds_alternative<StepMetrics>(e) && stepsAfterDecision >= 0 && ++stepsAfterDecision == 3)
             timedTrainer.stop();
@@ -177,6 +186,22 @@ void TestFastestMicroBatch::timingLosesNoSample() {
         QCOMPARE(decision.speedOverLargest, 1.0);
     else
         QVERIFY(decision.speedOverLargest > 0);
+    // Per whole training batch: claimed only once a batch without a trial was measured; then the
+    // costs besides the micro-batches (never negative) can only shrink a gain, the smaller size
+    // paying its per-micro-batch cost more often, and the largest against itself is 1.
+    if (!cleanStepBefore) {
+        QCOMPARE(decision.stepSpeedOverLargest, 0.0);
+    } else if (decision.microBatch == decision.largestMicroBatch) {
+        QCOMPARE(decision.stepSpeedOverLargest, 1.0);
+    } else {
+        QVERIFY(decision.stepSeconds >= 0 && decision.microBatchSeconds >= 0);
+        QVERIFY(decision.stepSpeedOverLargest > 0);
+        if (decision.speedOverLargest >= 1)
+            QVERIFY2(decision.stepSpeedOverLargest <= decision.speedOverLargest,
+                     qPrintable(QStringLiteral("%1 per batch, %2 per micro-batch")
+                                    .arg(decision.stepSpeedOverLargest)
+                                    .arg(decision.speedOverLargest)));
+    }
     // Every finished timing was reported (a timing spans one or more micro-batches), and the
     // largest size was timed at least three times.
     const auto timings = fastest.all<ThroughputTimed>();
