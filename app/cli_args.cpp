@@ -1,7 +1,6 @@
 #include "app/cli_args.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <functional>
 #include <iomanip>
@@ -30,34 +29,19 @@ using core::TrainerOptions;
 
 // Validators see the flag's text before CLI11 converts it, so a message can say what was given.
 
+/// A whole number from `minimum` to `maximum`, for the flags that are not options of a run (the
+/// others are core's schema's): read by the schema's rule (in decimal as written, "010" is ten,
+/// not CLI11's octal eight), and handed on to CLI11 in plain decimal.
 CLI::Validator wholeNumber(int64_t minimum, int64_t maximum) {
-    const std::string range = "from " + std::to_string(minimum) + " to " + std::to_string(maximum);
+    core::OptionSpec spec;
+    spec.type = core::OptionType::Integer;
+    spec.minimum = minimum;
+    spec.maximum = maximum;
     return CLI::Validator(
-        [=](std::string& text) -> std::string {
-            int64_t value = 0;
-            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-            if (ec == std::errc::result_out_of_range) return "expects a whole number " + range + ", got " + text;
-            if (ec != std::errc{} || end != text.data() + text.size())
-                return "expects a whole number, got \"" + text + "\"";
-            if (value < minimum || value > maximum) return "must be " + range + ", got " + text;
-            return {};
-        },
-        "", "");
-}
-
-/// Whole numbers are read as written, in decimal: CLI11 reads a leading 0 as octal ("010" as 8,
-/// "0777" as 511), which no one who types a step count or a seed means: this transform, the first
-/// validator of every whole-number flag, drops leading zeros before the checks and the conversion.
-CLI::Validator decimalWhole() {
-    return CLI::Validator(
-        [](std::string& text) -> std::string {
-            const size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
-            size_t zeros = sign;
-            while (zeros + 1 < text.size() && text[zeros] == '0') ++zeros;
-            const bool digits =
-                text.size() > sign && std::all_of(text.begin() + static_cast<std::ptrdiff_t>(sign), text.end(),
-                                                  [](char c) { return c >= '0' && c <= '9'; });
-            if (digits && zeros > sign) text.erase(sign, zeros - sign);
+        [spec](std::string& text) -> std::string {
+            const auto value = core::optionValueFromText(spec, text);
+            if (!value) return value.error();
+            text = std::to_string(value->get<int64_t>());
             return {};
         },
         "", "");
@@ -238,9 +222,8 @@ void Flags::declare(CliRequest& request) {
                     "after the first step, check that accumulating the micro-batches gives\n"
                     "the gradient of one full pass over the first N samples of that batch\n"
                     "(0: the whole batch) and print the differences per parameter tensor")
-        ->transform(decimalWhole())
+        ->transform(wholeNumber(0, maxBatch))
         ->type_name("N")
-        ->check(wholeNumber(0, maxBatch))
         ->group(group);
     m_app.add_flag("--list-devices", request.listDevices, "print the devices of this machine and exit")->group(group);
     m_app
@@ -267,9 +250,8 @@ void Flags::declareAfter(const std::string& key, CliRequest& request) {
             .add_option("--rank-timeout", request.rankTimeoutSeconds,
                         "several devices: seconds the ranks wait for each other (to join, and\n"
                         "at each step) before a missing rank ends the job (default 300)")
-            ->transform(decimalWhole())
+            ->transform(wholeNumber(1, 86400))
             ->type_name("S")
-            ->check(wholeNumber(1, 86400))
             ->group(group);
     } else if (key == "checkpoint.keep_best") {
         auto folder = std::make_shared<std::string>();

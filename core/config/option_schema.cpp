@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iomanip>
 #include <regex>
+#include <type_traits>
 #include <sstream>
 
 #include "core/config/device_spec.h"
@@ -41,46 +42,70 @@ std::function<tl::expected<void, std::string>(const std::string&)> checkedBy(Par
     };
 }
 
-OptionSpec integer(std::string key, std::string flag, std::string label, int64_t minimum, int64_t maximum,
-                   std::function<json(const Options&)> get, std::function<void(Options&, int64_t)> set) {
+/// An option's key, flag, label and type: what every option has.
+OptionSpec named(std::string key, std::string flag, std::string label, OptionType type, std::string valueName) {
     OptionSpec s;
     s.key = std::move(key);
     s.flag = std::move(flag);
     s.label = std::move(label);
-    s.type = OptionType::Integer;
-    s.valueName = "N";
+    s.type = type;
+    s.valueName = std::move(valueName);
+    return s;
+}
+
+/// get and set of an option that is one member of the options: `field` names it once (a generic
+/// lambda, `[](auto& o) -> auto& { return o.model.width; }`, for const and non-const options
+/// alike), and the value read is converted to the member's type.
+template <typename Value, typename Field>
+void bind(OptionSpec& s, Field field) {
+    s.get = [field](const Options& o) { return json(field(o)); };
+    s.set = [field](Options& o, const json& v, OptionReading&) {
+        auto& member = field(o);
+        member = static_cast<std::remove_reference_t<decltype(member)>>(v.get<Value>());
+    };
+}
+
+/// The same for a member that may be unset (a std::optional): null unsets it.
+template <typename Value, typename Field>
+void bindOptional(OptionSpec& s, Field field) {
+    s.get = [field](const Options& o) { return field(o) ? json(*field(o)) : json(nullptr); };
+    s.set = [field](Options& o, const json& v, OptionReading&) {
+        if (v.is_null())
+            field(o).reset();
+        else
+            field(o) = v.get<Value>();
+    };
+}
+
+template <typename Field>
+OptionSpec integer(std::string key, std::string flag, std::string label, int64_t minimum, int64_t maximum,
+                   Field field) {
+    OptionSpec s = named(std::move(key), std::move(flag), std::move(label), OptionType::Integer, "N");
     s.minimum = minimum;
     s.maximum = maximum;
-    s.get = std::move(get);
-    s.set = [set = std::move(set)](Options& o, const json& v, OptionReading&) { set(o, v.get<int64_t>()); };
+    if constexpr (std::is_same_v<decltype(field(std::declval<Options&>())), std::optional<int64_t>&>)
+        bindOptional<int64_t>(s, field);
+    else
+        bind<int64_t>(s, field);
     return s;
 }
 
-OptionSpec real(std::string key, std::string flag, std::string label, double low, double high,
-                std::function<json(const Options&)> get, std::function<void(Options&, double)> set) {
-    OptionSpec s;
-    s.key = std::move(key);
-    s.flag = std::move(flag);
-    s.label = std::move(label);
-    s.type = OptionType::Number;
-    s.valueName = "F";
+template <typename Field>
+OptionSpec real(std::string key, std::string flag, std::string label, double low, double high, Field field) {
+    OptionSpec s = named(std::move(key), std::move(flag), std::move(label), OptionType::Number, "F");
     s.low = low;
     s.high = high;
-    s.get = std::move(get);
-    s.set = [set = std::move(set)](Options& o, const json& v, OptionReading&) { set(o, v.get<double>()); };
+    if constexpr (std::is_same_v<decltype(field(std::declval<Options&>())), std::optional<double>&>)
+        bindOptional<double>(s, field);
+    else
+        bind<double>(s, field);
     return s;
 }
 
-OptionSpec text(std::string key, std::string flag, std::string label, std::function<json(const Options&)> get,
-                std::function<void(Options&, const std::string&)> set) {
-    OptionSpec s;
-    s.key = std::move(key);
-    s.flag = std::move(flag);
-    s.label = std::move(label);
-    s.type = OptionType::Text;
-    s.valueName = "NAME";
-    s.get = std::move(get);
-    s.set = [set = std::move(set)](Options& o, const json& v, OptionReading&) { set(o, v.get<std::string>()); };
+template <typename Field>
+OptionSpec text(std::string key, std::string flag, std::string label, Field field) {
+    OptionSpec s = named(std::move(key), std::move(flag), std::move(label), OptionType::Text, "NAME");
+    bind<std::string>(s, field);
     return s;
 }
 
@@ -89,12 +114,7 @@ OptionSpec text(std::string key, std::string flag, std::string label, std::funct
 template <typename Parse, typename Field>
 OptionSpec choice(std::string key, std::string flag, std::string label, std::vector<std::string> choices, Parse parse,
                   Field field) {
-    OptionSpec s;
-    s.key = std::move(key);
-    s.flag = std::move(flag);
-    s.label = std::move(label);
-    s.type = OptionType::Choice;
-    s.valueName = "NAME";
+    OptionSpec s = named(std::move(key), std::move(flag), std::move(label), OptionType::Choice, "NAME");
     s.choices = std::move(choices);
     s.checkText = checkedBy(parse);
     s.get = [field](const Options& o) { return json(toString(field(o))); };
@@ -117,8 +137,7 @@ std::vector<OptionSpec> declare() {
 
     group = "Model and data";
     add(text(
-            "model.name", "--model", "model", [](const Options& o) { return json(o.model.name); },
-            [](Options& o, const std::string& v) { o.model.name = v; }),
+            "model.name", "--model", "model", [](auto& o) -> auto& { return o.model.name; }),
         "NAME",
         "mlp, cnn or resnet (default " + d.model.name +
             "), or a TorchScript file (.pt/.pth)\n"
@@ -130,12 +149,11 @@ std::vector<OptionSpec> declare() {
         "KIND", "resnet normalisation: group (exact under accumulation) or batch\n(default group)");
     add(integer(
             "model.width", "--width", "model width", kMinModelWidth, kMaxModelWidth,
-            [](const Options& o) { return json(o.model.width); }, [](Options& o, int64_t v) { o.model.width = v; }),
+            [](auto& o) -> auto& { return o.model.width; }),
         "N", "channels of the first stage / hidden-unit scale (default " + shown(d.model.width) + ")");
     {
         OptionSpec data = text(
-            "data.name", "--data", "dataset", [](const Options& o) { return json(o.data.name); },
-            [](Options& o, const std::string& v) { o.data.name = v; });
+            "data.name", "--data", "dataset", [](auto& o) -> auto& { return o.data.name; });
         data.type = OptionType::Choice;
         data.choices = datasetNames();
         data.checkText = [](const std::string& v) -> tl::expected<void, std::string> {
@@ -148,30 +166,21 @@ std::vector<OptionSpec> declare() {
             "image-folder (one subfolder per class) or csv (a table)");
     }
     add(text(
-            "data.path", "--data-path", "data path", [](const Options& o) { return json(o.data.path); },
-            [](Options& o, const std::string& v) { o.data.path = v; }),
+            "data.path", "--data-path", "data path", [](auto& o) -> auto& { return o.data.path; }),
         "PATH", "the MNIST folder, image folder or CSV file to read");
     add(text(
             "data.target_column", "--target-column", "target column",
-            [](const Options& o) { return json(o.data.targetColumn); },
-            [](Options& o, const std::string& v) { o.data.targetColumn = v; }),
+            [](auto& o) -> auto& { return o.data.targetColumn; }),
         "NAME", "csv: the column to predict (the others are numeric features)");
     {
-        OptionSpec regression;
-        regression.key = "data.regression";
-        regression.label = "regression";
-        regression.type = OptionType::Boolean;
-        regression.get = [](const Options& o) { return json(o.data.regression); };
-        regression.set = [](Options& o, const json& v, OptionReading&) { o.data.regression = v.get<bool>(); };
+        OptionSpec regression = named("data.regression", "", "regression", OptionType::Boolean, "");
+        bind<bool>(
+            regression, [](auto& o) -> auto& { return o.data.regression; });
         add(std::move(regression), "", "",
             "the CSV's targets are float values (set by `core::resolve` for a CSV trained with `\"loss\": \"mse\"`)");
     }
     {
-        OptionSpec size;
-        size.key = "data.image_size";
-        size.flag = "--image-size";
-        size.label = "image size";
-        size.type = OptionType::ImageSize;
+        OptionSpec size = named("data.image_size", "--image-size", "image size", OptionType::ImageSize, "CxHxW");
         size.get = [](const Options& o) { return json{o.data.channels, o.data.height, o.data.width}; };
         size.set = [](Options& o, const json& v, OptionReading&) {
             o.data.channels = v[0].get<int64_t>();
@@ -185,24 +194,25 @@ std::vector<OptionSpec> declare() {
                 shown(kMaxSampleElements) + " values per sample (e.g. 3x4096x4096)");
     }
     add(integer(
-            "data.classes", "--classes", "classes", 2, kMaxClasses,
-            [](const Options& o) { return json(o.data.classes); }, [](Options& o, int64_t v) { o.data.classes = v; }),
+            "data.classes", "--classes", "classes", 2, kMaxClasses, [](auto& o) -> auto& { return o.data.classes; }),
         "N", "number of classes (default " + shown(d.data.classes) + ")", "number of classes (synthetic data)");
     add(integer(
             "data.samples", "--samples", "dataset samples", 1, kMaxSamples,
-            [](const Options& o) { return json(o.data.samples); }, [](Options& o, int64_t v) { o.data.samples = v; }),
+            [](auto& o) -> auto& { return o.data.samples; }),
         "N", "dataset size (default " + shown(d.data.samples) + ")", "dataset size (synthetic data)");
     add(integer(
-            "data.seed", "--data-seed", "data seed", 0, kNoMaximum, [](const Options& o) { return json(o.data.seed); },
-            [](Options& o, int64_t v) { o.data.seed = static_cast<uint64_t>(v); }),
+            "data.seed", "--data-seed", "data seed", 0, kNoMaximum, [](auto& o) -> auto& { return o.data.seed; }),
         "N", "seed of the generated data (default " + shown(d.data.seed) + ")",
         "seed of the generated data and of the validation split");
 
     group = "Device and batch";
     {
         auto device = text(
-            "device", "--device", "device", [](const Options& o) { return json(o.device); },
-            [](Options& o, const std::string& v) { o.device = parseDeviceName(v)->name(); });
+            "device", "--device", "device", [](auto& o) -> auto& { return o.device; });
+        // Stored by its canonical name ("virtual:512MiB").
+        device.set = [](Options& o, const json& v, OptionReading&) {
+            o.device = parseDeviceName(v.get<std::string>())->name();
+        };
         device.checkText = checkedBy(parseDeviceName);
         add(std::move(device), "DEV",
             "cpu, cuda:N or virtual:<size> — a simulated GPU with a memory budget,\n"
@@ -213,11 +223,7 @@ std::vector<OptionSpec> declare() {
             "`cpu`, `cuda:N` or `virtual:<size>` (a simulated GPU; see docs/guide/virtual-gpu.md)");
     }
     {
-        OptionSpec equal;
-        equal.key = "equal_shares";
-        equal.flag = "--equal-shares";
-        equal.label = "equal shares";
-        equal.type = OptionType::Boolean;
+        OptionSpec equal = named("equal_shares", "--equal-shares", "equal shares", OptionType::Boolean, "");
         equal.get = [](const Options& o) { return json(!o.balanceShares); };
         equal.set = [](Options& o, const json& v, OptionReading&) { o.balanceShares = !v.get<bool>(); };
         add(std::move(equal), "",
@@ -226,36 +232,29 @@ std::vector<OptionSpec> declare() {
     }
     add(integer(
             "check_ranks_every", "--check-ranks-every", "rank check interval", 0, kMaxSteps,
-            [](const Options& o) { return json(o.parameterCheckEvery); },
-            [](Options& o, int64_t v) { o.parameterCheckEvery = v; }),
+            [](auto& o) -> auto& { return o.parameterCheckEvery; }),
         "N",
         "several devices: steps between checks that every rank holds the same\n"
         "parameters (default " +
             shown(d.parameterCheckEvery) + "; 0: only at the end)");
     add(integer(
             "target_batch", "--target-batch", "target batch", 1, kMaxTargetBatch,
-            [](const Options& o) { return json(o.targetBatch); }, [](Options& o, int64_t v) { o.targetBatch = v; }),
+            [](auto& o) -> auto& { return o.targetBatch; }),
         "N", "samples per optimizer step (default " + shown(d.targetBatch) + ")");
     add(integer(
             "probe.initial_micro_batch", "--initial-micro-batch", "initial micro-batch", 1, kMaxTargetBatch,
-            [](const Options& o) { return json(o.probe.initialMicroBatch); },
-            [](Options& o, int64_t v) { o.probe.initialMicroBatch = v; }),
+            [](auto& o) -> auto& { return o.probe.initialMicroBatch; }),
         "N", "first probe trial (default " + shown(d.probe.initialMicroBatch) + ")");
     add(integer(
             "probe.max_micro_batch", "--max-micro-batch", "maximum micro-batch", 0, kMaxTargetBatch,
-            [](const Options& o) { return json(o.probe.maxMicroBatch); },
-            [](Options& o, int64_t v) { o.probe.maxMicroBatch = v; }),
+            [](auto& o) -> auto& { return o.probe.maxMicroBatch; }),
         "N", "upper limit for the micro-batch (default 0: none)",
         "upper limit for the micro-batch, not below the initial size; 0: none");
     add(real(
-            "probe.headroom", "--headroom", "headroom", 0.0, 0.9,
-            [](const Options& o) { return json(o.probe.headroom); },
-            [](Options& o, double v) { o.probe.headroom = v; }),
+            "probe.headroom", "--headroom", "headroom", 0.0, 0.9, [](auto& o) -> auto& { return o.probe.headroom; }),
         "F", "fraction of device memory kept free, 0..0.9 (default " + shown(d.probe.headroom) + ")");
     add(real(
-            "probe.tolerance", "", "probe tolerance", 0.0, 0.5,
-            [](const Options& o) { return json(o.probe.tolerance); },
-            [](Options& o, double v) { o.probe.tolerance = v; }),
+            "probe.tolerance", "", "probe tolerance", 0.0, 0.5, [](auto& o) -> auto& { return o.probe.tolerance; }),
         "", "", "the probe stops when its bracket is this close (a fraction), or adjacent");
     add(choice(
             "probe.objective", "--objective", "probe objective", {"fastest", "largest"}, parseProbeObjective,
@@ -266,38 +265,32 @@ std::vector<OptionSpec> declare() {
         "with the most samples/s; largest keeps the largest");
     add(integer(
             "probe.retime_every", "--retime-every", "re-timing interval", 0, kMaxRetimeEvery,
-            [](const Options& o) { return json(o.probe.retimeEvery); },
-            [](Options& o, int64_t v) { o.probe.retimeEvery = v; }),
+            [](auto& o) -> auto& { return o.probe.retimeEvery; }),
         "N",
         "fastest: every N steps compare the throughput with the one after the\n"
         "decision and time the sizes again when it drifted (default 0: never)");
     add(real(
             "probe.retime_drift", "--retime-drift", "throughput drift", 0.01, 10.0,
-            [](const Options& o) { return json(o.probe.retimeDrift); },
-            [](Options& o, double v) { o.probe.retimeDrift = v; }),
+            [](auto& o) -> auto& { return o.probe.retimeDrift; }),
         "F", "the drift that --retime-every acts on, a fraction (default " + shown(d.probe.retimeDrift) + ")");
     add(integer(
             "probe.multiple_of", "--multiple-of", "round-to-multiple", 1, kMaxTargetBatch,
-            [](const Options& o) { return json(o.probe.multipleOf); },
-            [](Options& o, int64_t v) { o.probe.multipleOf = v; }),
+            [](auto& o) -> auto& { return o.probe.multipleOf; }),
         "N", "round the micro-batch down to a multiple of N (default " + shown(d.probe.multipleOf) + ")");
     add(integer(
             "probe.max_trials", "--max-trials", "maximum trials", 1, kMaxProbeTrials,
-            [](const Options& o) { return json(o.probe.maxTrials); },
-            [](Options& o, int64_t v) { o.probe.maxTrials = static_cast<int>(v); }),
+            [](auto& o) -> auto& { return o.probe.maxTrials; }),
         "N", "probe trial limit (default " + shown(d.probe.maxTrials) + ")");
     add(integer(
             "regrow_after_steps", "--regrow-after", "regrow-after steps", 0, kMaxRegrowAfterSteps,
-            [](const Options& o) { return json(o.regrowAfterSteps); },
-            [](Options& o, int64_t v) { o.regrowAfterSteps = static_cast<int>(v); }),
+            [](auto& o) -> auto& { return o.regrowAfterSteps; }),
         "N",
         "clean steps after an OOM before trying a larger micro-batch\n"
         "(default " +
             shown(d.regrowAfterSteps) + ", 0 = never)");
     add(real(
             "cuda_memory_fraction", "--cuda-memory-fraction", "CUDA memory fraction", 0.0, 1.0,
-            [](const Options& o) { return json(o.cudaMemoryFraction); },
-            [](Options& o, double v) { o.cudaMemoryFraction = v; }),
+            [](auto& o) -> auto& { return o.cudaMemoryFraction; }),
         "F",
         "cuda:N only: let this process use at most F (0..1] of the GPU's\n"
         "memory, so that a large GPU runs out of memory like a small one\n"
@@ -311,36 +304,31 @@ std::vector<OptionSpec> declare() {
     {
         auto lr = real(
             "optimizer.learning_rate", "--lr", "learning rate", 0.0, kMaxLearningRate,
-            [](const Options& o) { return json(o.optimizer.learningRate); },
-            [](Options& o, double v) { o.optimizer.learningRate = v; });
+            [](auto& o) -> auto& { return o.optimizer.learningRate; });
         lr.lowOpen = true;
         add(std::move(lr), "F", "learning rate (default " + shown(d.optimizer.learningRate) + ")");
     }
     {
         auto momentum = real(
             "optimizer.momentum", "--momentum", "momentum", 0.0, 1.0,
-            [](const Options& o) { return json(o.optimizer.momentum); },
-            [](Options& o, double v) { o.optimizer.momentum = v; });
+            [](auto& o) -> auto& { return o.optimizer.momentum; });
         momentum.highOpen = true;
         add(std::move(momentum), "F", "SGD momentum (default " + shown(d.optimizer.momentum) + ")");
     }
     add(real(
             "optimizer.weight_decay", "--weight-decay", "weight decay", 0.0, kMaxWeightDecay,
-            [](const Options& o) { return json(o.optimizer.weightDecay); },
-            [](Options& o, double v) { o.optimizer.weightDecay = v; }),
+            [](auto& o) -> auto& { return o.optimizer.weightDecay; }),
         "F", "L2 (sgd, adam) or decoupled (adamw) weight decay (default 0)");
     for (const auto& [key, label, field] : {std::tuple{"optimizer.beta1", "Adam beta1", &OptimizerOptions::beta1},
                                             std::tuple{"optimizer.beta2", "Adam beta2", &OptimizerOptions::beta2}}) {
         const auto member = field;
         auto beta = real(
-            key, "", label, 0.0, 1.0, [member](const Options& o) { return json(o.optimizer.*member); },
-            [member](Options& o, double v) { o.optimizer.*member = v; });
+            key, "", label, 0.0, 1.0, [member](auto& o) -> auto& { return o.optimizer.*member; });
         beta.highOpen = true;
         add(std::move(beta), "", "", "Adam and AdamW's moment decay");
     }
     add(real(
-            "optimizer.epsilon", "", "epsilon", 0.0, 1.0, [](const Options& o) { return json(o.optimizer.epsilon); },
-            [](Options& o, double v) { o.optimizer.epsilon = v; }),
+            "optimizer.epsilon", "", "epsilon", 0.0, 1.0, [](auto& o) -> auto& { return o.optimizer.epsilon; }),
         "", "", "Adam and AdamW's epsilon");
     add(choice(
             "lr_scaling", "--lr-scaling", "learning-rate scaling", {"none", "linear", "sqrt"}, parseLrScaling,
@@ -365,23 +353,21 @@ std::vector<OptionSpec> declare() {
         "fastest) or off (default)");
     add(integer(
             "saver_threshold", "--saver-threshold", "saver threshold", 0, kMaxTargetBatch,
-            [](const Options& o) { return json(o.saverThreshold); },
-            [](Options& o, int64_t v) { o.saverThreshold = v; }),
+            [](auto& o) -> auto& { return o.saverThreshold; }),
         "N",
         "measure every memory saver when the probe finds a micro-batch below N\n"
         "(and below the target batch), and suggest the fastest (default " +
             shown(d.saverThreshold) + "; 0: only when nothing fits)");
     add(real(
             "loss_scale", "--loss-scale", "loss scale", 1.0, kMaxLossScale,
-            [](const Options& o) { return json(o.lossScale); }, [](Options& o, double v) { o.lossScale = v; }),
+            [](auto& o) -> auto& { return o.lossScale; }),
         "S",
         "fp16 memory savers: the loss scale to start from (default " + shown(d.lossScale) +
             "); halved\nwhen gradients overflow float16 (the batch is trained again), doubled after\n" +
             shown(kLossScaleGrowthSteps) + " steps without");
     {
         auto steps = integer(
-            "steps", "--steps", "steps", 1, kMaxSteps,
-            [](const Options& o) { return o.steps ? json(*o.steps) : json(nullptr); }, nullptr);
+            "steps", "--steps", "steps", 1, kMaxSteps, [](auto& o) -> auto& { return o.steps; });
         steps.nullMeans = "no step limit";
         steps.zeroIsAbsent = true;
         steps.set = [](Options& o, const json& v, OptionReading& reading) {
@@ -398,8 +384,7 @@ std::vector<OptionSpec> declare() {
     }
     {
         auto epochs = integer(
-            "epochs", "--epochs", "epochs", 1, kMaxEpochs,
-            [](const Options& o) { return o.epochs ? json(*o.epochs) : json(nullptr); }, nullptr);
+            "epochs", "--epochs", "epochs", 1, kMaxEpochs, [](auto& o) -> auto& { return o.epochs; });
         epochs.nullMeans = "no epoch limit";
         epochs.zeroIsAbsent = true;
         epochs.set = [](Options& o, const json& v, OptionReading& reading) {
@@ -413,27 +398,18 @@ std::vector<OptionSpec> declare() {
         add(std::move(epochs), "N", "passes over the data (with --steps too, whichever ends first)");
     }
     add(integer(
-            "seed", "--seed", "seed", 0, kNoMaximum, [](const Options& o) { return json(o.seed); },
-            [](Options& o, int64_t v) { o.seed = static_cast<uint64_t>(v); }),
+            "seed", "--seed", "seed", 0, kNoMaximum, [](auto& o) -> auto& { return o.seed; }),
         "N", "model initialisation and sample order (default " + shown(d.seed) + ")");
     add(integer(
-            "threads", "--threads", "threads", 0, kMaxThreads, [](const Options& o) { return json(o.intraOpThreads); },
-            [](Options& o, int64_t v) { o.intraOpThreads = static_cast<int>(v); }),
+            "threads", "--threads", "threads", 0, kMaxThreads, [](auto& o) -> auto& { return o.intraOpThreads; }),
         "N", "CPU threads for LibTorch, at most " + shown(kMaxThreads) + " (default 0: every CPU available)");
 
     group = "Validation";
     {
         auto split = real(
             "validation.split", "--validation-split", "validation split", 0.0, 0.9,
-            [](const Options& o) { return o.validation.split ? json(*o.validation.split) : json(nullptr); },
-            [](Options& o, double v) { o.validation.split = v; });
+            [](auto& o) -> auto& { return o.validation.split; });
         split.nullMeans = "the default, " + shown(kDefaultValidationSplit);
-        split.set = [](Options& o, const json& v, OptionReading&) {
-            if (v.is_null())
-                o.validation.split.reset();
-            else
-                o.validation.split = v.get<double>();
-        };
         add(std::move(split), "F",
             "share of the data held out for validation, 0..0.9, drawn from the data\n"
             "seed (default 0.1; synthetic data gets that share of extra samples of\n"
@@ -441,45 +417,34 @@ std::vector<OptionSpec> declare() {
     }
     add(text(
             "validation.path", "--validation-data", "validation data",
-            [](const Options& o) { return json(o.validation.path); },
-            [](Options& o, const std::string& v) { o.validation.path = v; }),
+            [](auto& o) -> auto& { return o.validation.path; }),
         "PATH",
         "evaluate this file or folder instead of a held-out share (the training\n"
         "data's format, e.g. MNIST's t10k-images-idx3-ubyte)");
     {
         auto every = integer(
             "validation.every_steps", "--validate-every", "validation interval", 1, kMaxSteps,
-            [](const Options& o) { return o.validation.everySteps ? json(*o.validation.everySteps) : json(nullptr); },
-            nullptr);
+            [](auto& o) -> auto& { return o.validation.everySteps; });
         every.nullMeans = "at the end of every epoch";
-        every.set = [](Options& o, const json& v, OptionReading&) {
-            if (v.is_null())
-                o.validation.everySteps.reset();
-            else
-                o.validation.everySteps = v.get<int64_t>();
-        };
         add(std::move(every), "N", "validate every N optimizer steps (default: at the end of each epoch)");
     }
 
     group = "Checkpoints";
     add(text(
             "checkpoint.directory", "--checkpoint-dir", "checkpoint folder",
-            [](const Options& o) { return json(o.checkpoint.directory); },
-            [](Options& o, const std::string& v) { o.checkpoint.directory = v; }),
+            [](auto& o) -> auto& { return o.checkpoint.directory; }),
         "DIR",
         "save model, optimizer and trainer state to DIR/checkpoint.pt when the run\n"
         "ends or is stopped (written atomically: a crash never corrupts it)");
     add(integer(
             "checkpoint.every_steps", "--checkpoint-every", "checkpoint interval", 0, kMaxSteps,
-            [](const Options& o) { return json(o.checkpoint.everySteps); },
-            [](Options& o, int64_t v) { o.checkpoint.everySteps = v; }),
+            [](auto& o) -> auto& { return o.checkpoint.everySteps; }),
         "N",
         "also every N optimizer steps (without --checkpoint-dir: in the run\n"
         "folder's checkpoint/; 0: only when the run ends or stops)");
     add(text(
             "checkpoint.keep_best", "--keep-best", "best-model metric",
-            [](const Options& o) { return json(o.checkpoint.keepBest); },
-            [](Options& o, const std::string& v) { o.checkpoint.keepBest = v; }),
+            [](auto& o) -> auto& { return o.checkpoint.keepBest; }),
         "METRIC",
         "also keep the model that scored best so far on this validation metric\n"
         "in CHECKPOINT_DIR/best (val_loss, val_accuracy, val_top5_accuracy,\n"
@@ -488,16 +453,6 @@ std::vector<OptionSpec> declare() {
         "`\"\"` (only the latest) or a validation metric: `val_loss`, `val_accuracy`, `val_top5_accuracy`, "
         "`val_mse`, `val_mae`");
     return all;
-}
-
-const char* typeName(const json& value) {
-    if (value.is_boolean()) return "a boolean";
-    if (value.is_number_integer() || value.is_number_unsigned()) return "an integer";
-    if (value.is_number()) return "a number";
-    if (value.is_string()) return "a string";
-    if (value.is_array()) return "an array";
-    if (value.is_object()) return "an object";
-    return "null";
 }
 
 std::string brief(const json& value) {
@@ -513,7 +468,7 @@ std::string integerExpectation(int64_t minimum, int64_t maximum) {
 
 tl::expected<int64_t, std::string> readInteger(const json& v, int64_t minimum, int64_t maximum) {
     if (!v.is_number_integer() && !v.is_number_unsigned())
-        return tl::unexpected(std::string("expected an integer, got ") + typeName(v) + " " + brief(v));
+        return tl::unexpected(std::string("expected an integer, got ") + jsonTypeName(v) + " " + brief(v));
     if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(kNoMaximum))
         return tl::unexpected(integerExpectation(minimum, maximum) + ", got " + std::to_string(v.get<uint64_t>()));
     const auto n = v.get<int64_t>();
@@ -586,7 +541,7 @@ tl::expected<void, std::string> readOption(const OptionSpec& s, const json& valu
     }
     case OptionType::Number: {
         if (!value.is_number())
-            return fail(std::string("expected a number, got ") + typeName(value) + " " + brief(value));
+            return fail(std::string("expected a number, got ") + jsonTypeName(value) + " " + brief(value));
         const auto x = value.get<double>();
         if (!numberInRange(s, x)) {
             std::ostringstream range;
@@ -599,7 +554,7 @@ tl::expected<void, std::string> readOption(const OptionSpec& s, const json& valu
     }
     case OptionType::Boolean:
         if (!value.is_boolean())
-            return fail(std::string("expected true or false, got ") + typeName(value) + " " + brief(value));
+            return fail(std::string("expected true or false, got ") + jsonTypeName(value) + " " + brief(value));
         s.set(options, value, reading);
         return {};
     case OptionType::ImageSize: {
@@ -618,7 +573,7 @@ tl::expected<void, std::string> readOption(const OptionSpec& s, const json& valu
     case OptionType::Text:
     case OptionType::Choice:
         if (!value.is_string())
-            return fail(std::string("expected a string, got ") + typeName(value) + " " + brief(value));
+            return fail(std::string("expected a string, got ") + jsonTypeName(value) + " " + brief(value));
         if (s.checkText) {
             if (auto ok = s.checkText(value.get<std::string>()); !ok) return fail(ok.error());
         }

@@ -24,15 +24,6 @@ constexpr size_t kMaxConfigBytes = size_t{1} << 20;
 /// Deeper nesting is refused while parsing (the configuration's own depth is 3).
 constexpr int kMaxConfigDepth = 32;
 
-const char* typeName(const json& value) {
-    if (value.is_boolean()) return "a boolean";
-    if (value.is_number_integer() || value.is_number_unsigned()) return "an integer";
-    if (value.is_number()) return "a number";
-    if (value.is_string()) return "a string";
-    if (value.is_array()) return "an array";
-    return "null";
-}
-
 /// Whether `path` ("probe") holds options of its own ("probe.headroom").
 bool isSection(const std::string& path) {
     const std::string prefix = path + ".";
@@ -60,7 +51,7 @@ tl::expected<void, std::string> readSection(const json& object, const std::strin
                                             OptionReading& reading) {
     if (!object.is_object()) {
         return tl::unexpected((path.empty() ? std::string("configuration") : path) + ": expected an object, got " +
-                              typeName(object));
+                              jsonTypeName(object));
     }
     for (const auto& [key, value] : object.items()) {
         const std::string where = path.empty() ? key : path + "." + key;
@@ -210,6 +201,16 @@ json toRunConfig(const TrainerOptions& o) {
 
 tl::expected<void, std::string> saveRunConfig(const std::string& path, const TrainerOptions& options) {
     return replaceFileAtomically(path, jsonText(toRunConfig(options), 2) + "\n", "the configuration \"" + path + "\"");
+}
+
+const char* jsonTypeName(const nlohmann::json& value) {
+    if (value.is_boolean()) return "a boolean";
+    if (value.is_number_integer() || value.is_number_unsigned()) return "an integer";
+    if (value.is_number()) return "a number";
+    if (value.is_string()) return "a string";
+    if (value.is_array()) return "an array";
+    if (value.is_object()) return "an object";
+    return "null";
 }
 
 std::string jsonText(const nlohmann::json& value, int indent) {

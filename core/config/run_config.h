@@ -14,6 +14,9 @@ namespace batchpilot::core {
 /// than the exception nlohmann::json throws for it, which ended the process.
 std::string jsonText(const nlohmann::json& value, int indent = -1);
 
+/// "an integer", "a string", …: what a JSON value is, for a message.
+const char* jsonTypeName(const nlohmann::json& value);
+
 /// Run configurations as JSON: the same options the CLI flags and the GUI's run panel set.
 ///
 ///     {
