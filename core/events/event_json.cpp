@@ -1,403 +1,562 @@
 #include "core/events/event_json.h"
 
+#include <array>
+#include <cmath>
+#include <concepts>
+#include <limits>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
 
 namespace batchpilot::core {
 namespace {
 
 using nlohmann::json;
 
-json fields(const RunStateChanged& e) {
-    return {{"time", e.time}, {"state", toString(e.state)}, {"detail", e.detail}};
+// Each event type's fields are listed once, in describe(): the writer (toJson) and the reader
+// (eventFromJson) walk the same list, so a field cannot be written under one key and read under
+// another, or written and never read. A visitor `v` is called as
+//   v("key", member)                       always written; read when present
+//   v.unless(condition, "key", member)     written unless `condition` (a field that does not apply)
+// Every field is optional when read: an absent one keeps its default (events files written
+// before the field existed), so only "type" is required.
+
+template <class E, class T>
+concept Is = std::same_as<std::remove_const_t<E>, T>;
+
+template <class V>
+void describe(V& v, Is<RunStateChanged> auto& e) {
+    v("time", e.time);
+    v("state", e.state);
+    v("detail", e.detail);
 }
-json fields(const ProbeStarted& e) {
-    return {{"time", e.time},
-            {"sequence", e.sequence},
-            {"reason", toString(e.reason)},
-            {"device", e.device},
-            {"upper_bound", e.upperBound},
-            {"usable_bytes", e.usableBytes},
-            {"reserved_bytes", e.reservedBytes}};
+template <class V>
+void describe(V& v, Is<ProbeStarted> auto& e) {
+    v("time", e.time);
+    v("sequence", e.sequence);
+    v("reason", e.reason);
+    v("device", e.device);
+    v("upper_bound", e.upperBound);
+    v("usable_bytes", e.usableBytes);
+    v("reserved_bytes", e.reservedBytes);
 }
-json fields(const ProbeTrial& e) {
-    return {{"time", e.time},
-            {"sequence", e.sequence},
-            {"trial", e.trial},
-            {"micro_batch", e.microBatch},
-            {"fit", e.fit},
-            {"within_headroom", e.withinHeadroom},
-            {"peak_bytes", e.peakBytes},
-            {"failed_allocation_bytes", e.failedAllocationBytes},
-            {"seconds", e.seconds}};
+template <class V>
+void describe(V& v, Is<ProbeTrial> auto& e) {
+    v("time", e.time);
+    v("sequence", e.sequence);
+    v("trial", e.trial);
+    v("micro_batch", e.microBatch);
+    v("fit", e.fit);
+    v("within_headroom", e.withinHeadroom);
+    v("peak_bytes", e.peakBytes);
+    v("failed_allocation_bytes", e.failedAllocationBytes);
+    v("seconds", e.seconds);
 }
-json fields(const ProbeFinished& e) {
-    return {{"time", e.time},
-            {"sequence", e.sequence},
-            {"micro_batch", e.microBatch},
-            {"accumulation_steps", e.accumulationSteps},
-            {"target_batch", e.targetBatch},
-            {"trials", e.trials},
-            {"seconds", e.seconds},
-            {"hit_trial_limit", e.hitTrialLimit},
-            {"fixed_bytes", e.fixedBytes},
-            {"bytes_per_sample", e.bytesPerSample}};
+template <class V>
+void describe(V& v, Is<ProbeFinished> auto& e) {
+    v("time", e.time);
+    v("sequence", e.sequence);
+    v("micro_batch", e.microBatch);
+    v("accumulation_steps", e.accumulationSteps);
+    v("target_batch", e.targetBatch);
+    v("trials", e.trials);
+    v("seconds", e.seconds);
+    v("hit_trial_limit", e.hitTrialLimit);
+    v("fixed_bytes", e.fixedBytes);
+    v("bytes_per_sample", e.bytesPerSample);
 }
-json fields(const OomEvent& e) {
-    return {{"time", e.time},
-            {"step", e.step},
-            {"phase", toString(e.phase)},
-            {"micro_batch", e.microBatch},
-            {"requested_bytes", e.requestedBytes},
-            {"message", e.message},
-            {"recovered", e.recovered},
-            {"new_micro_batch", e.newMicroBatch},
-            {"redone_samples", e.redoneSamples}};
+template <class V>
+void describe(V& v, Is<OomEvent> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("phase", e.phase);
+    v("micro_batch", e.microBatch);
+    v("requested_bytes", e.requestedBytes);
+    v("message", e.message);
+    v("recovered", e.recovered);
+    v("new_micro_batch", e.newMicroBatch);
+    v("redone_samples", e.redoneSamples);
 }
-json fields(const MemorySample& e) {
-    return {{"time", e.time},
-            {"allocated_bytes", e.allocatedBytes},
-            {"reserved_bytes", e.reservedBytes},
-            {"peak_bytes", e.peakBytes},
-            {"capacity_bytes", e.capacityBytes},
-            {"headroom_bytes", e.headroomBytes}};
+template <class V>
+void describe(V& v, Is<MemorySample> auto& e) {
+    v("time", e.time);
+    v("allocated_bytes", e.allocatedBytes);
+    v("reserved_bytes", e.reservedBytes);
+    v("peak_bytes", e.peakBytes);
+    v("capacity_bytes", e.capacityBytes);
+    v("headroom_bytes", e.headroomBytes);
 }
-json fields(const StepMetrics& e) {
-    return {{"time", e.time},
-            {"step", e.step},
-            {"epoch", e.epoch},
-            {"samples_seen", e.samplesSeen},
-            {"loss", e.loss},
-            {"micro_batch", e.microBatch},
-            {"accumulation_steps", e.accumulationSteps},
-            {"target_batch", e.targetBatch},
-            {"learning_rate", e.learningRate},
-            {"samples_per_second", e.samplesPerSecond},
-            {"step_seconds", e.stepSeconds},
-            {"peak_bytes", e.peakBytes},
-            {"total_steps", e.totalSteps}};
+template <class V>
+void describe(V& v, Is<StepMetrics> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("epoch", e.epoch);
+    v("samples_seen", e.samplesSeen);
+    v("loss", e.loss);
+    v("micro_batch", e.microBatch);
+    v("accumulation_steps", e.accumulationSteps);
+    v("target_batch", e.targetBatch);
+    v("learning_rate", e.learningRate);
+    v("samples_per_second", e.samplesPerSecond);
+    v("step_seconds", e.stepSeconds);
+    v("peak_bytes", e.peakBytes);
+    v("total_steps", e.totalSteps);
 }
-json fields(const MicroBatchDone& e) {
-    json j = {{"time", e.time},
-              {"step", e.step},
-              {"index", e.index},
-              {"offset", e.offset},
-              {"size", e.size},
-              {"target_batch", e.targetBatch},
-              {"loss_weight", e.lossWeight},
-              {"loss", e.loss},
-              {"probe_trial", e.probeTrial}};
-    if (!e.sampleIndices.empty()) {
-        j["sample_indices"] = e.sampleIndices;
-    }
-    if (e.gradientNorm > 0) {
-        j["gradient_norm"] = e.gradientNorm;
-    }
-    return j;
+template <class V>
+void describe(V& v, Is<MicroBatchDone> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("index", e.index);
+    v("offset", e.offset);
+    v("size", e.size);
+    v("target_batch", e.targetBatch);
+    v("loss_weight", e.lossWeight);
+    v("loss", e.loss);
+    v("probe_trial", e.probeTrial);
+    v.unless(e.sampleIndices.empty(), "sample_indices", e.sampleIndices);
+    v.unless(!(e.gradientNorm > 0), "gradient_norm", e.gradientNorm);
 }
-json fields(const OptimizerStepped& e) {
-    return {{"time", e.time}, {"step", e.step}, {"micro_batches", e.microBatches}};
+template <class V>
+void describe(V& v, Is<OptimizerStepped> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("micro_batches", e.microBatches);
 }
-json fields(const TargetBatchChanged& e) {
-    return {{"time", e.time},
-            {"old_target", e.oldTarget},
-            {"new_target", e.newTarget},
-            {"old_learning_rate", e.oldLearningRate},
-            {"new_learning_rate", e.newLearningRate}};
+template <class V>
+void describe(V& v, Is<TargetBatchChanged> auto& e) {
+    v("time", e.time);
+    v("old_target", e.oldTarget);
+    v("new_target", e.newTarget);
+    v("old_learning_rate", e.oldLearningRate);
+    v("new_learning_rate", e.newLearningRate);
 }
-json fields(const DeviceSwitched& e) {
-    return {{"time", e.time}, {"from", e.from}, {"to", e.to}, {"rank", e.rank}};
+template <class V>
+void describe(V& v, Is<DeviceSwitched> auto& e) {
+    v("time", e.time);
+    v("from", e.from);
+    v("to", e.to);
+    v("rank", e.rank);
 }
-json fields(const Warning& e) {
-    return {{"time", e.time}, {"message", e.message}};
+template <class V>
+void describe(V& v, Is<Warning> auto& e) {
+    v("time", e.time);
+    v("message", e.message);
 }
-json fields(const CheckpointSaved& e) {
-    json j = {{"time", e.time}, {"step", e.step}, {"path", e.path}};
-    if (!e.metric.empty()) {
-        j["metric"] = e.metric;
-        j["value"] = e.value;
-    }
-    return j;
+template <class V>
+void describe(V& v, Is<CheckpointSaved> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("path", e.path);
+    v.unless(e.metric.empty(), "metric", e.metric);
+    v.unless(e.metric.empty(), "value", e.value);
 }
-json fields(const ErrorEvent& e) {
-    return {{"time", e.time}, {"message", e.message}, {"where", e.where}};
+template <class V>
+void describe(V& v, Is<ErrorEvent> auto& e) {
+    v("time", e.time);
+    v("message", e.message);
+    v("where", e.where);
 }
-json fields(const RunSummary& e) {
-    return {{"time", e.time},
-            {"device", e.device},
-            {"model", e.model},
-            {"parameter_count", e.parameterCount},
-            {"parameter_tensors", e.parameterTensors},
-            {"dataset", e.dataset},
-            {"dataset_size", e.datasetSize},
-            {"input_shape", e.inputShape},
-            {"optimizer", e.optimizer},
-            {"loss", e.loss},
-            {"target_batch", e.targetBatch},
-            {"batch_statistics", e.batchStatistics}};
+template <class V>
+void describe(V& v, Is<RunSummary> auto& e) {
+    v("time", e.time);
+    v("device", e.device);
+    v("model", e.model);
+    v("parameter_count", e.parameterCount);
+    v("parameter_tensors", e.parameterTensors);
+    v("dataset", e.dataset);
+    v("dataset_size", e.datasetSize);
+    v("input_shape", e.inputShape);
+    v("optimizer", e.optimizer);
+    v("loss", e.loss);
+    v("target_batch", e.targetBatch);
+    v("batch_statistics", e.batchStatistics);
 }
-json fields(const MemoryBreakdown& e) {
-    return {{"time", e.time},
-            {"step", e.step},
-            {"device", e.device},
-            {"total_bytes", e.totalBytes},
-            {"capacity_bytes", e.capacityBytes},
-            {"usable_bytes", e.usableBytes},
-            {"parameter_bytes", e.parameterBytes},
-            {"gradient_bytes", e.gradientBytes},
-            {"optimizer_state_bytes", e.optimizerStateBytes},
-            {"optimizer_state_reserved", e.optimizerStateReserved},
-            {"activation_bytes", e.activationBytes},
-            {"activation_micro_batch", e.activationMicroBatch},
-            {"input_bytes", e.inputBytes},
-            {"buffer_copy_bytes", e.bufferCopyBytes},
-            {"largest_gradient_bytes", e.largestGradientBytes},
-            {"resident_bytes", e.residentBytes},
-            {"peak_bytes", e.peakBytes},
-            {"cache_bytes", e.cacheBytes},
-            {"other_process_bytes", e.otherProcessBytes},
-            {"context_bytes", e.contextBytes},
-            {"workspace_bytes", e.workspaceBytes},
-            {"free_bytes", e.freeBytes},
-            {"memory_savers", e.memorySavers.empty() ? std::string("off") : e.memorySavers}};
+template <class V>
+void describe(V& v, Is<MemoryBreakdown> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("device", e.device);
+    v("total_bytes", e.totalBytes);
+    v("capacity_bytes", e.capacityBytes);
+    v("usable_bytes", e.usableBytes);
+    v("parameter_bytes", e.parameterBytes);
+    v("gradient_bytes", e.gradientBytes);
+    v("optimizer_state_bytes", e.optimizerStateBytes);
+    v("optimizer_state_reserved", e.optimizerStateReserved);
+    v("activation_bytes", e.activationBytes);
+    v("activation_micro_batch", e.activationMicroBatch);
+    v("input_bytes", e.inputBytes);
+    v("buffer_copy_bytes", e.bufferCopyBytes);
+    v("largest_gradient_bytes", e.largestGradientBytes);
+    v("resident_bytes", e.residentBytes);
+    v("peak_bytes", e.peakBytes);
+    v("cache_bytes", e.cacheBytes);
+    v("other_process_bytes", e.otherProcessBytes);
+    v("context_bytes", e.contextBytes);
+    v("workspace_bytes", e.workspaceBytes);
+    v("free_bytes", e.freeBytes);
+    v.savers("memory_savers", e.memorySavers);  // none is written "off"
 }
-json fields(const StepModeWaiting& e) {
-    return {{"time", e.time},
-            {"step", e.step},
-            {"index", e.index},
-            {"offset", e.offset},
-            {"size", e.size},
-            {"target_batch", e.targetBatch},
-            {"probe_trial", e.probeTrial}};
+template <class V>
+void describe(V& v, Is<StepModeWaiting> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("index", e.index);
+    v("offset", e.offset);
+    v("size", e.size);
+    v("target_batch", e.targetBatch);
+    v("probe_trial", e.probeTrial);
 }
-json fields(const ThroughputTimed& e) {
-    return {{"time", e.time},
-            {"sequence", e.sequence},
-            {"micro_batch", e.microBatch},
-            {"samples_per_second", e.samplesPerSecond},
-            {"repetitions", e.repetitions}};
+template <class V>
+void describe(V& v, Is<ThroughputTimed> auto& e) {
+    v("time", e.time);
+    v("sequence", e.sequence);
+    v("micro_batch", e.microBatch);
+    v("samples_per_second", e.samplesPerSecond);
+    v("repetitions", e.repetitions);
 }
-json fields(const ThroughputChosen& e) {
-    return {{"time", e.time},
-            {"sequence", e.sequence},
-            {"micro_batch", e.microBatch},
-            {"largest_micro_batch", e.largestMicroBatch},
-            {"accumulation_steps", e.accumulationSteps},
-            {"target_batch", e.targetBatch},
-            {"samples_per_second", e.samplesPerSecond},
-            {"largest_samples_per_second", e.largestSamplesPerSecond},
-            {"speed_over_largest", e.speedOverLargest},
-            {"step_speed_over_largest", e.stepSpeedOverLargest},
-            {"step_seconds", e.stepSeconds},
-            {"micro_batch_seconds", e.microBatchSeconds},
-            {"micro_batches_timed", e.microBatchesTimed},
-            {"seconds", e.seconds},
-            {"reason", e.reason}};
+template <class V>
+void describe(V& v, Is<ThroughputChosen> auto& e) {
+    v("time", e.time);
+    v("sequence", e.sequence);
+    v("micro_batch", e.microBatch);
+    v("largest_micro_batch", e.largestMicroBatch);
+    v("accumulation_steps", e.accumulationSteps);
+    v("target_batch", e.targetBatch);
+    v("samples_per_second", e.samplesPerSecond);
+    v("largest_samples_per_second", e.largestSamplesPerSecond);
+    v("speed_over_largest", e.speedOverLargest);
+    v("step_speed_over_largest", e.stepSpeedOverLargest);
+    v("step_seconds", e.stepSeconds);
+    v("micro_batch_seconds", e.microBatchSeconds);
+    v("micro_batches_timed", e.microBatchesTimed);
+    v("seconds", e.seconds);
+    v("reason", e.reason);
 }
-json fields(const ValidationDone& e) {
-    json j = {{"time", e.time},
-              {"step", e.step},
-              {"epoch", e.epoch},
-              {"samples_seen", e.samplesSeen},
-              {"samples", e.samples},
-              {"loss", e.loss},
-              {"micro_batch", e.microBatch},
-              {"ooms", e.ooms},
-              {"seconds", e.seconds}};
+template <class V>
+void describe(V& v, Is<ValidationDone> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("epoch", e.epoch);
+    v("samples_seen", e.samplesSeen);
+    v("samples", e.samples);
+    v("loss", e.loss);
+    v("micro_batch", e.microBatch);
+    v("ooms", e.ooms);
+    v("seconds", e.seconds);
     // Metrics that do not apply to the data are left out rather than written as -1.
-    if (e.accuracy >= 0) j["accuracy"] = e.accuracy;
-    if (e.top5Accuracy >= 0) j["top5_accuracy"] = e.top5Accuracy;
-    if (e.meanSquaredError >= 0) j["mse"] = e.meanSquaredError;
-    if (e.meanAbsoluteError >= 0) j["mae"] = e.meanAbsoluteError;
-    return j;
+    v.unless(e.accuracy < 0, "accuracy", e.accuracy);
+    v.unless(e.top5Accuracy < 0, "top5_accuracy", e.top5Accuracy);
+    v.unless(e.meanSquaredError < 0, "mse", e.meanSquaredError);
+    v.unless(e.meanAbsoluteError < 0, "mae", e.meanAbsoluteError);
 }
-json fields(const RankStep& r) {
-    return {{"rank", r.rank},
-            {"device", r.device},
-            {"share", r.share},
-            {"micro_batch", r.microBatch},
-            {"micro_batches", r.microBatches},
-            {"compute_seconds", r.computeSeconds},
-            {"samples_per_second", r.samplesPerSecond},
-            {"wait_seconds", r.waitSeconds},
-            {"peak_bytes", r.peakBytes},
-            {"ooms", r.ooms},
-            {"settled", r.settled}};
+template <class V>
+void describe(V& v, Is<RankStep> auto& r) {
+    v("rank", r.rank);
+    v("device", r.device);
+    v("share", r.share);
+    v("micro_batch", r.microBatch);
+    v("micro_batches", r.microBatches);
+    v("compute_seconds", r.computeSeconds);
+    v("samples_per_second", r.samplesPerSecond);
+    v("wait_seconds", r.waitSeconds);
+    v("peak_bytes", r.peakBytes);
+    v("ooms", r.ooms);
+    v("settled", r.settled);
 }
-json fields(const RanksStepped& e) {
-    json ranks = json::array();
-    for (const RankStep& r : e.ranks) ranks.push_back(fields(r));
-    json j = {{"time", e.time},
-              {"step", e.step},
-              {"ranks", ranks},
-              {"all_reduce_seconds", e.allReduceSeconds},
-              {"imbalance", e.imbalance},
-              {"parameters_checked", e.parametersChecked},
-              {"collectives", e.collectives}};
-    if (!e.collectivesWhy.empty()) j["collectives_why"] = e.collectivesWhy;
-    if (!e.nextShares.empty()) {
-        j["next_shares"] = e.nextShares;
-        j["share_reason"] = e.shareReason;
-    }
-    return j;
+template <class V>
+void describe(V& v, Is<RanksStepped> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("ranks", e.ranks);
+    v("all_reduce_seconds", e.allReduceSeconds);
+    v("imbalance", e.imbalance);
+    v("parameters_checked", e.parametersChecked);
+    v("collectives", e.collectives);
+    v.unless(e.collectivesWhy.empty(), "collectives_why", e.collectivesWhy);
+    v.unless(e.nextShares.empty(), "next_shares", e.nextShares);
+    v.unless(e.nextShares.empty(), "share_reason", e.shareReason);
 }
-json fields(const RankProbed& e) {
-    json j = {{"time", e.time}, {"rank", e.rank}, {"device", e.device}};
-    const auto list = [](const auto& events) {
-        json items = json::array();
-        for (const auto& item : events) items.push_back(fields(item));
-        return items;
-    };
-    j["probes"] = list(e.probes);
-    j["trials"] = list(e.trials);
-    j["finished"] = list(e.finished);
-    j["ooms"] = list(e.ooms);
-    return j;
+template <class V>
+void describe(V& v, Is<RankProbed> auto& e) {
+    v("time", e.time);
+    v("rank", e.rank);
+    v("device", e.device);
+    v("probes", e.probes);
+    v("trials", e.trials);
+    v("finished", e.finished);
+    v("ooms", e.ooms);
 }
-json fields(const SaverOption& o) {
-    json j = {{"savers", o.savers}, {"fits", o.fits}};
-    if (!o.unavailable.empty()) {
-        j["unavailable"] = o.unavailable;
-        return j;
-    }
-    j.update({{"fixed_bytes", o.fixedBytes},
-              {"bytes_per_sample", o.bytesPerSample},
-              {"micro_batch", o.microBatch},
-              {"accumulation_steps", o.accumulationSteps},
-              {"peak_bytes", o.peakBytes},
-              {"samples_per_second", o.samplesPerSecond},
-              {"timed_micro_batch", o.timedMicroBatch},
-              {"trials", o.trials}});
-    return j;
+template <class V>
+void describe(V& v, Is<SaverOption> auto& o) {
+    // A setting that could not be measured has no measurements.
+    const bool unmeasured = !o.unavailable.empty();
+    v("savers", o.savers);
+    v("fits", o.fits);
+    v.unless(!unmeasured, "unavailable", o.unavailable);
+    v.unless(unmeasured, "fixed_bytes", o.fixedBytes);
+    v.unless(unmeasured, "bytes_per_sample", o.bytesPerSample);
+    v.unless(unmeasured, "micro_batch", o.microBatch);
+    v.unless(unmeasured, "accumulation_steps", o.accumulationSteps);
+    v.unless(unmeasured, "peak_bytes", o.peakBytes);
+    v.unless(unmeasured, "samples_per_second", o.samplesPerSecond);
+    v.unless(unmeasured, "timed_micro_batch", o.timedMicroBatch);
+    v.unless(unmeasured, "trials", o.trials);
 }
-json fields(const SaverSurvey& e) {
-    json options = json::array();
-    for (const SaverOption& o : e.options) options.push_back(fields(o));
-    return {{"time", e.time},
-            {"step", e.step},
-            {"device", e.device},
-            {"reason", e.reason},
-            {"usable_bytes", e.usableBytes},
-            {"target_batch", e.targetBatch},
-            {"current", e.current},
-            {"options", options},
-            {"suggestion", e.suggestion},
-            {"advice", e.advice},
-            {"seconds", e.seconds}};
+template <class V>
+void describe(V& v, Is<SaverSurvey> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("device", e.device);
+    v("reason", e.reason);
+    v("usable_bytes", e.usableBytes);
+    v("target_batch", e.targetBatch);
+    v("current", e.current);
+    v("options", e.options);
+    v("suggestion", e.suggestion);
+    v("advice", e.advice);
+    v("seconds", e.seconds);
 }
-json fields(const MemorySaversChanged& e) {
-    return {{"time", e.time}, {"step", e.step}, {"from", e.from},
-            {"to", e.to},     {"why", e.why},   {"predicted_micro_batch", e.predictedMicroBatch}};
+template <class V>
+void describe(V& v, Is<MemorySaversChanged> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("from", e.from);
+    v("to", e.to);
+    v("why", e.why);
+    v("predicted_micro_batch", e.predictedMicroBatch);
 }
-json fields(const LossScaleChanged& e) {
-    return {{"time", e.time}, {"step", e.step},         {"from", e.from},
-            {"to", e.to},     {"overflow", e.overflow}, {"redone_samples", e.redoneSamples}};
+template <class V>
+void describe(V& v, Is<LossScaleChanged> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("from", e.from);
+    v("to", e.to);
+    v("overflow", e.overflow);
+    v("redone_samples", e.redoneSamples);
 }
-json fields(const TensorDifference& d) {
-    return {{"name", d.name},
-            {"elements", d.elements},
-            {"max_abs_difference", d.maxAbsDifference},
-            {"relative_difference", d.relativeDifference},
-            {"cosine_similarity", d.cosineSimilarity}};
+template <class V>
+void describe(V& v, Is<TensorDifference> auto& d) {
+    v("name", d.name);
+    v("elements", d.elements);
+    v("max_abs_difference", d.maxAbsDifference);
+    v("relative_difference", d.relativeDifference);
+    v("cosine_similarity", d.cosineSimilarity);
 }
-json fields(const EquivalenceChecked& e) {
-    json tensors = json::array();
-    for (const TensorDifference& d : e.tensors) tensors.push_back(fields(d));
-    json j = {{"time", e.time},
-              {"step", e.step},
-              {"samples", e.samples},
-              {"micro_batch_sizes", e.microBatchSizes},
-              {"tensors", tensors},
-              {"overall", fields(e.overall)},
-              {"batch_statistics", e.batchStatistics},
-              {"full_pass_outside_budget", e.fullPassOutsideBudget},
-              {"bfloat16", e.bfloat16},
-              {"float16", e.float16},
-              {"explanation", e.explanation},
-              {"seconds", e.seconds}};
-    if (e.runningStatisticsRelativeDifference >= 0) {
-        j["running_statistics_relative_difference"] = e.runningStatisticsRelativeDifference;
-    }
-    if (!e.rankMicroBatchSizes.empty()) {
-        json ranks = json::array();
-        for (size_t r = 0; r < e.rankMicroBatchSizes.size(); ++r) {
-            ranks.push_back({{"rank", r},
-                             {"device", r < e.rankDevices.size() ? e.rankDevices[r] : std::string()},
-                             {"micro_batch_sizes", e.rankMicroBatchSizes[r]}});
-        }
-        j["ranks"] = ranks;
-    }
-    if (!e.error.empty()) j["error"] = e.error;
-    return j;
+template <class V>
+void describe(V& v, Is<EquivalenceChecked> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("samples", e.samples);
+    v("micro_batch_sizes", e.microBatchSizes);
+    v("tensors", e.tensors);
+    v("overall", e.overall);
+    v("batch_statistics", e.batchStatistics);
+    v("full_pass_outside_budget", e.fullPassOutsideBudget);
+    v("bfloat16", e.bfloat16);
+    v("float16", e.float16);
+    v("explanation", e.explanation);
+    v("seconds", e.seconds);
+    v.unless(e.runningStatisticsRelativeDifference < 0, "running_statistics_relative_difference",
+             e.runningStatisticsRelativeDifference);
+    v.ranks("ranks", e.rankMicroBatchSizes, e.rankDevices);  // several devices only
+    v.unless(e.error.empty(), "error", e.error);
 }
+
+template <class T>
+struct IsVector : std::false_type {};
+template <class T>
+struct IsVector<std::vector<T>> : std::true_type {};
 
 /// The enum value whose toString is `text`, if any (values 0..last).
 template <class Enum>
-std::optional<Enum> enumNamed(const std::string& text, Enum last) {
+std::optional<Enum> enumNamed(std::string_view text, Enum last) {
     for (int i = 0; i <= static_cast<int>(last); ++i)
         if (text == toString(static_cast<Enum>(i))) return static_cast<Enum>(i);
     return std::nullopt;
 }
+constexpr RunState lastOf(RunState) {
+    return RunState::Failed;
+}
+constexpr Phase lastOf(Phase) {
+    return Phase::Validation;
+}
+constexpr ProbeReason lastOf(ProbeReason) {
+    return ProbeReason::MemorySavers;
+}
+constexpr const char* kindOf(RunState) {
+    return "state";
+}
+constexpr const char* kindOf(Phase) {
+    return "phase";
+}
+constexpr const char* kindOf(ProbeReason) {
+    return "probe reason";
+}
 
-/// One reported event read back from fields(); throws json::exception on a missing or mistyped
-/// field, std::invalid_argument on an unknown name.
+/// Writes the fields into a JSON object.
+struct Writer {
+    json& j;
+
+    template <class M>
+    static json value(const M& m) {
+        if constexpr (std::is_enum_v<M>) {
+            return toString(m);
+        } else if constexpr (IsVector<M>::value) {
+            if constexpr (std::is_arithmetic_v<typename M::value_type>) {
+                return m;
+            } else {
+                json items = json::array();
+                for (const auto& item : m) items.push_back(value(item));
+                return items;
+            }
+        } else if constexpr (std::is_class_v<M> && !std::is_same_v<M, std::string>) {
+            json object = json::object();
+            Writer nested{object};
+            describe(nested, m);
+            return object;
+        } else {
+            return m;
+        }
+    }
+    template <class M>
+    void operator()(const char* key, const M& m) {
+        j[key] = value(m);
+    }
+    template <class M>
+    void unless(bool omit, const char* key, const M& m) {
+        if (!omit) (*this)(key, m);
+    }
+    void savers(const char* key, const std::string& savers) { j[key] = savers.empty() ? std::string("off") : savers; }
+    void ranks(const char* key, const std::vector<std::vector<int64_t>>& sizes,
+               const std::vector<std::string>& devices) {
+        if (sizes.empty()) return;
+        json ranks = json::array();
+        for (size_t r = 0; r < sizes.size(); ++r) {
+            ranks.push_back({{"rank", r},
+                             {"device", r < devices.size() ? devices[r] : std::string()},
+                             {"micro_batch_sizes", sizes[r]}});
+        }
+        j[key] = std::move(ranks);
+    }
+};
+
+/// Why a field cannot be read: the key's path and what is wrong ("ranks[1].share: not a whole number").
+struct FieldError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+/// Reads the fields from a JSON object; a field of the wrong type (or, with Missing::Error, an
+/// absent one the writer always writes) throws FieldError naming it.
+struct Reader {
+    const json& j;
+    std::string path;  ///< where this object is ("", "ranks[1].")
+    MissingFields missing;
+
+    [[noreturn]] static void fail(const std::string& where, const std::string& what) {
+        throw FieldError("\"" + where + "\": " + what);
+    }
+    template <class M>
+    static void read(const json& from, M& m, const std::string& where, MissingFields missing) {
+        if constexpr (std::is_same_v<M, bool>) {
+            if (!from.is_boolean()) fail(where, "not true or false");
+            m = from.get<bool>();
+        } else if constexpr (std::is_integral_v<M>) {
+            if (from.is_number_unsigned()) {
+                const auto n = from.get<uint64_t>();
+                if (n > static_cast<uint64_t>(std::numeric_limits<M>::max())) fail(where, "too large");
+                m = static_cast<M>(n);
+            } else if (from.is_number_integer()) {
+                const auto n = from.get<int64_t>();
+                if (n < std::numeric_limits<M>::min() || n > std::numeric_limits<M>::max()) fail(where, "too large");
+                m = static_cast<M>(n);
+            } else {
+                fail(where, "not a whole number");
+            }
+        } else if constexpr (std::is_floating_point_v<M>) {
+            // JSON has no NaN: the writer writes a NaN (a diverged loss) as null.
+            if (from.is_null()) {
+                m = std::numeric_limits<M>::quiet_NaN();
+            } else if (from.is_number()) {
+                m = from.get<M>();
+            } else {
+                fail(where, "not a number");
+            }
+        } else if constexpr (std::is_same_v<M, std::string>) {
+            if (!from.is_string()) fail(where, "not a string");
+            m = from.get<std::string>();
+        } else if constexpr (std::is_enum_v<M>) {
+            if (!from.is_string()) fail(where, "not a string");
+            const auto named = enumNamed(from.get_ref<const std::string&>(), lastOf(M{}));
+            if (!named) fail(where, std::string("unknown ") + kindOf(M{}) + " \"" + from.get<std::string>() + "\"");
+            m = *named;
+        } else if constexpr (IsVector<M>::value) {
+            if (!from.is_array()) fail(where, "not a list");
+            m.clear();
+            m.resize(from.size());
+            for (size_t i = 0; i < from.size(); ++i)
+                read(from[i], m[i], where + "[" + std::to_string(i) + "]", missing);
+        } else {
+            if (!from.is_object()) fail(where, "not an object");
+            Reader nested{from, where + ".", missing};
+            describe(nested, m);
+        }
+    }
+    template <class M>
+    void operator()(const char* key, M& m) {
+        const auto found = j.find(key);
+        if (found != j.end())
+            read(*found, m, path + key, missing);
+        else if (missing == MissingFields::Error)
+            fail(path + key, "missing");
+    }
+    template <class M>
+    void unless(bool, const char* key, M& m) {
+        // Left out where it does not apply: never missing.
+        if (const auto found = j.find(key); found != j.end()) read(*found, m, path + key, missing);
+    }
+    void savers(const char* key, std::string& savers) {
+        (*this)(key, savers);
+        if (savers == "off") savers.clear();
+    }
+    void ranks(const char* key, std::vector<std::vector<int64_t>>& sizes, std::vector<std::string>& devices) {
+        const auto found = j.find(key);
+        if (found == j.end()) return;
+        const std::string where = path + key;
+        if (!found->is_array()) fail(where, "not a list");
+        sizes.assign(found->size(), {});
+        devices.assign(found->size(), {});
+        for (size_t r = 0; r < found->size(); ++r) {
+            const json& rank = (*found)[r];
+            const std::string at = where + "[" + std::to_string(r) + "]";
+            if (!rank.is_object()) fail(at, "not an object");
+            if (const auto d = rank.find("device"); d != rank.end()) read(*d, devices[r], at + ".device", missing);
+            if (const auto s = rank.find("micro_batch_sizes"); s != rank.end())
+                read(*s, sizes[r], at + ".micro_batch_sizes", missing);
+        }
+    }
+};
+
 template <class T>
-T readFields(const json& j);
+Event readEvent(const json& j, MissingFields missing) {
+    T event;
+    Reader reader{j, "", missing};
+    describe(reader, event);
+    return event;
+}
 
-template <>
-ProbeStarted readFields(const json& j) {
-    ProbeStarted e;
-    e.sequence = j.at("sequence").get<int>();
-    const auto reason = enumNamed(j.at("reason").get<std::string>(), ProbeReason::MemorySavers);
-    if (!reason) throw std::invalid_argument("unknown probe reason \"" + j.at("reason").get<std::string>() + "\"");
-    e.reason = *reason;
-    e.device = j.at("device").get<std::string>();
-    e.upperBound = j.at("upper_bound").get<int64_t>();
-    e.usableBytes = j.at("usable_bytes").get<int64_t>();
-    e.reservedBytes = j.at("reserved_bytes").get<int64_t>();
-    return e;
+/// Reads one event of each type by its name.
+using EventReader = Event (*)(const json&, MissingFields);
+template <size_t... I>
+std::unordered_map<std::string_view, EventReader> readersByName(std::index_sequence<I...>) {
+    return {{eventName(Event(std::in_place_index<I>)), &readEvent<std::variant_alternative_t<I, Event>>}...};
 }
-template <>
-ProbeTrial readFields(const json& j) {
-    ProbeTrial e;
-    e.sequence = j.at("sequence").get<int>();
-    e.trial = j.at("trial").get<int>();
-    e.microBatch = j.at("micro_batch").get<int64_t>();
-    e.fit = j.at("fit").get<bool>();
-    e.withinHeadroom = j.at("within_headroom").get<bool>();
-    e.peakBytes = j.at("peak_bytes").get<int64_t>();
-    e.failedAllocationBytes = j.at("failed_allocation_bytes").get<int64_t>();
-    e.seconds = j.at("seconds").get<double>();
-    return e;
-}
-template <>
-ProbeFinished readFields(const json& j) {
-    ProbeFinished e;
-    e.sequence = j.at("sequence").get<int>();
-    e.microBatch = j.at("micro_batch").get<int64_t>();
-    e.accumulationSteps = j.at("accumulation_steps").get<int64_t>();
-    e.targetBatch = j.at("target_batch").get<int64_t>();
-    e.trials = j.at("trials").get<int>();
-    e.seconds = j.at("seconds").get<double>();
-    e.hitTrialLimit = j.at("hit_trial_limit").get<bool>();
-    e.fixedBytes = j.at("fixed_bytes").get<double>();
-    e.bytesPerSample = j.at("bytes_per_sample").get<double>();
-    return e;
-}
-template <>
-OomEvent readFields(const json& j) {
-    OomEvent e;
-    e.step = j.at("step").get<int64_t>();
-    const auto phase = enumNamed(j.at("phase").get<std::string>(), Phase::Validation);
-    if (!phase) throw std::invalid_argument("unknown phase \"" + j.at("phase").get<std::string>() + "\"");
-    e.phase = *phase;
-    e.microBatch = j.at("micro_batch").get<int64_t>();
-    e.requestedBytes = j.at("requested_bytes").get<int64_t>();
-    e.message = j.at("message").get<std::string>();
-    e.recovered = j.at("recovered").get<bool>();
-    e.newMicroBatch = j.at("new_micro_batch").get<int64_t>();
-    e.redoneSamples = j.value("redone_samples", int64_t{0});  // absent from runs before it existed
-    return e;
+const std::unordered_map<std::string_view, EventReader>& eventReaders() {
+    static const auto readers = readersByName(std::make_index_sequence<std::variant_size_v<Event>>{});
+    return readers;
 }
 
 }  // namespace
@@ -424,36 +583,44 @@ tl::expected<RankProbed, std::string> readRankReport(const std::string& text, do
     if (text.empty()) return report;
     const json all = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!all.is_array()) return tl::make_unexpected(std::string("not a JSON array of events"));
-    size_t index = 0;
-    try {
-        for (; index < all.size(); ++index) {
-            const json& j = all[index];
-            const std::string type = j.at("type").get<std::string>();
-            const double time = now - j.at("age").get<double>();
-            if (type == "probe_started") {
-                report.probes.push_back(readFields<ProbeStarted>(j));
-                report.probes.back().time = time;
-            } else if (type == "probe_trial") {
-                report.trials.push_back(readFields<ProbeTrial>(j));
-                report.trials.back().time = time;
-            } else if (type == "probe_finished") {
-                report.finished.push_back(readFields<ProbeFinished>(j));
-                report.finished.back().time = time;
-            } else if (type == "oom") {
-                report.ooms.push_back(readFields<OomEvent>(j));
-                report.ooms.back().time = time;
-            } else {
-                throw std::invalid_argument("an event of type \"" + type + "\", which ranks do not report");
-            }
-        }
-    } catch (const std::exception& e) {
-        return tl::make_unexpected("event " + std::to_string(index + 1) + ": " + e.what());
+    for (size_t index = 0; index < all.size(); ++index) {
+        const auto fail = [&](const std::string& what) {
+            return tl::make_unexpected("event " + std::to_string(index + 1) + ": " + what);
+        };
+        json j = all[index];
+        if (!j.is_object()) return fail("not a JSON object");
+        const auto type = j.find("type");
+        const std::string name = type != j.end() && type->is_string() ? type->get<std::string>() : std::string();
+        if (name != "probe_started" && name != "probe_trial" && name != "probe_finished" && name != "oom")
+            return fail("an event of type \"" + name + "\", which ranks do not report");
+        j["time"] = 0;                                        // sent as its age (below)
+        auto event = eventFromJson(j, MissingFields::Error);  // both ends are this build
+        if (!event) return fail(event.error());
+        const auto age = j.find("age");
+        if (age == j.end() || !age->is_number()) return fail("\"age\": missing, or not a number");
+        const double time = now - age->get<double>();
+        std::visit(
+            [&](auto& e) {
+                using T = std::decay_t<decltype(e)>;
+                e.time = time;
+                if constexpr (std::is_same_v<T, ProbeStarted>) report.probes.push_back(e);
+                if constexpr (std::is_same_v<T, ProbeTrial>) report.trials.push_back(e);
+                if constexpr (std::is_same_v<T, ProbeFinished>) report.finished.push_back(e);
+                if constexpr (std::is_same_v<T, OomEvent>) report.ooms.push_back(e);
+            },
+            *event);
     }
     return report;
 }
 
 json toJson(const Event& event) {
-    json j = std::visit([](const auto& e) { return fields(e); }, event);
+    json j = json::object();
+    std::visit(
+        [&j](const auto& e) {
+            Writer writer{j};
+            describe(writer, e);
+        },
+        event);
     j["type"] = eventName(event);
     return j;
 }
@@ -461,6 +628,33 @@ json toJson(const Event& event) {
 std::string toJsonLine(const Event& event) {
     // Replace invalid UTF-8 rather than throw: messages can carry text from the library.
     return toJson(event).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+tl::expected<Event, std::string> eventFromJson(const json& j, MissingFields missing) {
+    if (!j.is_object()) return tl::make_unexpected(std::string("not a JSON object"));
+    const auto type = j.find("type");
+    if (type == j.end() || !type->is_string()) return tl::make_unexpected(std::string("no \"type\""));
+    const auto& name = type->get_ref<const std::string&>();
+    const auto reader = eventReaders().find(name);
+    if (reader == eventReaders().end())
+        return tl::make_unexpected("an event of unknown type \"" + name + "\" (written by a newer BatchPilot?)");
+    try {
+        return reader->second(j, missing);
+    } catch (const FieldError& e) {
+        return tl::make_unexpected(name + " " + e.what());
+    }
+}
+
+tl::expected<Event, std::string> eventFromJsonLine(std::string_view line) {
+    bool tooDeep = false;
+    const json::parser_callback_t depthLimit = [&](int depth, json::parse_event_t, json&) {
+        if (depth > kMaxEventDepth) tooDeep = true;
+        return depth <= kMaxEventDepth;
+    };
+    const json j = json::parse(line.begin(), line.end(), depthLimit, /*allow_exceptions=*/false);
+    if (tooDeep) return tl::make_unexpected("nested deeper than " + std::to_string(kMaxEventDepth) + " levels");
+    if (j.is_discarded()) return tl::make_unexpected(std::string("not JSON (a line cut off, or damaged)"));
+    return eventFromJson(j);
 }
 
 }  // namespace batchpilot::core

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +17,28 @@ nlohmann::json toJson(const Event& event);
 
 /// toJson(event) on one line, without a trailing newline (a JSON Lines record).
 std::string toJsonLine(const Event& event);
+
+/// Longest line of an events file that is read as an event (BatchPilot's are a few KiB): a longer
+/// one is skipped without being held in memory.
+inline constexpr size_t kMaxEventLineBytes = size_t{16} << 20;
+/// Deepest nesting of an event that is read (BatchPilot's nest 3 levels): deeper values are
+/// dropped while parsing and the line is skipped.
+inline constexpr int kMaxEventDepth = 16;
+
+/// What reading an event does with a field toJson always writes that is absent.
+enum class MissingFields {
+    Default,  ///< keeps the field's default: an events file written before the field existed
+    Error,    ///< an error naming it: text this build wrote (a rank's report)
+};
+
+/// The event toJson wrote: the type named by "type", every field read back. Keys it does not know
+/// are passed over (a newer BatchPilot's). An error names the event type and the field that is
+/// wrong, and how (`oom "phase": unknown phase "sideways"`), or the unknown type.
+tl::expected<Event, std::string> eventFromJson(const nlohmann::json& j, MissingFields missing = MissingFields::Default);
+
+/// One line of an events file (toJsonLine's) read back: eventFromJson of the parsed line, or why
+/// the line is not an event (not JSON — a line cut off —, nested deeper than kMaxEventDepth).
+tl::expected<Event, std::string> eventFromJsonLine(std::string_view line);
 
 /// Several devices: the events a rank other than 0 reports to rank 0 (its probes and OOMs:
 /// ProbeStarted, ProbeTrial, ProbeFinished, OomEvent).

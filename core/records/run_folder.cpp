@@ -1,5 +1,6 @@
 #include "core/records/run_folder.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -16,6 +17,9 @@ namespace {
 
 /// Steps between two rewrites of summary.json while nothing else asks for one.
 constexpr int64_t kStepsPerSummary = 50;
+/// events.jsonl is flushed at least this often, so that a window following the run (File → Open
+/// run folder, possibly over sshfs or NFS) sees its events within about this time.
+constexpr auto kEventsFlushInterval = std::chrono::milliseconds(250);
 /// summary.json is a few KiB; anything much larger is not one.
 constexpr std::uintmax_t kMaxSummaryBytes = 1 << 20;
 
@@ -227,7 +231,13 @@ void RunFolder::onEvent(const Event& event) {
     if (std::holds_alternative<StepMetrics>(event)) summaryDue = ++m_stepsSinceSummary >= kStepsPerSummary;
     if (const auto* state = std::get_if<RunStateChanged>(&event))
         summaryDue = state->state == RunState::Finished || state->state == RunState::Failed;
-    if (summaryDue) flush();
+    if (summaryDue) {
+        flush();
+        m_lastFlush = std::chrono::steady_clock::now();
+    } else if (const auto now = std::chrono::steady_clock::now(); now - m_lastFlush >= kEventsFlushInterval) {
+        m_lastFlush = now;
+        m_events.flush();  // a write error shows at the next write
+    }
 }
 
 void RunFolder::flush() {

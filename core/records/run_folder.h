@@ -5,6 +5,7 @@
 // --events format) and a summary (summary.json: best and last of each metric, time, samples,
 // micro-batch, OOMs), rewritten atomically as the run goes on. Torch-free.
 
+#include <chrono>
 #include <cstdint>
 #include <ctime>
 #include <fstream>
@@ -86,7 +87,8 @@ private:
 /// Records a run into its own folder. The folder is new (a name that exists gets "-2", "-3", …);
 /// config.json is written when it is created, every event is appended to events.jsonl, and
 /// summary.json is replaced (temporary file, fsync, rename) after each validation, every 50 steps
-/// and when the run ends. A write that fails (disk full) is remembered, reported once through
+/// and when the run ends; events.jsonl is flushed at least every 250 ms besides (a window following
+/// the run sees its events that soon). A write that fails (disk full) is remembered, reported once through
 /// error(), and ends the recording; the run itself goes on.
 class RunFolder : public EventSink {
 public:
@@ -120,6 +122,7 @@ private:
     RunSummaryBuilder m_summary;
     std::string m_error;
     int64_t m_stepsSinceSummary = 0;
+    std::chrono::steady_clock::time_point m_lastFlush = std::chrono::steady_clock::now();
 };
 
 /// What summary.json holds, read back (the desktop app's runs list): the JSON object, or why it

@@ -12,14 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <tl/expected.hpp>
 
-namespace batchpilot::core {
+#include "core/events/event_json.h"
 
-/// Longest line of an events file that is read as an event (BatchPilot's are a few KiB): a longer
-/// one is skipped without being held in memory.
-inline constexpr size_t kMaxEventLineBytes = size_t{16} << 20;
-/// Deepest nesting of an event that is read (BatchPilot's nest 3 levels): deeper values are
-/// dropped while parsing and the line is skipped.
-inline constexpr int kMaxEventDepth = 16;
+namespace batchpilot::core {
 
 /// Reads the events file `eventsPath` (a run folder's events.jsonl) line by line and calls `visit`
 /// with each JSON object, in order; blank lines are passed over, and lines that are not a JSON
