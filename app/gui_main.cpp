@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "ui/session/run_watcher.h"
 #include "ui/window/main_window.h"
 
 namespace {
@@ -21,6 +22,12 @@ struct Flags {
                             QCoreApplication::translate("main",
                                                         "Start the built-in demo right away (small CNN, synthetic "
                                                         "images, a 64 MiB virtual GPU).")};
+    QCommandLineOption open{
+        QStringLiteral("open"),
+        QCoreApplication::translate("main",
+                                    "Show the run in <run-folder> (one batchpilot-cli wrote, here or on a mounted "
+                                    "server folder) and follow it while it trains."),
+        QStringLiteral("run-folder")};
     QCommandLineOption quitAfter{
         QStringLiteral("quit-after"),
         QCoreApplication::translate("main", "Close the window after <seconds> (for scripted checks)."),
@@ -32,6 +39,7 @@ struct Flags {
         parser.addHelpOption();
         parser.addVersionOption();
         parser.addOption(demo);
+        parser.addOption(open);
         parser.addOption(quitAfter);
     }
 };
@@ -59,6 +67,13 @@ int main(int argc, char* argv[]) {
         QCommandLineParser parser;
         flags.declare(parser);
         parser.process(console);  // prints and exits for --help, --version and errors
+        if (parser.isSet(flags.open)) {
+            if (const QString why = batchpilot::ui::RunWatcher::whyNotARun(parser.value(flags.open)); !why.isEmpty()) {
+                std::fputs((QStringLiteral("batchpilot: --open: ") + why + QLatin1Char('\n')).toLocal8Bit().constData(),
+                           stderr);
+                return 2;
+            }
+        }
     }
     if (const QString why = noDisplay(); !why.isEmpty()) {
         std::fputs(why.toLocal8Bit().constData(), stderr);
@@ -79,7 +94,15 @@ int main(int argc, char* argv[]) {
 
     batchpilot::ui::MainWindow window;
     window.show();
+    if (parser.isSet(flags.demo) && parser.isSet(flags.open)) {
+        std::fputs("batchpilot: --demo starts a run and --open shows another one: give one of them\n", stderr);
+        return 2;
+    }
     if (parser.isSet(flags.demo)) QTimer::singleShot(0, &window, [&window] { window.startDemo(); });
+    if (parser.isSet(flags.open)) {
+        const QString folder = parser.value(flags.open);
+        QTimer::singleShot(0, &window, [&window, folder] { window.openRun(folder); });
+    }
     if (parser.isSet(flags.quitAfter)) {
         bool ok = false;
         const double seconds = parser.value(flags.quitAfter).toDouble(&ok);

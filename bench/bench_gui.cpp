@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -16,6 +17,7 @@
 #include <sys/resource.h>
 
 #include <QApplication>
+#include <QTemporaryDir>
 #include <QElapsedTimer>
 #include <QEventLoop>
 #include <QGraphicsView>
@@ -28,6 +30,9 @@
 #include "ui/charts/live_chart.h"
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/series_store.h"
+#include "core/events/event_file.h"
+#include "core/events/event_json.h"
+#include "ui/session/run_watcher.h"
 #include "ui/window/main_window.h"
 #include "ui/session/trainer_controller.h"
 
@@ -247,6 +252,87 @@ nlohmann::json millionPoints(std::vector<std::string>& rows) {
     return result;
 }
 
+/// A finished run of a million events in a run folder (the synthetic run, written as a run folder's
+/// events.jsonl), opened in a fresh window (File → Open run folder): the time until every event is
+/// in the views, beside the time the reading alone takes (core's EventFileFollower, no window), the
+/// window's latency meanwhile, and its memory.
+nlohmann::json openMillionEventRun(std::vector<std::string>& rows) {
+    constexpr int64_t kEvents = 1'000'000;
+    QTemporaryDir folder;
+    const std::string path = folder.filePath(QStringLiteral("events.jsonl")).toStdString();
+    {
+        std::ofstream out(path);
+        for (const core::Event& event : preamble()) out << core::toJsonLine(event) << '\n';
+        int64_t written = preamble().size();
+        for (int64_t i = 0; written < kEvents - 1; ++i, ++written)
+            out << core::toJsonLine(syntheticEvent(i, static_cast<double>(i) * 1e-4)) << '\n';
+        out << core::toJsonLine(core::RunStateChanged{100.0, core::RunState::Finished, "done"}) << '\n';
+    }
+    const auto fileBytes = static_cast<int64_t>(std::ifstream(path, std::ios::ate | std::ios::binary).tellg());
+
+    // The reading alone: parse every line into events.
+    QElapsedTimer parse;
+    parse.start();
+    core::EventFileFollower follower(path);
+    int64_t parsed = 0;
+    for (;;) {
+        auto batch = follower.read();
+        if (!batch) break;
+        parsed += static_cast<int64_t>(batch->events.size());
+        if (batch->atEnd) break;
+    }
+    const double parseSeconds = static_cast<double>(parse.nsecsElapsed()) / 1e9;
+
+    auto window = std::make_unique<ui::MainWindow>();
+    window->resize(1280, 800);
+    window->show();
+    bench::spin(500);
+    const int64_t rssBefore = bench::residentBytes();
+    bench::LatencyProbe latency;
+    latency.arm();
+    QElapsedTimer open;
+    open.start();
+    window->openRun(folder.path());
+    while (!window->watcher()->caughtUp() && window->watcher()->error().isEmpty() && open.elapsed() < 600'000)
+        QCoreApplication::processEvents(QEventLoop::AllEvents, 50);
+    const double openSeconds = static_cast<double>(open.nsecsElapsed()) / 1e9;
+    latency.stop();
+    bench::spin(300);
+    const int64_t rssAfter = bench::residentBytes();
+    const ui::SeriesStore& loss = window->chartsPanel()->lossChart()->rawStore();
+    const double p50 = bench::percentile(latency.samples, 50);
+    const double p99 = bench::percentile(latency.samples, 99);
+    const double max = bench::percentile(latency.samples, 100);
+    nlohmann::json result = {
+        {"events", window->watcher()->events()},
+        {"file_bytes", fileBytes},
+        {"open_seconds", openSeconds},
+        {"events_per_second", static_cast<double>(window->watcher()->events()) / openSeconds},
+        {"parse_only_seconds", parseSeconds},
+        {"parse_only_events", parsed},
+        {"skipped_lines", window->watcher()->skippedLines()},
+        {"ended", window->watcher()->runEnded()},
+        {"latency_p50_ms", p50},
+        {"latency_p99_ms", p99},
+        {"latency_max_ms", max},
+        {"loss_points", loss.rawCount()},
+        {"loss_store_points", loss.size()},
+        {"rss_before_bytes", rssBefore},
+        {"rss_after_bytes", rssAfter},
+        {"rss_growth_bytes", rssAfter - rssBefore},
+    };
+    rows.push_back(std::to_string(window->watcher()->events()) + "," + bench::fixed(fileBytes / 1e6, 1) + "," +
+                   bench::fixed(openSeconds, 2) + "," + bench::fixed(parseSeconds, 2) + "," + bench::fixed(p50, 1) +
+                   "," + bench::fixed(p99, 1) + "," + bench::fixed(toMiB(rssAfter - rssBefore), 1));
+    std::printf(
+        "open a run of %lld events (%.1f MB): %.2f s (reading alone %.2f s), latency p50 %.1f ms, p99 %.1f "
+        "ms, RSS +%.1f MiB\n",
+        static_cast<long long>(window->watcher()->events()), fileBytes / 1e6, openSeconds, parseSeconds, p50, p99,
+        toMiB(rssAfter - rssBefore));
+    std::fflush(stdout);
+    return result;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -265,6 +351,8 @@ int main(int argc, char** argv) {
 
     // A fresh process state for the memory figure: the million points go first.
     report["million"] = millionPoints(millionRows);
+    std::vector<std::string> openRows;
+    report["open_run"] = openMillionEventRun(openRows);
 
     const int seconds = args.quick ? 5 : 30;
     auto window = openWindow();
@@ -341,6 +429,9 @@ int main(int argc, char** argv) {
     bench::writeCsv(args.outDir, "gui_million.csv", "loss_points,store_points,rss_growth_mib,redraw_ms,paint_ms",
                     millionRows);
     bench::writeCsv(args.outDir, "gui_latency.csv", "events_per_second,lateness_ms", latencyRows);
+    bench::writeCsv(args.outDir, "gui_open_run.csv",
+                    "events,file_mb,open_seconds,reading_alone_seconds,latency_p50_ms,latency_p99_ms,rss_growth_mib",
+                    openRows);
     std::printf("gui benchmark: %.1f s\n", report["seconds"].get<double>());
     return 0;
 }

@@ -131,8 +131,10 @@ void RunCommands::update() {
     const RunModel& run = *m_model;
     const bool running = run.isRunning();
     m_start->setEnabled(!running && m_startProblem.isEmpty());
-    m_start->setToolTip(m_startProblem.isEmpty() ? tr("Start training (F5)")
-                                                 : tr("Cannot start: %1").arg(m_startProblem));
+    m_start->setToolTip(!m_startProblem.isEmpty() ? tr("Cannot start: %1").arg(m_startProblem)
+                        : run.isWatching()        ? tr("Start training here with the run panel's values (F5); the run "
+                                                              "shown from its folder is closed (it goes on where it runs)")
+                                                  : tr("Start training (F5)"));
     m_pause->setEnabled(running);
     m_pause->setText(run.isPaused() ? tr("&Resume") : tr("&Pause"));
     m_stop->setEnabled(running);
@@ -141,6 +143,15 @@ void RunCommands::update() {
     m_next->setEnabled(run.isWaiting());
     m_finish->setEnabled(run.isWaiting());
     m_check->setEnabled(running);
+    // A run read from its folder trains elsewhere: say why its controls are off.
+    const QString watched = run.isWatching() ? tr("Off: this window shows the run in %1, read from its events — it "
+                                                  "trains in another process, which this window cannot steer.")
+                                                   .arg(run.watchedFolder())
+                                             : QString();
+    for (QAction* action : {m_pause, m_stop, m_reprobe, m_check}) {
+        if (!action->property("tip").isValid()) action->setProperty("tip", action->toolTip());
+        action->setToolTip(watched.isEmpty() ? action->property("tip").toString() : watched);
+    }
 }
 
 void bindButton(QAbstractButton* button, QAction* action) {

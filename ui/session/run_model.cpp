@@ -15,18 +15,36 @@ void RunModel::follow(TrainerController* controller) {
     connect(controller, &TrainerController::eventsReceived, this, &RunModel::handle);
 }
 
-void RunModel::runStarted(const core::TrainerOptions& options) {
+void RunModel::reset(qint64 targetBatch, const QString& device) {
     m_started = true;
-    m_running = true;
     m_paused = false;
     m_waiting.reset();
     m_state = core::RunState::Idle;
-    m_plan = RunPlan{0, 0, options.targetBatch};
-    m_device = QString::fromStdString(options.device);
+    m_plan = RunPlan{0, 0, targetBatch};
+    m_device = device;
     m_digest = {};
     m_probes = m_trainingOoms = 0;
     m_samplesReplayed = m_steps = 0;
     m_trialFailed = false;
+}
+
+void RunModel::runStarted(const core::TrainerOptions& options) {
+    reset(options.targetBatch, QString::fromStdString(options.device));
+    m_running = true;
+    m_watching.clear();
+    Q_EMIT changed();
+}
+
+void RunModel::watchStarted(const QString& folder) {
+    reset(0, QString());
+    m_running = false;
+    m_watching = folder;
+    Q_EMIT changed();
+}
+
+void RunModel::watchEnded() {
+    if (m_watching.isEmpty()) return;
+    m_watching.clear();
     Q_EMIT changed();
 }
 

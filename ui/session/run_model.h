@@ -66,12 +66,21 @@ public:
     qint64 samplesReplayed() const { return m_samplesReplayed; }
     /// Optimizer steps done.
     qint64 steps() const { return m_steps; }
+    /// The run shown is read from a run folder (RunWatcher): another process trains it, and this
+    /// window cannot steer it. isRunning() is false while watching.
+    bool isWatching() const { return !m_watching.isEmpty(); }
+    const QString& watchedFolder() const { return m_watching; }
     /// A run started (this model saw it) or reported anything worth explaining.
     bool hasRun() const { return m_started || m_digest.summary || m_digest.probeFinished; }
 
 public Q_SLOTS:
     /// A run starts with `options`: everything of the last run is forgotten.
     void runStarted(const batchpilot::core::TrainerOptions& options);
+    /// The run in `folder` is shown from now on, read from its events: everything of the last run is
+    /// forgotten, as at runStarted, but no run of this window's is going.
+    void watchStarted(const QString& folder);
+    /// The run in the folder is no longer read (its facts stay for the report).
+    void watchEnded();
     /// The run ended: not running, not paused, not waiting (its facts stay for the report).
     void runFinished();
     void setPaused(bool paused);
@@ -84,9 +93,11 @@ Q_SIGNALS:
     void changed();
 
 private:
+    void reset(qint64 targetBatch, const QString& device);
     /// True when the event changed what the model shows.
     bool apply(const core::Event& event);
 
+    QString m_watching;
     bool m_started = false;
     bool m_running = false;
     bool m_paused = false;

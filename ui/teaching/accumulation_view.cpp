@@ -210,9 +210,77 @@ void AccumulationView::startBatch(qint64 step) {
     m_oomOffsets.clear();
     m_replays = 0;
     m_gradientNorm = 0;
-    m_badge->hide();
-    m_table->tableModel()->clear();
-    if (m_pending) m_table->tableModel()->setPending(m_pending, true);
+    if (m_batching)
+        m_badgeHideDue = true;
+    else
+        m_badge->hide();
+    m_badgeDue = false;
+    tableClear();
+    if (m_pending) tablePending(m_pending, true);
+}
+
+void AccumulationView::tableClear() {
+    if (m_batching)
+        m_tableCopy = {};
+    else
+        m_table->tableModel()->clear();
+}
+
+void AccumulationView::tableAdd(const core::MicroBatchDone& done) {
+    if (!m_batching) {
+        m_table->tableModel()->addMicroBatch(done);
+        return;
+    }
+    m_tableCopy.pending.reset();  // the pending micro-batch is now committed
+    m_tableCopy.rows.push_back(done);
+}
+
+void AccumulationView::tablePending(const std::optional<core::StepModeWaiting>& waiting, bool sameBatch) {
+    if (!m_batching) {
+        m_table->tableModel()->setPending(waiting, sameBatch);
+        return;
+    }
+    if (!waiting) {
+        m_tableCopy.pending.reset();
+        return;
+    }
+    m_tableCopy.pending = waiting;
+    m_tableCopy.sameBatch = sameBatch;
+}
+
+void AccumulationView::showBadge() {
+    // Short, so the plan caption keeps its room; the micro-batch count is in the tooltip.
+    m_badge->setText(tr("✓ optimizer step %1").arg(m_lastCommitted));
+    m_badge->setToolTip(tr("Optimizer step %1 used the gradient summed over %2 micro-batches. The "
+                           "optimizer changes the weights once per target batch, however many "
+                           "micro-batches it took.")
+                            .arg(m_lastCommitted)
+                            .arg(m_badgeMicroBatches));
+    m_badge->show();
+    m_flash->stop();
+    m_flash->start();
+}
+
+void AccumulationView::handleEvents(const QList<core::Event>& events) {
+    constexpr qsizetype kLargeDelivery = 64;
+    if (events.size() < kLargeDelivery) {
+        for (const core::Event& event : events) handle(event);
+        return;
+    }
+    const MicroBatchTableModel* model = m_table->tableModel();
+    m_tableCopy = {model->rows(), model->pending(), model->pendingSameBatch()};
+    m_batching = true;
+    m_badgeDue = m_badgeHideDue = false;
+    for (const core::Event& event : events) handle(event);
+    m_batching = false;
+    m_table->tableModel()->reset(std::move(m_tableCopy.rows), m_tableCopy.pending, m_tableCopy.sameBatch);
+    m_tableCopy = {};
+    if (m_badgeDue)
+        showBadge();
+    else if (m_badgeHideDue)
+        m_badge->hide();
+    updateCaption();
+    m_bar->update();
 }
 
 void AccumulationView::handle(const core::Event& event) {
@@ -229,26 +297,21 @@ void AccumulationView::handle(const core::Event& event) {
         m_segments.push_back({done->offset, done->size, done->probeTrial});
         m_pending.reset();
         m_gradientNorm = done->gradientNorm;
-        m_table->tableModel()->addMicroBatch(*done);
+        tableAdd(*done);
     } else if (const auto* oom = std::get_if<core::OomEvent>(&event)) {
         m_pending.reset();
-        m_table->tableModel()->setPending(std::nullopt, true);
+        tablePending(std::nullopt, true);
         if (oom->step != m_step) startBatch(oom->step);
         m_oomOffsets.push_back(filledSamples());
     } else if (const auto* stepped = std::get_if<core::OptimizerStepped>(&event)) {
         m_lastCommitted = stepped->step;
+        m_badgeMicroBatches = stepped->microBatches;
         m_pending.reset();
-        m_table->tableModel()->setPending(std::nullopt, true);
-        // Short, so the plan caption keeps its room; the micro-batch count is in the tooltip.
-        m_badge->setText(tr("✓ optimizer step %1").arg(stepped->step));
-        m_badge->setToolTip(tr("Optimizer step %1 used the gradient summed over %2 micro-batches. The "
-                               "optimizer changes the weights once per target batch, however many "
-                               "micro-batches it took.")
-                                .arg(stepped->step)
-                                .arg(stepped->microBatches));
-        m_badge->show();
-        m_flash->stop();
-        m_flash->start();
+        tablePending(std::nullopt, true);
+        if (m_batching)
+            m_badgeDue = true;
+        else
+            showBadge();
     } else if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) {
         m_ranks = ranks->ranks;
         // The next batch is split by the next shares when they changed.
@@ -259,10 +322,11 @@ void AccumulationView::handle(const core::Event& event) {
     } else if (const auto* waiting = std::get_if<core::StepModeWaiting>(&event)) {
         m_pending = *waiting;
         if (waiting->targetBatch > 0 && m_segments.empty()) m_target = waiting->targetBatch;
-        m_table->tableModel()->setPending(m_pending, waiting->step == m_step || m_segments.empty());
+        tablePending(m_pending, waiting->step == m_step || m_segments.empty());
     } else {
         return;
     }
+    if (m_batching) return;  // the widgets follow at the delivery's end
     updateCaption();
     m_bar->update();
 }

@@ -3,6 +3,7 @@
 #include <optional>
 #include <vector>
 
+#include <QList>
 #include <QWidget>
 
 #include "core/events/events.h"
@@ -34,6 +35,9 @@ public:
     explicit AccumulationView(QWidget* parent = nullptr);
 
     void handle(const core::Event& event);
+    /// The events of one delivery, in order: the same as handle() on each, but a large batch (a
+    /// run read from its folder) updates the widgets once, at its end.
+    void handleEvents(const QList<core::Event>& events);
     void clear();
     /// The run's plan: micro-batch × accumulation steps = target batch.
     void setPlan(const RunPlan& plan);
@@ -62,6 +66,12 @@ private:
         bool probeTrial = false;
     };
     void startBatch(qint64 step);
+    // The micro-batch table's calls: to the model at once, or while a large delivery is handled,
+    // to a copy that replaces the model's rows at its end.
+    void tableClear();
+    void tableAdd(const core::MicroBatchDone& done);
+    void tablePending(const std::optional<core::StepModeWaiting>& waiting, bool sameBatch);
+    void showBadge();
     void updateCaption();
 
     QLabel* m_caption;
@@ -75,6 +85,15 @@ private:
     qint64 m_accumulation = 0;
     qint64 m_step = 0;
     qint64 m_lastCommitted = 0;
+    qint64 m_badgeMicroBatches = 0;  ///< of the optimizer step the badge shows
+    bool m_batching = false;         ///< handling a large delivery: widgets are updated at its end
+    bool m_badgeDue = false;         ///< show the badge at the delivery's end
+    bool m_badgeHideDue = false;     ///< hide it there (a new batch began after the last step)
+    struct TableCopy {
+        std::vector<core::MicroBatchDone> rows;
+        std::optional<core::StepModeWaiting> pending;
+        bool sameBatch = false;
+    } m_tableCopy;
     int m_replays = 0;
     std::vector<Segment> m_segments;
     std::vector<Segment> m_lost;       // work thrown away by an OOM, replayed

@@ -146,6 +146,17 @@ void MicroBatchTableModel::addMicroBatch(const core::MicroBatchDone& done) {
     }
 }
 
+void MicroBatchTableModel::reset(std::vector<core::MicroBatchDone> rows,
+                                 const std::optional<core::StepModeWaiting>& pending, bool pendingSameBatch) {
+    beginResetModel();
+    m_rows = std::move(rows);
+    m_pending = pending;
+    m_pendingSameBatch = pendingSameBatch;
+    m_largestNorm = 0;
+    for (const core::MicroBatchDone& row : m_rows) m_largestNorm = std::max(m_largestNorm, row.gradientNorm);
+    endResetModel();
+}
+
 void MicroBatchTableModel::setPending(const std::optional<core::StepModeWaiting>& waiting, bool sameBatch) {
     const int row = static_cast<int>(m_rows.size());
     if (m_pending && !waiting) {

@@ -33,6 +33,13 @@ public:
     /// Starts an empty batch.
     void clear();
     void addMicroBatch(const core::MicroBatchDone& done);
+    /// Holds exactly `rows` and `pending` (one model reset): what the calls above would leave after
+    /// many events at once (a run read from its folder).
+    void reset(std::vector<core::MicroBatchDone> rows, const std::optional<core::StepModeWaiting>& pending,
+               bool pendingSameBatch);
+    const std::vector<core::MicroBatchDone>& rows() const { return m_rows; }
+    const std::optional<core::StepModeWaiting>& pending() const { return m_pending; }
+    bool pendingSameBatch() const { return m_pendingSameBatch; }
     /// The micro-batch the trainer waits to run; nullopt removes the pending row.
     void setPending(const std::optional<core::StepModeWaiting>& waiting, bool sameBatch);
     bool hasPending() const { return m_pending.has_value(); }

@@ -7,6 +7,7 @@
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QMimeData>
+#include <QDir>
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -37,6 +38,7 @@
 #include "ui/window/teaching_tools.h"
 #include "ui/session/run_commands.h"
 #include "ui/session/run_model.h"
+#include "ui/session/run_watcher.h"
 #include "ui/session/trainer_controller.h"
 
 namespace batchpilot::ui {
@@ -44,6 +46,7 @@ namespace batchpilot::ui {
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent),
       m_controller(new TrainerController(this)),
+      m_watcher(new RunWatcher(this)),
       m_run(new RunModel(this)),
       m_commands(new RunCommands(m_controller, m_run, this)),
       m_runPanel(new RunPanel(m_commands)),
@@ -75,11 +78,35 @@ MainWindow::MainWindow(QWidget* parent)
     errorLayout->addWidget(dismiss, 0, Qt::AlignTop);
     m_errorBox->hide();
 
+    // A run read from its folder: which one, that it is steered where it runs, and a way out.
+    m_watchBox = new QWidget;
+    m_watchBox->setObjectName(QStringLiteral("watchBox"));
+    m_watchBanner = new QLabel;
+    m_watchBanner->setObjectName(QStringLiteral("watchBanner"));
+    m_watchBanner->setWordWrap(true);
+    m_watchBanner->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* closeRunButton = new QToolButton;
+    closeRunButton->setText(tr("Close run"));
+    closeRunButton->setObjectName(QStringLiteral("closeRunButton"));
+    closeRunButton->setToolTip(tr("Stop reading the run's folder (the run itself goes on where it runs)"));
+    closeRunButton->setAutoRaise(true);
+    connect(closeRunButton, &QToolButton::clicked, this, &MainWindow::closeRun);
+    auto* watchLayout = new QHBoxLayout(m_watchBox);
+    watchLayout->setContentsMargins(8, 2, 4, 2);
+    watchLayout->addWidget(m_watchBanner, 1);
+    watchLayout->addWidget(closeRunButton, 0, Qt::AlignTop);
+    m_watchBox->hide();
+    m_watchState = new QLabel;
+    m_watchState->setObjectName(QStringLiteral("watchState"));
+    statusBar()->addPermanentWidget(m_watchState);
+    m_watchState->hide();
+
     auto* centre = new QWidget;
     auto* centreLayout = new QVBoxLayout(centre);
     centreLayout->setContentsMargins(4, 4, 4, 0);
     centreLayout->setSpacing(4);
     centreLayout->addWidget(m_errorBox);
+    centreLayout->addWidget(m_watchBox);
     m_ranks = new RanksView;  // several devices only: hidden until a run on several reports
     centreLayout->addWidget(m_ranks);
     m_savers = new SaversView;  // hidden until a memory-saver survey reports
@@ -127,6 +154,12 @@ MainWindow::MainWindow(QWidget* parent)
         m_accumulation->setPlan(m_run->plan());
     });
     connect(m_controller, &TrainerController::eventsReceived, this, &MainWindow::onEvents);
+    // A run read from its folder reaches the same views the same way (the model first).
+    connect(m_watcher, &RunWatcher::eventsReceived, m_run, &RunModel::handle);
+    connect(m_watcher, &RunWatcher::eventsReceived, this, &MainWindow::onEvents);
+    connect(m_watcher, &RunWatcher::stateChanged, this, &MainWindow::updateWatchState);
+    connect(m_watcher, &RunWatcher::problem, this,
+            [this](const QString& message) { m_eventLog->addNote(tr("run folder"), message, true); });
     connect(m_controller, &TrainerController::runFinished, this, &MainWindow::onRunFinished);
     connect(m_controller, &TrainerController::runRecorded, this, [this](const QString& path, const QString& error) {
         if (error.isEmpty())
@@ -173,6 +206,15 @@ void MainWindow::createFileMenu() {
             this, tr("Save run configuration"), QStringLiteral("run.json"), tr("Run configurations (*.json)"));
         if (!path.isEmpty()) saveConfiguration(path);
     });
+    QAction* openRunAction = file->addAction(tr("Open &run folder…"), QKeySequence(tr("Ctrl+Shift+O")), this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a run folder"),
+                                                              QString::fromStdString(core::defaultRunsDirectory()));
+        if (!dir.isEmpty()) openRun(dir);
+    });
+    openRunAction->setObjectName(QStringLiteral("openRunAction"));
+    openRunAction->setToolTip(
+        tr("Show a run from its folder — one batchpilot-cli wrote, here or on a server whose folder is mounted "
+           "(sshfs, NFS) — and follow it while it trains"));
     file->addAction(tr("&Resume from checkpoint…"), this, [this] {
         const QString dir = QFileDialog::getExistingDirectory(this, tr("Resume from the checkpoint in"));
         if (!dir.isEmpty()) resumeFrom(dir);
@@ -283,8 +325,7 @@ bool MainWindow::start() {
     return startWith(m_runPanel->options(), m_runPanel->devices());
 }
 
-bool MainWindow::startWith(const core::TrainerOptions& options, const QStringList& devices) {
-    if (m_run->isRunning()) return false;
+void MainWindow::clearViews() {
     m_errorBox->hide();
     m_charts->clear();
     m_accumulation->clear();
@@ -294,6 +335,12 @@ bool MainWindow::startWith(const core::TrainerOptions& options, const QStringLis
     m_savers->clear();
     m_record.clear();
     m_report.clear();
+}
+
+bool MainWindow::startWith(const core::TrainerOptions& options, const QStringList& devices) {
+    if (m_run->isRunning()) return false;
+    closeRun();
+    clearViews();
     saveSettings();
     if (!m_controller->start(options, devices)) return false;
     note(tr("start: %1 on %2, target batch %3")
@@ -316,7 +363,6 @@ bool MainWindow::startDemo() {
 void MainWindow::onEvents(const QList<core::Event>& events) {
     for (const core::Event& event : events) {
         m_charts->handle(event);
-        m_accumulation->handle(event);
         m_teaching->handle(event);
         m_status->handle(event);
         m_ranks->handle(event);
@@ -331,6 +377,7 @@ void MainWindow::onEvents(const QList<core::Event>& events) {
         if (const auto* error = std::get_if<core::ErrorEvent>(&event))
             showError(QString::fromStdString(error->message));
     }
+    m_accumulation->handleEvents(events);
     m_eventLog->addEvents(events);
     m_status->refresh();
 }
@@ -343,6 +390,100 @@ void MainWindow::onRunFinished(const core::RunResult& result) {
         note(result.stopped ? tr("stopped after %1 steps").arg(result.steps)
                             : tr("finished after %1 steps").arg(result.steps));
     }
+}
+
+bool MainWindow::openRun(const QString& folder) {
+    if (m_run->isRunning()) {
+        showError(tr("Cannot open %1 while a run of this window's is going: stop it first (the window shows one "
+                     "run at a time)")
+                      .arg(folder));
+        return false;
+    }
+    // Checked before the views are cleared: a wrong folder leaves the last run on show.
+    QString error = RunWatcher::whyNotARun(folder);
+    if (!error.isEmpty()) {
+        showError(tr("Cannot open the run: %1").arg(error));
+        return false;
+    }
+    closeRun();
+    clearViews();
+    m_run->watchStarted(QFileInfo(folder).absoluteFilePath());
+    if (!m_watcher->open(folder, &error)) {
+        m_run->watchEnded();
+        showError(tr("Cannot open the run: %1").arg(error));
+        return false;
+    }
+    showRunConfiguration(m_watcher->folder());
+    const QString why =
+        tr("The run shown is read from its folder: it trains in another process, which this window "
+           "cannot steer");
+    m_savers->setReadOnly(why);
+    m_eventLog->addNote(tr("run folder"), tr("showing %1").arg(m_watcher->folder()));
+    updateWatchState();
+    return true;
+}
+
+void MainWindow::showRunConfiguration(const QString& folder) {
+    const QString path = QDir(folder).filePath(QStringLiteral("config.json"));
+    if (!QFileInfo(path).isFile()) return;  // a folder some other tool wrote: the panel stays
+    auto loaded = core::loadRunConfig(path.toStdString(), m_runPanel->options());
+    QString why = loaded ? m_runPanel->cannotShow(*loaded) : QString::fromStdString(loaded.error());
+    if (!why.isEmpty()) {
+        m_eventLog->addNote(tr("run folder"), tr("its configuration is not shown in the run panel: %1").arg(why), true);
+        return;
+    }
+    // Start would train it here: never into the shown run's own checkpoints, never resuming them.
+    core::TrainerOptions options = *loaded;
+    const QString checkpoints = QDir::cleanPath(QString::fromStdString(options.checkpoint.directory));
+    const QString shown = QDir::cleanPath(QDir(folder).absolutePath());
+    if (!checkpoints.isEmpty() &&
+        (checkpoints == shown || checkpoints.startsWith(shown + QLatin1Char('/')) || QDir::isRelativePath(checkpoints)))
+        options.checkpoint.directory.clear();
+    options.resumeFrom.clear();
+    m_runPanel->setOptions(options);
+}
+
+void MainWindow::closeRun() {
+    if (!m_watcher->isOpen()) return;
+    const QString folder = m_watcher->folder();
+    m_watcher->close();
+    m_run->watchEnded();
+    m_savers->setReadOnly(QString());
+    m_eventLog->addNote(tr("run folder"), tr("closed %1").arg(folder));
+    updateWatchState();
+}
+
+QString MainWindow::shownRunFolder() const {
+    return m_watcher->isOpen() ? m_watcher->folder() : m_controller->runFolder();
+}
+
+QString MainWindow::watchText() const {
+    return m_watchBox->isHidden() ? QString() : m_watchBanner->text();
+}
+
+void MainWindow::updateWatchState() {
+    const bool open = m_watcher->isOpen();
+    m_watchBox->setVisible(open);
+    m_watchState->setVisible(open);
+    if (!open) {
+        setWindowTitle(tr("BatchPilot"));
+        return;
+    }
+    const QString folder = m_watcher->folder();
+    QString state;
+    if (!m_watcher->error().isEmpty())
+        state = tr("stopped reading: %1").arg(m_watcher->error());
+    else if (!m_watcher->caughtUp())
+        state = tr("reading its events…");
+    else if (m_watcher->runEnded())
+        state = tr("the run has ended");
+    else
+        state = tr("following it live while it grows");
+    m_watchBanner->setText(tr("<b>%1</b> — a run read from its folder (%2), %3. It trains in another process: the "
+                              "window shows it, Pause, Stop and the other run controls cannot act on it.")
+                               .arg(QFileInfo(folder).fileName().toHtmlEscaped(), folder.toHtmlEscaped(), state));
+    m_watchState->setText(m_watcher->stateText());
+    setWindowTitle(tr("%1 — BatchPilot").arg(QFileInfo(folder).fileName()));
 }
 
 bool MainWindow::openConfiguration(const QString& path) {
@@ -434,7 +575,7 @@ bool MainWindow::exportMetricsCsv(const QString& path) {
 }
 
 bool MainWindow::exportDataCsv(const QString& path, const QStringList& series) {
-    const QString folder = m_controller->runFolder();
+    const QString folder = shownRunFolder();
     if (folder.isEmpty()) {
         showError(
             tr("No run has been recorded yet (a run's data is exported from its run folder): start a run "

@@ -24,6 +24,7 @@ class RunPanel;
 class RanksView;
 class SaversView;
 class RunStatus;
+class RunWatcher;
 class TeachingTools;
 class TrainerController;
 
@@ -49,6 +50,15 @@ public:
     bool openConfiguration(const QString& path);
     /// Writes the run panel's values as a JSON run configuration.
     bool saveConfiguration(const QString& path);
+    /// Shows the run in `folder` (a run folder, this machine's or a mounted one), read from its
+    /// events.jsonl into every view, and follows it while it grows — a run this window did not
+    /// start, e.g. batchpilot-cli's on a GPU server. Read-only: the run trains elsewhere. False
+    /// (shown as an error) when a run of this window's is going or the folder is not a run's.
+    bool openRun(const QString& folder);
+    /// Stops showing the run read from its folder (the views keep what they show).
+    void closeRun();
+    /// The folder of the run shown: the one read (openRun), or this window's current or last run's.
+    QString shownRunFolder() const;
     /// Starts a run that continues from the checkpoint in `directory` (and keeps saving there).
     bool resumeFrom(const QString& directory);
     /// What a file dropped on the window does: a TorchScript model (.pt, .pth) becomes the model,
@@ -74,6 +84,10 @@ public:
     RanksView* ranksView() const { return m_ranks; }
     SaversView* saversView() const { return m_savers; }
     TrainerController* controller() const { return m_controller; }
+    /// Reads a run's folder (openRun).
+    RunWatcher* watcher() const { return m_watcher; }
+    /// The line above the charts while a run is shown from its folder (empty when none).
+    QString watchText() const;
     /// The run as every widget reads it (state, plan, device, what it reported).
     const RunModel* runModel() const { return m_run; }
     /// The run commands: the Run menu's actions, also pressed by the run panel's buttons.
@@ -99,6 +113,11 @@ private:
     void onEvents(const QList<core::Event>& events);
     void onRunFinished(const core::RunResult& result);
     void showError(const QString& message);
+    /// Empties every view for the next run (a run started here, or one read from its folder).
+    void clearViews();
+    void updateWatchState();
+    /// The run panel shows the configuration the run in `folder` recorded (its config.json).
+    void showRunConfiguration(const QString& folder);
     void note(const QString& details);
     void saveSettings();
     void loadSettings();
@@ -106,6 +125,7 @@ private:
     void showAbout();
 
     TrainerController* m_controller;
+    RunWatcher* m_watcher;
     RunModel* m_run;
     RunCommands* m_commands;
     RunPanel* m_runPanel;
@@ -118,6 +138,9 @@ private:
     TeachingTools* m_teaching;
     QLabel* m_errorBanner;
     QWidget* m_errorBox;
+    QLabel* m_watchBanner;
+    QWidget* m_watchBox;
+    QLabel* m_watchState;  ///< in the status bar: how the reading of the run folder goes
     QDockWidget* m_runDock;
     QDockWidget* m_batchDock;
     QDockWidget* m_logDock;

@@ -112,7 +112,17 @@ void SaversView::updateApply() {
         usable = o.fits && o.unavailable.empty() && o.savers != m_current;
         m_apply->setText(usable ? tr("Apply %1").arg(saverName(o.savers)) : tr("Apply"));
     }
-    m_apply->setEnabled(usable);
+    m_apply->setEnabled(usable && m_readOnly.isEmpty());
+}
+
+void SaversView::setReadOnly(const QString& why) {
+    m_readOnly = why;
+    m_measure->setEnabled(why.isEmpty());
+    m_measure->setToolTip(why.isEmpty() ? tr("Measure every memory saver at the next training batch") : why);
+    m_apply->setToolTip(
+        why.isEmpty() ? tr("Train with the selected memory saver from the next training batch on (with a new probe)")
+                      : why);
+    updateApply();
 }
 
 void SaversView::updateCaption() {

@@ -25,6 +25,9 @@ public:
     explicit SaversView(QWidget* parent = nullptr);
     void handle(const core::Event& event);
     void clear();
+    /// Non-empty: the run shown cannot be steered from here (it is read from its folder), and why;
+    /// Measure again and Apply are off and say it. Empty: they act on the run.
+    void setReadOnly(const QString& why);
     QTableWidget* table() const { return m_table; }
     QPushButton* applyButton() const { return m_apply; }
     QPushButton* measureButton() const { return m_measure; }
@@ -46,6 +49,7 @@ private:
     QTableWidget* m_table;
     QPushButton* m_measure;
     QPushButton* m_apply;
+    QString m_readOnly;
     std::optional<core::SaverSurvey> m_survey;
     std::string m_current;                              ///< the savers in use, as the last event said
     std::optional<core::MemorySaversChanged> m_change;  ///< the last change, until its probe ends

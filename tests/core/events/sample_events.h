@@ -59,8 +59,18 @@ inline std::vector<core::Event> sampleEvents() {
     events.push_back(CheckpointSaved{15.5, 20, "runs/a/checkpoint/checkpoint.pt", "", 0});
     events.push_back(CheckpointSaved{15.75, 20, "runs/a/checkpoint/best/checkpoint.pt", "val_accuracy", 0.75});
     events.push_back(ErrorEvent{16.5, "the model does not fit", "step 3, micro-batch 2 (32 samples), forward"});
-    events.push_back(RunSummary{17.5, "virtual:64MiB", "cnn", 62006, 10, "synthetic", 50000, {3, 32, 32},
-                                "adam, learning rate 0.003", "cross-entropy", 1024, true});
+    events.push_back(RunSummary{17.5,
+                                "virtual:64MiB",
+                                "cnn",
+                                62006,
+                                10,
+                                "synthetic",
+                                50000,
+                                {3, 32, 32},
+                                "adam, learning rate 0.003",
+                                "cross-entropy",
+                                1024,
+                                true});
     {
         MemoryBreakdown e;
         e.time = 18.5;

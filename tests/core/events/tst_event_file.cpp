@@ -128,7 +128,8 @@ private Q_SLOTS:
         QVERIFY2(skipped[2].rfind("line 5: not JSON", 0) == 0, skipped[2].c_str());
         // The cut last line waits for the rest of it, which completes it.
         QCOMPARE(follower.pendingBytes(), int64_t{21});
-        append(path, R"(:2.5,"step":9})" "\n");
+        append(path, R"(:2.5,"step":9})"
+                     "\n");
         const std::vector<Event> rest = readToEnd(follower);
         QCOMPARE(rest.size(), size_t{1});
         QCOMPARE(std::get<StepMetrics>(rest[0]).loss, 2.5);

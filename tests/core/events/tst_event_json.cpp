@@ -29,39 +29,122 @@ namespace {
 const char* const kWrittenLines[] = {
     "{\"detail\":\"virtual:64MiB, cnn\",\"state\":\"training\",\"time\":0.5,\"type\":\"state\"}",
     "{\"detail\":\"out of memory \\\"quoted\\\"\\nsecond line\",\"state\":\"failed\",\"time\":1.25,\"type\":\"state\"}",
-    "{\"device\":\"virtual:64MiB\",\"reason\":\"memory savers turned on\",\"reserved_bytes\":4096,\"sequence\":3,\"time\":2.5,\"type\":\"probe_started\",\"upper_bound\":1024,\"usable_bytes\":60000000}",
-    "{\"failed_allocation_bytes\":0,\"fit\":true,\"micro_batch\":512,\"peak_bytes\":33554432,\"seconds\":0.125,\"sequence\":3,\"time\":3.5,\"trial\":2,\"type\":\"probe_trial\",\"within_headroom\":true}",
-    "{\"failed_allocation_bytes\":20971520,\"fit\":false,\"micro_batch\":1024,\"peak_bytes\":0,\"seconds\":0.0625,\"sequence\":3,\"time\":3.75,\"trial\":3,\"type\":\"probe_trial\",\"within_headroom\":false}",
-    "{\"accumulation_steps\":4,\"bytes_per_sample\":65536.5,\"fixed_bytes\":12500000.0,\"hit_trial_limit\":true,\"micro_batch\":300,\"seconds\":1.5,\"sequence\":3,\"target_batch\":1200,\"time\":4.5,\"trials\":7,\"type\":\"probe_finished\"}",
-    "{\"micro_batch\":128,\"repetitions\":3,\"samples_per_second\":1534.25,\"sequence\":2,\"time\":5.5,\"type\":\"throughput_timed\"}",
-    "{\"accumulation_steps\":16,\"largest_micro_batch\":256,\"largest_samples_per_second\":1500.25,\"micro_batch\":64,\"micro_batch_seconds\":0.001953125,\"micro_batches_timed\":24,\"reason\":\"64 is 12% faster per training batch\",\"samples_per_second\":1800.5,\"seconds\":3.75,\"sequence\":2,\"speed_over_largest\":1.2,\"step_seconds\":0.03125,\"step_speed_over_largest\":1.125,\"target_batch\":1024,\"time\":6.5,\"type\":\"throughput_chosen\"}",
-    "{\"message\":\"CUDA out of memory\",\"micro_batch\":256,\"new_micro_batch\":128,\"phase\":\"backward\",\"recovered\":true,\"redone_samples\":512,\"requested_bytes\":8388608,\"step\":12,\"time\":7.5,\"type\":\"oom\"}",
-    "{\"message\":\"\",\"micro_batch\":64,\"new_micro_batch\":0,\"phase\":\"host-to-device copy\",\"recovered\":false,\"redone_samples\":0,\"requested_bytes\":0,\"step\":13,\"time\":7.75,\"type\":\"oom\"}",
-    "{\"allocated_bytes\":1000000,\"capacity_bytes\":67108864,\"headroom_bytes\":60397977,\"peak_bytes\":3000000,\"reserved_bytes\":2097152,\"time\":8.5,\"type\":\"memory\"}",
-    "{\"accumulation_steps\":4,\"epoch\":2,\"learning_rate\":0.003,\"loss\":2.302585,\"micro_batch\":256,\"peak_bytes\":41943040,\"samples_per_second\":1234.5,\"samples_seen\":14336,\"step\":14,\"step_seconds\":0.83,\"target_batch\":1024,\"time\":9.5,\"total_steps\":100,\"type\":\"step\"}",
-    "{\"index\":2,\"loss\":2.25,\"loss_weight\":0.25,\"offset\":512,\"probe_trial\":true,\"size\":256,\"step\":14,\"target_batch\":1024,\"time\":10.5,\"type\":\"micro_batch\"}",
-    "{\"gradient_norm\":0.875,\"index\":2,\"loss\":2.25,\"loss_weight\":0.25,\"offset\":512,\"probe_trial\":false,\"sample_indices\":[5,3,9,0],\"size\":256,\"step\":14,\"target_batch\":1024,\"time\":10.75,\"type\":\"micro_batch\"}",
+    "{\"device\":\"virtual:64MiB\",\"reason\":\"memory savers turned "
+    "on\",\"reserved_bytes\":4096,\"sequence\":3,\"time\":2.5,\"type\":\"probe_started\",\"upper_bound\":1024,\"usable_"
+    "bytes\":60000000}",
+    "{\"failed_allocation_bytes\":0,\"fit\":true,\"micro_batch\":512,\"peak_bytes\":33554432,\"seconds\":0.125,"
+    "\"sequence\":3,\"time\":3.5,\"trial\":2,\"type\":\"probe_trial\",\"within_headroom\":true}",
+    "{\"failed_allocation_bytes\":20971520,\"fit\":false,\"micro_batch\":1024,\"peak_bytes\":0,\"seconds\":0.0625,"
+    "\"sequence\":3,\"time\":3.75,\"trial\":3,\"type\":\"probe_trial\",\"within_headroom\":false}",
+    "{\"accumulation_steps\":4,\"bytes_per_sample\":65536.5,\"fixed_bytes\":12500000.0,\"hit_trial_limit\":true,"
+    "\"micro_batch\":300,\"seconds\":1.5,\"sequence\":3,\"target_batch\":1200,\"time\":4.5,\"trials\":7,\"type\":"
+    "\"probe_finished\"}",
+    "{\"micro_batch\":128,\"repetitions\":3,\"samples_per_second\":1534.25,\"sequence\":2,\"time\":5.5,\"type\":"
+    "\"throughput_timed\"}",
+    "{\"accumulation_steps\":16,\"largest_micro_batch\":256,\"largest_samples_per_second\":1500.25,\"micro_batch\":64,"
+    "\"micro_batch_seconds\":0.001953125,\"micro_batches_timed\":24,\"reason\":\"64 is 12% faster per training "
+    "batch\",\"samples_per_second\":1800.5,\"seconds\":3.75,\"sequence\":2,\"speed_over_largest\":1.2,\"step_seconds\":"
+    "0.03125,\"step_speed_over_largest\":1.125,\"target_batch\":1024,\"time\":6.5,\"type\":\"throughput_chosen\"}",
+    "{\"message\":\"CUDA out of "
+    "memory\",\"micro_batch\":256,\"new_micro_batch\":128,\"phase\":\"backward\",\"recovered\":true,\"redone_samples\":"
+    "512,\"requested_bytes\":8388608,\"step\":12,\"time\":7.5,\"type\":\"oom\"}",
+    "{\"message\":\"\",\"micro_batch\":64,\"new_micro_batch\":0,\"phase\":\"host-to-device "
+    "copy\",\"recovered\":false,\"redone_samples\":0,\"requested_bytes\":0,\"step\":13,\"time\":7.75,\"type\":\"oom\"}",
+    "{\"allocated_bytes\":1000000,\"capacity_bytes\":67108864,\"headroom_bytes\":60397977,\"peak_bytes\":3000000,"
+    "\"reserved_bytes\":2097152,\"time\":8.5,\"type\":\"memory\"}",
+    "{\"accumulation_steps\":4,\"epoch\":2,\"learning_rate\":0.003,\"loss\":2.302585,\"micro_batch\":256,\"peak_"
+    "bytes\":41943040,\"samples_per_second\":1234.5,\"samples_seen\":14336,\"step\":14,\"step_seconds\":0.83,\"target_"
+    "batch\":1024,\"time\":9.5,\"total_steps\":100,\"type\":\"step\"}",
+    "{\"index\":2,\"loss\":2.25,\"loss_weight\":0.25,\"offset\":512,\"probe_trial\":true,\"size\":256,\"step\":14,"
+    "\"target_batch\":1024,\"time\":10.5,\"type\":\"micro_batch\"}",
+    "{\"gradient_norm\":0.875,\"index\":2,\"loss\":2.25,\"loss_weight\":0.25,\"offset\":512,\"probe_trial\":false,"
+    "\"sample_indices\":[5,3,9,0],\"size\":256,\"step\":14,\"target_batch\":1024,\"time\":10.75,\"type\":\"micro_"
+    "batch\"}",
     "{\"micro_batches\":4,\"step\":14,\"time\":11.5,\"type\":\"optimizer_step\"}",
-    "{\"new_learning_rate\":0.004,\"new_target\":4096,\"old_learning_rate\":0.001,\"old_target\":1024,\"time\":12.5,\"type\":\"target_batch\"}",
+    "{\"new_learning_rate\":0.004,\"new_target\":4096,\"old_learning_rate\":0.001,\"old_target\":1024,\"time\":12.5,"
+    "\"type\":\"target_batch\"}",
     "{\"from\":\"virtual:64MiB\",\"rank\":1,\"time\":13.5,\"to\":\"virtual:32MiB\",\"type\":\"device_switch\"}",
     "{\"message\":\"the data set's last batch is short\",\"time\":14.5,\"type\":\"warning\"}",
     "{\"path\":\"runs/a/checkpoint/checkpoint.pt\",\"step\":20,\"time\":15.5,\"type\":\"checkpoint\"}",
-    "{\"metric\":\"val_accuracy\",\"path\":\"runs/a/checkpoint/best/checkpoint.pt\",\"step\":20,\"time\":15.75,\"type\":\"checkpoint\",\"value\":0.75}",
-    "{\"message\":\"the model does not fit\",\"time\":16.5,\"type\":\"error\",\"where\":\"step 3, micro-batch 2 (32 samples), forward\"}",
-    "{\"batch_statistics\":true,\"dataset\":\"synthetic\",\"dataset_size\":50000,\"device\":\"virtual:64MiB\",\"input_shape\":[3,32,32],\"loss\":\"cross-entropy\",\"model\":\"cnn\",\"optimizer\":\"adam, learning rate 0.003\",\"parameter_count\":62006,\"parameter_tensors\":10,\"target_batch\":1024,\"time\":17.5,\"type\":\"run_summary\"}",
-    "{\"activation_bytes\":30000000,\"activation_micro_batch\":256,\"buffer_copy_bytes\":1024,\"cache_bytes\":2097152,\"capacity_bytes\":66000000,\"context_bytes\":300000000,\"device\":\"virtual:64MiB/caching\",\"free_bytes\":12345,\"gradient_bytes\":248025,\"input_bytes\":3145728,\"largest_gradient_bytes\":73728,\"memory_savers\":\"checkpoint\",\"optimizer_state_bytes\":496048,\"optimizer_state_reserved\":true,\"other_process_bytes\":512,\"parameter_bytes\":248024,\"peak_bytes\":35000000,\"resident_bytes\":1000000,\"step\":14,\"time\":18.5,\"total_bytes\":67108864,\"type\":\"memory_breakdown\",\"usable_bytes\":59400000,\"workspace_bytes\":8519680}",
-    "{\"activation_bytes\":30000000,\"activation_micro_batch\":256,\"buffer_copy_bytes\":1024,\"cache_bytes\":2097152,\"capacity_bytes\":66000000,\"context_bytes\":300000000,\"device\":\"virtual:64MiB/caching\",\"free_bytes\":12345,\"gradient_bytes\":248025,\"input_bytes\":3145728,\"largest_gradient_bytes\":73728,\"memory_savers\":\"off\",\"optimizer_state_bytes\":496048,\"optimizer_state_reserved\":true,\"other_process_bytes\":512,\"parameter_bytes\":248024,\"peak_bytes\":35000000,\"resident_bytes\":1000000,\"step\":14,\"time\":18.75,\"total_bytes\":67108864,\"type\":\"memory_breakdown\",\"usable_bytes\":59400000,\"workspace_bytes\":8519680}",
-    "{\"index\":1,\"offset\":256,\"probe_trial\":true,\"size\":256,\"step\":15,\"target_batch\":1024,\"time\":19.5,\"type\":\"step_mode_waiting\"}",
-    "{\"batch_statistics\":true,\"bfloat16\":true,\"explanation\":\"equal up to float32 rounding\",\"float16\":false,\"full_pass_outside_budget\":true,\"micro_batch_sizes\":[256,256,256,256],\"overall\":{\"cosine_similarity\":0.99999995,\"elements\":62006,\"max_abs_difference\":3e-08,\"name\":\"all parameters\",\"relative_difference\":4.5e-07},\"running_statistics_relative_difference\":2.5e-07,\"samples\":1024,\"seconds\":0.75,\"step\":15,\"tensors\":[{\"cosine_similarity\":0.9999999,\"elements\":864,\"max_abs_difference\":1.5e-08,\"name\":\"conv1.weight\",\"relative_difference\":2.5e-07},{\"cosine_similarity\":1.0,\"elements\":10,\"max_abs_difference\":0.0,\"name\":\"fc.bias\",\"relative_difference\":0.0}],\"time\":20.5,\"type\":\"equivalence\"}",
-    "{\"batch_statistics\":true,\"bfloat16\":true,\"error\":\"the full pass did not fit\",\"explanation\":\"equal up to float32 rounding\",\"float16\":true,\"full_pass_outside_budget\":true,\"micro_batch_sizes\":[256,256,256,256],\"overall\":{\"cosine_similarity\":0.99999995,\"elements\":62006,\"max_abs_difference\":3e-08,\"name\":\"all parameters\",\"relative_difference\":4.5e-07},\"ranks\":[{\"device\":\"virtual:48MiB\",\"micro_batch_sizes\":[256,256],\"rank\":0},{\"device\":\"virtual:192MiB\",\"micro_batch_sizes\":[512],\"rank\":1}],\"samples\":1024,\"seconds\":0.75,\"step\":15,\"tensors\":[{\"cosine_similarity\":0.9999999,\"elements\":864,\"max_abs_difference\":1.5e-08,\"name\":\"conv1.weight\",\"relative_difference\":2.5e-07},{\"cosine_similarity\":1.0,\"elements\":10,\"max_abs_difference\":0.0,\"name\":\"fc.bias\",\"relative_difference\":0.0}],\"time\":20.75,\"type\":\"equivalence\"}",
-    "{\"accuracy\":0.625,\"epoch\":1,\"loss\":1.75,\"micro_batch\":500,\"ooms\":1,\"samples\":5000,\"samples_seen\":16384,\"seconds\":2.5,\"step\":16,\"time\":21.5,\"top5_accuracy\":0.875,\"type\":\"validation\"}",
-    "{\"epoch\":1,\"loss\":0.5,\"mae\":0.375,\"micro_batch\":500,\"mse\":0.25,\"ooms\":0,\"samples\":5000,\"samples_seen\":16384,\"seconds\":2.5,\"step\":16,\"time\":21.75,\"type\":\"validation\"}",
-    "{\"all_reduce_seconds\":0.015625,\"collectives\":\"Gloo\",\"collectives_why\":\"the ranks are not all on GPUs of their own\",\"imbalance\":1.25,\"next_shares\":[320,704],\"parameters_checked\":true,\"ranks\":[{\"compute_seconds\":0.5,\"device\":\"virtual:48MiB\",\"micro_batch\":128,\"micro_batches\":2,\"ooms\":1,\"peak_bytes\":40000000,\"rank\":0,\"samples_per_second\":512.0,\"settled\":true,\"share\":256,\"wait_seconds\":0.125},{\"compute_seconds\":0.625,\"device\":\"virtual:192MiB\",\"micro_batch\":768,\"micro_batches\":1,\"ooms\":0,\"peak_bytes\":150000000,\"rank\":1,\"samples_per_second\":1228.8,\"settled\":false,\"share\":768,\"wait_seconds\":0.0}],\"share_reason\":\"rank 1 is faster\",\"step\":16,\"time\":22.5,\"type\":\"ranks_step\"}",
-    "{\"all_reduce_seconds\":0.015625,\"collectives\":\"Gloo\",\"imbalance\":1.25,\"parameters_checked\":false,\"ranks\":[{\"compute_seconds\":0.5,\"device\":\"virtual:48MiB\",\"micro_batch\":128,\"micro_batches\":2,\"ooms\":1,\"peak_bytes\":40000000,\"rank\":0,\"samples_per_second\":512.0,\"settled\":true,\"share\":256,\"wait_seconds\":0.125},{\"compute_seconds\":0.625,\"device\":\"virtual:192MiB\",\"micro_batch\":768,\"micro_batches\":1,\"ooms\":0,\"peak_bytes\":150000000,\"rank\":1,\"samples_per_second\":1228.8,\"settled\":false,\"share\":768,\"wait_seconds\":0.0}],\"step\":16,\"time\":22.75,\"type\":\"ranks_step\"}",
-    "{\"device\":\"virtual:192MiB\",\"finished\":[{\"accumulation_steps\":1,\"bytes_per_sample\":0.0,\"fixed_bytes\":0.0,\"hit_trial_limit\":false,\"micro_batch\":768,\"seconds\":0.25,\"sequence\":1,\"target_batch\":768,\"time\":23.4,\"trials\":1}],\"ooms\":[{\"message\":\"oom\",\"micro_batch\":768,\"new_micro_batch\":384,\"phase\":\"optimizer step\",\"recovered\":true,\"redone_samples\":0,\"requested_bytes\":1024,\"step\":16,\"time\":23.45}],\"probes\":[{\"device\":\"virtual:192MiB\",\"reason\":\"device switch\",\"reserved_bytes\":0,\"sequence\":1,\"time\":23.25,\"upper_bound\":768,\"usable_bytes\":190000000}],\"rank\":1,\"time\":23.5,\"trials\":[{\"failed_allocation_bytes\":0,\"fit\":true,\"micro_batch\":768,\"peak_bytes\":150000000,\"seconds\":0.25,\"sequence\":1,\"time\":23.3,\"trial\":1,\"within_headroom\":true}],\"type\":\"rank_probe\"}",
-    "{\"advice\":\"bf16 trains 30% faster here\",\"current\":\"off\",\"device\":\"virtual:64MiB\",\"options\":[{\"accumulation_steps\":22,\"bytes_per_sample\":40000.5,\"fits\":true,\"fixed_bytes\":1250000.0,\"micro_batch\":48,\"peak_bytes\":58000000,\"samples_per_second\":900.5,\"savers\":\"off\",\"timed_micro_batch\":48,\"trials\":3},{\"fits\":false,\"savers\":\"checkpoint\",\"unavailable\":\"the model cannot be split\"}],\"reason\":\"the probe found a small micro-batch\",\"seconds\":1.5,\"step\":17,\"suggestion\":\"bf16\",\"target_batch\":1024,\"time\":24.5,\"type\":\"saver_survey\",\"usable_bytes\":59400000}",
-    "{\"from\":\"off\",\"predicted_micro_batch\":96,\"step\":17,\"time\":25.5,\"to\":\"bf16\",\"type\":\"memory_savers_changed\",\"why\":\"the survey's suggestion\"}",
-    "{\"from\":65536.0,\"overflow\":true,\"redone_samples\":1024,\"step\":18,\"time\":26.5,\"to\":32768.0,\"type\":\"loss_scale_changed\"}",
+    "{\"metric\":\"val_accuracy\",\"path\":\"runs/a/checkpoint/best/"
+    "checkpoint.pt\",\"step\":20,\"time\":15.75,\"type\":\"checkpoint\",\"value\":0.75}",
+    "{\"message\":\"the model does not fit\",\"time\":16.5,\"type\":\"error\",\"where\":\"step 3, micro-batch 2 (32 "
+    "samples), forward\"}",
+    "{\"batch_statistics\":true,\"dataset\":\"synthetic\",\"dataset_size\":50000,\"device\":\"virtual:64MiB\",\"input_"
+    "shape\":[3,32,32],\"loss\":\"cross-entropy\",\"model\":\"cnn\",\"optimizer\":\"adam, learning rate "
+    "0.003\",\"parameter_count\":62006,\"parameter_tensors\":10,\"target_batch\":1024,\"time\":17.5,\"type\":\"run_"
+    "summary\"}",
+    "{\"activation_bytes\":30000000,\"activation_micro_batch\":256,\"buffer_copy_bytes\":1024,\"cache_bytes\":2097152,"
+    "\"capacity_bytes\":66000000,\"context_bytes\":300000000,\"device\":\"virtual:64MiB/"
+    "caching\",\"free_bytes\":12345,\"gradient_bytes\":248025,\"input_bytes\":3145728,\"largest_gradient_bytes\":73728,"
+    "\"memory_savers\":\"checkpoint\",\"optimizer_state_bytes\":496048,\"optimizer_state_reserved\":true,\"other_"
+    "process_bytes\":512,\"parameter_bytes\":248024,\"peak_bytes\":35000000,\"resident_bytes\":1000000,\"step\":14,"
+    "\"time\":18.5,\"total_bytes\":67108864,\"type\":\"memory_breakdown\",\"usable_bytes\":59400000,\"workspace_"
+    "bytes\":8519680}",
+    "{\"activation_bytes\":30000000,\"activation_micro_batch\":256,\"buffer_copy_bytes\":1024,\"cache_bytes\":2097152,"
+    "\"capacity_bytes\":66000000,\"context_bytes\":300000000,\"device\":\"virtual:64MiB/"
+    "caching\",\"free_bytes\":12345,\"gradient_bytes\":248025,\"input_bytes\":3145728,\"largest_gradient_bytes\":73728,"
+    "\"memory_savers\":\"off\",\"optimizer_state_bytes\":496048,\"optimizer_state_reserved\":true,\"other_process_"
+    "bytes\":512,\"parameter_bytes\":248024,\"peak_bytes\":35000000,\"resident_bytes\":1000000,\"step\":14,\"time\":18."
+    "75,\"total_bytes\":67108864,\"type\":\"memory_breakdown\",\"usable_bytes\":59400000,\"workspace_bytes\":8519680}",
+    "{\"index\":1,\"offset\":256,\"probe_trial\":true,\"size\":256,\"step\":15,\"target_batch\":1024,\"time\":19.5,"
+    "\"type\":\"step_mode_waiting\"}",
+    "{\"batch_statistics\":true,\"bfloat16\":true,\"explanation\":\"equal up to float32 "
+    "rounding\",\"float16\":false,\"full_pass_outside_budget\":true,\"micro_batch_sizes\":[256,256,256,256],"
+    "\"overall\":{\"cosine_similarity\":0.99999995,\"elements\":62006,\"max_abs_difference\":3e-08,\"name\":\"all "
+    "parameters\",\"relative_difference\":4.5e-07},\"running_statistics_relative_difference\":2.5e-07,\"samples\":1024,"
+    "\"seconds\":0.75,\"step\":15,\"tensors\":[{\"cosine_similarity\":0.9999999,\"elements\":864,\"max_abs_"
+    "difference\":1.5e-08,\"name\":\"conv1.weight\",\"relative_difference\":2.5e-07},{\"cosine_similarity\":1.0,"
+    "\"elements\":10,\"max_abs_difference\":0.0,\"name\":\"fc.bias\",\"relative_difference\":0.0}],\"time\":20.5,"
+    "\"type\":\"equivalence\"}",
+    "{\"batch_statistics\":true,\"bfloat16\":true,\"error\":\"the full pass did not fit\",\"explanation\":\"equal up "
+    "to float32 "
+    "rounding\",\"float16\":true,\"full_pass_outside_budget\":true,\"micro_batch_sizes\":[256,256,256,256],\"overall\":"
+    "{\"cosine_similarity\":0.99999995,\"elements\":62006,\"max_abs_difference\":3e-08,\"name\":\"all "
+    "parameters\",\"relative_difference\":4.5e-07},\"ranks\":[{\"device\":\"virtual:48MiB\",\"micro_batch_sizes\":[256,"
+    "256],\"rank\":0},{\"device\":\"virtual:192MiB\",\"micro_batch_sizes\":[512],\"rank\":1}],\"samples\":1024,"
+    "\"seconds\":0.75,\"step\":15,\"tensors\":[{\"cosine_similarity\":0.9999999,\"elements\":864,\"max_abs_"
+    "difference\":1.5e-08,\"name\":\"conv1.weight\",\"relative_difference\":2.5e-07},{\"cosine_similarity\":1.0,"
+    "\"elements\":10,\"max_abs_difference\":0.0,\"name\":\"fc.bias\",\"relative_difference\":0.0}],\"time\":20.75,"
+    "\"type\":\"equivalence\"}",
+    "{\"accuracy\":0.625,\"epoch\":1,\"loss\":1.75,\"micro_batch\":500,\"ooms\":1,\"samples\":5000,\"samples_seen\":"
+    "16384,\"seconds\":2.5,\"step\":16,\"time\":21.5,\"top5_accuracy\":0.875,\"type\":\"validation\"}",
+    "{\"epoch\":1,\"loss\":0.5,\"mae\":0.375,\"micro_batch\":500,\"mse\":0.25,\"ooms\":0,\"samples\":5000,\"samples_"
+    "seen\":16384,\"seconds\":2.5,\"step\":16,\"time\":21.75,\"type\":\"validation\"}",
+    "{\"all_reduce_seconds\":0.015625,\"collectives\":\"Gloo\",\"collectives_why\":\"the ranks are not all on GPUs of "
+    "their "
+    "own\",\"imbalance\":1.25,\"next_shares\":[320,704],\"parameters_checked\":true,\"ranks\":[{\"compute_seconds\":0."
+    "5,\"device\":\"virtual:48MiB\",\"micro_batch\":128,\"micro_batches\":2,\"ooms\":1,\"peak_bytes\":40000000,"
+    "\"rank\":0,\"samples_per_second\":512.0,\"settled\":true,\"share\":256,\"wait_seconds\":0.125},{\"compute_"
+    "seconds\":0.625,\"device\":\"virtual:192MiB\",\"micro_batch\":768,\"micro_batches\":1,\"ooms\":0,\"peak_bytes\":"
+    "150000000,\"rank\":1,\"samples_per_second\":1228.8,\"settled\":false,\"share\":768,\"wait_seconds\":0.0}],\"share_"
+    "reason\":\"rank 1 is faster\",\"step\":16,\"time\":22.5,\"type\":\"ranks_step\"}",
+    "{\"all_reduce_seconds\":0.015625,\"collectives\":\"Gloo\",\"imbalance\":1.25,\"parameters_checked\":false,"
+    "\"ranks\":[{\"compute_seconds\":0.5,\"device\":\"virtual:48MiB\",\"micro_batch\":128,\"micro_batches\":2,\"ooms\":"
+    "1,\"peak_bytes\":40000000,\"rank\":0,\"samples_per_second\":512.0,\"settled\":true,\"share\":256,\"wait_seconds\":"
+    "0.125},{\"compute_seconds\":0.625,\"device\":\"virtual:192MiB\",\"micro_batch\":768,\"micro_batches\":1,\"ooms\":"
+    "0,\"peak_bytes\":150000000,\"rank\":1,\"samples_per_second\":1228.8,\"settled\":false,\"share\":768,\"wait_"
+    "seconds\":0.0}],\"step\":16,\"time\":22.75,\"type\":\"ranks_step\"}",
+    "{\"device\":\"virtual:192MiB\",\"finished\":[{\"accumulation_steps\":1,\"bytes_per_sample\":0.0,\"fixed_bytes\":0."
+    "0,\"hit_trial_limit\":false,\"micro_batch\":768,\"seconds\":0.25,\"sequence\":1,\"target_batch\":768,\"time\":23."
+    "4,\"trials\":1}],\"ooms\":[{\"message\":\"oom\",\"micro_batch\":768,\"new_micro_batch\":384,\"phase\":\"optimizer "
+    "step\",\"recovered\":true,\"redone_samples\":0,\"requested_bytes\":1024,\"step\":16,\"time\":23.45}],\"probes\":[{"
+    "\"device\":\"virtual:192MiB\",\"reason\":\"device "
+    "switch\",\"reserved_bytes\":0,\"sequence\":1,\"time\":23.25,\"upper_bound\":768,\"usable_bytes\":190000000}],"
+    "\"rank\":1,\"time\":23.5,\"trials\":[{\"failed_allocation_bytes\":0,\"fit\":true,\"micro_batch\":768,\"peak_"
+    "bytes\":150000000,\"seconds\":0.25,\"sequence\":1,\"time\":23.3,\"trial\":1,\"within_headroom\":true}],\"type\":"
+    "\"rank_probe\"}",
+    "{\"advice\":\"bf16 trains 30% faster "
+    "here\",\"current\":\"off\",\"device\":\"virtual:64MiB\",\"options\":[{\"accumulation_steps\":22,\"bytes_per_"
+    "sample\":40000.5,\"fits\":true,\"fixed_bytes\":1250000.0,\"micro_batch\":48,\"peak_bytes\":58000000,\"samples_per_"
+    "second\":900.5,\"savers\":\"off\",\"timed_micro_batch\":48,\"trials\":3},{\"fits\":false,\"savers\":"
+    "\"checkpoint\",\"unavailable\":\"the model cannot be split\"}],\"reason\":\"the probe found a small "
+    "micro-batch\",\"seconds\":1.5,\"step\":17,\"suggestion\":\"bf16\",\"target_batch\":1024,\"time\":24.5,\"type\":"
+    "\"saver_survey\",\"usable_bytes\":59400000}",
+    "{\"from\":\"off\",\"predicted_micro_batch\":96,\"step\":17,\"time\":25.5,\"to\":\"bf16\",\"type\":\"memory_savers_"
+    "changed\",\"why\":\"the survey's suggestion\"}",
+    "{\"from\":65536.0,\"overflow\":true,\"redone_samples\":1024,\"step\":18,\"time\":26.5,\"to\":32768.0,\"type\":"
+    "\"loss_scale_changed\"}",
 };
 
 std::vector<std::string> writtenLines() {
@@ -127,9 +210,9 @@ private Q_SLOTS:
 
     void olderFilesReadWithDefaults() {
         // A field added later is absent from older runs' files: its default, not an error.
-        const auto oom = eventFromJsonLine(
-            R"({"message":"","micro_batch":8,"new_micro_batch":4,"phase":"forward","recovered":true,)"
-            R"("requested_bytes":0,"step":1,"time":1,"type":"oom"})");
+        const auto oom =
+            eventFromJsonLine(R"({"message":"","micro_batch":8,"new_micro_batch":4,"phase":"forward","recovered":true,)"
+                              R"("requested_bytes":0,"step":1,"time":1,"type":"oom"})");
         QVERIFY(oom.has_value());
         QCOMPARE(std::get<OomEvent>(*oom).redoneSamples, int64_t{0});
         const auto validation = eventFromJsonLine(R"({"loss":0.5,"step":3,"type":"validation"})");
@@ -166,8 +249,7 @@ private Q_SLOTS:
         row("number for text", R"({"type":"warning","message":7})", "warning \"message\": not a string");
         row("text for a flag", R"({"type":"oom","recovered":"yes"})", "oom \"recovered\": not true or false");
         row("unknown phase", R"({"type":"oom","phase":"sideways"})", "oom \"phase\": unknown phase \"sideways\"");
-        row("unknown state", R"({"type":"state","state":"dreaming"})",
-            "state \"state\": unknown state \"dreaming\"");
+        row("unknown state", R"({"type":"state","state":"dreaming"})", "state \"state\": unknown state \"dreaming\"");
         row("inside a list", R"({"type":"ranks_step","ranks":[{"rank":0},{"share":"half"}]})",
             "ranks_step \"ranks[1].share\": not a whole number");
         row("a list that is not", R"({"type":"run_summary","input_shape":3})",

@@ -1,0 +1,339 @@
+// A run this window did not start, shown from its folder (File → Open run folder, batchpilot
+// --open): a finished run gives the views exactly what the live run gave them, a run still going
+// is followed as its file grows, a damaged file is read around the damage and says so, and the
+// run cannot be steered from here. The runs are real: this window's own trainer, and
+// batchpilot-cli processes.
+
+#include <QtTest>
+
+#include <fstream>
+#include <string>
+
+#include <QAction>
+#include <QDir>
+#include <QDirIterator>
+#include <QLabel>
+#include <QProcess>
+#include <QPushButton>
+#include <QSettings>
+#include <QStandardPaths>
+#include <QStatusBar>
+#include <QTemporaryDir>
+
+#include <nlohmann/json.hpp>
+
+#include "core/events/events.h"
+#include "ui/charts/charts_panel.h"
+#include "ui/charts/loss_chart.h"
+#include "ui/charts/memory_chart.h"
+#include "ui/charts/probe_chart.h"
+#include "ui/charts/speed_chart.h"
+#include "ui/charts/throughput_chart.h"
+#include "ui/config/demo_options.h"
+#include "ui/config/run_panel.h"
+#include "ui/log/event_log.h"
+#include "ui/session/run_commands.h"
+#include "ui/session/run_model.h"
+#include "ui/session/run_watcher.h"
+#include "ui/session/trainer_controller.h"
+#include "ui/teaching/accumulation_view.h"
+#include "ui/teaching/micro_batch_table.h"
+#include "ui/window/main_window.h"
+#include "ui/window/savers_view.h"
+
+using namespace batchpilot;
+
+namespace {
+
+constexpr int kTimeout = 300'000;  // ms; runs train on the CPU of a shared test machine
+
+QString points(const ui::SeriesStore& store) {
+    QStringList text;
+    for (const QPointF& p : store.points()) text << QStringLiteral("%1,%2").arg(p.x(), 0, 'g', 17).arg(p.y(), 0, 'g', 17);
+    return text.join(QLatin1Char(' '));
+}
+
+/// What the window's views hold of a run, as text: every chart's stored points, the probe's
+/// trials, the OOM markers, the captions, the run model's counts. Two windows that were given the
+/// same events hold the same.
+QStringList viewsOf(const ui::MainWindow& w) {
+    const ui::ChartsPanel& c = *w.chartsPanel();
+    const ui::RunModel& run = *w.runModel();
+    QStringList facts;
+    facts << QStringLiteral("loss: ") + points(c.lossChart()->rawStore())
+          << QStringLiteral("smoothed: ") + points(c.lossChart()->smoothedStore())
+          << QStringLiteral("validation: ") + points(c.lossChart()->validationStore())
+          << QStringLiteral("probe: %1 trials, %2 probes, chosen %3")
+                 .arg(c.probeChart()->trialCount())
+                 .arg(c.probeChart()->sequenceCount())
+                 .arg(c.probeChart()->chosenMicroBatch())
+          << QStringLiteral("memory: ") + points(c.memoryChart()->allocatedStore())
+          << QStringLiteral("ooms: %1").arg(c.memoryChart()->oomMarkerCount())
+          << QStringLiteral("memory caption: ") + c.memoryChart()->captionText()
+          << QStringLiteral("throughput: ") + points(c.throughputChart()->throughputStore())
+          << QStringLiteral("micro-batch: ") + points(c.throughputChart()->microBatchStore())
+          << QStringLiteral("speed: %1 candidates, chosen %2").arg(c.speedChart()->candidates().size()).arg(c.speedChart()->chosenMicroBatch())
+          << QStringLiteral("batch view: ") + w.accumulationView()->caption()
+          << QStringLiteral("batch table: %1 rows, %2 samples filled, %3 replays, badge %4")
+                 .arg(w.accumulationView()->table()->tableModel()->rows().size())
+                 .arg(w.accumulationView()->filledSamples())
+                 .arg(w.accumulationView()->replays())
+                 .arg(w.accumulationView()->stepBadge())
+          << QStringLiteral("model: %1 steps, %2 probes, %3 OOMs, %4 samples replayed, micro-batch %5 × %6 = %7, %8")
+                 .arg(run.steps())
+                 .arg(run.probes())
+                 .arg(run.trainingOoms())
+                 .arg(run.samplesReplayed())
+                 .arg(run.plan().microBatch)
+                 .arg(run.plan().accumulationSteps)
+                 .arg(run.plan().targetBatch)
+                 .arg(run.device())
+          << QStringLiteral("record: %1 steps, %2 events").arg(w.record().stepCount()).arg(w.record().events().size());
+    return facts;
+}
+
+/// The lines of an events file, parsed here (not by BatchPilot's reader): the reference.
+std::vector<nlohmann::json> eventsIn(const QString& folder) {
+    std::vector<nlohmann::json> events;
+    std::ifstream in(QDir(folder).filePath(QStringLiteral("events.jsonl")).toStdString());
+    for (std::string line; std::getline(in, line);) {
+        const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (j.is_object()) events.push_back(j);
+    }
+    return events;
+}
+
+std::vector<double> stepLosses(const std::vector<nlohmann::json>& events) {
+    std::vector<double> losses;
+    for (const auto& e : events)
+        if (e.value("type", std::string()) == "step") losses.push_back(e.at("loss").get<double>());
+    return losses;
+}
+
+std::vector<double> lossesShown(const ui::MainWindow& w) {
+    std::vector<double> losses;
+    for (const QPointF& p : w.chartsPanel()->lossChart()->rawStore().points()) losses.push_back(p.y());
+    return losses;
+}
+
+/// The one run folder under `runs` (empty until a run made it).
+QString onlyRunFolder(const QString& runs) {
+    const QStringList folders = QDir(runs).entryList(QDir::Dirs | QDir::NoDotAndDotDot);
+    return folders.size() == 1 ? QDir(runs).filePath(folders.front()) : QString();
+}
+
+bool logSays(const ui::MainWindow& w, const QString& text) {
+    const QAbstractItemModel* log = w.eventLog()->model();
+    for (int row = 0; row < log->rowCount(); ++row)
+        for (int column = 0; column < log->columnCount(); ++column)
+            if (log->index(row, column).data().toString().contains(text)) return true;
+    return false;
+}
+
+QString cliPath() {
+    return QStringLiteral(BATCHPILOT_CLI_PATH);
+}
+
+/// A batchpilot-cli run into `runs`, as someone on a server would start it.
+QStringList cliRun(const QString& runs, int steps) {
+    return {QStringLiteral("--model"),       QStringLiteral("cnn"),          QStringLiteral("--device"),
+            QStringLiteral("virtual:24MiB"), QStringLiteral("--target-batch"), QStringLiteral("256"),
+            QStringLiteral("--samples"),     QStringLiteral("2048"),         QStringLiteral("--steps"),
+            QString::number(steps),          QStringLiteral("--threads"),    QStringLiteral("1"),
+            QStringLiteral("--quiet"),       QStringLiteral("--runs-dir"),   runs};
+}
+
+}  // namespace
+
+class TestOpenRun : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() {
+        QStandardPaths::setTestModeEnabled(true);
+        QCoreApplication::setOrganizationName(QStringLiteral("BatchPilotTests"));
+        QCoreApplication::setApplicationName(QStringLiteral("tst_open_run"));
+        QSettings().clear();
+    }
+
+    void aFinishedRunShowsAsItDidLive() {
+        // A run of this window's, with its OOMs and probe, watched live; then its folder opened in
+        // another window: every view holds the same.
+        QTemporaryDir runs;
+        ui::MainWindow live;
+        live.resize(1280, 800);
+        live.show();
+        live.controller()->setRunsDirectory(runs.path());
+        core::TrainerOptions options = ui::demoOptions();
+        options.device = "virtual:24MiB";
+        options.targetBatch = 256;
+        options.data.samples = 2048;
+        options.steps = 12;
+        QVERIFY(live.startWith(options));
+        QTRY_VERIFY_WITH_TIMEOUT(!live.controller()->isRunning(), kTimeout);
+        const QString folder = live.controller()->runFolder();
+        QVERIFY(!folder.isEmpty());
+        QCOMPARE(live.controller()->droppedEvents(), qint64{0});
+        const QStringList shownLive = viewsOf(live);
+        QVERIFY2(live.chartsPanel()->probeChart()->trialCount() > 0, "the run probed nothing");
+        QCOMPARE(live.runModel()->steps(), qint64{12});
+
+        ui::MainWindow opened;
+        opened.resize(1280, 800);
+        opened.show();
+        QVERIFY(opened.openRun(folder));
+        QTRY_VERIFY_WITH_TIMEOUT(opened.watcher()->caughtUp(), kTimeout);
+        QVERIFY(opened.watcher()->runEnded());
+        const QStringList shownOpened = viewsOf(opened);
+        for (int i = 0; i < shownLive.size(); ++i) QCOMPARE(shownOpened.at(i), shownLive.at(i));
+        QCOMPARE(opened.watcher()->skippedLines(), qint64{0});
+        QVERIFY2(opened.watchText().contains(QLatin1String("the run has ended")), qPrintable(opened.watchText()));
+        QVERIFY(opened.windowTitle().contains(QFileInfo(folder).fileName()));
+    }
+
+    void aCliRunIsShownReadOnly() {
+        // batchpilot-cli's run folder, opened: the loss of every step the file holds (read here
+        // by a plain JSON parser), and no control that would pretend to act on it.
+        QTemporaryDir runs;
+        QProcess cli;
+        cli.start(cliPath(), cliRun(runs.path(), 6));
+        QVERIFY(cli.waitForFinished(kTimeout));
+        QCOMPARE(cli.exitCode(), 0);
+        const QString folder = onlyRunFolder(runs.path());
+        QVERIFY(!folder.isEmpty());
+        const auto events = eventsIn(folder);
+
+        ui::MainWindow w;
+        w.resize(1280, 800);
+        w.show();
+        QVERIFY(w.openRun(folder));
+        QTRY_VERIFY_WITH_TIMEOUT(w.watcher()->caughtUp(), kTimeout);
+        QCOMPARE(lossesShown(w), stepLosses(events));
+        QCOMPARE(w.runModel()->steps(), qint64{6});
+        int trials = 0;
+        for (const auto& e : events) trials += e.value("type", std::string()) == "probe_trial";
+        QVERIFY(trials > 0);
+        QCOMPARE(w.chartsPanel()->probeChart()->trialCount(), trials);
+        QCOMPARE(w.watcher()->events(), static_cast<qint64>(events.size()));
+
+        // Read-only, and saying why.
+        QVERIFY(w.runModel()->isWatching());
+        QVERIFY(!w.runModel()->isRunning());
+        for (QAction* action : {w.commands()->pauseAction(), w.commands()->stopAction(),
+                                w.commands()->reprobeAction(), w.commands()->checkAction()}) {
+            QVERIFY2(!action->isEnabled(), qPrintable(action->text()));
+            QVERIFY2(action->toolTip().contains(QLatin1String("cannot steer")), qPrintable(action->toolTip()));
+        }
+        QVERIFY(!w.saversView()->measureButton()->isEnabled());
+        QVERIFY(w.saversView()->measureButton()->toolTip().contains(QLatin1String("cannot steer")));
+        // The run panel shows what the run was started with (its config.json), so Start would train
+        // it here; not the panel's own values.
+        QCOMPARE(w.runPanel()->options().model.name, std::string("cnn"));
+        QCOMPARE(w.runPanel()->options().targetBatch, int64_t{256});
+        QCOMPARE(w.runPanel()->options().device, std::string("virtual:24MiB"));
+        const auto* state = w.statusBar()->findChild<QLabel*>(QStringLiteral("watchState"));
+        QVERIFY(state != nullptr && state->isVisible());
+        QVERIFY2(state->text().contains(QLatin1String("the run ended")), qPrintable(state->text()));
+        QTest::qWait(300);  // the charts redraw on their own timer, as for a person looking
+        QVERIFY(w.grab().save(QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("screenshot-open-run.png"))));
+        w.resize(1600, 1000);
+        QTest::qWait(300);
+        QVERIFY(w.grab().save(
+            QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("screenshot-open-run-1600x1000.png"))));
+
+        // Closing it gives the controls back to this window's own runs; the views keep the run.
+        w.closeRun();
+        QVERIFY(!w.runModel()->isWatching());
+        QVERIFY(w.saversView()->measureButton()->isEnabled());
+        QVERIFY(!w.commands()->pauseAction()->toolTip().contains(QLatin1String("cannot steer")));
+        QCOMPARE(lossesShown(w), stepLosses(events));
+        QVERIFY(w.watchText().isEmpty());
+    }
+
+    void aRunStillGoingIsFollowed() {
+        // Opened while batchpilot-cli trains: steps appear while it runs, and at its end the window
+        // holds every step the file holds.
+        QTemporaryDir runs;
+        QProcess cli;
+        cli.start(cliPath(), cliRun(runs.path(), 30));
+        QVERIFY(cli.waitForStarted());
+        QTRY_VERIFY_WITH_TIMEOUT(!onlyRunFolder(runs.path()).isEmpty(), kTimeout);
+        const QString folder = onlyRunFolder(runs.path());
+        ui::MainWindow w;
+        w.resize(1280, 800);
+        w.show();
+        w.watcher()->setPollInterval(100);
+        QVERIFY(w.openRun(folder));
+        // Some steps shown while the process still trains.
+        QTRY_VERIFY_WITH_TIMEOUT(!lossesShown(w).empty() || cli.state() == QProcess::NotRunning, kTimeout);
+        const bool sawItLive = cli.state() != QProcess::NotRunning;
+        QVERIFY2(sawItLive, "the run ended before the window showed a step (a too short run, or no following)");
+        QVERIFY(!w.watcher()->runEnded());
+        QVERIFY(cli.waitForFinished(kTimeout));
+        QCOMPARE(cli.exitCode(), 0);
+        QTRY_VERIFY_WITH_TIMEOUT(w.watcher()->runEnded(), 30'000);
+        QTRY_COMPARE_WITH_TIMEOUT(lossesShown(w).size(), size_t{30}, 30'000);
+        QCOMPARE(lossesShown(w), stepLosses(eventsIn(folder)));
+        QTRY_VERIFY(w.watchText().contains(QLatin1String("the run has ended")));
+    }
+
+    void aDamagedFileIsReadAroundTheDamage() {
+        // A run's file with a damaged line in the middle, a line from a newer version and a last
+        // line cut off (the run was killed while writing it): every other event is shown, and the
+        // log says what was skipped.
+        QTemporaryDir runs;
+        QProcess cli;
+        cli.start(cliPath(), cliRun(runs.path(), 4));
+        QVERIFY(cli.waitForFinished(kTimeout));
+        QCOMPARE(cli.exitCode(), 0);
+        const QString source = onlyRunFolder(runs.path());
+        const auto events = eventsIn(source);
+        QTemporaryDir damaged;
+        {
+            std::ofstream out(QDir(damaged.path()).filePath(QStringLiteral("events.jsonl")).toStdString());
+            for (size_t i = 0; i < events.size(); ++i) {
+                out << events[i].dump() << '\n';
+                if (i == events.size() / 2) out << "{\"type\":\"step\",\"loss\":\x01garbage\n{\"type\":\"teleport\"}\n";
+            }
+            out << "{\"type\":\"step\",\"step\":5,\"lo";
+        }
+        ui::MainWindow w;
+        w.show();
+        QVERIFY(w.openRun(damaged.path()));
+        QTRY_VERIFY_WITH_TIMEOUT(w.watcher()->caughtUp(), kTimeout);
+        QCOMPARE(lossesShown(w), stepLosses(events));
+        QCOMPARE(w.watcher()->skippedLines(), qint64{2});
+        const int damagedLine = static_cast<int>(events.size() / 2) + 2;
+        QVERIFY(logSays(w, QStringLiteral("line %1: not JSON").arg(damagedLine)));
+        QVERIFY(logSays(w, QStringLiteral("line %1: an event of unknown type \"teleport\"").arg(damagedLine + 1)));
+        QTRY_VERIFY_WITH_TIMEOUT(logSays(w, QStringLiteral("ends in an incomplete line")), 10'000);
+    }
+
+    void wrongFoldersAreRefused() {
+        ui::MainWindow w;
+        w.show();
+        QTemporaryDir dir;
+        QVERIFY(!w.openRun(dir.filePath(QStringLiteral("missing"))));
+        QVERIFY2(w.errorText().contains(QLatin1String("does not exist")), qPrintable(w.errorText()));
+        QVERIFY(!w.openRun(dir.path()));
+        QVERIFY2(w.errorText().contains(QLatin1String("has no events.jsonl")), qPrintable(w.errorText()));
+        std::ofstream(QDir(dir.path()).filePath(QStringLiteral("file")).toStdString()) << "x";
+        QVERIFY(!w.openRun(dir.filePath(QStringLiteral("file"))));
+        QVERIFY2(w.errorText().contains(QLatin1String("is not a folder")), qPrintable(w.errorText()));
+        QVERIFY(!w.runModel()->isWatching());
+
+        // While a run of this window's goes, it stays on show.
+        w.controller()->setRunsDirectory(dir.path());
+        core::TrainerOptions options = ui::demoOptions();
+        options.steps = 100000;
+        QVERIFY(w.startWith(options));
+        std::ofstream(QDir(dir.path()).filePath(QStringLiteral("events.jsonl")).toStdString()) << "";
+        QVERIFY(!w.openRun(dir.path()));
+        QVERIFY2(w.errorText().contains(QLatin1String("stop it first")), qPrintable(w.errorText()));
+        QVERIFY(w.controller()->isRunning());
+        w.controller()->stop();
+        QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
+    }
+};
+
+QTEST_MAIN(TestOpenRun)
+#include "tst_open_run.moc"
