@@ -14,31 +14,6 @@ using nlohmann::json;
 
 namespace {
 
-/// Keeps at most `limit` points of a curve while it is read: past the limit every other point
-/// is dropped and only every `stride`-th new one is kept, so memory stays bounded.
-class BoundedCurve {
-public:
-    BoundedCurve(std::vector<CurvePoint>& points, std::size_t limit)
-        : m_points(points), m_limit(std::max<std::size_t>(limit, 2)) {}
-    void add(const CurvePoint& p) {
-        if (m_seen++ % m_stride != 0) return;
-        m_points.push_back(p);
-        if (m_points.size() >= m_limit) {
-            std::vector<CurvePoint> half;
-            half.reserve(m_points.size() / 2 + 1);
-            for (std::size_t i = 0; i < m_points.size(); i += 2) half.push_back(m_points[i]);
-            m_points.swap(half);
-            m_stride *= 2;
-        }
-    }
-
-private:
-    std::vector<CurvePoint>& m_points;
-    std::size_t m_limit;
-    std::size_t m_stride = 1;
-    std::size_t m_seen = 0;
-};
-
 double number(const json& event, const char* key, double otherwise = 0) {
     const auto it = event.find(key);
     return it != event.end() && it->is_number() ? it->get<double>() : otherwise;
@@ -130,6 +105,24 @@ tl::expected<int64_t, std::string> forEachEvent(const std::string& eventsPath,
         visit(event);
     }
     return skipped;
+}
+
+void BoundedCurve::add(const CurvePoint& p) {
+    if (m_seen++ % m_stride != 0) return;
+    m_points.push_back(p);
+    if (m_points.size() >= m_limit) {
+        std::vector<CurvePoint> half;
+        half.reserve(m_points.size() / 2 + 1);
+        for (std::size_t i = 0; i < m_points.size(); i += 2) half.push_back(m_points[i]);
+        m_points.swap(half);
+        m_stride *= 2;
+    }
+}
+
+void BoundedCurve::reset() {
+    m_points.clear();
+    m_stride = 1;
+    m_seen = 0;
 }
 
 tl::expected<RunCurves, std::string> readRunCurves(const std::string& runFolder, std::size_t maxPoints) {

@@ -4,6 +4,7 @@
 // directory with their summaries, a run's curves from its events for comparing runs, and renaming
 // and deleting a run. Torch-free; the desktop app's Compare runs tab reads runs through this.
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -43,6 +44,24 @@ struct CurvePoint {
     int64_t samplesSeen = 0;  ///< training samples seen (the fair axis when target batches differ)
     double time = 0;          ///< seconds since the run started
     double value = 0;
+};
+
+/// Keeps at most `limit` points of a curve however many are added, spread evenly over the whole
+/// curve: past the limit every other point is dropped and only every `stride`-th new one is kept
+/// (the stride doubling each time), so memory and drawing stay bounded on a run of any length.
+class BoundedCurve {
+public:
+    BoundedCurve(std::vector<CurvePoint>& points, std::size_t limit)
+        : m_points(points), m_limit(std::max<std::size_t>(limit, 2)) {}
+    void add(const CurvePoint& p);
+    /// Empties the curve and starts keeping every point again.
+    void reset();
+
+private:
+    std::vector<CurvePoint>& m_points;
+    std::size_t m_limit;
+    std::size_t m_stride = 1;
+    std::size_t m_seen = 0;
 };
 
 /// A run's curves: the training loss of every step and the validation results.

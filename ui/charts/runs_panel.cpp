@@ -113,17 +113,19 @@ QString CompareChart::axisTitle() const {
 
 void CompareChart::handle(const core::Event& event) {
     if (const auto* m = std::get_if<core::StepMetrics>(&event)) {
-        m_live.trainLoss.push_back({m->step, m->samplesSeen, m->time, m->loss});
+        m_liveTrain.add({m->step, m->samplesSeen, m->time, m->loss});
         markDirty();
     } else if (const auto* v = std::get_if<core::ValidationDone>(&event)) {
-        m_live.valLoss.push_back({v->step, v->samplesSeen, v->time, v->loss});
-        if (v->accuracy >= 0) m_live.valAccuracy.push_back({v->step, v->samplesSeen, v->time, v->accuracy});
+        m_liveValLoss.add({v->step, v->samplesSeen, v->time, v->loss});
+        if (v->accuracy >= 0) m_liveValAccuracy.add({v->step, v->samplesSeen, v->time, v->accuracy});
         markDirty();
     }
 }
 
 void CompareChart::clear() {
-    m_live = {};
+    m_liveTrain.reset();
+    m_liveValLoss.reset();
+    m_liveValAccuracy.reset();
     m_liveSeries->clear();
     markDirty();
 }
@@ -237,7 +239,7 @@ void CompareChart::refresh(bool follow) {
         setPaddedRange(xAxis(), std::isfinite(xMin) ? xMin : 0, std::isfinite(xMax) ? xMax : 1, /*fromZero=*/true);
         setPaddedRange(m_yAxis, std::isfinite(yMin) ? yMin : 0, std::isfinite(yMax) ? yMax : 1, /*fromZero=*/true);
     }
-    // A few hundred validations or a few thousand steps per run: drawn whole.
+    // At most kCurvePoints per curve: drawn whole.
     for (std::size_t i = 0; i < m_series.size() && i < all.size(); ++i)
         m_series[i]->replace(QList<QPointF>(all[i].begin(), all[i].end()));
     m_liveSeries->replace(QList<QPointF>(live.begin(), live.end()));
@@ -422,7 +424,7 @@ void RunsPanel::updateChart() {
         const std::string folder = tick->data(Qt::UserRole).toString().toStdString();
         auto cached = m_curves.find(folder);
         if (cached == m_curves.end()) {
-            auto curves = core::readRunCurves(folder);
+            auto curves = core::readRunCurves(folder, CompareChart::kCurvePoints);
             if (!curves) {
                 problems << QString::fromStdString(curves.error());
                 continue;

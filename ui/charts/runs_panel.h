@@ -33,6 +33,10 @@ public:
         core::RunCurves curves;
     };
 
+    /// Points kept per curve, the live run's and each overlay's: more than a chart has pixel
+    /// columns, and few enough to redraw every curve whole.
+    static constexpr std::size_t kCurvePoints = 4096;
+
     explicit CompareChart(QWidget* parent = nullptr);
     void handle(const core::Event& event) override;
     void clear() override;
@@ -61,6 +65,10 @@ private:
     QString axisTitle() const;
 
     core::RunCurves m_live;
+    /// The live run's curves, kept to kCurvePoints each (a run of a million steps is drawn at that).
+    core::BoundedCurve m_liveTrain{m_live.trainLoss, kCurvePoints};
+    core::BoundedCurve m_liveValLoss{m_live.valLoss, kCurvePoints};
+    core::BoundedCurve m_liveValAccuracy{m_live.valAccuracy, kCurvePoints};
     std::vector<Run> m_runs;
     std::vector<QLineSeries*> m_series;  ///< one per run, then the live run's last (on top)
     QLineSeries* m_liveSeries = nullptr;
