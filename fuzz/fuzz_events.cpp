@@ -1,9 +1,14 @@
-// exportRunCsv: a run folder's events.jsonl (--export-csv, the window's Compare runs) read line by
-// line into the series table: lines over 16 MiB, nested over 16 levels, not JSON or not UTF-8 are
-// skipped and counted, never a crash or memory that follows what a line claims.
+// A run folder's events.jsonl, read two ways: exportRunCsv (--export-csv, the window's Compare runs)
+// line by line into the series table, and EventFileFollower (the window's Open run folder) into
+// events, in small reads that cut lines anywhere. Lines over 16 MiB, nested over 16 levels, not
+// JSON, not UTF-8 or not an event are skipped and counted, never a crash or memory that follows
+// what a line claims; and every event read is written again as a line that reads back into the
+// same event (writing it a second time gives the same bytes).
 #include <cstdint>
 #include <cstdlib>
 
+#include "core/events/event_file.h"
+#include "core/events/event_json.h"
 #include "core/records/series_export.h"
 #include "fuzz/fuzz_util.h"
 
@@ -20,5 +25,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     // What it says it read and wrote cannot be negative (counters that wrapped).
     if (exported->events < 0 || exported->skipped < 0 || exported->rows < 0) std::abort();
+
+    EventFileFollower follower((folder / "events.jsonl").string());
+    const size_t readBytes = size % 97 + 1;  // small reads, cut at a place the input chooses
+    for (int reads = 0;; ++reads) {
+        auto batch = follower.read(readBytes);
+        if (!batch) std::abort();  // the file is there and does not shrink
+        for (const Event& event : batch->events) {
+            const std::string line = toJsonLine(event);
+            const auto again = eventFromJsonLine(line);
+            if (!again || toJsonLine(*again) != line) std::abort();
+        }
+        if (batch->atEnd) break;
+        if (reads > static_cast<int>(size) + 16) std::abort();  // every read makes progress
+    }
+    if (follower.bytesRead() + follower.pendingBytes() != static_cast<int64_t>(size)) std::abort();
     return 0;
 }
