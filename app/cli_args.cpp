@@ -182,6 +182,20 @@ void Flags::declare(CliRequest& request) {
         ->group(group);
     m_app.add_flag("--no-run-folder", request.noRunFolder, "do not record this run in a run folder")->group(group);
     m_app
+        .add_option("--serve", request.serve,
+                    "serve the run over HTTP on [ADDR:]PORT (loopback unless ADDR is given;\n"
+                    "0: any free port) for the window's File > Connect to run: its events\n"
+                    "from the start and its commands, with tokens written to the run\n"
+                    "folder's serve.json; from elsewhere: ssh -L PORT:localhost:PORT HOST")
+        ->check(nonEmpty())
+        ->type_name("[ADDR:]PORT")
+        ->group(group);
+    m_app
+        .add_flag("--serve-any-address", request.serveAnyAddress,
+                  "allow --serve on an address other than loopback (anyone who reaches it\n"
+                  "can watch; the control token, sent unencrypted, steers)")
+        ->group(group);
+    m_app
         .add_option("--export-csv", request.exportCsv,
                     "write every series of the run in RUN_FOLDER (loss, validation, memory,\n"
                     "throughput, probe trials) as one CSV table and exit")

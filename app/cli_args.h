@@ -33,6 +33,10 @@ struct CliRequest {
     std::vector<std::string> devices;
     /// --rank-timeout S: how long ranks wait for each other before a missing one ends the job.
     int64_t rankTimeoutSeconds = 300;
+    /// --serve [ADDR:]PORT: serve the run's events and accept commands (app/run_server.h).
+    std::string serve;
+    /// --serve-any-address: allow --serve on an address other than loopback.
+    bool serveAnyAddress = false;
 };
 
 /// Parses argv (without the program name): a configuration file first (--config), then the flags

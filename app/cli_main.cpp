@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 #include <csignal>
+#include <optional>
 #include <cstdlib>
 #include <random>
 #include <cstdio>
@@ -32,6 +33,7 @@
 #include "core/records/run_folder.h"
 #include "core/records/series_export.h"
 #include "core/train/trainer.h"
+#include "app/run_server.h"
 
 namespace {
 
@@ -159,6 +161,20 @@ double validationDelay() {
     if (text == nullptr || std::sscanf(text, "%lf", &seconds) != 1 || !(seconds > 0) || seconds > 3600) return 0;
     return seconds;
 }
+
+/// Each event to `first`, then to `second` when there is one.
+class BothSinks final : public core::EventSink {
+public:
+    BothSinks(core::EventSink& first, core::EventSink* second) : m_first(first), m_second(second) {}
+    void onEvent(const core::Event& event) override {
+        m_first.onEvent(event);
+        if (m_second) m_second->onEvent(event);
+    }
+
+private:
+    core::EventSink& m_first;
+    core::EventSink* m_second;
+};
 
 class TrainingStarted final : public core::EventSink {
 public:
@@ -337,6 +353,16 @@ int main(int argc, char** argv) {
             return kExitBadInput;
         }
     }
+    // --serve: its address checked before anything is made or trained; rank 0 serves the job.
+    std::optional<app::ServeAddress> serveAddress;
+    if (!request->serve.empty() && !(request->options.parallel && request->options.parallel->rank() > 0)) {
+        auto parsed = app::parseServeAddress(request->serve, request->serveAnyAddress);
+        if (!parsed) {
+            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), parsed.error().c_str());
+            return kExitBadInput;
+        }
+        serveAddress = *parsed;
+    }
     std::unique_ptr<core::RunFolder> folder;
     // Checkpoints asked for without a directory go into the run folder, which names it now.
     const bool checkpointsInFolder = core::checkpointsInRunFolder(request->options);
@@ -373,8 +399,35 @@ int main(int argc, char** argv) {
     if (checkpointsInFolder && !request->quiet) {
         std::printf("checkpoints: %s\n", request->options.checkpoint.directory.c_str());
     }
-    TrainingStarted sink(reporter, folder.get(), training);
+    std::unique_ptr<app::RunServer> server;
+    if (serveAddress) {
+        auto started = app::RunServer::start(*serveAddress, folder ? folder->path() : std::string());
+        if (!started) {
+            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), started.error().c_str());
+            return kExitBadInput;
+        }
+        server = std::move(*started);
+        if (!app::isLoopback(serveAddress->host)) {
+            std::fprintf(stderr,
+                         "%s: warning: serving on %s, not loopback: anyone who can reach it may watch this run, "
+                         "and anyone with the control token (sent unencrypted) may steer it\n",
+                         g_name.c_str(), serveAddress->host.c_str());
+        }
+        std::fprintf(stderr, "%s: serving the run at %s\n  watch only: %s\n", g_name.c_str(), server->url().c_str(),
+                     server->watchUrl().c_str());
+        if (!server->servePath().empty())
+            std::fprintf(stderr, "  (both in %s, readable by you only)\n", server->servePath().c_str());
+        std::fprintf(stderr, "  from another machine: ssh -L %d:localhost:%d THIS-HOST, then the URL as it is\n",
+                     server->port(), server->port());
+    }
+    BothSinks reported(reporter, server.get());
+    TrainingStarted sink(reported, folder.get(), training);
     core::Trainer trainer(request->options, sink);
+    if (server) {
+        server->setTrainer(&trainer, [](const std::string& command) {
+            std::fprintf(stderr, "%s: remote command: %s\n", g_name.c_str(), command.c_str());
+        });
+    }
     reporter.setTrainer(&trainer);
     reporter.setMemoryReport(request->memoryReport);
     if (!request->planFor.empty()) {
@@ -392,6 +445,12 @@ int main(int argc, char** argv) {
     {
         InterruptWatcher watcher(trainer, training);
         result = trainer.run();
+    }
+    if (server) {
+        // Every client gets the run's last event before the process ends (a few seconds at most).
+        server->finish();
+        server->drain(std::chrono::seconds(10));
+        server.reset();
     }
     std::string eventsError = reporter.closeEvents();
     std::string snapshotError;

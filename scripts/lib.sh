@@ -20,6 +20,7 @@ PACKAGES=(
   cmake g++ ninja-build ccache pkg-config mold
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
   nlohmann-json3-dev libexpected-dev libcli11-dev libstb-dev zlib1g-dev libpng-dev libturbojpeg0-dev
+  libcpp-httplib-dev
   libgloo-dev
   fonts-dejavu-core
 )

@@ -231,10 +231,15 @@ void RunFolder::onEvent(const Event& event) {
     if (std::holds_alternative<StepMetrics>(event)) summaryDue = ++m_stepsSinceSummary >= kStepsPerSummary;
     if (const auto* state = std::get_if<RunStateChanged>(&event))
         summaryDue = state->state == RunState::Finished || state->state == RunState::Failed;
+    // A state change (paused, …) or a wait for the next step-by-step micro-batch may be followed by
+    // no event for a long time: written out now, so that a follower sees the run as it is.
+    const bool quietAfter =
+        std::holds_alternative<RunStateChanged>(event) || std::holds_alternative<StepModeWaiting>(event);
     if (summaryDue) {
         flush();
         m_lastFlush = std::chrono::steady_clock::now();
-    } else if (const auto now = std::chrono::steady_clock::now(); now - m_lastFlush >= kEventsFlushInterval) {
+    } else if (const auto now = std::chrono::steady_clock::now();
+               quietAfter || now - m_lastFlush >= kEventsFlushInterval) {
         m_lastFlush = now;
         m_events.flush();  // a write error shows at the next write
     }

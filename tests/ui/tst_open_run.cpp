@@ -49,7 +49,8 @@ constexpr int kTimeout = 300'000;  // ms; runs train on the CPU of a shared test
 
 QString points(const ui::SeriesStore& store) {
     QStringList text;
-    for (const QPointF& p : store.points()) text << QStringLiteral("%1,%2").arg(p.x(), 0, 'g', 17).arg(p.y(), 0, 'g', 17);
+    for (const QPointF& p : store.points())
+        text << QStringLiteral("%1,%2").arg(p.x(), 0, 'g', 17).arg(p.y(), 0, 'g', 17);
     return text.join(QLatin1Char(' '));
 }
 
@@ -72,7 +73,9 @@ QStringList viewsOf(const ui::MainWindow& w) {
           << QStringLiteral("memory caption: ") + c.memoryChart()->captionText()
           << QStringLiteral("throughput: ") + points(c.throughputChart()->throughputStore())
           << QStringLiteral("micro-batch: ") + points(c.throughputChart()->microBatchStore())
-          << QStringLiteral("speed: %1 candidates, chosen %2").arg(c.speedChart()->candidates().size()).arg(c.speedChart()->chosenMicroBatch())
+          << QStringLiteral("speed: %1 candidates, chosen %2")
+                 .arg(c.speedChart()->candidates().size())
+                 .arg(c.speedChart()->chosenMicroBatch())
           << QStringLiteral("batch view: ") + w.accumulationView()->caption()
           << QStringLiteral("batch table: %1 rows, %2 samples filled, %3 replays, badge %4")
                  .arg(w.accumulationView()->table()->tableModel()->rows().size())
@@ -136,11 +139,21 @@ QString cliPath() {
 
 /// A batchpilot-cli run into `runs`, as someone on a server would start it.
 QStringList cliRun(const QString& runs, int steps) {
-    return {QStringLiteral("--model"),       QStringLiteral("cnn"),          QStringLiteral("--device"),
-            QStringLiteral("virtual:24MiB"), QStringLiteral("--target-batch"), QStringLiteral("256"),
-            QStringLiteral("--samples"),     QStringLiteral("2048"),         QStringLiteral("--steps"),
-            QString::number(steps),          QStringLiteral("--threads"),    QStringLiteral("1"),
-            QStringLiteral("--quiet"),       QStringLiteral("--runs-dir"),   runs};
+    return {QStringLiteral("--model"),
+            QStringLiteral("cnn"),
+            QStringLiteral("--device"),
+            QStringLiteral("virtual:24MiB"),
+            QStringLiteral("--target-batch"),
+            QStringLiteral("256"),
+            QStringLiteral("--samples"),
+            QStringLiteral("2048"),
+            QStringLiteral("--steps"),
+            QString::number(steps),
+            QStringLiteral("--threads"),
+            QStringLiteral("1"),
+            QStringLiteral("--quiet"),
+            QStringLiteral("--runs-dir"),
+            runs};
 }
 
 }  // namespace
@@ -218,8 +231,8 @@ private Q_SLOTS:
         // Read-only, and saying why.
         QVERIFY(w.runModel()->isWatching());
         QVERIFY(!w.runModel()->isRunning());
-        for (QAction* action : {w.commands()->pauseAction(), w.commands()->stopAction(),
-                                w.commands()->reprobeAction(), w.commands()->checkAction()}) {
+        for (QAction* action : {w.commands()->pauseAction(), w.commands()->stopAction(), w.commands()->reprobeAction(),
+                                w.commands()->checkAction()}) {
             QVERIFY2(!action->isEnabled(), qPrintable(action->text()));
             QVERIFY2(action->toolTip().contains(QLatin1String("cannot steer")), qPrintable(action->toolTip()));
         }
@@ -234,11 +247,12 @@ private Q_SLOTS:
         QVERIFY(state != nullptr && state->isVisible());
         QVERIFY2(state->text().contains(QLatin1String("the run ended")), qPrintable(state->text()));
         QTest::qWait(300);  // the charts redraw on their own timer, as for a person looking
-        QVERIFY(w.grab().save(QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("screenshot-open-run.png"))));
+        QVERIFY(w.grab().save(
+            QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("screenshot-open-run.png"))));
         w.resize(1600, 1000);
         QTest::qWait(300);
-        QVERIFY(w.grab().save(
-            QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("screenshot-open-run-1600x1000.png"))));
+        QVERIFY(w.grab().save(QDir(QCoreApplication::applicationDirPath())
+                                  .filePath(QStringLiteral("screenshot-open-run-1600x1000.png"))));
 
         // Closing it gives the controls back to this window's own runs; the views keep the run.
         w.closeRun();

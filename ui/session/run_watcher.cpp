@@ -179,8 +179,7 @@ void RunWatcher::deliver() {
             m_ended = state->state == core::RunState::Finished || state->state == core::RunState::Failed;
     }
     if (!events.isEmpty()) Q_EMIT eventsReceived(events);
-    for (const QString& line : std::as_const(skipped))
-        Q_EMIT problem(tr("events.jsonl, %1: skipped").arg(line));
+    for (const QString& line : std::as_const(skipped)) Q_EMIT problem(tr("events.jsonl, %1: skipped").arg(line));
     if (atEnd && !m_caughtUp) {
         m_caughtUp = true;
         changed = true;
@@ -218,8 +217,10 @@ QString RunWatcher::stateText() const {
     const QString events = QLocale().toString(m_events);
     if (!m_caughtUp) {
         const int percent = m_fileBytes > 0 ? static_cast<int>(100.0 * m_bytesRead / m_fileBytes) : 0;
-        return tr("%1: reading, %2% (%3 of %4)").arg(name).arg(percent).arg(megabytes(m_bytesRead),
-                                                                                 megabytes(m_fileBytes));
+        return tr("%1: reading, %2% (%3 of %4)")
+            .arg(name)
+            .arg(percent)
+            .arg(megabytes(m_bytesRead), megabytes(m_fileBytes));
     }
     if (m_ended) return tr("%1: the run ended (%2 events)").arg(name, events);
     if (m_silent)

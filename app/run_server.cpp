@@ -1,0 +1,517 @@
+#include "app/run_server.h"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "core/config/option_schema.h"
+#include "core/events/event_json.h"
+#include "core/train/trainer.h"
+
+namespace batchpilot::app {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxBodyBytes = 64 * 1024;
+constexpr int kMaxConnections = 512;  ///< served at once (a thread each); more wait in the listen backlog
+constexpr double kRequestsPerSecond = 100;   ///< per client address, with bursts of kBurst
+constexpr double kBurst = 200;
+constexpr auto kKeepAlive = std::chrono::seconds(15);  ///< a comment on a quiet stream
+constexpr size_t kEventsPerWrite = 512;
+
+/// One thread per connection, at most kMaxConnections at once: a stream held open by a window
+/// never waits behind another, and a flood of connections waits in the kernel's listen backlog
+/// (enqueue blocks the accept loop) instead of in memory. Idle connections end after the read
+/// timeout.
+class ConnectionThreads final : public httplib::TaskQueue {
+public:
+    void enqueue(std::function<void()> fn) override {
+        std::unique_lock lock(m_mutex);
+        m_changed.wait(lock, [this] { return m_active < kMaxConnections || m_stopping; });
+        if (m_stopping) return;  // the server is stopping; the socket closes with the process
+        ++m_active;
+        std::thread([this, fn = std::move(fn)] {
+            fn();
+            const std::lock_guard done(m_mutex);
+            --m_active;
+            m_changed.notify_all();
+        }).detach();
+    }
+    void shutdown() override {
+        std::unique_lock lock(m_mutex);
+        m_stopping = true;
+        m_changed.notify_all();
+        m_changed.wait(lock, [this] { return m_active == 0; });
+    }
+
+private:
+    std::mutex m_mutex;
+    std::condition_variable m_changed;
+    int m_active = 0;
+    bool m_stopping = false;
+};
+
+void reply(httplib::Response& res, int status, const json& body) {
+    res.status = status;
+    res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n", "application/json");
+}
+
+void refuse(httplib::Response& res, int status, const std::string& message) {
+    reply(res, status, {{"error", message}});
+}
+
+/// The value of `key` in the body, read by the option's own rule (the command line's message).
+tl::expected<core::TrainerOptions, std::string> readAsOption(const json& body, const char* key) {
+    core::TrainerOptions scratch;
+    const core::OptionSpec* spec = core::findOption(key);
+    if (spec == nullptr) return tl::unexpected(std::string("unknown option ") + key);
+    const auto value = body.find(key);
+    if (value == body.end()) return tl::unexpected(std::string("\"") + key + "\" is missing");
+    core::OptionReading reading;
+    if (auto read = core::readOption(*spec, *value, key, scratch, reading); !read) return tl::unexpected(read.error());
+    return scratch;
+}
+
+}  // namespace
+
+bool isLoopback(const std::string& host) {
+    return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+tl::expected<ServeAddress, std::string> parseServeAddress(const std::string& text, bool anyAddressAllowed) {
+    ServeAddress address;
+    std::string port = text;
+    if (const size_t colon = text.rfind(':'); colon != std::string::npos) {
+        address.host = text.substr(0, colon);
+        port = text.substr(colon + 1);
+        if (address.host.size() >= 2 && address.host.front() == '[' && address.host.back() == ']')
+            address.host = address.host.substr(1, address.host.size() - 2);
+        if (address.host.empty())
+            return tl::unexpected("--serve: no address before \":\" in \"" + text + "\": give PORT or ADDR:PORT");
+    }
+    char* end = nullptr;
+    errno = 0;
+    const long number = port.empty() ? -1 : std::strtol(port.c_str(), &end, 10);
+    if (port.empty() || *end != '\0' || errno != 0 || number < 0 || number > 65535)
+        return tl::unexpected("--serve: the port must be a whole number from 0 to 65535 (0: any free one), got \"" +
+                              port + "\"");
+    address.port = static_cast<int>(number);
+    if (!isLoopback(address.host) && !anyAddressAllowed) {
+        return tl::unexpected(
+            "--serve " + text +
+            ": serving on an address other than loopback lets anyone who can reach it watch the run, and with the "
+            "control token steer it; the token is its only protection and travels unencrypted. Serve on loopback "
+            "(--serve PORT) and reach it through an SSH tunnel (ssh -L PORT:localhost:PORT SERVER), or add "
+            "--serve-any-address to accept the risk");
+    }
+    return address;
+}
+
+std::string randomToken() {
+    unsigned char bytes[16];
+    size_t got = 0;
+    while (got < sizeof bytes) {
+        const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw std::runtime_error(std::string("the OS's random source failed: ") + std::strerror(errno));
+        }
+        got += static_cast<size_t>(n);
+    }
+    static const char* const kHex = "0123456789abcdef";
+    std::string token;
+    for (unsigned char b : bytes) {
+        token += kHex[b >> 4];
+        token += kHex[b & 15];
+    }
+    return token;
+}
+
+bool sameToken(const std::string& a, const std::string& b) {
+    if (a.size() != b.size() || a.empty()) return false;
+    unsigned char difference = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+        difference |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
+    return difference == 0;
+}
+
+tl::expected<RemoteCommand, std::string> parseRemoteCommand(const std::string& body) {
+    const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) return tl::unexpected(std::string("the body is not a JSON object: send {\"command\": ...}"));
+    const auto name = j.find("command");
+    if (name == j.end() || !name->is_string())
+        return tl::unexpected(std::string("\"command\" is missing: one of pause, resume, stop, reprobe, target_batch, "
+                                          "device, memory_savers, check_equivalence"));
+    const std::string& text = name->get_ref<const std::string&>();
+    RemoteCommand command;
+    using Kind = RemoteCommand::Kind;
+    if (text == "pause") {
+        command.kind = Kind::Pause;
+    } else if (text == "resume") {
+        command.kind = Kind::Resume;
+    } else if (text == "stop") {
+        command.kind = Kind::Stop;
+    } else if (text == "reprobe") {
+        command.kind = Kind::Reprobe;
+    } else if (text == "target_batch") {
+        command.kind = Kind::TargetBatch;
+        auto read = readAsOption(j, "target_batch");
+        if (!read) return tl::unexpected(read.error());
+        command.targetBatch = read->targetBatch;
+        if (j.contains("lr_scaling")) {
+            auto rule = readAsOption(j, "lr_scaling");
+            if (!rule) return tl::unexpected(rule.error());
+            command.lrScaling = rule->lrScaling;
+        }
+    } else if (text == "device") {
+        command.kind = Kind::Device;
+        auto read = readAsOption(j, "device");
+        if (!read) return tl::unexpected(read.error());
+        command.device = read->device;
+        if (const auto rank = j.find("rank"); rank != j.end()) {
+            if (!rank->is_number_integer() || rank->get<int64_t>() < 0 || rank->get<int64_t>() > 4096)
+                return tl::unexpected(std::string("\"rank\": a whole number from 0 (the rank that moves)"));
+            command.rank = static_cast<int>(rank->get<int64_t>());
+        }
+    } else if (text == "memory_savers") {
+        command.kind = Kind::MemorySavers;
+        auto read = readAsOption(j, "memory_savers");
+        if (!read) return tl::unexpected(read.error());
+        command.savers = read->memorySavers;
+    } else if (text == "check_equivalence") {
+        command.kind = Kind::CheckEquivalence;
+        if (const auto samples = j.find("samples"); samples != j.end()) {
+            if (!samples->is_number_integer() || samples->get<int64_t>() < 0)
+                return tl::unexpected(
+                    std::string("\"samples\": a whole number, 0 for the whole training batch, or more"));
+            command.samples = samples->get<int64_t>();
+        }
+    } else {
+        return tl::unexpected("unknown command \"" + text +
+                              "\": one of pause, resume, stop, reprobe, target_batch, device, memory_savers, "
+                              "check_equivalence");
+    }
+    return command;
+}
+
+std::string describe(const RemoteCommand& command) {
+    using Kind = RemoteCommand::Kind;
+    switch (command.kind) {
+    case Kind::Pause: return "pause";
+    case Kind::Resume: return "resume";
+    case Kind::Stop: return "stop";
+    case Kind::Reprobe: return "re-probe";
+    case Kind::TargetBatch: return "target batch -> " + std::to_string(command.targetBatch);
+    case Kind::Device: return "device of rank " + std::to_string(command.rank) + " -> " + command.device;
+    case Kind::MemorySavers: return std::string("memory savers -> ") + core::toString(command.savers);
+    case Kind::CheckEquivalence:
+        return "check equivalence" + (command.samples > 0 ? " on " + std::to_string(command.samples) + " samples" : "");
+    }
+    return "command";
+}
+
+struct RunServer::Impl {
+    httplib::Server server;
+    std::thread listener;
+    std::string host;
+    int port = 0;
+    std::string controlToken = randomToken();
+    std::string watchToken = randomToken();
+    std::string runFolder;
+    std::string servePath;
+
+    std::mutex mutex;  // guards everything below
+    std::condition_variable grew;
+    std::FILE* spool = nullptr;   ///< every event's line, one after the other
+    std::vector<int64_t> offsets;  ///< where event i's line starts; offsets.back() is the end
+    bool ended = false;
+    bool stopping = false;
+    int streams = 0;  ///< event streams being served
+    core::Trainer* trainer = nullptr;
+    std::function<void(const std::string&)> said;
+    struct Bucket {
+        double tokens = kBurst;
+        Clock::time_point last = Clock::now();
+    };
+    std::map<std::string, Bucket> buckets;
+
+    enum class Access { None, Watch, Control };
+    Access access(const httplib::Request& req) const {
+        std::string token;
+        const std::string header = req.get_header_value("Authorization");
+        if (header.rfind("Bearer ", 0) == 0)
+            token = header.substr(7);
+        else if (req.has_param("token"))
+            token = req.get_param_value("token");
+        if (sameToken(token, controlToken)) return Access::Control;
+        if (sameToken(token, watchToken)) return Access::Watch;
+        return Access::None;
+    }
+
+    bool allowRate(const std::string& address) {
+        const std::lock_guard lock(mutex);
+        if (buckets.size() > 10000) buckets.clear();  // bounded, whatever the addresses
+        Bucket& b = buckets[address];
+        const auto now = Clock::now();
+        b.tokens = std::min(kBurst, b.tokens + std::chrono::duration<double>(now - b.last).count() * kRequestsPerSecond);
+        b.last = now;
+        if (b.tokens < 1) return false;
+        b.tokens -= 1;
+        return true;
+    }
+
+    /// Lines [first, last) of the spool, as SSE records numbered from first + 1.
+    std::string records(size_t first, size_t last) {
+        std::string text;
+        const int64_t begin = offsets[first];
+        const int64_t end = offsets[last];
+        std::string lines(static_cast<size_t>(end - begin), '\0');
+        if (::pread(::fileno(spool), lines.data(), lines.size(), begin) != static_cast<ssize_t>(lines.size()))
+            return {};
+        size_t at = 0;
+        for (size_t i = first; i < last; ++i) {
+            const size_t length = static_cast<size_t>(offsets[i + 1] - offsets[i]) - 1;  // less its newline
+            text += "id: " + std::to_string(i + 1) + "\ndata: ";
+            text.append(lines, at, length);
+            text += "\n\n";
+            at += length + 1;
+        }
+        return text;
+    }
+
+    void routes() {
+        server.set_payload_max_length(kMaxBodyBytes);
+        server.set_read_timeout(std::chrono::seconds(2));
+        server.set_write_timeout(std::chrono::seconds(5));
+        server.set_keep_alive_max_count(100);
+        server.set_keep_alive_timeout(2);  // an idle connection is closed after 2 s
+        server.new_task_queue = [] { return new ConnectionThreads; };
+        server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+            if (!allowRate(req.remote_addr)) {
+                refuse(res, 429, "more than 100 requests a second from this address: slow down");
+                return httplib::Server::HandlerResponse::Handled;
+            }
+            if (access(req) == Access::None) {
+                refuse(res, 401,
+                       "a token is needed: the URL batchpilot-cli printed (…/?token=…), or the header "
+                       "\"Authorization: Bearer TOKEN\"");
+                return httplib::Server::HandlerResponse::Handled;
+            }
+            return httplib::Server::HandlerResponse::Unhandled;
+        });
+        server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+            refuse(res, 500, "the server failed to answer this request");
+        });
+        server.Get("/", [this](const httplib::Request& req, httplib::Response& res) {
+            const std::lock_guard lock(mutex);
+            reply(res, 200,
+                  {{"events", offsets.size() - 1},
+                   {"ended", ended},
+                   {"access", access(req) == Access::Control ? "control" : "watch"},
+                   {"run_folder", runFolder}});
+        });
+        server.Get("/events", [this](const httplib::Request& req, httplib::Response& res) {
+            size_t next = 0;  // index of the next event to send
+            const auto number = [](const std::string& text) -> std::optional<size_t> {
+                char* end = nullptr;
+                const unsigned long long n = std::strtoull(text.c_str(), &end, 10);
+                if (text.empty() || *end != '\0' || text[0] == '-') return std::nullopt;
+                return static_cast<size_t>(n);
+            };
+            if (req.has_header("Last-Event-ID")) {
+                const auto last = number(req.get_header_value("Last-Event-ID"));
+                if (!last) return refuse(res, 400, "Last-Event-ID: the number of the last event received");
+                next = *last;
+            } else if (req.has_param("from")) {
+                const auto from = number(req.get_param_value("from"));
+                if (!from || *from == 0) return refuse(res, 400, "from: the number of the first event wanted (from 1)");
+                next = *from - 1;
+            }
+            res.set_header("Cache-Control", "no-cache");
+            {
+                const std::lock_guard lock(mutex);
+                ++streams;
+            }
+            res.set_chunked_content_provider(
+                "text/event-stream", [this, next](size_t, httplib::DataSink& sink) mutable {
+                    std::string text;
+                    bool done = false;
+                    {
+                        std::unique_lock lock(mutex);
+                        const bool any = grew.wait_for(lock, kKeepAlive, [&] {
+                            return stopping || ended || next + 1 < offsets.size();
+                        });
+                        if (stopping) return false;
+                        const size_t count = offsets.size() - 1;
+                        if (next < count) {
+                            const size_t last = std::min(count, next + kEventsPerWrite);
+                            text = records(next, last);
+                            next = last;
+                        } else if (ended) {
+                            done = true;
+                        } else if (!any) {
+                            text = ": still running\n\n";  // keeps proxies and the client from timing out
+                        }
+                    }
+                    if (!text.empty() && !sink.write(text.data(), text.size())) return false;
+                    if (done) sink.done();
+                    return true;
+                },
+                [this](bool) {
+                    const std::lock_guard lock(mutex);
+                    --streams;
+                    grew.notify_all();
+                });
+        });
+        server.Post("/command", [this](const httplib::Request& req, httplib::Response& res) {
+            if (access(req) != Access::Control)
+                return refuse(res, 403, "this token can watch the run, not steer it: use the control token");
+            auto command = parseRemoteCommand(req.body);
+            if (!command) return refuse(res, 400, command.error());
+            std::function<void(const std::string&)> tell;
+            {
+                const std::lock_guard lock(mutex);
+                if (ended) return refuse(res, 409, "the run has ended");
+                if (trainer == nullptr) return refuse(res, 503, "the run is starting: try again in a moment");
+                using Kind = RemoteCommand::Kind;
+                switch (command->kind) {
+                case Kind::Pause: trainer->pause(); break;
+                case Kind::Resume: trainer->resume(); break;
+                case Kind::Stop: trainer->stop(); break;
+                case Kind::Reprobe: trainer->reprobe(); break;
+                case Kind::TargetBatch: trainer->setTargetBatch(command->targetBatch, command->lrScaling); break;
+                case Kind::Device: trainer->switchDevice(command->device, command->rank); break;
+                case Kind::MemorySavers: trainer->setMemorySavers(command->savers); break;
+                case Kind::CheckEquivalence: trainer->checkEquivalence(command->samples); break;
+                }
+                tell = said;
+            }
+            if (tell) tell(describe(*command) + " (from " + req.remote_addr + ")");
+            reply(res, 200, {{"ok", true}, {"command", describe(*command)}});
+        });
+    }
+};
+
+RunServer::RunServer(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+
+tl::expected<std::unique_ptr<RunServer>, std::string> RunServer::start(const ServeAddress& address,
+                                                                       const std::string& runFolder) {
+    auto impl = std::make_unique<Impl>();
+    impl->host = address.host;
+    impl->runFolder = runFolder;
+    impl->spool = std::tmpfile();
+    if (impl->spool == nullptr)
+        return tl::unexpected(std::string("--serve: cannot make the temporary file that keeps the stream: ") +
+                              std::strerror(errno));
+    impl->offsets.push_back(0);
+    impl->routes();
+    if (address.port == 0) {
+        impl->port = impl->server.bind_to_any_port(address.host);
+        if (impl->port < 0) return tl::unexpected("--serve: cannot listen on " + address.host);
+    } else {
+        if (!impl->server.bind_to_port(address.host, address.port))
+            return tl::unexpected("--serve: cannot listen on " + address.host + ":" + std::to_string(address.port) +
+                                  " (in use by another program, or not an address of this machine): choose another "
+                                  "port, or 0 for any free one");
+        impl->port = address.port;
+    }
+    // The URLs with their tokens, readable by this user only (O_EXCL: never one that was there).
+    if (!runFolder.empty()) {
+        impl->servePath = runFolder + "/serve.json";
+        const int fd = ::open(impl->servePath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return tl::unexpected("--serve: cannot write " + impl->servePath + ": " + std::strerror(errno));
+        auto server = std::unique_ptr<RunServer>(new RunServer(std::move(impl)));
+        const std::string text = json{{"url", server->url()}, {"watch_url", server->watchUrl()}}.dump(2) + "\n";
+        const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+        ::close(fd);
+        if (!written) return tl::unexpected("--serve: cannot write " + server->servePath() + " (disk full?)");
+        Impl& started = *server->m_impl;
+        started.listener = std::thread([&started] { started.server.listen_after_bind(); });
+        return server;
+    }
+    auto server = std::unique_ptr<RunServer>(new RunServer(std::move(impl)));
+    Impl& started = *server->m_impl;
+    started.listener = std::thread([&started] { started.server.listen_after_bind(); });
+    return server;
+}
+
+RunServer::~RunServer() {
+    {
+        const std::lock_guard lock(m_impl->mutex);
+        m_impl->stopping = true;
+        m_impl->trainer = nullptr;
+    }
+    m_impl->grew.notify_all();
+    m_impl->server.stop();
+    if (m_impl->listener.joinable()) m_impl->listener.join();
+    if (m_impl->spool != nullptr) std::fclose(m_impl->spool);
+}
+
+void RunServer::onEvent(const core::Event& event) {
+    const std::string line = core::toJsonLine(event) + "\n";
+    {
+        const std::lock_guard lock(m_impl->mutex);
+        const int64_t at = m_impl->offsets.back();
+        if (::pwrite(::fileno(m_impl->spool), line.data(), line.size(), at) != static_cast<ssize_t>(line.size()))
+            return;  // a full disk: the stream stops growing, the run goes on
+        m_impl->offsets.push_back(at + static_cast<int64_t>(line.size()));
+    }
+    m_impl->grew.notify_all();
+}
+
+void RunServer::setTrainer(core::Trainer* trainer, std::function<void(const std::string&)> said) {
+    const std::lock_guard lock(m_impl->mutex);
+    m_impl->trainer = trainer;
+    m_impl->said = std::move(said);
+}
+
+void RunServer::finish() {
+    {
+        const std::lock_guard lock(m_impl->mutex);
+        m_impl->ended = true;
+        m_impl->trainer = nullptr;
+    }
+    m_impl->grew.notify_all();
+}
+
+void RunServer::drain(std::chrono::milliseconds limit) {
+    std::unique_lock lock(m_impl->mutex);
+    m_impl->grew.wait_for(lock, limit, [this] { return m_impl->streams == 0; });
+}
+
+std::string RunServer::url() const {
+    const std::string host = m_impl->host.find(':') != std::string::npos ? "[" + m_impl->host + "]" : m_impl->host;
+    return "http://" + host + ":" + std::to_string(m_impl->port) + "/?token=" + m_impl->controlToken;
+}
+
+std::string RunServer::watchUrl() const {
+    const std::string host = m_impl->host.find(':') != std::string::npos ? "[" + m_impl->host + "]" : m_impl->host;
+    return "http://" + host + ":" + std::to_string(m_impl->port) + "/?token=" + m_impl->watchToken;
+}
+
+int RunServer::port() const {
+    return m_impl->port;
+}
+
+const std::string& RunServer::servePath() const {
+    return m_impl->servePath;
+}
+
+}  // namespace batchpilot::app

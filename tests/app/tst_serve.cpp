@@ -1,0 +1,323 @@
+// batchpilot-cli --serve, as the window and a hostile network would use it: a real CLI process
+// training, its stream read over HTTP from the start and resumed after a cut with nothing lost or
+// repeated (checked against the run folder's events.jsonl), commands that act on the run (checked
+// in its events), tokens that refuse and change nothing, loopback unless asked, and clients that
+// send garbage, huge bodies, or nothing at all while the run trains on.
+
+#include <QtTest>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <QDir>
+#include <QProcess>
+#include <QTemporaryDir>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kTimeout = 300'000;
+
+struct Served {
+    QString folder;
+    int port = 0;
+    std::string control;
+    std::string watch;
+};
+
+/// Starts a CLI run that serves on a free port and waits for its serve.json.
+bool startServing(QProcess& cli, const QString& runs, Served& served, QStringList extra = {}) {
+    cli.start(QStringLiteral(BATCHPILOT_CLI_PATH),
+              QStringList{QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--device"),
+                          QStringLiteral("virtual:24MiB"), QStringLiteral("--target-batch"), QStringLiteral("256"),
+                          QStringLiteral("--samples"), QStringLiteral("2048"), QStringLiteral("--steps"),
+                          QStringLiteral("100000"), QStringLiteral("--threads"), QStringLiteral("1"),
+                          QStringLiteral("--quiet"), QStringLiteral("--runs-dir"), runs, QStringLiteral("--serve"),
+                          QStringLiteral("0")} +
+                  extra);
+    if (!cli.waitForStarted()) return false;
+    QElapsedTimer clock;
+    clock.start();
+    while (clock.elapsed() < kTimeout) {
+        const QStringList folders = QDir(runs).entryList(QDir::Dirs | QDir::NoDotAndDotDot);
+        if (folders.size() == 1) {
+            served.folder = QDir(runs).filePath(folders.front());
+            std::ifstream in(QDir(served.folder).filePath(QStringLiteral("serve.json")).toStdString());
+            const json j = json::parse(in, nullptr, false);
+            if (j.is_object()) {
+                const std::string url = j.at("url");
+                const std::string watch = j.at("watch_url");
+                served.port = std::stoi(url.substr(url.rfind(':') + 1));
+                served.control = url.substr(url.find("token=") + 6);
+                served.watch = watch.substr(watch.find("token=") + 6);
+                return true;
+            }
+        }
+        QTest::qWait(50);
+    }
+    return false;
+}
+
+httplib::Headers bearer(const std::string& token) {
+    return {{"Authorization", "Bearer " + token}};
+}
+
+/// The stream's records (id, data) from `headers`' position, until `count` were read or it ended.
+std::vector<std::pair<long, std::string>> readStream(int port, const std::string& path, httplib::Headers headers,
+                                                     size_t count) {
+    std::vector<std::pair<long, std::string>> records;
+    std::string buffer;
+    long id = 0;
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(std::chrono::seconds(60));
+    client.Get(path.c_str(), headers, [&](const char* data, size_t length) {
+        buffer.append(data, length);
+        size_t end;
+        while ((end = buffer.find("\n\n")) != std::string::npos) {
+            const std::string record = buffer.substr(0, end);
+            buffer.erase(0, end + 2);
+            std::string text;
+            for (size_t at = 0; at < record.size();) {
+                const size_t newline = std::min(record.find('\n', at), record.size());
+                const std::string line = record.substr(at, newline - at);
+                if (line.rfind("id: ", 0) == 0) id = std::stol(line.substr(4));
+                if (line.rfind("data: ", 0) == 0) text = line.substr(6);
+                at = newline + 1;
+            }
+            if (!text.empty()) records.emplace_back(id, text);
+            if (records.size() >= count) return false;
+        }
+        return true;
+    });
+    return records;
+}
+
+std::vector<std::string> fileLines(const QString& folder) {
+    std::vector<std::string> lines;
+    std::ifstream in(QDir(folder).filePath(QStringLiteral("events.jsonl")).toStdString());
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+}
+
+bool hasEvent(const QString& folder, const std::string& type, const std::string& key, const json& value) {
+    for (const std::string& line : fileLines(folder)) {
+        const json j = json::parse(line, nullptr, false);
+        if (j.is_object() && j.value("type", std::string()) == type && j.contains(key) && j.at(key) == value) return true;
+    }
+    return false;
+}
+
+int rawConnection(int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int stepsIn(const QString& folder) {
+    int steps = 0;
+    for (const std::string& line : fileLines(folder)) steps += line.find("\"type\":\"step\"") != std::string::npos;
+    return steps;
+}
+
+void stopRun(QProcess& cli, const Served& served) {
+    httplib::Client client("127.0.0.1", served.port);
+    client.Post("/command", bearer(served.control), R"({"command":"stop"})", "application/json");
+    if (!cli.waitForFinished(kTimeout)) cli.kill();
+}
+
+}  // namespace
+
+class TestServe : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void streamFromTheStartResumedWithoutLossOrRepeat() {
+        QTemporaryDir runs;
+        QProcess cli;
+        Served served;
+        QVERIFY(startServing(cli, runs.path(), served));
+        // The tokens are the owner's alone.
+        struct stat status {};
+        QCOMPARE(::stat(QDir(served.folder).filePath(QStringLiteral("serve.json")).toLocal8Bit().constData(), &status), 0);
+        QCOMPARE(status.st_mode & 0777, 0600u);
+        QCOMPARE(served.control.size(), size_t{32});
+        QVERIFY(served.control != served.watch);
+
+        // A late client gets the run from its first event; a cut after 150, resumed from the last
+        // id it saw, goes on with the next.
+        QTRY_VERIFY_WITH_TIMEOUT(stepsIn(served.folder) >= 3, kTimeout);
+        const auto first = readStream(served.port, "/events", bearer(served.watch), 150);
+        QCOMPARE(first.size(), size_t{150});
+        for (size_t i = 0; i < first.size(); ++i) QCOMPARE(first[i].first, static_cast<long>(i + 1));
+        httplib::Headers resume = bearer(served.watch);
+        resume.emplace("Last-Event-ID", std::to_string(first.back().first));
+        const auto second = readStream(served.port, "/events", resume, 100);
+        QCOMPARE(second.size(), size_t{100});
+        QCOMPARE(second.front().first, first.back().first + 1);
+        // ?from=N starts at N.
+        const auto from = readStream(served.port, "/events?from=120", bearer(served.control), 1);
+        QCOMPARE(from.front().first, 120L);
+        QCOMPARE(from.front().second, first[119].second);
+
+        // A stream open from the start when the run stops ends after the run's last event, and
+        // holds exactly the run folder's events.jsonl, line by line.
+        std::vector<std::pair<long, std::string>> all;
+        std::thread reader([&] { all = readStream(served.port, "/events", bearer(served.watch), 10'000'000); });
+        QTest::qWait(500);
+        stopRun(cli, served);
+        reader.join();
+        QCOMPARE(cli.exitCode(), 0);
+        const std::vector<std::string> lines = fileLines(served.folder);
+        QCOMPARE(all.size(), lines.size());
+        for (size_t i = 0; i < all.size(); ++i) {
+            QCOMPARE(all[i].first, static_cast<long>(i + 1));
+            QCOMPARE(all[i].second, lines[i]);
+        }
+        QVERIFY(lines.back().find("\"state\":\"finished\"") != std::string::npos);
+        for (size_t i = 0; i < first.size(); ++i) QCOMPARE(first[i].second, lines.at(i));
+        for (size_t i = 0; i < second.size(); ++i) QCOMPARE(second[i].second, lines.at(first.size() + i));
+    }
+
+    void commandsActOnTheRunAndTokensGuardThem() {
+        QTemporaryDir runs;
+        QProcess cli;
+        Served served;
+        QVERIFY(startServing(cli, runs.path(), served));
+        QTRY_VERIFY_WITH_TIMEOUT(stepsIn(served.folder) >= 2, kTimeout);
+        httplib::Client client("127.0.0.1", served.port);
+
+        // No token, a wrong one, a watch token for a command: refused, and nothing happens.
+        auto none = client.Post("/command", R"({"command":"pause"})", "application/json");
+        QVERIFY(none);
+        QCOMPARE(none->status, 401);
+        auto wrong = client.Post("/command", bearer(std::string(32, 'a')), R"({"command":"pause"})", "application/json");
+        QCOMPARE(wrong->status, 401);
+        auto read = client.Get("/", bearer(std::string(31, 'a')));
+        QCOMPARE(read->status, 401);
+        auto watched = client.Post("/command", bearer(served.watch), R"({"command":"pause"})", "application/json");
+        QCOMPARE(watched->status, 403);
+        QVERIFY(client.Get("/", bearer(served.watch))->status == 200);
+        QTest::qWait(1000);
+        QVERIFY2(!hasEvent(served.folder, "state", "state", "paused"), "a refused pause paused the run");
+
+        // Commands checked as the command line checks the same values.
+        auto negative = client.Post("/command", bearer(served.control),
+                                    R"({"command":"target_batch","target_batch":-5})", "application/json");
+        QCOMPARE(negative->status, 400);
+        QVERIFY2(negative->body.find("target_batch") != std::string::npos &&
+                     negative->body.find("-5") != std::string::npos,
+                 negative->body.c_str());
+        QCOMPARE(client.Post("/command", bearer(served.control), R"({"command":"fly"})", "application/json")->status,
+                 400);
+        QCOMPARE(client.Post("/command", bearer(served.control), "not json", "application/json")->status, 400);
+
+        // And they act: pause and resume, a new target batch at the next training batch, stop.
+        QCOMPARE(client.Post("/command", bearer(served.control), R"({"command":"pause"})", "application/json")->status,
+                 200);
+        QTRY_VERIFY_WITH_TIMEOUT(hasEvent(served.folder, "state", "state", "paused"), kTimeout);
+        QCOMPARE(client.Post("/command", bearer(served.control), R"({"command":"resume"})", "application/json")->status,
+                 200);
+        QCOMPARE(client.Post("/command", bearer(served.control),
+                             R"({"command":"target_batch","target_batch":512,"lr_scaling":"linear"})",
+                             "application/json")
+                     ->status,
+                 200);
+        QTRY_VERIFY_WITH_TIMEOUT(hasEvent(served.folder, "target_batch", "new_target", 512), kTimeout);
+        stopRun(cli, served);
+        QCOMPARE(cli.exitCode(), 0);
+        QVERIFY(hasEvent(served.folder, "state", "detail", "stopped"));
+        QVERIFY(cli.readAllStandardError().contains("remote command: target batch -> 512"));
+    }
+
+    void onlyLoopbackUnlessAsked() {
+        QTemporaryDir runs;
+        QProcess cli;
+        cli.start(QStringLiteral(BATCHPILOT_CLI_PATH),
+                  {QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--steps"), QStringLiteral("1"),
+                   QStringLiteral("--runs-dir"), runs.path(), QStringLiteral("--serve"), QStringLiteral("0.0.0.0:0")});
+        QVERIFY(cli.waitForFinished(kTimeout));
+        QCOMPARE(cli.exitCode(), 2);
+        const QByteArray said = cli.readAllStandardError();
+        QVERIFY2(said.contains("--serve-any-address") && said.contains("ssh -L"), said.constData());
+        QVERIFY2(QDir(runs.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty(), "a run folder was made");
+        for (const char* bad : {"70000", "x", "host:", ":80"}) {
+            QProcess wrong;
+            wrong.start(QStringLiteral(BATCHPILOT_CLI_PATH),
+                        {QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--steps"), QStringLiteral("1"),
+                         QStringLiteral("--no-run-folder"), QStringLiteral("--serve"), QString::fromLatin1(bad)});
+            QVERIFY(wrong.waitForFinished(kTimeout));
+            QVERIFY2(wrong.exitCode() == 2, bad);
+        }
+    }
+
+    void hostileClientsDoNotStopTheRun() {
+        QTemporaryDir runs;
+        QProcess cli;
+        Served served;
+        QVERIFY(startServing(cli, runs.path(), served));
+        QTRY_VERIFY_WITH_TIMEOUT(stepsIn(served.folder) >= 2, kTimeout);
+        const int stepsBefore = stepsIn(served.folder);
+
+        // 100 connections that say nothing, held open.
+        std::vector<int> idle;
+        for (int i = 0; i < 100; ++i)
+            if (const int fd = rawConnection(served.port); fd >= 0) idle.push_back(fd);
+        // 600 malformed requests.
+        const std::vector<std::string> garbage = {"\x01\x02\x03\r\n\r\n", "GET\r\n\r\n", "GET / HTTP/9.9\r\n\r\n",
+                                                  "POST /command HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+                                                  "GET /" + std::string(20000, 'a') + " HTTP/1.1\r\n\r\n",
+                                                  "GET / HTTP/1.1\r\nX: " + std::string(20000, 'b') + "\r\n\r\n"};
+        for (int i = 0; i < 600; ++i) {
+            const int fd = rawConnection(served.port);
+            if (fd < 0) continue;
+            const std::string& text = garbage[static_cast<size_t>(i) % garbage.size()];
+            (void)!::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
+            ::close(fd);
+        }
+        // A body claimed at 1 GB is refused from its header, not read.
+        httplib::Client client("127.0.0.1", served.port);
+        client.set_connection_timeout(std::chrono::seconds(30));
+        client.set_read_timeout(std::chrono::seconds(30));
+        const int big = rawConnection(served.port);
+        const std::string header = "POST /command HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + served.control +
+                                   "\r\nContent-Length: 1000000000\r\n\r\n{";
+        (void)!::send(big, header.data(), header.size(), MSG_NOSIGNAL);
+        char answer[256] = {};
+        const ssize_t got = ::recv(big, answer, sizeof answer - 1, 0);
+        ::close(big);
+        QVERIFY2(got > 0 && std::string(answer).find(" 413 ") != std::string::npos, answer);
+
+        // The server still answers, and the run still trains.
+        QElapsedTimer clock;
+        clock.start();
+        auto state = client.Get("/", bearer(served.watch));
+        QVERIFY2(state && state->status == 200, "the server stopped answering");
+        QVERIFY2(clock.elapsed() < 10'000, qPrintable(QString::number(clock.elapsed())));
+        qInfo("answered in %lld ms with 100 idle connections open", static_cast<long long>(clock.elapsed()));
+        for (const int fd : idle) ::close(fd);
+        QTRY_VERIFY_WITH_TIMEOUT(stepsIn(served.folder) > stepsBefore + 2, kTimeout);
+        stopRun(cli, served);
+        QCOMPARE(cli.exitCode(), 0);
+    }
+};
+
+QTEST_MAIN(TestServe)
+#include "tst_serve.moc"
