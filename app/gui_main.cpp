@@ -3,9 +3,11 @@
 #include <QCommandLineParser>
 #include <QIcon>
 #include <QTimer>
+#include <QUrl>
 
 #include <cstdio>
 
+#include "ui/session/remote_run.h"
 #include "ui/session/run_watcher.h"
 #include "ui/window/main_window.h"
 
@@ -28,6 +30,12 @@ struct Flags {
                                     "Show the run in <run-folder> (one batchpilot-cli wrote, here or on a mounted "
                                     "server folder) and follow it while it trains."),
         QStringLiteral("run-folder")};
+    QCommandLineOption connect{
+        QStringLiteral("connect"),
+        QCoreApplication::translate("main",
+                                    "Show and steer the run batchpilot-cli --serve serves at <url> "
+                                    "(http://HOST:PORT/?token=…, as it printed)."),
+        QStringLiteral("url")};
     QCommandLineOption quitAfter{
         QStringLiteral("quit-after"),
         QCoreApplication::translate("main", "Close the window after <seconds> (for scripted checks)."),
@@ -40,6 +48,7 @@ struct Flags {
         parser.addVersionOption();
         parser.addOption(demo);
         parser.addOption(open);
+        parser.addOption(connect);
         parser.addOption(quitAfter);
     }
 };
@@ -67,6 +76,15 @@ int main(int argc, char* argv[]) {
         QCommandLineParser parser;
         flags.declare(parser);
         parser.process(console);  // prints and exits for --help, --version and errors
+        if (parser.isSet(flags.connect)) {
+            if (const QString why = batchpilot::ui::RemoteRun::whyNotARunUrl(QUrl(parser.value(flags.connect)));
+                !why.isEmpty()) {
+                std::fputs(
+                    (QStringLiteral("batchpilot: --connect: ") + why + QLatin1Char('\n')).toLocal8Bit().constData(),
+                    stderr);
+                return 2;
+            }
+        }
         if (parser.isSet(flags.open)) {
             if (const QString why = batchpilot::ui::RunWatcher::whyNotARun(parser.value(flags.open)); !why.isEmpty()) {
                 std::fputs((QStringLiteral("batchpilot: --open: ") + why + QLatin1Char('\n')).toLocal8Bit().constData(),
@@ -94,11 +112,17 @@ int main(int argc, char* argv[]) {
 
     batchpilot::ui::MainWindow window;
     window.show();
-    if (parser.isSet(flags.demo) && parser.isSet(flags.open)) {
-        std::fputs("batchpilot: --demo starts a run and --open shows another one: give one of them\n", stderr);
+    if (static_cast<int>(parser.isSet(flags.demo)) + static_cast<int>(parser.isSet(flags.open)) +
+            static_cast<int>(parser.isSet(flags.connect)) >
+        1) {
+        std::fputs("batchpilot: --demo, --open and --connect each show a run: give one of them\n", stderr);
         return 2;
     }
     if (parser.isSet(flags.demo)) QTimer::singleShot(0, &window, [&window] { window.startDemo(); });
+    if (parser.isSet(flags.connect)) {
+        const QUrl url(parser.value(flags.connect));
+        QTimer::singleShot(0, &window, [&window, url] { window.connectToRun(url); });
+    }
     if (parser.isSet(flags.open)) {
         const QString folder = parser.value(flags.open);
         QTimer::singleShot(0, &window, [&window, folder] { window.openRun(folder); });

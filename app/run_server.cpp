@@ -29,8 +29,8 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxBodyBytes = 64 * 1024;
-constexpr int kMaxConnections = 512;  ///< served at once (a thread each); more wait in the listen backlog
-constexpr double kRequestsPerSecond = 100;   ///< per client address, with bursts of kBurst
+constexpr int kMaxConnections = 512;        ///< served at once (a thread each); more wait in the listen backlog
+constexpr double kRequestsPerSecond = 100;  ///< per client address, with bursts of kBurst
 constexpr double kBurst = 200;
 constexpr auto kKeepAlive = std::chrono::seconds(15);  ///< a comment on a quiet stream
 constexpr size_t kEventsPerWrite = 512;
@@ -156,8 +156,9 @@ tl::expected<RemoteCommand, std::string> parseRemoteCommand(const std::string& b
     if (!j.is_object()) return tl::unexpected(std::string("the body is not a JSON object: send {\"command\": ...}"));
     const auto name = j.find("command");
     if (name == j.end() || !name->is_string())
-        return tl::unexpected(std::string("\"command\" is missing: one of pause, resume, stop, reprobe, target_batch, "
-                                          "device, memory_savers, check_equivalence"));
+        return tl::unexpected(
+            std::string("\"command\" is missing: one of pause, resume, stop, reprobe, target_batch, "
+                        "device, memory_savers, check_equivalence"));
     const std::string& text = name->get_ref<const std::string&>();
     RemoteCommand command;
     using Kind = RemoteCommand::Kind;
@@ -238,7 +239,7 @@ struct RunServer::Impl {
 
     std::mutex mutex;  // guards everything below
     std::condition_variable grew;
-    std::FILE* spool = nullptr;   ///< every event's line, one after the other
+    std::FILE* spool = nullptr;    ///< every event's line, one after the other
     std::vector<int64_t> offsets;  ///< where event i's line starts; offsets.back() is the end
     bool ended = false;
     bool stopping = false;
@@ -269,7 +270,8 @@ struct RunServer::Impl {
         if (buckets.size() > 10000) buckets.clear();  // bounded, whatever the addresses
         Bucket& b = buckets[address];
         const auto now = Clock::now();
-        b.tokens = std::min(kBurst, b.tokens + std::chrono::duration<double>(now - b.last).count() * kRequestsPerSecond);
+        b.tokens =
+            std::min(kBurst, b.tokens + std::chrono::duration<double>(now - b.last).count() * kRequestsPerSecond);
         b.last = now;
         if (b.tokens < 1) return false;
         b.tokens -= 1;
@@ -349,14 +351,14 @@ struct RunServer::Impl {
                 ++streams;
             }
             res.set_chunked_content_provider(
-                "text/event-stream", [this, next](size_t, httplib::DataSink& sink) mutable {
+                "text/event-stream",
+                [this, next](size_t, httplib::DataSink& sink) mutable {
                     std::string text;
                     bool done = false;
                     {
                         std::unique_lock lock(mutex);
-                        const bool any = grew.wait_for(lock, kKeepAlive, [&] {
-                            return stopping || ended || next + 1 < offsets.size();
-                        });
+                        const bool any = grew.wait_for(lock, kKeepAlive,
+                                                       [&] { return stopping || ended || next + 1 < offsets.size(); });
                         if (stopping) return false;
                         const size_t count = offsets.size() - 1;
                         if (next < count) {
@@ -435,8 +437,7 @@ tl::expected<std::unique_ptr<RunServer>, std::string> RunServer::start(const Ser
     if (!runFolder.empty()) {
         impl->servePath = runFolder + "/serve.json";
         const int fd = ::open(impl->servePath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd < 0)
-            return tl::unexpected("--serve: cannot write " + impl->servePath + ": " + std::strerror(errno));
+        if (fd < 0) return tl::unexpected("--serve: cannot write " + impl->servePath + ": " + std::strerror(errno));
         auto server = std::unique_ptr<RunServer>(new RunServer(std::move(impl)));
         const std::string text = json{{"url", server->url()}, {"watch_url", server->watchUrl()}}.dump(2) + "\n";
         const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());

@@ -32,6 +32,7 @@
 #include "ui/config/demo_options.h"
 #include "ui/config/run_panel.h"
 #include "ui/log/event_log.h"
+#include "ui/session/remote_run.h"
 #include "ui/session/run_commands.h"
 #include "ui/session/run_model.h"
 #include "ui/session/run_watcher.h"
@@ -320,6 +321,75 @@ private Q_SLOTS:
         QVERIFY(logSays(w, QStringLiteral("line %1: not JSON").arg(damagedLine)));
         QVERIFY(logSays(w, QStringLiteral("line %1: an event of unknown type \"teleport\"").arg(damagedLine + 1)));
         QTRY_VERIFY_WITH_TIMEOUT(logSays(w, QStringLiteral("ends in an incomplete line")), 10'000);
+    }
+
+    void aServedRunIsWatchedAndSteered() {
+        // batchpilot-cli --serve, and this window connected to it: the charts fill, Pause, Resume,
+        // a new target batch and Stop act on that process (seen in its events), a cut connection
+        // comes back without losing or repeating an event, and a watch token cannot steer.
+        constexpr int kNetwork = 60'000;  // a served run answers within a second; a minute on a loaded machine
+        QTemporaryDir runs;
+        QProcess cli;
+        cli.start(cliPath(), cliRun(runs.path(), 100000) << QStringLiteral("--serve") << QStringLiteral("0"));
+        QVERIFY(cli.waitForStarted());
+        QString served;
+        QTRY_VERIFY_WITH_TIMEOUT(!(served = onlyRunFolder(runs.path())).isEmpty() &&
+                                     QFileInfo::exists(QDir(served).filePath(QStringLiteral("serve.json"))),
+                                 kNetwork);
+        QTest::qWait(200);  // serve.json is written whole before the run starts; read it once it is there
+        std::ifstream in(QDir(served).filePath(QStringLiteral("serve.json")).toStdString());
+        const nlohmann::json urls = nlohmann::json::parse(in);
+        const QUrl control(QString::fromStdString(urls.at("url")));
+        const QUrl watch(QString::fromStdString(urls.at("watch_url")));
+
+        ui::MainWindow w;
+        w.resize(1280, 800);
+        w.show();
+        QVERIFY(w.connectToRun(control));
+        QTRY_VERIFY_WITH_TIMEOUT(w.remote()->canControl() && lossesShown(w).size() >= 3, kNetwork);
+        QVERIFY(w.commands()->pauseAction()->isEnabled());
+        QVERIFY2(w.watchText().contains(QLatin1String("act on it")), qPrintable(w.watchText()));
+
+        w.commands()->pauseAction()->trigger();
+        QTRY_COMPARE_WITH_TIMEOUT(w.runModel()->state(), core::RunState::Paused, kNetwork);
+        QCOMPARE(w.commands()->pauseAction()->text(), QStringLiteral("&Resume"));
+        w.commands()->pauseAction()->trigger();
+        QTRY_VERIFY_WITH_TIMEOUT(w.runModel()->state() != core::RunState::Paused, kNetwork);
+        w.commands()->setTargetBatch(512, core::LrScaling::None);
+        QTRY_COMPARE_WITH_TIMEOUT(w.runModel()->targetBatch(), qint64{512}, kNetwork);
+
+        // A second window with the watch token sees the run and cannot steer it.
+        ui::MainWindow watcher;
+        QVERIFY(watcher.connectToRun(watch));
+        QTRY_VERIFY_WITH_TIMEOUT(!lossesShown(watcher).empty(), kNetwork);
+        QVERIFY(!watcher.remote()->canControl());
+        QVERIFY(!watcher.commands()->pauseAction()->isEnabled());
+        QVERIFY2(watcher.commands()->pauseAction()->toolTip().contains(QLatin1String("watch-only")),
+                 qPrintable(watcher.commands()->pauseAction()->toolTip()));
+        watcher.closeRun();
+
+        // The connection cut mid-run: reconnected from the last event received.
+        const qint64 before = w.remote()->events();
+        w.remote()->dropConnection();
+        QTRY_COMPARE_WITH_TIMEOUT(w.remote()->state(), ui::RemoteRun::State::Live, kNetwork);
+        QTRY_VERIFY_WITH_TIMEOUT(w.remote()->events() > before + 20, kNetwork);
+        QVERIFY(w.grab().save(
+            QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("screenshot-connected.png"))));
+
+        w.commands()->stopAction()->trigger();
+        // The event loop runs meanwhile: the command is sent from it.
+        QTRY_VERIFY_WITH_TIMEOUT(cli.state() == QProcess::NotRunning, kNetwork);
+        QCOMPARE(cli.exitCode(), 0);
+        QTRY_VERIFY_WITH_TIMEOUT(w.remote()->runEnded() && w.remote()->state() == ui::RemoteRun::State::Ended,
+                                 kNetwork);
+        // Every step the process wrote, once each, in order — across the cut.
+        QTRY_COMPARE_WITH_TIMEOUT(lossesShown(w), stepLosses(eventsIn(served)), 30'000);
+        QCOMPARE(w.remote()->events(), static_cast<qint64>(eventsIn(served).size()));
+        QVERIFY(!w.commands()->pauseAction()->isEnabled());
+        const QByteArray said = cli.readAllStandardError();
+        QVERIFY2(said.contains("remote command: pause") && said.contains("remote command: target batch -> 512") &&
+                     said.contains("remote command: stop"),
+                 said.constData());
     }
 
     void wrongFoldersAreRefused() {

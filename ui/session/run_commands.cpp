@@ -5,6 +5,7 @@
 #include <QKeySequence>
 #include <QSignalBlocker>
 
+#include "ui/session/remote_run.h"
 #include "ui/session/run_model.h"
 #include "ui/session/trainer_controller.h"
 
@@ -42,23 +43,24 @@ RunCommands::RunCommands(TrainerController* controller, RunModel* model, QObject
         if (!m_model->isRunning()) Q_EMIT startRequested();
     });
     connect(m_pause, &QAction::triggered, this, [this] {
-        if (!m_model->isRunning()) return;
-        if (m_model->isPaused()) {
-            m_controller->resume();
+        if (!steering()) return;
+        const bool paused = m_remote ? m_model->state() == core::RunState::Paused : m_model->isPaused();
+        if (paused) {
+            m_remote ? m_remote->resume() : m_controller->resume();
             Q_EMIT note(tr("resume"));
         } else {
-            m_controller->pause();
+            m_remote ? m_remote->pause() : m_controller->pause();
             Q_EMIT note(tr("pause (within one micro-batch)"));
         }
     });
     connect(m_stop, &QAction::triggered, this, [this] {
-        if (!m_model->isRunning()) return;
-        m_controller->stop();
+        if (!steering()) return;
+        m_remote ? m_remote->stop() : m_controller->stop();
         Q_EMIT note(tr("stop (within one micro-batch)"));
     });
     connect(m_reprobe, &QAction::triggered, this, [this] {
-        if (!m_model->isRunning()) return;
-        m_controller->reprobe();
+        if (!steering()) return;
+        m_remote ? m_remote->reprobe() : m_controller->reprobe();
         Q_EMIT note(tr("re-probe on the current device (at the next training batch)"));
     });
     connect(m_stepMode, &QAction::toggled, this, [this](bool on) {
@@ -80,8 +82,11 @@ RunCommands::RunCommands(TrainerController* controller, RunModel* model, QObject
         Q_EMIT note(tr("finish batch (the rest of it and the optimizer step)"));
     });
     connect(m_check, &QAction::triggered, this, [this] {
-        if (!m_model->isRunning()) return;
-        m_controller->checkEquivalence(m_equivalenceSamples);
+        if (!steering()) return;
+        if (m_remote)
+            m_remote->checkEquivalence(m_equivalenceSamples);
+        else
+            m_controller->checkEquivalence(m_equivalenceSamples);
         Q_EMIT equivalenceRequested();
         Q_EMIT note(
             m_equivalenceSamples > 0
@@ -111,16 +116,34 @@ void RunCommands::setStartProblem(const QString& problem) {
     update();
 }
 
+void RunCommands::setRemote(RemoteRun* remote) {
+    if (m_remote) m_remote->disconnect(this);
+    m_remote = remote;
+    if (m_remote) connect(m_remote, &RemoteRun::stateChanged, this, &RunCommands::update);
+    update();
+}
+
+bool RunCommands::steering() const {
+    if (m_remote) return m_remote->isOpen() && m_remote->canControl() && !m_remote->runEnded();
+    return m_model->isRunning();
+}
+
 void RunCommands::setTargetBatch(qint64 target, core::LrScaling rule) {
-    if (!m_model->isRunning()) return;
-    m_controller->setTargetBatch(target, rule);
+    if (!steering()) return;
+    if (m_remote)
+        m_remote->setTargetBatch(target, rule);
+    else
+        m_controller->setTargetBatch(target, rule);
     Q_EMIT note(tr("target batch → %1 (at the next training batch)").arg(target));
 }
 
 void RunCommands::switchDevice(const QString& device, int rank) {
-    if (!m_model->isRunning() || device == m_requestedDevices.value(rank)) return;
+    if (!steering() || device == m_requestedDevices.value(rank)) return;
     m_requestedDevices[rank] = device;
-    m_controller->switchDevice(device, rank);
+    if (m_remote)
+        m_remote->switchDevice(device, rank);
+    else
+        m_controller->switchDevice(device, rank);
     Q_EMIT note(
         rank == 0 && m_requestedDevices.size() == 1
             ? tr("switch device → %1 (at the next training batch)").arg(device)
@@ -130,27 +153,36 @@ void RunCommands::switchDevice(const QString& device, int rank) {
 void RunCommands::update() {
     const RunModel& run = *m_model;
     const bool running = run.isRunning();
+    // A connected run is steered from here when its token allows it; a run read from its folder
+    // never is.
+    const bool steers = steering();
+    const bool paused = m_remote ? run.state() == core::RunState::Paused : run.isPaused();
     m_start->setEnabled(!running && m_startProblem.isEmpty());
     m_start->setToolTip(!m_startProblem.isEmpty() ? tr("Cannot start: %1").arg(m_startProblem)
                         : run.isWatching()        ? tr("Start training here with the run panel's values (F5); the run "
-                                                              "shown from its folder is closed (it goes on where it runs)")
+                                                              "shown is closed (it goes on where it runs)")
                                                   : tr("Start training (F5)"));
-    m_pause->setEnabled(running);
-    m_pause->setText(run.isPaused() ? tr("&Resume") : tr("&Pause"));
-    m_stop->setEnabled(running);
-    m_reprobe->setEnabled(running && !run.isPaused());
+    m_pause->setEnabled(steers);
+    m_pause->setText(paused ? tr("&Resume") : tr("&Pause"));
+    m_stop->setEnabled(steers);
+    m_reprobe->setEnabled(steers && !paused);
     m_stepMode->setChecked(run.stepMode());  // toggled() gives the controller what it has: nothing
     m_next->setEnabled(run.isWaiting());
     m_finish->setEnabled(run.isWaiting());
-    m_check->setEnabled(running);
-    // A run read from its folder trains elsewhere: say why its controls are off.
-    const QString watched = run.isWatching() ? tr("Off: this window shows the run in %1, read from its events — it "
-                                                  "trains in another process, which this window cannot steer.")
-                                                   .arg(run.watchedFolder())
-                                             : QString();
+    m_check->setEnabled(steers);
+    // A run shown from elsewhere that cannot be steered from here: say why its controls are off.
+    QString why;
+    if (run.isWatching() && !steers) {
+        why = m_remote ? tr("Off: this window watches the run at %1 with a watch-only token (or the run has ended); "
+                            "the control token steers it.")
+                             .arg(run.watchedFolder())
+                       : tr("Off: this window shows the run in %1, read from its events — it trains in another "
+                            "process, which this window cannot steer.")
+                             .arg(run.watchedFolder());
+    }
     for (QAction* action : {m_pause, m_stop, m_reprobe, m_check}) {
         if (!action->property("tip").isValid()) action->setProperty("tip", action->toolTip());
-        action->setToolTip(watched.isEmpty() ? action->property("tip").toString() : watched);
+        action->setToolTip(why.isEmpty() ? action->property("tip").toString() : why);
     }
 }
 

@@ -11,6 +11,7 @@ class QAction;
 
 namespace batchpilot::ui {
 
+class RemoteRun;
 class RunModel;
 class TrainerController;
 
@@ -37,6 +38,12 @@ public:
     QAction* finishAction() const { return m_finish; }
     QAction* checkAction() const { return m_check; }
 
+    /// A run served elsewhere (File → Connect to run) that the commands act on instead of this
+    /// window's own, when its token can steer it; null: this window's runs.
+    void setRemote(RemoteRun* remote);
+    /// The commands act on a run now: this window's, or a connected one they can steer.
+    bool steering() const;
+
     /// Why the run panel's values cannot start a run (empty: they can): Start's state and tooltip.
     void setStartProblem(const QString& problem);
     /// Samples of the next equivalence check; 0 means the whole training batch.
@@ -62,6 +69,7 @@ private:
 
     TrainerController* m_controller;
     RunModel* m_model;
+    RemoteRun* m_remote = nullptr;
     QString m_startProblem;
     qint64 m_equivalenceSamples = 0;
     QHash<int, QString> m_requestedDevices;  ///< the device each rank was last asked to use

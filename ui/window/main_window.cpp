@@ -12,6 +12,8 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QHBoxLayout>
+#include <QInputDialog>
+#include <QLineEdit>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
@@ -38,6 +40,7 @@
 #include "ui/window/teaching_tools.h"
 #include "ui/session/run_commands.h"
 #include "ui/session/run_model.h"
+#include "ui/session/remote_run.h"
 #include "ui/session/run_watcher.h"
 #include "ui/session/trainer_controller.h"
 
@@ -47,6 +50,7 @@ MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent),
       m_controller(new TrainerController(this)),
       m_watcher(new RunWatcher(this)),
+      m_remote(new RemoteRun(this)),
       m_run(new RunModel(this)),
       m_commands(new RunCommands(m_controller, m_run, this)),
       m_runPanel(new RunPanel(m_commands)),
@@ -91,6 +95,7 @@ MainWindow::MainWindow(QWidget* parent)
     closeRunButton->setToolTip(tr("Stop reading the run's folder (the run itself goes on where it runs)"));
     closeRunButton->setAutoRaise(true);
     connect(closeRunButton, &QToolButton::clicked, this, &MainWindow::closeRun);
+    closeRunButton->setToolTip(tr("Stop showing this run (it goes on where it runs)"));
     auto* watchLayout = new QHBoxLayout(m_watchBox);
     watchLayout->setContentsMargins(8, 2, 4, 2);
     watchLayout->addWidget(m_watchBanner, 1);
@@ -111,7 +116,13 @@ MainWindow::MainWindow(QWidget* parent)
     centreLayout->addWidget(m_ranks);
     m_savers = new SaversView;  // hidden until a memory-saver survey reports
     centreLayout->addWidget(m_savers);
-    connect(m_savers, &SaversView::applyRequested, m_controller, &TrainerController::setMemorySavers);
+    // A connected run's savers are its own; otherwise this window's run's.
+    connect(m_savers, &SaversView::applyRequested, this, [this](core::MemorySavers savers) {
+        if (m_remote->isOpen())
+            m_remote->setMemorySavers(savers);
+        else
+            m_controller->setMemorySavers(savers);
+    });
     connect(m_savers, &SaversView::surveyRequested, m_controller, &TrainerController::surveySavers);
     centreLayout->addWidget(m_charts, 1);
     setCentralWidget(centre);
@@ -160,6 +171,12 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_watcher, &RunWatcher::stateChanged, this, &MainWindow::updateWatchState);
     connect(m_watcher, &RunWatcher::problem, this,
             [this](const QString& message) { m_eventLog->addNote(tr("run folder"), message, true); });
+    // A served run, the same way; with the control token the commands act on it.
+    connect(m_remote, &RemoteRun::eventsReceived, m_run, &RunModel::handle);
+    connect(m_remote, &RemoteRun::eventsReceived, this, &MainWindow::onEvents);
+    connect(m_remote, &RemoteRun::stateChanged, this, &MainWindow::updateWatchState);
+    connect(m_remote, &RemoteRun::problem, this,
+            [this](const QString& message) { m_eventLog->addNote(tr("connection"), message, true); });
     connect(m_controller, &TrainerController::runFinished, this, &MainWindow::onRunFinished);
     connect(m_controller, &TrainerController::runRecorded, this, [this](const QString& path, const QString& error) {
         if (error.isEmpty())
@@ -215,6 +232,17 @@ void MainWindow::createFileMenu() {
     openRunAction->setToolTip(
         tr("Show a run from its folder — one batchpilot-cli wrote, here or on a server whose folder is mounted "
            "(sshfs, NFS) — and follow it while it trains"));
+    QAction* connectAction = file->addAction(tr("&Connect to run…"), QKeySequence(tr("Ctrl+Shift+K")), this, [this] {
+        bool ok = false;
+        const QString url =
+            QInputDialog::getText(this, tr("Connect to a run"),
+                                  tr("The URL batchpilot-cli --serve printed (also in the run folder's serve.json):"),
+                                  QLineEdit::Normal, QString(), &ok);
+        if (ok && !url.trimmed().isEmpty()) connectToRun(QUrl(url.trimmed()));
+    });
+    connectAction->setObjectName(QStringLiteral("connectAction"));
+    connectAction->setToolTip(
+        tr("Show a run batchpilot-cli serves (--serve), on this machine or through an SSH tunnel, and steer it"));
     file->addAction(tr("&Resume from checkpoint…"), this, [this] {
         const QString dir = QFileDialog::getExistingDirectory(this, tr("Resume from the checkpoint in"));
         if (!dir.isEmpty()) resumeFrom(dir);
@@ -443,7 +471,42 @@ void MainWindow::showRunConfiguration(const QString& folder) {
     m_runPanel->setOptions(options);
 }
 
+bool MainWindow::connectToRun(const QUrl& url) {
+    if (m_run->isRunning()) {
+        showError(
+            tr("Cannot connect while a run of this window's is going: stop it first (the window shows one run "
+               "at a time)"));
+        return false;
+    }
+    if (const QString why = RemoteRun::whyNotARunUrl(url); !why.isEmpty()) {
+        showError(tr("Cannot connect: %1").arg(why));
+        return false;
+    }
+    closeRun();
+    clearViews();
+    QString error;
+    if (!m_remote->connectTo(url, &error)) {
+        showError(tr("Cannot connect: %1").arg(error));
+        return false;
+    }
+    m_run->watchStarted(m_remote->address());
+    m_commands->setRemote(m_remote);
+    m_eventLog->addNote(tr("connection"), tr("connected to %1").arg(m_remote->address()));
+    updateWatchState();
+    return true;
+}
+
 void MainWindow::closeRun() {
+    if (m_remote->isOpen()) {
+        const QString address = m_remote->address();
+        m_remote->close();
+        m_commands->setRemote(nullptr);
+        m_run->watchEnded();
+        m_savers->setReadOnly(QString());
+        m_eventLog->addNote(tr("connection"), tr("closed %1").arg(address));
+        updateWatchState();
+        return;
+    }
     if (!m_watcher->isOpen()) return;
     const QString folder = m_watcher->folder();
     m_watcher->close();
@@ -462,11 +525,37 @@ QString MainWindow::watchText() const {
 }
 
 void MainWindow::updateWatchState() {
-    const bool open = m_watcher->isOpen();
+    const bool remote = m_remote->isOpen();
+    const bool open = m_watcher->isOpen() || remote;
     m_watchBox->setVisible(open);
     m_watchState->setVisible(open);
     if (!open) {
         setWindowTitle(tr("BatchPilot"));
+        return;
+    }
+    if (remote) {
+        const bool steers = m_commands->steering();
+        QString state;
+        switch (m_remote->state()) {
+        case RemoteRun::State::Connecting: state = tr("connecting"); break;
+        case RemoteRun::State::Live: state = tr("live"); break;
+        case RemoteRun::State::Reconnecting: state = tr("connection lost, reconnecting"); break;
+        case RemoteRun::State::Ended: state = tr("the run has ended"); break;
+        case RemoteRun::State::Failed: state = tr("refused"); break;
+        case RemoteRun::State::Closed: break;
+        }
+        m_watchBanner->setText(
+            steers ? tr("<b>%1</b> — a run served by batchpilot-cli, %2. Pause, Stop, the target batch, the device and "
+                        "the memory savers act on it, at its next training batch.")
+                         .arg(m_remote->address().toHtmlEscaped(), state)
+                   : tr("<b>%1</b> — a run served by batchpilot-cli, %2. Watched only (a watch token, or the run has "
+                        "ended): the run controls cannot act on it.")
+                         .arg(m_remote->address().toHtmlEscaped(), state));
+        m_savers->setReadOnly(steers ? QString()
+                                     : tr("The run is watched with a watch-only token (or has ended): it cannot be "
+                                          "steered from here"));
+        m_watchState->setText(m_remote->stateText());
+        setWindowTitle(tr("%1 — BatchPilot").arg(m_remote->address()));
         return;
     }
     const QString folder = m_watcher->folder();

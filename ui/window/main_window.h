@@ -2,6 +2,7 @@
 
 #include <QList>
 #include <QMainWindow>
+#include <QUrl>
 
 #include "core/events/events.h"
 #include "core/train/trainer.h"
@@ -23,6 +24,7 @@ class RunModel;
 class RunPanel;
 class RanksView;
 class SaversView;
+class RemoteRun;
 class RunStatus;
 class RunWatcher;
 class TeachingTools;
@@ -55,7 +57,12 @@ public:
     /// start, e.g. batchpilot-cli's on a GPU server. Read-only: the run trains elsewhere. False
     /// (shown as an error) when a run of this window's is going or the folder is not a run's.
     bool openRun(const QString& folder);
-    /// Stops showing the run read from its folder (the views keep what they show).
+    /// Shows the run that `batchpilot-cli --serve` serves at `url` (http://HOST:PORT/?token=…):
+    /// its events from the start, live, and — with the control token — the run panel's commands
+    /// act on it. False (shown as an error) when a run of this window's is going or the URL is not
+    /// a served run's.
+    bool connectToRun(const QUrl& url);
+    /// Stops showing the run read from its folder or connected to (the views keep what they show).
     void closeRun();
     /// The folder of the run shown: the one read (openRun), or this window's current or last run's.
     QString shownRunFolder() const;
@@ -86,6 +93,8 @@ public:
     TrainerController* controller() const { return m_controller; }
     /// Reads a run's folder (openRun).
     RunWatcher* watcher() const { return m_watcher; }
+    /// Connects to a served run (connectToRun).
+    RemoteRun* remote() const { return m_remote; }
     /// The line above the charts while a run is shown from its folder (empty when none).
     QString watchText() const;
     /// The run as every widget reads it (state, plan, device, what it reported).
@@ -126,6 +135,7 @@ private:
 
     TrainerController* m_controller;
     RunWatcher* m_watcher;
+    RemoteRun* m_remote;
     RunModel* m_run;
     RunCommands* m_commands;
     RunPanel* m_runPanel;

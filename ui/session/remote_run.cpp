@@ -1,0 +1,276 @@
+#include "ui/session/remote_run.h"
+
+#include <algorithm>
+
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLocale>
+#include <QNetworkAccessManager>
+#include <QNetworkReply>
+#include <QNetworkRequest>
+#include <QTimer>
+#include <QUrlQuery>
+
+#include "core/events/event_json.h"
+
+namespace batchpilot::ui {
+namespace {
+
+constexpr int kMaxPending = 100000;      ///< events waiting for the GUI; the stream waits beyond
+constexpr int kMaxPerDelivery = 20000;   ///< events handed to the views at once
+constexpr qint64 kReadBuffer = 4 << 20;  ///< bytes Qt keeps unread before TCP holds the server back
+
+QString lrScalingName(core::LrScaling rule) {
+    switch (rule) {
+    case core::LrScaling::None: return QStringLiteral("none");
+    case core::LrScaling::Linear: return QStringLiteral("linear");
+    case core::LrScaling::Sqrt: return QStringLiteral("sqrt");
+    }
+    return QStringLiteral("none");
+}
+
+}  // namespace
+
+RemoteRun::RemoteRun(QObject* parent)
+    : QObject(parent), m_network(new QNetworkAccessManager(this)), m_deliver(new QTimer(this)), m_retry(new QTimer(this)) {
+    m_deliver->setInterval(33);
+    connect(m_deliver, &QTimer::timeout, this, &RemoteRun::deliver);
+    m_retry->setSingleShot(true);
+    connect(m_retry, &QTimer::timeout, this, &RemoteRun::openStream);
+}
+
+RemoteRun::~RemoteRun() {
+    close();
+}
+
+QString RemoteRun::whyNotARunUrl(const QUrl& url) {
+    if (!url.isValid() || url.scheme() != QLatin1String("http") || url.host().isEmpty() || url.port() <= 0)
+        return tr("\"%1\" is not a served run's address: give the URL batchpilot-cli --serve printed, "
+                  "http://HOST:PORT/?token=…")
+            .arg(url.toString(QUrl::RemoveQuery));
+    if (!QUrlQuery(url).hasQueryItem(QStringLiteral("token")))
+        return tr("the URL has no token: give the whole URL batchpilot-cli --serve printed (…/?token=…), which is "
+                  "also in the run folder's serve.json");
+    return {};
+}
+
+bool RemoteRun::connectTo(const QUrl& url, QString* error) {
+    close();
+    if (const QString why = whyNotARunUrl(url); !why.isEmpty()) {
+        if (error) *error = why;
+        return false;
+    }
+    m_token = QUrlQuery(url).queryItemValue(QStringLiteral("token"));
+    m_base = url.adjusted(QUrl::RemoveQuery | QUrl::RemovePath | QUrl::RemoveFragment);
+    m_control = m_ended = false;
+    m_attempts = 0;
+    m_pendingId = 0;
+    m_buffer.clear();
+    m_pending.clear();
+    setState(State::Connecting);
+    // Which token it is: a watch token cannot steer (the controls stay off).
+    QNetworkRequest request(endpoint(QStringLiteral("/")));
+    request.setRawHeader("Authorization", "Bearer " + m_token.toUtf8());
+    QNetworkReply* access = m_network->get(request);
+    connect(access, &QNetworkReply::finished, this, [this, access] {
+        access->deleteLater();
+        if (m_state == State::Closed) return;
+        const int status = access->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
+        if (status == 200) {
+            m_control = QJsonDocument::fromJson(access->readAll()).object().value(QStringLiteral("access")) ==
+                        QLatin1String("control");
+            Q_EMIT stateChanged();
+        }
+    });
+    openStream();
+    m_deliver->start();
+    return true;
+}
+
+void RemoteRun::close() {
+    m_retry->stop();
+    m_deliver->stop();
+    if (m_stream) {
+        QNetworkReply* stream = m_stream;
+        m_stream = nullptr;
+        stream->disconnect(this);
+        stream->abort();
+        stream->deleteLater();
+    }
+    if (m_state != State::Closed) setState(State::Closed);
+}
+
+QString RemoteRun::address() const {
+    return m_base.toString();
+}
+
+QUrl RemoteRun::endpoint(const QString& path) const {
+    QUrl url = m_base;
+    url.setPath(path);
+    return url;
+}
+
+void RemoteRun::openStream() {
+    QNetworkRequest request(endpoint(QStringLiteral("/events")));
+    request.setRawHeader("Authorization", "Bearer " + m_token.toUtf8());
+    request.setRawHeader("Accept", "text/event-stream");
+    // From the event after the last one received: none lost, none repeated.
+    if (m_pendingId > 0) request.setRawHeader("Last-Event-ID", QByteArray::number(m_pendingId));
+    request.setAttribute(QNetworkRequest::CacheLoadControlAttribute, QNetworkRequest::AlwaysNetwork);
+    request.setTransferTimeout(0);
+    m_buffer.clear();
+    m_stream = m_network->get(request);
+    m_stream->setReadBufferSize(kReadBuffer);
+    connect(m_stream, &QNetworkReply::readyRead, this, &RemoteRun::readStream);
+    connect(m_stream, &QNetworkReply::finished, this, &RemoteRun::streamEnded);
+    connect(m_stream, &QNetworkReply::metaDataChanged, this, [this] {
+        if (m_stream && m_stream->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt() == 200) {
+            m_attempts = 0;
+            setState(State::Live);
+        }
+    });
+}
+
+void RemoteRun::readStream() {
+    if (!m_stream) return;
+    // Beyond kMaxPending waiting events the rest stays in the socket: TCP holds the server back.
+    while (m_pending.size() < kMaxPending && m_stream->bytesAvailable() > 0) {
+        m_buffer += m_stream->read(1 << 20);
+        qsizetype end;
+        while ((end = m_buffer.indexOf("\n\n")) >= 0) {
+            const QByteArray record = m_buffer.left(end);
+            m_buffer.remove(0, end + 2);
+            QByteArray data;
+            qint64 id = 0;
+            for (const QByteArray& line : record.split('\n')) {
+                if (line.startsWith("id: ")) id = line.mid(4).toLongLong();
+                if (line.startsWith("data: ")) data = line.mid(6);
+            }
+            if (data.isEmpty()) continue;  // a comment that keeps the connection alive
+            if (id > 0 && id <= m_pendingId) continue;  // already received
+            if (id > 0) m_pendingId = id;
+            auto event = core::eventFromJsonLine(std::string_view(data.constData(), static_cast<size_t>(data.size())));
+            if (!event) {
+                Q_EMIT problem(tr("event %1: %2: skipped").arg(id).arg(QString::fromStdString(event.error())));
+                continue;
+            }
+            if (const auto* state = std::get_if<core::RunStateChanged>(&*event))
+                m_ended = state->state == core::RunState::Finished || state->state == core::RunState::Failed;
+            m_pending.append(std::move(*event));
+        }
+    }
+}
+
+void RemoteRun::deliver() {
+    readStream();
+    if (m_pending.isEmpty()) return;
+    const qsizetype count = std::min<qsizetype>(m_pending.size(), kMaxPerDelivery);
+    QList<core::Event> batch = m_pending.mid(0, count);
+    m_pending.remove(0, count);
+    Q_EMIT eventsReceived(batch);
+    if (m_ended && m_pending.isEmpty() && m_state != State::Ended && !m_stream) setState(State::Ended);
+    Q_EMIT stateChanged();
+}
+
+void RemoteRun::streamEnded() {
+    QNetworkReply* stream = m_stream;
+    if (!stream) return;
+    readStream();
+    m_stream = nullptr;
+    const int status = stream->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
+    const QByteArray body = status >= 400 ? stream->readAll() : QByteArray();
+    stream->deleteLater();
+    if (m_ended) {
+        setState(State::Ended);
+        return;
+    }
+    if (status == 401 || status == 400) {
+        const QString why = QJsonDocument::fromJson(body).object().value(QStringLiteral("error")).toString();
+        Q_EMIT problem(tr("the run at %1 refused the connection: %2").arg(address(), why));
+        setState(State::Failed);
+        return;
+    }
+    // Cut (network, a server restarting): again from the last event received.
+    ++m_attempts;
+    setState(State::Reconnecting);
+    m_retry->start(std::min(10'000, 1000 << std::min(m_attempts - 1, 4)));
+}
+
+void RemoteRun::dropConnection() {
+    if (m_stream) m_stream->abort();
+}
+
+void RemoteRun::send(const QByteArray& json, const QString& what) {
+    QNetworkRequest request(endpoint(QStringLiteral("/command")));
+    request.setRawHeader("Authorization", "Bearer " + m_token.toUtf8());
+    request.setHeader(QNetworkRequest::ContentTypeHeader, QStringLiteral("application/json"));
+    QNetworkReply* reply = m_network->post(request, json);
+    connect(reply, &QNetworkReply::finished, this, [this, reply, what] {
+        reply->deleteLater();
+        const int status = reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
+        if (status == 200) return;
+        const QString why = QJsonDocument::fromJson(reply->readAll()).object().value(QStringLiteral("error")).toString();
+        Q_EMIT problem(tr("%1 was not applied: %2")
+                           .arg(what, why.isEmpty() ? reply->errorString() : why));
+    });
+}
+
+void RemoteRun::pause() {
+    send(R"({"command":"pause"})", tr("pause"));
+}
+void RemoteRun::resume() {
+    send(R"({"command":"resume"})", tr("resume"));
+}
+void RemoteRun::stop() {
+    send(R"({"command":"stop"})", tr("stop"));
+}
+void RemoteRun::reprobe() {
+    send(R"({"command":"reprobe"})", tr("re-probe"));
+}
+void RemoteRun::setTargetBatch(qint64 target, core::LrScaling rule) {
+    const QJsonObject body{{QStringLiteral("command"), QStringLiteral("target_batch")},
+                           {QStringLiteral("target_batch"), target},
+                           {QStringLiteral("lr_scaling"), lrScalingName(rule)}};
+    send(QJsonDocument(body).toJson(QJsonDocument::Compact), tr("target batch %1").arg(target));
+}
+void RemoteRun::switchDevice(const QString& device, int rank) {
+    const QJsonObject body{{QStringLiteral("command"), QStringLiteral("device")},
+                           {QStringLiteral("device"), device},
+                           {QStringLiteral("rank"), rank}};
+    send(QJsonDocument(body).toJson(QJsonDocument::Compact), tr("device %1").arg(device));
+}
+void RemoteRun::setMemorySavers(core::MemorySavers savers) {
+    const QJsonObject body{{QStringLiteral("command"), QStringLiteral("memory_savers")},
+                           {QStringLiteral("memory_savers"), QString::fromLatin1(core::toString(savers))}};
+    send(QJsonDocument(body).toJson(QJsonDocument::Compact), tr("memory savers"));
+}
+void RemoteRun::checkEquivalence(qint64 samples) {
+    const QJsonObject body{{QStringLiteral("command"), QStringLiteral("check_equivalence")},
+                           {QStringLiteral("samples"), samples}};
+    send(QJsonDocument(body).toJson(QJsonDocument::Compact), tr("check equivalence"));
+}
+
+void RemoteRun::setState(State state) {
+    if (state == m_state) return;
+    m_state = state;
+    Q_EMIT stateChanged();
+}
+
+QString RemoteRun::stateText() const {
+    const QString events = QLocale().toString(m_pendingId);
+    switch (m_state) {
+    case State::Closed: return {};
+    case State::Connecting: return tr("%1: connecting…").arg(address());
+    case State::Live: return tr("%1: live (%2 events)").arg(address(), events);
+    case State::Reconnecting:
+        return tr("%1: connection lost, reconnecting (attempt %2, from event %3)…")
+            .arg(address())
+            .arg(m_attempts)
+            .arg(m_pendingId + 1);
+    case State::Ended: return tr("%1: the run ended (%2 events)").arg(address(), events);
+    case State::Failed: return tr("%1: refused").arg(address());
+    }
+    return {};
+}
+
+}  // namespace batchpilot::ui
