@@ -407,6 +407,7 @@ int main(int argc, char** argv) {
             return kExitBadInput;
         }
         server = std::move(*started);
+        server->setConfiguration(core::toRunConfig(request->options).dump(2) + "\n");
         if (!app::isLoopback(serveAddress->host)) {
             std::fprintf(stderr,
                          "%s: warning: serving on %s, not loopback: anyone who can reach it may watch this run, "

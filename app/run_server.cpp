@@ -245,6 +245,7 @@ struct RunServer::Impl {
     bool stopping = false;
     int streams = 0;  ///< event streams being served
     core::Trainer* trainer = nullptr;
+    std::string configuration = "{}";
     std::function<void(const std::string&)> said;
     struct Bucket {
         double tokens = kBurst;
@@ -327,6 +328,10 @@ struct RunServer::Impl {
                    {"ended", ended},
                    {"access", access(req) == Access::Control ? "control" : "watch"},
                    {"run_folder", runFolder}});
+        });
+        server.Get("/config", [this](const httplib::Request&, httplib::Response& res) {
+            const std::lock_guard lock(mutex);
+            res.set_content(configuration, "application/json");
         });
         server.Get("/events", [this](const httplib::Request& req, httplib::Response& res) {
             size_t next = 0;  // index of the next event to send
@@ -475,6 +480,11 @@ void RunServer::onEvent(const core::Event& event) {
         m_impl->offsets.push_back(at + static_cast<int64_t>(line.size()));
     }
     m_impl->grew.notify_all();
+}
+
+void RunServer::setConfiguration(std::string json) {
+    const std::lock_guard lock(m_impl->mutex);
+    m_impl->configuration = std::move(json);
 }
 
 void RunServer::setTrainer(core::Trainer* trainer, std::function<void(const std::string&)> said) {

@@ -9,6 +9,7 @@
 // tunnel: ssh -L 8765:localhost:8765 gpu-server.
 //
 //   GET  /            {"events": N, "ended": bool, "access": "control"|"watch", "run_folder": …}
+//   GET  /config      the run's configuration (a run configuration file's JSON, as config.json)
 //   GET  /events      text/event-stream: "id: N" and "data: <events.jsonl line>" per event, N from
 //                     1; resumes after the Last-Event-ID header (or ?from=N: from event N). Ends
 //                     after the run's last event.
@@ -89,6 +90,8 @@ public:
     /// Called on the trainer's thread: the event joins the stream (spooled to a temporary file,
     /// so memory does not grow with the run).
     void onEvent(const core::Event& event) override;
+    /// What GET /config answers: the run's configuration (core::toRunConfig's JSON).
+    void setConfiguration(std::string json);
     /// Commands go to `trainer` from now on (503 before). `said` is told each command applied.
     void setTrainer(core::Trainer* trainer, std::function<void(const std::string&)> said = {});
     /// The run ended: streams end after its last event; commands are refused (409).

@@ -349,6 +349,9 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(w.remote()->canControl() && lossesShown(w).size() >= 3, kNetwork);
         QVERIFY(w.commands()->pauseAction()->isEnabled());
         QVERIFY2(w.watchText().contains(QLatin1String("act on it")), qPrintable(w.watchText()));
+        // The run panel shows the served run's configuration (GET /config), not its own values.
+        QTRY_COMPARE_WITH_TIMEOUT(w.runPanel()->options().model.name, std::string("cnn"), kNetwork);
+        QCOMPARE(w.runPanel()->options().targetBatch, int64_t{256});
 
         w.commands()->pauseAction()->trigger();
         QTRY_COMPARE_WITH_TIMEOUT(w.runModel()->state(), core::RunState::Paused, kNetwork);

@@ -32,7 +32,10 @@ QString lrScalingName(core::LrScaling rule) {
 }  // namespace
 
 RemoteRun::RemoteRun(QObject* parent)
-    : QObject(parent), m_network(new QNetworkAccessManager(this)), m_deliver(new QTimer(this)), m_retry(new QTimer(this)) {
+    : QObject(parent),
+      m_network(new QNetworkAccessManager(this)),
+      m_deliver(new QTimer(this)),
+      m_retry(new QTimer(this)) {
     m_deliver->setInterval(33);
     connect(m_deliver, &QTimer::timeout, this, &RemoteRun::deliver);
     m_retry->setSingleShot(true);
@@ -49,8 +52,9 @@ QString RemoteRun::whyNotARunUrl(const QUrl& url) {
                   "http://HOST:PORT/?token=…")
             .arg(url.toString(QUrl::RemoveQuery));
     if (!QUrlQuery(url).hasQueryItem(QStringLiteral("token")))
-        return tr("the URL has no token: give the whole URL batchpilot-cli --serve printed (…/?token=…), which is "
-                  "also in the run folder's serve.json");
+        return tr(
+            "the URL has no token: give the whole URL batchpilot-cli --serve printed (…/?token=…), which is "
+            "also in the run folder's serve.json");
     return {};
 }
 
@@ -81,6 +85,15 @@ bool RemoteRun::connectTo(const QUrl& url, QString* error) {
                         QLatin1String("control");
             Q_EMIT stateChanged();
         }
+    });
+    QNetworkRequest configRequest(endpoint(QStringLiteral("/config")));
+    configRequest.setRawHeader("Authorization", "Bearer " + m_token.toUtf8());
+    QNetworkReply* config = m_network->get(configRequest);
+    connect(config, &QNetworkReply::finished, this, [this, config] {
+        config->deleteLater();
+        if (m_state == State::Closed) return;
+        if (config->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt() == 200)
+            Q_EMIT configurationReceived(config->readAll());
     });
     openStream();
     m_deliver->start();
@@ -146,7 +159,7 @@ void RemoteRun::readStream() {
                 if (line.startsWith("id: ")) id = line.mid(4).toLongLong();
                 if (line.startsWith("data: ")) data = line.mid(6);
             }
-            if (data.isEmpty()) continue;  // a comment that keeps the connection alive
+            if (data.isEmpty()) continue;               // a comment that keeps the connection alive
             if (id > 0 && id <= m_pendingId) continue;  // already received
             if (id > 0) m_pendingId = id;
             auto event = core::eventFromJsonLine(std::string_view(data.constData(), static_cast<size_t>(data.size())));
@@ -209,9 +222,9 @@ void RemoteRun::send(const QByteArray& json, const QString& what) {
         reply->deleteLater();
         const int status = reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
         if (status == 200) return;
-        const QString why = QJsonDocument::fromJson(reply->readAll()).object().value(QStringLiteral("error")).toString();
-        Q_EMIT problem(tr("%1 was not applied: %2")
-                           .arg(what, why.isEmpty() ? reply->errorString() : why));
+        const QString why =
+            QJsonDocument::fromJson(reply->readAll()).object().value(QStringLiteral("error")).toString();
+        Q_EMIT problem(tr("%1 was not applied: %2").arg(what, why.isEmpty() ? reply->errorString() : why));
     });
 }
 

@@ -65,6 +65,8 @@ Q_SIGNALS:
     /// Something the user should know (a refused command, a skipped line, a refused token).
     void problem(const QString& message);
     void stateChanged();
+    /// The run's configuration (GET /config: a run configuration's JSON), once connected.
+    void configurationReceived(const QByteArray& json);
 
 private:
     void openStream();

@@ -175,6 +175,12 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_remote, &RemoteRun::eventsReceived, m_run, &RunModel::handle);
     connect(m_remote, &RemoteRun::eventsReceived, this, &MainWindow::onEvents);
     connect(m_remote, &RemoteRun::stateChanged, this, &MainWindow::updateWatchState);
+    // The served run's configuration in the run panel, so that its fields show (and steer) that run.
+    connect(m_remote, &RemoteRun::configurationReceived, this, [this](const QByteArray& text) {
+        const auto json = nlohmann::json::parse(text.toStdString(), nullptr, /*allow_exceptions=*/false);
+        if (!json.is_object()) return;
+        showOptions(core::parseRunConfig(json, m_runPanel->options()), QString());
+    });
     connect(m_remote, &RemoteRun::problem, this,
             [this](const QString& message) { m_eventLog->addNote(tr("connection"), message, true); });
     connect(m_controller, &TrainerController::runFinished, this, &MainWindow::onRunFinished);
@@ -454,18 +460,22 @@ bool MainWindow::openRun(const QString& folder) {
 void MainWindow::showRunConfiguration(const QString& folder) {
     const QString path = QDir(folder).filePath(QStringLiteral("config.json"));
     if (!QFileInfo(path).isFile()) return;  // a folder some other tool wrote: the panel stays
-    auto loaded = core::loadRunConfig(path.toStdString(), m_runPanel->options());
+    showOptions(core::loadRunConfig(path.toStdString(), m_runPanel->options()), folder);
+}
+
+void MainWindow::showOptions(tl::expected<core::TrainerOptions, std::string> loaded, const QString& ownFolder) {
     QString why = loaded ? m_runPanel->cannotShow(*loaded) : QString::fromStdString(loaded.error());
     if (!why.isEmpty()) {
-        m_eventLog->addNote(tr("run folder"), tr("its configuration is not shown in the run panel: %1").arg(why), true);
+        m_eventLog->addNote(tr("run"), tr("its configuration is not shown in the run panel: %1").arg(why), true);
         return;
     }
     // Start would train it here: never into the shown run's own checkpoints, never resuming them.
     core::TrainerOptions options = *loaded;
     const QString checkpoints = QDir::cleanPath(QString::fromStdString(options.checkpoint.directory));
-    const QString shown = QDir::cleanPath(QDir(folder).absolutePath());
+    const QString shown = ownFolder.isEmpty() ? QString() : QDir::cleanPath(QDir(ownFolder).absolutePath());
     if (!checkpoints.isEmpty() &&
-        (checkpoints == shown || checkpoints.startsWith(shown + QLatin1Char('/')) || QDir::isRelativePath(checkpoints)))
+        (shown.isEmpty() || checkpoints == shown || checkpoints.startsWith(shown + QLatin1Char('/')) ||
+         QDir::isRelativePath(checkpoints)))
         options.checkpoint.directory.clear();
     options.resumeFrom.clear();
     m_runPanel->setOptions(options);
@@ -545,8 +555,8 @@ void MainWindow::updateWatchState() {
         case RemoteRun::State::Closed: break;
         }
         m_watchBanner->setText(
-            steers ? tr("<b>%1</b> — a run served by batchpilot-cli, %2. Pause, Stop, the target batch, the device and "
-                        "the memory savers act on it, at its next training batch.")
+            steers ? tr("<b>%1</b> — a run served by batchpilot-cli, %2. Pause, Stop, Re-probe, Check equivalence and "
+                        "the memory savers' Apply act on it, at its next training batch.")
                          .arg(m_remote->address().toHtmlEscaped(), state)
                    : tr("<b>%1</b> — a run served by batchpilot-cli, %2. Watched only (a watch token, or the run has "
                         "ended): the run controls cannot act on it.")

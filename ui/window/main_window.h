@@ -127,6 +127,9 @@ private:
     void updateWatchState();
     /// The run panel shows the configuration the run in `folder` recorded (its config.json).
     void showRunConfiguration(const QString& folder);
+    /// The run panel shows `options`, a run's shown from elsewhere (never its checkpoint folder
+    /// below `ownFolder`, nor resuming); `why` says in the log why they cannot be shown.
+    void showOptions(tl::expected<core::TrainerOptions, std::string> options, const QString& ownFolder);
     void note(const QString& details);
     void saveSettings();
     void loadSettings();
