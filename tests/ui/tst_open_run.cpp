@@ -10,6 +10,8 @@
 #include <string>
 
 #include <QAction>
+#include <QComboBox>
+#include <QSpinBox>
 #include <QDir>
 #include <QDirIterator>
 #include <QLabel>
@@ -358,7 +360,10 @@ private Q_SLOTS:
         QCOMPARE(w.commands()->pauseAction()->text(), QStringLiteral("&Resume"));
         w.commands()->pauseAction()->trigger();
         QTRY_VERIFY_WITH_TIMEOUT(w.runModel()->state() != core::RunState::Paused, kNetwork);
-        w.commands()->setTargetBatch(512, core::LrScaling::None);
+        // The run panel's target batch field, as a person would change it; the fields fixed at a
+        // run's start are locked as for a run of this window's.
+        QTRY_VERIFY_WITH_TIMEOUT(!w.runPanel()->modelBox()->isEnabled(), kNetwork);
+        w.runPanel()->targetBatchBox()->setValue(512);
         QTRY_COMPARE_WITH_TIMEOUT(w.runModel()->targetBatch(), qint64{512}, kNetwork);
 
         // A second window with the watch token sees the run and cannot steer it.
@@ -393,6 +398,8 @@ private Q_SLOTS:
         QVERIFY2(said.contains("remote command: pause") && said.contains("remote command: target batch -> 512") &&
                      said.contains("remote command: stop"),
                  said.constData());
+        // Showing the run's configuration in the run panel sent nothing.
+        QVERIFY2(!said.contains("target batch -> 256") && !said.contains("device of rank"), said.constData());
     }
 
     void wrongFoldersAreRefused() {

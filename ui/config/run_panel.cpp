@@ -735,7 +735,9 @@ void RunPanel::showRankDevices(const QStringList& devices) {
 }
 
 bool RunPanel::running() const {
-    return m_commands->model().isRunning();
+    // This window's run, or a served run it is connected to with the control token: the fields
+    // that steer a run (target batch, device) act on it, the others are fixed.
+    return m_commands->steering();
 }
 
 void RunPanel::lockFields() {

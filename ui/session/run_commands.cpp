@@ -129,7 +129,8 @@ bool RunCommands::steering() const {
 }
 
 void RunCommands::setTargetBatch(qint64 target, core::LrScaling rule) {
-    if (!steering()) return;
+    // The run panel showing a run's own values (a served run's configuration) is no command.
+    if (!steering() || m_fieldsHeld || target == m_model->targetBatch()) return;
     if (m_remote)
         m_remote->setTargetBatch(target, rule);
     else
@@ -138,7 +139,8 @@ void RunCommands::setTargetBatch(qint64 target, core::LrScaling rule) {
 }
 
 void RunCommands::switchDevice(const QString& device, int rank) {
-    if (!steering() || device == m_requestedDevices.value(rank)) return;
+    if (!steering() || m_fieldsHeld || device == m_requestedDevices.value(rank)) return;
+    if (m_remote && rank == 0 && device == m_model->device()) return;  // where it already runs
     m_requestedDevices[rank] = device;
     if (m_remote)
         m_remote->switchDevice(device, rank);

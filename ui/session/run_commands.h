@@ -43,6 +43,9 @@ public:
     void setRemote(RemoteRun* remote);
     /// The commands act on a run now: this window's, or a connected one they can steer.
     bool steering() const;
+    /// While held, the run panel's fields send no command: the window is filling them with a
+    /// run's own values (a served run's configuration), which are no change to ask for.
+    void holdFieldCommands(bool held) { m_fieldsHeld = held; }
 
     /// Why the run panel's values cannot start a run (empty: they can): Start's state and tooltip.
     void setStartProblem(const QString& problem);
@@ -70,6 +73,7 @@ private:
     TrainerController* m_controller;
     RunModel* m_model;
     RemoteRun* m_remote = nullptr;
+    bool m_fieldsHeld = false;
     QString m_startProblem;
     qint64 m_equivalenceSamples = 0;
     QHash<int, QString> m_requestedDevices;  ///< the device each rank was last asked to use

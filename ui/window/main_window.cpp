@@ -478,7 +478,9 @@ void MainWindow::showOptions(tl::expected<core::TrainerOptions, std::string> loa
          QDir::isRelativePath(checkpoints)))
         options.checkpoint.directory.clear();
     options.resumeFrom.clear();
+    m_commands->holdFieldCommands(true);  // showing a run's values asks it for nothing
     m_runPanel->setOptions(options);
+    m_commands->holdFieldCommands(false);
 }
 
 bool MainWindow::connectToRun(const QUrl& url) {
@@ -555,8 +557,9 @@ void MainWindow::updateWatchState() {
         case RemoteRun::State::Closed: break;
         }
         m_watchBanner->setText(
-            steers ? tr("<b>%1</b> — a run served by batchpilot-cli, %2. Pause, Stop, Re-probe, Check equivalence and "
-                        "the memory savers' Apply act on it, at its next training batch.")
+            steers ? tr("<b>%1</b> — a run served by batchpilot-cli, %2. Pause, Stop, Re-probe, Check equivalence, the "
+                        "run panel's target batch and device and the memory savers' Apply act on it, at its next "
+                        "training batch.")
                          .arg(m_remote->address().toHtmlEscaped(), state)
                    : tr("<b>%1</b> — a run served by batchpilot-cli, %2. Watched only (a watch token, or the run has "
                         "ended): the run controls cannot act on it.")
