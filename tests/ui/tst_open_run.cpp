@@ -20,6 +20,7 @@
 #include <QSettings>
 #include <QStandardPaths>
 #include <QStatusBar>
+#include <QTableWidget>
 #include <QTemporaryDir>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +43,7 @@
 #include "ui/teaching/accumulation_view.h"
 #include "ui/teaching/micro_batch_table.h"
 #include "ui/window/main_window.h"
+#include "ui/window/ranks_view.h"
 #include "ui/window/savers_view.h"
 
 using namespace batchpilot;
@@ -291,6 +293,33 @@ private Q_SLOTS:
         QTRY_COMPARE_WITH_TIMEOUT(lossesShown(w).size(), size_t{30}, 30'000);
         QCOMPARE(lossesShown(w), stepLosses(eventsIn(folder)));
         QTRY_VERIFY(w.watchText().contains(QLatin1String("the run has ended")));
+    }
+
+    void aRunOnSeveralDevicesShowsEveryRank() {
+        // batchpilot-cli on two devices (two processes; rank 0 records the run): its folder opened,
+        // the ranks view shows both ranks as it does for a run started here, and the probe chart
+        // holds rank 1's trials beside rank 0's.
+        QTemporaryDir runs;
+        QProcess cli;
+        cli.start(cliPath(),
+                  {QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--devices"),
+                   QStringLiteral("virtual:16MiB,virtual:32MiB"), QStringLiteral("--target-batch"),
+                   QStringLiteral("256"), QStringLiteral("--steps"), QStringLiteral("4"), QStringLiteral("--threads"),
+                   QStringLiteral("1"), QStringLiteral("--quiet"), QStringLiteral("--runs-dir"), runs.path()});
+        QVERIFY(cli.waitForFinished(kTimeout));
+        QCOMPARE(cli.exitCode(), 0);
+        const QString folder = onlyRunFolder(runs.path());
+        QVERIFY(!folder.isEmpty());
+        ui::MainWindow w;
+        w.resize(1280, 800);
+        w.show();
+        QVERIFY(w.openRun(folder));
+        QTRY_VERIFY_WITH_TIMEOUT(w.watcher()->caughtUp(), kTimeout);
+        QTRY_VERIFY_WITH_TIMEOUT(w.ranksView()->isVisible() && w.ranksView()->table()->rowCount() == 2, kTimeout);
+        QVERIFY2(w.ranksView()->captionText().contains(QLatin1String("step 4")),
+                 qPrintable(w.ranksView()->captionText()));
+        QCOMPARE(w.chartsPanel()->probeChart()->rankLaneCount(), 1);  // rank 1's lane beside rank 0's trials
+        QCOMPARE(lossesShown(w), stepLosses(eventsIn(folder)));
     }
 
     void aDamagedFileIsReadAroundTheDamage() {
