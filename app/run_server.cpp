@@ -438,21 +438,18 @@ tl::expected<std::unique_ptr<RunServer>, std::string> RunServer::start(const Ser
                                   "port, or 0 for any free one");
         impl->port = address.port;
     }
+    auto server = std::unique_ptr<RunServer>(new RunServer(std::move(impl)));
     // The URLs with their tokens, readable by this user only (O_EXCL: never one that was there).
     if (!runFolder.empty()) {
-        impl->servePath = runFolder + "/serve.json";
-        const int fd = ::open(impl->servePath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd < 0) return tl::unexpected("--serve: cannot write " + impl->servePath + ": " + std::strerror(errno));
-        auto server = std::unique_ptr<RunServer>(new RunServer(std::move(impl)));
+        server->m_impl->servePath = runFolder + "/serve.json";
+        const std::string& path = server->m_impl->servePath;
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0) return tl::unexpected("--serve: cannot write " + path + ": " + std::strerror(errno));
         const std::string text = json{{"url", server->url()}, {"watch_url", server->watchUrl()}}.dump(2) + "\n";
         const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
         ::close(fd);
-        if (!written) return tl::unexpected("--serve: cannot write " + server->servePath() + " (disk full?)");
-        Impl& started = *server->m_impl;
-        started.listener = std::thread([&started] { started.server.listen_after_bind(); });
-        return server;
+        if (!written) return tl::unexpected("--serve: cannot write " + path + " (disk full?)");
     }
-    auto server = std::unique_ptr<RunServer>(new RunServer(std::move(impl)));
     Impl& started = *server->m_impl;
     started.listener = std::thread([&started] { started.server.listen_after_bind(); });
     return server;
@@ -507,14 +504,22 @@ void RunServer::drain(std::chrono::milliseconds limit) {
     m_impl->grew.wait_for(lock, limit, [this] { return m_impl->streams == 0; });
 }
 
+namespace {
+
+/// http://HOST:PORT/?token=TOKEN, an IPv6 host in brackets.
+std::string serveUrl(const std::string& host, int port, const std::string& token) {
+    const std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+    return "http://" + shown + ":" + std::to_string(port) + "/?token=" + token;
+}
+
+}  // namespace
+
 std::string RunServer::url() const {
-    const std::string host = m_impl->host.find(':') != std::string::npos ? "[" + m_impl->host + "]" : m_impl->host;
-    return "http://" + host + ":" + std::to_string(m_impl->port) + "/?token=" + m_impl->controlToken;
+    return serveUrl(m_impl->host, m_impl->port, m_impl->controlToken);
 }
 
 std::string RunServer::watchUrl() const {
-    const std::string host = m_impl->host.find(':') != std::string::npos ? "[" + m_impl->host + "]" : m_impl->host;
-    return "http://" + host + ":" + std::to_string(m_impl->port) + "/?token=" + m_impl->watchToken;
+    return serveUrl(m_impl->host, m_impl->port, m_impl->watchToken);
 }
 
 int RunServer::port() const {

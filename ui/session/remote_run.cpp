@@ -20,15 +20,6 @@ constexpr int kMaxPending = 100000;      ///< events waiting for the GUI; the st
 constexpr int kMaxPerDelivery = 20000;   ///< events handed to the views at once
 constexpr qint64 kReadBuffer = 4 << 20;  ///< bytes Qt keeps unread before TCP holds the server back
 
-QString lrScalingName(core::LrScaling rule) {
-    switch (rule) {
-    case core::LrScaling::None: return QStringLiteral("none");
-    case core::LrScaling::Linear: return QStringLiteral("linear");
-    case core::LrScaling::Sqrt: return QStringLiteral("sqrt");
-    }
-    return QStringLiteral("none");
-}
-
 }  // namespace
 
 RemoteRun::RemoteRun(QObject* parent)
@@ -243,7 +234,7 @@ void RemoteRun::reprobe() {
 void RemoteRun::setTargetBatch(qint64 target, core::LrScaling rule) {
     const QJsonObject body{{QStringLiteral("command"), QStringLiteral("target_batch")},
                            {QStringLiteral("target_batch"), target},
-                           {QStringLiteral("lr_scaling"), lrScalingName(rule)}};
+                           {QStringLiteral("lr_scaling"), QString::fromLatin1(core::toString(rule))}};
     send(QJsonDocument(body).toJson(QJsonDocument::Compact), tr("target batch %1").arg(target));
 }
 void RemoteRun::switchDevice(const QString& device, int rank) {
