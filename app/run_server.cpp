@@ -1,7 +1,12 @@
 #include "app/run_server.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -34,6 +40,137 @@ constexpr double kRequestsPerSecond = 100;  ///< per client address, with bursts
 constexpr double kBurst = 200;
 constexpr auto kKeepAlive = std::chrono::seconds(15);  ///< a comment on a quiet stream
 constexpr size_t kEventsPerWrite = 512;
+constexpr auto kRequestDeadline = std::chrono::seconds(10);  ///< a whole request must arrive within it
+constexpr int kListenBacklog = 512;                          ///< connections the kernel queues (httplib's own is 5)
+
+int portOf(const sockaddr_storage& address) {
+    if (address.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port);
+    if (address.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(address).sin6_port);
+    return -1;
+}
+
+/// A connection's peer as httplib names it in Request::remote_addr/remote_port ("127.0.0.1:53211").
+std::string peerOf(int fd) {
+    sockaddr_storage address{};
+    socklen_t length = sizeof address;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return {};
+    char host[NI_MAXHOST];
+    char port[NI_MAXSERV];
+    if (::getnameinfo(reinterpret_cast<sockaddr*>(&address), length, host, sizeof host, port, sizeof port,
+                      NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        return {};
+    return std::string(host) + ":" + port;
+}
+
+/// Slow clients ("slowloris": a request sent a byte at a time). httplib's read timeout applies to
+/// each read, so a client sending a byte a second would hold a connection — and its thread — for
+/// hours. Here every connection must deliver a whole request (headers and body) within
+/// kRequestDeadline of connecting, or of its previous answer; past it the connection is shut down.
+/// An event stream, once asked for, is exempt (it only writes).
+class RequestDeadlines {
+public:
+    RequestDeadlines() : m_watch([this] { watch(); }) {}
+    ~RequestDeadlines() {
+        {
+            const std::lock_guard lock(m_mutex);
+            m_stopping = true;
+        }
+        m_changed.notify_all();
+        m_watch.join();
+        for (auto& [peer, connection] : m_connections) ::close(connection.fd);
+    }
+
+    /// Finds the connection just accepted on `listenSocket` — the socket of this process with
+    /// the listening socket's port that is not watched yet — and starts its deadline. Returns its
+    /// key for closed() (empty when none was found: that connection goes unwatched).
+    std::string adopt(int listenSocket) {
+        sockaddr_storage own{};
+        socklen_t ownLength = sizeof own;
+        struct stat listening {};
+        if (::getsockname(listenSocket, reinterpret_cast<sockaddr*>(&own), &ownLength) != 0 ||
+            ::fstat(listenSocket, &listening) != 0)
+            return {};
+        DIR* dir = ::opendir("/proc/self/fd");
+        if (dir == nullptr) return {};
+        std::string found;
+        while (const dirent* entry = ::readdir(dir)) {
+            char* end = nullptr;
+            const long fd = std::strtol(entry->d_name, &end, 10);
+            struct stat info {};
+            if (*end != '\0' || end == entry->d_name || fd == ::dirfd(dir) ||
+                ::fstat(static_cast<int>(fd), &info) != 0 || !S_ISSOCK(info.st_mode) || info.st_ino == listening.st_ino)
+                continue;
+            {
+                const std::lock_guard lock(m_mutex);
+                if (m_watched.count(info.st_ino) != 0) continue;
+            }
+            sockaddr_storage local{};
+            socklen_t length = sizeof local;
+            if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &length) != 0 ||
+                local.ss_family != own.ss_family || portOf(local) != portOf(own))
+                continue;
+            std::string peer = peerOf(static_cast<int>(fd));
+            // A duplicate keeps the socket, and so its inode, ours until closed(): shutting it
+            // down never reaches another connection that was given the original's number.
+            const int copy = peer.empty() ? -1 : ::fcntl(static_cast<int>(fd), F_DUPFD_CLOEXEC, 0);
+            if (copy < 0) continue;
+            const std::lock_guard lock(m_mutex);
+            m_connections[peer] = Connection{copy, info.st_ino, Clock::now() + kRequestDeadline};
+            m_watched.insert(info.st_ino);
+            found = std::move(peer);
+            break;
+        }
+        ::closedir(dir);
+        return found;
+    }
+    void closed(const std::string& peer) {
+        if (peer.empty()) return;
+        const std::lock_guard lock(m_mutex);
+        if (const auto it = m_connections.find(peer); it != m_connections.end()) {
+            ::close(it->second.fd);
+            m_watched.erase(it->second.inode);
+            m_connections.erase(it);
+        }
+    }
+    /// The answer is about to be written: the next request on the connection has its own deadline.
+    void answered(const std::string& peer) {
+        const std::lock_guard lock(m_mutex);
+        if (const auto it = m_connections.find(peer); it != m_connections.end())
+            it->second.deadline = Clock::now() + kRequestDeadline;
+    }
+    /// The connection streams events: never cut.
+    void streaming(const std::string& peer) {
+        const std::lock_guard lock(m_mutex);
+        if (const auto it = m_connections.find(peer); it != m_connections.end()) it->second.streaming = true;
+    }
+
+private:
+    struct Connection {
+        int fd = -1;  ///< our duplicate
+        ino_t inode = 0;
+        Clock::time_point deadline;
+        bool streaming = false;
+        bool shut = false;
+    };
+    void watch() {
+        std::unique_lock lock(m_mutex);
+        while (!m_changed.wait_for(lock, std::chrono::milliseconds(250), [this] { return m_stopping; })) {
+            const auto now = Clock::now();
+            for (auto& [peer, connection] : m_connections) {
+                if (connection.streaming || connection.shut || connection.deadline > now) continue;
+                ::shutdown(connection.fd, SHUT_RDWR);  // httplib's read fails; the connection ends
+                connection.shut = true;
+            }
+        }
+    }
+
+    std::mutex m_mutex;
+    std::condition_variable m_changed;
+    std::map<std::string, Connection> m_connections;  ///< by peer ("127.0.0.1:53211")
+    std::set<ino_t> m_watched;
+    bool m_stopping = false;
+    std::thread m_watch;
+};
 
 /// One thread per connection, at most kMaxConnections at once: a stream held open by a window
 /// never waits behind another, and a flood of connections waits in the kernel's listen backlog
@@ -41,13 +178,19 @@ constexpr size_t kEventsPerWrite = 512;
 /// timeout.
 class ConnectionThreads final : public httplib::TaskQueue {
 public:
+    ConnectionThreads(RequestDeadlines& deadlines, int listenSocket)
+        : m_deadlines(deadlines), m_listenSocket(listenSocket) {}
+
     void enqueue(std::function<void()> fn) override {
         std::unique_lock lock(m_mutex);
         m_changed.wait(lock, [this] { return m_active < kMaxConnections || m_stopping; });
         if (m_stopping) return;  // the server is stopping; the socket closes with the process
         ++m_active;
-        std::thread([this, fn = std::move(fn)] {
+        // Called on the accepting thread, right after accept(): the one connection not yet watched.
+        const std::string peer = m_deadlines.adopt(m_listenSocket);
+        std::thread([this, peer, fn = std::move(fn)] {
             fn();
+            m_deadlines.closed(peer);
             const std::lock_guard done(m_mutex);
             --m_active;
             m_changed.notify_all();
@@ -61,11 +204,17 @@ public:
     }
 
 private:
+    RequestDeadlines& m_deadlines;
+    const int m_listenSocket;
     std::mutex m_mutex;
     std::condition_variable m_changed;
     int m_active = 0;
     bool m_stopping = false;
 };
+
+std::string peerOf(const httplib::Request& req) {
+    return req.remote_addr + ":" + std::to_string(req.remote_port);
+}
 
 void reply(httplib::Response& res, int status, const json& body) {
     res.status = status;
@@ -228,7 +377,9 @@ std::string describe(const RemoteCommand& command) {
 }
 
 struct RunServer::Impl {
+    RequestDeadlines deadlines;  // before the server: it outlives every connection
     httplib::Server server;
+    int listenSocket = -1;
     std::thread listener;
     std::string host;
     int port = 0;
@@ -304,7 +455,13 @@ struct RunServer::Impl {
         server.set_write_timeout(std::chrono::seconds(5));
         server.set_keep_alive_max_count(100);
         server.set_keep_alive_timeout(2);  // an idle connection is closed after 2 s
-        server.new_task_queue = [] { return new ConnectionThreads; };
+        server.new_task_queue = [this] { return new ConnectionThreads(deadlines, listenSocket); };
+        server.set_socket_options([this](socket_t sock) {
+            httplib::default_socket_options(sock);
+            listenSocket = sock;  // to raise its backlog once bound
+        });
+        server.set_post_routing_handler(
+            [this](const httplib::Request& req, httplib::Response&) { deadlines.answered(peerOf(req)); });
         server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
             if (!allowRate(req.remote_addr)) {
                 refuse(res, 429, "more than 100 requests a second from this address: slow down");
@@ -351,6 +508,7 @@ struct RunServer::Impl {
                 next = *from - 1;
             }
             res.set_header("Cache-Control", "no-cache");
+            deadlines.streaming(peerOf(req));
             {
                 const std::lock_guard lock(mutex);
                 ++streams;
@@ -438,6 +596,9 @@ tl::expected<std::unique_ptr<RunServer>, std::string> RunServer::start(const Ser
                                   "port, or 0 for any free one");
         impl->port = address.port;
     }
+    // httplib listens with a backlog of 5: a burst of connections (a window reconnecting while
+    // others watch) would wait for SYN retries, a second or more each.
+    if (impl->listenSocket >= 0) ::listen(impl->listenSocket, kListenBacklog);
     auto server = std::unique_ptr<RunServer>(new RunServer(std::move(impl)));
     // The URLs with their tokens, readable by this user only (O_EXCL: never one that was there).
     if (!runFolder.empty()) {

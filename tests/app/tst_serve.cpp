@@ -2,7 +2,7 @@
 // training, its stream read over HTTP from the start and resumed after a cut with nothing lost or
 // repeated (checked against the run folder's events.jsonl), commands that act on the run (checked
 // in its events), tokens that refuse and change nothing, loopback unless asked, and clients that
-// send garbage, huge bodies, or nothing at all while the run trains on.
+// send garbage, huge bodies, nothing at all, or a request a byte at a time while the run trains on.
 
 #include <QtTest>
 
@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -280,26 +281,51 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(stepsIn(served.folder) >= 2, kTimeout);
         const int stepsBefore = stepsIn(served.folder);
 
-        // 50 connections that say nothing, held open. (More, and the 600 malformed requests the
-        // benchmark-style run by hand sent, only cost this test's own connects time: the server's
-        // listen backlog of 5 makes a burst of new connections wait for SYN retries.)
+        // 500 connections that say nothing, held open.
         std::vector<int> idle;
-        for (int i = 0; i < 50; ++i)
+        for (int i = 0; i < 500; ++i)
             if (const int fd = rawConnection(served.port); fd >= 0) idle.push_back(fd);
-        // 60 malformed requests, 10 of each kind.
+        QCOMPARE(idle.size(), size_t{500});
+        // A slow-drip client: a request's header a byte every 300 ms, never finished. The server
+        // cuts it when a whole request has not arrived within 10 s.
+        const int drip = rawConnection(served.port);
+        QVERIFY(drip >= 0);
+        QElapsedTimer dripping;
+        dripping.start();
+        std::atomic<bool> dripCut{false};
+        std::atomic<bool> giveUp{false};
+        std::thread dripper([&] {
+            const std::string text = "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + std::string(1000, 'z');
+            for (const char c : text) {
+                if (giveUp) return;
+                if (::send(drip, &c, 1, MSG_NOSIGNAL) != 1) break;
+                char byte = 0;
+                if (::recv(drip, &byte, 1, MSG_DONTWAIT) == 0) break;  // the server closed it
+                std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            }
+            dripCut = true;
+        });
+        const auto joinDripper = qScopeGuard([&] {
+            giveUp = true;
+            dripper.join();
+            ::close(drip);
+        });
+        // 10,000 malformed requests, of six kinds, one connection each.
         const std::vector<std::string> garbage = {"\x01\x02\x03\r\n\r\n",
                                                   "GET\r\n\r\n",
                                                   "GET / HTTP/9.9\r\n\r\n",
                                                   "POST /command HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
                                                   "GET /" + std::string(20000, 'a') + " HTTP/1.1\r\n\r\n",
                                                   "GET / HTTP/1.1\r\nX: " + std::string(20000, 'b') + "\r\n\r\n"};
-        for (int i = 0; i < 60; ++i) {
+        int sent = 0;
+        for (int i = 0; i < 10'000; ++i) {
             const int fd = rawConnection(served.port);
             if (fd < 0) continue;
             const std::string& text = garbage[static_cast<size_t>(i) % garbage.size()];
-            (void)!::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
+            sent += ::send(fd, text.data(), text.size(), MSG_NOSIGNAL) > 0;
             ::close(fd);
         }
+        QVERIFY2(sent >= 9'900, qPrintable(QString::number(sent)));
         // A body claimed at 1 GB is refused from its header, not read.
         httplib::Client client("127.0.0.1", served.port);
         client.set_connection_timeout(std::chrono::seconds(30));
@@ -319,8 +345,15 @@ private Q_SLOTS:
         auto state = client.Get("/", bearer(served.watch));
         QVERIFY2(state && state->status == 200, "the server stopped answering");
         QVERIFY2(clock.elapsed() < 10'000, qPrintable(QString::number(clock.elapsed())));
-        qInfo("answered in %lld ms with 50 idle connections open", static_cast<long long>(clock.elapsed()));
+        qInfo("answered in %lld ms after 10,000 malformed requests, with 500 idle connections open",
+              static_cast<long long>(clock.elapsed()));
         for (const int fd : idle) ::close(fd);
+        while (!dripCut && dripping.elapsed() < 40'000) QTest::qWait(100);
+        QVERIFY2(dripCut, "a request sent a byte at a time was not cut within 40 s");
+        // Cut by the deadline (10 s, checked every 0.25 s), not after the whole header was sent
+        // (300 s) nor by a read timeout.
+        QVERIFY2(dripping.elapsed() >= 9'500 && dripping.elapsed() < 30'000,
+                 qPrintable(QString::number(dripping.elapsed())));
         QTRY_VERIFY_WITH_TIMEOUT(stepsIn(served.folder) > stepsBefore + 2, kTimeout);
         stopRun(cli, served);
         QCOMPARE(cli.exitCode(), 0);
