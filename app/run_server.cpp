@@ -392,6 +392,9 @@ struct RunServer::Impl {
     std::condition_variable grew;
     std::FILE* spool = nullptr;    ///< every event's line, one after the other
     std::vector<int64_t> offsets;  ///< where event i's line starts; offsets.back() is the end
+    std::string tail;              ///< the last lines, not yet in the spool (written in bulk)
+    int64_t spooled = 0;           ///< bytes in the spool; the tail starts there
+    bool spoolFailed = false;      ///< a full disk: the stream stopped growing, the run goes on
     bool ended = false;
     bool stopping = false;
     int streams = 0;  ///< event streams being served
@@ -430,8 +433,25 @@ struct RunServer::Impl {
         return true;
     }
 
-    /// Lines [first, last) of the spool, as SSE records numbered from first + 1.
+    /// Writes the tail to the spool (under the mutex). On failure the stream ends where the spool
+    /// does: the events of the tail are dropped from it, and later ones are not kept.
+    void spoolTail() {
+        if (tail.empty()) return;
+        if (::pwrite(::fileno(spool), tail.data(), tail.size(), spooled) != static_cast<ssize_t>(tail.size())) {
+            while (offsets.back() > spooled) offsets.pop_back();
+            spoolFailed = true;
+        } else {
+            spooled += static_cast<int64_t>(tail.size());
+        }
+        tail.clear();
+    }
+
+    /// Lines [first, last) of the spool, as SSE records numbered from first + 1 (fewer when the
+    /// spool could not take them).
     std::string records(size_t first, size_t last) {
+        if (offsets[last] > spooled) spoolTail();
+        last = std::min(last, offsets.size() - 1);
+        if (first >= last) return {};
         std::string text;
         const int64_t begin = offsets[first];
         const int64_t end = offsets[last];
@@ -527,7 +547,7 @@ struct RunServer::Impl {
                         if (next < count) {
                             const size_t last = std::min(count, next + kEventsPerWrite);
                             text = records(next, last);
-                            next = last;
+                            next = std::min(last, offsets.size() - 1);
                         } else if (ended) {
                             done = true;
                         } else if (!any) {
@@ -629,13 +649,16 @@ RunServer::~RunServer() {
 }
 
 void RunServer::onEvent(const core::Event& event) {
+    constexpr size_t kSpoolWrite = 256 * 1024;  // one write per this much (a busy run: per ~1,000 events)
     const std::string line = core::toJsonLine(event) + "\n";
     {
         const std::lock_guard lock(m_impl->mutex);
-        const int64_t at = m_impl->offsets.back();
-        if (::pwrite(::fileno(m_impl->spool), line.data(), line.size(), at) != static_cast<ssize_t>(line.size()))
-            return;  // a full disk: the stream stops growing, the run goes on
-        m_impl->offsets.push_back(at + static_cast<int64_t>(line.size()));
+        Impl& impl = *m_impl;
+        if (impl.spoolFailed) return;
+        impl.tail += line;
+        impl.offsets.push_back(impl.offsets.back() + static_cast<int64_t>(line.size()));
+        if (impl.tail.size() >= kSpoolWrite) impl.spoolTail();
+        if (impl.streams == 0) return;
     }
     m_impl->grew.notify_all();
 }

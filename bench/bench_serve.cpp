@@ -1,0 +1,378 @@
+// A run served by `batchpilot-cli --serve`, watched by a connected window (offscreen): the events
+// per second the stream carries into the window's views, and what a connected window costs the
+// run it watches (samples/s with a window connected against none, paired).
+//
+// The stream: a CLI run that writes an event per micro-batch (a tiny MLP at micro-batch 2) is
+// paused once it has written N events; a window then connects and the time until all N are in
+// its views gives the stream's catch-up rate. Then the run resumes with the window live, and the
+// window's lag behind the run is measured as the run goes on at its own rate.
+//
+// The cost: the same run (--threads 1, a fixed number of steps) not served, served with no
+// client, served to a client that reads the stream (a remote window's cost to the run), and
+// served to a window on this machine (which also takes this machine's cores), in rotated turns;
+// samples/s over the steps after the probe, from each run's own step events.
+
+#include <QApplication>
+#include <QDir>
+#include <QElapsedTimer>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QUrl>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_util.h"
+#include "bench/gui_bench.h"
+#include "ui/session/remote_run.h"
+#include "ui/window/main_window.h"
+
+namespace {
+
+using namespace batchpilot;
+using nlohmann::json;
+
+struct Served {
+    QString folder;
+    int port = 0;
+    std::string url;
+    std::string token;
+};
+
+/// Starts `batchpilot-cli ARGS --runs-dir RUNS` (with `--serve 0` when `serve`) and waits for
+/// its run folder (and serve.json).
+bool startRun(QProcess& cli, const QString& runs, const QStringList& args, Served& served, bool serve = true) {
+    cli.setStandardOutputFile(QProcess::nullDevice());
+    cli.setStandardErrorFile(QProcess::nullDevice());  // the URLs it prints; the bench checks the run itself
+    QStringList all = args + QStringList{QStringLiteral("--quiet"), QStringLiteral("--runs-dir"), runs};
+    if (serve) all += QStringList{QStringLiteral("--serve"), QStringLiteral("0")};
+    cli.start(QStringLiteral(BATCHPILOT_CLI_PATH), all);
+    if (!cli.waitForStarted()) return false;
+    QElapsedTimer clock;
+    clock.start();
+    while (clock.elapsed() < 120'000 && cli.state() == QProcess::Running) {
+        const QStringList folders = QDir(runs).entryList(QDir::Dirs | QDir::NoDotAndDotDot);
+        if (folders.size() == 1) {
+            served.folder = QDir(runs).filePath(folders.front());
+            if (!serve) return true;
+            std::ifstream in(QDir(served.folder).filePath(QStringLiteral("serve.json")).toStdString());
+            const json j = json::parse(in, nullptr, false);
+            if (j.is_object()) {
+                served.url = j.at("url");
+                served.port = std::stoi(served.url.substr(served.url.rfind(':') + 1));
+                served.token = served.url.substr(served.url.find("token=") + 6);
+                return true;
+            }
+        }
+        bench::spin(20);
+    }
+    return false;
+}
+
+httplib::Headers bearer(const std::string& token) {
+    return {{"Authorization", "Bearer " + token}};
+}
+
+/// The number of events the server holds (GET /), -1 when it does not answer.
+int64_t servedEvents(const Served& served) {
+    httplib::Client client("127.0.0.1", served.port);
+    const auto answer = client.Get("/", bearer(served.token));
+    if (!answer || answer->status != 200) return -1;
+    const json j = json::parse(answer->body, nullptr, false);
+    return j.is_object() ? j.value("events", int64_t{-1}) : -1;
+}
+
+bool command(const Served& served, const std::string& body) {
+    httplib::Client client("127.0.0.1", served.port);
+    const auto answer = client.Post("/command", bearer(served.token), body, "application/json");
+    return answer && answer->status == 200;
+}
+
+void stopRun(QProcess& cli, const Served& served) {
+    command(served, R"({"command":"stop"})");
+    QElapsedTimer clock;
+    clock.start();
+    while (cli.state() != QProcess::NotRunning && clock.elapsed() < 60'000) bench::spin(50);
+    if (cli.state() != QProcess::NotRunning) cli.kill();
+    cli.waitForFinished(10'000);
+}
+
+/// A window connected to the served run, counting the events its views were given.
+struct ConnectedWindow {
+    ui::MainWindow window;
+    int64_t delivered = 0;
+
+    explicit ConnectedWindow(const Served& served) {
+        window.resize(1280, 800);
+        window.show();
+        QObject::connect(window.remote(), &ui::RemoteRun::eventsReceived,
+                         [this](const QList<core::Event>& events) { delivered += events.size(); });
+        window.connectToRun(QUrl(QString::fromStdString(served.url)));
+    }
+};
+
+/// Samples per second over the run's steps after `skipSteps`, from its events.jsonl.
+double samplesPerSecond(const QString& folder, int64_t skipSteps) {
+    std::ifstream in(QDir(folder).filePath(QStringLiteral("events.jsonl")).toStdString());
+    double firstTime = -1, lastTime = -1;
+    int64_t firstSamples = 0, lastSamples = 0;
+    for (std::string line; std::getline(in, line);) {
+        if (line.find("\"type\":\"step\"") == std::string::npos) continue;
+        const json j = json::parse(line, nullptr, false);
+        if (!j.is_object() || j.value("step", int64_t{0}) < skipSteps) continue;
+        if (firstTime < 0) {
+            firstTime = j.at("time");
+            firstSamples = j.at("samples_seen");
+        }
+        lastTime = j.at("time");
+        lastSamples = j.at("samples_seen");
+    }
+    return lastTime > firstTime ? static_cast<double>(lastSamples - firstSamples) / (lastTime - firstTime) : 0;
+}
+
+json streamRate(int64_t events, std::vector<std::string>& rows) {
+    const QStringList args{QStringLiteral("--model"),         QStringLiteral("mlp"),
+                           QStringLiteral("--width"),         QStringLiteral("8"),
+                           QStringLiteral("--device"),        QStringLiteral("cpu"),
+                           QStringLiteral("--target-batch"),  QStringLiteral("256"),
+                           QStringLiteral("--max-micro-batch"), QStringLiteral("2"),
+                           QStringLiteral("--samples"),       QStringLiteral("4096"),
+                           QStringLiteral("--steps"),         QStringLiteral("1000000"),
+                           QStringLiteral("--validation-split"), QStringLiteral("0"),
+                           QStringLiteral("--threads"),       QStringLiteral("1")};
+    QTemporaryDir runs;
+    QProcess cli;
+    Served served;
+    if (!startRun(cli, runs.path(), args, served)) {
+        std::fprintf(stderr, "batchpilot-bench-serve: the CLI did not start serving\n");
+        return {{"error", "the CLI did not start serving"}};
+    }
+    // The run writes its events; paused once it has N, it holds still.
+    while (servedEvents(served) < events && cli.state() == QProcess::Running) bench::spin(200);
+    command(served, R"({"command":"pause"})");
+    int64_t held = -1;
+    for (int64_t now = servedEvents(served); now != held; now = servedEvents(served)) {
+        held = now;
+        bench::spin(1000);
+    }
+
+    // Catch-up: a window connects and is given every event the run wrote.
+    ConnectedWindow connected(served);
+    bench::LatencyProbe latency;
+    latency.arm();
+    QElapsedTimer clock;
+    clock.start();
+    while (connected.delivered < held && clock.elapsed() < 600'000) QApplication::processEvents(QEventLoop::AllEvents, 20);
+    const double catchUpSeconds = static_cast<double>(clock.nsecsElapsed()) / 1e9;
+    latency.stop();
+    const double catchUpRate = static_cast<double>(connected.delivered) / catchUpSeconds;
+    const double p99 = bench::percentile(latency.samples, 99);
+
+    // Live: the run resumes; the window follows it for 10 s.
+    command(served, R"({"command":"resume"})");
+    const int64_t liveStart = servedEvents(served);
+    const int64_t deliveredStart = connected.delivered;
+    bench::LatencyProbe liveLatency;
+    liveLatency.arm();
+    QElapsedTimer live;
+    live.start();
+    bench::spin(10'000);
+    const int64_t produced = servedEvents(served) - liveStart;
+    const int64_t followed = connected.delivered - deliveredStart;
+    const double liveSeconds = static_cast<double>(live.nsecsElapsed()) / 1e9;
+    liveLatency.stop();
+    // The lag: events the server held that the window had not yet shown, when the 10 s ended.
+    const int64_t lag = std::max<int64_t>(0, produced - followed);
+    stopRun(cli, served);
+
+    json result = {{"events", held},
+                   {"catch_up_seconds", catchUpSeconds},
+                   {"catch_up_events_per_second", catchUpRate},
+                   {"catch_up_latency_p99_ms", p99},
+                   {"live_seconds", liveSeconds},
+                   {"live_events_per_second_produced", static_cast<double>(produced) / liveSeconds},
+                   {"live_events_per_second_shown", static_cast<double>(followed) / liveSeconds},
+                   {"live_lag_events", lag},
+                   {"live_latency_p99_ms", bench::percentile(liveLatency.samples, 99)}};
+    rows.push_back(std::to_string(held) + "," + bench::fixed(catchUpSeconds, 2) + "," + bench::fixed(catchUpRate, 0) +
+                   "," + bench::fixed(p99, 1) + "," + bench::fixed(static_cast<double>(produced) / liveSeconds, 0) +
+                   "," + bench::fixed(static_cast<double>(followed) / liveSeconds, 0) + "," + std::to_string(lag));
+    std::printf(
+        "stream: %lld events caught up in %.2f s (%.0f events/s into the views, GUI p99 %.1f ms); live: run %.0f "
+        "events/s, window %.0f events/s, %lld behind after %.0f s\n",
+        static_cast<long long>(held), catchUpSeconds, catchUpRate, p99, static_cast<double>(produced) / liveSeconds,
+        static_cast<double>(followed) / liveSeconds, static_cast<long long>(lag), liveSeconds);
+    std::fflush(stdout);
+    return result;
+}
+
+enum class Arm { NotServed, Served, Streamed, Watched };
+constexpr int kArms = 4;
+
+/// A client that reads the event stream and throws it away: what serving a remote window costs
+/// the run, without the window's own work on this machine's cores.
+class StreamReader {
+public:
+    explicit StreamReader(const Served& served)
+        : m_thread([this, served] {
+              httplib::Client client("127.0.0.1", served.port);
+              client.set_read_timeout(std::chrono::seconds(60));
+              client.Get("/events", bearer(served.token), [this](const char* data, size_t length) {
+                  for (size_t i = 0; i < length; ++i) m_events += data[i] == '\n' && m_previousNewline;
+                  m_previousNewline = length > 0 && data[length - 1] == '\n';
+                  return true;
+              });
+          }) {}
+    /// Joins once the run's stream ended. The number of records read (blank-line ends).
+    int64_t finish() {
+        m_thread.join();
+        return m_events;
+    }
+
+private:
+    int64_t m_events = 0;
+    bool m_previousNewline = false;
+    std::thread m_thread;
+};
+
+struct Setup {
+    const char* name;
+    QStringList args;
+};
+
+/// The runs the cost is measured on: a CNN (a few events per step), and a tiny MLP at
+/// micro-batch 2 (an event per micro-batch: the stream at its busiest).
+std::vector<Setup> costSetups(bool quick) {
+    const QString steps = QString::number(quick ? 20 : 60);
+    const QStringList common{QStringLiteral("--samples"), QStringLiteral("4096"), QStringLiteral("--validation-split"),
+                             QStringLiteral("0"), QStringLiteral("--threads"), QStringLiteral("1")};
+    return {{"cnn, virtual:64MiB, target 256",
+             QStringList{QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--device"),
+                         QStringLiteral("virtual:64MiB"), QStringLiteral("--target-batch"), QStringLiteral("256"),
+                         QStringLiteral("--steps"), steps} +
+                 common},
+            {"mlp width 8, micro-batch 2, target 256",
+             QStringList{QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--width"), QStringLiteral("8"),
+                         QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--target-batch"),
+                         QStringLiteral("256"), QStringLiteral("--max-micro-batch"), QStringLiteral("2"),
+                         QStringLiteral("--steps"), QString::number(quick ? 40 : 120)} +
+                 common}};
+}
+
+/// One run — not served, served with no client, or served to a connected window: its samples/s
+/// after the probe (0 when it failed).
+double timedRun(const Setup& setup, Arm arm, int64_t* shown) {
+    QTemporaryDir runs;
+    QProcess cli;
+    Served served;
+    if (!startRun(cli, runs.path(), setup.args, served, arm != Arm::NotServed)) return 0;
+    std::unique_ptr<ConnectedWindow> window;
+    std::unique_ptr<StreamReader> reader;
+    if (arm == Arm::Watched) window = std::make_unique<ConnectedWindow>(served);
+    if (arm == Arm::Streamed) reader = std::make_unique<StreamReader>(served);
+    QElapsedTimer clock;
+    clock.start();
+    while (cli.state() != QProcess::NotRunning && clock.elapsed() < 600'000) bench::spin(50);
+    if (window) {
+        bench::spin(500);  // the stream's last events
+        *shown = window->delivered;
+    }
+    if (reader) *shown = reader->finish();
+    if (cli.exitCode() != 0) return 0;
+    return samplesPerSecond(served.folder, 4);
+}
+
+json clientCost(const Setup& setup, int rounds, std::vector<std::string>& rows) {
+    std::vector<double> samples[kArms];
+    std::vector<double> streamedOverServed, watchedOverServed, servedOverNot;
+    for (int round = 0; round < rounds; ++round) {
+        // The arms in a rotated order each round: none is always first or last.
+        double result[kArms] = {};
+        int64_t shown[kArms] = {};
+        for (int k = 0; k < kArms; ++k) {
+            const int arm = (k + round) % kArms;
+            result[arm] = timedRun(setup, static_cast<Arm>(arm), &shown[arm]);
+            if (result[arm] <= 0) return {{"setup", setup.name}, {"error", "a run failed"}};
+            samples[arm].push_back(result[arm]);
+        }
+        const double served = result[static_cast<int>(Arm::Served)];
+        const double streamed = result[static_cast<int>(Arm::Streamed)] / served;
+        const double watched = result[static_cast<int>(Arm::Watched)] / served;
+        const double serving = served / result[static_cast<int>(Arm::NotServed)];
+        streamedOverServed.push_back(streamed);
+        watchedOverServed.push_back(watched);
+        servedOverNot.push_back(serving);
+        rows.push_back(std::string("\"") + setup.name + "\"," + std::to_string(round) + "," +
+                       bench::fixed(result[0], 1) + "," + bench::fixed(result[1], 1) + "," + bench::fixed(result[2], 1) +
+                       "," + bench::fixed(result[3], 1) + "," + bench::fixed(streamed, 4) + "," +
+                       bench::fixed(watched, 4) + "," + bench::fixed(serving, 4) + "," +
+                       std::to_string(shown[static_cast<int>(Arm::Streamed)]) + "," +
+                       std::to_string(shown[static_cast<int>(Arm::Watched)]));
+        std::printf(
+            "%s, round %d: samples/s not served %.1f, served %.1f, streamed to a client %.1f (%.4f), to a window "
+            "on this machine %.1f (%.4f); served/not %.4f\n",
+            setup.name, round, result[0], result[1], result[2], streamed, result[3], watched, serving);
+        std::fflush(stdout);
+    }
+    const double streamed = bench::median(streamedOverServed);
+    const double watched = bench::median(watchedOverServed);
+    const double serving = bench::median(servedOverNot);
+    std::printf(
+        "%s, medians of %d rounds: a client reading the stream / none %.4f (goal >= 0.99); a window on this "
+        "machine / none %.4f; served / not served %.4f\n",
+        setup.name, rounds, streamed, watched, serving);
+    std::fflush(stdout);
+    return {{"setup", setup.name},
+            {"rounds", rounds},
+            {"samples_per_second_not_served", samples[0]},
+            {"samples_per_second_served", samples[1]},
+            {"samples_per_second_streamed", samples[2]},
+            {"samples_per_second_watched", samples[3]},
+            {"streamed_over_served", streamedOverServed},
+            {"watched_over_served", watchedOverServed},
+            {"served_over_not_served", servedOverNot},
+            {"median_streamed_over_served", streamed},
+            {"median_watched_over_served", watched},
+            {"median_served_over_not_served", serving},
+            {"goal", 0.99}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const auto args = bench::parseArgs(argc, argv, "batchpilot-bench-serve",
+                                       "A served run and a connected window: stream rate and the run's cost.");
+    const auto app = bench::benchApplication(argc, argv, "batchpilot-bench-serve");
+    // The offscreen platform's warning about size hints, once per chart: noise here.
+    qInstallMessageHandler([](QtMsgType type, const QMessageLogContext& context, const QString& message) {
+        if (message.contains(QLatin1String("propagateSizeHints"))) return;
+        std::fprintf(stderr, "%s\n", qPrintable(qFormatLogMessage(type, context, message)));
+    });
+    nlohmann::json report;
+    report["bench"] = "serve";
+    report["machine"] = bench::machineDescription();
+    std::vector<std::string> streamRows;
+    std::vector<std::string> costRows;
+    report["stream"] = streamRate(args.quick ? 20'000 : 100'000, streamRows);
+    for (const Setup& setup : costSetups(args.quick))
+        report["client_cost"].push_back(clientCost(setup, args.quick ? 2 : 6, costRows));
+    bench::writeJson(args.outDir, "serve.json", report);
+    bench::writeCsv(args.outDir, "serve_stream.csv",
+                    "events,catch_up_seconds,catch_up_events_per_s,catch_up_latency_p99_ms,live_produced_events_per_s,"
+                    "live_shown_events_per_s,live_lag_events",
+                    streamRows);
+    bench::writeCsv(args.outDir, "serve_cost.csv",
+                    "setup,round,samples_per_s_not_served,samples_per_s_served,samples_per_s_streamed,"
+                    "samples_per_s_window,streamed_over_served,window_over_served,served_over_not_served,"
+                    "events_streamed,events_shown",
+                    costRows);
+    return 0;
+}
