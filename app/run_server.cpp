@@ -39,7 +39,8 @@ constexpr int kMaxConnections = 512;        ///< served at once (a thread each);
 constexpr double kRequestsPerSecond = 100;  ///< per client address, with bursts of kBurst
 constexpr double kBurst = 200;
 constexpr auto kKeepAlive = std::chrono::seconds(15);  ///< a comment on a quiet stream
-constexpr size_t kEventsPerWrite = 512;
+constexpr size_t kEventsPerWrite = 2048;
+constexpr auto kStreamTick = std::chrono::milliseconds(50);  ///< a live stream's latency, at most
 constexpr auto kRequestDeadline = std::chrono::seconds(10);  ///< a whole request must arrive within it
 constexpr int kListenBacklog = 512;                          ///< connections the kernel queues (httplib's own is 5)
 
@@ -388,13 +389,13 @@ struct RunServer::Impl {
     std::string runFolder;
     std::string servePath;
 
-    std::mutex mutex;  // guards everything below
-    std::condition_variable grew;
-    std::FILE* spool = nullptr;    ///< every event's line, one after the other
-    std::vector<int64_t> offsets;  ///< where event i's line starts; offsets.back() is the end
-    std::string tail;              ///< the last lines, not yet in the spool (written in bulk)
-    int64_t spooled = 0;           ///< bytes in the spool; the tail starts there
-    bool spoolFailed = false;      ///< a full disk: the stream stopped growing, the run goes on
+    std::mutex mutex;                 // guards everything below
+    std::condition_variable changed;  // the run ended, the server stops, or a stream ended
+    std::FILE* spool = nullptr;       ///< every event's line, one after the other
+    std::vector<int64_t> offsets;     ///< where event i's line starts; offsets.back() is the end
+    std::string tail;                 ///< the last lines, not yet in the spool (written in bulk)
+    int64_t spooled = 0;              ///< bytes in the spool; the tail starts there
+    bool spoolFailed = false;         ///< a full disk: the stream stopped growing, the run goes on
     bool ended = false;
     bool stopping = false;
     int streams = 0;  ///< event streams being served
@@ -535,23 +536,27 @@ struct RunServer::Impl {
             }
             res.set_chunked_content_provider(
                 "text/event-stream",
-                [this, next](size_t, httplib::DataSink& sink) mutable {
+                [this, next, quiet = Clock::now()](size_t, httplib::DataSink& sink) mutable {
                     std::string text;
                     bool done = false;
                     {
                         std::unique_lock lock(mutex);
-                        const bool any = grew.wait_for(lock, kKeepAlive,
-                                                       [&] { return stopping || ended || next + 1 < offsets.size(); });
+                        // Nothing to send: look again in kStreamTick. The run never wakes a stream
+                        // (a wake per event cost a busy run's training thread several percent).
+                        if (next + 1 >= offsets.size())
+                            changed.wait_for(lock, kStreamTick, [&] { return stopping || ended; });
                         if (stopping) return false;
                         const size_t count = offsets.size() - 1;
                         if (next < count) {
                             const size_t last = std::min(count, next + kEventsPerWrite);
                             text = records(next, last);
                             next = std::min(last, offsets.size() - 1);
+                            quiet = Clock::now();
                         } else if (ended) {
                             done = true;
-                        } else if (!any) {
+                        } else if (Clock::now() - quiet >= kKeepAlive) {
                             text = ": still running\n\n";  // keeps proxies and the client from timing out
+                            quiet = Clock::now();
                         }
                     }
                     if (!text.empty() && !sink.write(text.data(), text.size())) return false;
@@ -561,7 +566,7 @@ struct RunServer::Impl {
                 [this](bool) {
                     const std::lock_guard lock(mutex);
                     --streams;
-                    grew.notify_all();
+                    changed.notify_all();
                 });
         });
         server.Post("/command", [this](const httplib::Request& req, httplib::Response& res) {
@@ -642,7 +647,7 @@ RunServer::~RunServer() {
         m_impl->stopping = true;
         m_impl->trainer = nullptr;
     }
-    m_impl->grew.notify_all();
+    m_impl->changed.notify_all();
     m_impl->server.stop();
     if (m_impl->listener.joinable()) m_impl->listener.join();
     if (m_impl->spool != nullptr) std::fclose(m_impl->spool);
@@ -658,9 +663,7 @@ void RunServer::onEvent(const core::Event& event) {
         impl.tail += line;
         impl.offsets.push_back(impl.offsets.back() + static_cast<int64_t>(line.size()));
         if (impl.tail.size() >= kSpoolWrite) impl.spoolTail();
-        if (impl.streams == 0) return;
     }
-    m_impl->grew.notify_all();
 }
 
 void RunServer::setConfiguration(std::string json) {
@@ -680,12 +683,12 @@ void RunServer::finish() {
         m_impl->ended = true;
         m_impl->trainer = nullptr;
     }
-    m_impl->grew.notify_all();
+    m_impl->changed.notify_all();
 }
 
 void RunServer::drain(std::chrono::milliseconds limit) {
     std::unique_lock lock(m_impl->mutex);
-    m_impl->grew.wait_for(lock, limit, [this] { return m_impl->streams == 0; });
+    m_impl->changed.wait_for(lock, limit, [this] { return m_impl->streams == 0; });
 }
 
 namespace {

@@ -139,15 +139,24 @@ double samplesPerSecond(const QString& folder, int64_t skipSteps) {
 }
 
 json streamRate(int64_t events, std::vector<std::string>& rows) {
-    const QStringList args{QStringLiteral("--model"),         QStringLiteral("mlp"),
-                           QStringLiteral("--width"),         QStringLiteral("8"),
-                           QStringLiteral("--device"),        QStringLiteral("cpu"),
-                           QStringLiteral("--target-batch"),  QStringLiteral("256"),
-                           QStringLiteral("--max-micro-batch"), QStringLiteral("2"),
-                           QStringLiteral("--samples"),       QStringLiteral("4096"),
-                           QStringLiteral("--steps"),         QStringLiteral("1000000"),
-                           QStringLiteral("--validation-split"), QStringLiteral("0"),
-                           QStringLiteral("--threads"),       QStringLiteral("1")};
+    const QStringList args{QStringLiteral("--model"),
+                           QStringLiteral("mlp"),
+                           QStringLiteral("--width"),
+                           QStringLiteral("8"),
+                           QStringLiteral("--device"),
+                           QStringLiteral("cpu"),
+                           QStringLiteral("--target-batch"),
+                           QStringLiteral("256"),
+                           QStringLiteral("--max-micro-batch"),
+                           QStringLiteral("2"),
+                           QStringLiteral("--samples"),
+                           QStringLiteral("4096"),
+                           QStringLiteral("--steps"),
+                           QStringLiteral("1000000"),
+                           QStringLiteral("--validation-split"),
+                           QStringLiteral("0"),
+                           QStringLiteral("--threads"),
+                           QStringLiteral("1")};
     QTemporaryDir runs;
     QProcess cli;
     Served served;
@@ -170,7 +179,8 @@ json streamRate(int64_t events, std::vector<std::string>& rows) {
     latency.arm();
     QElapsedTimer clock;
     clock.start();
-    while (connected.delivered < held && clock.elapsed() < 600'000) QApplication::processEvents(QEventLoop::AllEvents, 20);
+    while (connected.delivered < held && clock.elapsed() < 600'000)
+        QApplication::processEvents(QEventLoop::AllEvents, 20);
     const double catchUpSeconds = static_cast<double>(clock.nsecsElapsed()) / 1e9;
     latency.stop();
     const double catchUpRate = static_cast<double>(connected.delivered) / catchUpSeconds;
@@ -252,18 +262,19 @@ struct Setup {
 /// micro-batch 2 (an event per micro-batch: the stream at its busiest).
 std::vector<Setup> costSetups(bool quick) {
     const QString steps = QString::number(quick ? 20 : 60);
-    const QStringList common{QStringLiteral("--samples"), QStringLiteral("4096"), QStringLiteral("--validation-split"),
-                             QStringLiteral("0"), QStringLiteral("--threads"), QStringLiteral("1")};
+    const QStringList common{QStringLiteral("--samples"),          QStringLiteral("4096"),
+                             QStringLiteral("--validation-split"), QStringLiteral("0"),
+                             QStringLiteral("--threads"),          QStringLiteral("1")};
     return {{"cnn, virtual:64MiB, target 256",
              QStringList{QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--device"),
                          QStringLiteral("virtual:64MiB"), QStringLiteral("--target-batch"), QStringLiteral("256"),
                          QStringLiteral("--steps"), steps} +
                  common},
             {"mlp width 8, micro-batch 2, target 256",
-             QStringList{QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--width"), QStringLiteral("8"),
-                         QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--target-batch"),
-                         QStringLiteral("256"), QStringLiteral("--max-micro-batch"), QStringLiteral("2"),
-                         QStringLiteral("--steps"), QString::number(quick ? 40 : 120)} +
+             QStringList{QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--width"),
+                         QStringLiteral("8"), QStringLiteral("--device"), QStringLiteral("cpu"),
+                         QStringLiteral("--target-batch"), QStringLiteral("256"), QStringLiteral("--max-micro-batch"),
+                         QStringLiteral("2"), QStringLiteral("--steps"), QString::number(quick ? 40 : 120)} +
                  common}};
 }
 
@@ -311,9 +322,9 @@ json clientCost(const Setup& setup, int rounds, std::vector<std::string>& rows) 
         watchedOverServed.push_back(watched);
         servedOverNot.push_back(serving);
         rows.push_back(std::string("\"") + setup.name + "\"," + std::to_string(round) + "," +
-                       bench::fixed(result[0], 1) + "," + bench::fixed(result[1], 1) + "," + bench::fixed(result[2], 1) +
-                       "," + bench::fixed(result[3], 1) + "," + bench::fixed(streamed, 4) + "," +
-                       bench::fixed(watched, 4) + "," + bench::fixed(serving, 4) + "," +
+                       bench::fixed(result[0], 1) + "," + bench::fixed(result[1], 1) + "," +
+                       bench::fixed(result[2], 1) + "," + bench::fixed(result[3], 1) + "," + bench::fixed(streamed, 4) +
+                       "," + bench::fixed(watched, 4) + "," + bench::fixed(serving, 4) + "," +
                        std::to_string(shown[static_cast<int>(Arm::Streamed)]) + "," +
                        std::to_string(shown[static_cast<int>(Arm::Watched)]));
         std::printf(

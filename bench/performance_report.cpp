@@ -2,6 +2,7 @@
 // machine, one table per benchmark with a paragraph on what it shows, and each goal stated as
 // met or not with the measured value.
 #include <algorithm>
+#include <vector>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -794,6 +795,62 @@ void dataParallelSection(std::ostream& md, const json& parallel) {
     md << "\n";
 }
 
+void serveSection(std::ostream& md, const json& serve) {
+    md << "## 9. A served run, watched from a window (issue 37)\n\n";
+    if (serve.is_null()) {
+        md << "_serve.json is missing: the serve benchmark did not run._\n\n";
+        return;
+    }
+    const json& stream = serve["stream"];
+    if (stream.contains("error")) {
+        md << "_The stream measurement failed: " << stream["error"].get<std::string>() << "._\n\n";
+    } else {
+        md << "`batchpilot-bench-serve`: `batchpilot-cli --serve` trains a tiny MLP at micro-batch 2 (an event per "
+              "micro-batch) and is paused once it has written "
+           << stream["events"].get<int64_t>()
+           << " events; a window (offscreen, this machine) then connects, and gets every event from the run's "
+              "start into its views (*catch-up*). The run then resumes and the window follows it live for "
+           << fixed(stream["live_seconds"].get<double>(), 0)
+           << " s. Goal: the stream carries at least the 5,000 events/s the window handles.\n\n"
+              "| | events/s | GUI latency p99 |\n|---|---|---|\n"
+           << "| catch-up: " << stream["events"].get<int64_t>() << " events in "
+           << fixed(stream["catch_up_seconds"].get<double>(), 2) << " s | "
+           << fixed(stream["catch_up_events_per_second"].get<double>(), 0) << " | "
+           << fixed(stream["catch_up_latency_p99_ms"].get<double>(), 1) << " ms |\n"
+           << "| live: the run wrote | " << fixed(stream["live_events_per_second_produced"].get<double>(), 0)
+           << " | |\n"
+           << "| live: the window showed | " << fixed(stream["live_events_per_second_shown"].get<double>(), 0) << " | "
+           << fixed(stream["live_latency_p99_ms"].get<double>(), 1) << " ms |\n\n"
+           << "At the end of the live phase the window was " << stream["live_lag_events"].get<int64_t>()
+           << " events behind the server's count (events of the last ~30 ms, still on their way).\n\n";
+    }
+    md << "What a client costs the run it watches: the same run, `--threads 1`, in four arms taken in rotated "
+          "turns — not served, served with no client, served to a client that reads the whole stream (what a "
+          "window on another machine costs the server), and served to a window on this machine (which also "
+          "takes this machine's second core). Samples/s over the steps after the probe, from each run's own step "
+          "events; medians of per-round ratios. Goal: a client reading the stream ≥ 0.99 of none.\n\n"
+          "| run | rounds | not served | served | client / none | window here / none | served / not |\n"
+          "|---|---|---|---|---|---|---|\n";
+    for (const json& c : serve["client_cost"]) {
+        md << "| " << c["setup"].get<std::string>() << " | ";
+        if (c.contains("error")) {
+            md << c["error"].get<std::string>() << " | | | | | |\n";
+            continue;
+        }
+        const auto median = [&](const char* key) {
+            std::vector<double> v = c[key].get<std::vector<double>>();
+            std::sort(v.begin(), v.end());
+            return v.empty() ? 0.0 : (v[(v.size() - 1) / 2] + v[v.size() / 2]) / 2;
+        };
+        md << c["rounds"].get<int>() << " | " << fixed(median("samples_per_second_not_served"), 0) << " | "
+           << fixed(median("samples_per_second_served"), 0) << " | "
+           << fixed(c["median_streamed_over_served"].get<double>(), 3) << " | "
+           << fixed(c["median_watched_over_served"].get<double>(), 3) << " | "
+           << fixed(c["median_served_over_not_served"].get<double>(), 3) << " |\n";
+    }
+    md << "\n";
+}
+
 int main(int argc, char** argv) {
     Args args;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -830,6 +887,7 @@ int main(int argc, char** argv) {
     const json memorySavers = load(args.in, "memory_savers.json");
     const json dataParallel = load(args.in, "data_parallel.json");
     const json parity = load(args.in, "parity.json");
+    const json serve = load(args.in, "serve.json");
     json machine;
     std::string torch = "?";
     for (const json* j : {&probe, &acc, &meter, &gui}) {
@@ -864,6 +922,7 @@ int main(int argc, char** argv) {
     fastestSection(md, fastest, claims);
     memorySaversSection(md, memorySavers);
     dataParallelSection(md, dataParallel);
+    serveSection(md, serve);
     // The roofline section comes from scripts/bench-roofline (per LibTorch build): kept as it is.
     if (std::ifstream roofline(args.in + "/roofline.md"); roofline) md << "\n" << roofline.rdbuf();
     std::ofstream out(args.out);

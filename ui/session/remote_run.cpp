@@ -19,6 +19,7 @@ namespace {
 constexpr int kMaxPending = 100000;      ///< events waiting for the GUI; the stream waits beyond
 constexpr int kMaxPerDelivery = 20000;   ///< events handed to the views at once
 constexpr qint64 kReadBuffer = 4 << 20;  ///< bytes Qt keeps unread before TCP holds the server back
+constexpr int kParsePerRead = 4000;      ///< events parsed per read on the GUI thread
 
 }  // namespace
 
@@ -125,7 +126,7 @@ void RemoteRun::openStream() {
     m_buffer.clear();
     m_stream = m_network->get(request);
     m_stream->setReadBufferSize(kReadBuffer);
-    connect(m_stream, &QNetworkReply::readyRead, this, &RemoteRun::readStream);
+    connect(m_stream, &QNetworkReply::readyRead, this, [this] { readStream(); });
     connect(m_stream, &QNetworkReply::finished, this, &RemoteRun::streamEnded);
     connect(m_stream, &QNetworkReply::metaDataChanged, this, [this] {
         if (m_stream && m_stream->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt() == 200) {
@@ -135,34 +136,48 @@ void RemoteRun::openStream() {
     });
 }
 
-void RemoteRun::readStream() {
+void RemoteRun::readStream(bool all) {
     if (!m_stream) return;
-    // Beyond kMaxPending waiting events the rest stays in the socket: TCP holds the server back.
-    while (m_pending.size() < kMaxPending && m_stream->bytesAvailable() > 0) {
-        m_buffer += m_stream->read(1 << 20);
-        qsizetype end;
-        while ((end = m_buffer.indexOf("\n\n")) >= 0) {
-            const QByteArray record = m_buffer.left(end);
-            m_buffer.remove(0, end + 2);
-            QByteArray data;
-            qint64 id = 0;
-            for (const QByteArray& line : record.split('\n')) {
-                if (line.startsWith("id: ")) id = line.mid(4).toLongLong();
-                if (line.startsWith("data: ")) data = line.mid(6);
-            }
-            if (data.isEmpty()) continue;               // a comment that keeps the connection alive
-            if (id > 0 && id <= m_pendingId) continue;  // already received
-            if (id > 0) m_pendingId = id;
-            auto event = core::eventFromJsonLine(std::string_view(data.constData(), static_cast<size_t>(data.size())));
-            if (!event) {
-                Q_EMIT problem(tr("event %1: %2: skipped").arg(id).arg(QString::fromStdString(event.error())));
-                continue;
-            }
-            if (const auto* state = std::get_if<core::RunStateChanged>(&*event))
-                m_ended = state->state == core::RunState::Finished || state->state == core::RunState::Failed;
-            m_pending.append(std::move(*event));
+    // Parsed on the GUI thread, so a few thousand events at a time (~10 ms), the rest at the next
+    // delivery; beyond kMaxPending waiting events the rest stays in the socket, and TCP holds the
+    // server back. `all`: the stream has ended, and what it sent is read now or never.
+    int parsed = 0;
+    qsizetype at = 0;  // the buffer's unread part starts here
+    while (all || (m_pending.size() < kMaxPending && parsed < kParsePerRead)) {
+        const qsizetype end = m_buffer.indexOf("\n\n", at);
+        if (end < 0) {
+            if (m_stream->bytesAvailable() <= 0) break;
+            m_buffer.remove(0, at);
+            at = 0;
+            m_buffer += m_stream->read(1 << 20);
+            continue;
         }
+        const QByteArrayView record = QByteArrayView(m_buffer).sliced(at, end - at);
+        at = end + 2;
+        QByteArrayView data;
+        qint64 id = 0;
+        for (qsizetype line = 0; line < record.size();) {
+            qsizetype newline = record.indexOf('\n', line);
+            if (newline < 0) newline = record.size();
+            const QByteArrayView text = record.sliced(line, newline - line);
+            if (text.startsWith("id: ")) id = text.sliced(4).toLongLong();
+            if (text.startsWith("data: ")) data = text.sliced(6);
+            line = newline + 1;
+        }
+        if (data.isEmpty()) continue;               // a comment that keeps the connection alive
+        if (id > 0 && id <= m_pendingId) continue;  // already received
+        if (id > 0) m_pendingId = id;
+        ++parsed;
+        auto event = core::eventFromJsonLine(std::string_view(data.data(), static_cast<size_t>(data.size())));
+        if (!event) {
+            Q_EMIT problem(tr("event %1: %2: skipped").arg(id).arg(QString::fromStdString(event.error())));
+            continue;
+        }
+        if (const auto* state = std::get_if<core::RunStateChanged>(&*event))
+            m_ended = state->state == core::RunState::Finished || state->state == core::RunState::Failed;
+        m_pending.append(std::move(*event));
     }
+    m_buffer.remove(0, at);
 }
 
 void RemoteRun::deliver() {
@@ -179,7 +194,7 @@ void RemoteRun::deliver() {
 void RemoteRun::streamEnded() {
     QNetworkReply* stream = m_stream;
     if (!stream) return;
-    readStream();
+    readStream(/*all=*/true);
     m_stream = nullptr;
     const int status = stream->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
     const QByteArray body = status >= 400 ? stream->readAll() : QByteArray();

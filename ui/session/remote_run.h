@@ -70,7 +70,7 @@ Q_SIGNALS:
 
 private:
     void openStream();
-    void readStream();
+    void readStream(bool all = false);
     void streamEnded();
     void deliver();
     void send(const QByteArray& json, const QString& what);
