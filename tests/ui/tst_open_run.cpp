@@ -6,6 +6,7 @@
 
 #include <QtTest>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include <QDir>
 #include <QDirIterator>
 #include <QLabel>
+#include <QLineEdit>
 #include <QProcess>
 #include <QPushButton>
 #include <QSettings>
@@ -429,6 +431,59 @@ private Q_SLOTS:
                  said.constData());
         // Showing the run's configuration in the run panel sent nothing.
         QVERIFY2(!said.contains("target batch -> 256") && !said.contains("device of rank"), said.constData());
+    }
+
+    void aServedRunOnSeveralDevicesShowsEveryRankAndMovesOne() {
+        // batchpilot-cli --devices … --serve: rank 0 serves the whole job. A connected window shows
+        // both ranks as for a run of its own, and moving rank 1 from the run panel's device list
+        // moves that rank of the remote job.
+        constexpr int kNetwork = 60'000;
+        QTemporaryDir runs;
+        QProcess cli;
+        cli.start(cliPath(),
+                  {QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--devices"),
+                   QStringLiteral("virtual:16MiB,virtual:32MiB"), QStringLiteral("--target-batch"),
+                   QStringLiteral("256"), QStringLiteral("--steps"), QStringLiteral("100000"),
+                   QStringLiteral("--threads"), QStringLiteral("1"), QStringLiteral("--quiet"),
+                   QStringLiteral("--runs-dir"), runs.path(), QStringLiteral("--serve"), QStringLiteral("0")});
+        QVERIFY(cli.waitForStarted());
+        QString served;
+        QTRY_VERIFY_WITH_TIMEOUT(!(served = onlyRunFolder(runs.path())).isEmpty() &&
+                                     QFileInfo::exists(QDir(served).filePath(QStringLiteral("serve.json"))),
+                                 kNetwork);
+        QTest::qWait(200);
+        std::ifstream in(QDir(served).filePath(QStringLiteral("serve.json")).toStdString());
+        const QUrl control(QString::fromStdString(nlohmann::json::parse(in).at("url")));
+
+        ui::MainWindow w;
+        w.resize(1280, 800);
+        w.show();
+        QVERIFY(w.connectToRun(control));
+        QTRY_VERIFY_WITH_TIMEOUT(w.ranksView()->isVisible() && w.ranksView()->table()->rowCount() == 2, kNetwork);
+        QTRY_COMPARE_WITH_TIMEOUT(w.ranksView()->table()->item(1, 1)->text(), QStringLiteral("virtual:32MiB"),
+                                  kNetwork);
+        QLineEdit* list = w.runPanel()->deviceListEdit();
+        QTRY_VERIFY_WITH_TIMEOUT(list->isEnabled() && list->text() == QStringLiteral("virtual:16MiB, virtual:32MiB"),
+                                 kNetwork);
+        list->setText(QStringLiteral("virtual:16MiB, virtual:24MiB"));
+        Q_EMIT list->editingFinished();
+        QTRY_COMPARE_WITH_TIMEOUT(w.ranksView()->table()->item(1, 1)->text(), QStringLiteral("virtual:24MiB"),
+                                  kNetwork);
+        const auto events = eventsIn(served);
+        QVERIFY2(std::any_of(events.begin(), events.end(),
+                             [](const nlohmann::json& e) {
+                                 return e.value("type", std::string()) == "device_switch" && e.value("rank", -1) == 1 &&
+                                        e.value("to", std::string()) == "virtual:24MiB";
+                             }),
+                 "the run's events have no device_switch of rank 1 to virtual:24MiB");
+
+        w.commands()->stopAction()->trigger();
+        QTRY_VERIFY_WITH_TIMEOUT(cli.state() == QProcess::NotRunning, kNetwork);
+        QCOMPARE(cli.exitCode(), 0);
+        QTRY_VERIFY_WITH_TIMEOUT(w.remote()->runEnded(), kNetwork);
+        QTRY_COMPARE_WITH_TIMEOUT(lossesShown(w), stepLosses(eventsIn(served)), 30'000);
+        const QByteArray said = cli.readAllStandardError();
+        QVERIFY2(said.contains("remote command: device of rank 1 -> virtual:24MiB"), said.constData());
     }
 
     void wrongFoldersAreRefused() {

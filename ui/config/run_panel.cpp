@@ -722,7 +722,19 @@ void RunPanel::commitDevice() {
 }
 
 void RunPanel::showRankDevices(const QStringList& devices) {
-    if (!running() || m_runDevices.size() != devices.size() || m_deviceList->hasFocus()) return;
+    if (!running() || m_deviceList->hasFocus()) return;
+    if (m_runDevices.size() != devices.size() || m_device->currentData().toString() != QLatin1String(kSeveral)) {
+        // A run this panel did not start — a served job on several devices, whose configuration
+        // names rank 0's device only: its ranks' devices, each entry steering that rank.
+        m_runDevices = devices;
+        m_deviceList->setText(devices.join(QStringLiteral(", ")));
+        {
+            const QSignalBlocker quiet(m_device);  // showing the job asks nothing of it
+            m_device->setCurrentIndex(m_device->findData(QLatin1String(kSeveral)));
+        }
+        revalidate();
+        return;
+    }
     // A switch is agreed at the next training batch: the step under way still reports the old
     // device. Only a rank still there a step later (its switch was refused) is put back.
     if (m_switchSteps > 0) {
