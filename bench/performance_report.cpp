@@ -822,14 +822,20 @@ void serveSection(std::ostream& md, const json& serve) {
            << "| live: the window showed | " << fixed(stream["live_events_per_second_shown"].get<double>(), 0) << " | "
            << fixed(stream["live_latency_p99_ms"].get<double>(), 1) << " ms |\n\n"
            << "At the end of the live phase the window was " << stream["live_lag_events"].get<int64_t>()
-           << " events behind the server's count (events of the last ~30 ms, still on their way).\n\n";
+           << " events behind the server's count, "
+           << fixed(1000.0 * static_cast<double>(stream["live_lag_events"].get<int64_t>()) /
+                        std::max(1.0, stream["live_events_per_second_produced"].get<double>()),
+                    0)
+           << " ms of the run's events: a stream looks for new events every 50 ms, the window takes what "
+              "arrived every 33 ms.\n\n";
     }
     md << "What a client costs the run it watches: the same run, `--threads 1`, in four arms taken in rotated "
           "turns — not served, served with no client, served to a client that reads the whole stream (what a "
           "window on another machine costs the server), and served to a window on this machine (which also "
           "takes this machine's second core). Samples/s over the steps after the probe, from each run's own step "
           "events; medians of per-round ratios. Goal: a client reading the stream ≥ 0.99 of none.\n\n"
-          "| run | rounds | not served | served | client / none | window here / none | served / not |\n"
+          "| run | rounds | not served | served | client / none (rounds' range) | window here / none | served / "
+          "not |\n"
           "|---|---|---|---|---|---|---|\n";
     for (const json& c : serve["client_cost"]) {
         md << "| " << c["setup"].get<std::string>() << " | ";
@@ -844,7 +850,9 @@ void serveSection(std::ostream& md, const json& serve) {
         };
         md << c["rounds"].get<int>() << " | " << fixed(median("samples_per_second_not_served"), 0) << " | "
            << fixed(median("samples_per_second_served"), 0) << " | "
-           << fixed(c["median_streamed_over_served"].get<double>(), 3) << " | "
+           << fixed(c["median_streamed_over_served"].get<double>(), 3) << " ("
+           << fixed(std::ranges::min(c["streamed_over_served"].get<std::vector<double>>()), 3) << "–"
+           << fixed(std::ranges::max(c["streamed_over_served"].get<std::vector<double>>()), 3) << ") | "
            << fixed(c["median_watched_over_served"].get<double>(), 3) << " | "
            << fixed(c["median_served_over_not_served"].get<double>(), 3) << " |\n";
     }
