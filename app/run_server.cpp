@@ -66,8 +66,14 @@ std::string peerOf(int fd) {
 /// Slow clients ("slowloris": a request sent a byte at a time). httplib's read timeout applies to
 /// each read, so a client sending a byte a second would hold a connection — and its thread — for
 /// hours. Here every connection must deliver a whole request (headers and body) within
-/// kRequestDeadline of connecting, or of its previous answer; past it the connection is shut down.
-/// An event stream, once asked for, is exempt (it only writes).
+/// kRequestDeadline of being first seen, or of its previous answer; past it the connection is shut
+/// down. An event stream, once asked for, is exempt (it only writes).
+///
+/// httplib hands out no accepted socket, so the connections are found by looking at this
+/// process's sockets on the listening port every kDeadlineTick (one look at /proc/self/fd, not
+/// one per connection: under a flood of connections that would cost more than the flood). A
+/// connection is shut down through a duplicate taken and checked (same socket, same peer) at that
+/// moment, so a number closed and reused meanwhile is never touched.
 class RequestDeadlines {
 public:
     RequestDeadlines() : m_watch([this] { watch(); }) {}
@@ -78,97 +84,155 @@ public:
         }
         m_changed.notify_all();
         m_watch.join();
-        for (auto& [peer, connection] : m_connections) ::close(connection.fd);
     }
 
-    /// Finds the connection just accepted on `listenSocket` — the socket of this process with
-    /// the listening socket's port that is not watched yet — and starts its deadline. Returns its
-    /// key for closed() (empty when none was found: that connection goes unwatched).
-    std::string adopt(int listenSocket) {
+    /// The listening socket, once bound: connections on its port are watched from then on.
+    void watchPort(int listenSocket) {
         sockaddr_storage own{};
-        socklen_t ownLength = sizeof own;
-        struct stat listening {};
-        if (::getsockname(listenSocket, reinterpret_cast<sockaddr*>(&own), &ownLength) != 0 ||
-            ::fstat(listenSocket, &listening) != 0)
-            return {};
-        DIR* dir = ::opendir("/proc/self/fd");
-        if (dir == nullptr) return {};
-        std::string found;
-        while (const dirent* entry = ::readdir(dir)) {
-            char* end = nullptr;
-            const long fd = std::strtol(entry->d_name, &end, 10);
-            struct stat info {};
-            if (*end != '\0' || end == entry->d_name || fd == ::dirfd(dir) ||
-                ::fstat(static_cast<int>(fd), &info) != 0 || !S_ISSOCK(info.st_mode) || info.st_ino == listening.st_ino)
-                continue;
-            {
-                const std::lock_guard lock(m_mutex);
-                if (m_watched.count(info.st_ino) != 0) continue;
-            }
-            sockaddr_storage local{};
-            socklen_t length = sizeof local;
-            if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &length) != 0 ||
-                local.ss_family != own.ss_family || portOf(local) != portOf(own))
-                continue;
-            std::string peer = peerOf(static_cast<int>(fd));
-            // A duplicate keeps the socket, and so its inode, ours until closed(): shutting it
-            // down never reaches another connection that was given the original's number.
-            const int copy = peer.empty() ? -1 : ::fcntl(static_cast<int>(fd), F_DUPFD_CLOEXEC, 0);
-            if (copy < 0) continue;
-            const std::lock_guard lock(m_mutex);
-            m_connections[peer] = Connection{copy, info.st_ino, Clock::now() + kRequestDeadline};
-            m_watched.insert(info.st_ino);
-            found = std::move(peer);
-            break;
-        }
-        ::closedir(dir);
-        return found;
-    }
-    void closed(const std::string& peer) {
-        if (peer.empty()) return;
+        socklen_t length = sizeof own;
+        struct stat info {};
+        if (::getsockname(listenSocket, reinterpret_cast<sockaddr*>(&own), &length) != 0 ||
+            ::fstat(listenSocket, &info) != 0)
+            return;
         const std::lock_guard lock(m_mutex);
-        if (const auto it = m_connections.find(peer); it != m_connections.end()) {
-            ::close(it->second.fd);
-            m_watched.erase(it->second.inode);
-            m_connections.erase(it);
+        m_family = own.ss_family;
+        m_port = portOf(own);
+        m_listenInode = info.st_ino;
+    }
+    /// The server stops: every connection still open is shut down at once (a slow or idle client
+    /// must not hold the run's exit), streams included.
+    void cutAll() {
+        {
+            const std::lock_guard lock(m_mutex);
+            m_cutAll = true;
         }
+        m_changed.notify_all();
     }
     /// The answer is about to be written: the next request on the connection has its own deadline.
     void answered(const std::string& peer) {
         const std::lock_guard lock(m_mutex);
-        if (const auto it = m_connections.find(peer); it != m_connections.end())
-            it->second.deadline = Clock::now() + kRequestDeadline;
+        Mark& mark = m_marks[peer];
+        mark.answered = mark.touched = Clock::now();
     }
     /// The connection streams events: never cut.
     void streaming(const std::string& peer) {
         const std::lock_guard lock(m_mutex);
-        if (const auto it = m_connections.find(peer); it != m_connections.end()) it->second.streaming = true;
+        Mark& mark = m_marks[peer];
+        mark.streaming = true;
+        mark.touched = Clock::now();
     }
 
 private:
-    struct Connection {
-        int fd = -1;  ///< our duplicate
-        ino_t inode = 0;
-        Clock::time_point deadline;
-        bool streaming = false;
-        bool shut = false;
+    static constexpr auto kDeadlineTick = std::chrono::milliseconds(250);
+    struct Seen {
+        std::string peer;
+        Clock::time_point since;
     };
+    struct Mark {
+        Clock::time_point answered{};
+        Clock::time_point touched{};
+        bool streaming = false;
+    };
+
     void watch() {
         std::unique_lock lock(m_mutex);
-        while (!m_changed.wait_for(lock, std::chrono::milliseconds(250), [this] { return m_stopping; })) {
-            const auto now = Clock::now();
-            for (auto& [peer, connection] : m_connections) {
-                if (connection.streaming || connection.shut || connection.deadline > now) continue;
-                ::shutdown(connection.fd, SHUT_RDWR);  // httplib's read fails; the connection ends
-                connection.shut = true;
+        bool cutting = false;  // cutAll() seen: look every 50 ms
+        while (!m_stopping) {
+            m_changed.wait_for(lock, cutting ? kDeadlineTick / 5 : kDeadlineTick,
+                               [&] { return m_stopping || m_cutAll != cutting; });
+            if (m_stopping) break;
+            cutting = m_cutAll;
+            if (m_port < 0) continue;
+            lock.unlock();
+            look();
+            lock.lock();
+        }
+    }
+
+    /// One look at the process's sockets: new connections start their clock, gone ones are
+    /// forgotten, and those past their deadline are shut down.
+    void look() {
+        int family = 0, port = 0;
+        ino_t listening = 0;
+        bool cutAll = false;
+        {
+            const std::lock_guard lock(m_mutex);
+            family = m_family;
+            port = m_port;
+            listening = m_listenInode;
+            cutAll = m_cutAll;
+        }
+        std::vector<std::pair<int, ino_t>> sockets;  // (number, inode) of every socket but the listening one
+        if (DIR* dir = ::opendir("/proc/self/fd")) {
+            while (const dirent* entry = ::readdir(dir)) {
+                char* end = nullptr;
+                const long fd = std::strtol(entry->d_name, &end, 10);
+                struct stat info {};
+                if (end == entry->d_name || *end != '\0' || fd == ::dirfd(dir) ||
+                    ::fstat(static_cast<int>(fd), &info) != 0 || !S_ISSOCK(info.st_mode) || info.st_ino == listening)
+                    continue;
+                sockets.emplace_back(static_cast<int>(fd), info.st_ino);
             }
+            ::closedir(dir);
+        }
+        const auto now = Clock::now();
+        std::map<ino_t, Seen> seen;
+        struct Late {
+            int fd;
+            ino_t inode;
+            std::string peer;
+        };
+        std::vector<Late> late;
+        {
+            const std::lock_guard lock(m_mutex);
+            for (const auto& [fd, inode] : sockets) {
+                if (const auto known = m_seen.find(inode); known != m_seen.end()) {
+                    seen.insert(*known);
+                    continue;
+                }
+                sockaddr_storage local{};
+                socklen_t length = sizeof local;
+                if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0 || local.ss_family != family ||
+                    portOf(local) != port)
+                    continue;  // another socket of this process (a rank's connection, …)
+                if (std::string peer = peerOf(fd); !peer.empty()) seen[inode] = Seen{std::move(peer), now};
+            }
+            m_seen = std::move(seen);
+            std::set<std::string> peers;
+            for (const auto& [fd, inode] : sockets) {
+                const auto it = m_seen.find(inode);
+                if (it == m_seen.end()) continue;
+                peers.insert(it->second.peer);
+                const auto mark = m_marks.find(it->second.peer);
+                if (!cutAll && mark != m_marks.end() && mark->second.streaming) continue;
+                const auto from =
+                    mark == m_marks.end() ? it->second.since : std::max(it->second.since, mark->second.answered);
+                if (cutAll || now - from >= kRequestDeadline) late.push_back(Late{fd, inode, it->second.peer});
+            }
+            // Marks of connections that are gone (kept a while: a connection may be marked
+            // before a look first sees it).
+            std::erase_if(m_marks, [&](const auto& entry) {
+                return peers.count(entry.first) == 0 && now - entry.second.touched > std::chrono::seconds(5);
+            });
+        }
+        for (const Late& connection : late) {
+            const int copy = ::fcntl(connection.fd, F_DUPFD_CLOEXEC, 0);
+            if (copy < 0) continue;
+            struct stat info {};
+            if (::fstat(copy, &info) == 0 && info.st_ino == connection.inode && peerOf(copy) == connection.peer)
+                ::shutdown(copy, SHUT_RDWR);  // httplib's read fails; the connection ends
+            ::close(copy);
         }
     }
 
     std::mutex m_mutex;
     std::condition_variable m_changed;
-    std::map<std::string, Connection> m_connections;  ///< by peer ("127.0.0.1:53211")
-    std::set<ino_t> m_watched;
+    int m_family = 0;
+    int m_port = -1;  ///< the listening port; -1 before it is bound
+    ino_t m_listenInode = 0;
+    bool m_cutAll = false;
+    std::map<ino_t, Seen> m_seen;         ///< connections on the port, by socket inode
+    std::map<std::string, Mark> m_marks;  ///< by peer ("127.0.0.1:53211")
     bool m_stopping = false;
     std::thread m_watch;
 };
@@ -179,19 +243,13 @@ private:
 /// timeout.
 class ConnectionThreads final : public httplib::TaskQueue {
 public:
-    ConnectionThreads(RequestDeadlines& deadlines, int listenSocket)
-        : m_deadlines(deadlines), m_listenSocket(listenSocket) {}
-
     void enqueue(std::function<void()> fn) override {
         std::unique_lock lock(m_mutex);
         m_changed.wait(lock, [this] { return m_active < kMaxConnections || m_stopping; });
         if (m_stopping) return;  // the server is stopping; the socket closes with the process
         ++m_active;
-        // Called on the accepting thread, right after accept(): the one connection not yet watched.
-        const std::string peer = m_deadlines.adopt(m_listenSocket);
-        std::thread([this, peer, fn = std::move(fn)] {
+        std::thread([this, fn = std::move(fn)] {
             fn();
-            m_deadlines.closed(peer);
             const std::lock_guard done(m_mutex);
             --m_active;
             m_changed.notify_all();
@@ -205,8 +263,6 @@ public:
     }
 
 private:
-    RequestDeadlines& m_deadlines;
-    const int m_listenSocket;
     std::mutex m_mutex;
     std::condition_variable m_changed;
     int m_active = 0;
@@ -476,7 +532,7 @@ struct RunServer::Impl {
         server.set_write_timeout(std::chrono::seconds(5));
         server.set_keep_alive_max_count(100);
         server.set_keep_alive_timeout(2);  // an idle connection is closed after 2 s
-        server.new_task_queue = [this] { return new ConnectionThreads(deadlines, listenSocket); };
+        server.new_task_queue = [] { return new ConnectionThreads; };
         server.set_socket_options([this](socket_t sock) {
             httplib::default_socket_options(sock);
             listenSocket = sock;  // to raise its backlog once bound
@@ -623,7 +679,10 @@ tl::expected<std::unique_ptr<RunServer>, std::string> RunServer::start(const Ser
     }
     // httplib listens with a backlog of 5: a burst of connections (a window reconnecting while
     // others watch) would wait for SYN retries, a second or more each.
-    if (impl->listenSocket >= 0) ::listen(impl->listenSocket, kListenBacklog);
+    if (impl->listenSocket >= 0) {
+        ::listen(impl->listenSocket, kListenBacklog);
+        impl->deadlines.watchPort(impl->listenSocket);
+    }
     auto server = std::unique_ptr<RunServer>(new RunServer(std::move(impl)));
     // The URLs with their tokens, readable by this user only (O_EXCL: never one that was there).
     if (!runFolder.empty()) {
@@ -642,6 +701,7 @@ tl::expected<std::unique_ptr<RunServer>, std::string> RunServer::start(const Ser
 }
 
 RunServer::~RunServer() {
+    m_impl->deadlines.cutAll();
     {
         const std::lock_guard lock(m_impl->mutex);
         m_impl->stopping = true;

@@ -9,8 +9,15 @@
 //
 // The cost: the same run (--threads 1, a fixed number of steps) not served, served with no
 // client, served to a client that reads the stream (a remote window's cost to the run), and
-// served to a window on this machine (which also takes this machine's cores), in rotated turns;
+// served to a window on this machine (which also takes this machine's cores), and served while
+// attacked as the security test attacks it (idle connections, malformed requests, a slow drip;
+// from this machine, so the attack takes CPU too), in rotated turns;
 // samples/s over the steps after the probe, from each run's own step events.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <QApplication>
 #include <QDir>
@@ -20,6 +27,8 @@
 #include <QUrl>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -224,8 +233,82 @@ json streamRate(int64_t events, std::vector<std::string>& rows) {
     return result;
 }
 
-enum class Arm { NotServed, Served, Streamed, Watched };
-constexpr int kArms = 4;
+enum class Arm { NotServed, Served, Streamed, Watched, Attacked };
+constexpr int kArms = 5;
+
+int rawConnection(int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/// What the tests send, kept up for a whole run: 500 connections that say nothing (re-opened as
+/// the server closes them), a request sent a byte every 300 ms (re-opened when cut), and 1,000
+/// malformed requests a second. From this machine, so the attack also takes CPU from the run.
+class Attacker {
+public:
+    explicit Attacker(int port)
+        : m_thread([this, port] {
+              std::vector<int> idle(500, -1);
+              int drip = -1;
+              auto nextDrip = std::chrono::steady_clock::now();
+              int64_t sent = 0;
+              const auto start = std::chrono::steady_clock::now();
+              const std::string garbage[] = {"GET / HTTP/9.9\r\n\r\n", "\x01\x02\x03\r\n\r\n",
+                                             "POST /command HTTP/1.1\r\nContent-Length: -1\r\n\r\n"};
+              while (!m_stop) {
+                  for (int& fd : idle) {
+                      char byte = 0;
+                      if (fd >= 0 && ::recv(fd, &byte, 1, MSG_DONTWAIT) == 0) {
+                          ::close(fd);
+                          fd = -1;
+                      }
+                      if (fd < 0) fd = rawConnection(port);
+                  }
+                  if (std::chrono::steady_clock::now() >= nextDrip) {
+                      const char byte = 'z';
+                      if (drip < 0) {
+                          drip = rawConnection(port);
+                          if (drip >= 0) (void)!::send(drip, "GET / HTTP/1.1\r\nX-Slow: ", 25, MSG_NOSIGNAL);
+                      } else if (::send(drip, &byte, 1, MSG_NOSIGNAL) != 1) {
+                          ::close(drip);
+                          drip = -1;
+                      }
+                      nextDrip += std::chrono::milliseconds(300);
+                  }
+                  // 1,000 malformed requests a second, in bursts of 50.
+                  for (int i = 0; i < 50; ++i, ++sent) {
+                      const int fd = rawConnection(port);
+                      if (fd < 0) continue;
+                      const std::string& text = garbage[sent % 3];
+                      (void)!::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
+                      ::close(fd);
+                  }
+                  std::this_thread::sleep_until(start + std::chrono::milliseconds(sent));
+              }
+              for (const int fd : idle)
+                  if (fd >= 0) ::close(fd);
+              if (drip >= 0) ::close(drip);
+              m_malformed = sent;
+          }) {}
+    int64_t finish() {
+        m_stop = true;
+        m_thread.join();
+        return m_malformed;
+    }
+
+private:
+    std::atomic<bool> m_stop{false};
+    int64_t m_malformed = 0;
+    std::thread m_thread;
+};
 
 /// A client that reads the event stream and throws it away: what serving a remote window costs
 /// the run, without the window's own work on this machine's cores.
@@ -288,7 +371,9 @@ double timedRun(const Setup& setup, Arm arm, int64_t* shown) {
     std::unique_ptr<ConnectedWindow> window;
     std::unique_ptr<StreamReader> reader;
     if (arm == Arm::Watched) window = std::make_unique<ConnectedWindow>(served);
+    std::unique_ptr<Attacker> attacker;
     if (arm == Arm::Streamed) reader = std::make_unique<StreamReader>(served);
+    if (arm == Arm::Attacked) attacker = std::make_unique<Attacker>(served.port);
     QElapsedTimer clock;
     clock.start();
     while (cli.state() != QProcess::NotRunning && clock.elapsed() < 600'000) bench::spin(50);
@@ -297,13 +382,14 @@ double timedRun(const Setup& setup, Arm arm, int64_t* shown) {
         *shown = window->delivered;
     }
     if (reader) *shown = reader->finish();
+    if (attacker) *shown = attacker->finish();
     if (cli.exitCode() != 0) return 0;
     return samplesPerSecond(served.folder, 4);
 }
 
 json clientCost(const Setup& setup, int rounds, std::vector<std::string>& rows) {
     std::vector<double> samples[kArms];
-    std::vector<double> streamedOverServed, watchedOverServed, servedOverNot;
+    std::vector<double> streamedOverServed, watchedOverServed, attackedOverServed, servedOverNot;
     for (int round = 0; round < rounds; ++round) {
         // The arms in a rotated order each round: none is always first or last.
         double result[kArms] = {};
@@ -318,6 +404,8 @@ json clientCost(const Setup& setup, int rounds, std::vector<std::string>& rows) 
         const double streamed = result[static_cast<int>(Arm::Streamed)] / served;
         const double watched = result[static_cast<int>(Arm::Watched)] / served;
         const double serving = served / result[static_cast<int>(Arm::NotServed)];
+        const double attacked = result[static_cast<int>(Arm::Attacked)] / served;
+        attackedOverServed.push_back(attacked);
         streamedOverServed.push_back(streamed);
         watchedOverServed.push_back(watched);
         servedOverNot.push_back(serving);
@@ -329,17 +417,19 @@ json clientCost(const Setup& setup, int rounds, std::vector<std::string>& rows) 
                        std::to_string(shown[static_cast<int>(Arm::Watched)]));
         std::printf(
             "%s, round %d: samples/s not served %.1f, served %.1f, streamed to a client %.1f (%.4f), to a window "
-            "on this machine %.1f (%.4f); served/not %.4f\n",
-            setup.name, round, result[0], result[1], result[2], streamed, result[3], watched, serving);
+            "on this machine %.1f (%.4f), attacked %.1f (%.4f, %lld malformed requests); served/not %.4f\n",
+            setup.name, round, result[0], result[1], result[2], streamed, result[3], watched, result[4], attacked,
+            static_cast<long long>(shown[static_cast<int>(Arm::Attacked)]), serving);
         std::fflush(stdout);
     }
     const double streamed = bench::median(streamedOverServed);
     const double watched = bench::median(watchedOverServed);
     const double serving = bench::median(servedOverNot);
+    const double attacked = bench::median(attackedOverServed);
     std::printf(
         "%s, medians of %d rounds: a client reading the stream / none %.4f (goal >= 0.99); a window on this "
-        "machine / none %.4f; served / not served %.4f\n",
-        setup.name, rounds, streamed, watched, serving);
+        "machine / none %.4f; attacked / none %.4f; served / not served %.4f\n",
+        setup.name, rounds, streamed, watched, attacked, serving);
     std::fflush(stdout);
     return {{"setup", setup.name},
             {"rounds", rounds},
@@ -347,6 +437,9 @@ json clientCost(const Setup& setup, int rounds, std::vector<std::string>& rows) 
             {"samples_per_second_served", samples[1]},
             {"samples_per_second_streamed", samples[2]},
             {"samples_per_second_watched", samples[3]},
+            {"samples_per_second_attacked", samples[4]},
+            {"attacked_over_served", attackedOverServed},
+            {"median_attacked_over_served", attacked},
             {"streamed_over_served", streamedOverServed},
             {"watched_over_served", watchedOverServed},
             {"served_over_not_served", servedOverNot},
@@ -382,8 +475,8 @@ int main(int argc, char** argv) {
                     streamRows);
     bench::writeCsv(args.outDir, "serve_cost.csv",
                     "setup,round,samples_per_s_not_served,samples_per_s_served,samples_per_s_streamed,"
-                    "samples_per_s_window,streamed_over_served,window_over_served,served_over_not_served,"
-                    "events_streamed,events_shown",
+                    "samples_per_s_window,samples_per_s_attacked,streamed_over_served,window_over_served,"
+                    "attacked_over_served,served_over_not_served,events_streamed,events_shown,malformed_requests",
                     costRows);
     return 0;
 }
