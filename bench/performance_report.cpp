@@ -831,7 +831,7 @@ void serveSection(std::ostream& md, const json& serve) {
     }
     md << "What a client costs the run it watches: the same run, `--threads 1`, in four arms taken in rotated "
           "turns — not served, served with no client, served to a client that reads the whole stream (what a "
-          "window on another machine costs the server), and served to a window on this machine (which also "
+          "window on another machine costs the server), served to a window on this machine (which also "
           "takes this machine's second core), and served while attacked as the security test attacks it — 500 idle "
           "connections kept open, 1,000 malformed requests a second and a request sent a byte every 300 ms, from "
           "this machine, so the attacker also takes CPU from the run. Samples/s over the steps after the probe, from "
