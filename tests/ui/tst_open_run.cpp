@@ -465,6 +465,8 @@ private Q_SLOTS:
         QLineEdit* list = w.runPanel()->deviceListEdit();
         QTRY_VERIFY_WITH_TIMEOUT(list->isEnabled() && list->text() == QStringLiteral("virtual:16MiB, virtual:32MiB"),
                                  kNetwork);
+        QVERIFY2(w.runPanel()->deviceInfoText().contains(QLatin1String("served job")),
+                 qPrintable(w.runPanel()->deviceInfoText()));
         list->setText(QStringLiteral("virtual:16MiB, virtual:24MiB"));
         Q_EMIT list->editingFinished();
         QTRY_COMPARE_WITH_TIMEOUT(w.ranksView()->table()->item(1, 1)->text(), QStringLiteral("virtual:24MiB"),
@@ -476,6 +478,11 @@ private Q_SLOTS:
                                         e.value("to", std::string()) == "virtual:24MiB";
                              }),
                  "the run's events have no device_switch of rank 1 to virtual:24MiB");
+        w.resize(1600, 1000);
+        w.chartsPanel()->redrawNow();
+        QTest::qWait(100);
+        QVERIFY(w.grab().save(QDir(QCoreApplication::applicationDirPath())
+                                  .filePath(QStringLiteral("screenshot-connected-ranks-1600x1000.png"))));
 
         w.commands()->stopAction()->trigger();
         QTRY_VERIFY_WITH_TIMEOUT(cli.state() == QProcess::NotRunning, kNetwork);

@@ -641,11 +641,12 @@ void RunPanel::revalidate() {
         const QStringList all = devices();
         QStringList ranks;
         for (int r = 0; r < all.size(); ++r) ranks << tr("rank %1 %2").arg(r).arg(all[r]);
+        const QString who =
+            m_commands->steeringRemote() ? tr("the served job's rank 0 serves it") : tr("this window trains rank 0");
         m_deviceInfo->setText(all.isEmpty() ? QString()
-                                            : tr("%1 processes, each with its share of every batch: %2 (this window "
-                                                 "trains rank 0)")
+                                            : tr("%1 processes, each with its share of every batch: %2 (%3)")
                                                   .arg(all.size())
-                                                  .arg(ranks.join(QStringLiteral(", "))));
+                                                  .arg(ranks.join(QStringLiteral(", ")), who));
     } else if (sizeProblem.isEmpty()) {
         const auto parsed = core::parseDevice(deviceId().toStdString());
         if (!parsed)
@@ -744,6 +745,10 @@ void RunPanel::showRankDevices(const QStringList& devices) {
     if (m_runDevices == devices) return;
     m_runDevices = devices;
     m_deviceList->setText(devices.join(QStringLiteral(", ")));
+}
+
+QString RunPanel::deviceInfoText() const {
+    return m_deviceInfo->text();
 }
 
 bool RunPanel::running() const {

@@ -75,6 +75,8 @@ public:
     QLineEdit* dataPathEdit() const { return m_dataPath; }
     QLineEdit* virtualSizeEdit() const { return m_virtualSize; }
     QLineEdit* deviceListEdit() const { return m_deviceList; }
+    /// The line under the device choice (what the device or devices are).
+    QString deviceInfoText() const;
     /// Several devices, during a run: where the ranks are (every step), so that the Devices list
     /// goes back to a rank's device after a switch it refused; left alone while being edited.
     void showRankDevices(const QStringList& devices);

@@ -43,6 +43,8 @@ public:
     void setRemote(RemoteRun* remote);
     /// The commands act on a run now: this window's, or a connected one they can steer.
     bool steering() const;
+    /// Steering a served run (batchpilot-cli --serve), not one of this window's.
+    bool steeringRemote() const { return m_remote != nullptr && steering(); }
     /// While held, the run panel's fields send no command: the window is filling them with a
     /// run's own values (a served run's configuration), which are no change to ask for.
     void holdFieldCommands(bool held) { m_fieldsHeld = held; }
