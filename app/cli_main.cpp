@@ -457,10 +457,8 @@ int main(int argc, char** argv) {
     std::string snapshotError;
     if (!request->memorySnapshot.empty()) {
         // The allocator as the last OOM found it (what failed, and why), else as the run ends.
-        const auto& allocator = core::CountingAllocator::instance();
-        std::vector<core::SegmentView> segments = allocator.segmentsAtLastFailure();
-        const bool atOom = !segments.empty();
-        if (!atOom) segments = allocator.segments();
+        bool atOom = false;
+        const std::vector<core::SegmentView> segments = core::virtualGpuSegments(&atOom);
         const std::string named = "the memory snapshot \"" + request->memorySnapshot + "\"";
         if (auto written =
                 core::replaceFileAtomically(request->memorySnapshot, core::memorySnapshotPickle(segments), named);

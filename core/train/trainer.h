@@ -6,8 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "core/events/events.h"
 #include "core/config/options.h"
+#include "core/events/events.h"
+#include "core/memory/caching_allocator.h"
 
 namespace batchpilot::core {
 
@@ -89,5 +90,10 @@ private:
     struct Impl;
     std::unique_ptr<Impl> m_impl;
 };
+
+/// The virtual GPU's allocator as a memory snapshot shows it (memory_snapshot.h): its segments as
+/// the last out-of-memory error it raised found them (`atOom` set), else as they are now. Empty
+/// when it holds no segment (no run yet, or an exact virtual device, which has none).
+std::vector<SegmentView> virtualGpuSegments(bool* atOom = nullptr);
 
 }  // namespace batchpilot::core

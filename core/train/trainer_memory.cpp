@@ -286,4 +286,12 @@ void Trainer::Impl::reportSummary() {
     emit(std::move(summary));
 }
 
+std::vector<SegmentView> virtualGpuSegments(bool* atOom) {
+    const auto& allocator = CountingAllocator::instance();
+    std::vector<SegmentView> segments = allocator.segmentsAtLastFailure();
+    if (atOom != nullptr) *atOom = !segments.empty();
+    if (segments.empty()) segments = allocator.segments();
+    return segments;
+}
+
 }  // namespace batchpilot::core

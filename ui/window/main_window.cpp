@@ -24,9 +24,12 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include "core/base/durable_file.h"
 #include "core/config/run_config.h"
+#include "core/memory/memory_snapshot.h"
 #include "core/records/run_folder.h"
 #include "core/records/series_export.h"
+#include "core/train/trainer.h"
 #include "ui/teaching/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/runs_panel.h"
@@ -269,6 +272,15 @@ void MainWindow::createFileMenu() {
                                                           tr("JSON Lines (*.jsonl)"));
         if (!path.isEmpty()) exportEventsJsonl(path);
     });
+    QAction* snapshot = file->addAction(tr("Save memory &snapshot…"), this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, tr("Save memory snapshot"),
+                                                          QStringLiteral("snapshot.pickle"), tr("Pickle (*.pickle)"));
+        if (!path.isEmpty()) saveMemorySnapshot(path);
+    });
+    snapshot->setObjectName(QStringLiteral("memorySnapshotAction"));
+    snapshot->setToolTip(
+        tr("The virtual GPU's segments and blocks as PyTorch's memory snapshot (at the last out-of-memory error, else "
+           "now), for pytorch.org/memory_viz"));
     file->addAction(tr("Export all &charts as PNG…"), this, [this] {
         const QString dir = QFileDialog::getExistingDirectory(this, tr("Export charts to"));
         if (!dir.isEmpty()) exportCharts(dir);
@@ -704,6 +716,32 @@ bool MainWindow::exportEventsJsonl(const QString& path) {
         return false;
     }
     statusBar()->showMessage(tr("Events written to %1").arg(path), 4000);
+    return true;
+}
+
+bool MainWindow::saveMemorySnapshot(const QString& path) {
+    if (m_run->isWatching()) {
+        showError(
+            tr("A memory snapshot shows this window's virtual GPU; the run shown trains elsewhere. On its "
+               "machine: batchpilot-cli … --memory-snapshot FILE."));
+        return false;
+    }
+    bool atOom = false;
+    const std::vector<core::SegmentView> segments = core::virtualGpuSegments(&atOom);
+    if (segments.empty()) {
+        showError(
+            tr("No memory snapshot yet: the virtual GPU holds no segment. Train on a virtual device with "
+               "PyTorch's caching model (virtual:T4, virtual:64MiB/caching, …) first."));
+        return false;
+    }
+    const std::string named = "the memory snapshot \"" + path.toStdString() + "\"";
+    if (auto written = core::replaceFileAtomically(path.toStdString(), core::memorySnapshotPickle(segments), named);
+        !written) {
+        showError(QString::fromStdString(written.error()));
+        return false;
+    }
+    note(tr("memory snapshot %1: %2 (open it at https://pytorch.org/memory_viz)")
+             .arg(atOom ? tr("at the last out-of-memory error") : tr("of the virtual GPU now"), path));
     return true;
 }
 

@@ -78,6 +78,8 @@ public:
     /// own, from its right-click menu).
     bool exportDataCsv(const QString& path, const QStringList& series = {});
     bool exportEventsJsonl(const QString& path);
+    /// Writes the virtual GPU's segments as PyTorch's memory snapshot (at the last OOM, else now).
+    bool saveMemorySnapshot(const QString& path);
     QStringList exportCharts(const QString& directory);
     /// Writes the run report: self-contained HTML, or PDF when `path` ends in ".pdf". A file
     /// that cannot be written is shown as an error and returns false.
