@@ -65,9 +65,7 @@ bool RemoteRun::connectTo(const QUrl& url, QString* error) {
     m_pending.clear();
     setState(State::Connecting);
     // Which token it is: a watch token cannot steer (the controls stay off).
-    QNetworkRequest request(endpoint(QStringLiteral("/")));
-    request.setRawHeader("Authorization", "Bearer " + m_token.toUtf8());
-    QNetworkReply* access = m_network->get(request);
+    QNetworkReply* access = m_network->get(authorized(QStringLiteral("/")));
     connect(access, &QNetworkReply::finished, this, [this, access] {
         access->deleteLater();
         if (m_state == State::Closed) return;
@@ -78,9 +76,7 @@ bool RemoteRun::connectTo(const QUrl& url, QString* error) {
             Q_EMIT stateChanged();
         }
     });
-    QNetworkRequest configRequest(endpoint(QStringLiteral("/config")));
-    configRequest.setRawHeader("Authorization", "Bearer " + m_token.toUtf8());
-    QNetworkReply* config = m_network->get(configRequest);
+    QNetworkReply* config = m_network->get(authorized(QStringLiteral("/config")));
     connect(config, &QNetworkReply::finished, this, [this, config] {
         config->deleteLater();
         if (m_state == State::Closed) return;
@@ -109,15 +105,16 @@ QString RemoteRun::address() const {
     return m_base.toString();
 }
 
-QUrl RemoteRun::endpoint(const QString& path) const {
+QNetworkRequest RemoteRun::authorized(const QString& path) const {
     QUrl url = m_base;
     url.setPath(path);
-    return url;
+    QNetworkRequest request(url);
+    request.setRawHeader("Authorization", "Bearer " + m_token.toUtf8());
+    return request;
 }
 
 void RemoteRun::openStream() {
-    QNetworkRequest request(endpoint(QStringLiteral("/events")));
-    request.setRawHeader("Authorization", "Bearer " + m_token.toUtf8());
+    QNetworkRequest request = authorized(QStringLiteral("/events"));
     request.setRawHeader("Accept", "text/event-stream");
     // From the event after the last one received: none lost, none repeated.
     if (m_pendingId > 0) request.setRawHeader("Last-Event-ID", QByteArray::number(m_pendingId));
@@ -220,8 +217,7 @@ void RemoteRun::dropConnection() {
 }
 
 void RemoteRun::send(const QByteArray& json, const QString& what) {
-    QNetworkRequest request(endpoint(QStringLiteral("/command")));
-    request.setRawHeader("Authorization", "Bearer " + m_token.toUtf8());
+    QNetworkRequest request = authorized(QStringLiteral("/command"));
     request.setHeader(QNetworkRequest::ContentTypeHeader, QStringLiteral("application/json"));
     QNetworkReply* reply = m_network->post(request, json);
     connect(reply, &QNetworkReply::finished, this, [this, reply, what] {

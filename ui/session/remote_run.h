@@ -12,6 +12,7 @@
 
 class QNetworkAccessManager;
 class QNetworkReply;
+class QNetworkRequest;
 class QTimer;
 
 namespace batchpilot::ui {
@@ -75,7 +76,8 @@ private:
     void deliver();
     void send(const QByteArray& json, const QString& what);
     void setState(State state);
-    QUrl endpoint(const QString& path) const;
+    /// A request for `path` on the server, carrying the token.
+    QNetworkRequest authorized(const QString& path) const;
 
     QNetworkAccessManager* m_network;
     QNetworkReply* m_stream = nullptr;
