@@ -133,6 +133,11 @@ std::vector<SegmentView> CountingAllocator::segmentsAtLastFailure() const {
     return m_segmentsAtFailure;
 }
 
+bool CountingAllocator::exact() const {
+    std::lock_guard lock(m_mutex);
+    return m_models.empty() || m_models.back()->settings().exact;
+}
+
 c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST {
     const auto size = static_cast<int64_t>(bytes);
     const bool counted = t_counting;
@@ -164,6 +169,7 @@ c10::DataPtr CountingAllocator::allocate(size_t bytes) BATCHPILOT_ALLOCATE_CONST
                     const AllocationFailure& failure = placed.error();
                     self->m_lastFailure = failure;
                     self->m_segmentsAtFailure = model.segments();  // only at an OOM: its cost is the copy
+                    self->m_failures.fetch_add(1);
                     m_lastFailed.store(size);
                     m_allocatedAtFailure.store(failure.allocatedBytes);
                     if (model.settings().exact) {

@@ -88,6 +88,12 @@ public:
     /// The segments as they were when the model raised its most recent OOM, before anything of
     /// the failed micro-batch was freed (empty when none was raised).
     std::vector<SegmentView> segmentsAtLastFailure() const;
+    /// OOMs the model raised since start-up (not injected ones): a new number is a new failure.
+    int64_t failures() const {
+        return m_failures.load();
+    }
+    /// Whether the current model counts bytes exactly (no segments to show).
+    bool exact() const;
     /// Bytes of all successful counted allocations since start-up (never decreases).
     int64_t countedBytes() const {
         return m_countedBytes.load();
@@ -128,6 +134,7 @@ private:
     std::atomic<int64_t> m_reserved{0};
     std::atomic<int64_t> m_peakReserved{0};
     std::atomic<int64_t> m_allocRetries{0};
+    std::atomic<int64_t> m_failures{0};
 
     mutable std::atomic<int64_t> m_allocated{0};
     mutable std::atomic<int64_t> m_peak{0};

@@ -57,6 +57,20 @@ public:
         const auto& allocator = CountingAllocator::instance();
         return allocator.allocatedAtLastFailure() + allocator.lastFailedRequest();
     }
+    std::vector<SegmentView> segments() const override {
+        const auto& allocator = CountingAllocator::instance();
+        return allocator.exact() ? std::vector<SegmentView>{} : allocator.segments();
+    }
+    AllocatorFailureView lastAllocatorFailure() const override {
+        const auto& allocator = CountingAllocator::instance();
+        if (allocator.exact()) return {};
+        // The number first: a failure that lands between the reads is reported again, never lost.
+        AllocatorFailureView view;
+        view.number = allocator.failures();
+        view.failure = allocator.lastFailure();
+        view.segments = allocator.segmentsAtLastFailure();
+        return view;
+    }
 
 private:
     /// Host memory left to the rest of the process (and the machine) under a virtual GPU held to

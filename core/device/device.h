@@ -32,6 +32,13 @@ std::vector<DeviceInfo> availableDevices();
 /// True when this build of LibTorch can use CUDA and a CUDA device is present.
 bool cudaAvailable();
 
+/// A caching allocator's most recent OOM, with its segments as they were when it failed.
+struct AllocatorFailureView {
+    int64_t number = 0;  ///< OOMs the allocator raised so far (0: none, the rest is empty)
+    AllocationFailure failure;
+    std::vector<SegmentView> segments;
+};
+
 /// Memory figures of one device, in bytes. Only allocations made on threads that are counting
 /// (see CountingScope) are included for the CPU and virtual devices.
 ///
@@ -74,6 +81,11 @@ public:
     virtual int64_t lastFailedAllocation() const { return 0; }
     /// Bytes that would have been in use had that allocation succeeded, 0 when unknown.
     virtual int64_t lastFailureNeed() const { return 0; }
+    /// The caching allocator's segments and their blocks now, in address order; empty where they
+    /// are not known (the CPU, a virtual device counting exactly).
+    virtual std::vector<SegmentView> segments() const { return {}; }
+    /// The allocator's most recent OOM and its segments then (number 0 where not known).
+    virtual AllocatorFailureView lastAllocatorFailure() const { return {}; }
 };
 
 /// Opens the meter for a device and makes the device the active one: for a virtual device this

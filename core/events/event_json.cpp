@@ -366,6 +366,35 @@ void describe(V& v, Is<EquivalenceChecked> auto& e) {
     v.unless(e.error.empty(), "error", e.error);
 }
 
+template <class V>
+void describe(V& v, Is<BlockView> auto& b) {
+    v("offset", b.offset);
+    v("bytes", b.bytes);
+    v("requested_bytes", b.requestedBytes);
+    v("allocated", b.allocated);
+    v.unless(b.mapped, "mapped", b.mapped);  // written only for an expandable segment's unmapped pages
+}
+template <class V>
+void describe(V& v, Is<SegmentView> auto& s) {
+    v("address", s.address);
+    v("bytes", s.bytes);
+    v("small_pool", s.smallPool);
+    v("expandable", s.expandable);
+    v("blocks", s.blocks);
+}
+template <class V>
+void describe(V& v, Is<AllocatorSegments> auto& e) {
+    v("time", e.time);
+    v("step", e.step);
+    v("at_oom", e.atOom);
+    v("limit_bytes", e.limitBytes);
+    v.unless(!e.atOom, "requested_bytes", e.requestedBytes);
+    v.unless(!e.atOom, "segment_bytes", e.segmentBytes);
+    v.unless(!e.atOom, "largest_free_block", e.largestFreeBlock);
+    v.unless(!e.atOom, "fragmentation", e.fragmentation);
+    v("segments", e.segments);
+}
+
 template <class T>
 struct IsVector : std::false_type {};
 template <class T>

@@ -174,8 +174,25 @@ const char* nameOf(const LossScaleChanged&) {
 const char* nameOf(const EquivalenceChecked&) {
     return "equivalence";
 }
+const char* nameOf(const AllocatorSegments&) {
+    return "allocator_segments";
+}
 
 }  // namespace
+
+int64_t AllocatorSegments::reservedBytes() const {
+    int64_t total = 0;
+    for (const SegmentView& segment : segments) total += segment.bytes;
+    return total;
+}
+
+int64_t AllocatorSegments::allocatedBytes() const {
+    int64_t total = 0;
+    for (const SegmentView& segment : segments)
+        for (const BlockView& block : segment.blocks)
+            if (block.allocated) total += block.bytes;
+    return total;
+}
 
 const char* eventName(const Event& event) {
     return std::visit([](const auto& e) { return nameOf(e); }, event);

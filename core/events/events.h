@@ -6,6 +6,8 @@
 #include <variant>
 #include <vector>
 
+#include "core/memory/segment_view.h"
+
 /// Value structs the engine reports while it runs. No tensors, no Qt: they are copied across
 /// threads to the GUI controller and written as JSON Lines by the CLI.
 ///
@@ -467,11 +469,32 @@ struct ErrorEvent {
     std::string where;    ///< e.g. "step 3, micro-batch 2 (32 samples), forward"
 };
 
+/// A caching allocator's memory, segment by segment (a virtual GPU that models PyTorch's caching
+/// allocator): after setup and after an optimizer step when the segments changed since the last
+/// report, and at every OOM as they were when the allocation failed, so that the window can show
+/// what fragmented. Not reported where segments are not known: the CPU, exact counting.
+struct AllocatorSegments {
+    double time = 0;
+    int64_t step = 0;  ///< optimizer steps done
+    bool atOom = false;
+    int64_t limitBytes = 0;  ///< what the segments may reserve in all
+    // At an OOM, what failed (CUDA's message says the same):
+    int64_t requestedBytes = 0;    ///< what the tensor asked for
+    int64_t segmentBytes = 0;      ///< the segment it tried to reserve ("Tried to allocate")
+    int64_t largestFreeBlock = 0;  ///< the largest cached block of the request's pool
+    /// Enough bytes were free or cached, but no block or segment could hold the request in one piece.
+    bool fragmentation = false;
+    std::vector<SegmentView> segments;
+
+    int64_t reservedBytes() const;
+    int64_t allocatedBytes() const;
+};
+
 using Event = std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent, MemorySample,
                            StepMetrics, MicroBatchDone, OptimizerStepped, TargetBatchChanged, DeviceSwitched, Warning,
                            CheckpointSaved, ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting,
                            EquivalenceChecked, ThroughputTimed, ThroughputChosen, ValidationDone, RanksStepped,
-                           RankProbed, SaverSurvey, MemorySaversChanged, LossScaleChanged>;
+                           RankProbed, SaverSurvey, MemorySaversChanged, LossScaleChanged, AllocatorSegments>;
 
 /// How a check's batch was accumulated: "16 + 16 + 8", or with several devices each rank's part,
 /// "rank 0 (virtual:48MiB) 16 + 16, rank 1 (virtual:192MiB) 64, summed over the ranks".

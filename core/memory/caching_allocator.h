@@ -19,6 +19,8 @@
 
 #include <tl/expected.hpp>
 
+#include "core/memory/segment_view.h"
+
 namespace batchpilot::core {
 
 /// The allocator's settings, in PyTorch's own syntax (PYTORCH_CUDA_ALLOC_CONF /
@@ -57,23 +59,6 @@ struct AllocationFailure {
     /// Enough memory was free (limit − reserved + cached) but no block or segment could hold the
     /// request in one piece.
     bool fragmentation = false;
-};
-
-/// One block of a segment, for the segment view and memory snapshots.
-struct BlockView {
-    int64_t offset = 0;  ///< from the segment's start
-    int64_t bytes = 0;
-    int64_t requestedBytes = 0;  ///< 0 for a free (cached) block
-    bool allocated = false;
-    bool mapped = true;  ///< expandable segments: pages that are not reserved
-};
-
-struct SegmentView {
-    int64_t address = 0;  ///< a made-up device address, unique per segment
-    int64_t bytes = 0;    ///< reserved (mapped, for an expandable segment)
-    bool smallPool = false;
-    bool expandable = false;
-    std::vector<BlockView> blocks;
 };
 
 /// The allocator's counters, as torch.cuda.memory_stats() names them.

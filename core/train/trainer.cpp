@@ -41,6 +41,7 @@ void Trainer::Impl::setup() {
         setCudaMemoryFraction(device.index, options.cudaMemoryFraction);
     }
     meter = openMeter(device);
+    meterOpened();
     if (const std::string note = meter->limitNote(); !note.empty()) emit(Warning{now(), device.name() + ": " + note});
     meter->resetPeak();
     allocatorRetriesSeen = meter->allocatorRetries();

@@ -239,6 +239,8 @@ struct Trainer::Impl {
     /// Several devices: the job this rank belongs to (null: one process trains every batch).
     std::optional<ParallelState> parallel;
     MemoryLedger ledger;
+    std::vector<SegmentView> segmentsReported;  ///< the allocator's segments as last reported
+    int64_t failuresReported = 0;               ///< the allocator's OOMs, as last reported
 
     double now() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
     /// What micro-batches and training batches are timed with (TrainerOptions::timingClock).
@@ -249,7 +251,9 @@ struct Trainer::Impl {
             // Rank 0 shows every rank's probes and OOMs: the others send theirs with the step.
             if (parallel->link->rank() != 0 && isRankReported(event)) parallel->unreported.push_back(event);
         }
+        const bool oom = std::holds_alternative<OomEvent>(event);
         sink.onEvent(event);
+        if (oom) reportFailureSegments();
     }
     /// This process keeps the checkpoints and evaluates: the only one, or rank 0 of several.
     bool leads() const { return !parallel || parallel->link->rank() == 0; }
@@ -312,7 +316,12 @@ struct Trainer::Impl {
     /// One validation micro-batch added to `totals`; the error (an OOM among them) it raised, if any.
     std::exception_ptr evaluate(const std::vector<int64_t>& indices, ValidationTotals& totals);
     void sampleMemory(bool force);
+    /// Reports the memory breakdown, and the allocator's segments when they changed.
     void reportBreakdown();
+    /// AllocatorSegments at the allocator's OOM, once per OOM it raised (after the OomEvent).
+    void reportFailureSegments();
+    /// A meter was opened: segments and failures are reported from here on.
+    void meterOpened();
     void reportSummary();
     /// Reports EquivalenceChecked (trainer_equivalence.cpp). With several devices every rank
     /// runs it at the same batch (agreed in ranksAgree): the check batch is split over the ranks

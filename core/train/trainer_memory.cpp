@@ -266,6 +266,39 @@ void Trainer::Impl::reportBreakdown() {
     b.freeBytes =
         std::max<int64_t>(0, b.totalBytes - b.peakBytes - b.cacheBytes - b.otherProcessBytes - b.contextBytes);
     emit(std::move(b));
+    // The segments after a step barely change once the cache is warm: reported when they do.
+    std::vector<SegmentView> segments = meter->segments();
+    if (!segments.empty() && segments != segmentsReported) {
+        segmentsReported = segments;
+        AllocatorSegments report;
+        report.time = now();
+        report.step = step;
+        report.limitBytes = meter->capacity();
+        report.segments = std::move(segments);
+        emit(std::move(report));
+    }
+}
+
+void Trainer::Impl::meterOpened() {
+    segmentsReported.clear();
+    failuresReported = meter->lastAllocatorFailure().number;  // an earlier run's are not this one's
+}
+
+void Trainer::Impl::reportFailureSegments() {
+    AllocatorFailureView failure = meter->lastAllocatorFailure();
+    if (failure.number == failuresReported || failure.segments.empty()) return;
+    failuresReported = failure.number;
+    AllocatorSegments report;
+    report.time = now();
+    report.step = step;
+    report.atOom = true;
+    report.limitBytes = failure.failure.limitBytes;
+    report.requestedBytes = failure.failure.requestedBytes;
+    report.segmentBytes = failure.failure.segmentBytes;
+    report.largestFreeBlock = failure.failure.largestFreeBlock;
+    report.fragmentation = failure.failure.fragmentation;
+    report.segments = std::move(failure.segments);
+    emit(std::move(report));
 }
 
 void Trainer::Impl::reportSummary() {

@@ -183,6 +183,7 @@ std::optional<std::string> Trainer::Impl::switchTo(const DeviceSpec& next) {
     device = next;
     stepCosts = StepCostWatch();  // what batches cost besides their micro-batches, on this device
     meter = openMeter(device);
+    meterOpened();
     if (const std::string note = meter->limitNote(); !note.empty()) emit(Warning{now(), device.name() + ": " + note});
     emit(DeviceSwitched{now(), from, device.name(), parallel ? parallel->link->rank() : 0});
     reportSummary();

@@ -17,6 +17,7 @@
 #include "core/events/events.h"
 #include "ui/teaching/accumulation_view.h"
 #include "ui/charts/charts_panel.h"
+#include "ui/charts/segments_view.h"
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/probe_chart.h"
@@ -422,6 +423,12 @@ void TestMainWindow::savesAMemorySnapshotOfTheVirtualGpu() {
     QVERIFY2(read[0].toInt() >= 1, qPrintable(read.join(QLatin1Char(' '))));                        // segments
     QVERIFY2(read[1].toLongLong() > 0 && read[1].toLongLong() <= (32 << 20), qPrintable(read[1]));  // reserved
     QCOMPARE(read[2].trimmed(), QStringLiteral("1"));  // every segment's blocks add up to it
+    // The Segments tab showed the same state while the run trained here: the last OOM's, else the latest.
+    ui::SegmentsView* segments = w.chartsPanel()->segmentsView();
+    segments->showState(segments->stateCount() - 1);
+    QVERIFY(segments->shown() != nullptr);
+    QCOMPARE(static_cast<int>(segments->shown()->segments.size()), read[0].toInt());
+    QCOMPARE(segments->shown()->reservedBytes(), read[1].toLongLong());
 
     QVERIFY(w.openRun(w.controller()->runFolder()));
     QVERIFY(!w.saveMemorySnapshot(dir.filePath(QStringLiteral("other.pickle"))));

@@ -18,6 +18,8 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QProcess>
+#include <QRegularExpression>
+#include <QTabWidget>
 #include <QPushButton>
 #include <QSettings>
 #include <QStandardPaths>
@@ -29,9 +31,11 @@
 
 #include "core/events/events.h"
 #include "ui/charts/charts_panel.h"
+#include "ui/charts/gpu_plan_panel.h"
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/probe_chart.h"
+#include "ui/charts/segments_view.h"
 #include "ui/charts/speed_chart.h"
 #include "ui/charts/throughput_chart.h"
 #include "ui/config/demo_options.h"
@@ -491,6 +495,176 @@ private Q_SLOTS:
         QTRY_COMPARE_WITH_TIMEOUT(lossesShown(w), stepLosses(eventsIn(served)), 30'000);
         const QByteArray said = cli.readAllStandardError();
         QVERIFY2(said.contains("remote command: device of rank 1 -> virtual:24MiB"), said.constData());
+    }
+
+    void aCliRunsSegmentsAndItsPlanOnEveryGpu() {
+        // A batchpilot-cli run on a virtual GPU that models PyTorch's caching allocator, opened:
+        // the Segments tab holds the allocator's latest state and every OOM's, as the run's file
+        // says (read here by a plain JSON parser) and as PyTorch's rules require; the Every GPU tab
+        // shows the table the CLI printed for --plan-for all.
+        QTemporaryDir runs;
+        QProcess cli;
+        cli.start(cliPath(),
+                  {QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--device"),
+                   QStringLiteral("virtual:64MiB/caching"), QStringLiteral("--target-batch"), QStringLiteral("512"),
+                   QStringLiteral("--samples"), QStringLiteral("2048"), QStringLiteral("--steps"), QStringLiteral("4"),
+                   QStringLiteral("--threads"), QStringLiteral("1"), QStringLiteral("--quiet"),
+                   QStringLiteral("--plan-for"), QStringLiteral("all"), QStringLiteral("--runs-dir"), runs.path()});
+        QVERIFY(cli.waitForFinished(kTimeout));
+        QCOMPARE(cli.exitCode(), 0);
+        const QString printed = QString::fromUtf8(cli.readAllStandardOutput());
+        const QString folder = onlyRunFolder(runs.path());
+        QVERIFY(!folder.isEmpty());
+        const auto events = eventsIn(folder);
+        std::vector<nlohmann::json> ooms;
+        nlohmann::json latest;
+        int oomEvents = 0;
+        for (const auto& e : events) {
+            const std::string type = e.value("type", std::string());
+            oomEvents += type == "oom";
+            if (type != "allocator_segments") continue;
+            if (e.at("at_oom").get<bool>())
+                ooms.push_back(e);
+            else
+                latest = e;
+        }
+        QVERIFY2(!latest.is_null(), "the run reported no segments");
+        // Every OOM of the run was the allocator's (nothing injected): each has its state.
+        QVERIFY(oomEvents > 0);
+        QCOMPARE(static_cast<int>(ooms.size()), oomEvents);
+
+        ui::MainWindow w;
+        w.resize(1280, 800);
+        w.show();
+        QVERIFY(w.openRun(folder));
+        QTRY_VERIFY_WITH_TIMEOUT(w.watcher()->caughtUp(), kTimeout);
+        ui::SegmentsView* view = w.chartsPanel()->segmentsView();
+        QCOMPARE(view->stateCount(), 1 + oomEvents);
+
+        // A state shown as the file has it, and as PyTorch's allocator makes segments: a small
+        // pool's are 2 MiB; a large pool's 20 MiB for requests of 1–10 MiB, else the request rounded
+        // up to 2 MiB (so a multiple of 2 MiB); blocks tile their segment, 512-byte multiples.
+        const auto checkState = [&](const core::AllocatorSegments& shown, const nlohmann::json& file) {
+            QCOMPARE(shown.segments.size(), file.at("segments").size());
+            int64_t reserved = 0;
+            for (size_t i = 0; i < shown.segments.size(); ++i) {
+                const core::SegmentView& segment = shown.segments[i];
+                const auto& expected = file.at("segments")[i];
+                QCOMPARE(segment.bytes, expected.at("bytes").get<int64_t>());
+                QCOMPARE(segment.blocks.size(), expected.at("blocks").size());
+                if (segment.smallPool)
+                    QCOMPARE(segment.bytes, int64_t{2} << 20);
+                else
+                    QVERIFY2(segment.bytes % (int64_t{2} << 20) == 0 && segment.bytes >= (int64_t{10} << 20),
+                             qPrintable(QString::number(segment.bytes)));
+                int64_t offset = 0;
+                for (size_t b = 0; b < segment.blocks.size(); ++b) {
+                    QCOMPARE(segment.blocks[b].offset, offset);
+                    QCOMPARE(segment.blocks[b].bytes % 512, int64_t{0});
+                    QCOMPARE(segment.blocks[b].allocated, expected.at("blocks")[b].at("allocated").get<bool>());
+                    offset += segment.blocks[b].bytes;
+                }
+                QCOMPARE(offset, segment.bytes);
+                reserved += segment.bytes;
+            }
+            QVERIFY2(reserved <= file.at("limit_bytes").get<int64_t>(), "segments beyond the device's limit");
+        };
+        QVERIFY(view->shown() != nullptr);
+        QVERIFY(!view->shown()->atOom);
+        checkState(*view->shown(), latest);
+        QVERIFY2(view->stateName(0).contains(QStringLiteral("after step %1").arg(latest.at("step").get<int>())),
+                 qPrintable(view->stateName(0)));
+
+        // Each OOM frozen as it was: what was tried did not fit. Exhaustion: a new segment of that
+        // size would pass the limit and the cache held no block large enough. Fragmentation: the
+        // same, though the limit less what tensors held was enough for the request.
+        for (int i = 0; i < oomEvents; ++i) {
+            view->showState(1 + i);
+            const core::AllocatorSegments& state = *view->shown();
+            QVERIFY(state.atOom);
+            checkState(state, ooms[i]);
+            const int64_t limit = state.limitBytes;
+            QVERIFY2(state.reservedBytes() + state.segmentBytes > limit, qPrintable(view->summaryText()));
+            int64_t largestCached = 0;
+            for (const auto& segment : state.segments)
+                for (const auto& block : segment.blocks)
+                    if (!block.allocated) largestCached = std::max(largestCached, block.bytes);
+            QVERIFY2(largestCached < state.requestedBytes, qPrintable(view->summaryText()));
+            QCOMPARE(state.fragmentation, limit - state.allocatedBytes() >= state.requestedBytes);
+            const QString kind = state.fragmentation ? QStringLiteral("Fragmentation") : QStringLiteral("Exhaustion");
+            QVERIFY2(view->summaryText().contains(kind), qPrintable(view->summaryText()));
+            QVERIFY(!view->map()->triedRect().isEmpty());
+        }
+
+        // Drawn to scale: in every segment's bar the allocated colour covers the allocated share
+        // of the bar (counted in the painted pixels; a 1-pixel gap separates neighbouring blocks).
+        w.chartsPanel()->tabs()->setCurrentWidget(view);
+        QTRY_VERIFY(view->map()->isVisible());
+        const auto checkPainted = [&](int stateIndex) {
+            view->showState(stateIndex);
+            const core::AllocatorSegments& state = *view->shown();
+            const QImage image = view->map()->grab().toImage();
+            const QColor allocatedColor = ui::SegmentMap::allocatedColor(false);
+            for (size_t i = 0; i < state.segments.size(); ++i) {
+                const QRectF bar = view->map()->segmentRect(static_cast<int>(i));
+                const int y = static_cast<int>(bar.center().y() * image.devicePixelRatio());
+                int painted = 0;
+                for (int x = static_cast<int>(bar.left()) + 1; x < static_cast<int>(bar.right()); ++x)
+                    painted += image.pixelColor(x, y) == allocatedColor;
+                int64_t allocatedBytes = 0;
+                for (const auto& block : state.segments[i].blocks) allocatedBytes += block.allocated ? block.bytes : 0;
+                const double expected =
+                    bar.width() * static_cast<double>(allocatedBytes) / static_cast<double>(state.segments[i].bytes);
+                QVERIFY2(std::abs(painted - expected) <= 2.0 + static_cast<double>(state.segments[i].blocks.size()),
+                         qPrintable(QStringLiteral("state %1, segment %2: %3 pixels painted as allocated, %4 expected")
+                                        .arg(stateIndex)
+                                        .arg(i)
+                                        .arg(painted)
+                                        .arg(expected)));
+            }
+        };
+        for (int i = 0; i < view->stateCount(); ++i) checkPainted(i);
+
+        // Every GPU: the CLI's table, row by row (device, usable memory, micro-batch, plan).
+        const ui::GpuPlanPanel* plan = w.chartsPanel()->gpuPlanPanel();
+        QVERIFY(!plan->rows().empty());
+        const QRegularExpression row(QStringLiteral(R"(^\s+(virtual:\S+)\s+(\d+(?:\.\d+)? \S+)\s+(\d+|-)\s+(.+)$)"));
+        int matched = 0;
+        for (const QString& line : printed.split(QLatin1Char('\n'))) {
+            const auto m = row.match(line);
+            if (!m.hasMatch()) continue;
+            const auto found = std::find_if(plan->rows().begin(), plan->rows().end(), [&](const core::GpuPlanRow& r) {
+                return QString::fromStdString(r.target.device) == m.captured(1);
+            });
+            QVERIFY2(found != plan->rows().end(), qPrintable(line));
+            const int index = static_cast<int>(found - plan->rows().begin());
+            QCOMPARE(plan->table()->item(index, 0)->text(), m.captured(1));
+            QCOMPARE(plan->table()->item(index, 2)->text(), m.captured(2));
+            if (m.captured(3) == QLatin1String("-")) {
+                QCOMPARE(plan->table()->item(index, 3)->text(), QStringLiteral("does not fit"));
+            } else {
+                QCOMPARE(found->microBatch, m.captured(3).toLongLong());
+                QCOMPARE(plan->table()->item(index, 5)->text(), m.captured(4).trimmed());
+            }
+            ++matched;
+        }
+        QCOMPARE(matched, static_cast<int>(plan->rows().size()));
+        QVERIFY2(plan->caption().contains(QLatin1String("virtual:64MiB/caching")), qPrintable(plan->caption()));
+
+        // For a person to look at: the Segments tab at an OOM, and Every GPU.
+        view->showState(1);
+        QTest::qWait(50);  // the summary's new height is laid out
+        QVERIFY(w.grab().save(
+            QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("screenshot-segments.png"))));
+        w.resize(1600, 1000);
+        QTest::qWait(50);
+        QVERIFY(w.grab().save(QDir(QCoreApplication::applicationDirPath())
+                                  .filePath(QStringLiteral("screenshot-segments-1600x1000.png"))));
+        w.resize(1280, 800);
+        w.chartsPanel()->tabs()->setCurrentWidget(w.chartsPanel()->gpuPlanPanel());
+        QTest::qWait(50);
+        QVERIFY(w.grab().save(
+            QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("screenshot-every-gpu.png"))));
     }
 
     void wrongFoldersAreRefused() {

@@ -8,12 +8,14 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include "ui/charts/gpu_plan_panel.h"
 #include "ui/charts/live_chart.h"
 #include "ui/charts/loss_chart.h"
 #include "ui/charts/memory_chart.h"
 #include "ui/charts/memory_fit_chart.h"
 #include "ui/charts/probe_chart.h"
 #include "ui/charts/runs_panel.h"
+#include "ui/charts/segments_view.h"
 #include "ui/charts/speed_chart.h"
 #include "ui/charts/throughput_chart.h"
 #include "ui/charts/memory_breakdown_bar.h"
@@ -30,6 +32,8 @@ ChartsPanel::ChartsPanel(QWidget* parent)
       m_speed(new SpeedChart),
       m_breakdownBar(new MemoryBreakdownBar),
       m_runs(new RunsPanel),
+      m_segments(new SegmentsView),
+      m_gpuPlan(new GpuPlanPanel),
       m_tabs(new QTabWidget),
       m_timer(new QTimer(this)) {
     m_loss->setObjectName(QStringLiteral("lossChart"));
@@ -63,6 +67,15 @@ ChartsPanel::ChartsPanel(QWidget* parent)
     m_tabs->addTab(m_speed, tr("Fastest micro-batch"));
     m_runs->setObjectName(QStringLiteral("runsPanel"));
     m_tabs->addTab(m_runs, tr("Compare runs"));
+    m_segments->setObjectName(QStringLiteral("segmentsView"));
+    m_tabs->addTab(m_segments, tr("Segments"));
+    m_gpuPlan->setObjectName(QStringLiteral("gpuPlanPanel"));
+    m_tabs->addTab(m_gpuPlan, tr("Every GPU"));
+    m_tabs->setTabToolTip(4, tr("The caching allocator's segments and the blocks in them, after the latest step "
+                                "and as they were at each OOM: where the memory is, and whether an OOM was "
+                                "exhaustion or fragmentation (virtual GPUs that model PyTorch's allocator)"));
+    m_tabs->setTabToolTip(5, tr("After each probe: the largest micro-batch and the accumulation each GPU you "
+                                "might get would give for the target batch, predicted from this run's memory line"));
     m_tabs->setTabToolTip(3, tr("Every recorded run: tick runs to draw their loss or validation curves next to "
                                 "this one, on the samples-seen axis when their target batches differ"));
     m_tabs->setTabToolTip(0, tr("Loss, probe trials, device memory with its breakdown, throughput"));
@@ -111,6 +124,8 @@ void ChartsPanel::setTargetBatch(qint64 target) {
 void ChartsPanel::handle(const core::Event& event) {
     for (LiveChart* chart : drawnCharts()) chart->handle(event);
     m_breakdownBar->handle(event);
+    m_segments->handle(event);
+    m_gpuPlan->handle(event);
 }
 
 void ChartsPanel::clear() {
@@ -119,6 +134,8 @@ void ChartsPanel::clear() {
         chart->setFollowLive(true);
     }
     m_breakdownBar->clear();
+    m_segments->clear();
+    m_gpuPlan->clear();
 }
 
 void ChartsPanel::redrawNow() {
@@ -150,6 +167,7 @@ bool ChartsPanel::followLive() const {
 void ChartsPanel::setDarkTheme(bool dark) {
     for (LiveChart* chart : drawnCharts()) chart->setDarkTheme(dark);
     m_breakdownBar->setDarkTheme(dark);
+    m_segments->setDarkTheme(dark);
 }
 
 QImage ChartsPanel::lossImage() {

@@ -11,6 +11,7 @@ class QTimer;
 
 namespace batchpilot::ui {
 
+class GpuPlanPanel;
 class LiveChart;
 class LossChart;
 class MemoryBreakdownBar;
@@ -19,11 +20,13 @@ class MemoryFitChart;
 class SpeedChart;
 class ProbeChart;
 class RunsPanel;
+class SegmentsView;
 class ThroughputChart;
 
-/// Two tabs: "Live" with the four live charts in a grid and the memory breakdown bar next to the
-/// memory chart, and "Memory fit" with the latest probe's memory against micro-batch and its
-/// what-if slider. Charts redraw one at a time on a 16 ms timer (each ~15 Hz).
+/// The tabs: "Live" with the four live charts in a grid and the memory breakdown bar next to the
+/// memory chart, "Memory fit" with the latest probe's memory against micro-batch and its
+/// what-if slider, the fastest micro-batch's timings, the runs to compare, the allocator's
+/// segments and the plan on every GPU preset. Charts redraw one at a time on a 16 ms timer (each ~15 Hz).
 /// Everything outside ui/charts/ talks to the charts through this class, so Qt Charts stays swappable.
 class ChartsPanel : public QWidget {
     Q_OBJECT
@@ -56,6 +59,10 @@ public:
     MemoryBreakdownBar* breakdownBar() const { return m_breakdownBar; }
     /// The "Compare runs" tab: the runs list and the chart overlaying them with the live run.
     RunsPanel* runsPanel() const { return m_runs; }
+    /// The "Segments" tab: the caching allocator's segments, latest and at each OOM.
+    SegmentsView* segmentsView() const { return m_segments; }
+    /// The "Every GPU" tab: the plan each GPU preset would give, after each probe.
+    GpuPlanPanel* gpuPlanPanel() const { return m_gpuPlan; }
     QTabWidget* tabs() const { return m_tabs; }
     /// The four live charts (follow live, Export all charts).
     QList<LiveChart*> charts() const;
@@ -84,6 +91,8 @@ private:
     SpeedChart* m_speed;
     MemoryBreakdownBar* m_breakdownBar;
     RunsPanel* m_runs;
+    SegmentsView* m_segments;
+    GpuPlanPanel* m_gpuPlan;
     QTabWidget* m_tabs;
     QTimer* m_timer;
     int m_nextChart = 0;

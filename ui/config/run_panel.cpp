@@ -269,7 +269,9 @@ QGroupBox* RunPanel::createDevice() {
         tr("Memory budget of the virtual GPU, e.g. 64MiB, 512MiB, 2GiB. A "
            "smaller budget forces smaller micro-batches and more "
            "accumulation steps; change it during a run to watch the probe "
-           "adapt."));
+           "adapt. Add /caching for PyTorch's caching allocator (segments, "
+           "cache, fragmentation: the Segments tab shows them), e.g. 64MiB/caching "
+           "or 64MiB/expandable_segments:True."));
     m_deviceList = new QLineEdit(QStringLiteral("virtual:48MiB, virtual:192MiB"));
     m_deviceList->setObjectName(QStringLiteral("deviceList"));
     m_deviceList->setToolTip(
@@ -634,7 +636,10 @@ void RunPanel::revalidate() {
                               .arg(m_runDevices.size());
     }
     if (isVirtual) {
-        const auto size = core::parseByteSize(m_virtualSize->text().trimmed().toStdString());
+        // The size, then the allocator's settings as a device name takes them ("64MiB/caching"):
+        // the size is checked here, the settings with the whole name below.
+        const QString budget = m_virtualSize->text().trimmed().section(QLatin1Char('/'), 0, 0);
+        const auto size = core::parseByteSize(budget.toStdString());
         if (!size) sizeProblem = tr("Virtual GPU budget: %1").arg(str(size.error()));
     }
     if (several) {
@@ -652,7 +657,10 @@ void RunPanel::revalidate() {
         if (!parsed)
             deviceProblem = tr("Device: %1").arg(str(parsed.error()));
         else if (isVirtual)
-            m_deviceInfo->setText(tr("simulated GPU with %1").arg(str(core::formatBytes(parsed->budgetBytes))));
+            m_deviceInfo->setText((parsed->allocator && !parsed->allocator->exact
+                                       ? tr("simulated GPU with %1, PyTorch's caching allocator modelled")
+                                       : tr("simulated GPU with %1"))
+                                      .arg(str(core::formatBytes(parsed->budgetBytes))));
     }
     if (!isVirtual && !several) m_deviceInfo->setText(m_device->currentText().section(QStringLiteral(" — "), 1));
     const QString modelProblem = m_model->count() == 0 ? tr("No model available.") : QString();

@@ -39,7 +39,9 @@ bool isLogged(const core::Event& event) {
     if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) return !ranks->nextShares.empty();
     return !std::holds_alternative<core::MemorySample>(event) && !std::holds_alternative<core::MicroBatchDone>(event) &&
            !std::holds_alternative<core::OptimizerStepped>(event) &&
-           !std::holds_alternative<core::StepMetrics>(event) && !std::holds_alternative<core::MemoryBreakdown>(event);
+           !std::holds_alternative<core::StepMetrics>(event) && !std::holds_alternative<core::MemoryBreakdown>(event) &&
+           // The segments after a step are for the Segments tab; those at an OOM say why it failed.
+           !(std::holds_alternative<core::AllocatorSegments>(event) && !std::get<core::AllocatorSegments>(event).atOom);
 }
 
 EventRow describeEvent(const core::Event& event) {
@@ -166,6 +168,22 @@ EventRow describeEvent(const core::Event& event) {
                                     .arg(e.activationMicroBatch)
                                     .arg(bytes(e.peakBytes), bytes(e.totalBytes)),
                                 false};
+            },
+            [](const core::AllocatorSegments& e) {
+                QString details = tr("step %1: %2 reserved in %3 segments, %4 of it allocated, limit %5")
+                                      .arg(e.step)
+                                      .arg(bytes(e.reservedBytes()))
+                                      .arg(e.segments.size())
+                                      .arg(bytes(e.allocatedBytes()), bytes(e.limitBytes));
+                if (e.atOom) {
+                    details +=
+                        e.fragmentation
+                            ? tr(" — fragmentation: no cached block or new segment held the %1 segment tried "
+                                 "(largest cached block %2)")
+                                  .arg(bytes(e.segmentBytes), bytes(e.largestFreeBlock))
+                            : tr(" — exhaustion: no room left for the %1 segment tried").arg(bytes(e.segmentBytes));
+                }
+                return EventRow{e.time, e.atOom ? tr("segments at OOM") : tr("segments"), details, e.atOom};
             },
             [](const core::StepModeWaiting& e) {
                 return EventRow{e.time, tr("step by step"),

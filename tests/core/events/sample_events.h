@@ -184,6 +184,37 @@ inline std::vector<core::Event> sampleEvents() {
     }
     events.push_back(MemorySaversChanged{25.5, 17, "off", "bf16", "the survey's suggestion", 96});
     events.push_back(LossScaleChanged{26.5, 18, 65536, 32768, true, 1024});
+    // A small-pool segment with a cached block, then a large one half cached.
+    AllocatorSegments segments;
+    segments.time = 27.5;
+    segments.step = 18;
+    segments.limitBytes = 64 << 20;
+    segments.segments = {
+        SegmentView{1 << 20, 2 << 20, true, false, {{0, 512, 500, true, true}, {512, (2 << 20) - 512, 0, false, true}}},
+        SegmentView{4 << 20,
+                    20 << 20,
+                    false,
+                    false,
+                    {{0, 10 << 20, 10000000, true, true}, {10 << 20, 10 << 20, 0, false, true}}}};
+    events.push_back(segments);
+    // At an OOM, with an expandable segment's unmapped pages.
+    AllocatorSegments oom;
+    oom.time = 27.75;
+    oom.step = 18;
+    oom.atOom = true;
+    oom.limitBytes = 64 << 20;
+    oom.requestedBytes = 30000000;
+    oom.segmentBytes = 40 << 20;
+    oom.largestFreeBlock = 20 << 20;
+    oom.fragmentation = true;
+    oom.segments = {SegmentView{64 << 20,
+                                40 << 20,
+                                false,
+                                true,
+                                {{0, 20 << 20, 20000000, true, true},
+                                 {20 << 20, 20 << 20, 0, false, true},
+                                 {40 << 20, 20 << 20, 0, false, false}}}};
+    events.push_back(oom);
     return events;
 }
 

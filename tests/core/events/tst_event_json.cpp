@@ -145,6 +145,19 @@ const char* const kWrittenLines[] = {
     "changed\",\"why\":\"the survey's suggestion\"}",
     "{\"from\":65536.0,\"overflow\":true,\"redone_samples\":1024,\"step\":18,\"time\":26.5,\"to\":32768.0,\"type\":"
     "\"loss_scale_changed\"}",
+    "{\"at_oom\":false,\"limit_bytes\":67108864,\"segments\":[{\"address\":1048576,\"blocks\":[{\"allocat"
+    "ed\":true,\"bytes\":512,\"offset\":0,\"requested_bytes\":500},{\"allocated\":false,\"bytes\":2096640"
+    ",\"offset\":512,\"requested_bytes\":0}],\"bytes\":2097152,\"expandable\":false,\"small_pool\":true},"
+    "{\"address\":4194304,\"blocks\":[{\"allocated\":true,\"bytes\":10485760,\"offset\":0,\"requested_byt"
+    "es\":10000000},{\"allocated\":false,\"bytes\":10485760,\"offset\":10485760,\"requested_bytes\":0}],"
+    "\"bytes\":20971520,\"expandable\":false,\"small_pool\":false}],\"step\":18,\"time\":27.5,\"type\":\""
+    "allocator_segments\"}",
+    "{\"at_oom\":true,\"fragmentation\":true,\"largest_free_block\":20971520,\"limit_bytes\":67108864,\"r"
+    "equested_bytes\":30000000,\"segment_bytes\":41943040,\"segments\":[{\"address\":67108864,\"blocks\":"
+    "[{\"allocated\":true,\"bytes\":20971520,\"offset\":0,\"requested_bytes\":20000000},{\"allocated\":fa"
+    "lse,\"bytes\":20971520,\"offset\":20971520,\"requested_bytes\":0},{\"allocated\":false,\"bytes\":209"
+    "71520,\"mapped\":false,\"offset\":41943040,\"requested_bytes\":0}],\"bytes\":41943040,\"expandable\""
+    ":true,\"small_pool\":false}],\"step\":18,\"time\":27.75,\"type\":\"allocator_segments\"}",
 };
 
 std::vector<std::string> writtenLines() {
