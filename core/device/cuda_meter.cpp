@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "core/base/byte_size.h"
 
@@ -50,6 +51,45 @@ void initializeCuda() {
     initializeCudaOf(at::globalContext());
 }
 
+/// The segments of `snapshot` on device `index`, in address order, as the segment view takes them.
+/// LibTorch 2.x returns a SnapshotInfo with the segments in it; older ones the segments themselves.
+template <typename Snapshot>
+std::vector<SegmentView> segmentsOf(const Snapshot& snapshot, int index) {
+    const auto& all = [&]() -> const auto& {
+        if constexpr (requires { snapshot.segments; })
+            return snapshot.segments;
+        else
+            return snapshot;
+    }
+    ();
+    std::vector<SegmentView> views;
+    for (const auto& segment : all) {
+        if (static_cast<int>(segment.device) != index) continue;
+        SegmentView view;
+        view.address = static_cast<int64_t>(segment.address);
+        view.bytes = static_cast<int64_t>(segment.total_size);
+        view.smallPool = !segment.is_large;
+        if constexpr (requires { segment.is_expandable; }) view.expandable = segment.is_expandable;
+        int64_t offset = 0;
+        for (const auto& block : segment.blocks) {
+            BlockView b;
+            b.offset = offset;
+            b.bytes = static_cast<int64_t>(block.size);
+            b.allocated = block.allocated;
+            if constexpr (requires { block.requested_size; })
+                b.requestedBytes = block.allocated ? static_cast<int64_t>(block.requested_size) : 0;
+            else
+                b.requestedBytes = block.allocated ? b.bytes : 0;
+            offset += b.bytes;
+            view.blocks.push_back(b);
+        }
+        views.push_back(std::move(view));
+    }
+    std::sort(views.begin(), views.end(),
+              [](const SegmentView& a, const SegmentView& b) { return a.address < b.address; });
+    return views;
+}
+
 class CudaMeter final : public MemoryMeter {
 public:
     explicit CudaMeter(int index) : m_index(index) { initializeCuda(); }
@@ -75,6 +115,9 @@ public:
         return std::max<int64_t>(0, totalBytes - freeBytes - reserved());
     }
     void releaseCache() override { alloc::emptyCache(); }
+    /// PyTorch's allocator's own segments (torch.cuda.memory_snapshot()). Not at an OOM: by the
+    /// time the trainer hears of one, the failed micro-batch's tensors are freed.
+    std::vector<SegmentView> segments() const override { return segmentsOf(alloc::snapshot(), m_index); }
 
 private:
     DeviceStats stats() const { return alloc::getDeviceStats(static_cast<c10::DeviceIndex>(m_index)); }

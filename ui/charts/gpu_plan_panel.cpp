@@ -37,18 +37,19 @@ GpuPlanPanel::GpuPlanPanel(QWidget* parent)
     m_caption->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_table->setObjectName(QStringLiteral("gpuPlanTable"));
     m_table->setColumnCount(6);
-    m_table->setHorizontalHeaderLabels({tr("GPU"), tr("Memory"), tr("Usable"), tr("Micro-batch"),
-                                        tr("Predicted peak"), tr("Target batch =")});
+    m_table->setHorizontalHeaderLabels(
+        {tr("GPU"), tr("Memory"), tr("Usable"), tr("Micro-batch"), tr("Predicted peak"), tr("Target batch =")});
     m_table->horizontalHeaderItem(3)->setToolTip(tr("The largest micro-batch that fits, at most the target batch"));
     m_table->horizontalHeaderItem(5)->setToolTip(tr("How the target batch is accumulated from micro-batches"));
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     m_table->horizontalHeader()->setStretchLastSection(true);
     m_table->verticalHeader()->hide();
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
-    m_table->setToolTip(tr("Predicted from the probe's memory line (peak ≈ fixed + per sample × micro-batch, in "
-                           "reserved bytes) carried to each GPU's usable memory: its capacity as PyTorch reports "
-                           "it, less the CUDA context, less the headroom; the cuBLAS workspace of each GPU "
-                           "replaces the probe device's"));
+    m_table->setToolTip(
+        tr("Predicted from the probe's memory line (peak ≈ fixed + per sample × micro-batch, in "
+           "reserved bytes) carried to each GPU's usable memory: its capacity as PyTorch reports "
+           "it, less the CUDA context, less the headroom; the cuBLAS workspace of each GPU "
+           "replaces the probe device's"));
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
     layout->addWidget(m_caption);
@@ -93,8 +94,9 @@ void GpuPlanPanel::clear() {
 
 QString GpuPlanPanel::caption() const {
     if (!m_haveProbe) {
-        return tr("After the probe: the plan on each GPU you might get, predicted from the memory this run's "
-                  "model needs on this device (any device, a virtual one included).");
+        return tr(
+            "After the probe: the plan on each GPU you might get, predicted from the memory this run's "
+            "model needs on this device (any device, a virtual one included).");
     }
     return tr("Predicted from the probe on %1: memory ≈ %2 + %3 per sample; it chose micro-batch %4 there. Target "
               "batch %5, headroom %6%.")
@@ -131,7 +133,8 @@ void GpuPlanPanel::recompute() {
             m_table->setItem(r, 5, cell(QString::fromStdString(row.plan), Qt::AlignLeft | Qt::AlignVCenter));
         } else {
             m_table->setItem(r, 3, cell(tr("does not fit")));
-            auto* why = cell(tr("one sample needs about %1").arg(bytes(row.neededBytes)), Qt::AlignLeft | Qt::AlignVCenter);
+            auto* why =
+                cell(tr("one sample needs about %1").arg(bytes(row.neededBytes)), Qt::AlignLeft | Qt::AlignVCenter);
             why->setForeground(QColor(0xc6, 0x28, 0x28));
             m_table->setItem(r, 4, cell(QStringLiteral("–")));
             m_table->setItem(r, 5, why);

@@ -50,8 +50,9 @@ SegmentsView::SegmentsView(QWidget* parent)
       m_scroll(new QScrollArea),
       m_map(new SegmentMap) {
     m_choice->setObjectName(QStringLiteral("segmentStates"));
-    m_choice->setToolTip(tr("The allocator's segments after the latest step, or as they were at an OOM "
-                            "(each OOM's state is kept)"));
+    m_choice->setToolTip(
+        tr("The allocator's segments after the latest step, or as they were at an OOM "
+           "(each OOM's state is kept)"));
     m_summary->setObjectName(QStringLiteral("segmentsSummary"));
     m_summary->setWordWrap(true);
     m_summary->setTextFormat(Qt::RichText);
@@ -125,8 +126,7 @@ const core::AllocatorSegments* SegmentsView::shown() const {
 
 QString SegmentsView::stateName(int index) const {
     if (index == 0) {
-        return m_latestOf.empty() ? tr("Latest (none yet)")
-                                  : tr("Latest: after step %1").arg(m_latestOf.front().step);
+        return m_latestOf.empty() ? tr("Latest (none yet)") : tr("Latest: after step %1").arg(m_latestOf.front().step);
     }
     const OomState& state = m_ooms[index - 1];
     const QString kind = state.segments.fragmentation ? tr("fragmentation") : tr("exhaustion");
@@ -153,9 +153,10 @@ void SegmentsView::showState(int index) {
 QString SegmentsView::summaryText() const {
     const core::AllocatorSegments* state = shown();
     if (state == nullptr) {
-        return tr("No segments yet. They are shown for a virtual GPU that models PyTorch's caching allocator: a "
-                  "GPU preset (virtual:T4) or a budget with /caching (virtual:512MiB/caching). The CPU and "
-                  "/exact count bytes one by one, without segments.");
+        return tr(
+            "No segments yet. They are shown for a virtual GPU that models PyTorch's caching allocator: a "
+            "GPU preset (virtual:T4) or a budget with /caching (virtual:512MiB/caching). The CPU and "
+            "/exact count bytes one by one, without segments.");
     }
     const int64_t reserved = state->reservedBytes();
     const int64_t allocated = state->allocatedBytes();
@@ -163,18 +164,18 @@ QString SegmentsView::summaryText() const {
     for (const core::SegmentView& segment : state->segments)
         for (const core::BlockView& block : segment.blocks)
             if (!block.allocated && block.mapped) largestCached = std::max(largestCached, block.bytes);
-    QString text = tr("%1 reserved in %2 segments of a limit of %3: %4 allocated in blocks, %5 cached (largest "
-                      "cached block %6).")
-                       .arg(bytes(reserved))
-                       .arg(state->segments.size())
-                       .arg(bytes(state->limitBytes), bytes(allocated), bytes(reserved - allocated),
-                            bytes(largestCached));
+    QString text =
+        tr("%1 reserved in %2 segments of a limit of %3: %4 allocated in blocks, %5 cached (largest "
+           "cached block %6).")
+            .arg(bytes(reserved))
+            .arg(state->segments.size())
+            .arg(bytes(state->limitBytes), bytes(allocated), bytes(reserved - allocated), bytes(largestCached));
     if (!state->atOom) return text;
     const int64_t free = std::max<int64_t>(0, state->limitBytes - reserved);
-    const QString failed = tr("a tensor of %1 found no cached block that large (the largest is %2), and a new "
-                              "segment of %3 did not fit in the %4 left under the limit")
-                               .arg(bytes(state->requestedBytes), bytes(largestCached), bytes(state->segmentBytes),
-                                    bytes(free));
+    const QString failed =
+        tr("a tensor of %1 found no cached block that large (the largest is %2), and a new "
+           "segment of %3 did not fit in the %4 left under the limit")
+            .arg(bytes(state->requestedBytes), bytes(largestCached), bytes(state->segmentBytes), bytes(free));
     if (state->fragmentation) {
         text += tr(" <b>Fragmentation</b>: %1, though %2 was cached: enough memory, not in one piece. Try "
                    "expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF, or after the device's name) or a smaller "
@@ -229,12 +230,13 @@ void SegmentMap::setDarkTheme(bool dark) {
 
 QSize SegmentMap::sizeHint() const {
     const int rows = m_state == nullptr ? 1 : static_cast<int>(m_state->segments.size()) + (m_state->atOom ? 2 : 0);
-    return {600, 2 * kMargin + rows * (kRowHeight + kRowGap) + 24 + (m_state != nullptr && m_state->atOom ? kRowHeight : 0)};
+    return {600,
+            2 * kMargin + rows * (kRowHeight + kRowGap) + 24 + (m_state != nullptr && m_state->atOom ? kRowHeight : 0)};
 }
 
 double SegmentMap::rightColumnWidth() const {
-    return QFontMetrics(font()).horizontalAdvance(tr("%1 used, %2 cached").arg(QStringLiteral("888.8 MiB"),
-                                                                                QStringLiteral("888.8 MiB"))) +
+    return QFontMetrics(font()).horizontalAdvance(
+               tr("%1 used, %2 cached").arg(QStringLiteral("888.8 MiB"), QStringLiteral("888.8 MiB"))) +
            16;
 }
 
@@ -268,8 +270,8 @@ void SegmentMap::layoutRows() {
         std::vector<QRectF> blocks;
         for (const core::BlockView& block : segment.blocks) {
             const double x0 = bar.left() + bar.width() * static_cast<double>(block.offset) / static_cast<double>(span);
-            const double x1 = bar.left() + bar.width() * static_cast<double>(block.offset + block.bytes) /
-                                                static_cast<double>(span);
+            const double x1 =
+                bar.left() + bar.width() * static_cast<double>(block.offset + block.bytes) / static_cast<double>(span);
             blocks.emplace_back(x0, y, x1 - x0, kRowHeight);
         }
         m_blockRects.push_back(std::move(blocks));
@@ -300,10 +302,10 @@ QString SegmentMap::toolTipAt(const QPointF& pos) const {
         for (size_t b = 0; b < m_blockRects[s].size(); ++b) {
             if (!m_blockRects[s][b].contains(pos)) continue;
             const core::BlockView& block = segment.blocks[b];
-            QString text = tr("Segment %1 (%2 pool, %3): block at offset %4, %5")
-                               .arg(s + 1)
-                               .arg(segmentName(segment), bytes(segment.bytes), bytes(block.offset),
-                                    bytes(block.bytes));
+            QString text =
+                tr("Segment %1 (%2 pool, %3): block at offset %4, %5")
+                    .arg(s + 1)
+                    .arg(segmentName(segment), bytes(segment.bytes), bytes(block.offset), bytes(block.bytes));
             if (block.allocated)
                 text += tr("\nallocated: a tensor asked for %1").arg(bytes(block.requestedBytes));
             else if (!block.mapped)
@@ -341,7 +343,8 @@ void SegmentMap::paintEvent(QPaintEvent*) {
     // Legend.
     double x = kMargin;
     const double legendY = kMargin;
-    for (const auto& [color, name] : {std::pair{allocated, tr("allocated block")}, std::pair{cached, tr("cached (free)")}}) {
+    for (const auto& [color, name] :
+         {std::pair{allocated, tr("allocated block")}, std::pair{cached, tr("cached (free)")}}) {
         p.fillRect(QRectF(x, legendY + 3, 12, 10), color);
         p.setPen(text);
         p.drawText(QPointF(x + 16, legendY + 12), name);
@@ -376,7 +379,8 @@ void SegmentMap::paintEvent(QPaintEvent*) {
         p.drawRect(bar);
         p.setPen(text);
         const int64_t used = allocatedIn(segment);
-        p.drawText(QRectF(bar.right() + 8, bar.top(), rightColumnWidth(), bar.height()), Qt::AlignVCenter | Qt::AlignLeft,
+        p.drawText(QRectF(bar.right() + 8, bar.top(), rightColumnWidth(), bar.height()),
+                   Qt::AlignVCenter | Qt::AlignLeft,
                    tr("%1 used, %2 cached").arg(bytes(used), bytes(segment.bytes - used)));
     }
     if (!m_triedRect.isEmpty()) {
@@ -387,12 +391,12 @@ void SegmentMap::paintEvent(QPaintEvent*) {
         p.drawText(QRectF(kMargin, m_triedRect.top(), kLabelWidth - 6, m_triedRect.height()),
                    Qt::AlignVCenter | Qt::AlignLeft, tr("tried · %1").arg(bytes(m_state->segmentBytes)));
         // What it means, under the outline: the outline may be as wide as the widget.
-        p.drawText(QRectF(m_triedRect.left(), m_triedRect.bottom() + 2, width() - m_triedRect.left() - kMargin,
-                          kRowHeight),
-                   Qt::AlignVCenter | Qt::AlignLeft,
-                   m_state->fragmentation
-                       ? tr("fragmentation: no cached block this large, and no room under the limit for a new segment")
-                       : tr("exhaustion: no room under the limit for a new segment, and no cached block this large"));
+        p.drawText(
+            QRectF(m_triedRect.left(), m_triedRect.bottom() + 2, width() - m_triedRect.left() - kMargin, kRowHeight),
+            Qt::AlignVCenter | Qt::AlignLeft,
+            m_state->fragmentation
+                ? tr("fragmentation: no cached block this large, and no room under the limit for a new segment")
+                : tr("exhaustion: no room under the limit for a new segment, and no cached block this large"));
     }
 }
 
