@@ -529,20 +529,31 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         // A trial measures what its own size reserves, not the cache earlier trials left: with a
         // caching allocator (a GPU, a virtual one with its model) the probe's line would
         // otherwise fit the cache.
-        if (trial) meter->releaseCache();
+        // Not before a trial's second micro-batch: that one measures the cache the first left.
+        const bool repeat = trial && trialRepeat && trialRepeat->size == size;
+        if (trial && !repeat) meter->releaseCache();
         MicroResult r = runMicroBatch(slice, weight, std::move(next), /*measurement=*/false,
                                       pass.offset == 0 ? &pass.startBuffers : nullptr);
         pass.stepPeak = std::max(pass.stepPeak, r.peakBytes);
         if (trial || !r.ok) pass.clean = false;
         if (!r.ok) {
+            if (repeat) trialRepeat.reset();  // the trial failed at its second micro-batch
             afterFailure(pass, r, size, trial);
             continue;  // the same samples again, at the size chosen now
         }
         sizes.succeeded();
-        if (trial) {
-            probe->record({size, true, r.peakBytes});
-            emit(ProbeTrial{now(), probeSequence, probe->trials(), size, true, r.peakBytes <= probe->usableBytes(),
-                            r.peakBytes, 0, r.seconds});
+        if (trial && !repeat && r.peakBytes <= probe->usableBytes() && meter->reserved() > meter->allocated()) {
+            // Fit, and the allocator kept what the micro-batch freed: a second micro-batch of this
+            // size, from that cache, decides (chooseMicroBatch). Where nothing is cached (exact
+            // counting, the CPU) the second would need exactly what the first did.
+            trialRepeat = TrialRepeat{size, r.peakBytes, r.seconds};
+        } else if (trial) {
+            const int64_t peak = repeat ? std::max(trialRepeat->firstPeak, r.peakBytes) : r.peakBytes;
+            const double seconds = repeat ? trialRepeat->firstSeconds + r.seconds : r.seconds;
+            trialRepeat.reset();
+            probe->record({size, true, peak});
+            emit(ProbeTrial{now(), probeSequence, probe->trials(), size, true, peak <= probe->usableBytes(), peak, 0,
+                            seconds});
             holdPoint("probe-trial");
         }
         if (!trial && !pass.plan.empty()) pass.plan.erase(pass.plan.begin());
@@ -566,6 +577,15 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
 }
 
 std::optional<Trainer::Impl::MicroChoice> Trainer::Impl::chooseMicroBatch(BatchPass& pass, int64_t remaining) {
+    if (probe && trialRepeat) {
+        // A trial's second micro-batch. Where the batch has too few samples left, they train as
+        // one micro-batch (smaller than the trial's first, which fit) and the second opens the
+        // next batch: from a cache that smaller one also used, as training's would be.
+        const int64_t size = trialRepeat->size;
+        const bool leavesTooFew = remaining - size > 0 && remaining - size < sizes.minPart;
+        if (size <= remaining && !leavesTooFew) return MicroChoice{size, true};
+        return MicroChoice{remaining, false};
+    }
     if (probe) {
         const auto proposed = probe->next();
         if (!proposed) {
@@ -888,6 +908,7 @@ RunResult Trainer::run() {
     // A run that ended while probing reports the largest size that fit so far.
     result.microBatch = d.sizes.microBatch > 0 || !d.probe ? d.sizes.microBatch : d.probe->result();
     d.probe.reset();
+    d.trialRepeat.reset();
     d.reservation = torch::Tensor();
     return result;
 }

@@ -239,6 +239,16 @@ struct Trainer::Impl {
     /// Several devices: the job this rank belongs to (null: one process trains every batch).
     std::optional<ParallelState> parallel;
     MemoryLedger ledger;
+    /// A probe trial whose first micro-batch fit and whose second, run from the cache the first
+    /// left, is still to come (accumulate): a caching allocator places a second micro-batch's
+    /// tensors in the first's freed blocks by best fit, not as in an empty cache, and training
+    /// runs micro-batch after micro-batch.
+    struct TrialRepeat {
+        int64_t size = 0;
+        int64_t firstPeak = 0;
+        double firstSeconds = 0;
+    };
+    std::optional<TrialRepeat> trialRepeat;
     std::vector<SegmentView> segmentsReported;  ///< the allocator's segments as last reported
     int64_t failuresReported = 0;               ///< the allocator's OOMs, as last reported
 

@@ -12,6 +12,7 @@ void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t know
     ProbeOptions probeOptions = options.probe;
     probeOptions.initialMicroBatch = std::max<int64_t>(sizes.minMicroBatch, std::min(initial, upperBound()));
     probe.emplace(probeOptions, upperBound(), usableBytes(), std::min(knownFit, upperBound()));
+    trialRepeat.reset();
     currentProbeReason = reason;
     ++probeSequence;
     probeStart = Clock::now();
@@ -81,6 +82,10 @@ void Trainer::Impl::finishProbe() {
     for (const TrialOutcome& trial : probe->history())
         if (trial.fit) lastFit = trial.size;
     probe.reset();
+    // Training starts from an empty cache, as the probe's trials did and a fresh training loop
+    // does: the blocks the trials left were split for other sizes, and a caching allocator (a
+    // GPU's, a virtual one's model) would carve the chosen size's tensors out of them.
+    meter->releaseCache();
     emit(done);
     setState(RunState::Training, "micro-batch " + std::to_string(found));
     startTiming(found, lastFit);
