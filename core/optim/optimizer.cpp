@@ -28,6 +28,15 @@ int64_t Optimizer::stateBytes() const {
     return 0;
 }
 
+std::vector<torch::Tensor> Optimizer::reserveState() const {
+    const int slots = m_options.kind == OptimizerKind::Sgd ? (m_options.momentum > 0 ? 1 : 0) : 2;
+    std::vector<torch::Tensor> held;
+    // In prepare()'s order: the first slot of every parameter, then the second.
+    for (int slot = 0; slot < slots; ++slot)
+        for (const auto& p : m_parameters) held.push_back(torch::empty_like(p));
+    return held;
+}
+
 void Optimizer::prepare() {
     torch::NoGradGuard noGrad;
     const bool adam = m_options.kind != OptimizerKind::Sgd;

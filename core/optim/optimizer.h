@@ -24,6 +24,10 @@ public:
     /// memory during the first probe, before the state exists. The per-step scratch is not
     /// included: it only exists during the step, when no activations are alive.
     int64_t stateBytes() const;
+    /// Uninitialised tensors shaped as the state will be (one per parameter and slot): what the
+    /// first probe holds back. One block of stateBytes() would be placed otherwise by a caching
+    /// allocator (a GPU's): in one segment, where the state's tensors take blocks of their own.
+    std::vector<torch::Tensor> reserveState() const;
     /// True once prepare() succeeded at least once.
     bool stateReady() const { return m_ready; }
 

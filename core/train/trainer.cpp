@@ -435,7 +435,7 @@ void Trainer::Impl::releaseFailedBackward() {
 
 void Trainer::Impl::optimizerStep() {
     constexpr int kAttempts = 3;
-    if (reservation.defined()) reservation = torch::Tensor();
+    reservation.clear();
     const bool firstStep = !optimizer->stateReady();
     const int64_t beforeState = meter->allocated();
     for (int attempt = 1;; ++attempt) {
@@ -851,7 +851,7 @@ void Trainer::Impl::endRun(RunResult& result) {
     // A stop asked for during that pass dropped it: the run was stopped, not done.
     result.stopped = result.stopped || commands.stopRequested();
     if (result.stopped) setState(RunState::Stopping);
-    reservation = torch::Tensor();
+    reservation.clear();
     // Saved already at this step (an interval, re-saved after a new best model), or not.
     if (!options.checkpoint.directory.empty() && step > 0 && latestCheckpointStep != step) writeCheckpoint();
 }
@@ -909,7 +909,7 @@ RunResult Trainer::run() {
     result.microBatch = d.sizes.microBatch > 0 || !d.probe ? d.sizes.microBatch : d.probe->result();
     d.probe.reset();
     d.trialRepeat.reset();
-    d.reservation = torch::Tensor();
+    d.reservation.clear();
     return result;
 }
 

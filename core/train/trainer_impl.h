@@ -211,8 +211,8 @@ struct Trainer::Impl {
     DeviceSpec device;
     std::unique_ptr<MemoryMeter> meter;
     std::vector<torch::Tensor> parameters;
-    std::vector<torch::Tensor> gradients;  ///< accumulated, weighted gradients of the batch
-    torch::Tensor reservation;             ///< optimizer state held back during the first probe
+    std::vector<torch::Tensor> gradients;    ///< accumulated, weighted gradients of the batch
+    std::vector<torch::Tensor> reservation;  ///< optimizer state held back during the first probe
     std::optional<Sampler> sampler;
     int64_t target = 0;
     /// The micro-batch in use, the last probe's result, the smallest sizes the model allows, and

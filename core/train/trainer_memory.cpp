@@ -239,9 +239,9 @@ void Trainer::Impl::reportBreakdown() {
     b.gradientBytes = ledger.gradientBytes;
     for (const auto& g : gradients)
         b.largestGradientBytes = std::max(b.largestGradientBytes, static_cast<int64_t>(g.nbytes()));
-    b.optimizerStateReserved = !optimizer->stateReady() && reservation.defined();
+    b.optimizerStateReserved = !optimizer->stateReady() && !reservation.empty();
     b.optimizerStateBytes =
-        optimizer->stateReady() ? ledger.optimizerStateBytes : (reservation.defined() ? optimizer->stateBytes() : 0);
+        optimizer->stateReady() ? ledger.optimizerStateBytes : (reservation.empty() ? 0 : optimizer->stateBytes());
     if (ledger.lastPeak.size > 0) {
         b.residentBytes = ledger.lastPeak.resident;
         // The parts are what tensors held at the peak; what the allocator held beyond them (its

@@ -16,12 +16,11 @@ void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t know
     currentProbeReason = reason;
     ++probeSequence;
     probeStart = Clock::now();
-    if (!optimizer->stateReady() && !reservation.defined()) {
+    if (!optimizer->stateReady() && reservation.empty() && optimizer->stateBytes() > 0) {
         // LibTorch-style optimizers create their state in the first step: hold that much now so
         // the probe does not pick a size that runs out of memory at the first step.
         try {
-            reservation = torch::empty({optimizer->stateBytes()},
-                                       torch::TensorOptions(torch::kUInt8).device(parameters.front().device()));
+            reservation = optimizer->reserveState();
         } catch (const std::exception&) {
             const FailureInfo failure = classifyFailure(std::current_exception());
             if (!failure.outOfMemory) throw;
@@ -30,7 +29,7 @@ void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t know
     }
     setState(RunState::Probing, toString(reason));
     emit(ProbeStarted{now(), probeSequence, reason, device.name(), upperBound(), usableBytes(),
-                      reservation.defined() ? optimizer->stateBytes() : 0});
+                      reservation.empty() ? 0 : optimizer->stateBytes()});
 }
 
 void Trainer::Impl::finishProbe() {
@@ -181,7 +180,7 @@ std::optional<std::string> Trainer::Impl::switchTo(const DeviceSpec& next) {
         // Several devices: the moved accumulators are no longer views into the buckets the
         // all-reduce sums; new buckets on the new device (zero: this is a batch boundary).
         if (parallel) bucketGradients();
-        if (reservation.defined()) reservation = reservation.to(target_device);
+        for (auto& held : reservation) held = held.to(target_device);
         meter->releaseCache();
         sizes.lastChosen = 0;  // other hardware: search from the largest again
     }
