@@ -188,9 +188,7 @@ int64_t AllocatorSegments::reservedBytes() const {
 
 int64_t AllocatorSegments::allocatedBytes() const {
     int64_t total = 0;
-    for (const SegmentView& segment : segments)
-        for (const BlockView& block : segment.blocks)
-            if (block.allocated) total += block.bytes;
+    for (const SegmentView& segment : segments) total += segment.allocatedBytes();
     return total;
 }
 

@@ -27,6 +27,14 @@ struct SegmentView {
     bool expandable = false;
     std::vector<BlockView> blocks;
 
+    /// Bytes in its allocated blocks.
+    int64_t allocatedBytes() const {
+        int64_t total = 0;
+        for (const BlockView& block : blocks)
+            if (block.allocated) total += block.bytes;
+        return total;
+    }
+
     bool operator==(const SegmentView&) const = default;
 };
 

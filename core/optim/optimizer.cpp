@@ -17,37 +17,34 @@ int64_t bytesOf(const torch::Tensor& t) {
 Optimizer::Optimizer(const OptimizerOptions& options, std::vector<torch::Tensor> parameters)
     : m_options(options), m_parameters(std::move(parameters)) {}
 
+int Optimizer::stateSlots() const {
+    if (m_options.kind == OptimizerKind::Sgd) return m_options.momentum > 0 ? 1 : 0;
+    return 2;  // Adam, AdamW: exp_avg and exp_avg_sq
+}
+
 int64_t Optimizer::stateBytes() const {
     int64_t total = 0;
     for (const auto& p : m_parameters) total += bytesOf(p);
-    switch (m_options.kind) {
-    case OptimizerKind::Sgd: return m_options.momentum > 0 ? total : 0;
-    case OptimizerKind::Adam:
-    case OptimizerKind::AdamW: return 2 * total;
-    }
-    return 0;
+    return stateSlots() * total;
 }
 
 std::vector<torch::Tensor> Optimizer::reserveState() const {
-    const int slots = m_options.kind == OptimizerKind::Sgd ? (m_options.momentum > 0 ? 1 : 0) : 2;
     std::vector<torch::Tensor> held;
-    // In prepare()'s order: the first slot of every parameter, then the second.
-    for (int slot = 0; slot < slots; ++slot)
-        for (const auto& p : m_parameters) held.push_back(torch::empty_like(p));
+    // In prepare()'s order: each parameter's slots in turn.
+    for (const auto& p : m_parameters)
+        for (int slot = 0; slot < stateSlots(); ++slot) held.push_back(torch::empty_like(p));
     return held;
 }
 
 void Optimizer::prepare() {
     torch::NoGradGuard noGrad;
     const bool adam = m_options.kind != OptimizerKind::Sgd;
-    if (m_first.empty() && (adam || m_options.momentum > 0)) {
+    if (m_first.empty() && stateSlots() > 0) {
         std::vector<torch::Tensor> first;
         std::vector<torch::Tensor> second;
         for (const auto& p : m_parameters) {
             first.push_back(torch::zeros_like(p));
-            if (adam) {
-                second.push_back(torch::zeros_like(p));
-            }
+            if (stateSlots() > 1) second.push_back(torch::zeros_like(p));
         }
         // Assign only when every allocation succeeded.
         m_first = std::move(first);

@@ -52,6 +52,9 @@ public:
     OptimizerKind kind() const { return m_options.kind; }
 
 private:
+    /// State tensors per parameter: SGD's momentum buffer (with momentum), Adam's two moments.
+    int stateSlots() const;
+
     OptimizerOptions m_options;
     std::vector<torch::Tensor> m_parameters;
     std::vector<torch::Tensor> m_first;   ///< SGD momentum buffer or Adam exp_avg

@@ -9,6 +9,7 @@
 #include <QVBoxLayout>
 
 #include "core/base/byte_size.h"
+#include "ui/style/table_cell.h"
 
 namespace batchpilot::ui {
 
@@ -16,13 +17,6 @@ namespace {
 
 QString bytes(int64_t value) {
     return QString::fromStdString(core::formatBytes(value));
-}
-
-QTableWidgetItem* cell(const QString& text, Qt::Alignment align = Qt::AlignRight | Qt::AlignVCenter) {
-    auto* item = new QTableWidgetItem(text);
-    item->setTextAlignment(align);
-    item->setFlags(Qt::ItemIsEnabled | Qt::ItemIsSelectable);
-    return item;
 }
 
 }  // namespace
@@ -117,26 +111,26 @@ void GpuPlanPanel::recompute() {
     m_table->setRowCount(static_cast<int>(m_targets.size()));
     for (int r = 0; r < static_cast<int>(m_targets.size()); ++r) {
         const core::GpuPlanTarget& target = m_targets[r];
-        auto* name = cell(QString::fromStdString(target.device), Qt::AlignLeft | Qt::AlignVCenter);
+        auto* name = readOnlyCell(QString::fromStdString(target.device), Qt::AlignLeft | Qt::AlignVCenter);
         name->setToolTip(QString::fromStdString(target.description));
         m_table->setItem(r, 0, name);
-        m_table->setItem(r, 1, cell(bytes(target.capacityBytes)));
+        m_table->setItem(r, 1, readOnlyCell(bytes(target.capacityBytes)));
         if (r >= static_cast<int>(m_rows.size())) {
-            for (int c = 2; c < 6; ++c) m_table->setItem(r, c, cell(QStringLiteral("–")));
+            for (int c = 2; c < 6; ++c) m_table->setItem(r, c, readOnlyCell(QStringLiteral("–")));
             continue;
         }
         const core::GpuPlanRow& row = m_rows[r];
-        m_table->setItem(r, 2, cell(bytes(row.usableBytes)));
+        m_table->setItem(r, 2, readOnlyCell(bytes(row.usableBytes)));
         if (row.microBatch > 0) {
-            m_table->setItem(r, 3, cell(QLocale().toString(static_cast<qlonglong>(row.microBatch))));
-            m_table->setItem(r, 4, cell(bytes(row.peakBytes)));
-            m_table->setItem(r, 5, cell(QString::fromStdString(row.plan), Qt::AlignLeft | Qt::AlignVCenter));
+            m_table->setItem(r, 3, readOnlyCell(QLocale().toString(static_cast<qlonglong>(row.microBatch))));
+            m_table->setItem(r, 4, readOnlyCell(bytes(row.peakBytes)));
+            m_table->setItem(r, 5, readOnlyCell(QString::fromStdString(row.plan), Qt::AlignLeft | Qt::AlignVCenter));
         } else {
-            m_table->setItem(r, 3, cell(tr("does not fit")));
-            auto* why =
-                cell(tr("one sample needs about %1").arg(bytes(row.neededBytes)), Qt::AlignLeft | Qt::AlignVCenter);
+            m_table->setItem(r, 3, readOnlyCell(tr("does not fit")));
+            auto* why = readOnlyCell(tr("one sample needs about %1").arg(bytes(row.neededBytes)),
+                                     Qt::AlignLeft | Qt::AlignVCenter);
             why->setForeground(QColor(0xc6, 0x28, 0x28));
-            m_table->setItem(r, 4, cell(QStringLiteral("–")));
+            m_table->setItem(r, 4, readOnlyCell(QStringLiteral("–")));
             m_table->setItem(r, 5, why);
         }
     }

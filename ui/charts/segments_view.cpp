@@ -29,13 +29,6 @@ QString bytes(int64_t value) {
     return QString::fromStdString(core::formatBytes(value));
 }
 
-int64_t allocatedIn(const core::SegmentView& segment) {
-    int64_t total = 0;
-    for (const core::BlockView& block : segment.blocks)
-        if (block.allocated) total += block.bytes;
-    return total;
-}
-
 QString segmentName(const core::SegmentView& segment) {
     const QString pool = segment.smallPool ? SegmentsView::tr("small") : SegmentsView::tr("large");
     return segment.expandable ? SegmentsView::tr("%1, expandable").arg(pool) : pool;
@@ -378,7 +371,7 @@ void SegmentMap::paintEvent(QPaintEvent*) {
         p.setBrush(Qt::NoBrush);
         p.drawRect(bar);
         p.setPen(text);
-        const int64_t used = allocatedIn(segment);
+        const int64_t used = segment.allocatedBytes();
         p.drawText(QRectF(bar.right() + 8, bar.top(), rightColumnWidth(), bar.height()),
                    Qt::AlignVCenter | Qt::AlignLeft,
                    tr("%1 used, %2 cached").arg(bytes(used), bytes(segment.bytes - used)));

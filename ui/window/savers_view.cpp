@@ -13,19 +13,13 @@
 
 #include "core/base/byte_size.h"
 #include "core/plan/saver_survey.h"
+#include "ui/style/table_cell.h"
 
 namespace batchpilot::ui {
 
 namespace {
 
 enum Column { kSavers, kMicroBatch, kAccumulation, kSpeed, kRatio, kPeak, kPerSample, kColumns };
-
-QTableWidgetItem* cell(const QString& text, Qt::Alignment align = Qt::AlignRight | Qt::AlignVCenter) {
-    auto* item = new QTableWidgetItem(text);
-    item->setFlags(Qt::ItemIsEnabled | Qt::ItemIsSelectable);
-    item->setTextAlignment(align);
-    return item;
-}
 
 QString saverName(const std::string& savers) {
     if (savers == "checkpoint") return SaversView::tr("activation checkpointing");
@@ -195,7 +189,7 @@ void SaversView::handle(const core::Event& event) {
     for (int row = 0; row < static_cast<int>(survey->options.size()); ++row) {
         const core::SaverOption& o = survey->options[static_cast<size_t>(row)];
         if (o.savers == survey->suggestion) suggested = row;
-        auto* first = cell(saverName(o.savers), Qt::AlignLeft | Qt::AlignVCenter);
+        auto* first = readOnlyCell(saverName(o.savers), Qt::AlignLeft | Qt::AlignVCenter);
         if (o.savers == survey->suggestion) {
             QFont bold = first->font();
             bold.setBold(true);
@@ -206,23 +200,25 @@ void SaversView::handle(const core::Event& event) {
             const QString why = !o.unavailable.empty()
                                     ? tr("not available: %1").arg(QString::fromStdString(o.unavailable))
                                     : tr("does not fit even at the smallest micro-batch");
-            auto* reason = cell(why, Qt::AlignLeft | Qt::AlignVCenter);
+            auto* reason = readOnlyCell(why, Qt::AlignLeft | Qt::AlignVCenter);
             reason->setToolTip(why);
             m_table->setItem(row, kMicroBatch, reason);
             m_table->setSpan(row, kMicroBatch, 1, kColumns - kMicroBatch);
             continue;
         }
         m_table->setSpan(row, kMicroBatch, 1, 1);
-        m_table->setItem(row, kMicroBatch, cell(QString::number(o.microBatch)));
-        m_table->setItem(row, kAccumulation, cell(QString::number(o.accumulationSteps)));
-        m_table->setItem(row, kSpeed, cell(QString::number(o.samplesPerSecond, 'f', 0)));
-        m_table->setItem(row, kRatio,
-                         cell(now > 0 ? tr("%1×").arg(o.samplesPerSecond / now, 0, 'f', 2) : QStringLiteral("–")));
-        m_table->setItem(row, kPeak, cell(QString::fromStdString(core::formatBytes(o.peakBytes))));
-        m_table->setItem(row, kPerSample,
-                         cell(o.bytesPerSample > 0
-                                  ? QString::fromStdString(core::formatBytes(static_cast<int64_t>(o.bytesPerSample)))
-                                  : QStringLiteral("–")));
+        m_table->setItem(row, kMicroBatch, readOnlyCell(QString::number(o.microBatch)));
+        m_table->setItem(row, kAccumulation, readOnlyCell(QString::number(o.accumulationSteps)));
+        m_table->setItem(row, kSpeed, readOnlyCell(QString::number(o.samplesPerSecond, 'f', 0)));
+        m_table->setItem(
+            row, kRatio,
+            readOnlyCell(now > 0 ? tr("%1×").arg(o.samplesPerSecond / now, 0, 'f', 2) : QStringLiteral("–")));
+        m_table->setItem(row, kPeak, readOnlyCell(QString::fromStdString(core::formatBytes(o.peakBytes))));
+        m_table->setItem(
+            row, kPerSample,
+            readOnlyCell(o.bytesPerSample > 0
+                             ? QString::fromStdString(core::formatBytes(static_cast<int64_t>(o.bytesPerSample)))
+                             : QStringLiteral("–")));
     }
     markRows();
     if (suggested >= 0) m_table->selectRow(suggested);

@@ -34,14 +34,35 @@ TrainerOptions base(const QString& model, const QString& device) {
 
 /// The true largest micro-batch, from the yardstick: a plain LibTorch training loop (not the
 /// trainer) on the same virtual GPU, with the same model, data and optimizer.
-int64_t trueMaximum(const QString& model, int64_t budgetMiB) {
-    const TrainerOptions o = base(model, QString());
+int64_t trueMaximum(const TrainerOptions& o) {
     batchpilot::yardstick::PlainLoopSetup loop;
     loop.model = o.model;
     loop.data = o.data;
     loop.optimizer = o.optimizer;
-    loop.budgetBytes = budgetMiB * 1024 * 1024;
-    return batchpilot::yardstick::plainLoopLargest(loop, 4096);
+    loop.device = o.device;
+    return batchpilot::yardstick::plainLoopLargest(loop, o.targetBatch);
+}
+
+/// Runs the trainer with `o` and checks its first probe against the plain loop's `truth`: what
+/// it chose trains with no OOM after the probe (an overshooting probe would otherwise hide behind
+/// the recovery), never above the truth (the probe-check tool's rule too: the even split of a
+/// batch would hide a small overshoot from the OOM count), and at least kShare of it. `probe`
+/// receives the probe; the caller returns when the test failed.
+void probeAgainstTruth(const TrainerOptions& o, int64_t truth, RecordingSink& sink, ProbeFinished& probe) {
+    Trainer trainer(o, sink);
+    const RunResult result = trainer.run();
+    QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+    const auto finished = sink.all<ProbeFinished>();
+    QVERIFY(!finished.empty());
+    probe = finished.front();
+    qInfo("%s on %s: probe %lld of true %lld (%.1f%%) in %d trials", o.model.name.c_str(), o.device.c_str(),
+          static_cast<long long>(probe.microBatch), static_cast<long long>(truth),
+          100.0 * double(probe.microBatch) / double(truth), probe.trials);
+    QCOMPARE(sink.oomsAfterFirstProbe(), 0);
+    QVERIFY2(probe.microBatch <= truth,
+             qPrintable(QStringLiteral("probe %1 above the true largest %2").arg(probe.microBatch).arg(truth)));
+    QVERIFY2(double(probe.microBatch) >= kShare * double(truth),
+             qPrintable(QStringLiteral("probe %1 vs true %2").arg(probe.microBatch).arg(truth)));
 }
 
 }  // namespace
@@ -63,31 +84,15 @@ private Q_SLOTS:
         QFETCH(QString, model);
         QFETCH(int64_t, budgetMiB);
         const QString device = QStringLiteral("virtual:%1MiB").arg(budgetMiB);
-        const int64_t truth = trueMaximum(model, budgetMiB);
+        const TrainerOptions options = base(model, device);
+        const int64_t truth = trueMaximum(options);
         QVERIFY2(truth > 8 && truth < 4096,
                  qPrintable(QStringLiteral("budget must bound the micro-batch, true max %1").arg(truth)));
-
         RecordingSink sink;
-        Trainer trainer(base(model, device), sink);
-        const RunResult result = trainer.run();
-        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
-        const auto finished = sink.all<ProbeFinished>();
-        QVERIFY(!finished.empty());
-        const auto& probe = finished.front();
-        const auto trials = sink.all<ProbeTrial>();
-        QVERIFY(int(trials.size()) >= probe.trials);
-        qInfo("%s on %s: probe %lld of true %lld (%.1f%%) in %d trials", qPrintable(model), qPrintable(device),
-              static_cast<long long>(probe.microBatch), static_cast<long long>(truth),
-              100.0 * double(probe.microBatch) / double(truth), probe.trials);
-        // What it chose trains: no OOM after the probe (an overshooting probe would otherwise hide
-        // behind the recovery).
-        QCOMPARE(sink.oomsAfterFirstProbe(), 0);
-        // Never above what a plain loop fits (the probe-check tool's rule too): the even split of
-        // a batch would hide a small overshoot from the OOM count above.
-        QVERIFY2(probe.microBatch <= truth,
-                 qPrintable(QStringLiteral("probe %1 above the true largest %2").arg(probe.microBatch).arg(truth)));
-        QVERIFY2(double(probe.microBatch) >= kShare * double(truth),
-                 qPrintable(QStringLiteral("probe %1 vs true %2").arg(probe.microBatch).arg(truth)));
+        ProbeFinished probe;
+        probeAgainstTruth(options, truth, sink, probe);
+        if (QTest::currentTestFailed()) return;
+        QVERIFY(int(sink.all<ProbeTrial>().size()) >= probe.trials);
         QVERIFY2(probe.trials <= 14, qPrintable(QStringLiteral("%1 trials").arg(probe.trials)));
         // The trials that fit were real micro-batches of the training batches: every step still
         // committed exactly 4096 samples, none discarded.
@@ -135,28 +140,12 @@ private Q_SLOTS:
         options.data.height = options.data.width = side;
         options.targetBatch = target;
         options.steps = 4;
-        batchpilot::yardstick::PlainLoopSetup loop;
-        loop.model = options.model;
-        loop.data = options.data;
-        loop.optimizer = options.optimizer;
-        loop.device = device.toStdString();
-        const int64_t truth = batchpilot::yardstick::plainLoopLargest(loop, options.targetBatch);
+        const int64_t truth = trueMaximum(options);
         QVERIFY2(truth > 8 && truth < options.targetBatch, qPrintable(QStringLiteral("true max %1").arg(truth)));
         RecordingSink sink;
-        Trainer trainer(options, sink);
-        const RunResult result = trainer.run();
-        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
-        const auto finished = sink.all<ProbeFinished>();
-        QVERIFY(!finished.empty());
-        const auto& probe = finished.front();
-        qInfo("%s on %s: probe %lld of true %lld (%.1f%%) in %d trials", qPrintable(model), qPrintable(device),
-              static_cast<long long>(probe.microBatch), static_cast<long long>(truth),
-              100.0 * double(probe.microBatch) / double(truth), probe.trials);
-        QCOMPARE(sink.oomsAfterFirstProbe(), 0);
-        QVERIFY2(probe.microBatch <= truth,
-                 qPrintable(QStringLiteral("probe %1 above the true largest %2").arg(probe.microBatch).arg(truth)));
-        QVERIFY2(double(probe.microBatch) >= kShare * double(truth),
-                 qPrintable(QStringLiteral("probe %1 vs true %2").arg(probe.microBatch).arg(truth)));
+        ProbeFinished probe;
+        probeAgainstTruth(options, truth, sink, probe);
+        if (QTest::currentTestFailed()) return;
         QVERIFY2(!probe.hitTrialLimit, qPrintable(QStringLiteral("%1 trials").arg(probe.trials)));
     }
 };
