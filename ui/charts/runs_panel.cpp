@@ -70,7 +70,7 @@ QTableWidgetItem* numberItem(double value, const QString& shown) {
     return new NumberItem(value, shown);
 }
 
-enum Column { Compare = 0, Name, Started, Model, Data, Target, Steps, BestAccuracy, LastLoss, State, Columns };
+enum RunColumn { Compare = 0, Name, Started, Model, Data, Target, Steps, BestAccuracy, LastLoss, State, Columns };
 
 }  // namespace
 

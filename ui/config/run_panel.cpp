@@ -31,6 +31,7 @@
 #include "ui/session/run_model.h"
 #include "ui/session/trainer_controller.h"
 #include "ui/style/theme.h"
+#include "ui/style/text.h"
 
 namespace batchpilot::ui {
 
@@ -69,10 +70,6 @@ void percentRange(QDoubleSpinBox* box, const char* key) {
     const core::OptionSpec* spec = core::findOption(key);
     Q_ASSERT(spec != nullptr && spec->type == core::OptionType::Number);
     box->setRange(spec->low * 100.0, spec->high * 100.0);
-}
-
-QString str(const std::string& text) {
-    return QString::fromStdString(text);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "core/plan/accumulation_plan.h"
 #include "core/base/byte_size.h"
 #include "core/config/memory_savers.h"
+#include "ui/style/text.h"
 
 namespace batchpilot::ui {
 
@@ -17,10 +18,6 @@ QString tr(const char* text) {
 
 QString bytes(qint64 value) {
     return QString::fromStdString(core::formatBytes(value));
-}
-
-QString str(const std::string& text) {
-    return QString::fromStdString(text);
 }
 
 QString latin(const char* text) {

@@ -9,14 +9,11 @@
 #include <QVBoxLayout>
 
 #include "ui/style/theme.h"
+#include "ui/style/text.h"
 
 namespace batchpilot::ui {
 
 namespace {
-
-QString str(const std::string& text) {
-    return QString::fromStdString(text);
-}
 
 QString scientific(double value) {
     return QString::number(value, 'g', 3);

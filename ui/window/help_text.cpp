@@ -17,6 +17,7 @@
 #include "ui/charts/throughput_chart.h"
 #include "ui/session/event_text.h"
 #include "ui/teaching/micro_batch_table.h"
+#include "ui/style/text.h"
 
 namespace batchpilot::ui {
 
@@ -24,10 +25,6 @@ namespace {
 
 QString tr(const char* text) {
     return QCoreApplication::translate("HelpText", text);
-}
-
-QString str(const std::string& text) {
-    return QString::fromStdString(text);
 }
 
 QString bytes(double value) {

@@ -12,7 +12,17 @@ namespace batchpilot::ui {
 
 namespace {
 
-enum Column { kRank, kDevice, kShare, kPlan, kSpeed, kWait, kOoms, kPeak, kColumns };
+enum RankColumn {
+    kRankColumn,
+    kDeviceColumn,
+    kShareColumn,
+    kPlanColumn,
+    kSpeedColumn,
+    kWaitColumn,
+    kOomsColumn,
+    kPeakColumn,
+    kRankColumns
+};
 
 QTableWidgetItem* cell(const QString& text) {
     auto* item = new QTableWidgetItem(text);
@@ -28,14 +38,14 @@ RanksView::RanksView(QWidget* parent) : QWidget(parent) {
     m_caption = new QLabel;
     m_caption->setObjectName(QStringLiteral("ranksCaption"));
     m_caption->setWordWrap(true);
-    m_table = new QTableWidget(0, kColumns);
+    m_table = new QTableWidget(0, kRankColumns);
     m_table->setObjectName(QStringLiteral("ranksTable"));
     m_table->setHorizontalHeaderLabels({tr("Rank"), tr("Device"), tr("Share of the batch"), tr("Micro-batches"),
                                         tr("Samples/s"), tr("Waited"), tr("OOMs"), tr("Peak")});
     m_table->verticalHeader()->hide();
     m_table->setSelectionMode(QAbstractItemView::NoSelection);
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    m_table->horizontalHeader()->setSectionResizeMode(kShare, QHeaderView::Stretch);
+    m_table->horizontalHeader()->setSectionResizeMode(kShareColumn, QHeaderView::Stretch);
     m_table->setToolTip(
         tr("Every device of the job, one process each. Each trains its share of every training batch "
            "with its own probed micro-batch; the ranks then sum their gradients once (the all-reduce) "
@@ -67,23 +77,23 @@ void RanksView::handle(const core::Event& event) {
     m_table->setRowCount(static_cast<int>(step->ranks.size()));
     for (int row = 0; row < static_cast<int>(step->ranks.size()); ++row) {
         const core::RankStep& rank = step->ranks[static_cast<size_t>(row)];
-        m_table->setItem(row, kRank, cell(QString::number(rank.rank)));
+        m_table->setItem(row, kRankColumn, cell(QString::number(rank.rank)));
         auto* device = cell(QString::fromStdString(rank.device));
         device->setTextAlignment(Qt::AlignLeft | Qt::AlignVCenter);
-        m_table->setItem(row, kDevice, device);
-        auto* bar = qobject_cast<QProgressBar*>(m_table->cellWidget(row, kShare));
+        m_table->setItem(row, kDeviceColumn, device);
+        auto* bar = qobject_cast<QProgressBar*>(m_table->cellWidget(row, kShareColumn));
         if (bar == nullptr) {
             bar = new QProgressBar;
-            m_table->setCellWidget(row, kShare, bar);
+            m_table->setCellWidget(row, kShareColumn, bar);
         }
         bar->setRange(0, static_cast<int>(std::max<int64_t>(total, 1)));
         bar->setValue(static_cast<int>(rank.share));
         bar->setFormat(tr("%1 of %2 samples").arg(rank.share).arg(total));
-        m_table->setItem(row, kPlan, cell(tr("%1 × ≤%2").arg(rank.microBatches).arg(rank.microBatch)));
-        m_table->setItem(row, kSpeed, cell(QString::number(rank.samplesPerSecond, 'f', 0)));
-        m_table->setItem(row, kWait, cell(tr("%1 s").arg(rank.waitSeconds, 0, 'f', 2)));
-        m_table->setItem(row, kOoms, cell(QString::number(rank.ooms)));
-        m_table->setItem(row, kPeak, cell(QString::fromStdString(core::formatBytes(rank.peakBytes))));
+        m_table->setItem(row, kPlanColumn, cell(tr("%1 × ≤%2").arg(rank.microBatches).arg(rank.microBatch)));
+        m_table->setItem(row, kSpeedColumn, cell(QString::number(rank.samplesPerSecond, 'f', 0)));
+        m_table->setItem(row, kWaitColumn, cell(tr("%1 s").arg(rank.waitSeconds, 0, 'f', 2)));
+        m_table->setItem(row, kOomsColumn, cell(QString::number(rank.ooms)));
+        m_table->setItem(row, kPeakColumn, cell(QString::fromStdString(core::formatBytes(rank.peakBytes))));
     }
     if (!step->nextShares.empty()) {
         QStringList shares;

@@ -19,7 +19,16 @@ namespace batchpilot::ui {
 
 namespace {
 
-enum Column { kSavers, kMicroBatch, kAccumulation, kSpeed, kRatio, kPeak, kPerSample, kColumns };
+enum SaverColumn {
+    kSaverNames,
+    kSaverMicroBatch,
+    kSaverAccumulation,
+    kSaverSpeed,
+    kSaverRatio,
+    kSaverPeak,
+    kSaverPerSample,
+    kSaverColumns
+};
 
 QString saverName(const std::string& savers) {
     if (savers == "checkpoint") return SaversView::tr("activation checkpointing");
@@ -37,7 +46,7 @@ SaversView::SaversView(QWidget* parent) : QWidget(parent) {
     m_caption = new QLabel;
     m_caption->setObjectName(QStringLiteral("saversCaption"));
     m_caption->setWordWrap(true);
-    m_table = new QTableWidget(0, kColumns);
+    m_table = new QTableWidget(0, kSaverColumns);
     m_table->setObjectName(QStringLiteral("saversTable"));
     m_table->setHorizontalHeaderLabels({tr("Memory saver"), tr("Micro-batch"), tr("Accumulation"), tr("Samples/s"),
                                         tr("vs now"), tr("Peak"), tr("Per sample")});
@@ -46,7 +55,7 @@ SaversView::SaversView(QWidget* parent) : QWidget(parent) {
     m_table->setSelectionMode(QAbstractItemView::SingleSelection);
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    m_table->horizontalHeader()->setSectionResizeMode(kSavers, QHeaderView::Stretch);
+    m_table->horizontalHeader()->setSectionResizeMode(kSaverNames, QHeaderView::Stretch);
     m_table->setToolTip(
         tr("Every memory saver measured on this model and device: a few micro-batches each, forward and "
            "backward on the data's first samples, nothing kept. Micro-batch: the largest its memory line "
@@ -144,7 +153,7 @@ void SaversView::markRows() {
         QString name = saverName(savers);
         if (savers == m_current) name += tr(" (in use)");
         if (savers == m_survey->suggestion && m_outcome.isEmpty()) name += tr(" — suggested");
-        if (QTableWidgetItem* item = m_table->item(row, kSavers)) item->setText(name);
+        if (QTableWidgetItem* item = m_table->item(row, kSaverNames)) item->setText(name);
     }
 }
 
@@ -195,27 +204,27 @@ void SaversView::handle(const core::Event& event) {
             bold.setBold(true);
             first->setFont(bold);
         }
-        m_table->setItem(row, kSavers, first);
+        m_table->setItem(row, kSaverNames, first);
         if (!o.unavailable.empty() || !o.fits) {
             const QString why = !o.unavailable.empty()
                                     ? tr("not available: %1").arg(QString::fromStdString(o.unavailable))
                                     : tr("does not fit even at the smallest micro-batch");
             auto* reason = readOnlyCell(why, Qt::AlignLeft | Qt::AlignVCenter);
             reason->setToolTip(why);
-            m_table->setItem(row, kMicroBatch, reason);
-            m_table->setSpan(row, kMicroBatch, 1, kColumns - kMicroBatch);
+            m_table->setItem(row, kSaverMicroBatch, reason);
+            m_table->setSpan(row, kSaverMicroBatch, 1, kSaverColumns - kSaverMicroBatch);
             continue;
         }
-        m_table->setSpan(row, kMicroBatch, 1, 1);
-        m_table->setItem(row, kMicroBatch, readOnlyCell(QString::number(o.microBatch)));
-        m_table->setItem(row, kAccumulation, readOnlyCell(QString::number(o.accumulationSteps)));
-        m_table->setItem(row, kSpeed, readOnlyCell(QString::number(o.samplesPerSecond, 'f', 0)));
+        m_table->setSpan(row, kSaverMicroBatch, 1, 1);
+        m_table->setItem(row, kSaverMicroBatch, readOnlyCell(QString::number(o.microBatch)));
+        m_table->setItem(row, kSaverAccumulation, readOnlyCell(QString::number(o.accumulationSteps)));
+        m_table->setItem(row, kSaverSpeed, readOnlyCell(QString::number(o.samplesPerSecond, 'f', 0)));
         m_table->setItem(
-            row, kRatio,
+            row, kSaverRatio,
             readOnlyCell(now > 0 ? tr("%1×").arg(o.samplesPerSecond / now, 0, 'f', 2) : QStringLiteral("–")));
-        m_table->setItem(row, kPeak, readOnlyCell(QString::fromStdString(core::formatBytes(o.peakBytes))));
+        m_table->setItem(row, kSaverPeak, readOnlyCell(QString::fromStdString(core::formatBytes(o.peakBytes))));
         m_table->setItem(
-            row, kPerSample,
+            row, kSaverPerSample,
             readOnlyCell(o.bytesPerSample > 0
                              ? QString::fromStdString(core::formatBytes(static_cast<int64_t>(o.bytesPerSample)))
                              : QStringLiteral("–")));
