@@ -32,8 +32,8 @@ void Trainer::Impl::setup() {
     loadData();
     checkDataAndCheckpoints();
     for (const std::string& warning : data->warnings()) emit(Warning{now(), warning});
-    if (validationData && !options.validation.path.empty()) {
-        for (const std::string& warning : validationData->warnings())
+    if (validation.data && !options.validation.path.empty()) {
+        for (const std::string& warning : validation.data->warnings())
             emit(Warning{now(), "validation data: " + warning});
     }
     prefetcher = std::make_unique<Prefetcher>(data);
@@ -44,7 +44,7 @@ void Trainer::Impl::setup() {
     meterOpened();
     if (const std::string note = meter->limitNote(); !note.empty()) emit(Warning{now(), device.name() + ": " + note});
     meter->resetPeak();
-    allocatorRetriesSeen = meter->allocatorRetries();
+    reported.allocatorRetries = meter->allocatorRetries();
     target = options.targetBatch;
     sampler.emplace(data->size(), options.seed);
     buildModel();
@@ -53,7 +53,7 @@ void Trainer::Impl::setup() {
     checkSaversSuitModel();
     useMemorySavers(options.memorySavers == MemorySavers::Auto ? MemorySavers::Off : options.memorySavers);
     if (model->usesBatchStatistics()) {
-        sizes.minPart = 2;
+        choice.sizes.minPart = 2;
         emit(Warning{now(),
                      "the model uses BatchNorm: each micro-batch is normalised with its own "
                      "statistics, so accumulated gradients differ from full-batch ones; for exact "
@@ -72,9 +72,9 @@ void Trainer::Impl::loadData() {
     auto split = makeValidation(options, *made);
     if (!split && commands.cancelFlag().load()) throw LoadingCancelled{};
     if (!split) throw FatalError{split.error(), "dataset"};
-    heldOutOfTraining = split->training != *made;
+    validation.outOfTraining = split->training != *made;
     data = split->training;
-    validationData = split->validation;
+    validation.data = split->validation;
 }
 
 void Trainer::Impl::checkDataAndCheckpoints() const {
@@ -105,7 +105,7 @@ void Trainer::Impl::checkDataAndCheckpoints() const {
     }
     if (!options.checkpoint.keepBest.empty()) {
         const std::string& metric = options.checkpoint.keepBest;
-        if (!validationData) {
+        if (!validation.data) {
             throw FatalError{"keeping the best model by " + metric +
                                  " needs validation data: hold out a share of the data (--validation-split) or give "
                                  "--validation-data",
@@ -264,7 +264,7 @@ bool Trainer::Impl::applyCommands() {
             if (std::optional<std::string> refused = switchTo(*next)) emit(Warning{now(), *refused});
             if (device.name() != before) {
                 startProbe(ProbeReason::DeviceSwitch,
-                           sizes.microBatch > 0 ? sizes.microBatch : options.probe.initialMicroBatch, 0);
+                           choice.sizes.microBatch > 0 ? choice.sizes.microBatch : options.probe.initialMicroBatch, 0);
                 reprobe = false;
             }
         } else {
@@ -288,10 +288,10 @@ bool Trainer::Impl::applyCommands() {
     }
     if (newSavers && *newSavers != savers) {
         if (applySavers(*newSavers, "asked for")) reprobe = false;
-    } else if (survey || !surveyDue.empty()) {
+    } else if (survey || !saverChoices.surveyDue.empty()) {
         // A survey asked for, or due after a probe that found a small micro-batch (finishProbe).
-        const SaverSurvey found = surveySavers(survey ? "asked for" : surveyDue);
-        surveyDue.clear();
+        const SaverSurvey found = surveySavers(survey ? "asked for" : saverChoices.surveyDue);
+        saverChoices.surveyDue.clear();
         if (!found.suggestion.empty() && !survey) {
             const MemorySavers next = *parseMemorySavers(found.suggestion);
             if (options.memorySavers == MemorySavers::Auto) {
@@ -302,7 +302,7 @@ bool Trainer::Impl::applyCommands() {
             }
         }
     }
-    if (reprobe && !probe) startProbe(ProbeReason::UserRequest, options.probe.initialMicroBatch, 0);
+    if (reprobe && !choice.probing()) startProbe(ProbeReason::UserRequest, options.probe.initialMicroBatch, 0);
     return !commands.stopRequested();
 }
 
@@ -315,8 +315,9 @@ bool Trainer::Impl::changeTarget(int64_t next, LrScaling rule) {
     optimizer->setLearningRate(rate);
     emit(TargetBatchChanged{now(), target, next, oldRate, rate});
     target = next;
-    if (probe) return false;
-    startProbe(ProbeReason::TargetBatchChange, sizes.microBatch > 0 ? std::min(sizes.microBatch, localTarget()) : 1, 0);
+    if (choice.probing()) return false;
+    startProbe(ProbeReason::TargetBatchChange,
+               choice.sizes.microBatch > 0 ? std::min(choice.sizes.microBatch, localTarget()) : 1, 0);
     return true;
 }
 
@@ -401,7 +402,7 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         // oneDNN's "could not create a primitive" and the like: memory, where a smaller
         // micro-batch of the same shapes is left to try; the error it says at the smallest.
         if (!result.failure.outOfMemory && result.failure.maybeOutOfMemory &&
-            static_cast<int64_t>(indices.size()) > std::max(sizes.minMicroBatch, sizes.minPart)) {
+            static_cast<int64_t>(indices.size()) > std::max(choice.sizes.minMicroBatch, choice.sizes.minPart)) {
             result.failure.outOfMemory = true;
             result.failure.message +=
                 " (taken for an out-of-memory error: this library also says it when memory "
@@ -451,8 +452,8 @@ void Trainer::Impl::optimizerStep() {
             throw FatalError{"optimizer step failed: " + failure.message, "step " + std::to_string(step + 1)};
         meter->releaseCache();
         const bool retry = attempt < kAttempts;
-        emit(OomEvent{now(), step + 1, Phase::OptimizerStep, sizes.microBatch, failure.requestedBytes, failure.message,
-                      retry, sizes.microBatch});
+        emit(OomEvent{now(), step + 1, Phase::OptimizerStep, choice.sizes.microBatch, failure.requestedBytes,
+                      failure.message, retry, choice.sizes.microBatch});
         if (!retry) {
             throw FatalError{"the optimizer state does not fit on " + device.name() + " (" +
                                  formatBytes(optimizer->stateBytes()) +
@@ -479,7 +480,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
         pass.clean = !again;
         if (parallel) parallel->oomsInStep = 0;
         if (!accumulate(pass, indices, batchSize)) return dropPartialBatch(pass);
-        if (probe && !probe->next()) finishProbe();
+        if (choice.probing() && !choice.probe().next()) finishProbe();
         ledger.lastPeak = pass.trainingPeak.size > 0 ? pass.trainingPeak : pass.trialPeak;
         const double computeSeconds = std::chrono::duration<double>(timingNow() - stepStart).count();
         const int64_t plannedLocal = localTarget();  // before reduceOverRanks chooses the next shares
@@ -488,7 +489,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
             // timing trains at sizes that all fit, close enough to balance by, and can take many
             // steps on a small share.
             pass.lossSum = reduceOverRanks(pass.lossSum, localSize, pass.largestUsed, pass.committed, pass.stepPeak,
-                                           computeSeconds, !probe);
+                                           computeSeconds, !choice.probing());
         }
         if (autocastsFp16(savers) && !unscaleGradients()) {
             // A gradient overflowed float16 at this scale (on some rank: the sums above carry it to
@@ -511,9 +512,9 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         const auto pauseStart = timingNow();
         if (!parallel && !waitWhilePaused()) return false;
         pass.waitSeconds += std::chrono::duration<double>(timingNow() - pauseStart).count();
-        const std::optional<MicroChoice> choice = chooseMicroBatch(pass, localSize - pass.offset);
-        if (!choice) continue;  // the probe or the plan changed: choose again
-        const auto [size, trial] = *choice;
+        const std::optional<MicroChoice> picked = chooseMicroBatch(pass, localSize - pass.offset);
+        if (!picked) continue;  // the probe or the plan changed: choose again
+        const auto [size, trial] = *picked;
         const std::vector<int64_t> slice(indices.begin() + pass.offset, indices.begin() + pass.offset + size);
         const StepModeWaiting waiting{now(), step + 1, pass.committed, pass.offset, size, batchSize, trial};
         const auto advanceStart = timingNow();
@@ -530,31 +531,27 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         // caching allocator (a GPU, a virtual one with its model) the probe's line would
         // otherwise fit the cache.
         // Not before a trial's second micro-batch: that one measures the cache the first left.
-        const bool repeat = trial && trialRepeat && trialRepeat->size == size;
+        const bool repeat = trial && choice.isRepeat(size);
         if (trial && !repeat) meter->releaseCache();
         MicroResult r = runMicroBatch(slice, weight, std::move(next), /*measurement=*/false,
                                       pass.offset == 0 ? &pass.startBuffers : nullptr);
         pass.stepPeak = std::max(pass.stepPeak, r.peakBytes);
         if (trial || !r.ok) pass.clean = false;
         if (!r.ok) {
-            if (repeat) trialRepeat.reset();  // the trial failed at its second micro-batch
+            if (repeat) choice.forgetRepeat();  // the trial failed at its second micro-batch
             afterFailure(pass, r, size, trial);
             continue;  // the same samples again, at the size chosen now
         }
-        sizes.succeeded();
-        if (trial && !repeat && r.peakBytes <= probe->usableBytes() && meter->reserved() > meter->allocated()) {
-            // Fit, and the allocator kept what the micro-batch freed: a second micro-batch of this
-            // size, from that cache, decides (chooseMicroBatch). Where nothing is cached (exact
-            // counting, the CPU) the second would need exactly what the first did.
-            trialRepeat = TrialRepeat{size, r.peakBytes, r.seconds};
-        } else if (trial) {
-            const int64_t peak = repeat ? std::max(trialRepeat->firstPeak, r.peakBytes) : r.peakBytes;
-            const double seconds = repeat ? trialRepeat->firstSeconds + r.seconds : r.seconds;
-            trialRepeat.reset();
-            probe->record({size, true, peak});
-            emit(ProbeTrial{now(), probeSequence, probe->trials(), size, true, peak <= probe->usableBytes(), peak, 0,
-                            seconds});
-            holdPoint("probe-trial");
+        choice.sizes.succeeded();
+        if (trial) {
+            // A trial that fit, where the allocator kept what it freed, is decided by a second
+            // micro-batch of its size from that cache (chooseMicroBatch); where nothing is cached
+            // (exact counting, the CPU) the second would need exactly what the first did.
+            const bool cacheHeld = meter->reserved() > meter->allocated();
+            if (std::optional<ProbeTrial> decided = choice.trialFit(size, r.peakBytes, r.seconds, cacheHeld, now())) {
+                emit(*decided);
+                holdPoint("probe-trial");
+            }
         }
         if (!trial && !pass.plan.empty()) pass.plan.erase(pass.plan.begin());
         // After the batch's first micro-batch its copy of the buffers stays resident (startBuffers).
@@ -570,50 +567,54 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         pass.offset += size;
         ++pass.committed;
         pass.microSeconds += r.seconds;
-        if (!trial && timing && timing->next() == size) recordTiming(size, r.seconds);
+        if (!trial) {
+            if (std::optional<ThroughputTimed> timed = choice.recordTiming(size, r.seconds, now())) emit(*timed);
+            if (choice.timingDone()) finishTiming(choice.search().chosen());
+        }
         sampleMemory(false);
     }
     return true;
 }
 
 std::optional<Trainer::Impl::MicroChoice> Trainer::Impl::chooseMicroBatch(BatchPass& pass, int64_t remaining) {
-    if (probe && trialRepeat) {
+    if (const std::optional<int64_t> repeat = choice.repeatDue()) {
         // A trial's second micro-batch. Where the batch has too few samples left, they train as
         // one micro-batch (smaller than the trial's first, which fit) and the second opens the
         // next batch: from a cache that smaller one also used, as training's would be.
-        const int64_t size = trialRepeat->size;
-        const bool leavesTooFew = remaining - size > 0 && remaining - size < sizes.minPart;
+        const int64_t size = *repeat;
+        const bool leavesTooFew = remaining - size > 0 && remaining - size < choice.sizes.minPart;
         if (size <= remaining && !leavesTooFew) return MicroChoice{size, true};
         return MicroChoice{remaining, false};
     }
-    if (probe) {
-        const auto proposed = probe->next();
+    if (choice.probing()) {
+        const auto proposed = choice.probe().next();
         if (!proposed) {
             finishProbe();
             pass.plan.clear();
             return std::nullopt;
         }
         // Below the model's smallest micro-batch: the probe has run out of sizes that fit.
-        if (*proposed < sizes.minMicroBatch) {
+        if (*proposed < choice.sizes.minMicroBatch) {
             if (!nextMemorySavers(0)) doesNotFit(0);
             pass.plan.clear();
             return std::nullopt;  // a new probe, with memory savers
         }
         // A trial that would leave one sample for a model that cannot train on one waits for
         // the next batch.
-        const bool leavesTooFew = remaining - *proposed > 0 && remaining - *proposed < sizes.minPart;
+        const bool leavesTooFew = remaining - *proposed > 0 && remaining - *proposed < choice.sizes.minPart;
         if (*proposed <= remaining && !leavesTooFew) return MicroChoice{*proposed, true};
-        if (probe->result() > 0) return MicroChoice{planFor(remaining, probe->result()).front(), false};
+        if (const int64_t found = choice.probe().result(); found > 0)
+            return MicroChoice{planFor(remaining, found).front(), false};
         return MicroChoice{remaining, true};
     }
-    const int64_t planned = plannedMicroBatch();
-    if (timing) {
+    const int64_t planned = choice.plannedMicroBatch();
+    if (choice.timing()) {
         // While the fastest size is being timed, each micro-batch that can have the timed size
         // has it exactly: the turns switch sizes every timing, and an even split of the rest would
         // leave micro-batches of neither size. Only the end of a batch, too short for it, trains
         // untimed.
         const int64_t rest = remaining - planned;
-        if (rest >= 0 && (rest == 0 || rest >= sizes.minPart)) {
+        if (rest >= 0 && (rest == 0 || rest >= choice.sizes.minPart)) {
             pass.plan = {planned};
             if (rest > 0) {
                 const std::vector<int64_t> after = planFor(rest, planned);
@@ -635,19 +636,17 @@ void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t 
     // from its first sample (the same samples, the same weights), so the step is the one a run
     // without the OOM takes.
     const int64_t redone = r.failure.outOfMemory && r.phase == Phase::Backward ? startOver(pass) : 0;
-    if (r.failure.outOfMemory && sizes.retrySingleSample(size)) {
+    if (r.failure.outOfMemory && choice.sizes.retrySingleSample(size)) {
         // Memory can be taken by others for a moment; retry a single sample before declaring
         // that the model does not fit at all.
         emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, 1, redone});
         return;
     }
     if (trial && r.failure.outOfMemory) {
-        probe->record({size, false, r.peakBytes});
-        emit(ProbeTrial{now(), probeSequence, probe->trials(), size, false, false, r.peakBytes,
-                        r.failure.requestedBytes, r.seconds});
+        emit(choice.trialOutOfMemory(size, r.peakBytes, r.failure.requestedBytes, r.seconds, now()));
     }
     if (!r.failure.outOfMemory) {
-        if (size < 2 && needsTwoSamples(r.failure.message) && sizes.minMicroBatch < 2 && upperBound() >= 2) {
+        if (size < 2 && needsTwoSamples(r.failure.message) && choice.sizes.minMicroBatch < 2 && upperBound() >= 2) {
             learnTwoSampleMinimum(pass, trial);  // nothing of the failed sample was kept
             return;
         }
@@ -661,14 +660,14 @@ void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t 
 }
 
 void Trainer::Impl::learnTwoSampleMinimum(BatchPass& pass, bool trial) {
-    sizes.requireTwoSamples();
+    choice.sizes.requireTwoSamples();
     emit(Warning{now(),
                  "the model's BatchNorm cannot train on a single sample (its last feature map is 1x1, one value "
                  "per channel): micro-batches hold at least 2 samples from now on"});
     if (trial) {
-        startProbe(currentProbeReason, 2, 0);
+        startProbe(choice.probeReason(), 2, 0);
     } else {
-        sizes.microBatch = std::max<int64_t>(sizes.microBatch, 2);
+        choice.sizes.microBatch = std::max<int64_t>(choice.sizes.microBatch, 2);
         pass.plan.clear();
     }
 }
@@ -676,24 +675,23 @@ void Trainer::Impl::learnTwoSampleMinimum(BatchPass& pass, bool trial) {
 void Trainer::Impl::shrinkAfterOom(BatchPass& pass, const MicroResult& r, int64_t size, bool trial, int64_t redone) {
     int64_t next = 0;
     if (trial) {
-        next = probe->result();
-    } else if (const std::optional<int64_t> smaller = sizes.shrinkAfterOom(size)) {
+        next = choice.probe().result();
+    } else if (const std::optional<int64_t> smaller = choice.sizes.shrinkAfterOom(size)) {
         next = *smaller;
-        drift.reset();  // no longer the chosen size
+        choice.stopWatchingSpeed();  // no longer the chosen size
         pass.plan.clear();
     } else {
         if (!nextMemorySavers(r.failure.requestedBytes)) doesNotFit(r.failure.requestedBytes);
         emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true,
-                      sizes.minMicroBatch, redone});
+                      choice.sizes.minMicroBatch, redone});
         pass.plan.clear();
         return;  // a new probe, with memory savers
     }
     emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, next, redone});
-    if (!trial && timing) {
+    if (!trial && choice.timing()) {
         // The sizes being timed all fit at the probe; memory was taken since. Keep the best
         // measured so far, never above what just failed.
-        timing->abandon("an out-of-memory error interrupted the timing");
-        finishTiming(std::min(timing->chosen(), next));
+        finishTiming(choice.abandonTiming(next));
     }
 }
 
@@ -744,48 +742,48 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
     if (parallel) finishRanksStep();
     const double seconds = std::chrono::duration<double>(timingNow() - stepStart).count();
     if (pass.clean)
-        stepCosts.observe(pass.committed, pass.microSeconds, computeSeconds - pass.waitSeconds,
-                          seconds - pass.waitSeconds);
+        choice.stepCosts.observe(pass.committed, pass.microSeconds, computeSeconds - pass.waitSeconds,
+                                 seconds - pass.waitSeconds);
     emit(OptimizerStepped{now(), step, pass.committed});
-    emit(StepMetrics{
-        now(), step, sampler->epoch(), samplesSeen, pass.lossSum, pass.largestUsed,
-        sizes.microBatch > 0 && !timing ? static_cast<int64_t>(planFor(plannedLocal, sizes.microBatch).size())
-                                        : pass.committed,
-        // With several devices the plan above is this rank's share's, and so is its total.
-        parallel ? plannedLocal : target, optimizer->learningRate(),
-        seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0, seconds, pass.stepPeak, totalSteps()});
+    emit(StepMetrics{now(), step, sampler->epoch(), samplesSeen, pass.lossSum, pass.largestUsed,
+                     choice.sizes.microBatch > 0 && !choice.timing()
+                         ? static_cast<int64_t>(planFor(plannedLocal, choice.sizes.microBatch).size())
+                         : pass.committed,
+                     // With several devices the plan above is this rank's share's, and so is its total.
+                     parallel ? plannedLocal : target, optimizer->learningRate(),
+                     seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0, seconds, pass.stepPeak,
+                     totalSteps()});
     sampleMemory(true);
     reportBreakdown();
     warnAboutAllocatorRetries();
     // This process's own speed: with several devices, without the wait for the other ranks.
     const auto localSize = static_cast<int64_t>(indices.size());
     const double ownSeconds = parallel ? computeSeconds : seconds;
-    if (drift && !probe && !timing && localSize == plannedLocal && batchSize == target &&
-        pass.largestUsed == sizes.microBatch && ownSeconds > 0) {
-        if (std::optional<std::string> why = drift->observe(static_cast<double>(localSize) / ownSeconds)) {
+    if (localSize == plannedLocal && batchSize == target && pass.largestUsed == choice.sizes.microBatch &&
+        ownSeconds > 0) {
+        if (std::optional<std::string> why = choice.watchSpeed(static_cast<double>(localSize) / ownSeconds)) {
             emit(Warning{now(), *why});
-            sizes.lastChosen = sizes.microBatch;
-            startTiming(sizes.probed, sizes.microBatch);  // from the size in use, which just ran
+            startTiming(choice.sizes.probed, choice.sizes.microBatch);  // from the size in use, which just ran
         }
     }
     lastBatch = indices;
     commands.batchDone();
     if (options.checkpoint.everySteps > 0 && step % options.checkpoint.everySteps == 0) writeCheckpoint();
-    if (!probe && sizes.cleanStep(options.regrowAfterSteps))
-        startProbe(ProbeReason::Regrow, sizes.microBatch, sizes.microBatch);
+    if (!choice.probing() && choice.sizes.cleanStep(options.regrowAfterSteps))
+        startProbe(ProbeReason::Regrow, choice.sizes.microBatch, choice.sizes.microBatch);
 }
 
 void Trainer::Impl::warnAboutAllocatorRetries() {
     const int64_t retries = meter->allocatorRetries();
-    const int64_t during = retries - allocatorRetriesSeen;
-    allocatorRetriesSeen = retries;
+    const int64_t during = retries - reported.allocatorRetries;
+    reported.allocatorRetries = retries;
     // Retries in consecutive steps at a settled size are thrashing: each flushes the whole cache
     // and costs the time of reserving it again. The micro-batch shrinks as after an OOM; nothing
     // is lost, since the step itself went through.
-    const int64_t before = sizes.microBatch;
-    if (sizes.thrashing(during, !probe && !timing)) {
-        if (const std::optional<int64_t> smaller = sizes.shrinkAfterOom(before)) {
-            drift.reset();
+    const int64_t before = choice.sizes.microBatch;
+    if (choice.sizes.thrashing(during, choice.settled())) {
+        if (const std::optional<int64_t> smaller = choice.sizes.shrinkAfterOom(before)) {
+            choice.stopWatchingSpeed();
             emit(Warning{now(), "the caching allocator had to free its cache and retry allocations in " +
                                     std::to_string(MicroBatchSizes::kThrashingSteps) + " steps in a row (" +
                                     std::to_string(during) + " in step " + std::to_string(step) +
@@ -847,7 +845,7 @@ void Trainer::Impl::endRun(RunResult& result) {
     if (parallel) equivalence = agreeOnEquivalence(equivalence, result.stopped);
     if (equivalence && !result.stopped) checkEquivalence(*equivalence);
     // The end of the run is always evaluated (a stop asked for by the user is not held up by it).
-    if (!result.stopped && leads() && validationData && step > 0 && lastValidationStep != step) runValidation();
+    if (!result.stopped && leads() && validation.data && step > 0 && validation.lastStep != step) runValidation();
     // A stop asked for during that pass dropped it: the run was stopped, not done.
     result.stopped = result.stopped || commands.stopRequested();
     if (result.stopped) setState(RunState::Stopping);
@@ -867,10 +865,10 @@ RunResult Trainer::run() {
         d.reportSummary();
         d.sampleMemory(true);
         d.reportBreakdown();
-        if (d.sizes.microBatch == 0) {
+        if (d.choice.sizes.microBatch == 0) {
             d.startProbe(ProbeReason::Initial, d.options.probe.initialMicroBatch, 0);
         } else {
-            d.setState(RunState::Training, "micro-batch " + std::to_string(d.sizes.microBatch));
+            d.setState(RunState::Training, "micro-batch " + std::to_string(d.choice.sizes.microBatch));
         }
         d.trainUntilDone();
         d.endRun(result);
@@ -906,9 +904,8 @@ RunResult Trainer::run() {
     result.steps = d.step;
     result.checkpointError = d.checkpointError;
     // A run that ended while probing reports the largest size that fit so far.
-    result.microBatch = d.sizes.microBatch > 0 || !d.probe ? d.sizes.microBatch : d.probe->result();
-    d.probe.reset();
-    d.trialRepeat.reset();
+    result.microBatch = d.choice.currentSize();
+    d.choice.abandonProbe();
     d.reservation.clear();
     return result;
 }

@@ -14,7 +14,7 @@ void Trainer::Impl::writeCheckpoint(const std::string& metric, double value) {
                        sampler->epoch(),
                        sampler->position(),
                        target,
-                       sizes.microBatch,
+                       choice.sizes.microBatch,
                        optimizer->learningRate(),
                        device.name(),
                        model->name(),
@@ -72,7 +72,7 @@ void Trainer::Impl::restoreCheckpoint() {
     }
     // Only a share held out of the data itself changed the training set: synthetic data gets
     // extra samples of its own, and --validation-data leaves the training file whole.
-    if (resumed->trainingSamples < 0 && heldOutOfTraining) {
+    if (resumed->trainingSamples < 0 && validation.outOfTraining) {
         emit(Warning{now(), "the checkpoint in " + options.resumeFrom +
                                 " does not record how many samples it trained on (it was written before "
                                 "validation data was held out): if that run trained on all of the data, "
@@ -92,8 +92,8 @@ void Trainer::Impl::restoreCheckpoint() {
     target = resumed->targetBatch;
     if (resumed->device == device.name() && !options.parallel) {
         // Known to fit here: continue without probing; an OOM would still shrink it.
-        sizes.microBatch = std::min(resumed->microBatch, upperBound());
-        sizes.probed = sizes.microBatch;
+        choice.sizes.microBatch = std::min(resumed->microBatch, upperBound());
+        choice.sizes.probed = choice.sizes.microBatch;
     }
     emit(RunStateChanged{now(), RunState::Starting,
                          "resumed from step " + std::to_string(step) + " of " + options.resumeFrom +

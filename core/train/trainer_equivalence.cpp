@@ -35,7 +35,7 @@ Trainer::Impl::CheckBatch Trainer::Impl::chooseCheckBatch(int64_t requested, Equ
     }
     const auto whole = static_cast<int64_t>(check.indices.size());
     int64_t n = requested > 0 && requested < whole ? requested : whole;
-    if (parallel) n = std::min(whole, std::max(n, parallel->link->size() * sizes.minPart));  // every rank a part
+    if (parallel) n = std::min(whole, std::max(n, parallel->link->size() * choice.sizes.minPart));  // every rank a part
     check.indices.resize(static_cast<size_t>(n));
     check.samples = n;
     r.samples = n;
@@ -45,14 +45,14 @@ Trainer::Impl::CheckBatch Trainer::Impl::chooseCheckBatch(int64_t requested, Equ
     // This rank's part: with several devices, the share of the n samples training would give it.
     check.part = parallel ? rankSlice(check.indices) : check.indices;
     const auto mine = static_cast<int64_t>(check.part.size());
-    check.microBatch = sizes.microBatch > 0 ? sizes.microBatch : (probe ? probe->result() : 0);
+    check.microBatch = choice.currentSize();
     if (check.microBatch <= 0) {
         check.problem = "no micro-batch size is known yet: check again once the probe has chosen one";
     } else if (mine > 0) {
         // The current plan; a part no larger than the micro-batch is split in up to four
         // micro-batches so that accumulation has something to show.
         r.microBatchSizes = planFor(
-            mine, check.microBatch < mine ? check.microBatch : std::max<int64_t>(sizes.minPart, (mine + 3) / 4));
+            mine, check.microBatch < mine ? check.microBatch : std::max<int64_t>(choice.sizes.minPart, (mine + 3) / 4));
     }
     return check;
 }

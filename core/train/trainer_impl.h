@@ -39,6 +39,7 @@
 #include "core/plan/probe_search.h"
 #include "core/data/sampler.h"
 #include "core/plan/saver_survey.h"
+#include "core/plan/size_choice.h"
 #include "core/base/text_format.h"
 #include "core/plan/throughput_search.h"
 #include "core/device/torch_compat.h"
@@ -135,6 +136,35 @@ struct MemoryLedger {
 };
 
 /// Several devices (trainer_parallel.cpp): this rank's view of the job.
+/// The held-out data (core/train/validation.h) and where its passes stand.
+struct HeldOut {
+    std::shared_ptr<Dataset> data;  ///< null without validation
+    /// The validation samples were taken out of the data set (makeValidation returned a smaller
+    /// training set), rather than generated extra or read from --validation-data.
+    bool outOfTraining = false;
+    int64_t microBatch = 0;  ///< where the next validation pass starts (0: none ran yet)
+    int64_t ceiling = 0;     ///< smallest validation micro-batch that ran out of memory (0: none)
+    int64_t lastStep = 0;    ///< step of the last validation pass
+    int64_t epochs = 0;      ///< completed epochs at the last validation pass
+};
+
+/// What the memory reports last said, so that each says only what changed.
+struct MemoryReported {
+    double lastSample = -1;             ///< run time of the last MemorySample (-1: none yet)
+    std::vector<SegmentView> segments;  ///< the allocator's segments
+    int64_t failures = 0;               ///< the allocator's OOMs
+    int64_t allocatorRetries = 0;       ///< the meter's allocator retries
+};
+
+/// memory_savers auto's choices and the saver survey's.
+struct SaverChoices {
+    std::vector<MemorySavers> autoTried;    ///< turned on so far in this run (each at most once)
+    std::optional<SaverSurvey> lastSurvey;  ///< what MemorySaversChanged's prediction comes from
+    /// Why a survey is due at the next training batch (finishProbe found a micro-batch below
+    /// TrainerOptions::saverThreshold); empty: none.
+    std::string surveyDue;
+};
+
 struct ParallelState {
     std::shared_ptr<ProcessGroupLink> link;
     std::vector<std::string> devices;  ///< every rank's device, by rank
@@ -195,16 +225,8 @@ struct Trainer::Impl {
 
     // Run state: touched by the run thread only.
     Clock::time_point start = Clock::now();
-    std::shared_ptr<Dataset> data;  ///< the training data (without the held-out samples)
-    /// The held-out data (core/train/validation.h); null without validation.
-    std::shared_ptr<Dataset> validationData;
-    /// The validation samples were taken out of the data set (makeValidation returned a smaller
-    /// training set), rather than generated extra or read from --validation-data.
-    bool heldOutOfTraining = false;
-    int64_t validationMicroBatch = 0;        ///< where the next validation pass starts (0: none ran yet)
-    int64_t validationCeiling = 0;           ///< smallest validation micro-batch that ran out of memory (0: none)
-    int64_t lastValidationStep = 0;          ///< step of the last validation pass
-    int64_t validatedEpochs = 0;             ///< completed epochs at the last validation pass
+    std::shared_ptr<Dataset> data;           ///< the training data (without the held-out samples)
+    HeldOut validation;                      ///< the held-out data and where its passes stand
     std::unique_ptr<Prefetcher> prefetcher;  ///< loads the next micro-batch during this one
     std::shared_ptr<Model> model;
     std::unique_ptr<Optimizer> optimizer;
@@ -215,42 +237,17 @@ struct Trainer::Impl {
     std::vector<torch::Tensor> reservation;  ///< optimizer state held back during the first probe
     std::optional<Sampler> sampler;
     int64_t target = 0;
-    /// The micro-batch in use, the last probe's result, the smallest sizes the model allows, and
-    /// what an OOM or clean steps make of them (core/plan/micro_batch_sizes.h).
-    MicroBatchSizes sizes;
-    ProbeReason currentProbeReason = ProbeReason::Initial;
-    std::optional<ProbeSearch> probe;
-    int probeSequence = 0;
-    Clock::time_point probeStart;
-    /// The fastest-micro-batch search after a probe (objective "fastest"): it names the size of
-    /// each training micro-batch until it decides (trainer_probe.cpp).
-    std::optional<ThroughputSearch> timing;
-    Clock::time_point timingStart;
-    /// After a decision, with probe.retime_every: watches the throughput for a drift that asks
-    /// for a new search (trainBatch). Empty while probing or timing, and after an OOM shrink.
-    std::optional<DriftWatch> drift;
-    /// What training batches cost besides their micro-batches, for the search's per-batch claim.
-    StepCostWatch stepCosts;
+    /// How the micro-batch size is chosen: the sizes in use, the probe, the fastest-size timing,
+    /// the drift watch and the step costs (core/plan/size_choice.h, torch-free).
+    SizeChoice choice;
     int64_t step = 0;
     int64_t samplesSeen = 0;
-    double lastMemorySample = -1;
     RunState state = RunState::Idle;
     std::vector<int64_t> lastBatch;  ///< indices of the last committed training batch
     /// Several devices: the job this rank belongs to (null: one process trains every batch).
     std::optional<ParallelState> parallel;
     MemoryLedger ledger;
-    /// A probe trial whose first micro-batch fit and whose second, run from the cache the first
-    /// left, is still to come (accumulate): a caching allocator places a second micro-batch's
-    /// tensors in the first's freed blocks by best fit, not as in an empty cache, and training
-    /// runs micro-batch after micro-batch.
-    struct TrialRepeat {
-        int64_t size = 0;
-        int64_t firstPeak = 0;
-        double firstSeconds = 0;
-    };
-    std::optional<TrialRepeat> trialRepeat;
-    std::vector<SegmentView> segmentsReported;  ///< the allocator's segments as last reported
-    int64_t failuresReported = 0;               ///< the allocator's OOMs, as last reported
+    MemoryReported reported;  ///< what the memory reports last said
 
     double now() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
     /// What micro-batches and training batches are timed with (TrainerOptions::timingClock).
@@ -275,7 +272,9 @@ struct Trainer::Impl {
         return static_cast<int64_t>(static_cast<double>(meter->capacity()) * (1.0 - options.probe.headroom));
     }
     /// The rest of a batch split for training (MicroBatchSizes::planFor).
-    std::vector<int64_t> planFor(int64_t remaining, int64_t micro) const { return sizes.planFor(remaining, micro); }
+    std::vector<int64_t> planFor(int64_t remaining, int64_t micro) const {
+        return choice.sizes.planFor(remaining, micro);
+    }
     /// The samples of a training batch this process trains: the target batch, or with several
     /// devices this rank's share of it.
     int64_t localTarget() const {
@@ -383,12 +382,8 @@ struct Trainer::Impl {
     /// Starts timing sizes up to `largest` (objective "fastest"; otherwise nothing); `warmSize`
     /// just ran (the probe's last trial), so it needs no warm-up.
     void startTiming(int64_t largest, int64_t warmSize = 0);
-    /// A training micro-batch of the size the timing asked for took `seconds`.
-    void recordTiming(int64_t size, double seconds);
     /// Ends the timing: training uses `size` (the search's choice unless an OOM lowered it).
     void finishTiming(int64_t size);
-    /// The micro-batch size training plans with now: the timed candidate while timing.
-    int64_t plannedMicroBatch() const { return timing && timing->next() ? *timing->next() : sizes.microBatch; }
     bool applyCommands();
     bool waitWhilePaused();
     /// Trains `indices` and takes the optimizer step. `batchSize`: the whole training batch's
@@ -522,7 +517,6 @@ struct Trainer::Impl {
     /// The checkpoint folder, held while this run may save there (another run saving there is
     /// refused); released as run() ends.
     std::optional<CheckpointFolderLock> checkpointLock;
-    int64_t allocatorRetriesSeen = 0;  ///< the meter's allocator retries already reported
     /// Stops the run: the model does not fit. Where a memory saver would help (not during setup,
     /// nor for the optimizer state: `suggestSavers` false) the message names the one that makes
     /// the smallest micro-batch fit fastest, measured (surveySavers).
@@ -551,8 +545,7 @@ struct Trainer::Impl {
     /// a probe. False when none is left, or the option is not auto: the caller stops the run
     /// (doesNotFit).
     bool nextMemorySavers(int64_t requested);
-    /// The savers memory_savers auto turned on so far in this run (each at most once).
-    std::vector<MemorySavers> autoTried;
+    SaverChoices saverChoices;  ///< what memory_savers auto tried, surveyed and has due
     /// Measures every memory saver on the model, the device and the data's first samples
     /// (core/plan/saver_survey.h decides the sizes and predicts), reports SaverSurvey and returns it.
     /// Nothing changes: the savers in use, the model's statistics, the batch's gradients and the
@@ -561,11 +554,6 @@ struct Trainer::Impl {
     /// surveySavers' measurement of one saver: micro-batches of the sizes nextSurveySize asks
     /// for, trained with `candidate` on (left on), and what predictSaver makes of them.
     SaverOption measureSaver(MemorySavers candidate);
-    /// The last survey (what MemorySaversChanged's prediction comes from).
-    std::optional<SaverSurvey> lastSurvey;
-    /// Why a survey is due at the next training batch (finishProbe found a micro-batch below
-    /// TrainerOptions::saverThreshold); empty: none.
-    std::string surveyDue;
     /// Uses `next` from now on: reports MemorySaversChanged (`why`) and starts a probe from the
     /// last survey's prediction. False (with a Warning where it is refused) when nothing changed.
     bool applySavers(MemorySavers next, const std::string& why);

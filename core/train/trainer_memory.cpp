@@ -19,7 +19,7 @@ int64_t neededBytes(const MemoryMeter& meter, int64_t requested) {
 
 void Trainer::Impl::useMemorySavers(MemorySavers next) {
     model->setCheckpointing(checkpoints(next));
-    if (next != savers) stepCosts = StepCostWatch();  // other work per batch from now on
+    if (next != savers) choice.stepCosts = StepCostWatch();  // other work per batch from now on
     savers = next;
 }
 
@@ -27,16 +27,18 @@ bool Trainer::Impl::nextMemorySavers(int64_t requested) {
     if (options.memorySavers != MemorySavers::Auto) return false;
     const int64_t needed = neededBytes(*meter, requested);  // before the survey's runs reset the peak
     const std::string nothing = "nothing fits on " + device.name() + " even at micro-batch " +
-                                std::to_string(sizes.minMicroBatch) +
+                                std::to_string(choice.sizes.minMicroBatch) +
                                 (savers == MemorySavers::Off ? "" : " with " + describeSavers(savers)) + " (needs ≈ " +
                                 formatBytes(needed) + ", " + formatBytes(usableBytes()) + " usable)";
-    autoTried.push_back(savers);
+    saverChoices.autoTried.push_back(savers);
     const SaverSurvey found = surveySavers(nothing);
     // The fastest that fits, of those auto has not tried yet in this run.
     const SaverOption* best = nullptr;
     for (const SaverOption& o : found.options) {
         const MemorySavers candidate = *parseMemorySavers(o.savers);
-        if (!o.fits || std::find(autoTried.begin(), autoTried.end(), candidate) != autoTried.end()) continue;
+        if (!o.fits || std::find(saverChoices.autoTried.begin(), saverChoices.autoTried.end(), candidate) !=
+                           saverChoices.autoTried.end())
+            continue;
         if (best == nullptr || o.samplesPerSecond > best->samplesPerSecond) best = &o;
     }
     if (best == nullptr) return false;
@@ -60,14 +62,15 @@ bool Trainer::Impl::applySavers(MemorySavers next, const std::string& why) {
         return false;
     }
     int64_t predicted = 0;
-    if (lastSurvey && lastSurvey->device == device.name() && lastSurvey->targetBatch == localTarget()) {
-        if (const SaverOption* o = findOption(*lastSurvey, toString(next))) predicted = o->microBatch;
+    if (saverChoices.lastSurvey && saverChoices.lastSurvey->device == device.name() &&
+        saverChoices.lastSurvey->targetBatch == localTarget()) {
+        if (const SaverOption* o = findOption(*saverChoices.lastSurvey, toString(next))) predicted = o->microBatch;
     }
     emit(MemorySaversChanged{now(), step, toString(savers), toString(next), why, predicted});
     useMemorySavers(next);
     meter->releaseCache();
-    sizes.lastChosen = 0;  // other savers, other speeds: the timings before say nothing
-    startProbe(ProbeReason::MemorySavers, predicted > 0 ? predicted : sizes.minMicroBatch, 0);
+    choice.sizes.lastChosen = 0;  // other savers, other speeds: the timings before say nothing
+    startProbe(ProbeReason::MemorySavers, predicted > 0 ? predicted : choice.sizes.minMicroBatch, 0);
     return true;
 }
 
@@ -96,15 +99,16 @@ SaverOption Trainer::Impl::measureSaver(MemorySavers candidate) {
     // A stop (Ctrl-C, SIGTERM, the window's Stop) ends the survey at the next measurement: it
     // waited ≈ 8.5 s for every saver to be measured.
     while (ok && !commands.stopRequested()) {
-        const std::optional<int64_t> size = nextSurveySize(trials, usableBytes(), upper, sizes.minMicroBatch);
+        const std::optional<int64_t> size = nextSurveySize(trials, usableBytes(), upper, choice.sizes.minMicroBatch);
         if (!size) break;
         ok = run(*size);
     }
-    SaverOption o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), sizes.minMicroBatch);
+    SaverOption o =
+        predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), choice.sizes.minMicroBatch);
     // A size's first run also prepares its kernels: where it is cheap, time it once more.
     if (ok && !commands.stopRequested() && o.samplesPerSecond > 0 &&
         static_cast<double>(o.timedMicroBatch) / o.samplesPerSecond < 2.0 && run(o.timedMicroBatch))
-        o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), sizes.minMicroBatch);
+        o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), choice.sizes.minMicroBatch);
     if (!failed.empty()) {
         o.fits = false;
         o.unavailable = "it failed: " + failed;
@@ -185,7 +189,7 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
     survey.advice = saverAdvice(survey);
     survey.time = now();
     survey.seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    lastSurvey = survey;
+    saverChoices.lastSurvey = survey;
     emit(survey);
     return survey;
 }
@@ -194,7 +198,7 @@ void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggest
     const int64_t needed = neededBytes(*meter, requested);
     std::string what = duringSetup ? "the model's parameters and gradients do not fit on " + device.name()
                                    : "the model does not fit on " + device.name() + " even at micro-batch " +
-                                         std::to_string(sizes.minMicroBatch);
+                                         std::to_string(choice.sizes.minMicroBatch);
     if (!duringSetup && savers != MemorySavers::Off) what += " with " + describeSavers(savers);
     // Measured before the advice below, which it comes first in when it applies.
     std::string saver;
@@ -221,8 +225,8 @@ void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggest
 
 void Trainer::Impl::sampleMemory(bool force) {
     const double t = now();
-    if (!force && t - lastMemorySample < options.memorySampleInterval) return;
-    lastMemorySample = t;
+    if (!force && t - reported.lastSample < options.memorySampleInterval) return;
+    reported.lastSample = t;
     emit(MemorySample{t, meter->allocated(), meter->reserved(), meter->peak(), meter->capacity(), usableBytes()});
 }
 
@@ -268,8 +272,8 @@ void Trainer::Impl::reportBreakdown() {
     emit(std::move(b));
     // The segments after a step barely change once the cache is warm: reported when they do.
     std::vector<SegmentView> segments = meter->segments();
-    if (!segments.empty() && segments != segmentsReported) {
-        segmentsReported = segments;
+    if (!segments.empty() && segments != reported.segments) {
+        reported.segments = segments;
         AllocatorSegments report;
         report.time = now();
         report.step = step;
@@ -280,14 +284,14 @@ void Trainer::Impl::reportBreakdown() {
 }
 
 void Trainer::Impl::meterOpened() {
-    segmentsReported.clear();
-    failuresReported = meter->lastAllocatorFailure().number;  // an earlier run's are not this one's
+    reported.segments.clear();
+    reported.failures = meter->lastAllocatorFailure().number;  // an earlier run's are not this one's
 }
 
 void Trainer::Impl::reportFailureSegments() {
     AllocatorFailureView failure = meter->lastAllocatorFailure();
-    if (failure.number == failuresReported || failure.segments.empty()) return;
-    failuresReported = failure.number;
+    if (failure.number == reported.failures || failure.segments.empty()) return;
+    reported.failures = failure.number;
     AllocatorSegments report;
     report.time = now();
     report.step = step;

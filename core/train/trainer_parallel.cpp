@@ -84,12 +84,14 @@ void Trainer::Impl::setupParallel() {
             "devices: train on one device to step through a batch",
             "configuration"};
     }
-    if (target < world * sizes.minPart) {
+    if (target < world * choice.sizes.minPart) {
         throw FatalError{
             "the target batch " + std::to_string(target) + " cannot be shared by " + std::to_string(world) +
                 " devices" +
-                (sizes.minPart > 1 ? " at " + std::to_string(sizes.minPart) + " samples each (BatchNorm)" : "") +
-                ": choose a target batch of at least " + std::to_string(world * sizes.minPart) + ", or fewer devices",
+                (choice.sizes.minPart > 1 ? " at " + std::to_string(choice.sizes.minPart) + " samples each (BatchNorm)"
+                                          : "") +
+                ": choose a target batch of at least " + std::to_string(world * choice.sizes.minPart) +
+                ", or fewer devices",
             "configuration"};
     }
     try {
@@ -121,8 +123,8 @@ void Trainer::Impl::setupParallel() {
         // measured speeds refine them (finishRanksStep).
         const std::vector<double> usable = link.allGather({static_cast<double>(usableBytes())});
         state.shares = options.balanceShares
-                           ? splitShares(target, usable, sizes.minPart)
-                           : splitShares(target, std::vector<double>(usable.size(), 1.0), sizes.minPart);
+                           ? splitShares(target, usable, choice.sizes.minPart)
+                           : splitShares(target, std::vector<double>(usable.size(), 1.0), choice.sizes.minPart);
     } catch (const FatalError&) {
         throw;
     } catch (const std::exception& e) {
@@ -130,7 +132,7 @@ void Trainer::Impl::setupParallel() {
         ranksFailed(e, "joining the other ranks");
     }
     ShareBalancer::Options balance;
-    balance.minShare = sizes.minPart;
+    balance.minShare = choice.sizes.minPart;
     state.balancer.emplace(balance);
     const std::vector<std::string> bufferNames = model->bufferNames();
     const std::vector<torch::Tensor> buffers = model->buffers();
@@ -146,8 +148,8 @@ void Trainer::Impl::setupParallel() {
     bucketGradients();
     chooseRankCollectives();
     // Every rank probes its own device, whatever a checkpoint says the micro-batch was.
-    sizes.microBatch = 0;
-    sizes.probed = 0;
+    choice.sizes.microBatch = 0;
+    choice.sizes.probed = 0;
 }
 
 void Trainer::Impl::bucketGradients() {
@@ -250,14 +252,14 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
         const auto next = static_cast<int64_t>(votes[r * kVote + 1]);
         if (next <= 0 || next == target) continue;
         const int world = parallel->link->size();
-        if (next < world * sizes.minPart) {
+        if (next < world * choice.sizes.minPart) {
             emit(Warning{now(), "target batch " + std::to_string(next) + " ignored: " + std::to_string(world) +
-                                    " devices need at least " + std::to_string(world * sizes.minPart) +
+                                    " devices need at least " + std::to_string(world * choice.sizes.minPart) +
                                     " samples; training continues at " + std::to_string(target)});
             break;
         }
         // The shares keep their proportions; each rank probes again within its new share.
-        parallel->shares = scaleShares(parallel->shares, next, sizes.minPart);
+        parallel->shares = scaleShares(parallel->shares, next, choice.sizes.minPart);
         parallel->balancer->reset();
         changeTarget(next, static_cast<LrScaling>(static_cast<int>(votes[r * kVote + 2])));
         break;
@@ -321,7 +323,7 @@ void Trainer::Impl::switchRanks() {
         }
         if (device.name() != before) {
             startProbe(ProbeReason::DeviceSwitch,
-                       sizes.microBatch > 0 ? sizes.microBatch : options.probe.initialMicroBatch, 0);
+                       choice.sizes.microBatch > 0 ? choice.sizes.microBatch : options.probe.initialMicroBatch, 0);
         } else if (!refused.empty()) {
             emit(Warning{now(), "device switch to " + *spec + " refused: " + refused});
         }
@@ -409,7 +411,7 @@ std::vector<int64_t> Trainer::Impl::rankSlice(const std::vector<int64_t>& batch)
     const auto total = static_cast<int64_t>(batch.size());
     // The end of an epoch: a shorter batch, split in the same proportions.
     const std::vector<int64_t> shares =
-        total == target ? parallel->shares : scaleShares(parallel->shares, total, sizes.minPart);
+        total == target ? parallel->shares : scaleShares(parallel->shares, total, choice.sizes.minPart);
     const int rank = parallel->link->rank();
     const int64_t offset = shareOffset(shares, rank);
     return {batch.begin() + offset, batch.begin() + offset + shares[static_cast<size_t>(rank)]};
@@ -426,7 +428,7 @@ double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t lar
     mine[kFieldOoms] = parallel->oomsInStep;
     mine[kFieldSettled] = settled ? 1.0 : 0.0;
     // 0 while a probe runs: the shares follow the micro-batches once every rank's probe ended.
-    mine[kFieldProbed] = probe ? 0.0 : static_cast<double>(sizes.probed);
+    mine[kFieldProbed] = choice.probing() ? 0.0 : static_cast<double>(choice.sizes.probed);
     mine[kFieldLoss] = lossSum;
     mine[kFieldReports] = static_cast<double>(parallel->unreported.size());
     double reduceSeconds = 0;
@@ -546,7 +548,7 @@ double Trainer::Impl::recordRanksStep(const std::vector<double>& all, double red
             if (!anyCapped) {
                 std::vector<double> capacity;
                 for (size_t r = 0; r < world; ++r) capacity.push_back(field(r, kFieldProbed));
-                std::vector<int64_t> next = splitShares(target, capacity, sizes.minPart);
+                std::vector<int64_t> next = splitShares(target, capacity, choice.sizes.minPart);
                 if (next != parallel->shares) {
                     report.nextShares = std::move(next);
                     report.shareReason = "in proportion to each device's probed micro-batch";
@@ -577,8 +579,8 @@ void Trainer::Impl::finishRanksStep() {
     const int64_t after = localTarget();
     // A share beyond the size the last probe could try (it was bounded by the old share): probe
     // again from the size in use, so the larger share does not run in needlessly small parts.
-    if (after > before && !probe && sizes.probed >= before) {
-        startProbe(ProbeReason::TargetBatchChange, sizes.microBatch, sizes.microBatch);
+    if (after > before && !choice.probing() && choice.sizes.probed >= before) {
+        startProbe(ProbeReason::TargetBatchChange, choice.sizes.microBatch, choice.sizes.microBatch);
     }
 }
 
@@ -588,8 +590,8 @@ void Trainer::Impl::awaitValidation() {
     } catch (const std::exception& e) {
         ranksFailed(e, "waiting for rank 0's validation after step " + std::to_string(step));
     }
-    lastValidationStep = step;
-    validatedEpochs = sampler->completedEpochs();
+    validation.lastStep = step;
+    validation.epochs = sampler->completedEpochs();
 }
 
 void Trainer::Impl::checkRanksAgree() {

@@ -22,9 +22,9 @@ struct EvalMode {
 }  // namespace
 
 bool Trainer::Impl::validationDue() const {
-    if (!validationData || step == 0 || step == lastValidationStep) return false;
+    if (!validation.data || step == 0 || step == validation.lastStep) return false;
     if (options.validation.everySteps) return step % *options.validation.everySteps == 0;
-    return sampler->completedEpochs() > validatedEpochs;
+    return sampler->completedEpochs() > validation.epochs;
 }
 
 std::exception_ptr Trainer::Impl::evaluate(const std::vector<int64_t>& indices, ValidationTotals& totals) {
@@ -33,7 +33,7 @@ std::exception_ptr Trainer::Impl::evaluate(const std::vector<int64_t>& indices, 
         Batch host;
         {
             CountingScope hostMemory(false);  // read into host memory, as the prefetcher does
-            host = validationData->get(indices);
+            host = validation.data->get(indices);
         }
         const torch::Device where = parameters.front().device();
         torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs.clone();
@@ -48,16 +48,17 @@ std::exception_ptr Trainer::Impl::evaluate(const std::vector<int64_t>& indices, 
 
 void Trainer::Impl::runValidation() {
     const auto started = Clock::now();
-    const int64_t total = validationData->size();
-    const int64_t training = std::max<int64_t>(1, sizes.microBatch > 0 ? sizes.microBatch : sizes.probed);
+    const int64_t total = validation.data->size();
+    const int64_t training =
+        std::max<int64_t>(1, choice.sizes.microBatch > 0 ? choice.sizes.microBatch : choice.sizes.probed);
     // Without gradients no activation is kept for backward: a micro-batch several times
     // training's fits. It starts at training's (or where the last pass ended), which fits next to
     // the gradients and optimizer state, and doubles while a micro-batch's memory would still fit
     // twice over, up to four times training's (at least 256): larger ones buy no speed. Starting at
     // twice training's ran out of memory on a real GPU whenever training ran close to its limit.
     const int64_t cap = std::min(total, std::max<int64_t>(256, 4 * training));
-    int64_t size = validationMicroBatch > 0 ? validationMicroBatch : std::min(cap, training);
-    if (validationCeiling > 0) size = std::min(size, std::max<int64_t>(1, validationCeiling / 2));
+    int64_t size = validation.microBatch > 0 ? validation.microBatch : std::min(cap, training);
+    if (validation.ceiling > 0) size = std::min(size, std::max<int64_t>(1, validation.ceiling / 2));
     ValidationTotals totals(options.loss);
     int ooms = 0;
     int64_t largest = 0;
@@ -84,7 +85,7 @@ void Trainer::Impl::runValidation() {
                                  "validation after step " + std::to_string(step)};
             }
             ++ooms;
-            validationCeiling = n;
+            validation.ceiling = n;
             size = std::max<int64_t>(1, n / 2);
             emit(OomEvent{now(), step, Phase::Validation, n, failure.requestedBytes, failure.message, true, size});
             sampleMemory(true);
@@ -94,13 +95,13 @@ void Trainer::Impl::runValidation() {
         largest = std::max(largest, n);
         const int64_t activations = std::max<int64_t>(0, meter->peakReserved() - resident);
         const bool roomForTwice = resident + 2 * activations <= usableBytes();
-        const bool belowFailure = validationCeiling == 0 || 2 * size < validationCeiling;
+        const bool belowFailure = validation.ceiling == 0 || 2 * size < validation.ceiling;
         if (n == size && roomForTwice && belowFailure && 2 * size <= cap) size *= 2;
         sampleMemory(false);
     }
-    validationMicroBatch = size;
-    lastValidationStep = step;
-    validatedEpochs = sampler->completedEpochs();
+    validation.microBatch = size;
+    validation.lastStep = step;
+    validation.epochs = sampler->completedEpochs();
     ValidationDone done;
     done.time = now();
     done.step = step;

@@ -1,0 +1,175 @@
+#include "core/plan/size_choice.h"
+
+#include <algorithm>
+
+#include "core/base/text_format.h"
+
+namespace batchpilot::core {
+
+namespace {
+
+double secondsSince(SizeChoice::Clock::time_point start, SizeChoice::Clock::time_point now) {
+    return std::chrono::duration<double>(now - start).count();
+}
+
+}  // namespace
+
+void SizeChoice::startProbe(ProbeReason reason, ProbeOptions options, int64_t upperBound, int64_t usableBytes,
+                            int64_t initial, int64_t knownFit, Clock::time_point now) {
+    m_timing.reset();
+    m_drift.reset();
+    options.initialMicroBatch = std::max<int64_t>(sizes.minMicroBatch, std::min(initial, upperBound));
+    m_probe.emplace(options, upperBound, usableBytes, std::min(knownFit, upperBound));
+    m_repeat.reset();
+    m_reason = reason;
+    ++m_sequence;
+    m_probeStart = now;
+}
+
+std::optional<int64_t> SizeChoice::repeatDue() const {
+    if (!m_probe || !m_repeat) return std::nullopt;
+    return m_repeat->size;
+}
+
+std::optional<ProbeTrial> SizeChoice::trialFit(int64_t size, int64_t peakBytes, double seconds, bool cacheHeld,
+                                               double now) {
+    const bool repeat = isRepeat(size);
+    // Fit, and the allocator kept what the micro-batch freed: a second micro-batch of this size,
+    // from that cache, decides. Where nothing is cached (exact counting, the CPU) the second would
+    // need exactly what the first did.
+    if (!repeat && peakBytes <= m_probe->usableBytes() && cacheHeld) {
+        m_repeat = Repeat{size, peakBytes, seconds};
+        return std::nullopt;
+    }
+    const int64_t peak = repeat ? std::max(m_repeat->firstPeak, peakBytes) : peakBytes;
+    const double took = repeat ? m_repeat->firstSeconds + seconds : seconds;
+    m_repeat.reset();
+    m_probe->record({size, true, peak});
+    return ProbeTrial{now, m_sequence, m_probe->trials(), size, true, peak <= m_probe->usableBytes(), peak, 0, took};
+}
+
+ProbeTrial SizeChoice::trialOutOfMemory(int64_t size, int64_t peakBytes, int64_t failedAllocationBytes,
+                                        double seconds, double now) {
+    m_repeat.reset();
+    m_probe->record({size, false, peakBytes});
+    return ProbeTrial{now, m_sequence, m_probe->trials(), size, false, false, peakBytes, failedAllocationBytes,
+                      seconds};
+}
+
+SizeChoice::ProbeEnd SizeChoice::finishProbe(int64_t target, double now, Clock::time_point clock) {
+    const int64_t found = m_probe->result();
+    sizes.probeFound(found);
+    ProbeEnd end;
+    end.newSetting = m_reason == ProbeReason::Initial || m_reason == ProbeReason::DeviceSwitch ||
+                     m_reason == ProbeReason::TargetBatchChange;
+    end.finished = ProbeFinished{now,
+                                 m_sequence,
+                                 found,
+                                 static_cast<int64_t>(sizes.planFor(target, found).size()),
+                                 target,
+                                 m_probe->trials(),
+                                 secondsSince(m_probeStart, clock),
+                                 m_probe->hitTrialLimit()};
+    if (auto fitted = m_probe->memoryLine()) {
+        end.finished.fixedBytes = fitted->fixedBytes;
+        end.finished.bytesPerSample = fitted->bytesPerSample;
+    }
+    for (const TrialOutcome& trial : m_probe->history())
+        if (trial.fit) end.lastFit = trial.size;
+    m_probe.reset();
+    m_repeat.reset();
+    return end;
+}
+
+void SizeChoice::abandonProbe() {
+    m_probe.reset();
+    m_repeat.reset();
+}
+
+bool SizeChoice::startTiming(const ProbeOptions& options, int64_t largest, int64_t target, int64_t warmSize,
+                             Clock::time_point now) {
+    m_timing.reset();
+    m_drift.reset();
+    if (options.objective != ProbeObjective::Fastest) return false;
+    ThroughputSearchOptions search;
+    search.largest = largest;
+    search.target = target;
+    search.multipleOf = options.multipleOf;
+    search.smallest = std::max(sizes.minMicroBatch, sizes.minPart);
+    search.justRan = warmSize;
+    search.start = sizes.lastChosen;
+    m_timing.emplace(search);
+    m_timingStart = now;
+    return m_timing->done();  // one size only: nothing to time
+}
+
+std::optional<ThroughputTimed> SizeChoice::recordTiming(int64_t size, double seconds, double now) {
+    if (!m_timing || m_timing->next() != size) return std::nullopt;
+    const int before = m_timing->timings();
+    m_timing->record(size, seconds);
+    // One event per finished timing, not one per micro-batch: a fast model runs dozens of them
+    // per timing.
+    if (m_timing->timings() == before) return std::nullopt;
+    for (const ThroughputSearch::Candidate& c : m_timing->candidates()) {
+        if (c.microBatch == size)
+            return ThroughputTimed{now, m_sequence, size, c.median(), static_cast<int>(c.samplesPerSecond.size())};
+    }
+    return std::nullopt;
+}
+
+ThroughputChosen SizeChoice::finishTiming(int64_t size, int64_t target, const ProbeOptions& options, double now,
+                                          Clock::time_point clock) {
+    const ThroughputSearch& search = *m_timing;
+    const int64_t largest = search.plan().empty() ? size : search.plan().front();
+    sizes.microBatch = size;
+    sizes.lastChosen = size;
+    ThroughputChosen chosen;
+    chosen.time = now;
+    chosen.sequence = m_sequence;
+    chosen.microBatch = size;
+    chosen.largestMicroBatch = largest;
+    chosen.accumulationSteps = static_cast<int64_t>(sizes.planFor(target, size).size());
+    chosen.targetBatch = target;
+    chosen.samplesPerSecond = search.samplesPerSecond(size);
+    chosen.largestSamplesPerSecond = search.samplesPerSecond(largest);
+    chosen.speedOverLargest = search.overLargest(size);
+    chosen.microBatchesTimed = search.spent();
+    chosen.seconds = secondsSince(m_timingStart, clock);
+    chosen.reason = search.reason();
+    // The claim per whole training batch: the micro-batches' gain, less what every batch costs
+    // besides them (the optimizer step, …), measured on the batches trained so far. Not claimed
+    // before a clean batch has been measured (the search can decide in the batch after the
+    // probe's, or be cut short by an OOM).
+    if (stepCosts.measured()) {
+        const StepCosts costs = stepCosts.costs();
+        chosen.stepSeconds = costs.perStepSeconds;
+        chosen.microBatchSeconds = costs.perMicroBatchSeconds;
+        chosen.stepSpeedOverLargest =
+            stepSpeedOverLargest(target, size, largest, chosen.largestSamplesPerSecond, chosen.speedOverLargest, costs);
+        if (size != largest && chosen.stepSpeedOverLargest > 0) {
+            const double besides =
+                costs.perStepSeconds + costs.perMicroBatchSeconds * static_cast<double>(chosen.accumulationSteps);
+            chosen.reason += formatText(
+                "; per training batch, with its %.0f ms besides the micro-batches, %.2fx the largest's speed",
+                1000 * besides, chosen.stepSpeedOverLargest);
+        }
+    }
+    m_timing.reset();
+    m_drift.reset();
+    if (options.retimeEvery > 0) m_drift.emplace(options.retimeEvery, options.retimeDrift);
+    return chosen;
+}
+
+int64_t SizeChoice::abandonTiming(int64_t ceiling) {
+    m_timing->abandon("an out-of-memory error interrupted the timing");
+    return std::min(m_timing->chosen(), ceiling);
+}
+
+std::optional<std::string> SizeChoice::watchSpeed(double samplesPerSecond) {
+    if (!m_drift || !settled()) return std::nullopt;
+    std::optional<std::string> why = m_drift->observe(samplesPerSecond);
+    if (why) sizes.lastChosen = sizes.microBatch;
+    return why;
+}
+
+}  // namespace batchpilot::core

@@ -1,0 +1,133 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/events/events.h"
+#include "core/plan/micro_batch_sizes.h"
+#include "core/plan/probe_search.h"
+#include "core/plan/throughput_search.h"
+
+namespace batchpilot::core {
+
+/// How the trainer settles on its micro-batch size between the micro-batches it runs: a probe for
+/// the largest size that fits (ProbeSearch), then, for the fastest objective, a timing of the sizes
+/// up to it (ThroughputSearch), a watch on the chosen size's speed that times again when it drifts
+/// (DriftWatch), what whole batches cost besides their micro-batches (StepCostWatch), and the sizes
+/// in use (MicroBatchSizes). One state machine: idle → probing → timing (fastest only) → settled,
+/// back to probing on a re-probe, a regrow or a device switch.
+///
+/// Torch-free and without a device: the trainer runs each micro-batch and reports it here; this
+/// says which size comes next and builds what the user is told (tests/core/plan/tst_size_choice.cpp).
+///
+/// Thread rules: the trainer's thread only.
+class SizeChoice {
+public:
+    using Clock = std::chrono::steady_clock;
+
+    MicroBatchSizes sizes;   ///< the sizes in use and their limits
+    StepCostWatch stepCosts; ///< what a batch costs besides its micro-batches, on this device and setting
+
+    // ---- The probe ----
+
+    /// A new probe session, numbered from 1; it ends a timing in progress and the drift watch (the
+    /// sizes are timed again when it finishes). `upperBound` ≥ 1; `initial` is clamped into
+    /// [sizes.minMicroBatch, upperBound], `knownFit` to upperBound.
+    void startProbe(ProbeReason reason, ProbeOptions options, int64_t upperBound, int64_t usableBytes, int64_t initial,
+                    int64_t knownFit, Clock::time_point now);
+    bool probing() const { return m_probe.has_value(); }
+    /// The running probe (only while probing()).
+    ProbeSearch& probe() { return *m_probe; }
+    const ProbeSearch& probe() const { return *m_probe; }
+    int sequence() const { return m_sequence; }
+    ProbeReason probeReason() const { return m_reason; }
+    /// The size found so far: the probe's result while probing, else the size in use.
+    int64_t currentSize() const { return sizes.microBatch > 0 || !m_probe ? sizes.microBatch : m_probe->result(); }
+
+    /// Where the allocator caches, a trial that fit is decided by a second micro-batch of its size,
+    /// run from the cache the first left (as training's would be). The size of the trial whose
+    /// second micro-batch is due, while probing; nullopt when none is.
+    std::optional<int64_t> repeatDue() const;
+    /// Whether a trial of `size` now is that second micro-batch.
+    bool isRepeat(int64_t size) const { return repeatDue() == size; }
+    /// A trial micro-batch of `size` fit with `peakBytes` in `seconds`; `cacheHeld`: the allocator
+    /// kept memory the micro-batch freed. Returns the trial, recorded in the probe (its peak and
+    /// time those of both micro-batches where there were two), or nullopt when a second
+    /// micro-batch of the size decides (repeatDue()).
+    std::optional<ProbeTrial> trialFit(int64_t size, int64_t peakBytes, double seconds, bool cacheHeld, double now);
+    /// A trial micro-batch of `size` ran out of memory at `peakBytes`: recorded in the probe.
+    ProbeTrial trialOutOfMemory(int64_t size, int64_t peakBytes, int64_t failedAllocationBytes, double seconds,
+                                double now);
+    /// A trial micro-batch failed otherwise, or the batch it was in was dropped: no second
+    /// micro-batch is due any more.
+    void forgetRepeat() { m_repeat.reset(); }
+
+    /// The end of a probe that found a size (probe().result() > 0): it is used from now on.
+    struct ProbeEnd {
+        ProbeFinished finished;  ///< the event
+        /// The probe's last trial that fit: it warmed its size up for the timing.
+        int64_t lastFit = 0;
+        /// A probe of a new setting (the first, another device, another target batch): not a
+        /// regrow, a re-probe asked for, nor one a memory-saver change started.
+        bool newSetting = false;
+    };
+    ProbeEnd finishProbe(int64_t target, double now, Clock::time_point clock);
+    /// The run ends during a probe (read currentSize() first: the sizes are left as they are).
+    void abandonProbe();
+
+    // ---- The fastest size ----
+
+    /// Times the sizes up to `largest` for a training batch of `target` samples when the objective
+    /// is the fastest (else nothing to time). `warmSize` just ran. Returns true when the decision
+    /// is due at once (one size only): finishTiming(timing().chosen()).
+    bool startTiming(const ProbeOptions& options, int64_t largest, int64_t target, int64_t warmSize,
+                     Clock::time_point now);
+    bool timing() const { return m_timing.has_value(); }
+    /// The running timing (only while timing()).
+    ThroughputSearch& search() { return *m_timing; }
+    /// The size the next micro-batch should have: the one being timed, else the size in use.
+    int64_t plannedMicroBatch() const { return m_timing && m_timing->next() ? *m_timing->next() : sizes.microBatch; }
+    /// A training micro-batch of `size` took `seconds`: counted when it is the size being timed.
+    /// Returns the event of a timing it finished (a warm-up, or micro-batches worth the minimum).
+    std::optional<ThroughputTimed> recordTiming(int64_t size, double seconds, double now);
+    /// Whether the search decided (finishTiming(search().chosen()) is due).
+    bool timingDone() const { return m_timing && m_timing->done(); }
+    /// The decision: training uses `size` from now on. Builds the event with its claims (per
+    /// micro-batch, and per whole batch once a clean batch was measured), ends the timing, and
+    /// watches the size's speed from now on (options.retimeEvery > 0).
+    ThroughputChosen finishTiming(int64_t size, int64_t target, const ProbeOptions& options, double now,
+                                  Clock::time_point clock);
+    /// The sizes being timed all fit at the probe; memory was taken since: the timing ends at the
+    /// best measured so far, never above `ceiling`. Returns the size to finish with.
+    int64_t abandonTiming(int64_t ceiling);
+
+    // ---- Settled ----
+
+    /// Neither probing nor timing.
+    bool settled() const { return !m_probe && !m_timing; }
+    /// The chosen size's speed is no longer watched (it is no longer the chosen size).
+    void stopWatchingSpeed() { m_drift.reset(); }
+    /// A full training batch at the chosen size ran at `samplesPerSecond`: why the sizes should be
+    /// timed again (their speed drifted), once they should; the timing then starts from the size
+    /// in use (startTiming is the caller's).
+    std::optional<std::string> watchSpeed(double samplesPerSecond);
+
+private:
+    struct Repeat {
+        int64_t size = 0;
+        int64_t firstPeak = 0;
+        double firstSeconds = 0;
+    };
+    std::optional<ProbeSearch> m_probe;
+    ProbeReason m_reason = ProbeReason::Initial;
+    int m_sequence = 0;
+    Clock::time_point m_probeStart;
+    std::optional<Repeat> m_repeat;
+    std::optional<ThroughputSearch> m_timing;
+    Clock::time_point m_timingStart;
+    std::optional<DriftWatch> m_drift;
+};
+
+}  // namespace batchpilot::core

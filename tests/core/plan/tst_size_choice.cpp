@@ -1,0 +1,220 @@
+#include <QtTest>
+#include "tests/test_main.h"
+
+#include <cmath>
+#include <optional>
+
+#include "core/plan/size_choice.h"
+
+namespace tst_size_choice {
+
+using namespace batchpilot::core;
+
+// The trainer's size-choosing state machine on its own, without a device: each expectation worked
+// out by hand from what the user guide promises (a trial is decided by a second micro-batch where
+// the allocator caches; a new probe ends a timing; the per-batch claim waits for a measured batch;
+// a drift in speed times the sizes again from the size in use).
+class TestSizeChoice : public QObject {
+    Q_OBJECT
+
+    static ProbeOptions largest() {
+        ProbeOptions o;
+        o.objective = ProbeObjective::Largest;
+        return o;
+    }
+    // Runs the probe with a device that fits up to `fits` samples at 10 bytes each (usable 1000),
+    // each trial decided at once (nothing cached): returns what it found.
+    static int64_t probeUpTo(SizeChoice& c, int64_t fits) {
+        while (std::optional<int64_t> size = c.probe().next()) {
+            if (*size <= fits) {
+                if (!c.trialFit(*size, 10 * *size, 0.01, /*cacheHeld=*/false, 0)) {
+                    QTest::qFail("a trial without a cache was not decided at once", __FILE__, __LINE__);
+                    return -1;
+                }
+            } else {
+                c.trialOutOfMemory(*size, 1000, 64, 0.01, 0);
+            }
+        }
+        return c.probe().result();
+    }
+    // Times the sizes up to `largest` where sizes below `fastBelow` run 1.5 times as fast as the
+    // others, until the search decides (fails after 500 timings).
+    static bool timeUntilDecided(SizeChoice& c, int64_t fastBelow) {
+        for (int timings = 0; !c.timingDone(); ++timings) {
+            if (timings == 500) return false;
+            const int64_t size = c.plannedMicroBatch();
+            const double speed = size < fastBelow ? 1500.0 : 1000.0;
+            c.recordTiming(size, static_cast<double>(size) / speed, 0);
+        }
+        return true;
+    }
+
+private Q_SLOTS:
+    void aTrialIsDecidedByASecondMicroBatchWhereTheAllocatorCaches() {
+        SizeChoice c;
+        c.startProbe(ProbeReason::Initial, largest(), 64, 1000, 8, 0, SizeChoice::Clock::now());
+        QCOMPARE(c.sequence(), 1);
+        const int64_t size = *c.probe().next();
+        QCOMPARE(size, int64_t{8});
+        // The first micro-batch fit and left a cache: undecided, the second is due.
+        QVERIFY(!c.trialFit(size, 600, 0.25, /*cacheHeld=*/true, 1.0));
+        QCOMPARE(c.repeatDue(), std::optional<int64_t>(8));
+        QVERIFY(c.isRepeat(8));
+        QCOMPARE(c.probe().trials(), 0);
+        // The second decides: the higher of the two peaks, both micro-batches' time, one trial.
+        const std::optional<ProbeTrial> t = c.trialFit(size, 700, 0.5, /*cacheHeld=*/true, 2.0);
+        QVERIFY(t);
+        QCOMPARE(t->microBatch, int64_t{8});
+        QVERIFY(t->fit);
+        QVERIFY(t->withinHeadroom);
+        QCOMPARE(t->peakBytes, int64_t{700});
+        QCOMPARE(t->seconds, 0.75);
+        QCOMPARE(t->trial, 1);
+        QCOMPARE(t->sequence, 1);
+        QCOMPARE(c.probe().trials(), 1);
+        QVERIFY(!c.repeatDue());
+
+        // Nothing cached (exact counting, the CPU): decided by the first.
+        const int64_t next = *c.probe().next();
+        QVERIFY(c.trialFit(next, 800, 0.1, /*cacheHeld=*/false, 3.0));
+        // A first micro-batch beyond the usable bytes is decided at once, outside the headroom.
+        const int64_t third = *c.probe().next();
+        const std::optional<ProbeTrial> over = c.trialFit(third, 1200, 0.1, /*cacheHeld=*/true, 4.0);
+        QVERIFY(over);
+        QVERIFY(!over->withinHeadroom);
+        QCOMPARE(c.probe().trials(), 3);
+    }
+
+    void aSecondMicroBatchThatRunsOutOfMemoryIsAFailedTrial() {
+        SizeChoice c;
+        c.startProbe(ProbeReason::Initial, largest(), 64, 1000, 16, 0, SizeChoice::Clock::now());
+        const int64_t size = *c.probe().next();
+        QVERIFY(!c.trialFit(size, 900, 0.1, true, 0));
+        const ProbeTrial failed = c.trialOutOfMemory(size, 990, 128, 0.05, 1.0);
+        QVERIFY(!failed.fit);
+        QCOMPARE(failed.failedAllocationBytes, int64_t{128});
+        QCOMPARE(failed.trial, 1);
+        QVERIFY(!c.repeatDue());
+        QVERIFY(*c.probe().next() < size);  // the probe went down
+    }
+
+    void aFinishedProbeReportsItsSizeAndPlanAndWhetherTheSettingIsNew() {
+        SizeChoice c;
+        c.startProbe(ProbeReason::Initial, largest(), 100, 1000, 1, 0, SizeChoice::Clock::now());
+        QCOMPARE(probeUpTo(c, 30), int64_t{30});
+        const SizeChoice::ProbeEnd end = c.finishProbe(100, 5.0, SizeChoice::Clock::now());
+        QCOMPARE(end.finished.microBatch, int64_t{30});
+        QCOMPARE(end.finished.accumulationSteps, int64_t{4});  // 100 = 25 + 25 + 25 + 25
+        QCOMPARE(end.finished.targetBatch, int64_t{100});
+        QCOMPARE(end.finished.sequence, 1);
+        QVERIFY(end.newSetting);
+        QVERIFY(end.lastFit > 0 && end.lastFit <= 30);
+        QCOMPARE(c.sizes.microBatch, int64_t{30});
+        QCOMPARE(c.sizes.probed, int64_t{30});
+        QVERIFY(!c.probing());
+        QVERIFY(c.settled());  // the largest objective: nothing to time
+        QVERIFY(!c.startTiming(largest(), 30, 100, end.lastFit, SizeChoice::Clock::now()));
+        QVERIFY(!c.timing());
+
+        // A regrow is not a new setting (no memory-saver survey after it).
+        c.startProbe(ProbeReason::Regrow, largest(), 100, 1000, 30, 30, SizeChoice::Clock::now());
+        QCOMPARE(c.sequence(), 2);
+        QCOMPARE(c.currentSize(), int64_t{30});
+        probeUpTo(c, 40);
+        QVERIFY(!c.finishProbe(100, 6.0, SizeChoice::Clock::now()).newSetting);
+    }
+
+    void aNewProbeEndsTheTimingAndTheRunEndsAProbe() {
+        SizeChoice c;
+        c.startProbe(ProbeReason::Initial, ProbeOptions{}, 256, 1000, 1, 0, SizeChoice::Clock::now());
+        probeUpTo(c, 64);
+        c.finishProbe(256, 1.0, SizeChoice::Clock::now());
+        QVERIFY(!c.startTiming(ProbeOptions{}, 64, 256, 64, SizeChoice::Clock::now()));  // fastest
+        QVERIFY(c.timing());
+        QVERIFY(!c.settled());
+        const int64_t timed = c.plannedMicroBatch();
+        QVERIFY(timed >= 1 && timed <= 64);
+        c.startProbe(ProbeReason::UserRequest, ProbeOptions{}, 256, 1000, 1, 0, SizeChoice::Clock::now());
+        QVERIFY(!c.timing());
+        QVERIFY(c.probing());
+        QCOMPARE(c.plannedMicroBatch(), int64_t{64});  // the size in use until the probe decides
+        c.abandonProbe();
+        QVERIFY(c.settled());
+        QCOMPARE(c.currentSize(), int64_t{64});
+    }
+
+    // Sizes below 64 run 1.5 times as fast as 64 itself: the timing must choose a smaller size,
+    // claim about 1.5 for the micro-batches, and claim less per whole batch once a batch's other
+    // costs were measured (0.2 s per batch besides the micro-batches).
+    void theDecisionClaimsPerBatchOnlyOnceABatchWasMeasured() {
+        for (const bool measured : {false, true}) {
+            SizeChoice c;
+            c.startProbe(ProbeReason::Initial, ProbeOptions{}, 256, 1000, 1, 0, SizeChoice::Clock::now());
+            probeUpTo(c, 64);
+            c.finishProbe(256, 0, SizeChoice::Clock::now());
+            if (measured) c.stepCosts.observe(4, 1.0, 1.0, 1.2);
+            QVERIFY(!c.startTiming(ProbeOptions{}, 64, 256, 64, SizeChoice::Clock::now()));
+            // A size other than the one being timed is not counted.
+            const int64_t other = c.plannedMicroBatch() == 64 ? 32 : 64;
+            QVERIFY(!c.recordTiming(other, 1.0, 0));
+            QVERIFY2(timeUntilDecided(c, 64), "the timing never decided");
+            const ThroughputChosen chosen = c.finishTiming(c.search().chosen(), 256, ProbeOptions{}, 9.0,
+                                                           SizeChoice::Clock::now());
+            QVERIFY(chosen.microBatch < 64);
+            QCOMPARE(chosen.largestMicroBatch, int64_t{64});
+            QCOMPARE(c.sizes.microBatch, chosen.microBatch);
+            QCOMPARE(c.sizes.lastChosen, chosen.microBatch);
+            QVERIFY2(std::abs(chosen.speedOverLargest - 1.5) < 0.05, qPrintable(QString::number(chosen.speedOverLargest)));
+            QVERIFY(c.settled());
+            if (!measured) {
+                QCOMPARE(chosen.stepSpeedOverLargest, 0.0);
+                QVERIFY(!QString::fromStdString(chosen.reason).contains(QStringLiteral("per training batch")));
+            } else {
+                // 256 samples: 0.256 s at the largest + 0.2 s against 0.256 / 1.5 + 0.2.
+                const double expected = (0.256 + 0.2) / (0.256 / 1.5 + 0.2);
+                QVERIFY2(std::abs(chosen.stepSpeedOverLargest - expected) < 0.03,
+                         qPrintable(QString::number(chosen.stepSpeedOverLargest)));
+                QVERIFY(QString::fromStdString(chosen.reason).contains(QStringLiteral("per training batch, with its 200 ms")));
+            }
+        }
+    }
+
+    void aDriftInSpeedTimesTheSizesAgainFromTheSizeInUse() {
+        ProbeOptions options;
+        options.objective = ProbeObjective::Largest;
+        options.retimeEvery = 2;
+        options.retimeDrift = 0.1;
+        SizeChoice c;
+        c.startProbe(ProbeReason::Initial, options, 256, 1000, 1, 0, SizeChoice::Clock::now());
+        probeUpTo(c, 40);
+        c.finishProbe(256, 0, SizeChoice::Clock::now());
+        QVERIFY(!c.watchSpeed(100));  // no decision yet: nothing watched
+        // A decision starts the watch (every size equally fast: the largest, or the even split of
+        // the target with as many micro-batches, 37 for 256 = 6 × 37 + 34).
+        ProbeOptions fastest = options;
+        fastest.objective = ProbeObjective::Fastest;
+        QVERIFY(!c.startTiming(fastest, 40, 256, 40, SizeChoice::Clock::now()));
+        QVERIFY(timeUntilDecided(c, 0));
+        const int64_t chosen = c.finishTiming(c.search().chosen(), 256, options, 0, SizeChoice::Clock::now()).microBatch;
+        QVERIFY2(chosen == 40 || chosen == 37, qPrintable(QString::number(chosen)));
+        QCOMPARE(c.sizes.microBatch, chosen);
+        QVERIFY(!c.watchSpeed(100));
+        QVERIFY(!c.watchSpeed(100));  // the baseline
+        QVERIFY(!c.watchSpeed(105));
+        QVERIFY(!c.watchSpeed(105));  // within 10%
+        c.sizes.microBatch = 20;      // an OOM shrink since: the size in use
+        QVERIFY(!c.watchSpeed(60));
+        const std::optional<std::string> why = c.watchSpeed(60);
+        QVERIFY(why);
+        QVERIFY2(QString::fromStdString(*why).contains(QStringLiteral("-40%")), why->c_str());
+        QCOMPARE(c.sizes.lastChosen, int64_t{20});  // the next timing starts from it
+        c.stopWatchingSpeed();
+        QVERIFY(!c.watchSpeed(10));
+        QVERIFY(!c.watchSpeed(10));
+    }
+};
+
+}  // namespace tst_size_choice
+
+BATCHPILOT_TEST_MAIN(tst_size_choice::TestSizeChoice)
+#include "tst_size_choice.moc"
