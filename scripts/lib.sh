@@ -158,6 +158,7 @@ build_tree() {
 # PyPI's LibTorch (Clang cannot compile LibTorch 1.13's headers as C++20: its List.h uses
 # std::vector<IValue> while IValue is incomplete). -O1 and line tables only: the code under test
 # is ours, LibTorch itself is not instrumented, and this halves the build time of RelWithDebInfo.
+# The window's code is built too (its tests run offscreen under both sanitizers).
 #   configure_sanitizer_build address,undefined|thread [cmake --build arguments]
 configure_sanitizer_build() {
   local sanitize="$1"; shift
@@ -172,7 +173,7 @@ configure_sanitizer_build() {
   pip_torch_args
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only" \
     -DCMAKE_CXX_COMPILER=clang++ "${PIP_TORCH_ARGS[@]}" \
-    -DBUILD_TESTING=ON -DBATCHPILOT_GUI=OFF -DBATCHPILOT_BENCH=OFF \
+    -DBUILD_TESTING=ON -DBATCHPILOT_GUI=ON -DBATCHPILOT_BENCH=OFF \
     -DBATCHPILOT_SANITIZE="$sanitize" -DBATCHPILOT_FUZZ="$fuzz"
   build_tree "$@"
 }

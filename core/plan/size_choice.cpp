@@ -48,12 +48,12 @@ std::optional<ProbeTrial> SizeChoice::trialFit(int64_t size, int64_t peakBytes, 
     return ProbeTrial{now, m_sequence, m_probe->trials(), size, true, peak <= m_probe->usableBytes(), peak, 0, took};
 }
 
-ProbeTrial SizeChoice::trialOutOfMemory(int64_t size, int64_t peakBytes, int64_t failedAllocationBytes,
-                                        double seconds, double now) {
+ProbeTrial SizeChoice::trialOutOfMemory(int64_t size, int64_t peakBytes, int64_t failedAllocationBytes, double seconds,
+                                        double now) {
     m_repeat.reset();
     m_probe->record({size, false, peakBytes});
-    return ProbeTrial{now, m_sequence, m_probe->trials(), size, false, false, peakBytes, failedAllocationBytes,
-                      seconds};
+    return ProbeTrial{now,   m_sequence, m_probe->trials(),     size,   false,
+                      false, peakBytes,  failedAllocationBytes, seconds};
 }
 
 SizeChoice::ProbeEnd SizeChoice::finishProbe(int64_t target, double now, Clock::time_point clock) {

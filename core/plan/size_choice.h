@@ -27,8 +27,8 @@ class SizeChoice {
 public:
     using Clock = std::chrono::steady_clock;
 
-    MicroBatchSizes sizes;   ///< the sizes in use and their limits
-    StepCostWatch stepCosts; ///< what a batch costs besides its micro-batches, on this device and setting
+    MicroBatchSizes sizes;    ///< the sizes in use and their limits
+    StepCostWatch stepCosts;  ///< what a batch costs besides its micro-batches, on this device and setting
 
     // ---- The probe ----
 

@@ -158,13 +158,14 @@ private Q_SLOTS:
             const int64_t other = c.plannedMicroBatch() == 64 ? 32 : 64;
             QVERIFY(!c.recordTiming(other, 1.0, 0));
             QVERIFY2(timeUntilDecided(c, 64), "the timing never decided");
-            const ThroughputChosen chosen = c.finishTiming(c.search().chosen(), 256, ProbeOptions{}, 9.0,
-                                                           SizeChoice::Clock::now());
+            const ThroughputChosen chosen =
+                c.finishTiming(c.search().chosen(), 256, ProbeOptions{}, 9.0, SizeChoice::Clock::now());
             QVERIFY(chosen.microBatch < 64);
             QCOMPARE(chosen.largestMicroBatch, int64_t{64});
             QCOMPARE(c.sizes.microBatch, chosen.microBatch);
             QCOMPARE(c.sizes.lastChosen, chosen.microBatch);
-            QVERIFY2(std::abs(chosen.speedOverLargest - 1.5) < 0.05, qPrintable(QString::number(chosen.speedOverLargest)));
+            QVERIFY2(std::abs(chosen.speedOverLargest - 1.5) < 0.05,
+                     qPrintable(QString::number(chosen.speedOverLargest)));
             QVERIFY(c.settled());
             if (!measured) {
                 QCOMPARE(chosen.stepSpeedOverLargest, 0.0);
@@ -174,7 +175,8 @@ private Q_SLOTS:
                 const double expected = (0.256 + 0.2) / (0.256 / 1.5 + 0.2);
                 QVERIFY2(std::abs(chosen.stepSpeedOverLargest - expected) < 0.03,
                          qPrintable(QString::number(chosen.stepSpeedOverLargest)));
-                QVERIFY(QString::fromStdString(chosen.reason).contains(QStringLiteral("per training batch, with its 200 ms")));
+                QVERIFY(QString::fromStdString(chosen.reason)
+                            .contains(QStringLiteral("per training batch, with its 200 ms")));
             }
         }
     }
@@ -195,7 +197,8 @@ private Q_SLOTS:
         fastest.objective = ProbeObjective::Fastest;
         QVERIFY(!c.startTiming(fastest, 40, 256, 40, SizeChoice::Clock::now()));
         QVERIFY(timeUntilDecided(c, 0));
-        const int64_t chosen = c.finishTiming(c.search().chosen(), 256, options, 0, SizeChoice::Clock::now()).microBatch;
+        const int64_t chosen =
+            c.finishTiming(c.search().chosen(), 256, options, 0, SizeChoice::Clock::now()).microBatch;
         QVERIFY2(chosen == 40 || chosen == 37, qPrintable(QString::number(chosen)));
         QCOMPARE(c.sizes.microBatch, chosen);
         QVERIFY(!c.watchSpeed(100));

@@ -1,6 +1,8 @@
 #include <QtTest>
 
 #include <atomic>
+#include <map>
+#include <string>
 #include <thread>
 
 #include "core/train/command_mailbox.h"
@@ -31,6 +33,54 @@ private Q_SLOTS:
         QCOMPARE(taken.equivalence.value_or(-1), int64_t{0});
         const auto again = box.take();
         QVERIFY(!again.target && again.devices.empty() && !again.equivalence && !again.reprobe);
+    }
+
+    // The GUI thread posts while the run thread takes at each batch boundary: every command is
+    // taken once and whole (a target with its own rule, a device with its own rank), a later one
+    // is never followed by an earlier one, and the last posted is the last taken. Under
+    // ThreadSanitizer (scripts/check --sanitize thread) a post without the lock is a reported race.
+    void commandsPostedWhileTheRunTakesThemArriveInOrder() {
+        constexpr int kPosts = 5000;
+        CommandMailbox box(false);
+        std::atomic<bool> posted{false};
+        std::thread gui([&] {
+            for (int i = 1; i <= kPosts; ++i) {
+                box.setTarget(i, i % 2 == 0 ? LrScaling::Linear : LrScaling::Sqrt);
+                box.switchDevice("virtual:" + std::to_string(i) + "MiB", i % 3);
+                if (i % 7 == 0) box.reprobe();
+            }
+            posted = true;
+        });
+        int64_t lastTarget = 0;
+        std::map<int, int> lastDevice;  // rank -> MiB
+        int reprobes = 0;
+        bool ordered = true;
+        bool whole = true;
+        for (bool done = false; !done;) {
+            done = posted.load();  // one more take after the last post
+            const CommandMailbox::Batch taken = box.take();
+            if (taken.target) {
+                const int64_t t = taken.target->first;
+                ordered = ordered && t > lastTarget;
+                whole = whole && taken.target->second == (t % 2 == 0 ? LrScaling::Linear : LrScaling::Sqrt);
+                lastTarget = t;
+            }
+            for (const auto& [rank, device] : taken.devices) {
+                const int mib = std::stoi(device.substr(8));
+                whole = whole && mib % 3 == rank;
+                ordered = ordered && mib > lastDevice[rank];
+                lastDevice[rank] = mib;
+            }
+            if (taken.reprobe) ++reprobes;
+        }
+        gui.join();
+        QVERIFY2(ordered, "a command posted earlier was taken after a later one");
+        QVERIFY2(whole, "a command was taken with another command's parts");
+        QCOMPARE(lastTarget, int64_t{kPosts});
+        QCOMPARE(lastDevice[kPosts % 3], kPosts);
+        QVERIFY(reprobes >= 1 && reprobes <= kPosts / 7);
+        const CommandMailbox::Batch after = box.take();
+        QVERIFY(!after.target && after.devices.empty() && !after.reprobe);
     }
 
     void stopEndsAPause() {
