@@ -165,6 +165,52 @@ int64_t SizeChoice::abandonTiming(int64_t ceiling) {
     return std::min(m_timing->chosen(), ceiling);
 }
 
+SizeChoice::Next SizeChoice::next(BatchPlan& plan, int64_t remaining) {
+    const auto leavesTooFew = [&](int64_t size) { return remaining - size > 0 && remaining - size < sizes.minPart; };
+    if (const std::optional<int64_t> repeat = repeatDue()) {
+        // A trial's second micro-batch. Where the batch has too few samples left, they train as
+        // one micro-batch (smaller than the trial's first, which fit) and the second opens the
+        // next batch: from a cache that smaller one also used, as training's would be.
+        if (*repeat <= remaining && !leavesTooFew(*repeat)) return {Next::Kind::Train, *repeat, true};
+        return {Next::Kind::Train, remaining, false};
+    }
+    if (m_probe) {
+        const std::optional<int64_t> proposed = m_probe->next();
+        // Out of sizes to try, or below the model's smallest micro-batch (none that fits is left):
+        // whatever comes next is planned anew.
+        if (!proposed || *proposed < sizes.minMicroBatch) {
+            plan = {};
+            return {proposed ? Next::Kind::NothingFits : Next::Kind::ProbeOver, 0, false};
+        }
+        // A trial that would leave one sample for a model that cannot train on one waits for
+        // the next batch.
+        if (*proposed <= remaining && !leavesTooFew(*proposed)) return {Next::Kind::Train, *proposed, true};
+        if (const int64_t found = m_probe->result(); found > 0)
+            return {Next::Kind::Train, sizes.planFor(remaining, found).front(), false};
+        return {Next::Kind::Train, remaining, true};
+    }
+    const int64_t planned = plannedMicroBatch();
+    if (m_timing) {
+        // Each micro-batch that can have the timed size has it exactly: the turns switch sizes
+        // every timing. Only the end of a batch, too short for it, trains untimed.
+        const int64_t rest = remaining - planned;
+        if (rest >= 0 && (rest == 0 || rest >= sizes.minPart)) {
+            plan.sizes = {planned};
+            if (rest > 0) {
+                const std::vector<int64_t> after = sizes.planFor(rest, planned);
+                plan.sizes.insert(plan.sizes.end(), after.begin(), after.end());
+            }
+        } else {
+            plan.sizes = sizes.planFor(remaining, planned);
+        }
+        plan.plannedFor = 0;  // planned again for the next micro-batch
+    } else if (plan.sizes.empty() || planned != plan.plannedFor) {
+        plan.sizes = sizes.planFor(remaining, planned);
+        plan.plannedFor = planned;
+    }
+    return {Next::Kind::Train, plan.sizes.front(), false};
+}
+
 std::optional<std::string> SizeChoice::watchSpeed(double samplesPerSecond) {
     if (!m_drift || !settled()) return std::nullopt;
     std::optional<std::string> why = m_drift->observe(samplesPerSecond);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/events/events.h"
 #include "core/plan/micro_batch_sizes.h"
@@ -102,6 +103,32 @@ public:
     /// The sizes being timed all fit at the probe; memory was taken since: the timing ends at the
     /// best measured so far, never above `ceiling`. Returns the size to finish with.
     int64_t abandonTiming(int64_t ceiling);
+
+    // ---- The next micro-batch ----
+
+    /// The micro-batch sizes planned for the rest of a training batch (the trainer keeps one per
+    /// pass over the batch; an OOM or a new probe clears it).
+    struct BatchPlan {
+        std::vector<int64_t> sizes;  ///< remaining micro-batch sizes when not probing
+        int64_t plannedFor = 0;      ///< the micro-batch size `sizes` was made for (0: plan again)
+    };
+    /// What the trainer does next with `remaining` samples of a batch left.
+    struct Next {
+        enum class Kind {
+            Train,        ///< train a micro-batch of `size` (a probe trial when `trial`)
+            ProbeOver,    ///< the probe has no size left to try: finish it (finishProbe), then choose again
+            NothingFits,  ///< the probe went below the model's smallest micro-batch: memory savers, or stop
+        };
+        Kind kind = Kind::Train;
+        int64_t size = 0;
+        bool trial = false;
+    };
+    /// Chooses the next micro-batch: a trial's second micro-batch, the probe's next trial, the
+    /// timed size exactly while timing (an even split of the rest would leave micro-batches of
+    /// neither size), else the plan's next size. A trial that would leave fewer samples than the
+    /// model's smallest part waits for the next batch. `plan` is updated; the trainer removes a
+    /// planned size once it trained (not a trial).
+    Next next(BatchPlan& plan, int64_t remaining);
 
     // ---- Settled ----
 

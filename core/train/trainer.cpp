@@ -27,7 +27,7 @@ void Trainer::Impl::setup() {
         auto lock = CheckpointFolderLock::acquire(options.checkpoint.directory);
         if (!lock) throw FatalError{lock.error(), "checkpoint"};
         if (!lock->unlockedWhy().empty()) emit(Warning{now(), lock->unlockedWhy()});
-        checkpointLock.emplace(std::move(*lock));
+        checkpointState.lock.emplace(std::move(*lock));
     }
     loadData();
     checkDataAndCheckpoints();
@@ -48,7 +48,7 @@ void Trainer::Impl::setup() {
     target = options.targetBatch;
     sampler.emplace(data->size(), options.seed);
     buildModel();
-    lossScale = options.lossScale;  // or the checkpoint's, when it recorded one
+    lossScaling.scale = options.lossScale;  // or the checkpoint's, when it recorded one
     if (!options.resumeFrom.empty()) restoreCheckpoint();
     checkSaversSuitModel();
     useMemorySavers(options.memorySavers == MemorySavers::Auto ? MemorySavers::Off : options.memorySavers);
@@ -182,7 +182,7 @@ bool Trainer::Impl::unscaleGradients() {
         overflow = overflow.defined() ? overflow.logical_or(bad) : bad;
     }
     if (overflow.defined() && overflow.item<bool>()) return false;
-    for (torch::Tensor& g : gradients) g.div_(lossScale);
+    for (torch::Tensor& g : gradients) g.div_(lossScaling.scale);
     return true;
 }
 
@@ -521,10 +521,10 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         if (!parallel && !commands.waitForAdvance([&] { emit(waiting); })) return false;
         pass.waitSeconds += std::chrono::duration<double>(timingNow() - advanceStart).count();
         std::vector<int64_t> next;
-        if (options.prefetch && !trial && pass.plan.size() >= 2) {
+        if (options.prefetch && !trial && pass.plan.sizes.size() >= 2) {
             // The next micro-batch is known: load it while this one computes.
             const int64_t nextOffset = pass.offset + size;
-            next.assign(indices.begin() + nextOffset, indices.begin() + nextOffset + pass.plan[1]);
+            next.assign(indices.begin() + nextOffset, indices.begin() + nextOffset + pass.plan.sizes[1]);
         }
         const double weight = static_cast<double>(size) / static_cast<double>(batchSize);
         // A trial measures what its own size reserves, not the cache earlier trials left: with a
@@ -553,7 +553,7 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
                 holdPoint("probe-trial");
             }
         }
-        if (!trial && !pass.plan.empty()) pass.plan.erase(pass.plan.begin());
+        if (!trial && !pass.plan.sizes.empty()) pass.plan.sizes.erase(pass.plan.sizes.begin());
         // After the batch's first micro-batch its copy of the buffers stays resident (startBuffers).
         (trial ? pass.trialPeak : pass.trainingPeak).offer(r, size, pass.offset > 0 ? r.bufferCopyBytes : 0);
         const bool teaching = commands.stepMode();
@@ -577,58 +577,15 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
 }
 
 std::optional<Trainer::Impl::MicroChoice> Trainer::Impl::chooseMicroBatch(BatchPass& pass, int64_t remaining) {
-    if (const std::optional<int64_t> repeat = choice.repeatDue()) {
-        // A trial's second micro-batch. Where the batch has too few samples left, they train as
-        // one micro-batch (smaller than the trial's first, which fit) and the second opens the
-        // next batch: from a cache that smaller one also used, as training's would be.
-        const int64_t size = *repeat;
-        const bool leavesTooFew = remaining - size > 0 && remaining - size < choice.sizes.minPart;
-        if (size <= remaining && !leavesTooFew) return MicroChoice{size, true};
-        return MicroChoice{remaining, false};
+    const SizeChoice::Next next = choice.next(pass.plan, remaining);
+    switch (next.kind) {
+    case SizeChoice::Next::Kind::Train: return MicroChoice{next.size, next.trial};
+    case SizeChoice::Next::Kind::ProbeOver: finishProbe(); return std::nullopt;
+    case SizeChoice::Next::Kind::NothingFits:
+        if (!nextMemorySavers(0)) doesNotFit(0);
+        return std::nullopt;  // a new probe, with memory savers
     }
-    if (choice.probing()) {
-        const auto proposed = choice.probe().next();
-        if (!proposed) {
-            finishProbe();
-            pass.plan.clear();
-            return std::nullopt;
-        }
-        // Below the model's smallest micro-batch: the probe has run out of sizes that fit.
-        if (*proposed < choice.sizes.minMicroBatch) {
-            if (!nextMemorySavers(0)) doesNotFit(0);
-            pass.plan.clear();
-            return std::nullopt;  // a new probe, with memory savers
-        }
-        // A trial that would leave one sample for a model that cannot train on one waits for
-        // the next batch.
-        const bool leavesTooFew = remaining - *proposed > 0 && remaining - *proposed < choice.sizes.minPart;
-        if (*proposed <= remaining && !leavesTooFew) return MicroChoice{*proposed, true};
-        if (const int64_t found = choice.probe().result(); found > 0)
-            return MicroChoice{planFor(remaining, found).front(), false};
-        return MicroChoice{remaining, true};
-    }
-    const int64_t planned = choice.plannedMicroBatch();
-    if (choice.timing()) {
-        // While the fastest size is being timed, each micro-batch that can have the timed size
-        // has it exactly: the turns switch sizes every timing, and an even split of the rest would
-        // leave micro-batches of neither size. Only the end of a batch, too short for it, trains
-        // untimed.
-        const int64_t rest = remaining - planned;
-        if (rest >= 0 && (rest == 0 || rest >= choice.sizes.minPart)) {
-            pass.plan = {planned};
-            if (rest > 0) {
-                const std::vector<int64_t> after = planFor(rest, planned);
-                pass.plan.insert(pass.plan.end(), after.begin(), after.end());
-            }
-        } else {
-            pass.plan = planFor(remaining, planned);
-        }
-        pass.plannedFor = 0;  // planned again for the next micro-batch
-    } else if (pass.plan.empty() || planned != pass.plannedFor) {
-        pass.plan = planFor(remaining, planned);
-        pass.plannedFor = planned;
-    }
-    return MicroChoice{pass.plan.front(), false};
+    return std::nullopt;
 }
 
 void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t size, bool trial) {
@@ -668,7 +625,7 @@ void Trainer::Impl::learnTwoSampleMinimum(BatchPass& pass, bool trial) {
         startProbe(choice.probeReason(), 2, 0);
     } else {
         choice.sizes.microBatch = std::max<int64_t>(choice.sizes.microBatch, 2);
-        pass.plan.clear();
+        pass.plan = {};
     }
 }
 
@@ -679,12 +636,12 @@ void Trainer::Impl::shrinkAfterOom(BatchPass& pass, const MicroResult& r, int64_
     } else if (const std::optional<int64_t> smaller = choice.sizes.shrinkAfterOom(size)) {
         next = *smaller;
         choice.stopWatchingSpeed();  // no longer the chosen size
-        pass.plan.clear();
+        pass.plan = {};
     } else {
         if (!nextMemorySavers(r.failure.requestedBytes)) doesNotFit(r.failure.requestedBytes);
         emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true,
                       choice.sizes.minMicroBatch, redone});
-        pass.plan.clear();
+        pass.plan = {};
         return;  // a new probe, with memory savers
     }
     emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, next, redone});
@@ -716,17 +673,17 @@ int64_t Trainer::Impl::startOver(BatchPass& pass) {
 }
 
 void Trainer::Impl::halveLossScale(int64_t samples) {
-    const double lower = lossScale / 2;
+    const double lower = lossScaling.scale / 2;
     if (lower < kMinLossScale) {
         throw FatalError{formatText("the gradients are not finite even at loss scale %g under float16 autocast "
                                     "(memory savers %s): the backward pass itself produces inf or NaN; train "
                                     "with bf16 or without the float16 savers, or lower the learning rate",
-                                    lossScale, toString(savers)),
+                                    lossScaling.scale, toString(savers)),
                          "step " + std::to_string(step + 1)};
     }
-    emit(LossScaleChanged{now(), step + 1, lossScale, lower, true, samples});
-    lossScale = lower;
-    stepsAtThisScale = 0;
+    emit(LossScaleChanged{now(), step + 1, lossScaling.scale, lower, true, samples});
+    lossScaling.scale = lower;
+    lossScaling.steps = 0;
 }
 
 void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>& indices, int64_t batchSize,
@@ -734,10 +691,11 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
     optimizerStep();
     ++step;
     samplesSeen += batchSize;
-    if (autocastsFp16(savers) && ++stepsAtThisScale >= kLossScaleGrowthSteps && lossScale * 2 <= kMaxLossScale) {
-        emit(LossScaleChanged{now(), step, lossScale, lossScale * 2, false, 0});
-        lossScale *= 2;
-        stepsAtThisScale = 0;
+    if (autocastsFp16(savers) && ++lossScaling.steps >= kLossScaleGrowthSteps &&
+        lossScaling.scale * 2 <= kMaxLossScale) {
+        emit(LossScaleChanged{now(), step, lossScaling.scale, lossScaling.scale * 2, false, 0});
+        lossScaling.scale *= 2;
+        lossScaling.steps = 0;
     }
     if (parallel) finishRanksStep();
     const double seconds = std::chrono::duration<double>(timingNow() - stepStart).count();
@@ -874,17 +832,17 @@ RunResult Trainer::run() {
         d.endRun(result);
         // The last checkpoint is written: the folder is free for the next run (this process's
         // too) before anyone hears that this one ended.
-        d.checkpointLock.reset();
+        d.checkpointState.lock.reset();
         result.state = RunState::Finished;
         d.setState(RunState::Finished, result.stopped ? "stopped" : "done");
     } catch (const LoadingCancelled&) {
         // Stopped while loading: nothing was trained, nothing to save.
-        d.checkpointLock.reset();
+        d.checkpointState.lock.reset();
         result.state = RunState::Finished;
         result.stopped = true;
         d.setState(RunState::Finished, "stopped while loading the data");
     } catch (const FatalError& e) {
-        d.checkpointLock.reset();
+        d.checkpointState.lock.reset();
         result.state = RunState::Failed;
         result.error = e.message;
         result.badInput = e.where == "configuration" || e.where == "dataset" || e.where == "model" ||
@@ -893,7 +851,7 @@ RunResult Trainer::run() {
         d.setState(RunState::Failed, e.message);
         if (d.parallel && !e.otherRankFailed) d.parallel->link->reportFailure(e.message);
     } catch (const std::exception& e) {
-        d.checkpointLock.reset();
+        d.checkpointState.lock.reset();
         const FailureInfo failure = classifyFailure(std::current_exception());
         result.state = RunState::Failed;
         result.error = failure.message;
@@ -902,7 +860,7 @@ RunResult Trainer::run() {
         d.setState(RunState::Failed, failure.message);
     }
     result.steps = d.step;
-    result.checkpointError = d.checkpointError;
+    result.checkpointError = d.checkpointState.lastError;
     // A run that ended while probing reports the largest size that fit so far.
     result.microBatch = d.choice.currentSize();
     d.choice.abandonProbe();

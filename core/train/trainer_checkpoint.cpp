@@ -20,8 +20,8 @@ void Trainer::Impl::writeCheckpoint(const std::string& metric, double value) {
                        model->name(),
                        data->size(),
                        options.checkpoint.keepBest,
-                       bestValue,
-                       autocastsFp16(savers) ? lossScale : 0.0,
+                       checkpointState.bestValue,
+                       autocastsFp16(savers) ? lossScaling.scale : 0.0,
                        data->fingerprint(),
                        toString(options.loss),
                        options.seed};
@@ -38,7 +38,7 @@ void Trainer::Impl::writeCheckpoint(const std::string& metric, double value) {
         if (metric.empty()) latestCheckpointStep = step;
         emit(CheckpointSaved{now(), step, *written, metric, value});
     } else {
-        checkpointError = written.error();
+        checkpointState.lastError = written.error();
         emit(Warning{now(), (metric.empty() ? "checkpoint not saved: " : "best model not saved: ") + written.error()});
     }
 }
@@ -48,8 +48,8 @@ void Trainer::Impl::keepBestModel(const ValidationDone& done) {
     if (metric.empty()) return;
     const std::optional<double> value = validationMetric(done, metric);
     if (!value || !std::isfinite(*value)) return;
-    if (!improves(metric, *value, bestValue)) return;
-    bestValue = *value;
+    if (!improves(metric, *value, checkpointState.bestValue)) return;
+    checkpointState.bestValue = *value;
     writeCheckpoint(metric, *value);
     // A latest checkpoint written at this step (an interval that ends here) was saved before
     // this validation: save it again, so that it records the new best value for a resumed run.
@@ -82,10 +82,10 @@ void Trainer::Impl::restoreCheckpoint() {
     if (optimizer->stateReady()) ledger.optimizerStateBytes = std::max<int64_t>(0, meter->allocated() - beforeState);
     // The best value so far carries over only when this run keeps its best model by the same metric.
     if (!options.checkpoint.keepBest.empty() && resumed->bestMetric == options.checkpoint.keepBest)
-        bestValue = resumed->bestValue;
+        checkpointState.bestValue = resumed->bestValue;
     // float16 autocast goes on at the scale it had reached (a fresh scale could overflow and
     // redo the first batch, rounding its gradients otherwise than the uninterrupted run).
-    if (resumed->lossScale > 0) lossScale = resumed->lossScale;
+    if (resumed->lossScale > 0) lossScaling.scale = resumed->lossScale;
     step = resumed->step;
     samplesSeen = resumed->samplesSeen;
     sampler->restore(resumed->samplerEpoch, resumed->samplerPosition);

@@ -117,8 +117,7 @@ struct BatchPass {
     /// No probe trial, no failure and not trained again: its time is what a batch of its plan
     /// costs (StepCostWatch).
     bool clean = true;
-    std::vector<int64_t> plan;  ///< remaining micro-batch sizes when not probing
-    int64_t plannedFor = 0;     ///< the micro-batch size `plan` was made for
+    SizeChoice::BatchPlan plan;  ///< the sizes planned for the rest of the batch
     /// The model's buffers (BatchNorm's statistics) as the batch found them, for a batch that
     /// starts over: its micro-batches then move them once, as in a run without the OOM. The
     /// first micro-batch's own copy, taken where an OOM is recovered; empty until it succeeded
@@ -163,6 +162,24 @@ struct SaverChoices {
     /// Why a survey is due at the next training batch (finishProbe found a micro-batch below
     /// TrainerOptions::saverThreshold); empty: none.
     std::string surveyDue;
+};
+
+/// A run's checkpoints: its folder, held while this run may save there (another run saving there
+/// is refused; released as run() ends), the last failed save and the best validation value.
+struct CheckpointState {
+    std::optional<CheckpointFolderLock> lock;
+    std::string lastError;  ///< the last failed save's message
+    /// The best value of options.checkpoint.keepBest so far, kept in every checkpoint so that a
+    /// resumed run goes on comparing; NaN: none yet.
+    double bestValue = std::numeric_limits<double>::quiet_NaN();
+};
+
+/// float16 autocast's loss scaling: the loss is multiplied by `scale` before backward
+/// (TrainerOptions::lossScale at first), halved when gradients overflow, doubled after
+/// kLossScaleGrowthSteps clean steps (`steps`: those since it last changed).
+struct LossScaling {
+    double scale = 1;
+    int64_t steps = 0;
 };
 
 struct ParallelState {
@@ -502,9 +519,7 @@ struct Trainer::Impl {
     /// After a validation pass: saves the model as the best so far when `done` beats every earlier
     /// pass on options.checkpoint.keepBest (strictly: a tie keeps the earlier model).
     void keepBestModel(const ValidationDone& done);
-    /// The best value of options.checkpoint.keepBest so far, kept in every checkpoint so that a
-    /// resumed run goes on comparing; NaN: none yet.
-    double bestValue = std::numeric_limits<double>::quiet_NaN();
+    CheckpointState checkpointState;  ///< the folder's lock, the last failed save, the best value
     /// Model, optimizer and trainer state from options.resumeFrom (setup, after the model exists).
     void restoreCheckpoint();
     /// The resumed checkpoint was written on this run's data, with its seed and loss: a
@@ -512,11 +527,7 @@ struct Trainer::Impl {
     /// checkpoint's is said (a Warning): the checkpoint's goes on.
     void checkResumedRun(const TrainerState& resumed);
     void releaseFailedBackward();
-    std::string checkpointError;        ///< the last failed save's message
     int64_t latestCheckpointStep = -1;  ///< step of the latest checkpoint written (-1: none)
-    /// The checkpoint folder, held while this run may save there (another run saving there is
-    /// refused); released as run() ends.
-    std::optional<CheckpointFolderLock> checkpointLock;
     /// Stops the run: the model does not fit. Where a memory saver would help (not during setup,
     /// nor for the optimizer state: `suggestSavers` false) the message names the one that makes
     /// the smallest micro-batch fit fastest, measured (surveySavers).
@@ -529,12 +540,9 @@ struct Trainer::Impl {
         if (autocastsFp16(savers)) return {true, c10::ScalarType::Half};
         return {autocastsBf16(savers), c10::ScalarType::BFloat16};
     }
-    /// float16 autocast scales the loss by this before backward (TrainerOptions::lossScale at
-    /// first); the optimizer steps since it last changed.
-    double lossScale = 1;
-    int64_t stepsAtThisScale = 0;
+    LossScaling lossScaling;  ///< float16 autocast's loss scale
     /// What backward's loss is multiplied by: the loss scale under float16 autocast, else 1.
-    double backwardScale() const { return autocastsFp16(savers) ? lossScale : 1.0; }
+    double backwardScale() const { return autocastsFp16(savers) ? lossScaling.scale : 1.0; }
     /// float16 autocast, before the optimizer step: true when every gradient of the batch is
     /// finite, which are then divided by the loss scale; false (gradients untouched) on overflow.
     bool unscaleGradients();

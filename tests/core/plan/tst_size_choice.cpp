@@ -181,6 +181,91 @@ private Q_SLOTS:
         }
     }
 
+    void theNextMicroBatchDuringAProbe() {
+        SizeChoice c;
+        c.sizes.requireTwoSamples();  // a BatchNorm model: no part of one sample
+        c.startProbe(ProbeReason::Initial, largest(), 64, 1000, 8, 0, SizeChoice::Clock::now());
+        SizeChoice::BatchPlan plan;
+        SizeChoice::Next n = c.next(plan, 64);
+        QCOMPARE(n.kind, SizeChoice::Next::Kind::Train);
+        QCOMPARE(n.size, int64_t{8});
+        QVERIFY(n.trial);
+        // 9 samples left: a trial of 8 would leave one, and nothing fit yet: all 9 as the trial.
+        n = c.next(plan, 9);
+        QCOMPARE(n.size, int64_t{9});
+        QVERIFY(n.trial);
+        // Once 8 fit: the 9 train as one untimed micro-batch at the size found, the trial waits.
+        QVERIFY(c.trialFit(8, 80, 0.1, false, 0));
+        const int64_t proposed = *c.probe().next();
+        QVERIFY(proposed > 8);
+        n = c.next(plan, proposed + 1);
+        QVERIFY(!n.trial);
+        const int64_t parts = (proposed + 1 + 7) / 8;  // split evenly at 8 at most
+        QCOMPARE(n.size, (proposed + 1 + parts - 1) / parts);
+        // A trial decided by a second micro-batch that would leave one sample: the batch's rest
+        // trains untimed and the second micro-batch opens the next batch.
+        QVERIFY(!c.trialFit(proposed, 10 * proposed, 0.1, /*cacheHeld=*/true, 0));
+        n = c.next(plan, proposed + 1);
+        QCOMPARE(n.size, proposed + 1);
+        QVERIFY(!n.trial);
+        n = c.next(plan, 64);
+        QCOMPARE(n.size, proposed);
+        QVERIFY(n.trial);
+        c.trialOutOfMemory(proposed, 1000, 64, 0.1, 0);
+        // Out of sizes: the probe is over.
+        while (c.probe().next()) c.trialOutOfMemory(*c.probe().next(), 1000, 64, 0.1, 0);
+        QCOMPARE(c.next(plan, 64).kind, SizeChoice::Next::Kind::ProbeOver);
+
+        // Below the smallest micro-batch: nothing fits.
+        SizeChoice none;
+        none.sizes.requireTwoSamples();
+        none.startProbe(ProbeReason::Initial, largest(), 64, 1000, 2, 0, SizeChoice::Clock::now());
+        while (true) {
+            const SizeChoice::Next step = none.next(plan, 64);
+            if (step.kind != SizeChoice::Next::Kind::Train) {
+                QCOMPARE(step.kind, SizeChoice::Next::Kind::NothingFits);
+                break;
+            }
+            QVERIFY(step.size >= 2);
+            none.trialOutOfMemory(step.size, 1000, 64, 0.1, 0);
+        }
+    }
+
+    void theNextMicroBatchWhileTimingAndSettled() {
+        SizeChoice c;
+        c.startProbe(ProbeReason::Initial, ProbeOptions{}, 256, 1000, 1, 0, SizeChoice::Clock::now());
+        probeUpTo(c, 64);
+        c.finishProbe(256, 0, SizeChoice::Clock::now());
+        QVERIFY(!c.startTiming(ProbeOptions{}, 64, 256, 64, SizeChoice::Clock::now()));
+        const int64_t timed = c.plannedMicroBatch();
+        SizeChoice::BatchPlan plan;
+        // The timed size exactly, then the rest split evenly at it.
+        SizeChoice::Next n = c.next(plan, 100);
+        QCOMPARE(n.size, timed);
+        QCOMPARE(plan.sizes.front(), timed);
+        int64_t planned = 0;
+        for (int64_t s : plan.sizes) planned += s;
+        QCOMPARE(planned, int64_t{100});
+        // An end of the batch shorter than the timed size trains untimed, as one part.
+        n = c.next(plan, timed - 1);
+        QVERIFY(!n.trial);
+        QCOMPARE(n.size, timed - 1);
+        QVERIFY(timeUntilDecided(c, 0));
+        c.finishTiming(c.search().chosen(), 256, ProbeOptions{}, 0, SizeChoice::Clock::now());
+
+        // Settled: one even plan for the batch, kept while the size stays.
+        c.sizes.microBatch = 40;
+        plan = {};
+        n = c.next(plan, 100);
+        QCOMPARE(plan.sizes, (std::vector<int64_t>{34, 33, 33}));
+        QCOMPARE(n.size, int64_t{34});
+        plan.sizes.erase(plan.sizes.begin());  // the trainer, after it trained
+        QCOMPARE(c.next(plan, 66).size, int64_t{33});
+        c.sizes.microBatch = 20;  // an OOM shrink: planned anew
+        QCOMPARE(c.next(plan, 66).size, int64_t{17});
+        QCOMPARE(plan.sizes, (std::vector<int64_t>{17, 17, 16, 16}));
+    }
+
     void aDriftInSpeedTimesTheSizesAgainFromTheSizeInUse() {
         ProbeOptions options;
         options.objective = ProbeObjective::Largest;

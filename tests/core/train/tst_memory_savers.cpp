@@ -416,7 +416,7 @@ namespace {
 void TestMemorySavers::float16ScalesTheLossAndTrainsAgainABatchThatOverflows() {
     // float16 autocast with dynamic loss scaling (memory savers fp16). At the default scale the
     // cnn trains within 0.02 of float32's loss over 30 steps, as bfloat16 does. Started at an
-    // absurd scale (1e30), the first batch's gradients overflow float16: no optimizer step is
+    // absurd scale (1e12), the first batch's gradients overflow float16: no optimizer step is
     // taken, the scale halves and the same batch is trained again until they are finite — every
     // halving reported, every sample of every step trained once in the end, all 30 steps taken,
     // and the losses as close to float32's as at the default scale.
@@ -436,7 +436,7 @@ void TestMemorySavers::float16ScalesTheLossAndTrainsAgainABatchThatOverflows() {
     QVERIFY2(result.error.find("use bf16") != std::string::npos, result.error.c_str());
 #else
     std::map<int64_t, double> losses[3];
-    const double scales[3] = {0, 65536, 1e30};  // 0: float32
+    const double scales[3] = {0, 65536, 1e12};  // 0: float32
     RecordingSink overflowed;
     for (int i = 0; i < 3; ++i) {
         TrainerOptions o = base;
@@ -456,17 +456,19 @@ void TestMemorySavers::float16ScalesTheLossAndTrainsAgainABatchThatOverflows() {
         if (i == 1) QVERIFY2(sink.all<LossScaleChanged>().empty(), "no overflow at the default scale");
     }
     const auto changes = overflowed.all<LossScaleChanged>();
-    qInfo("from 1e30: %zu overflow(s), the first at step %lld, the scale ending at %g", changes.size(),
+    qInfo("from 1e12: %zu overflow(s), the first at step %lld, the scale ending at %g", changes.size(),
           static_cast<long long>(changes.empty() ? 0 : changes.front().step),
           changes.empty() ? 0.0 : changes.back().to);
-    QVERIFY(changes.size() >= 60);  // 1e30 / 2^60 ≈ 8.7e11, still far beyond float16's 65504
+    // 1e12 / 2^20 ≈ 9.5e5: still overflows this cnn's float16 gradients (measured with torch 2.15: 21
+    // halvings, the scale ending at 4.8e5; from 1e30, 81 ending at 4.1e5, which took 60 s more).
+    QVERIFY(changes.size() >= 20);
     for (const LossScaleChanged& c : changes) {
         QVERIFY(c.overflow);
         QCOMPARE(c.to, c.from / 2);
         QCOMPARE(c.redoneSamples, base.targetBatch);
     }
     QCOMPARE(changes.front().step, int64_t{1});
-    QCOMPARE(changes.front().from, 1e30);
+    QCOMPARE(changes.front().from, 1e12);
     for (int i = 1; i < 3; ++i) {
         double worst = 0;
         for (const auto& [step, loss] : losses[0]) worst = std::max(worst, std::abs(losses[i].at(step) - loss));
