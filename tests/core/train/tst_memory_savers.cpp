@@ -459,8 +459,8 @@ void TestMemorySavers::float16ScalesTheLossAndTrainsAgainABatchThatOverflows() {
     qInfo("from 1e12: %zu overflow(s), the first at step %lld, the scale ending at %g", changes.size(),
           static_cast<long long>(changes.empty() ? 0 : changes.front().step),
           changes.empty() ? 0.0 : changes.back().to);
-    // 1e12 / 2^20 ≈ 9.5e5: still overflows this cnn's float16 gradients (measured with torch 2.15: 21
-    // halvings, the scale ending at 4.8e5; from 1e30, 81 ending at 4.1e5, which took 60 s more).
+    // 1e12 / 2^20 ≈ 9.5e5: still overflows this cnn's float16 gradients (measured with torch 2.15: 22
+    // halvings, the scale ending at 2.4e5, the test 71 s; from 1e30, 81 ending at 4.1e5, 113 s).
     QVERIFY(changes.size() >= 20);
     for (const LossScaleChanged& c : changes) {
         QVERIFY(c.overflow);
