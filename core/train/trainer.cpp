@@ -512,9 +512,10 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         const auto pauseStart = timingNow();
         if (!parallel && !waitWhilePaused()) return false;
         pass.waitSeconds += std::chrono::duration<double>(timingNow() - pauseStart).count();
-        const std::optional<MicroChoice> picked = chooseMicroBatch(pass, localSize - pass.offset);
-        if (!picked) continue;  // the probe or the plan changed: choose again
-        const auto [size, trial] = *picked;
+        const std::optional<SizeChoice::Next> picked = chooseMicroBatch(pass, localSize - pass.offset);
+        if (!picked) continue;  // the probe ended or the savers changed: choose again
+        const int64_t size = picked->size;
+        const bool trial = picked->trial;
         const std::vector<int64_t> slice(indices.begin() + pass.offset, indices.begin() + pass.offset + size);
         const StepModeWaiting waiting{now(), step + 1, pass.committed, pass.offset, size, batchSize, trial};
         const auto advanceStart = timingNow();
@@ -544,9 +545,7 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         }
         choice.sizes.succeeded();
         if (trial) {
-            // A trial that fit, where the allocator kept what it freed, is decided by a second
-            // micro-batch of its size from that cache (chooseMicroBatch); where nothing is cached
-            // (exact counting, the CPU) the second would need exactly what the first did.
+            // Whether a second micro-batch of the size decides is SizeChoice::trialFit's rule.
             const bool cacheHeld = meter->reserved() > meter->allocated();
             if (std::optional<ProbeTrial> decided = choice.trialFit(size, r.peakBytes, r.seconds, cacheHeld, now())) {
                 emit(*decided);
@@ -576,10 +575,10 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
     return true;
 }
 
-std::optional<Trainer::Impl::MicroChoice> Trainer::Impl::chooseMicroBatch(BatchPass& pass, int64_t remaining) {
+std::optional<SizeChoice::Next> Trainer::Impl::chooseMicroBatch(BatchPass& pass, int64_t remaining) {
     const SizeChoice::Next next = choice.next(pass.plan, remaining);
     switch (next.kind) {
-    case SizeChoice::Next::Kind::Train: return MicroChoice{next.size, next.trial};
+    case SizeChoice::Next::Kind::Train: return next;
     case SizeChoice::Next::Kind::ProbeOver: finishProbe(); return std::nullopt;
     case SizeChoice::Next::Kind::NothingFits:
         if (!nextMemorySavers(0)) doesNotFit(0);

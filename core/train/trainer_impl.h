@@ -411,13 +411,10 @@ struct Trainer::Impl {
     /// Trains the batch's micro-batches into the gradient accumulators; false when the run was
     /// stopped or paused in the middle (the caller drops the partial batch).
     bool accumulate(BatchPass& pass, const std::vector<int64_t>& indices, int64_t batchSize);
-    struct MicroChoice {
-        int64_t size = 0;
-        bool trial = false;  ///< a probe trial
-    };
-    /// The next micro-batch: the probe's trial or the plan's next size for the `remaining`
-    /// samples; nullopt when the probe or the plan changed first (choose again).
-    std::optional<MicroChoice> chooseMicroBatch(BatchPass& pass, int64_t remaining);
+    /// The next micro-batch to train (SizeChoice::next decides; always of kind Train): the probe's
+    /// trial or the plan's next size for the `remaining` samples; nullopt when the probe ended or
+    /// the memory savers changed first (choose again).
+    std::optional<SizeChoice::Next> chooseMicroBatch(BatchPass& pass, int64_t remaining);
     /// A micro-batch failed: after an OOM, the batch starts over where backward left partial
     /// gradients, and the micro-batch shrinks (or the probe learns, or the memory savers change);
     /// any other error ends the run (FatalError), explained (core/train/failure_explanation.h).
