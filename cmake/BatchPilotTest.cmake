@@ -1,6 +1,11 @@
-# Every test's environment: the offscreen platform and its own runs folder. QtTest's per-function
-# watchdog is set from each test's own timeout (batchpilot_set_watchdogs, below).
-set(BATCHPILOT_TEST_ENVIRONMENT "QT_QPA_PLATFORM=offscreen;BATCHPILOT_RUNS_DIR=${CMAKE_BINARY_DIR}/test-runs")
+# Every test's environment: the offscreen platform, its own runs folder, and one LibTorch thread.
+# ctest -j N runs N tests at once, each counted as one CPU; a run takes every CPU by default, and
+# N tests each running OpenMP on every CPU wait on each other's descheduled threads (measured on 2
+# CPUs: the pip build's memory-parity test 47 s alone, 324 s beside the others). A run honours
+# OMP_NUM_THREADS (core::intraOpThreadsFor), so does a CLI a test starts, and so does PyTorch.
+# QtTest's per-function watchdog is set from each test's own timeout (batchpilot_set_watchdogs, below).
+set(BATCHPILOT_TEST_ENVIRONMENT
+    "QT_QPA_PLATFORM=offscreen;BATCHPILOT_RUNS_DIR=${CMAKE_BINARY_DIR}/test-runs;OMP_NUM_THREADS=1")
 
 # batchpilot_add_test(<unit> SOURCE <file> LIBS <targets...> GROUP <group> [TIMEOUT s] [COST s] [TORCH]
 #                     [NO_TEST])

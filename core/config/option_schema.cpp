@@ -402,7 +402,9 @@ std::vector<OptionSpec> declare() {
         "N", "model initialisation and sample order (default " + shown(d.seed) + ")");
     add(integer(
             "threads", "--threads", "threads", 0, kMaxThreads, [](auto& o) -> auto& { return o.intraOpThreads; }),
-        "N", "CPU threads for LibTorch, at most " + shown(kMaxThreads) + " (default 0: every CPU available)");
+        "N",
+        "CPU threads for LibTorch, at most " + shown(kMaxThreads) +
+            " (default 0: OMP_NUM_THREADS if set, else every CPU)");
 
     group = "Validation";
     {

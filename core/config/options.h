@@ -186,7 +186,7 @@ struct TrainerOptions {
     /// Load the next micro-batch on the prefetch thread while this one computes; off: load each
     /// micro-batch on the trainer thread when it starts (for measuring what prefetching buys).
     bool prefetch = true;
-    int intraOpThreads = 0;  ///< LibTorch CPU threads; 0: every CPU this process may use (intraOpThreadsFor)
+    int intraOpThreads = 0;  ///< LibTorch CPU threads; 0: OMP_NUM_THREADS, else every CPU (intraOpThreadsFor)
     int reservedCpus = 0;    ///< with intraOpThreads 0: CPUs left to other busy threads (the app's GUI thread)
     /// cuda:N only: cap this process's share of the GPU's memory (0 < f <= 1) through the
     /// caching allocator, so that a large GPU runs out of memory like a small one; 0: no cap.

@@ -1,9 +1,14 @@
 #include "core/device/math_libraries.h"
 
+#include "core/config/options.h"
+
 #include <link.h>
 #include <sched.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include <filesystem>
@@ -43,10 +48,23 @@ std::string buildSetting(const std::string& config, const std::string& key) {
     return config.substr(start, end == std::string::npos ? std::string::npos : end - start);
 }
 
+/// OMP_NUM_THREADS as a positive count of at most kMaxThreads, 0 when unset or anything else
+/// (OpenMP's lists such as "4,2" name the first level first: that count is taken).
+int threadsFromEnvironment() {
+    const char* value = std::getenv("OMP_NUM_THREADS");
+    if (value == nullptr) return 0;
+    int count = 0;
+    const char* end = value + std::strlen(value);
+    const auto [next, error] = std::from_chars(value, end, count);
+    if (error != std::errc{} || next == value || (next != end && *next != ',') || count <= 0) return 0;
+    return std::min(count, kMaxThreads);
+}
+
 }  // namespace
 
 int intraOpThreadsFor(int requested, int reserved) {
     if (requested > 0) return requested;
+    if (const int fromEnvironment = threadsFromEnvironment(); fromEnvironment > 0) return fromEnvironment;
     cpu_set_t set;
     CPU_ZERO(&set);
     const int cpus = sched_getaffinity(0, sizeof set, &set) == 0

@@ -17,8 +17,10 @@ struct MathLibraries {
     int intraOpThreads = 0;      ///< the intra-op threads a run uses (intraOpThreadsFor)
 };
 
-/// Intra-op threads a run uses: `requested` when positive, else every CPU this process may run
-/// on (its affinity mask) less `reserved` for other busy threads, at least 1. LibTorch's own
+/// Intra-op threads a run uses: `requested` when positive; else OMP_NUM_THREADS when it is a
+/// positive number (as PyTorch honours it: how a shared server or a test runner running several
+/// jobs at once keeps each to its share); else every CPU this process may run on (its affinity
+/// mask) less `reserved` for other busy threads, at least 1. LibTorch's own
 /// default counts physical cores, which left half of a 2-vCPU machine idle. Measured there
 /// (docs/PERFORMANCE.md, roofline and threads): headless, 2 threads train the convolutional models
 /// 1.5x faster than 1; in the desktop app the GUI thread draws the charts with about half a core,

@@ -645,8 +645,19 @@ void TestWidgets::eventLogFiltersAndCopies() {
 
 /// The desktop app leaves one CPU to the GUI thread (it draws the charts with about half a
 /// core; docs/PERFORMANCE.md, threads), a headless run uses them all, and a run never gets fewer
-/// than one thread. The CPUs are this process's affinity mask, set here.
+/// than one thread. The CPUs are this process's affinity mask, set here. OMP_NUM_THREADS, when it
+/// is a positive number, is taken instead (as PyTorch takes it); the test runner sets it, so it is
+/// unset here and given back at the end.
 void TestWidgets::aboutLeavesACpuForTheWindow() {
+    const QByteArray ompThreads = qgetenv("OMP_NUM_THREADS");
+    const bool hadOmpThreads = qEnvironmentVariableIsSet("OMP_NUM_THREADS");
+    qunsetenv("OMP_NUM_THREADS");
+    const std::shared_ptr<void> restoreOmp(nullptr, [&](void*) {
+        if (hadOmpThreads)
+            qputenv("OMP_NUM_THREADS", ompThreads);
+        else
+            qunsetenv("OMP_NUM_THREADS");
+    });
     cpu_set_t original;
     QCOMPARE(sched_getaffinity(0, sizeof original, &original), 0);
     // Given back however the test ends, so the remaining tests run on every CPU.
@@ -660,12 +671,26 @@ void TestWidgets::aboutLeavesACpuForTheWindow() {
     QVERIFY(restrictTo(1));
     QVERIFY2(ui::aboutHtml().contains(QStringLiteral(", 1 intra-op thread")), qPrintable(ui::aboutHtml()));
     QCOMPARE(core::mathLibraries().intraOpThreads, 1);
+    qputenv("OMP_NUM_THREADS", "3");
+    QCOMPARE(core::mathLibraries().intraOpThreads, 3);
+    QVERIFY2(ui::aboutHtml().contains(QStringLiteral(", 3 intra-op threads")), qPrintable(ui::aboutHtml()));
+    QCOMPARE(core::mathLibraries(2).intraOpThreads, 2);  // --threads wins over the environment
+    for (const char* ignored : {"0", "-2", "many", "", "2x"}) {
+        qputenv("OMP_NUM_THREADS", ignored);
+        QCOMPARE(core::mathLibraries().intraOpThreads, 1);
+    }
+    qputenv("OMP_NUM_THREADS", "5,2");  // OpenMP's nested list: the first level's count
+    QCOMPARE(core::mathLibraries().intraOpThreads, 5);
+    qunsetenv("OMP_NUM_THREADS");
     const bool two = CPU_COUNT(&original) >= 2 && CPU_ISSET(0, &original) && CPU_ISSET(1, &original) && restrictTo(2);
     if (two) {
         QVERIFY2(ui::aboutHtml().contains(QStringLiteral(", 1 intra-op thread")), qPrintable(ui::aboutHtml()));
         QVERIFY(!ui::aboutHtml().contains(QStringLiteral("intra-op threads")));
         QCOMPARE(core::mathLibraries().intraOpThreads, 2);
         QCOMPARE(core::mathLibraries(3).intraOpThreads, 3);  // asked for: given
+        qputenv("OMP_NUM_THREADS", "1");                     // one of two CPUs, as a shared machine's share
+        QCOMPARE(core::mathLibraries().intraOpThreads, 1);
+        qunsetenv("OMP_NUM_THREADS");
     }
     if (!two) QSKIP("this machine lets the test use fewer than CPUs 0 and 1: the two-CPU case was not checked");
 }
