@@ -115,8 +115,6 @@ private:
     std::thread m_thread;
 };
 
-/// Tells the watcher when training has begun (the first probe or training state), and hands
-/// every event to the reporter and the run folder.
 /// Fault injection for tests of recovery across processes (docs/guide/several-devices.md):
 /// BATCHPILOT_INJECT_OOMS="COUNT,MEAN,SEED" makes COUNT counted allocations of the training fail
 /// as out-of-memory errors, each at a random distance (1 to 2×MEAN allocations) after the last;
@@ -176,6 +174,8 @@ private:
     core::EventSink* m_second;
 };
 
+/// Tells the watcher when training has begun (the first probe or training state), arms the OOM
+/// injection, and hands every event to the run folder and the reporter.
 class TrainingStarted final : public core::EventSink {
 public:
     TrainingStarted(core::EventSink& next, core::EventSink* folder, std::atomic<bool>& training)
@@ -200,280 +200,210 @@ private:
     const double m_validationDelay = validationDelay();
 };
 
-}  // namespace
+/// Says `message` after this process's name on stderr; returns `status`, the exit status.
+int fail(int status, const std::string& message) {
+    std::fprintf(stderr, "%s: %s\n", g_name.c_str(), message.c_str());
+    return status;
+}
 
-int main(int argc, char** argv) {
-    using namespace batchpilot;
-    core::installCountingAllocator();
-    auto request = app::parseCli(std::vector<std::string>(argv + 1, argv + argc));
-    if (!request) {
-        std::fprintf(stderr, "batchpilot-cli: %s\n", request.error().c_str());
-        return kExitBadInput;
+/// --list-devices: the devices, the virtual GPU and its presets, and the math libraries.
+int listDevices() {
+    for (const auto& device : core::availableDevices()) {
+        std::printf("%-10s %s\n", device.id.c_str(), device.description.c_str());
     }
-    if (request->help) {
-        std::fputs(app::cliHelp().c_str(), stdout);
-        return 0;
+    std::printf("%-10s %s\n", "virtual:<size>", "a simulated GPU with a memory budget, e.g. virtual:512MiB");
+    std::printf("%-10s %s\n", "",
+                "(virtual:512MiB/caching adds PyTorch's caching allocator: docs/guide/virtual-gpu.md)");
+    std::printf("\nSimulated GPUs (PyTorch's caching allocator, a CUDA context, the cuBLAS workspace):\n");
+    for (const core::GpuPreset& gpu : core::gpuPresets()) {
+        const std::string id = "virtual:" + std::string(gpu.name);
+        std::printf("%-18s %s, %s as PyTorch reports it, compute capability %d.%d\n", id.c_str(),
+                    std::string(gpu.description).c_str(), core::formatBytes(gpu.capacityBytes).c_str(),
+                    gpu.computeCapability / 10, gpu.computeCapability % 10);
     }
-    if (request->optionsReference) {
-        std::fputs(core::optionsReference().c_str(), stdout);
-        return 0;
+    const core::MathLibraries math = core::mathLibraries();
+    std::printf("\n%s\n", core::describe(math).c_str());
+    if (math.blasLibrary.size() > 0) std::printf("BLAS library: %s\n", math.blasLibrary.c_str());
+    if (const std::string warning = core::referenceBlasWarning(math); !warning.empty()) {
+        std::fprintf(stderr, "batchpilot-cli: warning: %s\n", warning.c_str());
     }
-    if (request->listDevices) {
-        for (const auto& device : core::availableDevices()) {
-            std::printf("%-10s %s\n", device.id.c_str(), device.description.c_str());
-        }
-        std::printf("%-10s %s\n", "virtual:<size>", "a simulated GPU with a memory budget, e.g. virtual:512MiB");
-        std::printf("%-10s %s\n", "",
-                    "(virtual:512MiB/caching adds PyTorch's caching allocator: docs/guide/virtual-gpu.md)");
-        std::printf("\nSimulated GPUs (PyTorch's caching allocator, a CUDA context, the cuBLAS workspace):\n");
-        for (const core::GpuPreset& gpu : core::gpuPresets()) {
-            const std::string id = "virtual:" + std::string(gpu.name);
-            std::printf("%-18s %s, %s as PyTorch reports it, compute capability %d.%d\n", id.c_str(),
-                        std::string(gpu.description).c_str(), core::formatBytes(gpu.capacityBytes).c_str(),
-                        gpu.computeCapability / 10, gpu.computeCapability % 10);
-        }
-        const core::MathLibraries math = core::mathLibraries();
-        std::printf("\n%s\n", core::describe(math).c_str());
-        if (math.blasLibrary.size() > 0) std::printf("BLAS library: %s\n", math.blasLibrary.c_str());
-        if (const std::string warning = core::referenceBlasWarning(math); !warning.empty()) {
-            std::fprintf(stderr, "batchpilot-cli: warning: %s\n", warning.c_str());
-        }
-        return 0;
+    return 0;
+}
+
+/// --save-config FILE: the configuration the flags make, written without training.
+int saveConfig(const app::CliRequest& request) {
+    if (auto saved = core::saveRunConfig(request.saveConfigPath, request.options); !saved)
+        return fail(kExitBadInput, saved.error());
+    std::printf("wrote %s\n", request.saveConfigPath.c_str());
+    return 0;
+}
+
+/// --export-csv RUN_FOLDER: its series as CSV. Stopped by a signal, the export ends, its temporary
+/// file removed, nothing replaced.
+int exportCsv(const app::CliRequest& request) {
+    for (const int number : kStopSignals) std::signal(number, onSignal);
+    const auto exported =
+        core::exportRunCsv(request.exportCsv, request.csvOut, {}, [] { return g_signal.load() != 0; });
+    if (!exported && g_signal.load() != 0) {
+        std::fprintf(stderr, "batchpilot-cli: stopped by signal %d: nothing was written\n", g_signal.load());
+        return 128 + g_signal.load();
     }
-    if (!request->saveConfigPath.empty()) {
-        if (auto saved = core::saveRunConfig(request->saveConfigPath, request->options); !saved) {
-            std::fprintf(stderr, "batchpilot-cli: %s\n", saved.error().c_str());
-            return 2;
-        }
-        std::printf("wrote %s\n", request->saveConfigPath.c_str());
-        return 0;
+    if (!exported) return fail(kExitBadInput, exported.error());
+    std::printf("wrote %s: %lld rows from %lld events\n", exported->path.c_str(),
+                static_cast<long long>(exported->rows), static_cast<long long>(exported->events));
+    if (exported->skipped > 0) {
+        std::fprintf(stderr,
+                     "batchpilot-cli: warning: %lld line(s) of %s/events.jsonl were not JSON events and were "
+                     "skipped (a run cut off mid-line?)\n",
+                     static_cast<long long>(exported->skipped), request.exportCsv.c_str());
     }
-    if (!request->exportCsv.empty()) {
-        // Stopped by a signal: the export ends, its temporary file removed, nothing replaced.
-        for (const int number : kStopSignals) std::signal(number, onSignal);
-        const auto exported =
-            core::exportRunCsv(request->exportCsv, request->csvOut, {}, [] { return g_signal.load() != 0; });
-        if (!exported && g_signal.load() != 0) {
-            std::fprintf(stderr, "batchpilot-cli: stopped by signal %d: nothing was written\n", g_signal.load());
-            return 128 + g_signal.load();
-        }
-        if (!exported) {
-            std::fprintf(stderr, "batchpilot-cli: %s\n", exported.error().c_str());
-            return kExitBadInput;
-        }
-        std::printf("wrote %s: %lld rows from %lld events\n", exported->path.c_str(),
-                    static_cast<long long>(exported->rows), static_cast<long long>(exported->events));
-        if (exported->skipped > 0) {
-            std::fprintf(stderr,
-                         "batchpilot-cli: warning: %lld line(s) of %s/events.jsonl were not JSON events and were "
-                         "skipped (a run cut off mid-line?)\n",
-                         static_cast<long long>(exported->skipped), request->exportCsv.c_str());
-        }
-        return 0;
+    return 0;
+}
+
+/// Why --memory-snapshot FILE cannot be written at the end of this run (empty: it can): said now,
+/// not after the whole run has trained.
+std::string memorySnapshotProblem(const app::CliRequest& request, bool inJob) {
+    const auto device = core::parseDeviceName(request.options.device);
+    if (inJob || !request.devices.empty() || !device || device->kind != core::DeviceKind::Virtual)
+        return "--memory-snapshot needs one virtual device (virtual:<size> or a GPU preset); on a real GPU use "
+               "torch.cuda.memory._dump_snapshot() in Python";
+    if (std::string why =
+            core::whyNotWritable(request.memorySnapshot, "the memory snapshot \"" + request.memorySnapshot + "\"");
+        !why.empty())
+        return why;
+    const std::filesystem::path folder = std::filesystem::path(request.memorySnapshot).parent_path();
+    std::error_code error;
+    if (!folder.empty() && !std::filesystem::is_directory(folder, error))
+        return "no folder \"" + folder.string() + "\" for the memory snapshot \"" + request.memorySnapshot +
+               "\": create it, or choose another path";
+    return {};
+}
+
+/// This process as one rank of a job (RANK and WORLD_SIZE set): joins the others, takes its share
+/// of the machine's CPUs, and on ranks other than 0 leaves reporting and recording to rank 0.
+/// The error is the exit status.
+tl::expected<void, int> joinJob(app::CliRequest& request, const core::RankEnvironment& job) {
+    const int rank = job.rank;
+    g_name = "batchpilot-cli [rank " + std::to_string(rank) + ", " + request.options.device + "]";
+    if (const char* launcher = std::getenv(app::kLauncherVariable); launcher != nullptr)
+        g_launcher = static_cast<pid_t>(std::atol(launcher));
+    auto joined = core::ProcessGroupLink::join(job, std::chrono::seconds(request.rankTimeoutSeconds));
+    if (!joined) return tl::unexpected(fail(kExitFailed, joined.error()));
+    request.options.parallel = *joined;
+    // Ranks on one machine share its CPUs: each takes its part of them unless --threads says
+    // otherwise (all of them each: 2 ranks on 2 cores ran 4 threads on 2 and slowed down).
+    if (const int local = job.localWorldSize; local > 0 && request.options.intraOpThreads == 0)
+        request.options.intraOpThreads = core::threadsPerLocalRank(core::intraOpThreadsFor(0), local);
+    if (rank > 0) {
+        // Rank 0 reports, records the run and keeps the checkpoints for the job; the others
+        // train. An events file is kept per rank (FILE.rank1, …).
+        request.noRunFolder = true;
+        request.quiet = true;
+        request.memoryReport = false;
+        request.checkEquivalence = -1;
+        request.options.checkpoint = {};
+        if (!request.eventsPath.empty()) request.eventsPath += ".rank" + std::to_string(rank);
     }
-    auto job = core::rankEnvironment();
-    if (!job) {
-        std::fprintf(stderr, "batchpilot-cli: %s\n", job.error().c_str());
-        return kExitBadInput;
-    }
-    if (!request->memorySnapshot.empty()) {
-        const auto device = core::parseDeviceName(request->options.device);
-        std::string why;
-        if (*job || !request->devices.empty() || !device || device->kind != core::DeviceKind::Virtual)
-            why =
-                "--memory-snapshot needs one virtual device (virtual:<size> or a GPU preset); on a real GPU use "
-                "torch.cuda.memory._dump_snapshot() in Python";
-        else
-            why = core::whyNotWritable(request->memorySnapshot,
-                                       "the memory snapshot \"" + request->memorySnapshot + "\"");
-        // Said now, not after the whole run has trained.
-        const std::filesystem::path folder = std::filesystem::path(request->memorySnapshot).parent_path();
-        std::error_code error;
-        if (why.empty() && !folder.empty() && !std::filesystem::is_directory(folder, error))
-            why = "no folder \"" + folder.string() + "\" for the memory snapshot \"" + request->memorySnapshot +
-                  "\": create it, or choose another path";
-        if (!why.empty()) {
-            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), why.c_str());
-            return kExitBadInput;
-        }
-    }
-    if (!request->devices.empty() || *job) {
-        if (const std::string problem = core::glooInterfaceProblem(); !problem.empty()) {
-            std::fprintf(stderr, "batchpilot-cli: %s\n", problem.c_str());
-            return kExitBadInput;
-        }
-    }
-    if (!request->devices.empty()) {
-        if (*job) {
-            std::fprintf(stderr,
-                         "batchpilot-cli: --devices starts one process per device itself, but this process is "
-                         "already rank %d of a job (RANK and WORLD_SIZE are set): give each rank its --device\n",
-                         (*job)->rank);
-            return kExitBadInput;
-        }
-        app::LaunchOptions launch;
-        launch.devices = request->devices;
-        launch.arguments = app::withoutDevicesFlag(std::vector<std::string>(argv + 1, argv + argc));
-        launch.rankTimeout = std::chrono::seconds(request->rankTimeoutSeconds);
-        return app::launchRanks(launch);
-    }
-    if (*job) {
-        const int rank = (*job)->rank;
-        g_name = "batchpilot-cli [rank " + std::to_string(rank) + ", " + request->options.device + "]";
-        if (const char* launcher = std::getenv(app::kLauncherVariable); launcher != nullptr)
-            g_launcher = static_cast<pid_t>(std::atol(launcher));
-        auto joined = core::ProcessGroupLink::join(**job, std::chrono::seconds(request->rankTimeoutSeconds));
-        if (!joined) {
-            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), joined.error().c_str());
-            return kExitFailed;
-        }
-        request->options.parallel = *joined;
-        // Ranks on one machine share its CPUs: each takes its part of them unless --threads says
-        // otherwise (all of them each: 2 ranks on 2 cores ran 4 threads on 2 and slowed down).
-        if (const int local = (*job)->localWorldSize; local > 0 && request->options.intraOpThreads == 0)
-            request->options.intraOpThreads = core::threadsPerLocalRank(core::intraOpThreadsFor(0), local);
-        if (rank > 0) {
-            // Rank 0 reports, records the run and keeps the checkpoints for the job; the others
-            // train. An events file is kept per rank (FILE.rank1, …).
-            request->noRunFolder = true;
-            request->quiet = true;
-            request->memoryReport = false;
-            request->checkEquivalence = -1;
-            request->options.checkpoint = {};
-            if (!request->eventsPath.empty()) request->eventsPath += ".rank" + std::to_string(rank);
-        }
-    }
-    // Refused before a run folder is made or anything trained: the events file is truncated when
-    // opened, and a link would truncate what it points to, a FIFO without a reader would block.
-    if (!request->eventsPath.empty()) {
-        if (const std::string why =
-                core::whyNotWritable(request->eventsPath, "the events file \"" + request->eventsPath + "\"");
-            !why.empty()) {
-            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), why.c_str());
-            return kExitBadInput;
-        }
-    }
-    // --serve: its address checked before anything is made or trained; rank 0 serves the job.
-    std::optional<app::ServeAddress> serveAddress;
-    if (!request->serve.empty() && !(request->options.parallel && request->options.parallel->rank() > 0)) {
-        auto parsed = app::parseServeAddress(request->serve, request->serveAnyAddress);
-        if (!parsed) {
-            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), parsed.error().c_str());
-            return kExitBadInput;
-        }
-        serveAddress = *parsed;
-    }
+    return {};
+}
+
+/// What a run writes besides its checkpoints, each checked or made before anything trains: the
+/// run folder, and where --serve listens.
+struct Outputs {
     std::unique_ptr<core::RunFolder> folder;
-    // Checkpoints asked for without a directory go into the run folder, which names it now.
-    const bool checkpointsInFolder = core::checkpointsInRunFolder(request->options);
-    if (!request->noRunFolder) {
-        const std::string runs = request->runsDirectory.empty() ? core::defaultRunsDirectory() : request->runsDirectory;
-        auto made = core::RunFolder::create(runs, request->options);
-        if (!made) {
-            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), made.error().c_str());
-            return kExitBadInput;
-        }
-        folder = std::move(*made);
+    std::optional<app::ServeAddress> serveAddress;
+    bool checkpointsInFolder = false;  ///< checkpoints asked for without a directory go into the run folder
+};
+
+/// Checks and makes the run's outputs; the run folder names the checkpoints' directory in
+/// `request.options` when they go into it. The error is the exit status.
+tl::expected<Outputs, int> prepareOutputs(app::CliRequest& request) {
+    Outputs out;
+    // The events file is truncated when opened, and a link would truncate what it points to, a
+    // FIFO without a reader would block: refused before a run folder is made or anything trained.
+    if (!request.eventsPath.empty()) {
+        if (const std::string why =
+                core::whyNotWritable(request.eventsPath, "the events file \"" + request.eventsPath + "\"");
+            !why.empty())
+            return tl::unexpected(fail(kExitBadInput, why));
     }
-    app::ConsoleReporter reporter(stdout, isatty(fileno(stdout)) != 0, request->quiet);
-    if (!request->eventsPath.empty()) {
-        std::string error;
-        if (!reporter.openEvents(request->eventsPath, error)) {
-            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), error.c_str());
-            return 2;
-        }
+    // Rank 0 serves the job.
+    if (!request.serve.empty() && !(request.options.parallel && request.options.parallel->rank() > 0)) {
+        auto parsed = app::parseServeAddress(request.serve, request.serveAnyAddress);
+        if (!parsed) return tl::unexpected(fail(kExitBadInput, parsed.error()));
+        out.serveAddress = *parsed;
     }
-    {
-        const core::MathLibraries math = core::mathLibraries(request->options.intraOpThreads);
-        if (!request->quiet) std::printf("%s\n", core::describe(math).c_str());
-        if (const std::string warning = core::referenceBlasWarning(math); !warning.empty()) {
-            std::fprintf(stderr, "%s: warning: %s\n", g_name.c_str(), warning.c_str());
-        }
+    out.checkpointsInFolder = core::checkpointsInRunFolder(request.options);
+    if (!request.noRunFolder) {
+        const std::string runs = request.runsDirectory.empty() ? core::defaultRunsDirectory() : request.runsDirectory;
+        auto made = core::RunFolder::create(runs, request.options);
+        if (!made) return tl::unexpected(fail(kExitBadInput, made.error()));
+        out.folder = std::move(*made);
     }
-    if (request->checkpointReplacesResumed && !request->quiet) {
-        std::printf("checkpoints replace %s/%s as training goes on (--checkpoint-dir DIR keeps it)\n",
-                    request->options.checkpoint.directory.c_str(), core::kCheckpointFile);
+    return out;
+}
+
+/// --serve: the run's events and commands over HTTP, from `address`. The error is the exit status.
+tl::expected<std::unique_ptr<app::RunServer>, int> startServer(const app::ServeAddress& address,
+                                                               const core::RunFolder* folder,
+                                                               const core::TrainerOptions& options) {
+    auto started = app::RunServer::start(address, folder ? folder->path() : std::string());
+    if (!started) return tl::unexpected(fail(kExitBadInput, started.error()));
+    std::unique_ptr<app::RunServer> server = std::move(*started);
+    server->setConfiguration(core::toRunConfig(options).dump(2) + "\n");
+    if (!app::isLoopback(address.host)) {
+        std::fprintf(stderr,
+                     "%s: warning: serving on %s, not loopback: anyone who can reach it may watch this run, "
+                     "and anyone with the control token (sent unencrypted) may steer it\n",
+                     g_name.c_str(), address.host.c_str());
     }
-    std::atomic<bool> training{false};
-    if (folder && !request->quiet) std::printf("run folder: %s\n", folder->path().c_str());
-    if (checkpointsInFolder && !request->quiet) {
-        std::printf("checkpoints: %s\n", request->options.checkpoint.directory.c_str());
-    }
-    std::unique_ptr<app::RunServer> server;
-    if (serveAddress) {
-        auto started = app::RunServer::start(*serveAddress, folder ? folder->path() : std::string());
-        if (!started) {
-            std::fprintf(stderr, "%s: %s\n", g_name.c_str(), started.error().c_str());
-            return kExitBadInput;
-        }
-        server = std::move(*started);
-        server->setConfiguration(core::toRunConfig(request->options).dump(2) + "\n");
-        if (!app::isLoopback(serveAddress->host)) {
-            std::fprintf(stderr,
-                         "%s: warning: serving on %s, not loopback: anyone who can reach it may watch this run, "
-                         "and anyone with the control token (sent unencrypted) may steer it\n",
-                         g_name.c_str(), serveAddress->host.c_str());
-        }
-        std::fprintf(stderr, "%s: serving the run at %s\n  watch only: %s\n", g_name.c_str(), server->url().c_str(),
-                     server->watchUrl().c_str());
-        if (!server->servePath().empty())
-            std::fprintf(stderr, "  (both in %s, readable by you only)\n", server->servePath().c_str());
-        std::fprintf(stderr, "  from another machine: ssh -L %d:localhost:%d THIS-HOST, then the URL as it is\n",
-                     server->port(), server->port());
-    }
-    BothSinks reported(reporter, server.get());
-    TrainingStarted sink(reported, folder.get(), training);
-    core::Trainer trainer(request->options, sink);
-    if (server) {
-        server->setTrainer(&trainer, [](const std::string& command) {
-            std::fprintf(stderr, "%s: remote command: %s\n", g_name.c_str(), command.c_str());
-        });
-    }
+    std::fprintf(stderr, "%s: serving the run at %s\n  watch only: %s\n", g_name.c_str(), server->url().c_str(),
+                 server->watchUrl().c_str());
+    if (!server->servePath().empty())
+        std::fprintf(stderr, "  (both in %s, readable by you only)\n", server->servePath().c_str());
+    std::fprintf(stderr, "  from another machine: ssh -L %d:localhost:%d THIS-HOST, then the URL as it is\n",
+                 server->port(), server->port());
+    return server;
+}
+
+/// What the console shows besides the steps: the memory report, the plan on other GPUs, the best
+/// checkpoint, the rank, the equivalence check.
+void configureReporter(app::ConsoleReporter& reporter, const app::CliRequest& request, core::Trainer& trainer) {
     reporter.setTrainer(&trainer);
-    reporter.setMemoryReport(request->memoryReport);
-    if (!request->planFor.empty()) {
-        const auto device = core::parseDeviceName(request->options.device);
+    reporter.setMemoryReport(request.memoryReport);
+    if (!request.planFor.empty()) {
+        const auto device = core::parseDeviceName(request.options.device);
         const core::GpuPreset* gpu = device ? core::findGpuPreset(device->preset) : nullptr;
-        reporter.setGpuPlan(core::gpuPlanTargets(request->planFor).value_or(std::vector<core::GpuPlanTarget>{}),
-                            request->options.probe.headroom, request->options.device,
+        reporter.setGpuPlan(core::gpuPlanTargets(request.planFor).value_or(std::vector<core::GpuPlanTarget>{}),
+                            request.options.probe.headroom, request.options.device,
                             gpu != nullptr ? core::cublasWorkspaceBytes(*gpu) : 0);
     }
-    reporter.setKeepBest(request->options.checkpoint.keepBest);
-    if (request->options.parallel) reporter.setRank(request->options.parallel->rank());
-    if (request->checkEquivalence >= 0) reporter.requestEquivalenceCheck(request->checkEquivalence);
-    for (const int number : kStopSignals) std::signal(number, onSignal);
-    core::RunResult result;
-    {
-        InterruptWatcher watcher(trainer, training);
-        result = trainer.run();
+    reporter.setKeepBest(request.options.checkpoint.keepBest);
+    if (request.options.parallel) reporter.setRank(request.options.parallel->rank());
+    if (request.checkEquivalence >= 0) reporter.requestEquivalenceCheck(request.checkEquivalence);
+}
+
+/// --memory-snapshot FILE: the allocator as the last OOM found it (what failed, and why), else as
+/// the run ends. Returns why it could not be written (empty: written).
+std::string writeMemorySnapshot(const app::CliRequest& request) {
+    bool atOom = false;
+    const std::vector<core::SegmentView> segments = core::virtualGpuSegments(&atOom);
+    const std::string named = "the memory snapshot \"" + request.memorySnapshot + "\"";
+    if (auto written = core::replaceFileAtomically(request.memorySnapshot, core::memorySnapshotPickle(segments), named);
+        !written)
+        return written.error();
+    if (!request.quiet) {
+        std::printf("memory snapshot %s: %s (open it at https://pytorch.org/memory_viz)\n",
+                    atOom ? "at the last out-of-memory error" : "at the end of the run",
+                    request.memorySnapshot.c_str());
     }
-    if (server) {
-        // Every client gets the run's last event before the process ends (a few seconds at most).
-        server->finish();
-        server->drain(std::chrono::seconds(10));
-        server.reset();
-    }
-    std::string eventsError = reporter.closeEvents();
-    std::string snapshotError;
-    if (!request->memorySnapshot.empty()) {
-        // The allocator as the last OOM found it (what failed, and why), else as the run ends.
-        bool atOom = false;
-        const std::vector<core::SegmentView> segments = core::virtualGpuSegments(&atOom);
-        const std::string named = "the memory snapshot \"" + request->memorySnapshot + "\"";
-        if (auto written =
-                core::replaceFileAtomically(request->memorySnapshot, core::memorySnapshotPickle(segments), named);
-            !written) {
-            snapshotError = written.error();
-        } else if (!request->quiet) {
-            std::printf("memory snapshot %s: %s (open it at https://pytorch.org/memory_viz)\n",
-                        atOom ? "at the last out-of-memory error" : "at the end of the run",
-                        request->memorySnapshot.c_str());
-        }
-    }
-    if (folder) {
-        folder->flush();
-        if (eventsError.empty()) eventsError = folder->error();
-    }
+    return {};
+}
+
+/// The run's last lines and its exit status (docs/reference/exit-codes.md): failed, stopped by a
+/// signal, trained but not saved, or done.
+int reportEnd(const core::RunResult& result, const app::ConsoleReporter& reporter, const app::CliRequest& request,
+              const std::string& eventsError, const std::string& snapshotError) {
     if (result.state == core::RunState::Failed) {
         std::fprintf(stderr, "%s: %s\n", g_name.c_str(), result.error.c_str());
         if (!eventsError.empty()) std::fprintf(stderr, "%s: %s\n", g_name.c_str(), eventsError.c_str());
@@ -494,24 +424,121 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     // Whatever --quiet says: a run whose results were not saved must not look like a success.
     int status = 0;
-    if (!result.checkpointError.empty()) {
-        std::fprintf(stderr, "%s: error: %s\n", g_name.c_str(), result.checkpointError.c_str());
-        status = kExitNotSaved;
-    }
-    if (!eventsError.empty()) {
-        std::fprintf(stderr, "%s: error: %s\n", g_name.c_str(), eventsError.c_str());
-        status = kExitNotSaved;
-    }
-    if (!snapshotError.empty()) {
-        std::fprintf(stderr, "%s: error: %s\n", g_name.c_str(), snapshotError.c_str());
+    for (const std::string& error : {result.checkpointError, eventsError, snapshotError}) {
+        if (error.empty()) continue;
+        std::fprintf(stderr, "%s: error: %s\n", g_name.c_str(), error.c_str());
         status = kExitNotSaved;
     }
     // A signal during the run's last validation drops that pass: stopped too, not done.
     if (const int number = g_signal.load(); number != 0) {
         std::fprintf(stderr, "%s: stopped by signal %d after %lld steps%s\n", g_name.c_str(), number,
                      static_cast<long long>(result.steps),
-                     request->options.checkpoint.directory.empty() ? "" : "; the checkpoint holds the last step");
+                     request.options.checkpoint.directory.empty() ? "" : "; the checkpoint holds the last step");
         if (status == 0) status = 128 + number;
     }
     return status;
+}
+
+/// Trains as `request` says, on one device (or as one rank of a job), and reports.
+int train(app::CliRequest& request) {
+    auto outputs = prepareOutputs(request);
+    if (!outputs) return outputs.error();
+    app::ConsoleReporter reporter(stdout, isatty(fileno(stdout)) != 0, request.quiet);
+    if (!request.eventsPath.empty()) {
+        if (std::string error; !reporter.openEvents(request.eventsPath, error)) return fail(kExitBadInput, error);
+    }
+    const core::MathLibraries math = core::mathLibraries(request.options.intraOpThreads);
+    if (!request.quiet) std::printf("%s\n", core::describe(math).c_str());
+    if (const std::string warning = core::referenceBlasWarning(math); !warning.empty())
+        std::fprintf(stderr, "%s: warning: %s\n", g_name.c_str(), warning.c_str());
+    if (request.checkpointReplacesResumed && !request.quiet) {
+        std::printf("checkpoints replace %s/%s as training goes on (--checkpoint-dir DIR keeps it)\n",
+                    request.options.checkpoint.directory.c_str(), core::kCheckpointFile);
+    }
+    if (outputs->folder && !request.quiet) std::printf("run folder: %s\n", outputs->folder->path().c_str());
+    if (outputs->checkpointsInFolder && !request.quiet)
+        std::printf("checkpoints: %s\n", request.options.checkpoint.directory.c_str());
+    std::unique_ptr<app::RunServer> server;
+    if (outputs->serveAddress) {
+        auto started = startServer(*outputs->serveAddress, outputs->folder.get(), request.options);
+        if (!started) return started.error();
+        server = std::move(*started);
+    }
+    std::atomic<bool> training{false};
+    BothSinks reported(reporter, server.get());
+    TrainingStarted sink(reported, outputs->folder.get(), training);
+    core::Trainer trainer(request.options, sink);
+    if (server) {
+        server->setTrainer(&trainer, [](const std::string& command) {
+            std::fprintf(stderr, "%s: remote command: %s\n", g_name.c_str(), command.c_str());
+        });
+    }
+    configureReporter(reporter, request, trainer);
+    for (const int number : kStopSignals) std::signal(number, onSignal);
+    core::RunResult result;
+    {
+        InterruptWatcher watcher(trainer, training);
+        result = trainer.run();
+    }
+    if (server) {
+        // Every client gets the run's last event before the process ends (a few seconds at most).
+        server->finish();
+        server->drain(std::chrono::seconds(10));
+        server.reset();
+    }
+    std::string eventsError = reporter.closeEvents();
+    const std::string snapshotError = request.memorySnapshot.empty() ? std::string() : writeMemorySnapshot(request);
+    if (outputs->folder) {
+        outputs->folder->flush();
+        if (eventsError.empty()) eventsError = outputs->folder->error();
+    }
+    return reportEnd(result, reporter, request, eventsError, snapshotError);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    using namespace batchpilot;
+    core::installCountingAllocator();
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    auto request = app::parseCli(args);
+    if (!request) return fail(kExitBadInput, request.error());
+    if (request->help) {
+        std::fputs(app::cliHelp().c_str(), stdout);
+        return 0;
+    }
+    if (request->optionsReference) {
+        std::fputs(core::optionsReference().c_str(), stdout);
+        return 0;
+    }
+    if (request->listDevices) return listDevices();
+    if (!request->saveConfigPath.empty()) return saveConfig(*request);
+    if (!request->exportCsv.empty()) return exportCsv(*request);
+    auto job = core::rankEnvironment();
+    if (!job) return fail(kExitBadInput, job.error());
+    if (!request->memorySnapshot.empty()) {
+        if (const std::string why = memorySnapshotProblem(*request, job->has_value()); !why.empty())
+            return fail(kExitBadInput, why);
+    }
+    if (!request->devices.empty() || *job) {
+        if (const std::string problem = core::glooInterfaceProblem(); !problem.empty())
+            return fail(kExitBadInput, problem);
+    }
+    if (!request->devices.empty()) {
+        if (*job) {
+            return fail(kExitBadInput,
+                        "--devices starts one process per device itself, but this process is already rank " +
+                            std::to_string((*job)->rank) +
+                            " of a job (RANK and WORLD_SIZE are set): give each rank its --device");
+        }
+        app::LaunchOptions launch;
+        launch.devices = request->devices;
+        launch.arguments = app::withoutDevicesFlag(args);
+        launch.rankTimeout = std::chrono::seconds(request->rankTimeoutSeconds);
+        return app::launchRanks(launch);
+    }
+    if (*job) {
+        if (auto joined = joinJob(*request, **job); !joined) return joined.error();
+    }
+    return train(*request);
 }

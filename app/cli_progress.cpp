@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
-#include <type_traits>
 
 #include "core/plan/accumulation_plan.h"
 #include "core/base/byte_size.h"
@@ -14,9 +13,8 @@
 #include "core/train/trainer.h"
 
 namespace batchpilot::app {
+using namespace core;  // this file prints core's events
 namespace {
-
-using core::formatText;
 
 std::string duration(double seconds) {
     if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -134,7 +132,6 @@ void ConsoleReporter::line(const std::string& text) {
 }
 
 void ConsoleReporter::onEvent(const core::Event& event) {
-    using namespace core;
     if (m_events.is_open() && m_eventsError.empty()) {
         m_events << toJsonLine(event) << '\n';
         // Each step is pushed to the file, so that a write error shows while the run goes on.
@@ -156,202 +153,235 @@ void ConsoleReporter::onEvent(const core::Event& event) {
             std::fflush(m_out);
         }
     }
-    std::visit(
-        [&](const auto& e) {
-            using T = std::decay_t<decltype(e)>;
-            if constexpr (std::is_same_v<T, OptimizerStepped>) {
-                if (m_checkSamples >= 0 && !m_checkSent && m_trainer) {
-                    m_checkSent = true;
-                    m_trainer->checkEquivalence(m_checkSamples);
-                }
-            } else if constexpr (std::is_same_v<T, EquivalenceChecked>) {
-                m_equivalence = e;
-                m_haveEquivalence = true;
-                printEquivalence(e);
-            } else if constexpr (std::is_same_v<T, RunStateChanged>) {
-                if (e.state == RunState::Starting) {
-                    line(e.detail.rfind("resumed", 0) == 0 ? e.detail : "starting on " + e.detail);
-                }
-                if (e.state == RunState::Paused) line("paused");
-            } else if constexpr (std::is_same_v<T, ProbeStarted>) {
-                line(formatText("probe #%d (%s) on %s: up to %" PRId64 " samples, usable memory %s%s", e.sequence,
-                                toString(e.reason), e.device.c_str(), e.upperBound, formatBytes(e.usableBytes).c_str(),
-                                e.reservedBytes > 0
-                                    ? (", holding " + formatBytes(e.reservedBytes) + " for optimizer state").c_str()
-                                    : ""));
-            } else if constexpr (std::is_same_v<T, ProbeTrial>) {
-                line(formatText("  trial %2d: micro-batch %6" PRId64 "  %-4s peak %9.1f MiB%s", e.trial, e.microBatch,
-                                e.fit ? "fit" : "OOM", toMiB(e.peakBytes),
-                                e.fit && !e.withinHeadroom ? "  (over the headroom line)" : ""));
-            } else if constexpr (std::is_same_v<T, ProbeFinished>) {
-                std::string model;
-                if (e.bytesPerSample > 0) {
-                    model = formatText("; memory ≈ %.1f MiB + %.3f MiB per sample", e.fixedBytes / 1048576.0,
-                                       e.bytesPerSample / 1048576.0);
-                }
-                line(formatText("probe #%d done in %d trials, %.2f s: micro-batch %" PRId64 "; %s %" PRId64
-                                " = %s accumulated%s",
-                                e.sequence, e.trials, e.seconds, e.microBatch, batchName().c_str(), e.targetBatch,
-                                EvenSplit::of(e.targetBatch, e.microBatch).sum().c_str(), model.c_str()));
-                if (!m_gpuTargets.empty() && e.bytesPerSample > 0 && m_rank <= 0) {
-                    // Printed even with --quiet: the user asked for it.
-                    if (m_openLine) std::fputc('\n', m_out);
-                    m_openLine = false;
-                    const auto rows = planForGpus(m_gpuTargets, e.fixedBytes, e.bytesPerSample, m_gpuWorkspace,
-                                                  e.targetBatch, m_gpuHeadroom);
-                    std::fprintf(m_out, "%s", formatGpuPlan(rows, m_gpuDevice, e.targetBatch).c_str());
-                    std::fflush(m_out);
-                    m_gpuTargets.clear();
-                }
-            } else if constexpr (std::is_same_v<T, ThroughputTimed>) {
-                // One line per candidate once it is ranked would hide the repetitions; one per
-                // counted timing shows the search working without the warm-ups' noise.
-                if (e.repetitions > 0) {
-                    line(formatText("  timed micro-batch %6" PRId64 ": %9.0f samples/s (median of %d)", e.microBatch,
-                                    e.samplesPerSecond, e.repetitions));
-                }
-            } else if constexpr (std::is_same_v<T, ThroughputChosen>) {
-                line(formatText("fastest micro-batch: %" PRId64 "; %s %" PRId64
-                                " = %s accumulated, after %d timed micro-batches, %.2f s (all of them trained): %s",
-                                e.microBatch, batchName().c_str(), e.targetBatch,
-                                EvenSplit::of(e.targetBatch, e.microBatch).sum().c_str(), e.microBatchesTimed,
-                                e.seconds, e.reason.c_str()));
-            } else if constexpr (std::is_same_v<T, OomEvent>) {
-                ++m_ooms;
-                line("  " + oomText(e));
-            } else if constexpr (std::is_same_v<T, MicroBatchDone>) {
-                // What this process trained in the step, micro-batch by micro-batch (index 0 starts
-                // a batch, or a batch trained again after a float16 overflow).
-                if (e.index == 0 || e.step != m_stepTrained.step) m_stepTrained = {e.step, 0, 0, 0};
-                ++m_stepTrained.microBatches;
-                m_stepTrained.samples += e.size;
-                m_stepTrained.largest = std::max(m_stepTrained.largest, e.size);
-            } else if constexpr (std::is_same_v<T, StepMetrics>) {
-                m_lastStep = e;
-                if (m_quiet) return;
-                // The micro-batches that ran: "256 × 4", or "≤132 × 12" where they differed (probe
-                // trials, timed sizes, an OOM, sizes that differ by one).
-                std::string microBatches = formatText("%" PRId64 " × %" PRId64, e.microBatch, e.accumulationSteps);
-                if (m_stepTrained.step == e.step && m_stepTrained.microBatches > 0) {
-                    const StepTrained& t = m_stepTrained;
-                    microBatches =
-                        formatText("%s%" PRId64 " × %" PRId64, t.largest * t.microBatches == t.samples ? "" : "≤",
-                                   t.largest, t.microBatches);
-                }
-                const double eta = e.totalSteps > 0 && e.step > 0 ? e.time / static_cast<double>(e.step) *
-                                                                        static_cast<double>(e.totalSteps - e.step)
-                                                                  : NAN;
-                const std::string text =
-                    formatText("step %" PRId64 "/%" PRId64 "  epoch %" PRId64
-                               "  loss %.4f%s  %.1f samples/s  micro-batch %s"
-                               "  peak %.1f MiB  ETA %s",
-                               e.step, e.totalSteps, e.epoch, e.loss, lastValidationShort().c_str(), e.samplesPerSecond,
-                               microBatches.c_str(), toMiB(e.peakBytes), duration(eta).c_str()) +
-                    m_ranksText;
-                if (m_interactive) {
-                    std::fprintf(m_out, "\r\033[K%s", text.c_str());
-                    m_openLine = true;
-                    std::fflush(m_out);
-                } else {
-                    line(text);
-                }
-            } else if constexpr (std::is_same_v<T, RanksStepped>) {
-                // Several devices: every rank's share, micro-batch and wait, on the step's line
-                // (the StepMetrics that follows); share changes on lines of their own.
-                m_ranksText = m_interactive ? "  ranks:" : "\n  ranks:";  // the live line stays one line
-                for (const RankStep& r : e.ranks) {
-                    m_ranksText += formatText(" %s%d %s %" PRId64 " in %" PRId64 "×≤%" PRId64 " %.0f/s wait %.2fs%s",
-                                              r.rank > 0 ? "| " : "", r.rank, r.device.c_str(), r.share, r.microBatches,
-                                              r.microBatch, r.samplesPerSecond, r.waitSeconds,
-                                              r.ooms > 0 ? formatText(" %d OOM", r.ooms).c_str() : "");
-                }
-                m_ranksText += formatText("  all-reduce %.1f ms", e.allReduceSeconds * 1000);
-                const std::string summedBy =
-                    e.collectives + (e.collectivesWhy.empty() ? std::string() : " (" + e.collectivesWhy + ")");
-                if (summedBy != m_summedBy) {
-                    m_summedBy = summedBy;
-                    line("gradients summed by " + summedBy);
-                }
-                if (!e.nextShares.empty()) {
-                    std::string shares;
-                    for (const int64_t share : e.nextShares)
-                        shares += (shares.empty() ? "" : " + ") + std::to_string(share);
-                    line(formatText("shares from step %" PRId64 " on: %s (%s)", e.step + 1, shares.c_str(),
-                                    e.shareReason.c_str()));
-                }
-            } else if constexpr (std::is_same_v<T, RankProbed>) {
-                // Several devices: another rank's probes and OOMs, a line each, named by the rank.
-                const std::string who = formatText("rank %d (%s): ", e.rank, e.device.c_str());
-                for (const ProbeStarted& p : e.probes) {
-                    line(formatText("%sprobe #%d (%s): up to %" PRId64 " samples, usable memory %s", who.c_str(),
-                                    p.sequence, toString(p.reason), p.upperBound, formatBytes(p.usableBytes).c_str()));
-                }
-                if (!e.trials.empty()) {
-                    std::string trials;
-                    for (const ProbeTrial& t : e.trials)
-                        trials += formatText("%s%" PRId64 " %s", trials.empty() ? "" : ", ", t.microBatch,
-                                             !t.fit             ? "OOM"
-                                             : t.withinHeadroom ? "fit"
-                                                                : "fit over the headroom line");
-                    line(who + "tried " + trials);
-                }
-                for (const ProbeFinished& f : e.finished) {
-                    line(formatText("%sprobe #%d done in %d trials: micro-batch %" PRId64 "; its share %" PRId64
-                                    " = %s accumulated",
-                                    who.c_str(), f.sequence, f.trials, f.microBatch, f.targetBatch,
-                                    EvenSplit::of(f.targetBatch, f.microBatch).sum().c_str()));
-                }
-                for (const OomEvent& o : e.ooms) {
-                    ++m_otherRankOoms;
-                    line(who + oomText(o));
-                }
-            } else if constexpr (std::is_same_v<T, ValidationDone>) {
-                m_lastValidation = e;
-                if (!m_bestValidation || better(e, *m_bestValidation, m_keepBest)) m_bestValidation = e;
-                line(formatText("validation after step %" PRId64 ": %s on %" PRId64
-                                " held-out samples (micro-batch %" PRId64 ", %.2f s%s)",
-                                e.step, validationMetrics(e).c_str(), e.samples, e.microBatch, e.seconds,
-                                e.ooms > 0 ? formatText(", %d OOM(s) recovered", e.ooms).c_str() : ""));
-            } else if constexpr (std::is_same_v<T, TargetBatchChanged>) {
-                line(formatText("target batch %" PRId64 " → %" PRId64 ", learning rate %g → %g", e.oldTarget,
-                                e.newTarget, e.oldLearningRate, e.newLearningRate));
-            } else if constexpr (std::is_same_v<T, DeviceSwitched>) {
-                line((e.rank > 0 ? "rank " + std::to_string(e.rank) + ": device " : std::string("device ")) + e.from +
-                     " → " + e.to);
-            } else if constexpr (std::is_same_v<T, SaverSurvey>) {
-                std::string table = describeSaverSurvey(e);
-                if (!table.empty() && table.back() == '\n') table.pop_back();
-                line(table);
-            } else if constexpr (std::is_same_v<T, MemorySaversChanged>) {
-                line("memory savers " + e.from + " → " + e.to +
-                     (e.predictedMicroBatch > 0
-                          ? " (predicted micro-batch " + std::to_string(e.predictedMicroBatch) + ")"
-                          : std::string()) +
-                     ": " + e.why);
-            } else if constexpr (std::is_same_v<T, LossScaleChanged>) {
-                if (e.overflow) {
-                    line(formatText("step %" PRId64 ": float16 gradients overflowed at loss scale %g: no step taken, "
-                                    "the batch's %" PRId64 " samples are trained again at %g",
-                                    e.step, e.from, e.redoneSamples, e.to));
-                } else {
-                    line(formatText("loss scale %g → %g after %" PRId64 " steps without a float16 overflow", e.from,
-                                    e.to, core::kLossScaleGrowthSteps));
-                }
-            } else if constexpr (std::is_same_v<T, CheckpointSaved>) {
-                if (!e.metric.empty()) {
-                    m_bestCheckpoint = e;
-                    line(formatText("best model so far (%s %.4f) saved at step %" PRId64 ": %s", e.metric.c_str(),
-                                    e.value, e.step, e.path.c_str()));
-                } else if (!m_interactive) {
-                    line("checkpoint saved at step " + std::to_string(e.step) + ": " + e.path);
-                }
-            } else if constexpr (std::is_same_v<T, Warning>) {
-                line("warning: " + e.message);
-            } else if constexpr (std::is_same_v<T, ErrorEvent>) {
-                line("error (" + e.where + "): " + e.message);
-            }
-        },
-        event);
+    std::visit([this](const auto& e) { on(e); }, event);
+}
+
+void ConsoleReporter::on(const core::OptimizerStepped&) {
+    if (m_checkSamples >= 0 && !m_checkSent && m_trainer) {
+        m_checkSent = true;
+        m_trainer->checkEquivalence(m_checkSamples);
+    }
+}
+
+void ConsoleReporter::on(const core::EquivalenceChecked& e) {
+    m_equivalence = e;
+    m_haveEquivalence = true;
+    printEquivalence(e);
+}
+
+void ConsoleReporter::on(const core::RunStateChanged& e) {
+    if (e.state == RunState::Starting) {
+        line(e.detail.rfind("resumed", 0) == 0 ? e.detail : "starting on " + e.detail);
+    }
+    if (e.state == RunState::Paused) line("paused");
+}
+
+void ConsoleReporter::on(const core::ProbeStarted& e) {
+    line(formatText(
+        "probe #%d (%s) on %s: up to %" PRId64 " samples, usable memory %s%s", e.sequence, toString(e.reason),
+        e.device.c_str(), e.upperBound, formatBytes(e.usableBytes).c_str(),
+        e.reservedBytes > 0 ? (", holding " + formatBytes(e.reservedBytes) + " for optimizer state").c_str() : ""));
+}
+
+void ConsoleReporter::on(const core::ProbeTrial& e) {
+    line(formatText("  trial %2d: micro-batch %6" PRId64 "  %-4s peak %9.1f MiB%s", e.trial, e.microBatch,
+                    e.fit ? "fit" : "OOM", toMiB(e.peakBytes),
+                    e.fit && !e.withinHeadroom ? "  (over the headroom line)" : ""));
+}
+
+void ConsoleReporter::on(const core::ProbeFinished& e) {
+    std::string model;
+    if (e.bytesPerSample > 0) {
+        model = formatText("; memory ≈ %.1f MiB + %.3f MiB per sample", e.fixedBytes / 1048576.0,
+                           e.bytesPerSample / 1048576.0);
+    }
+    line(formatText("probe #%d done in %d trials, %.2f s: micro-batch %" PRId64 "; %s %" PRId64 " = %s accumulated%s",
+                    e.sequence, e.trials, e.seconds, e.microBatch, batchName().c_str(), e.targetBatch,
+                    EvenSplit::of(e.targetBatch, e.microBatch).sum().c_str(), model.c_str()));
+    if (!m_gpuTargets.empty() && e.bytesPerSample > 0 && m_rank <= 0) {
+        // Printed even with --quiet: the user asked for it.
+        if (m_openLine) std::fputc('\n', m_out);
+        m_openLine = false;
+        const auto rows =
+            planForGpus(m_gpuTargets, e.fixedBytes, e.bytesPerSample, m_gpuWorkspace, e.targetBatch, m_gpuHeadroom);
+        std::fprintf(m_out, "%s", formatGpuPlan(rows, m_gpuDevice, e.targetBatch).c_str());
+        std::fflush(m_out);
+        m_gpuTargets.clear();
+    }
+}
+
+void ConsoleReporter::on(const core::ThroughputTimed& e) {
+    // One line per candidate once it is ranked would hide the repetitions; one per
+    // counted timing shows the search working without the warm-ups' noise.
+    if (e.repetitions > 0) {
+        line(formatText("  timed micro-batch %6" PRId64 ": %9.0f samples/s (median of %d)", e.microBatch,
+                        e.samplesPerSecond, e.repetitions));
+    }
+}
+
+void ConsoleReporter::on(const core::ThroughputChosen& e) {
+    line(formatText("fastest micro-batch: %" PRId64 "; %s %" PRId64
+                    " = %s accumulated, after %d timed micro-batches, %.2f s (all of them trained): %s",
+                    e.microBatch, batchName().c_str(), e.targetBatch,
+                    EvenSplit::of(e.targetBatch, e.microBatch).sum().c_str(), e.microBatchesTimed, e.seconds,
+                    e.reason.c_str()));
+}
+
+void ConsoleReporter::on(const core::OomEvent& e) {
+    ++m_ooms;
+    line("  " + oomText(e));
+}
+
+void ConsoleReporter::on(const core::MicroBatchDone& e) {
+    // What this process trained in the step, micro-batch by micro-batch (index 0 starts
+    // a batch, or a batch trained again after a float16 overflow).
+    if (e.index == 0 || e.step != m_stepTrained.step) m_stepTrained = {e.step, 0, 0, 0};
+    ++m_stepTrained.microBatches;
+    m_stepTrained.samples += e.size;
+    m_stepTrained.largest = std::max(m_stepTrained.largest, e.size);
+}
+
+void ConsoleReporter::on(const core::StepMetrics& e) {
+    m_lastStep = e;
+    if (m_quiet) return;
+    // The micro-batches that ran: "256 × 4", or "≤132 × 12" where they differed (probe
+    // trials, timed sizes, an OOM, sizes that differ by one).
+    std::string microBatches = formatText("%" PRId64 " × %" PRId64, e.microBatch, e.accumulationSteps);
+    if (m_stepTrained.step == e.step && m_stepTrained.microBatches > 0) {
+        const StepTrained& t = m_stepTrained;
+        microBatches = formatText("%s%" PRId64 " × %" PRId64, t.largest * t.microBatches == t.samples ? "" : "≤",
+                                  t.largest, t.microBatches);
+    }
+    const double eta = e.totalSteps > 0 && e.step > 0
+                           ? e.time / static_cast<double>(e.step) * static_cast<double>(e.totalSteps - e.step)
+                           : NAN;
+    const std::string text =
+        formatText("step %" PRId64 "/%" PRId64 "  epoch %" PRId64
+                   "  loss %.4f%s  %.1f samples/s  micro-batch %s"
+                   "  peak %.1f MiB  ETA %s",
+                   e.step, e.totalSteps, e.epoch, e.loss, lastValidationShort().c_str(), e.samplesPerSecond,
+                   microBatches.c_str(), toMiB(e.peakBytes), duration(eta).c_str()) +
+        m_ranksText;
+    if (m_interactive) {
+        std::fprintf(m_out, "\r\033[K%s", text.c_str());
+        m_openLine = true;
+        std::fflush(m_out);
+    } else {
+        line(text);
+    }
+}
+
+void ConsoleReporter::on(const core::RanksStepped& e) {
+    // Several devices: every rank's share, micro-batch and wait, on the step's line
+    // (the StepMetrics that follows); share changes on lines of their own.
+    m_ranksText = m_interactive ? "  ranks:" : "\n  ranks:";  // the live line stays one line
+    for (const RankStep& r : e.ranks) {
+        m_ranksText +=
+            formatText(" %s%d %s %" PRId64 " in %" PRId64 "×≤%" PRId64 " %.0f/s wait %.2fs%s", r.rank > 0 ? "| " : "",
+                       r.rank, r.device.c_str(), r.share, r.microBatches, r.microBatch, r.samplesPerSecond,
+                       r.waitSeconds, r.ooms > 0 ? formatText(" %d OOM", r.ooms).c_str() : "");
+    }
+    m_ranksText += formatText("  all-reduce %.1f ms", e.allReduceSeconds * 1000);
+    const std::string summedBy =
+        e.collectives + (e.collectivesWhy.empty() ? std::string() : " (" + e.collectivesWhy + ")");
+    if (summedBy != m_summedBy) {
+        m_summedBy = summedBy;
+        line("gradients summed by " + summedBy);
+    }
+    if (!e.nextShares.empty()) {
+        std::string shares;
+        for (const int64_t share : e.nextShares) shares += (shares.empty() ? "" : " + ") + std::to_string(share);
+        line(formatText("shares from step %" PRId64 " on: %s (%s)", e.step + 1, shares.c_str(), e.shareReason.c_str()));
+    }
+}
+
+void ConsoleReporter::on(const core::RankProbed& e) {
+    // Several devices: another rank's probes and OOMs, a line each, named by the rank.
+    const std::string who = formatText("rank %d (%s): ", e.rank, e.device.c_str());
+    for (const ProbeStarted& p : e.probes) {
+        line(formatText("%sprobe #%d (%s): up to %" PRId64 " samples, usable memory %s", who.c_str(), p.sequence,
+                        toString(p.reason), p.upperBound, formatBytes(p.usableBytes).c_str()));
+    }
+    if (!e.trials.empty()) {
+        std::string trials;
+        for (const ProbeTrial& t : e.trials)
+            trials += formatText("%s%" PRId64 " %s", trials.empty() ? "" : ", ", t.microBatch,
+                                 !t.fit             ? "OOM"
+                                 : t.withinHeadroom ? "fit"
+                                                    : "fit over the headroom line");
+        line(who + "tried " + trials);
+    }
+    for (const ProbeFinished& f : e.finished) {
+        line(formatText("%sprobe #%d done in %d trials: micro-batch %" PRId64 "; its share %" PRId64
+                        " = %s accumulated",
+                        who.c_str(), f.sequence, f.trials, f.microBatch, f.targetBatch,
+                        EvenSplit::of(f.targetBatch, f.microBatch).sum().c_str()));
+    }
+    for (const OomEvent& o : e.ooms) {
+        ++m_otherRankOoms;
+        line(who + oomText(o));
+    }
+}
+
+void ConsoleReporter::on(const core::ValidationDone& e) {
+    m_lastValidation = e;
+    if (!m_bestValidation || better(e, *m_bestValidation, m_keepBest)) m_bestValidation = e;
+    line(formatText("validation after step %" PRId64 ": %s on %" PRId64 " held-out samples (micro-batch %" PRId64
+                    ", %.2f s%s)",
+                    e.step, validationMetrics(e).c_str(), e.samples, e.microBatch, e.seconds,
+                    e.ooms > 0 ? formatText(", %d OOM(s) recovered", e.ooms).c_str() : ""));
+}
+
+void ConsoleReporter::on(const core::TargetBatchChanged& e) {
+    line(formatText("target batch %" PRId64 " → %" PRId64 ", learning rate %g → %g", e.oldTarget, e.newTarget,
+                    e.oldLearningRate, e.newLearningRate));
+}
+
+void ConsoleReporter::on(const core::DeviceSwitched& e) {
+    line((e.rank > 0 ? "rank " + std::to_string(e.rank) + ": device " : std::string("device ")) + e.from + " → " +
+         e.to);
+}
+
+void ConsoleReporter::on(const core::SaverSurvey& e) {
+    std::string table = describeSaverSurvey(e);
+    if (!table.empty() && table.back() == '\n') table.pop_back();
+    line(table);
+}
+
+void ConsoleReporter::on(const core::MemorySaversChanged& e) {
+    line("memory savers " + e.from + " → " + e.to +
+         (e.predictedMicroBatch > 0 ? " (predicted micro-batch " + std::to_string(e.predictedMicroBatch) + ")"
+                                    : std::string()) +
+         ": " + e.why);
+}
+
+void ConsoleReporter::on(const core::LossScaleChanged& e) {
+    if (e.overflow) {
+        line(formatText("step %" PRId64 ": float16 gradients overflowed at loss scale %g: no step taken, "
+                        "the batch's %" PRId64 " samples are trained again at %g",
+                        e.step, e.from, e.redoneSamples, e.to));
+    } else {
+        line(formatText("loss scale %g → %g after %" PRId64 " steps without a float16 overflow", e.from, e.to,
+                        core::kLossScaleGrowthSteps));
+    }
+}
+
+void ConsoleReporter::on(const core::CheckpointSaved& e) {
+    if (!e.metric.empty()) {
+        m_bestCheckpoint = e;
+        line(formatText("best model so far (%s %.4f) saved at step %" PRId64 ": %s", e.metric.c_str(), e.value, e.step,
+                        e.path.c_str()));
+    } else if (!m_interactive) {
+        line("checkpoint saved at step " + std::to_string(e.step) + ": " + e.path);
+    }
+}
+
+void ConsoleReporter::on(const core::Warning& e) {
+    line("warning: " + e.message);
+}
+
+void ConsoleReporter::on(const core::ErrorEvent& e) {
+    line("error (" + e.where + "): " + e.message);
 }
 
 void ConsoleReporter::printEquivalence(const core::EquivalenceChecked& r) {

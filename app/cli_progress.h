@@ -65,6 +65,31 @@ public:
 private:
     void line(const std::string& text);
     void printEquivalence(const core::EquivalenceChecked& result);
+    // What each event shows (onEvent visits them); an event type not named here shows nothing.
+    void on(const core::OptimizerStepped&);
+    void on(const core::EquivalenceChecked&);
+    void on(const core::RunStateChanged&);
+    void on(const core::ProbeStarted&);
+    void on(const core::ProbeTrial&);
+    void on(const core::ProbeFinished&);
+    void on(const core::ThroughputTimed&);
+    void on(const core::ThroughputChosen&);
+    void on(const core::OomEvent&);
+    void on(const core::MicroBatchDone&);
+    void on(const core::StepMetrics&);
+    void on(const core::RanksStepped&);
+    void on(const core::RankProbed&);
+    void on(const core::ValidationDone&);
+    void on(const core::TargetBatchChanged&);
+    void on(const core::DeviceSwitched&);
+    void on(const core::SaverSurvey&);
+    void on(const core::MemorySaversChanged&);
+    void on(const core::LossScaleChanged&);
+    void on(const core::CheckpointSaved&);
+    void on(const core::Warning&);
+    void on(const core::ErrorEvent&);
+    template <class Other>
+    void on(const Other&) {}
 
     std::FILE* m_out;
     bool m_interactive;

@@ -1,6 +1,7 @@
 #include "core/data/image_folder_dataset.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <cctype>
 #include <cstring>
@@ -274,232 +275,286 @@ tl::expected<void, std::string> decodeImage(const std::string& path, int64_t cha
     return {};
 }
 
-tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDataset::load(const DataOptions& options) {
-    const std::string& root = options.path;
+namespace {
+
+/// Why `options` cannot describe image-folder data (empty: they can).
+std::string optionsProblem(const DataOptions& options) {
     if (options.channels != 1 && options.channels != 3) {
-        return tl::unexpected("image-folder data has 1 (grey) or 3 (RGB) channels, not " +
-                              std::to_string(options.channels) + ": use an image size such as 3x64x64");
+        return "image-folder data has 1 (grey) or 3 (RGB) channels, not " + std::to_string(options.channels) +
+               ": use an image size such as 3x64x64";
     }
     if (options.height < 1 || options.width < 1 || options.height > kMaxImageFolderSide ||
         options.width > kMaxImageFolderSide) {
-        return tl::unexpected("image-folder size " + std::to_string(options.height) + "x" +
-                              std::to_string(options.width) + " is out of range: each side must be 1 to " +
-                              std::to_string(kMaxImageFolderSide) + " pixels");
+        return "image-folder size " + std::to_string(options.height) + "x" + std::to_string(options.width) +
+               " is out of range: each side must be 1 to " + std::to_string(kMaxImageFolderSide) + " pixels";
     }
-    std::error_code ec;
-    if (!fs::exists(root, ec)) return tl::unexpected("image folder " + root + " does not exist");
-    if (!fs::is_directory(root, ec)) {
-        return tl::unexpected(root + " is not a folder: image-folder data is a folder with one subfolder per class");
-    }
+    return {};
+}
 
-    // Everything read stays inside the folder given: a symbolic link out of it (a class folder
-    // linked to "/", say) would walk the whole file system and train on whatever it found.
-    const std::string inside = fs::canonical(root, ec).string();
-    if (ec) return tl::unexpected("cannot open image folder " + root + ": " + ec.message());
-    // A dangling link leads nowhere, not outside: it is passed over as before.
-    const auto leadsOutside = [&inside](const fs::path& path) {
-        std::error_code canonicalError;
-        const std::string real = fs::canonical(path, canonicalError).string();
-        return !canonicalError && real != inside && !real.starts_with(inside + "/");
-    };
-    std::vector<std::string> outside;
-    std::vector<std::string> classDirs;
+/// What a walk of the folder found: the image files by class, and what it passed over.
+struct Listing {
+    std::vector<std::string> classes;     ///< the class subfolders' names, sorted: label i is classes[i]
+    std::vector<Candidate> images;        ///< by class, then by path
+    std::vector<std::string> otherFiles;  ///< files whose extension is not an image's
+    std::vector<std::string> outside;     ///< symbolic links that lead outside the folder, not followed
+    std::vector<std::string> loops;       ///< linked folders that lead back to one already read
+    size_t repeatedFiles = 0;             ///< files reached a second time through a link
+};
+
+/// The class subfolders of `root`, sorted. Everything read stays inside the folder given: a
+/// symbolic link out of it (a class folder linked to "/", say) would walk the whole file system
+/// and train on whatever it found; such links go to `listing.outside`.
+tl::expected<void, std::string> listClasses(const std::string& root,
+                                            const std::function<bool(const fs::path&)>& leadsOutside,
+                                            Listing& listing) {
+    std::error_code ec;
     int64_t looseImages = 0;
     for (fs::directory_iterator it(root, fs::directory_options::skip_permission_denied, ec), end; !ec && it != end;
          it.increment(ec)) {
         if (isHidden(it->path())) continue;
         if (it->is_directory(ec)) {
             if (std::error_code linkError; it->is_symlink(linkError) && leadsOutside(it->path())) {
-                outside.push_back(it->path().string());
+                listing.outside.push_back(it->path().string());
                 continue;
             }
-            classDirs.push_back(it->path().filename().string());
+            listing.classes.push_back(it->path().filename().string());
         } else if (isImageName(it->path())) {
             ++looseImages;
         }
     }
     if (ec) return tl::unexpected("cannot list image folder " + root + ": " + ec.message());
-    const std::string linkedOut = outside.empty() ? std::string()
-                                                  : " (besides " + std::to_string(outside.size()) +
-                                                        " linked folder(s) that lead outside it, e.g. " +
-                                                        outside.front() + ", which are not followed)";
-    if (classDirs.empty()) {
+    const std::string linkedOut = listing.outside.empty() ? std::string()
+                                                          : " (besides " + std::to_string(listing.outside.size()) +
+                                                                " linked folder(s) that lead outside it, e.g. " +
+                                                                listing.outside.front() + ", which are not followed)";
+    if (listing.classes.empty()) {
         return tl::unexpected(
             "image folder " + root + " has no class subfolders" + linkedOut +
             (looseImages > 0 ? " (it holds " + std::to_string(looseImages) + " images directly)" : "") +
             ": put the images of each class in their own subfolder, e.g. " + root + "/cat/1.png");
     }
-    if (classDirs.size() == 1) {
-        return tl::unexpected("image folder " + root + " has one class subfolder (\"" + classDirs.front() + "\")" +
-                              linkedOut + ": a classifier needs at least two classes, each in its own subfolder of " +
-                              root + " (root/<class>/<image>)");
+    if (listing.classes.size() == 1) {
+        return tl::unexpected("image folder " + root + " has one class subfolder (\"" + listing.classes.front() +
+                              "\")" + linkedOut +
+                              ": a classifier needs at least two classes, each in its own subfolder of " + root +
+                              " (root/<class>/<image>)");
     }
-    std::sort(classDirs.begin(), classDirs.end());
+    std::sort(listing.classes.begin(), listing.classes.end());
+    return {};
+}
 
-    std::vector<Candidate> candidates;
-    std::vector<std::string> otherFiles;
-    // Symbolic links to folders are followed, but every folder and file is taken once: a link
-    // back up the tree (a loop) or a second way to the same image would repeat samples, and an
-    // image reached from two class folders would get two labels.
-    std::set<std::string> seenFiles;
-    std::vector<std::string> loops;
-    size_t repeatedFiles = 0;
-    for (size_t label = 0; label < classDirs.size(); ++label) {
-        std::vector<std::string> files;
-        const fs::path dir = fs::path(root) / classDirs[label];
-        std::set<std::string> seenDirs{fs::weakly_canonical(dir, ec).string()};
-        const auto walkOptions =
-            fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied;
-        for (fs::recursive_directory_iterator it(dir, walkOptions, ec), end; !ec && it != end; it.increment(ec)) {
-            if (cancelled(cancelFlag())) return tl::unexpected(std::string(kLoadingCancelled));
-            if (isHidden(it->path())) {
-                if (it->is_directory(ec)) it.disable_recursion_pending();
-                continue;
-            }
-            // Its own error code: the iterator's would end the listing on a dangling link.
-            if (std::error_code linkError; it->is_symlink(linkError) && leadsOutside(it->path())) {
-                it.disable_recursion_pending();
-                outside.push_back(it->path().string());
-                continue;
-            }
-            if (it->is_directory(ec)) {
-                std::error_code canonicalError;
-                const std::string real = fs::canonical(it->path(), canonicalError).string();
-                if (canonicalError || !seenDirs.insert(real).second ||
-                    fs::weakly_canonical(dir, canonicalError).string().starts_with(real + "/")) {
-                    it.disable_recursion_pending();
-                    loops.push_back(it->path().string());
-                }
-                continue;
-            }
-            if (!it->is_regular_file(ec)) continue;
+/// The image files of class `label`, at any depth of its folder. Symbolic links to folders are
+/// followed, but every folder and file is taken once (`seenFiles` across the classes): a link back
+/// up the tree (a loop) or a second way to the same image would repeat samples, and an image
+/// reached from two class folders would get two labels.
+tl::expected<void, std::string> listClassImages(const std::string& root, size_t label,
+                                                const std::function<bool(const fs::path&)>& leadsOutside,
+                                                std::set<std::string>& seenFiles, Listing& listing) {
+    std::error_code ec;
+    std::vector<std::string> files;
+    const fs::path dir = fs::path(root) / listing.classes[label];
+    std::set<std::string> seenDirs{fs::weakly_canonical(dir, ec).string()};
+    const auto walkOptions =
+        fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied;
+    for (fs::recursive_directory_iterator it(dir, walkOptions, ec), end; !ec && it != end; it.increment(ec)) {
+        if (cancelled(cancelFlag())) return tl::unexpected(std::string(kLoadingCancelled));
+        if (isHidden(it->path())) {
+            if (it->is_directory(ec)) it.disable_recursion_pending();
+            continue;
+        }
+        // Its own error code: the iterator's would end the listing on a dangling link.
+        if (std::error_code linkError; it->is_symlink(linkError) && leadsOutside(it->path())) {
+            it.disable_recursion_pending();
+            listing.outside.push_back(it->path().string());
+            continue;
+        }
+        if (it->is_directory(ec)) {
             std::error_code canonicalError;
             const std::string real = fs::canonical(it->path(), canonicalError).string();
-            if (!canonicalError && !seenFiles.insert(real).second) {
-                ++repeatedFiles;
-                continue;
+            if (canonicalError || !seenDirs.insert(real).second ||
+                fs::weakly_canonical(dir, canonicalError).string().starts_with(real + "/")) {
+                it.disable_recursion_pending();
+                listing.loops.push_back(it->path().string());
             }
-            if (isImageName(it->path())) {
-                files.push_back(it->path().string());
-            } else {
-                otherFiles.push_back(it->path().string());
-            }
+            continue;
         }
-        if (ec) return tl::unexpected("cannot list class folder " + dir.string() + ": " + ec.message());
-        std::sort(files.begin(), files.end());
-        for (auto& file : files) candidates.push_back({std::move(file), static_cast<int64_t>(label)});
+        if (!it->is_regular_file(ec)) continue;
+        std::error_code canonicalError;
+        const std::string real = fs::canonical(it->path(), canonicalError).string();
+        if (!canonicalError && !seenFiles.insert(real).second) {
+            ++listing.repeatedFiles;
+            continue;
+        }
+        (isImageName(it->path()) ? files : listing.otherFiles).push_back(it->path().string());
     }
-    if (candidates.empty()) {
-        return tl::unexpected("image folder " + root + " has " + std::to_string(classDirs.size()) +
+    if (ec) return tl::unexpected("cannot list class folder " + dir.string() + ": " + ec.message());
+    std::sort(files.begin(), files.end());
+    for (auto& file : files) listing.images.push_back({std::move(file), static_cast<int64_t>(label)});
+    return {};
+}
+
+/// Walks `root`: its class subfolders and their images.
+tl::expected<Listing, std::string> listImageFolder(const std::string& root) {
+    std::error_code ec;
+    if (!fs::exists(root, ec)) return tl::unexpected("image folder " + root + " does not exist");
+    if (!fs::is_directory(root, ec)) {
+        return tl::unexpected(root + " is not a folder: image-folder data is a folder with one subfolder per class");
+    }
+    const std::string inside = fs::canonical(root, ec).string();
+    if (ec) return tl::unexpected("cannot open image folder " + root + ": " + ec.message());
+    // A dangling link leads nowhere, not outside: it is passed over as before.
+    const std::function<bool(const fs::path&)> leadsOutside = [&inside](const fs::path& path) {
+        std::error_code canonicalError;
+        const std::string real = fs::canonical(path, canonicalError).string();
+        return !canonicalError && real != inside && !real.starts_with(inside + "/");
+    };
+    Listing listing;
+    if (auto listed = listClasses(root, leadsOutside, listing); !listed) return tl::unexpected(listed.error());
+    std::set<std::string> seenFiles;
+    for (size_t label = 0; label < listing.classes.size(); ++label) {
+        if (auto listed = listClassImages(root, label, leadsOutside, seenFiles, listing); !listed)
+            return tl::unexpected(listed.error());
+    }
+    if (listing.images.empty()) {
+        return tl::unexpected("image folder " + root + " has " + std::to_string(listing.classes.size()) +
                               " class subfolder(s) but no image files in them (PNG, JPEG, BMP, GIF, TGA, PGM/PPM)");
     }
+    return listing;
+}
 
-    auto dataset = std::shared_ptr<ImageFolderDataset>(new ImageFolderDataset());
-    if (!outside.empty()) {
-        dataset->m_warnings.push_back(std::to_string(outside.size()) + " symbolic link(s) lead outside " + root +
-                                      " and were skipped (e.g. " + outside.front() +
-                                      "): a data set's images are read from inside its folder; copy them in, or "
-                                      "give the folder they are in");
+/// What the walk passed over, as warnings.
+std::vector<std::string> listingWarnings(const Listing& listing, const std::string& root) {
+    std::vector<std::string> warnings;
+    if (!listing.outside.empty()) {
+        warnings.push_back(std::to_string(listing.outside.size()) + " symbolic link(s) lead outside " + root +
+                           " and were skipped (e.g. " + listing.outside.front() +
+                           "): a data set's images are read from inside its folder; copy them in, or give the "
+                           "folder they are in");
     }
-    if (!loops.empty()) {
-        dataset->m_warnings.push_back(std::to_string(loops.size()) +
-                                      " linked folder(s) lead back to a folder already read "
-                                      "and were skipped (e.g. " +
-                                      loops.front() + "): each image is used once");
+    if (!listing.loops.empty()) {
+        warnings.push_back(std::to_string(listing.loops.size()) +
+                           " linked folder(s) lead back to a folder already read and were skipped (e.g. " +
+                           listing.loops.front() + "): each image is used once");
     }
-    if (repeatedFiles > 0) {
-        dataset->m_warnings.push_back(std::to_string(repeatedFiles) +
-                                      " file(s) were reached a second time through a "
-                                      "symbolic link and were used only once");
+    if (listing.repeatedFiles > 0) {
+        warnings.push_back(std::to_string(listing.repeatedFiles) +
+                           " file(s) were reached a second time through a symbolic link and were used only once");
     }
-    dataset->m_root = root;
-    dataset->m_channels = options.channels;
-    dataset->m_height = options.height;
-    dataset->m_width = options.width;
-    dataset->m_classNames = classDirs;
+    return warnings;
+}
 
-    // Decode everything once: that finds the unreadable files now rather than mid-training, and
-    // fills the cache when the decoded set fits the budget.
-    const auto count = static_cast<int64_t>(candidates.size());
+/// Every image decoded, each on LibTorch's threads: the unreadable ones are found now rather than
+/// mid-training. `cache`, when defined, receives each image (count x channels x height x width);
+/// else each is decoded into scratch memory and dropped. Returns each image's error (empty: read).
+std::vector<std::string> decodeAll(const std::vector<Candidate>& images, const DataOptions& options,
+                                   torch::Tensor& cache) {
+    const auto count = static_cast<int64_t>(images.size());
     const int64_t perImage = options.channels * options.height * options.width;
-    const bool cache = count * perImage <= options.imageCacheBytes;
-    torch::Tensor decoded =
-        cache ? torch::empty({count, options.channels, options.height, options.width}, torch::kUInt8) : torch::Tensor();
     std::vector<std::string> errors(static_cast<size_t>(count));
     const std::atomic<bool>* stop = cancelFlag();
     at::parallel_for(0, count, /*grain_size=*/1, [&](int64_t begin, int64_t end) {
-        std::vector<uint8_t> scratch(cache ? 0 : static_cast<size_t>(perImage));
+        std::vector<uint8_t> scratch(cache.defined() ? 0 : static_cast<size_t>(perImage));
         for (int64_t i = begin; i < end && !cancelled(stop); ++i) {
-            uint8_t* out = cache ? decoded.data_ptr<uint8_t>() + i * perImage : scratch.data();
-            const auto ok = decodeImage(candidates[static_cast<size_t>(i)].file, options.channels, options.height,
-                                        options.width, out);
+            uint8_t* out = cache.defined() ? cache.data_ptr<uint8_t>() + i * perImage : scratch.data();
+            const auto ok =
+                decodeImage(images[static_cast<size_t>(i)].file, options.channels, options.height, options.width, out);
             if (!ok) errors[static_cast<size_t>(i)] = ok.error();
         }
     });
+    return errors;
+}
 
-    if (cancelled(stop)) return tl::unexpected(std::string(kLoadingCancelled));
-    std::vector<std::string> skipped;
-    std::vector<int64_t> perClass(classDirs.size(), 0);
-    for (int64_t i = 0; i < count; ++i) {
-        const Candidate& candidate = candidates[static_cast<size_t>(i)];
-        if (!errors[static_cast<size_t>(i)].empty()) {
-            skipped.push_back(candidate.file + " (" + errors[static_cast<size_t>(i)] + ")");
-            continue;
-        }
-        if (cache) {
-            // Compact in place: the kept image moves to an earlier (or the same) slot.
-            const auto kept = static_cast<int64_t>(dataset->m_files.size());
-            if (kept != i) {
-                uint8_t* base = decoded.data_ptr<uint8_t>();
-                std::memmove(base + kept * perImage, base + i * perImage, static_cast<size_t>(perImage));
-            }
-        }
-        dataset->m_files.push_back(candidate.file);
-        dataset->m_labels.push_back(candidate.label);
-        ++perClass[static_cast<size_t>(candidate.label)];
-    }
-    if (dataset->m_files.empty()) {
-        return tl::unexpected("none of the " + std::to_string(count) + " image files in " + root +
-                              " could be decoded; the first: " + skipped.front());
-    }
-    if (cache)
-        dataset->m_cache =
-            decoded.narrow(/*dim=*/0, /*start=*/0, static_cast<int64_t>(dataset->m_files.size())).clone();
+/// "N of M image files in ROOT could not be read and were skipped: …", the first kListed named.
+std::string skippedWarning(const std::vector<std::string>& skipped, int64_t count, const std::string& root) {
+    std::string text = std::to_string(skipped.size()) + " of " + std::to_string(count) + " image files in " + root +
+                       " could not be read and were skipped: ";
+    for (size_t i = 0; i < std::min(skipped.size(), kListed); ++i) text += (i ? "; " : "") + skipped[i];
+    if (skipped.size() > kListed) text += "; and " + std::to_string(skipped.size() - kListed) + " more";
+    return text;
+}
 
-    if (!skipped.empty()) {
-        std::string text = std::to_string(skipped.size()) + " of " + std::to_string(count) + " image files in " + root +
-                           " could not be read and were skipped: ";
-        for (size_t i = 0; i < std::min(skipped.size(), kListed); ++i) text += (i ? "; " : "") + skipped[i];
-        if (skipped.size() > kListed) text += "; and " + std::to_string(skipped.size() - kListed) + " more";
-        dataset->m_warnings.push_back(text);
-    }
-    for (size_t label = 0; label < classDirs.size(); ++label) {
-        if (perClass[label] == 0) {
-            dataset->m_warnings.push_back("class folder \"" + classDirs[label] + "\" (class " + std::to_string(label) +
-                                          ") has no readable images; it still counts as a class");
-        }
-    }
-    if (!otherFiles.empty()) {
-        dataset->m_warnings.push_back(std::to_string(otherFiles.size()) + " file(s) in " + root +
-                                      " are not images by their extension and were ignored, e.g. " +
-                                      otherFiles.front() +
-                                      " (readable: .png .jpg .jpeg .bmp .gif .tga .pgm .ppm .pnm)");
-    }
-    // Each kept image's path inside the folder and its size: another folder, another set of
-    // images or an image replaced by one of another size gives another fingerprint, without
-    // reading every file again.
+/// Each kept image's path inside the folder and its size: another folder, another set of images
+/// or an image replaced by one of another size gives another fingerprint, without reading every
+/// file again.
+std::string listingFingerprint(const std::vector<std::string>& files, const std::string& root,
+                               const DataOptions& options) {
     uint32_t crc = 0;
-    for (const std::string& file : dataset->m_files) {
+    for (const std::string& file : files) {
         std::error_code ec;
         const std::string relative = fs::path(file).lexically_relative(root).string();
         const auto bytes = static_cast<uint64_t>(fs::file_size(file, ec));
         crc = crc32Of(relative.data(), relative.size() + 1, crc);  // with its terminating zero
         crc = crc32Of(&bytes, sizeof bytes, crc);
     }
-    dataset->m_fingerprint = "image folder " + fs::path(root).filename().string() + ", " +
-                             std::to_string(dataset->m_files.size()) + " images, listing CRC-32 " + crcText(crc) +
-                             ", " + std::to_string(options.channels) + "x" + std::to_string(options.height) + "x" +
-                             std::to_string(options.width);
+    return "image folder " + fs::path(root).filename().string() + ", " + std::to_string(files.size()) +
+           " images, listing CRC-32 " + crcText(crc) + ", " + std::to_string(options.channels) + "x" +
+           std::to_string(options.height) + "x" + std::to_string(options.width);
+}
+
+}  // namespace
+
+tl::expected<std::shared_ptr<ImageFolderDataset>, std::string> ImageFolderDataset::load(const DataOptions& options) {
+    const std::string& root = options.path;
+    if (const std::string problem = optionsProblem(options); !problem.empty()) return tl::unexpected(problem);
+    auto listing = listImageFolder(root);
+    if (!listing) return tl::unexpected(listing.error());
+
+    auto dataset = std::shared_ptr<ImageFolderDataset>(new ImageFolderDataset());
+    dataset->m_warnings = listingWarnings(*listing, root);
+    dataset->m_root = root;
+    dataset->m_channels = options.channels;
+    dataset->m_height = options.height;
+    dataset->m_width = options.width;
+    dataset->m_classNames = listing->classes;
+
+    // Decoded once, into the cache when the decoded set fits its budget.
+    const auto count = static_cast<int64_t>(listing->images.size());
+    const int64_t perImage = options.channels * options.height * options.width;
+    torch::Tensor decoded = count * perImage <= options.imageCacheBytes
+                                ? torch::empty({count, options.channels, options.height, options.width}, torch::kUInt8)
+                                : torch::Tensor();
+    const std::vector<std::string> errors = decodeAll(listing->images, options, decoded);
+    if (cancelled(cancelFlag())) return tl::unexpected(std::string(kLoadingCancelled));
+    std::vector<std::string> skipped;
+    std::vector<int64_t> perClass(listing->classes.size(), 0);
+    for (int64_t i = 0; i < count; ++i) {
+        const Candidate& image = listing->images[static_cast<size_t>(i)];
+        if (!errors[static_cast<size_t>(i)].empty()) {
+            skipped.push_back(image.file + " (" + errors[static_cast<size_t>(i)] + ")");
+            continue;
+        }
+        // Compact the cache in place: the kept image moves to an earlier (or the same) slot.
+        if (const auto kept = static_cast<int64_t>(dataset->m_files.size()); decoded.defined() && kept != i) {
+            uint8_t* base = decoded.data_ptr<uint8_t>();
+            std::memmove(base + kept * perImage, base + i * perImage, static_cast<size_t>(perImage));
+        }
+        dataset->m_files.push_back(image.file);
+        dataset->m_labels.push_back(image.label);
+        ++perClass[static_cast<size_t>(image.label)];
+    }
+    if (dataset->m_files.empty()) {
+        return tl::unexpected("none of the " + std::to_string(count) + " image files in " + root +
+                              " could be decoded; the first: " + skipped.front());
+    }
+    if (decoded.defined())
+        dataset->m_cache =
+            decoded.narrow(/*dim=*/0, /*start=*/0, static_cast<int64_t>(dataset->m_files.size())).clone();
+
+    if (!skipped.empty()) dataset->m_warnings.push_back(skippedWarning(skipped, count, root));
+    for (size_t label = 0; label < listing->classes.size(); ++label) {
+        if (perClass[label] == 0) {
+            dataset->m_warnings.push_back("class folder \"" + listing->classes[label] + "\" (class " +
+                                          std::to_string(label) +
+                                          ") has no readable images; it still counts as a class");
+        }
+    }
+    if (!listing->otherFiles.empty()) {
+        dataset->m_warnings.push_back(std::to_string(listing->otherFiles.size()) + " file(s) in " + root +
+                                      " are not images by their extension and were ignored, e.g. " +
+                                      listing->otherFiles.front() +
+                                      " (readable: .png .jpg .jpeg .bmp .gif .tga .pgm .ppm .pnm)");
+    }
+    dataset->m_fingerprint = listingFingerprint(dataset->m_files, root, options);
     return dataset;
 }
 
