@@ -7,6 +7,14 @@
 set(BATCHPILOT_TEST_ENVIRONMENT
     "QT_QPA_PLATFORM=offscreen;BATCHPILOT_RUNS_DIR=${CMAKE_BINARY_DIR}/test-runs;OMP_NUM_THREADS=1")
 
+# The tests' own code at -O1 in the optimised builds (what they test, core/ and ui/, keeps -O2):
+# their time goes to LibTorch and the engine, not to themselves, and a torch test file compiles in
+# a fifth less time (a batch of tst_core_engine: 22.6 s against 28.0 s). The precompiled torch
+# header, built at -O2, is still used (GCC needs __OPTIMIZE__ defined in both, not the same level).
+function(batchpilot_test_optimization target)
+  target_compile_options(${target} PRIVATE $<$<CONFIG:RelWithDebInfo,Release>:-O1>)
+endfunction()
+
 # batchpilot_add_test(<unit> SOURCE <file> LIBS <targets...> GROUP <group> [TIMEOUT s] [COST s] [TORCH]
 #                     [NO_TEST])
 # Builds one QtTest executable per unit and registers it with CTest as "<group>.<unit>".
@@ -15,6 +23,7 @@ function(batchpilot_add_test name)
   set(target tst_${ARG_GROUP}_${name})
   add_executable(${target} ${ARG_SOURCE})
   target_link_libraries(${target} PRIVATE batchpilot_settings Qt6::Test ${ARG_LIBS})
+  batchpilot_test_optimization(${target})
   if(ARG_TORCH)
     target_precompile_headers(${target} REUSE_FROM batchpilot_torch_pch)
     batchpilot_skip_pch_for_moc(${target})
@@ -61,6 +70,7 @@ function(batchpilot_add_test_suite target)
     list(APPEND sources "${moc_dir}/tst_${unit}.moc")
   endforeach()
   add_executable(${target} ${sources})
+  batchpilot_test_optimization(${target})
   target_include_directories(${target} PRIVATE "${moc_dir}")
   target_link_libraries(${target} PRIVATE batchpilot_settings Qt6::Test ${ARG_LIBS})
   if(ARG_TORCH)
