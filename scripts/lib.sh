@@ -31,6 +31,8 @@ PACKAGES=(
 # LibTorch's own threads, where OpenBLAS's pthreads halved the MLP's speed at two.
 DEBIAN_TORCH_PACKAGES=(libtorch-dev python3-torch python3-torchvision libblis4-pthread)
 PIP_TORCH_PACKAGES=(python3-venv python3-pip)
+# The sanitizer and fuzzer builds (configure_sanitizer_build): Clang and its run-time libraries.
+SANITIZER_PACKAGES=(clang libclang-rt-dev)
 
 # Reads --torch debian|pip from the arguments; the others are left in REST_ARGS.
 TORCH_BUILD="${BATCHPILOT_TORCH:-auto}"
@@ -167,7 +169,7 @@ configure_sanitizer_build() {
     thread) BUILD_DIR="${BUILD_DIR:-$ROOT/build-tsan}"; local fuzz=OFF ;;
     *) BUILD_DIR="${BUILD_DIR:-$ROOT/build-asan}"; local fuzz=ON ;;
   esac
-  PACKAGES+=(clang libclang-rt-dev)
+  PACKAGES+=("${SANITIZER_PACKAGES[@]}")
   install_missing
   use_ccache
   pip_torch_args
