@@ -15,7 +15,7 @@ void Trainer::Impl::setup() {
     if (!checked) throw FatalError{checked.error(), "configuration"};
     auto parsed = parseDevice(options.device);
     if (!parsed) throw FatalError{parsed.error(), "configuration"};
-    device = *parsed;
+    hardware.device = *parsed;
     torch::set_num_threads(intraOpThreadsFor(options.intraOpThreads, options.reservedCpus));
     if (!options.checkpoint.directory.empty()) {
         // Found out now, not after hours of training (nor after loading the data): a checkpoint
@@ -31,28 +31,29 @@ void Trainer::Impl::setup() {
     }
     loadData();
     checkDataAndCheckpoints();
-    for (const std::string& warning : data->warnings()) emit(Warning{now(), warning});
-    if (validation.data && !options.validation.path.empty()) {
-        for (const std::string& warning : validation.data->warnings())
+    for (const std::string& warning : feed.training->warnings()) emit(Warning{now(), warning});
+    if (feed.validation.data && !options.validation.path.empty()) {
+        for (const std::string& warning : feed.validation.data->warnings())
             emit(Warning{now(), "validation data: " + warning});
     }
-    prefetcher = std::make_unique<Prefetcher>(data);
-    if (device.kind == DeviceKind::Cuda && options.cudaMemoryFraction > 0) {
-        setCudaMemoryFraction(device.index, options.cudaMemoryFraction);
+    feed.prefetcher = std::make_unique<Prefetcher>(feed.training);
+    if (hardware.device.kind == DeviceKind::Cuda && options.cudaMemoryFraction > 0) {
+        setCudaMemoryFraction(hardware.device.index, options.cudaMemoryFraction);
     }
-    meter = openMeter(device);
+    hardware.meter = openMeter(hardware.device);
     meterOpened();
-    if (const std::string note = meter->limitNote(); !note.empty()) emit(Warning{now(), device.name() + ": " + note});
-    meter->resetPeak();
-    reported.allocatorRetries = meter->allocatorRetries();
-    target = options.targetBatch;
-    sampler.emplace(data->size(), options.seed);
+    if (const std::string note = hardware.meter->limitNote(); !note.empty())
+        emit(Warning{now(), hardware.device.name() + ": " + note});
+    hardware.meter->resetPeak();
+    hardware.reported.allocatorRetries = hardware.meter->allocatorRetries();
+    progress.target = options.targetBatch;
+    feed.sampler.emplace(feed.training->size(), options.seed);
     buildModel();
-    lossScaling.scale = options.lossScale;  // or the checkpoint's, when it recorded one
+    learner.lossScaling.scale = options.lossScale;  // or the checkpoint's, when it recorded one
     if (!options.resumeFrom.empty()) restoreCheckpoint();
     checkSaversSuitModel();
     useMemorySavers(options.memorySavers == MemorySavers::Auto ? MemorySavers::Off : options.memorySavers);
-    if (model->usesBatchStatistics()) {
+    if (learner.model->usesBatchStatistics()) {
         choice.sizes.minPart = 2;
         emit(Warning{now(),
                      "the model uses BatchNorm: each micro-batch is normalised with its own "
@@ -72,27 +73,28 @@ void Trainer::Impl::loadData() {
     auto split = makeValidation(options, *made);
     if (!split && commands.cancelFlag().load()) throw LoadingCancelled{};
     if (!split) throw FatalError{split.error(), "dataset"};
-    validation.outOfTraining = split->training != *made;
-    data = split->training;
-    validation.data = split->validation;
+    feed.validation.outOfTraining = split->training != *made;
+    feed.training = split->training;
+    feed.validation.data = split->validation;
 }
 
 void Trainer::Impl::checkDataAndCheckpoints() const {
-    if (data->size() <= 0) throw FatalError{"the dataset \"" + data->name() + "\" is empty", "dataset"};
-    if (options.loss == LossKind::CrossEntropy && !options.data.regression && data->classes() < 2) {
+    if (feed.training->size() <= 0)
+        throw FatalError{"the dataset \"" + feed.training->name() + "\" is empty", "dataset"};
+    if (options.loss == LossKind::CrossEntropy && !options.data.regression && feed.training->classes() < 2) {
         throw FatalError{
-            "the data " + data->name() +
+            "the data " + feed.training->name() +
                 " has a single class: a classifier learns nothing from it (its loss "
                 "is 0 from the start); give data with at least two classes, or train a regression (--loss mse)",
             "dataset"};
     }
     // Resumed runs check the checkpoint's target below.
-    if (options.resumeFrom.empty() && options.targetBatch > data->size()) {
+    if (options.resumeFrom.empty() && options.targetBatch > feed.training->size()) {
         throw FatalError{
-            "the target batch " + std::to_string(options.targetBatch) + " is larger than the data: " + data->name() +
-                " has " + std::to_string(data->size()) +
+            "the target batch " + std::to_string(options.targetBatch) +
+                " is larger than the data: " + feed.training->name() + " has " + std::to_string(feed.training->size()) +
                 " samples, and a training batch uses each sample at most once; choose a target batch of at most " +
-                std::to_string(data->size()),
+                std::to_string(feed.training->size()),
             "configuration"};
     }
     if (options.checkpoint.directory.empty() &&
@@ -105,16 +107,16 @@ void Trainer::Impl::checkDataAndCheckpoints() const {
     }
     if (!options.checkpoint.keepBest.empty()) {
         const std::string& metric = options.checkpoint.keepBest;
-        if (!validation.data) {
+        if (!feed.validation.data) {
             throw FatalError{"keeping the best model by " + metric +
                                  " needs validation data: hold out a share of the data (--validation-split) or give "
                                  "--validation-data",
                              "configuration"};
         }
-        if (metric == "val_top5_accuracy" && data->classes() <= 5) {
+        if (metric == "val_top5_accuracy" && feed.training->classes() <= 5) {
             throw FatalError{
                 "keeping the best model by val_top5_accuracy needs more than 5 classes, but the data has " +
-                    std::to_string(data->classes()) + ": keep it by val_accuracy",
+                    std::to_string(feed.training->classes()) + ": keep it by val_accuracy",
                 "configuration"};
         }
     }
@@ -124,20 +126,21 @@ void Trainer::Impl::buildModel() {
     try {
         torch::manual_seed(options.seed);
         // Parameters and gradient accumulators are measured as what they add on the device.
-        const int64_t beforeModel = meter->allocated();
-        auto made = options.modelFactory ? options.modelFactory(*data) : makeModel(options.model, *data);
+        const int64_t beforeModel = hardware.meter->allocated();
+        auto made =
+            options.modelFactory ? options.modelFactory(*feed.training) : makeModel(options.model, *feed.training);
         if (!made) throw FatalError{made.error(), "model"};
-        model = *made;
-        model->to(torchDevice(device));
-        model->train(true);
-        parameters = model->parameters();
-        if (parameters.empty()) throw FatalError{"the model has no trainable parameters", "model"};
-        ledger.parameterBytes = meter->allocated() - beforeModel;
-        gradients.clear();
-        for (const auto& p : parameters) gradients.push_back(torch::zeros_like(p));
+        learner.model = *made;
+        learner.model->to(torchDevice(hardware.device));
+        learner.model->train(true);
+        learner.parameters = learner.model->parameters();
+        if (learner.parameters.empty()) throw FatalError{"the model has no trainable parameters", "model"};
+        hardware.ledger.parameterBytes = hardware.meter->allocated() - beforeModel;
+        learner.gradients.clear();
+        for (const auto& p : learner.parameters) learner.gradients.push_back(torch::zeros_like(p));
         linkGradients();
-        ledger.gradientBytes = meter->allocated() - beforeModel - ledger.parameterBytes;
-        optimizer = std::make_unique<Optimizer>(options.optimizer, parameters);
+        hardware.ledger.gradientBytes = hardware.meter->allocated() - beforeModel - hardware.ledger.parameterBytes;
+        learner.optimizer = std::make_unique<Optimizer>(options.optimizer, learner.parameters);
     } catch (const FatalError&) {
         throw;
     } catch (const std::exception&) {
@@ -149,10 +152,10 @@ void Trainer::Impl::buildModel() {
 
 void Trainer::Impl::checkSaversSuitModel() const {
     if (checkpoints(options.memorySavers)) {
-        if (const std::string why = model->checkpointingUnsupported(); !why.empty()) {
+        if (const std::string why = learner.model->checkpointingUnsupported(); !why.empty()) {
             throw FatalError{std::string("activation checkpointing (memory savers ") + toString(options.memorySavers) +
-                                 ") needs a model whose parts can be recomputed in backward, but " + model->name() +
-                                 ": " + why +
+                                 ") needs a model whose parts can be recomputed in backward, but " +
+                                 learner.model->name() + ": " + why +
                                  "; use the memory savers bf16, or auto (which goes without checkpointing)",
                              "model"};
         }
@@ -166,8 +169,8 @@ void Trainer::Impl::checkSaversSuitModel() const {
 }
 
 std::string Trainer::Impl::float16Unavailable() const {
-    if (device.kind == DeviceKind::Cuda || BATCHPILOT_CPU_AUTOCASTS_FLOAT16) return {};
-    return "needs a CUDA device, or LibTorch 2.5 or later on the CPU, and " + device.name() +
+    if (hardware.device.kind == DeviceKind::Cuda || BATCHPILOT_CPU_AUTOCASTS_FLOAT16) return {};
+    return "needs a CUDA device, or LibTorch 2.5 or later on the CPU, and " + hardware.device.name() +
            " runs on the CPU with LibTorch " + TORCH_VERSION +
            ": use bf16 there (the same memory, float32's range, no loss scaling needed)";
 }
@@ -177,12 +180,12 @@ bool Trainer::Impl::unscaleGradients() {
     CountingScope inPlace(false);
     // One flag on the device, read once: a sum of the gradients could overflow where none does.
     torch::Tensor overflow;
-    for (const torch::Tensor& g : gradients) {
+    for (const torch::Tensor& g : learner.gradients) {
         const torch::Tensor bad = g.isfinite().logical_not().any();
         overflow = overflow.defined() ? overflow.logical_or(bad) : bad;
     }
     if (overflow.defined() && overflow.item<bool>()) return false;
-    for (torch::Tensor& g : gradients) g.div_(lossScaling.scale);
+    for (torch::Tensor& g : learner.gradients) g.div_(learner.lossScaling.scale);
     return true;
 }
 
@@ -198,24 +201,24 @@ std::string Trainer::Impl::nonFiniteLossReason(double loss, const torch::Tensor&
         return became + ": the data itself holds NaN or infinite values in this micro-batch; check the data file";
     }
     if (!allFinite(output)) {
-        if (autocastsFp16(savers)) {
+        if (autocastsFp16(learner.savers)) {
             return became +
                    ": the model's output overflowed float16, whose largest value is 65504, under float16 "
                    "autocast (memory savers " +
-                   toString(savers) +
+                   toString(learner.savers) +
                    "); loss scaling cannot help a forward pass: train with bf16 (the same memory, float32's "
                    "range) or without the float16 savers";
         }
-        if (step == 0) {
+        if (progress.step == 0) {
             return became +
                    ": the model's output is NaN or infinite on finite inputs before any weight was updated, "
                    "so the model itself produces it; check its weights and its forward";
         }
-        return became + " at step " + std::to_string(step + 1) + ": the model's outputs overflowed after " +
-               std::to_string(step) +
+        return became + " at step " + std::to_string(progress.step + 1) + ": the model's outputs overflowed after " +
+               std::to_string(progress.step) +
                " optimizer step(s), which is how training diverges; lower the learning rate "
                "(it is " +
-               formatText("%g", optimizer->learningRate()) + ")";
+               formatText("%g", learner.optimizer->learningRate()) + ")";
     }
     return became +
            " on finite outputs (outputs or targets too large for the loss?); lower the learning rate or "
@@ -223,7 +226,7 @@ std::string Trainer::Impl::nonFiniteLossReason(double loss, const torch::Tensor&
 }
 
 bool Trainer::Impl::waitWhilePaused() {
-    const RunState previous = state;
+    const RunState previous = progress.state;
     return commands.waitWhilePaused([&] { setState(RunState::Paused); }, [&] { setState(previous); });
 }
 
@@ -260,9 +263,9 @@ bool Trainer::Impl::applyCommands() {
     if (equivalence) checkEquivalence(*equivalence);
     if (newDevice) {
         if (auto next = parseDevice(*newDevice)) {
-            const std::string before = device.name();
+            const std::string before = hardware.device.name();
             if (std::optional<std::string> refused = switchTo(*next)) emit(Warning{now(), *refused});
-            if (device.name() != before) {
+            if (hardware.device.name() != before) {
                 startProbe(ProbeReason::DeviceSwitch,
                            choice.sizes.microBatch > 0 ? choice.sizes.microBatch : options.probe.initialMicroBatch, 0);
                 reprobe = false;
@@ -271,27 +274,27 @@ bool Trainer::Impl::applyCommands() {
             emit(Warning{now(), "device switch ignored: " + next.error()});
         }
     }
-    if (newTarget && newTarget->first > data->size()) {
+    if (newTarget && newTarget->first > feed.training->size()) {
         emit(Warning{now(), "target batch " + std::to_string(newTarget->first) + " ignored: the data has " +
-                                std::to_string(data->size()) +
+                                std::to_string(feed.training->size()) +
                                 " samples, and a training batch uses each at most once; "
                                 "training continues at " +
-                                std::to_string(target)});
+                                std::to_string(progress.target)});
         newTarget.reset();
     }
-    if (newTarget && newTarget->first != target) {
+    if (newTarget && newTarget->first != progress.target) {
         // Several devices: every rank changes at the same batch, agreed in ranksAgree.
         if (parallel)
             parallel->requestedTarget = newTarget;
         else if (changeTarget(newTarget->first, newTarget->second))
             reprobe = false;
     }
-    if (newSavers && *newSavers != savers) {
+    if (newSavers && *newSavers != learner.savers) {
         if (applySavers(*newSavers, "asked for")) reprobe = false;
-    } else if (survey || !saverChoices.surveyDue.empty()) {
+    } else if (survey || !learner.saverChoices.surveyDue.empty()) {
         // A survey asked for, or due after a probe that found a small micro-batch (finishProbe).
-        const SaverSurvey found = surveySavers(survey ? "asked for" : saverChoices.surveyDue);
-        saverChoices.surveyDue.clear();
+        const SaverSurvey found = surveySavers(survey ? "asked for" : learner.saverChoices.surveyDue);
+        learner.saverChoices.surveyDue.clear();
         if (!found.suggestion.empty() && !survey) {
             const MemorySavers next = *parseMemorySavers(found.suggestion);
             if (options.memorySavers == MemorySavers::Auto) {
@@ -307,14 +310,14 @@ bool Trainer::Impl::applyCommands() {
 }
 
 bool Trainer::Impl::changeTarget(int64_t next, LrScaling rule) {
-    const double ratio = static_cast<double>(next) / static_cast<double>(target);
-    const double oldRate = optimizer->learningRate();
+    const double ratio = static_cast<double>(next) / static_cast<double>(progress.target);
+    const double oldRate = learner.optimizer->learningRate();
     double rate = oldRate;
     if (rule == LrScaling::Linear) rate *= ratio;
     if (rule == LrScaling::Sqrt) rate *= std::sqrt(ratio);
-    optimizer->setLearningRate(rate);
-    emit(TargetBatchChanged{now(), target, next, oldRate, rate});
-    target = next;
+    learner.optimizer->setLearningRate(rate);
+    emit(TargetBatchChanged{now(), progress.target, next, oldRate, rate});
+    progress.target = next;
     if (choice.probing()) return false;
     startProbe(ProbeReason::TargetBatchChange,
                choice.sizes.microBatch > 0 ? std::min(choice.sizes.microBatch, localTarget()) : 1, 0);
@@ -322,16 +325,16 @@ bool Trainer::Impl::changeTarget(int64_t next, LrScaling rule) {
 }
 
 void Trainer::Impl::linkGradients() {
-    for (size_t i = 0; i < parameters.size(); ++i) {
-        const torch::Tensor accumulator = i < gradients.size() ? gradients[i] : torch::Tensor();
-        if (!parameters[i].grad().is_same(accumulator)) parameters[i].mutable_grad() = accumulator;
+    for (size_t i = 0; i < learner.parameters.size(); ++i) {
+        const torch::Tensor accumulator = i < learner.gradients.size() ? learner.gradients[i] : torch::Tensor();
+        if (!learner.parameters[i].grad().is_same(accumulator)) learner.parameters[i].mutable_grad() = accumulator;
     }
 }
 
 void Trainer::Impl::restoreBuffers(const std::vector<torch::Tensor>& saved) {
     torch::NoGradGuard noGrad;
     CountingScope inPlace(false);
-    auto buffers = model->buffers();
+    auto buffers = learner.model->buffers();
     for (size_t i = 0; i < saved.size() && i < buffers.size(); ++i) buffers[i].copy_(saved[i]);
 }
 
@@ -339,7 +342,7 @@ std::vector<torch::Tensor> Trainer::Impl::copyBuffers() const {
     // Counted: on a GPU these copies take device memory, and the breakdown names them.
     torch::NoGradGuard noGrad;
     std::vector<torch::Tensor> copies;
-    for (const auto& b : model->buffers()) copies.push_back(b.clone());
+    for (const auto& b : learner.model->buffers()) copies.push_back(b.clone());
     return copies;
 }
 
@@ -347,16 +350,16 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
                                          bool measurement, std::vector<torch::Tensor>* buffersBefore) {
     MicroResult result;
     const auto started = timingNow();
-    result.residentBytes = meter->allocated();
-    meter->resetPeak();
+    result.residentBytes = hardware.meter->allocated();
+    hardware.meter->resetPeak();
     // The model's buffers (BatchNorm's statistics) before this micro-batch: a failed one must not
     // have moved them.
     std::vector<torch::Tensor> savedBuffers;
     std::exception_ptr error;
     try {
-        Batch host = prefetcher->take(indices);
-        if (!next.empty()) prefetcher->request(std::move(next));  // loads while this one computes
-        const torch::Device where = parameters.front().device();
+        Batch host = feed.prefetcher->take(indices);
+        if (!next.empty()) feed.prefetcher->request(std::move(next));  // loads while this one computes
+        const torch::Device where = learner.parameters.front().device();
         // The copy to the device is where its memory is first used: on the CPU and virtual
         // devices a counted clone stands for it.
         torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs.clone();
@@ -369,7 +372,7 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         torch::Tensor output;
         {
             AutocastScope autocast(where.type(), forwardAutocast());  // bfloat16 with that memory saver
-            output = model->forward(inputs);
+            output = learner.model->forward(inputs);
         }
         torch::Tensor loss = computeLoss(options.loss, output, targets);  // in float32 also under bf16
         result.loss = loss.item<double>();
@@ -387,18 +390,18 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         // (divided again before the step, unscaleGradients).
         linkGradients();
         torch::autograd::backward({loss * (weight * backwardScale())}, /*grad_tensors=*/{}, /*retain_graph=*/false,
-                                  /*create_graph=*/false, /*inputs=*/parameters);
+                                  /*create_graph=*/false, /*inputs=*/learner.parameters);
         result.ok = true;
-        result.peakBytes = meter->peakReserved();
-        result.peakAllocatedBytes = meter->peak();
+        result.peakBytes = hardware.meter->peakReserved();
+        result.peakAllocatedBytes = hardware.meter->peak();
     } catch (const std::exception&) {
         error = std::current_exception();
     }
     if (error) {
         // Outside the catch block, every tensor of the failed micro-batch is gone.
         result.failure = classifyFailure(error);
-        result.peakBytes = meter->peakReserved();
-        result.peakAllocatedBytes = meter->peak();
+        result.peakBytes = hardware.meter->peakReserved();
+        result.peakAllocatedBytes = hardware.meter->peak();
         // oneDNN's "could not create a primitive" and the like: memory, where a smaller
         // micro-batch of the same shapes is left to try; the error it says at the smallest.
         if (!result.failure.outOfMemory && result.failure.maybeOutOfMemory &&
@@ -411,8 +414,9 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
         if (result.failure.outOfMemory) {
             releaseFailedBackward();
             restoreBuffers(savedBuffers);
-            meter->releaseCache();
-            if (result.failure.requestedBytes == 0) result.failure.requestedBytes = meter->lastFailedAllocation();
+            hardware.meter->releaseCache();
+            if (result.failure.requestedBytes == 0)
+                result.failure.requestedBytes = hardware.meter->lastFailedAllocation();
         }
     } else if (measurement) {
         restoreBuffers(savedBuffers);  // the model's statistics are as before it
@@ -430,45 +434,46 @@ void Trainer::Impl::releaseFailedBackward() {
     // with the memory it had before the failed micro-batch.
     // On a GPU the tasks wait in that device's queue: the tiny backward runs there too.
     CountingScope uncounted(false);
-    auto x = torch::zeros({1}, torch::TensorOptions().device(parameters.front().device()).requires_grad(true));
+    auto x = torch::zeros({1}, torch::TensorOptions().device(learner.parameters.front().device()).requires_grad(true));
     (void)torch::autograd::grad({(x * 2).sum()}, {x});
 }
 
 void Trainer::Impl::optimizerStep() {
     constexpr int kAttempts = 3;
-    reservation.clear();
-    const bool firstStep = !optimizer->stateReady();
-    const int64_t beforeState = meter->allocated();
+    learner.reservation.clear();
+    const bool firstStep = !learner.optimizer->stateReady();
+    const int64_t beforeState = hardware.meter->allocated();
     for (int attempt = 1;; ++attempt) {
         std::exception_ptr error;
         try {
-            optimizer->prepare();
+            learner.optimizer->prepare();
         } catch (const std::exception&) {
             error = std::current_exception();
         }
         if (!error) break;
         const FailureInfo failure = classifyFailure(error);
         if (!failure.outOfMemory)
-            throw FatalError{"optimizer step failed: " + failure.message, "step " + std::to_string(step + 1)};
-        meter->releaseCache();
+            throw FatalError{"optimizer step failed: " + failure.message, "step " + std::to_string(progress.step + 1)};
+        hardware.meter->releaseCache();
         const bool retry = attempt < kAttempts;
-        emit(OomEvent{now(), step + 1, Phase::OptimizerStep, choice.sizes.microBatch, failure.requestedBytes,
+        emit(OomEvent{now(), progress.step + 1, Phase::OptimizerStep, choice.sizes.microBatch, failure.requestedBytes,
                       failure.message, retry, choice.sizes.microBatch});
         if (!retry) {
-            throw FatalError{"the optimizer state does not fit on " + device.name() + " (" +
-                                 formatBytes(optimizer->stateBytes()) +
+            throw FatalError{"the optimizer state does not fit on " + hardware.device.name() + " (" +
+                                 formatBytes(learner.optimizer->stateBytes()) +
                                  " needed); the accumulated gradients are kept "
                                  "but no step was taken: choose a larger device or SGD without momentum",
-                             "step " + std::to_string(step + 1) + ", optimizer step"};
+                             "step " + std::to_string(progress.step + 1) + ", optimizer step"};
         }
     }
-    optimizer->apply(gradients);
-    optimizer->releaseScratch();
+    learner.optimizer->apply(learner.gradients);
+    learner.optimizer->releaseScratch();
     // The state the optimizer created in its first step is what stays allocated after it.
-    if (firstStep) ledger.optimizerStateBytes = std::max<int64_t>(0, meter->allocated() - beforeState);
+    if (firstStep)
+        hardware.ledger.optimizerStateBytes = std::max<int64_t>(0, hardware.meter->allocated() - beforeState);
     torch::NoGradGuard noGrad;
     CountingScope inPlace(false);
-    for (auto& g : gradients) g.zero_();
+    for (auto& g : learner.gradients) g.zero_();
 }
 
 void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batchSize) {
@@ -481,7 +486,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
         if (parallel) parallel->oomsInStep = 0;
         if (!accumulate(pass, indices, batchSize)) return dropPartialBatch(pass);
         if (choice.probing() && !choice.probe().next()) finishProbe();
-        ledger.lastPeak = pass.trainingPeak.size > 0 ? pass.trainingPeak : pass.trialPeak;
+        hardware.ledger.lastPeak = pass.trainingPeak.size > 0 ? pass.trainingPeak : pass.trialPeak;
         const double computeSeconds = std::chrono::duration<double>(timingNow() - stepStart).count();
         const int64_t plannedLocal = localTarget();  // before reduceOverRanks chooses the next shares
         if (parallel) {
@@ -491,7 +496,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
             pass.lossSum = reduceOverRanks(pass.lossSum, localSize, pass.largestUsed, pass.committed, pass.stepPeak,
                                            computeSeconds, !choice.probing());
         }
-        if (autocastsFp16(savers) && !unscaleGradients()) {
+        if (autocastsFp16(learner.savers) && !unscaleGradients()) {
             // A gradient overflowed float16 at this scale (on some rank: the sums above carry it to
             // every rank, which all decide alike). No step: the batch is trained again at half the
             // scale, so no sample is skipped.
@@ -517,7 +522,7 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         const int64_t size = picked->size;
         const bool trial = picked->trial;
         const std::vector<int64_t> slice(indices.begin() + pass.offset, indices.begin() + pass.offset + size);
-        const StepModeWaiting waiting{now(), step + 1, pass.committed, pass.offset, size, batchSize, trial};
+        const StepModeWaiting waiting{now(), progress.step + 1, pass.committed, pass.offset, size, batchSize, trial};
         const auto advanceStart = timingNow();
         if (!parallel && !commands.waitForAdvance([&] { emit(waiting); })) return false;
         pass.waitSeconds += std::chrono::duration<double>(timingNow() - advanceStart).count();
@@ -533,7 +538,7 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         // otherwise fit the cache.
         // Not before a trial's second micro-batch: that one measures the cache the first left.
         const bool repeat = trial && choice.isRepeat(size);
-        if (trial && !repeat) meter->releaseCache();
+        if (trial && !repeat) hardware.meter->releaseCache();
         MicroResult r = runMicroBatch(slice, weight, std::move(next), /*measurement=*/false,
                                       pass.offset == 0 ? &pass.startBuffers : nullptr);
         pass.stepPeak = std::max(pass.stepPeak, r.peakBytes);
@@ -546,7 +551,7 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         choice.sizes.succeeded();
         if (trial) {
             // Whether a second micro-batch of the size decides is SizeChoice::trialFit's rule.
-            const bool cacheHeld = meter->reserved() > meter->allocated();
+            const bool cacheHeld = hardware.meter->reserved() > hardware.meter->allocated();
             if (std::optional<ProbeTrial> decided = choice.trialFit(size, r.peakBytes, r.seconds, cacheHeld, now())) {
                 emit(*decided);
                 holdPoint("probe-trial");
@@ -556,7 +561,8 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         // After the batch's first micro-batch its copy of the buffers stays resident (startBuffers).
         (trial ? pass.trialPeak : pass.trainingPeak).offer(r, size, pass.offset > 0 ? r.bufferCopyBytes : 0);
         const bool teaching = commands.stepMode();
-        MicroBatchDone done{now(), step + 1, pass.committed, pass.offset, size, batchSize, weight, r.loss, trial, {}};
+        MicroBatchDone done{
+            now(), progress.step + 1, pass.committed, pass.offset, size, batchSize, weight, r.loss, trial, {}};
         if (options.reportSampleIndices || teaching) done.sampleIndices = slice;
         if (options.reportGradientNorm || teaching) done.gradientNorm = gradientNorm();
         emit(std::move(done));
@@ -595,7 +601,8 @@ void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t 
     if (r.failure.outOfMemory && choice.sizes.retrySingleSample(size)) {
         // Memory can be taken by others for a moment; retry a single sample before declaring
         // that the model does not fit at all.
-        emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, 1, redone});
+        emit(OomEvent{now(), progress.step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, 1,
+                      redone});
         return;
     }
     if (trial && r.failure.outOfMemory) {
@@ -606,10 +613,11 @@ void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t 
             learnTwoSampleMinimum(pass, trial);  // nothing of the failed sample was kept
             return;
         }
-        throw FatalError{explainMicroBatchFailure({r.failure.message, size, upperBound(), savers,
-                                                   model->checkpointingUnsupported().empty()}),
-                         "step " + std::to_string(step + 1) + ", micro-batch " + std::to_string(pass.committed + 1) +
-                             " (" + std::to_string(size) + " samples), " + toString(r.phase)};
+        throw FatalError{explainMicroBatchFailure({r.failure.message, size, upperBound(), learner.savers,
+                                                   learner.model->checkpointingUnsupported().empty()}),
+                         "step " + std::to_string(progress.step + 1) + ", micro-batch " +
+                             std::to_string(pass.committed + 1) + " (" + std::to_string(size) + " samples), " +
+                             toString(r.phase)};
     }
     shrinkAfterOom(pass, r, size, trial, redone);
     sampleMemory(true);
@@ -638,12 +646,13 @@ void Trainer::Impl::shrinkAfterOom(BatchPass& pass, const MicroResult& r, int64_
         pass.plan = {};
     } else {
         if (!nextMemorySavers(r.failure.requestedBytes)) doesNotFit(r.failure.requestedBytes);
-        emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true,
+        emit(OomEvent{now(), progress.step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true,
                       choice.sizes.minMicroBatch, redone});
         pass.plan = {};
         return;  // a new probe, with memory savers
     }
-    emit(OomEvent{now(), step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, next, redone});
+    emit(OomEvent{now(), progress.step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, next,
+                  redone});
     if (!trial && choice.timing()) {
         // The sizes being timed all fit at the probe; memory was taken since. Keep the best
         // measured so far, never above what just failed.
@@ -655,7 +664,7 @@ void Trainer::Impl::dropPartialBatch(BatchPass& pass) {
     {
         torch::NoGradGuard noGrad;
         CountingScope inPlace(false);
-        for (auto& g : gradients) g.zero_();
+        for (auto& g : learner.gradients) g.zero_();
     }
     restoreBuffers(pass.startBuffers);
 }
@@ -672,42 +681,43 @@ int64_t Trainer::Impl::startOver(BatchPass& pass) {
 }
 
 void Trainer::Impl::halveLossScale(int64_t samples) {
-    const double lower = lossScaling.scale / 2;
+    const double lower = learner.lossScaling.scale / 2;
     if (lower < kMinLossScale) {
         throw FatalError{formatText("the gradients are not finite even at loss scale %g under float16 autocast "
                                     "(memory savers %s): the backward pass itself produces inf or NaN; train "
                                     "with bf16 or without the float16 savers, or lower the learning rate",
-                                    lossScaling.scale, toString(savers)),
-                         "step " + std::to_string(step + 1)};
+                                    learner.lossScaling.scale, toString(learner.savers)),
+                         "step " + std::to_string(progress.step + 1)};
     }
-    emit(LossScaleChanged{now(), step + 1, lossScaling.scale, lower, true, samples});
-    lossScaling.scale = lower;
-    lossScaling.steps = 0;
+    emit(LossScaleChanged{now(), progress.step + 1, learner.lossScaling.scale, lower, true, samples});
+    learner.lossScaling.scale = lower;
+    learner.lossScaling.steps = 0;
 }
 
 void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>& indices, int64_t batchSize,
                                Clock::time_point stepStart, double computeSeconds, int64_t plannedLocal) {
     optimizerStep();
-    ++step;
-    samplesSeen += batchSize;
-    if (autocastsFp16(savers) && ++lossScaling.steps >= kLossScaleGrowthSteps &&
-        lossScaling.scale * 2 <= kMaxLossScale) {
-        emit(LossScaleChanged{now(), step, lossScaling.scale, lossScaling.scale * 2, false, 0});
-        lossScaling.scale *= 2;
-        lossScaling.steps = 0;
+    ++progress.step;
+    progress.samplesSeen += batchSize;
+    if (autocastsFp16(learner.savers) && ++learner.lossScaling.steps >= kLossScaleGrowthSteps &&
+        learner.lossScaling.scale * 2 <= kMaxLossScale) {
+        emit(
+            LossScaleChanged{now(), progress.step, learner.lossScaling.scale, learner.lossScaling.scale * 2, false, 0});
+        learner.lossScaling.scale *= 2;
+        learner.lossScaling.steps = 0;
     }
     if (parallel) finishRanksStep();
     const double seconds = std::chrono::duration<double>(timingNow() - stepStart).count();
     if (pass.clean)
         choice.stepCosts.observe(pass.committed, pass.microSeconds, computeSeconds - pass.waitSeconds,
                                  seconds - pass.waitSeconds);
-    emit(OptimizerStepped{now(), step, pass.committed});
-    emit(StepMetrics{now(), step, sampler->epoch(), samplesSeen, pass.lossSum, pass.largestUsed,
+    emit(OptimizerStepped{now(), progress.step, pass.committed});
+    emit(StepMetrics{now(), progress.step, feed.sampler->epoch(), progress.samplesSeen, pass.lossSum, pass.largestUsed,
                      choice.sizes.microBatch > 0 && !choice.timing()
                          ? static_cast<int64_t>(planFor(plannedLocal, choice.sizes.microBatch).size())
                          : pass.committed,
                      // With several devices the plan above is this rank's share's, and so is its total.
-                     parallel ? plannedLocal : target, optimizer->learningRate(),
+                     parallel ? plannedLocal : progress.target, learner.optimizer->learningRate(),
                      seconds > 0 ? static_cast<double>(batchSize) / seconds : 0.0, seconds, pass.stepPeak,
                      totalSteps()});
     sampleMemory(true);
@@ -716,24 +726,24 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
     // This process's own speed: with several devices, without the wait for the other ranks.
     const auto localSize = static_cast<int64_t>(indices.size());
     const double ownSeconds = parallel ? computeSeconds : seconds;
-    if (localSize == plannedLocal && batchSize == target && pass.largestUsed == choice.sizes.microBatch &&
+    if (localSize == plannedLocal && batchSize == progress.target && pass.largestUsed == choice.sizes.microBatch &&
         ownSeconds > 0) {
         if (std::optional<std::string> why = choice.watchSpeed(static_cast<double>(localSize) / ownSeconds)) {
             emit(Warning{now(), *why});
             startTiming(choice.sizes.probed, choice.sizes.microBatch);  // from the size in use, which just ran
         }
     }
-    lastBatch = indices;
+    progress.lastBatch = indices;
     commands.batchDone();
-    if (options.checkpoint.everySteps > 0 && step % options.checkpoint.everySteps == 0) writeCheckpoint();
+    if (options.checkpoint.everySteps > 0 && progress.step % options.checkpoint.everySteps == 0) writeCheckpoint();
     if (!choice.probing() && choice.sizes.cleanStep(options.regrowAfterSteps))
         startProbe(ProbeReason::Regrow, choice.sizes.microBatch, choice.sizes.microBatch);
 }
 
 void Trainer::Impl::warnAboutAllocatorRetries() {
-    const int64_t retries = meter->allocatorRetries();
-    const int64_t during = retries - reported.allocatorRetries;
-    reported.allocatorRetries = retries;
+    const int64_t retries = hardware.meter->allocatorRetries();
+    const int64_t during = retries - hardware.reported.allocatorRetries;
+    hardware.reported.allocatorRetries = retries;
     // Retries in consecutive steps at a settled size are thrashing: each flushes the whole cache
     // and costs the time of reserving it again. The micro-batch shrinks as after an OOM; nothing
     // is lost, since the step itself went through.
@@ -743,7 +753,7 @@ void Trainer::Impl::warnAboutAllocatorRetries() {
             choice.stopWatchingSpeed();
             emit(Warning{now(), "the caching allocator had to free its cache and retry allocations in " +
                                     std::to_string(MicroBatchSizes::kThrashingSteps) + " steps in a row (" +
-                                    std::to_string(during) + " in step " + std::to_string(step) +
+                                    std::to_string(during) + " in step " + std::to_string(progress.step) +
                                     "): memory is fragmented at micro-batch " + std::to_string(before) +
                                     ", so it goes down to " + std::to_string(*smaller) +
                                     " as after an out-of-memory error"});
@@ -753,7 +763,7 @@ void Trainer::Impl::warnAboutAllocatorRetries() {
     if (during <= 0) return;
     emit(Warning{now(),
                  "the caching allocator had to free its cache and retry " + std::to_string(during) +
-                     " allocation(s) during step " + std::to_string(step) +
+                     " allocation(s) during step " + std::to_string(progress.step) +
                      ": device memory is fragmented; a larger --headroom leaves it room (each retry costs time)"});
 }
 
@@ -771,12 +781,12 @@ void Trainer::Impl::trainUntilDone() {
             const bool here = !applyCommands();
             if (ranksAgree(here)) break;
             if (holdWhilePaused()) continue;  // the commands given meanwhile, agreed again
-            const std::vector<int64_t> batch = sampler->next(target);
+            const std::vector<int64_t> batch = feed.sampler->next(progress.target);
             trainBatch(rankSlice(batch), static_cast<int64_t>(batch.size()));
             parallel->lastBatch = batch;
         } else {
             if (!applyCommands() || !waitWhilePaused()) break;
-            const std::vector<int64_t> batch = sampler->next(target);
+            const std::vector<int64_t> batch = feed.sampler->next(progress.target);
             trainBatch(batch, static_cast<int64_t>(batch.size()));
             if (commands.stopRequested()) break;
         }
@@ -787,7 +797,7 @@ void Trainer::Impl::trainUntilDone() {
                 awaitValidation();
             } else {
                 runValidation();
-                if (parallel) parallel->link->markDone("validated/" + std::to_string(step));
+                if (parallel) parallel->link->markDone("validated/" + std::to_string(progress.step));
             }
         }
     }
@@ -802,19 +812,22 @@ void Trainer::Impl::endRun(RunResult& result) {
     if (parallel) equivalence = agreeOnEquivalence(equivalence, result.stopped);
     if (equivalence && !result.stopped) checkEquivalence(*equivalence);
     // The end of the run is always evaluated (a stop asked for by the user is not held up by it).
-    if (!result.stopped && leads() && validation.data && step > 0 && validation.lastStep != step) runValidation();
+    if (!result.stopped && leads() && feed.validation.data && progress.step > 0 &&
+        feed.validation.lastStep != progress.step)
+        runValidation();
     // A stop asked for during that pass dropped it: the run was stopped, not done.
     result.stopped = result.stopped || commands.stopRequested();
     if (result.stopped) setState(RunState::Stopping);
-    reservation.clear();
+    learner.reservation.clear();
     // Saved already at this step (an interval, re-saved after a new best model), or not.
-    if (!options.checkpoint.directory.empty() && step > 0 && latestCheckpointStep != step) writeCheckpoint();
+    if (!options.checkpoint.directory.empty() && progress.step > 0 && checkpointState.latestStep != progress.step)
+        writeCheckpoint();
 }
 
 RunResult Trainer::run() {
     Impl& d = *m_impl;
     CountingScope counting(true);
-    d.start = Clock::now();
+    d.progress.start = Clock::now();
     RunResult result;
     d.setState(RunState::Starting, d.options.device);
     try {
@@ -855,15 +868,15 @@ RunResult Trainer::run() {
         result.state = RunState::Failed;
         result.error = failure.message;
         if (d.parallel) d.parallel->link->reportFailure(failure.message);
-        d.emit(ErrorEvent{d.now(), failure.message, "step " + std::to_string(d.step + 1)});
+        d.emit(ErrorEvent{d.now(), failure.message, "step " + std::to_string(d.progress.step + 1)});
         d.setState(RunState::Failed, failure.message);
     }
-    result.steps = d.step;
+    result.steps = d.progress.step;
     result.checkpointError = d.checkpointState.lastError;
     // A run that ended while probing reports the largest size that fit so far.
     result.microBatch = d.choice.currentSize();
     d.choice.abandonProbe();
-    d.reservation.clear();
+    d.learner.reservation.clear();
     return result;
 }
 
@@ -906,7 +919,7 @@ void Trainer::setTargetBatch(int64_t target, std::optional<LrScaling> rule) {
 }
 
 std::shared_ptr<Model> Trainer::model() const {
-    return m_impl->model;
+    return m_impl->learner.model;
 }
 
 }  // namespace batchpilot::core

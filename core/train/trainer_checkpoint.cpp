@@ -9,34 +9,34 @@ namespace batchpilot::core {
 
 void Trainer::Impl::writeCheckpoint(const std::string& metric, double value) {
     if (!leads()) return;  // several devices: rank 0 writes (every rank holds the same parameters)
-    TrainerState saved{step,
-                       samplesSeen,
-                       sampler->epoch(),
-                       sampler->position(),
-                       target,
+    TrainerState saved{progress.step,
+                       progress.samplesSeen,
+                       feed.sampler->epoch(),
+                       feed.sampler->position(),
+                       progress.target,
                        choice.sizes.microBatch,
-                       optimizer->learningRate(),
-                       device.name(),
-                       model->name(),
-                       data->size(),
+                       learner.optimizer->learningRate(),
+                       hardware.device.name(),
+                       learner.model->name(),
+                       feed.training->size(),
                        options.checkpoint.keepBest,
                        checkpointState.bestValue,
-                       autocastsFp16(savers) ? lossScaling.scale : 0.0,
-                       data->fingerprint(),
+                       autocastsFp16(learner.savers) ? learner.lossScaling.scale : 0.0,
+                       feed.training->fingerprint(),
                        toString(options.loss),
                        options.seed};
     // A batch that ended an epoch leaves the position at its end: the next one starts a new epoch.
-    if (sampler->position() >= data->size()) {
-        saved.samplerEpoch = sampler->completedEpochs();
+    if (feed.sampler->position() >= feed.training->size()) {
+        saved.samplerEpoch = feed.sampler->completedEpochs();
         saved.samplerPosition = 0;
     }
     const std::string directory =
         metric.empty() ? options.checkpoint.directory
                        : (std::filesystem::path(options.checkpoint.directory) / kBestCheckpointFolder).string();
-    auto written = saveCheckpoint(directory, *model, *optimizer, saved);
+    auto written = saveCheckpoint(directory, *learner.model, *learner.optimizer, saved);
     if (written) {
-        if (metric.empty()) latestCheckpointStep = step;
-        emit(CheckpointSaved{now(), step, *written, metric, value});
+        if (metric.empty()) checkpointState.latestStep = progress.step;
+        emit(CheckpointSaved{now(), progress.step, *written, metric, value});
     } else {
         checkpointState.lastError = written.error();
         emit(Warning{now(), (metric.empty() ? "checkpoint not saved: " : "best model not saved: ") + written.error()});
@@ -53,58 +53,59 @@ void Trainer::Impl::keepBestModel(const ValidationDone& done) {
     writeCheckpoint(metric, *value);
     // A latest checkpoint written at this step (an interval that ends here) was saved before
     // this validation: save it again, so that it records the new best value for a resumed run.
-    if (latestCheckpointStep == step) writeCheckpoint();
+    if (checkpointState.latestStep == progress.step) writeCheckpoint();
 }
 
 void Trainer::Impl::restoreCheckpoint() {
-    const int64_t beforeState = meter->allocated();
-    auto resumed = loadCheckpoint(options.resumeFrom, *model, *optimizer);
+    const int64_t beforeState = hardware.meter->allocated();
+    auto resumed = loadCheckpoint(options.resumeFrom, *learner.model, *learner.optimizer);
     if (!resumed) throw FatalError{resumed.error(), "resume"};
     // The sampler's position counts samples of the training set: on another set (another data
     // file, or another held-out share) it would skip or repeat samples without a word.
-    if (resumed->trainingSamples >= 0 && resumed->trainingSamples != data->size()) {
+    if (resumed->trainingSamples >= 0 && resumed->trainingSamples != feed.training->size()) {
         throw FatalError{"the checkpoint in " + options.resumeFrom + " was written while training on " +
                              std::to_string(resumed->trainingSamples) + " samples, but this run trains on " +
-                             std::to_string(data->size()) +
+                             std::to_string(feed.training->size()) +
                              " (other data, or another --validation-split or --validation-data): resume with "
                              "the data and validation options of the run that wrote it, or start a new run",
                          "resume"};
     }
     // Only a share held out of the data itself changed the training set: synthetic data gets
     // extra samples of its own, and --validation-data leaves the training file whole.
-    if (resumed->trainingSamples < 0 && validation.outOfTraining) {
+    if (resumed->trainingSamples < 0 && feed.validation.outOfTraining) {
         emit(Warning{now(), "the checkpoint in " + options.resumeFrom +
                                 " does not record how many samples it trained on (it was written before "
                                 "validation data was held out): if that run trained on all of the data, "
                                 "resume with --validation-split 0 so that the same samples follow"});
     }
     checkResumedRun(*resumed);
-    if (optimizer->stateReady()) ledger.optimizerStateBytes = std::max<int64_t>(0, meter->allocated() - beforeState);
+    if (learner.optimizer->stateReady())
+        hardware.ledger.optimizerStateBytes = std::max<int64_t>(0, hardware.meter->allocated() - beforeState);
     // The best value so far carries over only when this run keeps its best model by the same metric.
     if (!options.checkpoint.keepBest.empty() && resumed->bestMetric == options.checkpoint.keepBest)
         checkpointState.bestValue = resumed->bestValue;
     // float16 autocast goes on at the scale it had reached (a fresh scale could overflow and
     // redo the first batch, rounding its gradients otherwise than the uninterrupted run).
-    if (resumed->lossScale > 0) lossScaling.scale = resumed->lossScale;
-    step = resumed->step;
-    samplesSeen = resumed->samplesSeen;
-    sampler->restore(resumed->samplerEpoch, resumed->samplerPosition);
-    target = resumed->targetBatch;
-    if (resumed->device == device.name() && !options.parallel) {
+    if (resumed->lossScale > 0) learner.lossScaling.scale = resumed->lossScale;
+    progress.step = resumed->step;
+    progress.samplesSeen = resumed->samplesSeen;
+    feed.sampler->restore(resumed->samplerEpoch, resumed->samplerPosition);
+    progress.target = resumed->targetBatch;
+    if (resumed->device == hardware.device.name() && !options.parallel) {
         // Known to fit here: continue without probing; an OOM would still shrink it.
         choice.sizes.microBatch = std::min(resumed->microBatch, upperBound());
         choice.sizes.probed = choice.sizes.microBatch;
     }
     emit(RunStateChanged{now(), RunState::Starting,
-                         "resumed from step " + std::to_string(step) + " of " + options.resumeFrom +
-                             ", at the checkpoint's target batch " + std::to_string(target)});
+                         "resumed from step " + std::to_string(progress.step) + " of " + options.resumeFrom +
+                             ", at the checkpoint's target batch " + std::to_string(progress.target)});
 }
 
 void Trainer::Impl::checkResumedRun(const TrainerState& resumed) {
     const std::string checkpoint = "the checkpoint in " + options.resumeFrom;
     const std::string advice = ": resume with the settings of the run that wrote it, or start a new run";
     // Every sample once per epoch holds only on the same samples in the same order.
-    if (const std::string current = data->fingerprint();
+    if (const std::string current = feed.training->fingerprint();
         !resumed.dataFingerprint.empty() && !current.empty() && current != resumed.dataFingerprint) {
         throw FatalError{checkpoint + " was written while training on other data (" + resumed.dataFingerprint +
                              "); this run's is " + current +

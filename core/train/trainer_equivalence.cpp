@@ -8,7 +8,7 @@ namespace batchpilot::core {
 
 void Trainer::Impl::checkEquivalence(int64_t requested) {
     EquivalenceChecked r;
-    r.step = step;
+    r.step = progress.step;
     const auto started = Clock::now();
     CheckBatch check = chooseCheckBatch(requested, r);
     std::vector<std::vector<torch::Tensor>> accumulated = accumulateForCheck(check, r);
@@ -18,7 +18,7 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
     } else {
         r.error = check.problem;
     }
-    meter->releaseCache();
+    hardware.meter->releaseCache();
     if (!leads()) return;  // several devices: rank 0 reports the job's check
     r.time = now();
     r.seconds = std::chrono::duration<double>(Clock::now() - started).count();
@@ -28,10 +28,10 @@ void Trainer::Impl::checkEquivalence(int64_t requested) {
 Trainer::Impl::CheckBatch Trainer::Impl::chooseCheckBatch(int64_t requested, EquivalenceChecked& r) {
     CheckBatch check;
     // With several devices the whole training batch (every rank's samples), as the sampler gave it.
-    check.indices = parallel ? parallel->lastBatch : lastBatch;
+    check.indices = parallel ? parallel->lastBatch : progress.lastBatch;
     if (check.indices.empty()) {
-        Sampler peek = *sampler;  // before the first step: the batch about to be trained
-        check.indices = peek.next(target);
+        Sampler peek = *feed.sampler;  // before the first step: the batch about to be trained
+        check.indices = peek.next(progress.target);
     }
     const auto whole = static_cast<int64_t>(check.indices.size());
     int64_t n = requested > 0 && requested < whole ? requested : whole;
@@ -39,9 +39,9 @@ Trainer::Impl::CheckBatch Trainer::Impl::chooseCheckBatch(int64_t requested, Equ
     check.indices.resize(static_cast<size_t>(n));
     check.samples = n;
     r.samples = n;
-    r.batchStatistics = model->usesBatchStatistics();
-    r.bfloat16 = autocastsBf16(savers);
-    r.float16 = autocastsFp16(savers);
+    r.batchStatistics = learner.model->usesBatchStatistics();
+    r.bfloat16 = autocastsBf16(learner.savers);
+    r.float16 = autocastsFp16(learner.savers);
     // This rank's part: with several devices, the share of the n samples training would give it.
     check.part = parallel ? rankSlice(check.indices) : check.indices;
     const auto mine = static_cast<int64_t>(check.part.size());
@@ -67,11 +67,11 @@ std::vector<torch::Tensor> Trainer::Impl::checkPass(const CheckBatch& check,
         error = std::current_exception();
     }
     const FailureInfo failure = classifyFailure(error);
-    meter->releaseCache();
+    hardware.meter->releaseCache();
     if (!failure.outOfMemory) std::rethrow_exception(error);
-    if (parameters.front().device().is_cuda()) {
+    if (learner.parameters.front().device().is_cuda()) {
         throw std::runtime_error("the check batch of " + std::to_string(check.samples) + " samples does not fit on " +
-                                 device.name() +
+                                 hardware.device.name() +
                                  " in one pass next to the training state; choose a check batch of at most about " +
                                  std::to_string(check.microBatch) + " samples (the micro-batch that fits)");
     }
@@ -97,9 +97,9 @@ std::vector<std::vector<torch::Tensor>> Trainer::Impl::accumulateForCheck(CheckB
     std::vector<std::vector<torch::Tensor>> accumulated(r.batchStatistics ? 2 : 1);
     if (!check.problem.empty()) return accumulated;
     try {
-        TrainModeGuard restore{*model};
+        TrainModeGuard restore{*learner.model};
         for (size_t m = 0; m < accumulated.size(); ++m) {
-            model->train(m == 0);
+            learner.model->train(m == 0);
             accumulated[m] = checkPass(
                 check, [&] { return accumulateAsTraining(check.part, r.microBatchSizes, check.samples); }, nullptr);
         }
@@ -147,28 +147,28 @@ void Trainer::Impl::sumCheckOverRanks(CheckBatch& check, EquivalenceChecked& r,
 
 void Trainer::Impl::compareWithFullBatch(const CheckBatch& check, EquivalenceChecked& r,
                                          const std::vector<std::vector<torch::Tensor>>& accumulated) {
-    const torch::Device where = parameters.front().device();
+    const torch::Device where = learner.parameters.front().device();
     try {
         Batch host;
         {
             CountingScope uncounted(false);
-            host = data->get(check.indices);
+            host = feed.training->get(check.indices);
         }
         const torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs;
         const torch::Tensor targets = where.is_cuda() ? host.targets.to(where) : host.targets;
-        TrainModeGuard restore{*model};
+        TrainModeGuard restore{*learner.model};
         for (size_t m = 0; m < accumulated.size(); ++m) {
-            model->train(m == 0);
+            learner.model->train(m == 0);
             EquivalenceChecked running;
             EquivalenceChecked& into = m == 0 ? r : running;
             auto full = checkPass(
                 check,
                 [&] {
                     AutocastScope autocast(where.type(), forwardAutocast());  // as training runs it
-                    return fullBatchGradient(*model, inputs, targets, options.loss, backwardScale());
+                    return fullBatchGradient(*learner.model, inputs, targets, options.loss, backwardScale());
                 },
                 &r.fullPassOutsideBudget);
-            compareGradients(model->parameterNames(), accumulated[m], full, into);
+            compareGradients(learner.model->parameterNames(), accumulated[m], full, into);
             if (m == 1) r.runningStatisticsRelativeDifference = running.overall.relativeDifference;
         }
         r.explanation = explainEquivalence(r);
@@ -190,11 +190,11 @@ std::vector<torch::Tensor> Trainer::Impl::accumulateAsTraining(const std::vector
     {
         torch::NoGradGuard noGrad;
         CountingScope uncounted(false);
-        for (auto& g : gradients) {
+        for (auto& g : learner.gradients) {
             kept.push_back(g.clone());
             g.zero_();
         }
-        for (const auto& b : model->buffers()) buffers.push_back(b.clone());
+        for (const auto& b : learner.model->buffers()) buffers.push_back(b.clone());
     }
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     const torch::Tensor randomState = generator.get_state();
@@ -206,8 +206,8 @@ std::vector<torch::Tensor> Trainer::Impl::accumulateAsTraining(const std::vector
         const torch::Tensor& randomState;
         ~Restore() {
             torch::NoGradGuard noGrad;
-            for (size_t i = 0; i < kept.size(); ++i) impl.gradients[i].copy_(kept[i]);
-            auto now = impl.model->buffers();
+            for (size_t i = 0; i < kept.size(); ++i) impl.learner.gradients[i].copy_(kept[i]);
+            auto now = impl.learner.model->buffers();
             for (size_t i = 0; i < buffers.size() && i < now.size(); ++i) now[i].copy_(buffers[i]);
             generator.set_state(randomState);
         }
@@ -229,7 +229,7 @@ std::vector<torch::Tensor> Trainer::Impl::accumulateAsTraining(const std::vector
     std::vector<torch::Tensor> accumulated;
     CountingScope uncounted(false);
     // float16 autocast scaled the loss for backward, as in training; the full pass did not.
-    for (const auto& g : gradients) accumulated.push_back(g / backwardScale());
+    for (const auto& g : learner.gradients) accumulated.push_back(g / backwardScale());
     return accumulated;
 }
 

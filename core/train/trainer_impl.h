@@ -1,7 +1,9 @@
 #pragma once
 
 // Private to the trainer's files (trainer*.cpp): the run's state and the helpers its parts share.
-// Trainer::Impl is one object on purpose, the run thread's state; its methods are grouped by
+// Trainer::Impl is the run thread's state: what the run was given (options, sink, commands) and the
+// run in named parts (Progress, Feed, Learner, Hardware, SizeChoice, ParallelState,
+// CheckpointState), each a plain struct its methods read and change; its methods are grouped by
 // concern in trainer.cpp (setup, the training loop, commands), trainer_probe.cpp (probe and
 // device switch), trainer_memory.cpp (memory samples, breakdown, "does not fit"),
 // trainer_equivalence.cpp and trainer_checkpoint.cpp.
@@ -134,7 +136,6 @@ struct MemoryLedger {
     PeakRecord lastPeak;  ///< the last step's highest micro-batch peak
 };
 
-/// Several devices (trainer_parallel.cpp): this rank's view of the job.
 /// The held-out data (core/train/validation.h) and where its passes stand.
 struct HeldOut {
     std::shared_ptr<Dataset> data;  ///< null without validation
@@ -172,6 +173,7 @@ struct CheckpointState {
     /// The best value of options.checkpoint.keepBest so far, kept in every checkpoint so that a
     /// resumed run goes on comparing; NaN: none yet.
     double bestValue = std::numeric_limits<double>::quiet_NaN();
+    int64_t latestStep = -1;  ///< step of the latest checkpoint written (-1: none)
 };
 
 /// float16 autocast's loss scaling: the loss is multiplied by `scale` before backward
@@ -182,6 +184,47 @@ struct LossScaling {
     int64_t steps = 0;
 };
 
+/// Where the run stands: its clock, state, step and samples, and the target batch.
+struct Progress {
+    Clock::time_point start = Clock::now();
+    RunState state = RunState::Idle;
+    int64_t target = 0;  ///< the training batch's size (every rank's samples together)
+    int64_t step = 0;
+    int64_t samplesSeen = 0;
+    std::vector<int64_t> lastBatch;  ///< indices of the last committed training batch
+};
+
+/// The data and how it reaches the model.
+struct Feed {
+    std::shared_ptr<Dataset> training;       ///< the training data (without the held-out samples)
+    HeldOut validation;                      ///< the held-out data and where its passes stand
+    std::optional<Sampler> sampler;          ///< the order of the training samples, epoch by epoch
+    std::unique_ptr<Prefetcher> prefetcher;  ///< loads the next micro-batch during this one
+};
+
+/// What learns and how: the model, its parameters and gradient accumulators, the optimizer, and
+/// the memory savers and loss scale that change how a micro-batch trains.
+struct Learner {
+    std::shared_ptr<Model> model;
+    std::unique_ptr<Optimizer> optimizer;
+    std::vector<torch::Tensor> parameters;
+    std::vector<torch::Tensor> gradients;    ///< accumulated, weighted gradients of the batch
+    std::vector<torch::Tensor> reservation;  ///< optimizer state held back during the first probe
+    /// The memory savers in use: options.memorySavers, or what "auto" turned on so far (never Auto).
+    MemorySavers savers = MemorySavers::Off;
+    SaverChoices saverChoices;  ///< what memory_savers auto tried, surveyed and has due
+    LossScaling lossScaling;    ///< float16 autocast's loss scale
+};
+
+/// The device the run trains on and what is known of its memory.
+struct Hardware {
+    DeviceSpec device;
+    std::unique_ptr<MemoryMeter> meter;
+    MemoryLedger ledger;      ///< where the memory goes (the memory breakdown's parts)
+    MemoryReported reported;  ///< what the memory reports last said
+};
+
+/// Several devices (trainer_parallel.cpp): this rank's view of the job.
 struct ParallelState {
     std::shared_ptr<ProcessGroupLink> link;
     std::vector<std::string> devices;  ///< every rank's device, by rank
@@ -240,33 +283,19 @@ struct Trainer::Impl {
 
     CommandMailbox commands;  ///< posted from any thread, taken by the run thread
 
-    // Run state: touched by the run thread only.
-    Clock::time_point start = Clock::now();
-    std::shared_ptr<Dataset> data;           ///< the training data (without the held-out samples)
-    HeldOut validation;                      ///< the held-out data and where its passes stand
-    std::unique_ptr<Prefetcher> prefetcher;  ///< loads the next micro-batch during this one
-    std::shared_ptr<Model> model;
-    std::unique_ptr<Optimizer> optimizer;
-    DeviceSpec device;
-    std::unique_ptr<MemoryMeter> meter;
-    std::vector<torch::Tensor> parameters;
-    std::vector<torch::Tensor> gradients;    ///< accumulated, weighted gradients of the batch
-    std::vector<torch::Tensor> reservation;  ///< optimizer state held back during the first probe
-    std::optional<Sampler> sampler;
-    int64_t target = 0;
+    // The run's state, in parts: touched by the run thread only.
+    Progress progress;  ///< the clock, state, step, samples and target batch
+    Feed feed;          ///< the training and held-out data, the sampler and the prefetcher
+    Learner learner;    ///< the model, its gradients, the optimizer, the savers and loss scale
+    Hardware hardware;  ///< the device, its meter and what the memory reports said
     /// How the micro-batch size is chosen: the sizes in use, the probe, the fastest-size timing,
     /// the drift watch and the step costs (core/plan/size_choice.h, torch-free).
     SizeChoice choice;
-    int64_t step = 0;
-    int64_t samplesSeen = 0;
-    RunState state = RunState::Idle;
-    std::vector<int64_t> lastBatch;  ///< indices of the last committed training batch
     /// Several devices: the job this rank belongs to (null: one process trains every batch).
     std::optional<ParallelState> parallel;
-    MemoryLedger ledger;
-    MemoryReported reported;  ///< what the memory reports last said
+    CheckpointState checkpointState;  ///< the folder's lock, the last failed save, the best value, the latest step
 
-    double now() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+    double now() const { return std::chrono::duration<double>(Clock::now() - progress.start).count(); }
     /// What micro-batches and training batches are timed with (TrainerOptions::timingClock).
     Clock::time_point timingNow() const { return options.timingClock ? options.timingClock() : Clock::now(); }
     void emit(Event event) {
@@ -282,11 +311,11 @@ struct Trainer::Impl {
     /// This process keeps the checkpoints and evaluates: the only one, or rank 0 of several.
     bool leads() const { return !parallel || parallel->link->rank() == 0; }
     void setState(RunState s, std::string detail = {}) {
-        state = s;
+        progress.state = s;
         emit(RunStateChanged{now(), s, std::move(detail)});
     }
     int64_t usableBytes() const {
-        return static_cast<int64_t>(static_cast<double>(meter->capacity()) * (1.0 - options.probe.headroom));
+        return static_cast<int64_t>(static_cast<double>(hardware.meter->capacity()) * (1.0 - options.probe.headroom));
     }
     /// The rest of a batch split for training (MicroBatchSizes::planFor).
     std::vector<int64_t> planFor(int64_t remaining, int64_t micro) const {
@@ -295,23 +324,24 @@ struct Trainer::Impl {
     /// The samples of a training batch this process trains: the target batch, or with several
     /// devices this rank's share of it.
     int64_t localTarget() const {
-        return parallel ? parallel->shares[static_cast<size_t>(parallel->link->rank())] : target;
+        return parallel ? parallel->shares[static_cast<size_t>(parallel->link->rank())] : progress.target;
     }
     int64_t upperBound() const {
-        int64_t bound = std::min(localTarget(), data->size());
+        int64_t bound = std::min(localTarget(), feed.training->size());
         if (options.probe.maxMicroBatch > 0) bound = std::min(bound, options.probe.maxMicroBatch);
         return bound;
     }
     /// Whichever limit comes first ends the run; with neither it runs until stopped.
     bool limitReached() const {
-        if (options.steps && step >= *options.steps) return true;
-        return options.epochs && sampler->completedEpochs() >= *options.epochs;
+        if (options.steps && progress.step >= *options.steps) return true;
+        return options.epochs && feed.sampler->completedEpochs() >= *options.epochs;
     }
     /// The step limit for progress displays; 0 when the run is unbounded.
     int64_t totalSteps() const {
         int64_t total = options.steps.value_or(0);
         if (options.epochs) {
-            const int64_t byEpochs = *options.epochs * ((data->size() + target - 1) / target);
+            const int64_t byEpochs =
+                *options.epochs * ((feed.training->size() + progress.target - 1) / progress.target);
             total = total > 0 ? std::min(total, byEpochs) : byEpochs;
         }
         return total;
@@ -390,8 +420,8 @@ struct Trainer::Impl {
         CountingScope scalars(false);
         // One norm per tensor, then the norm of those: no copies, one synchronisation.
         std::vector<torch::Tensor> norms;
-        norms.reserve(gradients.size());
-        for (const auto& g : gradients) norms.push_back(g.norm());
+        norms.reserve(learner.gradients.size());
+        for (const auto& g : learner.gradients) norms.push_back(g.norm());
         return torch::stack(norms).norm().item<double>();
     }
     void startProbe(ProbeReason reason, int64_t initial, int64_t knownFit);
@@ -516,7 +546,6 @@ struct Trainer::Impl {
     /// After a validation pass: saves the model as the best so far when `done` beats every earlier
     /// pass on options.checkpoint.keepBest (strictly: a tie keeps the earlier model).
     void keepBestModel(const ValidationDone& done);
-    CheckpointState checkpointState;  ///< the folder's lock, the last failed save, the best value
     /// Model, optimizer and trainer state from options.resumeFrom (setup, after the model exists).
     void restoreCheckpoint();
     /// The resumed checkpoint was written on this run's data, with its seed and loss: a
@@ -524,22 +553,18 @@ struct Trainer::Impl {
     /// checkpoint's is said (a Warning): the checkpoint's goes on.
     void checkResumedRun(const TrainerState& resumed);
     void releaseFailedBackward();
-    int64_t latestCheckpointStep = -1;  ///< step of the latest checkpoint written (-1: none)
     /// Stops the run: the model does not fit. Where a memory saver would help (not during setup,
     /// nor for the optimizer state: `suggestSavers` false) the message names the one that makes
     /// the smallest micro-batch fit fastest, measured (surveySavers).
     [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false, bool suggestSavers = true);
-    /// The memory savers in use: options.memorySavers, or what "auto" turned on so far (never Auto).
-    MemorySavers savers = MemorySavers::Off;
     void useMemorySavers(MemorySavers next);
     /// The forward pass's autocast for the savers in use: bfloat16, float16, or off.
     AutocastState forwardAutocast() const {
-        if (autocastsFp16(savers)) return {true, c10::ScalarType::Half};
-        return {autocastsBf16(savers), c10::ScalarType::BFloat16};
+        if (autocastsFp16(learner.savers)) return {true, c10::ScalarType::Half};
+        return {autocastsBf16(learner.savers), c10::ScalarType::BFloat16};
     }
-    LossScaling lossScaling;  ///< float16 autocast's loss scale
     /// What backward's loss is multiplied by: the loss scale under float16 autocast, else 1.
-    double backwardScale() const { return autocastsFp16(savers) ? lossScaling.scale : 1.0; }
+    double backwardScale() const { return autocastsFp16(learner.savers) ? learner.lossScaling.scale : 1.0; }
     /// float16 autocast, before the optimizer step: true when every gradient of the batch is
     /// finite, which are then divided by the loss scale; false (gradients untouched) on overflow.
     bool unscaleGradients();
@@ -550,7 +575,6 @@ struct Trainer::Impl {
     /// a probe. False when none is left, or the option is not auto: the caller stops the run
     /// (doesNotFit).
     bool nextMemorySavers(int64_t requested);
-    SaverChoices saverChoices;  ///< what memory_savers auto tried, surveyed and has due
     /// Measures every memory saver on the model, the device and the data's first samples
     /// (core/plan/saver_survey.h decides the sizes and predicts), reports SaverSurvey and returns it.
     /// Nothing changes: the savers in use, the model's statistics, the batch's gradients and the

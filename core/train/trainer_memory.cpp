@@ -18,26 +18,26 @@ int64_t neededBytes(const MemoryMeter& meter, int64_t requested) {
 }  // namespace
 
 void Trainer::Impl::useMemorySavers(MemorySavers next) {
-    model->setCheckpointing(checkpoints(next));
-    if (next != savers) choice.stepCosts = StepCostWatch();  // other work per batch from now on
-    savers = next;
+    learner.model->setCheckpointing(checkpoints(next));
+    if (next != learner.savers) choice.stepCosts = StepCostWatch();  // other work per batch from now on
+    learner.savers = next;
 }
 
 bool Trainer::Impl::nextMemorySavers(int64_t requested) {
     if (options.memorySavers != MemorySavers::Auto) return false;
-    const int64_t needed = neededBytes(*meter, requested);  // before the survey's runs reset the peak
-    const std::string nothing = "nothing fits on " + device.name() + " even at micro-batch " +
+    const int64_t needed = neededBytes(*hardware.meter, requested);  // before the survey's runs reset the peak
+    const std::string nothing = "nothing fits on " + hardware.device.name() + " even at micro-batch " +
                                 std::to_string(choice.sizes.minMicroBatch) +
-                                (savers == MemorySavers::Off ? "" : " with " + describeSavers(savers)) + " (needs ≈ " +
-                                formatBytes(needed) + ", " + formatBytes(usableBytes()) + " usable)";
-    saverChoices.autoTried.push_back(savers);
+                                (learner.savers == MemorySavers::Off ? "" : " with " + describeSavers(learner.savers)) +
+                                " (needs ≈ " + formatBytes(needed) + ", " + formatBytes(usableBytes()) + " usable)";
+    learner.saverChoices.autoTried.push_back(learner.savers);
     const SaverSurvey found = surveySavers(nothing);
     // The fastest that fits, of those auto has not tried yet in this run.
     const SaverOption* best = nullptr;
     for (const SaverOption& o : found.options) {
         const MemorySavers candidate = *parseMemorySavers(o.savers);
-        if (!o.fits || std::find(saverChoices.autoTried.begin(), saverChoices.autoTried.end(), candidate) !=
-                           saverChoices.autoTried.end())
+        if (!o.fits || std::find(learner.saverChoices.autoTried.begin(), learner.saverChoices.autoTried.end(),
+                                 candidate) != learner.saverChoices.autoTried.end())
             continue;
         if (best == nullptr || o.samplesPerSecond > best->samplesPerSecond) best = &o;
     }
@@ -50,25 +50,27 @@ bool Trainer::Impl::nextMemorySavers(int64_t requested) {
 }
 
 bool Trainer::Impl::applySavers(MemorySavers next, const std::string& why) {
-    if (next == MemorySavers::Auto || next == savers) return false;
+    if (next == MemorySavers::Auto || next == learner.savers) return false;
     if (autocastsFp16(next) && !float16Unavailable().empty()) {
         emit(Warning{now(), describeSavers(next) + " is not available here: it " + float16Unavailable() +
-                                "; the memory savers stay " + toString(savers)});
+                                "; the memory savers stay " + toString(learner.savers)});
         return false;
     }
-    if (checkpoints(next) && !model->checkpointingUnsupported().empty()) {
-        emit(Warning{now(), describeSavers(next) + " is not available for this model: " +
-                                model->checkpointingUnsupported() + "; the memory savers stay " + toString(savers)});
+    if (checkpoints(next) && !learner.model->checkpointingUnsupported().empty()) {
+        emit(Warning{now(), describeSavers(next) +
+                                " is not available for this model: " + learner.model->checkpointingUnsupported() +
+                                "; the memory savers stay " + toString(learner.savers)});
         return false;
     }
     int64_t predicted = 0;
-    if (saverChoices.lastSurvey && saverChoices.lastSurvey->device == device.name() &&
-        saverChoices.lastSurvey->targetBatch == localTarget()) {
-        if (const SaverOption* o = findOption(*saverChoices.lastSurvey, toString(next))) predicted = o->microBatch;
+    if (learner.saverChoices.lastSurvey && learner.saverChoices.lastSurvey->device == hardware.device.name() &&
+        learner.saverChoices.lastSurvey->targetBatch == localTarget()) {
+        if (const SaverOption* o = findOption(*learner.saverChoices.lastSurvey, toString(next)))
+            predicted = o->microBatch;
     }
-    emit(MemorySaversChanged{now(), step, toString(savers), toString(next), why, predicted});
+    emit(MemorySaversChanged{now(), progress.step, toString(learner.savers), toString(next), why, predicted});
     useMemorySavers(next);
-    meter->releaseCache();
+    hardware.meter->releaseCache();
     choice.sizes.lastChosen = 0;  // other savers, other speeds: the timings before say nothing
     startProbe(ProbeReason::MemorySavers, predicted > 0 ? predicted : choice.sizes.minMicroBatch, 0);
     return true;
@@ -85,14 +87,15 @@ SaverOption Trainer::Impl::measureSaver(MemorySavers candidate) {
         // From an empty cache: on a caching allocator the peak counts reserved bytes, and what
         // training left cached would count against the first saver measured (on an H200 the
         // survey's "off" row said "does not fit" where training ran at micro-batch 34).
-        meter->releaseCache();
+        hardware.meter->releaseCache();
         const MicroResult r = runMicroBatch(indices, 1.0, {}, /*measurement=*/true);
-        meter->releaseCache();
+        hardware.meter->releaseCache();
         if (!r.ok && !r.failure.outOfMemory) {
             failed = r.failure.message.substr(0, r.failure.message.find('\n'));
             return false;
         }
-        trials.push_back({size, r.ok, r.ok ? r.peakBytes : neededBytes(*meter, r.failure.requestedBytes), r.seconds});
+        trials.push_back(
+            {size, r.ok, r.ok ? r.peakBytes : neededBytes(*hardware.meter, r.failure.requestedBytes), r.seconds});
         return true;
     };
     bool ok = true;
@@ -122,14 +125,14 @@ SaverOption Trainer::Impl::measureSaver(MemorySavers candidate) {
 SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
     const auto started = Clock::now();
     SaverSurvey survey;
-    survey.step = step;
-    survey.device = device.name();
+    survey.step = progress.step;
+    survey.device = hardware.device.name();
     survey.reason = reason;
     survey.usableBytes = usableBytes();
     survey.targetBatch = localTarget();
-    survey.current = toString(savers);
-    const MemorySavers before = savers;
-    const std::string cannotSplit = model->checkpointingUnsupported();
+    survey.current = toString(learner.savers);
+    const MemorySavers before = learner.savers;
+    const std::string cannotSplit = learner.model->checkpointingUnsupported();
     // Random layers (dropout) draw from the CPU's generator: it is put back afterwards, so that a
     // survey leaves the run's random stream as it found it.
     at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -143,7 +146,7 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
     // (GPUs before Ampere) float16 does. A CPU has fast kernels for neither.
     std::vector<MemorySavers> candidates{MemorySavers::Off, MemorySavers::Checkpoint, MemorySavers::Bf16,
                                          MemorySavers::Both};
-    if (device.kind == DeviceKind::Cuda) {
+    if (hardware.device.kind == DeviceKind::Cuda) {
         candidates.push_back(MemorySavers::Fp16);
         candidates.push_back(MemorySavers::CheckpointFp16);
     }
@@ -153,7 +156,8 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
     {
         torch::NoGradGuard noGrad;
         CountingScope uncounted(false);
-        for (const auto& g : gradients) accumulated.push_back(g.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+        for (const auto& g : learner.gradients)
+            accumulated.push_back(g.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
     }
     for (const MemorySavers candidate : candidates) {
         if (commands.stopRequested()) {
@@ -176,9 +180,9 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
     {
         torch::NoGradGuard noGrad;
         CountingScope inPlace(false);
-        for (size_t i = 0; i < gradients.size(); ++i) gradients[i].copy_(accumulated[i]);
+        for (size_t i = 0; i < learner.gradients.size(); ++i) learner.gradients[i].copy_(accumulated[i]);
     }
-    meter->releaseCache();
+    hardware.meter->releaseCache();
     {
         CountingScope uncounted(false);
         const std::lock_guard<std::mutex> lock(generator.mutex());
@@ -189,17 +193,17 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
     survey.advice = saverAdvice(survey);
     survey.time = now();
     survey.seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    saverChoices.lastSurvey = survey;
+    learner.saverChoices.lastSurvey = survey;
     emit(survey);
     return survey;
 }
 
 void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggestSavers) {
-    const int64_t needed = neededBytes(*meter, requested);
-    std::string what = duringSetup ? "the model's parameters and gradients do not fit on " + device.name()
-                                   : "the model does not fit on " + device.name() + " even at micro-batch " +
+    const int64_t needed = neededBytes(*hardware.meter, requested);
+    std::string what = duringSetup ? "the model's parameters and gradients do not fit on " + hardware.device.name()
+                                   : "the model does not fit on " + hardware.device.name() + " even at micro-batch " +
                                          std::to_string(choice.sizes.minMicroBatch);
-    if (!duringSetup && savers != MemorySavers::Off) what += " with " + describeSavers(savers);
+    if (!duringSetup && learner.savers != MemorySavers::Off) what += " with " + describeSavers(learner.savers);
     // Measured before the advice below, which it comes first in when it applies.
     std::string saver;
     if (!duringSetup && suggestSavers && options.memorySavers != MemorySavers::Auto) {
@@ -211,90 +215,93 @@ void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggest
         }
     }
     // With a large headroom, what fits is the usable part, not the capacity: say which stopped it.
-    const bool headroomStopsIt = needed <= meter->capacity() && options.probe.headroom > 0;
-    const std::string has = headroomStopsIt
-                                ? ", but only " + formatBytes(usableBytes()) + " of its " +
-                                      formatBytes(meter->capacity()) + " are usable with headroom " +
-                                      formatText("%g", options.probe.headroom) + saver + (saver.empty() ? "; " : " ") +
-                                      "lower the headroom (--headroom), or choose a smaller model or smaller inputs"
-                                : ", has " + formatBytes(meter->capacity()) + saver + (saver.empty() ? "; " : " ") +
-                                      "choose a larger device or budget, a smaller model or smaller inputs";
+    const bool headroomStopsIt = needed <= hardware.meter->capacity() && options.probe.headroom > 0;
+    const std::string has =
+        headroomStopsIt ? ", but only " + formatBytes(usableBytes()) + " of its " +
+                              formatBytes(hardware.meter->capacity()) + " are usable with headroom " +
+                              formatText("%g", options.probe.headroom) + saver + (saver.empty() ? "; " : " ") +
+                              "lower the headroom (--headroom), or choose a smaller model or smaller inputs"
+                        : ", has " + formatBytes(hardware.meter->capacity()) + saver + (saver.empty() ? "; " : " ") +
+                              "choose a larger device or budget, a smaller model or smaller inputs";
     throw FatalError{what + ": needs ≈ " + formatBytes(needed) + has,
-                     duringSetup ? "setup" : "step " + std::to_string(step + 1)};
+                     duringSetup ? "setup" : "step " + std::to_string(progress.step + 1)};
 }
 
 void Trainer::Impl::sampleMemory(bool force) {
     const double t = now();
-    if (!force && t - reported.lastSample < options.memorySampleInterval) return;
-    reported.lastSample = t;
-    emit(MemorySample{t, meter->allocated(), meter->reserved(), meter->peak(), meter->capacity(), usableBytes()});
+    if (!force && t - hardware.reported.lastSample < options.memorySampleInterval) return;
+    hardware.reported.lastSample = t;
+    emit(MemorySample{t, hardware.meter->allocated(), hardware.meter->reserved(), hardware.meter->peak(),
+                      hardware.meter->capacity(), usableBytes()});
 }
 
 void Trainer::Impl::reportBreakdown() {
     MemoryBreakdown b;
     b.time = now();
-    b.step = step;
-    b.device = device.name();
-    if (savers != MemorySavers::Off) b.memorySavers = toString(savers);
-    b.totalBytes = meter->total();
-    b.capacityBytes = meter->capacity();
+    b.step = progress.step;
+    b.device = hardware.device.name();
+    if (learner.savers != MemorySavers::Off) b.memorySavers = toString(learner.savers);
+    b.totalBytes = hardware.meter->total();
+    b.capacityBytes = hardware.meter->capacity();
     b.usableBytes = usableBytes();
-    b.parameterBytes = ledger.parameterBytes;
-    b.gradientBytes = ledger.gradientBytes;
-    for (const auto& g : gradients)
+    b.parameterBytes = hardware.ledger.parameterBytes;
+    b.gradientBytes = hardware.ledger.gradientBytes;
+    for (const auto& g : learner.gradients)
         b.largestGradientBytes = std::max(b.largestGradientBytes, static_cast<int64_t>(g.nbytes()));
-    b.optimizerStateReserved = !optimizer->stateReady() && !reservation.empty();
-    b.optimizerStateBytes =
-        optimizer->stateReady() ? ledger.optimizerStateBytes : (reservation.empty() ? 0 : optimizer->stateBytes());
-    if (ledger.lastPeak.size > 0) {
-        b.residentBytes = ledger.lastPeak.resident;
+    b.optimizerStateReserved = !learner.optimizer->stateReady() && !learner.reservation.empty();
+    b.optimizerStateBytes = learner.optimizer->stateReady()
+                                ? hardware.ledger.optimizerStateBytes
+                                : (learner.reservation.empty() ? 0 : learner.optimizer->stateBytes());
+    if (hardware.ledger.lastPeak.size > 0) {
+        b.residentBytes = hardware.ledger.lastPeak.resident;
         // The parts are what tensors held at the peak; what the allocator held beyond them (its
         // cache, the rounding of blocks and segments) is a part of its own.
-        b.peakBytes = ledger.lastPeak.peakAllocated;
-        b.cacheBytes = std::max<int64_t>(0, ledger.lastPeak.peak - ledger.lastPeak.peakAllocated);
-        b.activationMicroBatch = ledger.lastPeak.size;
-        b.inputBytes = ledger.lastPeak.input;
+        b.peakBytes = hardware.ledger.lastPeak.peakAllocated;
+        b.cacheBytes = std::max<int64_t>(0, hardware.ledger.lastPeak.peak - hardware.ledger.lastPeak.peakAllocated);
+        b.activationMicroBatch = hardware.ledger.lastPeak.size;
+        b.inputBytes = hardware.ledger.lastPeak.input;
         // The micro-batch's own copy is in its peak; the batch's copy, taken before it, is resident.
-        b.bufferCopyBytes = ledger.lastPeak.bufferCopy + ledger.lastPeak.batchCopy;
-        b.activationBytes = std::max<int64_t>(0, ledger.lastPeak.peakAllocated - ledger.lastPeak.resident -
-                                                     ledger.lastPeak.input - ledger.lastPeak.bufferCopy);
+        b.bufferCopyBytes = hardware.ledger.lastPeak.bufferCopy + hardware.ledger.lastPeak.batchCopy;
+        b.activationBytes =
+            std::max<int64_t>(0, hardware.ledger.lastPeak.peakAllocated - hardware.ledger.lastPeak.resident -
+                                     hardware.ledger.lastPeak.input - hardware.ledger.lastPeak.bufferCopy);
     } else {
         // Before any micro-batch: what is resident is the whole story.
-        b.residentBytes = meter->allocated();
+        b.residentBytes = hardware.meter->allocated();
         b.peakBytes = b.residentBytes;
-        b.cacheBytes = std::max<int64_t>(0, meter->reserved() - meter->allocated());
+        b.cacheBytes = std::max<int64_t>(0, hardware.meter->reserved() - hardware.meter->allocated());
     }
-    b.otherProcessBytes = meter->otherProcesses();
-    b.contextBytes = meter->contextBytes();
-    b.workspaceBytes = meter->workspaceBytes();
+    b.otherProcessBytes = hardware.meter->otherProcesses();
+    b.contextBytes = hardware.meter->contextBytes();
+    b.workspaceBytes = hardware.meter->workspaceBytes();
     b.freeBytes =
         std::max<int64_t>(0, b.totalBytes - b.peakBytes - b.cacheBytes - b.otherProcessBytes - b.contextBytes);
     emit(std::move(b));
     // The segments after a step barely change once the cache is warm: reported when they do.
-    std::vector<SegmentView> segments = meter->segments();
-    if (!segments.empty() && segments != reported.segments) {
-        reported.segments = segments;
+    std::vector<SegmentView> segments = hardware.meter->segments();
+    if (!segments.empty() && segments != hardware.reported.segments) {
+        hardware.reported.segments = segments;
         AllocatorSegments report;
         report.time = now();
-        report.step = step;
-        report.limitBytes = meter->capacity();
+        report.step = progress.step;
+        report.limitBytes = hardware.meter->capacity();
         report.segments = std::move(segments);
         emit(std::move(report));
     }
 }
 
 void Trainer::Impl::meterOpened() {
-    reported.segments.clear();
-    reported.failures = meter->lastAllocatorFailure().number;  // an earlier run's are not this one's
+    hardware.reported.segments.clear();
+    hardware.reported.failures = hardware.meter->lastAllocatorFailure().number;  // an earlier run's are not this one's
 }
 
 void Trainer::Impl::reportFailureSegments() {
-    AllocatorFailureView failure = meter->lastAllocatorFailure();
-    if (failure.number == reported.failures || failure.segments.empty()) return;
-    reported.failures = failure.number;
+    AllocatorFailureView failure = hardware.meter->lastAllocatorFailure();
+    if (failure.number == hardware.reported.failures || failure.segments.empty()) return;
+    hardware.reported.failures = failure.number;
     AllocatorSegments report;
     report.time = now();
-    report.step = step;
+    report.step = progress.step;
     report.atOom = true;
     report.limitBytes = failure.failure.limitBytes;
     report.requestedBytes = failure.failure.requestedBytes;
@@ -308,18 +315,18 @@ void Trainer::Impl::reportFailureSegments() {
 void Trainer::Impl::reportSummary() {
     RunSummary summary;
     summary.time = now();
-    summary.device = device.name();
-    summary.model = model->name();
-    summary.parameterCount = model->parameterCount();
-    summary.parameterTensors = static_cast<int64_t>(parameters.size());
-    summary.dataset = data->name();
-    summary.datasetSize = data->size();
-    summary.inputShape = data->sampleShape();
+    summary.device = hardware.device.name();
+    summary.model = learner.model->name();
+    summary.parameterCount = learner.model->parameterCount();
+    summary.parameterTensors = static_cast<int64_t>(learner.parameters.size());
+    summary.dataset = feed.training->name();
+    summary.datasetSize = feed.training->size();
+    summary.inputShape = feed.training->sampleShape();
     summary.optimizer = std::string(toString(options.optimizer.kind)) + ", learning rate " +
-                        formatText("%g", optimizer->learningRate());
+                        formatText("%g", learner.optimizer->learningRate());
     summary.loss = toString(options.loss);
-    summary.targetBatch = target;
-    summary.batchStatistics = model->usesBatchStatistics();
+    summary.targetBatch = progress.target;
+    summary.batchStatistics = learner.model->usesBatchStatistics();
     emit(std::move(summary));
 }
 

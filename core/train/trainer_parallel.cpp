@@ -84,9 +84,9 @@ void Trainer::Impl::setupParallel() {
             "devices: train on one device to step through a batch",
             "configuration"};
     }
-    if (target < world * choice.sizes.minPart) {
+    if (progress.target < world * choice.sizes.minPart) {
         throw FatalError{
-            "the target batch " + std::to_string(target) + " cannot be shared by " + std::to_string(world) +
+            "the target batch " + std::to_string(progress.target) + " cannot be shared by " + std::to_string(world) +
                 " devices" +
                 (choice.sizes.minPart > 1 ? " at " + std::to_string(choice.sizes.minPart) + " samples each (BatchNorm)"
                                           : "") +
@@ -95,12 +95,13 @@ void Trainer::Impl::setupParallel() {
             "configuration"};
     }
     try {
-        state.devices = link.exchangeText("device", device.name());
+        state.devices = link.exchangeText("device", hardware.device.name());
         state.places = link.exchangeText("nccl", link.ncclPlace());
         // Ranks that built another model, loaded other data or resumed elsewhere cannot add up
         // their gradients: say which, before anything is trained.
-        const std::vector<std::string> signatures =
-            link.exchangeText("job", jobSignature(parameters, data->size(), target, options.seed, step));
+        const std::vector<std::string> signatures = link.exchangeText(
+            "job",
+            jobSignature(learner.parameters, feed.training->size(), progress.target, options.seed, progress.step));
         for (int r = 1; r < world; ++r) {
             if (signatures[static_cast<size_t>(r)] != signatures[0]) {
                 throw FatalError{rankName(r, state.devices) + " does not train the same job as rank 0: it has " +
@@ -115,16 +116,16 @@ void Trainer::Impl::setupParallel() {
             torch::NoGradGuard noGrad;
             CountingScope inPlace(false);
             std::vector<torch::Tensor> values;
-            for (const auto& p : parameters) values.push_back(p.detach());
-            for (const auto& b : model->buffers()) values.push_back(b.detach());
+            for (const auto& p : learner.parameters) values.push_back(p.detach());
+            for (const auto& b : learner.model->buffers()) values.push_back(b.detach());
             link.broadcast(values, 0);
         }
         // First shares: by each device's usable memory; the probed micro-batches and the
         // measured speeds refine them (finishRanksStep).
         const std::vector<double> usable = link.allGather({static_cast<double>(usableBytes())});
-        state.shares = options.balanceShares
-                           ? splitShares(target, usable, choice.sizes.minPart)
-                           : splitShares(target, std::vector<double>(usable.size(), 1.0), choice.sizes.minPart);
+        state.shares = options.balanceShares ? splitShares(progress.target, usable, choice.sizes.minPart)
+                                             : splitShares(progress.target, std::vector<double>(usable.size(), 1.0),
+                                                           choice.sizes.minPart);
     } catch (const FatalError&) {
         throw;
     } catch (const std::exception& e) {
@@ -134,8 +135,8 @@ void Trainer::Impl::setupParallel() {
     ShareBalancer::Options balance;
     balance.minShare = choice.sizes.minPart;
     state.balancer.emplace(balance);
-    const std::vector<std::string> bufferNames = model->bufferNames();
-    const std::vector<torch::Tensor> buffers = model->buffers();
+    const std::vector<std::string> bufferNames = learner.model->bufferNames();
+    const std::vector<torch::Tensor> buffers = learner.model->buffers();
     for (size_t i = 0; i < buffers.size() && i < bufferNames.size(); ++i) {
         const std::string& name = bufferNames[i];
         const auto endsWith = [&](const std::string& tail) {
@@ -156,25 +157,27 @@ void Trainer::Impl::bucketGradients() {
     // The old accumulators go first (also as the parameters' .grad): the buckets take their
     // place in memory.
     parallel->buckets.clear();
-    gradients.clear();
+    learner.gradients.clear();
     linkGradients();
-    gradients.resize(parameters.size());
-    for (size_t i = 0; i < parameters.size();) {
+    learner.gradients.resize(learner.parameters.size());
+    for (size_t i = 0; i < learner.parameters.size();) {
         size_t end = i;
         int64_t elements = 0;
-        const auto itemBytes = static_cast<int64_t>(parameters[i].element_size());
-        while (end < parameters.size() && parameters[end].dtype() == parameters[i].dtype() &&
-               parameters[end].device() == parameters[i].device() &&
-               (end == i || (elements + parameters[end].numel()) * itemBytes <= kBucketBytes)) {
-            elements += parameters[end].numel();
+        const auto itemBytes = static_cast<int64_t>(learner.parameters[i].element_size());
+        while (end < learner.parameters.size() && learner.parameters[end].dtype() == learner.parameters[i].dtype() &&
+               learner.parameters[end].device() == learner.parameters[i].device() &&
+               (end == i || (elements + learner.parameters[end].numel()) * itemBytes <= kBucketBytes)) {
+            elements += learner.parameters[end].numel();
             ++end;
         }
         torch::Tensor bucket = torch::zeros(
-            {elements}, torch::TensorOptions().dtype(parameters[i].dtype()).device(parameters[i].device()));
+            {elements},
+            torch::TensorOptions().dtype(learner.parameters[i].dtype()).device(learner.parameters[i].device()));
         int64_t offset = 0;
         for (size_t k = i; k < end; ++k) {
-            gradients[k] = bucket.narrow(0, offset, parameters[k].numel()).view(parameters[k].sizes());
-            offset += parameters[k].numel();
+            learner.gradients[k] =
+                bucket.narrow(0, offset, learner.parameters[k].numel()).view(learner.parameters[k].sizes());
+            offset += learner.parameters[k].numel();
         }
         parallel->buckets.push_back(bucket);
         i = end;
@@ -237,7 +240,7 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
         if (!stopHere) {
             parallel->stoppedByRanks = true;
             emit(Warning{now(), rankName(static_cast<int>(r), parallel->devices) +
-                                    " asked to stop: every rank stops after step " + std::to_string(step)});
+                                    " asked to stop: every rank stops after step " + std::to_string(progress.step)});
         }
         parallel->requestedDevices.clear();
         return true;
@@ -250,12 +253,12 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
     }
     for (size_t r = 0; r * kVote < votes.size(); ++r) {
         const auto next = static_cast<int64_t>(votes[r * kVote + 1]);
-        if (next <= 0 || next == target) continue;
+        if (next <= 0 || next == progress.target) continue;
         const int world = parallel->link->size();
         if (next < world * choice.sizes.minPart) {
             emit(Warning{now(), "target batch " + std::to_string(next) + " ignored: " + std::to_string(world) +
                                     " devices need at least " + std::to_string(world * choice.sizes.minPart) +
-                                    " samples; training continues at " + std::to_string(target)});
+                                    " samples; training continues at " + std::to_string(progress.target)});
             break;
         }
         // The shares keep their proportions; each rank probes again within its new share.
@@ -312,7 +315,7 @@ void Trainer::Impl::switchRanks() {
             spec = said[std::to_string(me)].get<std::string>();
     }
     std::string refused;
-    const std::string before = device.name();
+    const std::string before = hardware.device.name();
     if (spec) {
         if (auto next = parseDevice(*spec); !next) {
             refused = next.error();
@@ -321,7 +324,7 @@ void Trainer::Impl::switchRanks() {
         } else if (std::optional<std::string> why = switchTo(*next)) {
             refused = *why;
         }
-        if (device.name() != before) {
+        if (hardware.device.name() != before) {
             startProbe(ProbeReason::DeviceSwitch,
                        choice.sizes.microBatch > 0 ? choice.sizes.microBatch : options.probe.initialMicroBatch, 0);
         } else if (!refused.empty()) {
@@ -332,7 +335,7 @@ void Trainer::Impl::switchRanks() {
     std::vector<std::string> outcome;
     try {
         outcome = link.exchangeText("switched/" + round,
-                                    jsonText(nlohmann::json{{"device", device.name()}, {"refused", refused}}));
+                                    jsonText(nlohmann::json{{"device", hardware.device.name()}, {"refused", refused}}));
     } catch (const std::exception& e) {
         ranksFailed(e, "agreeing on a device switch");
     }
@@ -389,7 +392,7 @@ bool Trainer::Impl::holdWhilePaused() {
         waitWhilePaused();
         link.markDone(key + std::to_string(me));
     }
-    const RunState previous = state;
+    const RunState previous = progress.state;
     bool waited = false;
     for (const int r : pausing) {
         if (r == me) continue;
@@ -411,7 +414,7 @@ std::vector<int64_t> Trainer::Impl::rankSlice(const std::vector<int64_t>& batch)
     const auto total = static_cast<int64_t>(batch.size());
     // The end of an epoch: a shorter batch, split in the same proportions.
     const std::vector<int64_t> shares =
-        total == target ? parallel->shares : scaleShares(parallel->shares, total, choice.sizes.minPart);
+        total == progress.target ? parallel->shares : scaleShares(parallel->shares, total, choice.sizes.minPart);
     const int rank = parallel->link->rank();
     const int64_t offset = shareOffset(shares, rank);
     return {batch.begin() + offset, batch.begin() + offset + shares[static_cast<size_t>(rank)]};
@@ -456,7 +459,7 @@ std::vector<double> Trainer::Impl::sumOverRanks(const std::vector<double>& mine,
             double total = 0;
             for (size_t r = 0; r < world; ++r) total += field(r, kFieldShare);
             if (!parallel->statistics.empty() && total > 0) {
-                const std::vector<torch::Tensor> buffers = model->buffers();
+                const std::vector<torch::Tensor> buffers = learner.model->buffers();
                 std::vector<torch::Tensor> weighted;
                 for (const size_t i : parallel->statistics) weighted.push_back(buffers[i] * (share / total));
                 link.allReduceSum(weighted);
@@ -511,7 +514,7 @@ double Trainer::Impl::recordRanksStep(const std::vector<double>& all, double red
     }
     RanksStepped& report = parallel->report;
     report = RanksStepped{};
-    report.step = step + 1;
+    report.step = progress.step + 1;
     report.allReduceSeconds = reduceSeconds;
     report.collectives = link.collectives();
     report.collectivesWhy = parallel->collectivesWhy;
@@ -548,13 +551,13 @@ double Trainer::Impl::recordRanksStep(const std::vector<double>& all, double red
             if (!anyCapped) {
                 std::vector<double> capacity;
                 for (size_t r = 0; r < world; ++r) capacity.push_back(field(r, kFieldProbed));
-                std::vector<int64_t> next = splitShares(target, capacity, choice.sizes.minPart);
+                std::vector<int64_t> next = splitShares(progress.target, capacity, choice.sizes.minPart);
                 if (next != parallel->shares) {
                     report.nextShares = std::move(next);
                     report.shareReason = "in proportion to each device's probed micro-batch";
                 }
             }
-        } else if (auto change = parallel->balancer->observe(timings, parallel->shares, target)) {
+        } else if (auto change = parallel->balancer->observe(timings, parallel->shares, progress.target)) {
             report.nextShares = std::move(change->shares);
             report.shareReason = std::move(change->reason);
         }
@@ -565,7 +568,7 @@ double Trainer::Impl::recordRanksStep(const std::vector<double>& all, double red
 
 void Trainer::Impl::finishRanksStep() {
     RanksStepped& report = parallel->report;
-    if (options.parameterCheckEvery > 0 && step % options.parameterCheckEvery == 0) {
+    if (options.parameterCheckEvery > 0 && progress.step % options.parameterCheckEvery == 0) {
         checkRanksAgree();
         report.parametersChecked = true;
     }
@@ -586,18 +589,18 @@ void Trainer::Impl::finishRanksStep() {
 
 void Trainer::Impl::awaitValidation() {
     try {
-        parallel->link->waitWhileAlive("validated/" + std::to_string(step), 0);
+        parallel->link->waitWhileAlive("validated/" + std::to_string(progress.step), 0);
     } catch (const std::exception& e) {
-        ranksFailed(e, "waiting for rank 0's validation after step " + std::to_string(step));
+        ranksFailed(e, "waiting for rank 0's validation after step " + std::to_string(progress.step));
     }
-    validation.lastStep = step;
-    validation.epochs = sampler->completedEpochs();
+    feed.validation.lastStep = progress.step;
+    feed.validation.epochs = feed.sampler->completedEpochs();
 }
 
 void Trainer::Impl::checkRanksAgree() {
-    if (parallel->lastCheckedStep == step) return;
-    parallel->lastCheckedStep = step;
-    const uint64_t hash = parameterChecksum(parameters);
+    if (parallel->lastCheckedStep == progress.step) return;
+    parallel->lastCheckedStep = progress.step;
+    const uint64_t hash = parameterChecksum(learner.parameters);
     std::vector<double> all;
     try {
         // Two exact halves: a double holds any 32-bit number.
@@ -612,17 +615,18 @@ void Trainer::Impl::checkRanksAgree() {
         differing += rankName(static_cast<int>(r), parallel->devices);
     }
     if (!differing.empty()) {
-        throw FatalError{"after step " + std::to_string(step) + " the parameters of " + differing +
+        throw FatalError{"after step " + std::to_string(progress.step) + " the parameters of " + differing +
                              " differ from rank 0's, though every rank took the same optimizer step on the same "
                              "summed gradients: the ranks must run the same LibTorch build on the same kind of "
                              "device for bit-identical steps; resume from the last checkpoint",
-                         "step " + std::to_string(step) + ", comparing the ranks' parameters"};
+                         "step " + std::to_string(progress.step) + ", comparing the ranks' parameters"};
     }
 }
 
 void Trainer::Impl::ranksFailed(const std::exception& error, const std::string& during) {
-    const std::string where = "step " + std::to_string(step + 1) + ", " + during;
-    const std::string lost = "the ranks lost each other at step " + std::to_string(step + 1) + " (" + during + "): ";
+    const std::string where = "step " + std::to_string(progress.step + 1) + ", " + during;
+    const std::string lost =
+        "the ranks lost each other at step " + std::to_string(progress.step + 1) + " (" + during + "): ";
     const std::string resume = "; the last checkpoint resumes the job, with the same or other devices";
     // A rank that failed said why before it left: its reason, not the transport's.
     if (const std::string failed = parallel->link->failedRanks(parallel->devices); !failed.empty())

@@ -9,11 +9,11 @@ namespace batchpilot::core {
 
 void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t knownFit) {
     choice.startProbe(reason, options.probe, upperBound(), usableBytes(), initial, knownFit, Clock::now());
-    if (!optimizer->stateReady() && reservation.empty() && optimizer->stateBytes() > 0) {
+    if (!learner.optimizer->stateReady() && learner.reservation.empty() && learner.optimizer->stateBytes() > 0) {
         // LibTorch-style optimizers create their state in the first step: hold that much now so
         // the probe does not pick a size that runs out of memory at the first step.
         try {
-            reservation = optimizer->reserveState();
+            learner.reservation = learner.optimizer->reserveState();
         } catch (const std::exception&) {
             const FailureInfo failure = classifyFailure(std::current_exception());
             if (!failure.outOfMemory) throw;
@@ -21,8 +21,8 @@ void Trainer::Impl::startProbe(ProbeReason reason, int64_t initial, int64_t know
         }
     }
     setState(RunState::Probing, toString(reason));
-    emit(ProbeStarted{now(), choice.sequence(), reason, device.name(), upperBound(), usableBytes(),
-                      reservation.empty() ? 0 : optimizer->stateBytes()});
+    emit(ProbeStarted{now(), choice.sequence(), reason, hardware.device.name(), upperBound(), usableBytes(),
+                      learner.reservation.empty() ? 0 : learner.optimizer->stateBytes()});
 }
 
 void Trainer::Impl::finishProbe() {
@@ -48,8 +48,8 @@ void Trainer::Impl::finishProbe() {
     // training batch (applyCommands), and the fastest suggested. Not after a probe that a saver
     // change itself started, nor after a regrow or a re-probe of the same setting.
     if (end.newSetting && !parallel && found < options.saverThreshold && found < upperBound()) {
-        saverChoices.surveyDue = "the probe found micro-batch " + std::to_string(found) + ", below " +
-                                 std::to_string(options.saverThreshold) + " (the saver threshold)";
+        learner.saverChoices.surveyDue = "the probe found micro-batch " + std::to_string(found) + ", below " +
+                                         std::to_string(options.saverThreshold) + " (the saver threshold)";
     }
     if (end.finished.hitTrialLimit) {
         emit(Warning{now(), "the probe stopped at its trial limit (" + std::to_string(options.probe.maxTrials) +
@@ -58,7 +58,7 @@ void Trainer::Impl::finishProbe() {
     // Training starts from an empty cache, as the probe's trials did and a fresh training loop
     // does: the blocks the trials left were split for other sizes, and a caching allocator (a
     // GPU's, a virtual one's model) would carve the chosen size's tensors out of them.
-    meter->releaseCache();
+    hardware.meter->releaseCache();
     emit(end.finished);
     setState(RunState::Training, "micro-batch " + std::to_string(found));
     startTiming(found, end.lastFit);  // the probe's last trial that fit warmed its size up
@@ -75,33 +75,34 @@ void Trainer::Impl::finishTiming(int64_t size) {
 }
 
 std::optional<std::string> Trainer::Impl::switchTo(const DeviceSpec& next) {
-    const std::string from = device.name();
-    if (next.kind == DeviceKind::Virtual && meter->allocated() > next.budgetBytes) {
+    const std::string from = hardware.device.name();
+    if (next.kind == DeviceKind::Virtual && hardware.meter->allocated() > next.budgetBytes) {
         return "cannot switch to " + next.name() + ": the model, its gradients and optimizer state already take " +
-               formatBytes(meter->allocated()) + "; choose a budget above that";
+               formatBytes(hardware.meter->allocated()) + "; choose a budget above that";
     }
-    const bool moves = (next.kind == DeviceKind::Cuda) != (device.kind == DeviceKind::Cuda) ||
-                       (next.kind == DeviceKind::Cuda && next.index != device.index);
+    const bool moves = (next.kind == DeviceKind::Cuda) != (hardware.device.kind == DeviceKind::Cuda) ||
+                       (next.kind == DeviceKind::Cuda && next.index != hardware.device.index);
     if (moves) {
         const torch::Device target_device = torchDevice(next);
-        model->to(target_device);
-        parameters = model->parameters();
-        optimizer->to(target_device, parameters);
-        for (auto& g : gradients) g = g.to(target_device);
+        learner.model->to(target_device);
+        learner.parameters = learner.model->parameters();
+        learner.optimizer->to(target_device, learner.parameters);
+        for (auto& g : learner.gradients) g = g.to(target_device);
         linkGradients();
         // Several devices: the moved accumulators are no longer views into the buckets the
         // all-reduce sums; new buckets on the new device (zero: this is a batch boundary).
         if (parallel) bucketGradients();
-        for (auto& held : reservation) held = held.to(target_device);
-        meter->releaseCache();
+        for (auto& held : learner.reservation) held = held.to(target_device);
+        hardware.meter->releaseCache();
         choice.sizes.lastChosen = 0;  // other hardware: search from the largest again
     }
-    device = next;
+    hardware.device = next;
     choice.stepCosts = StepCostWatch();  // what batches cost besides their micro-batches, on this device
-    meter = openMeter(device);
+    hardware.meter = openMeter(hardware.device);
     meterOpened();
-    if (const std::string note = meter->limitNote(); !note.empty()) emit(Warning{now(), device.name() + ": " + note});
-    emit(DeviceSwitched{now(), from, device.name(), parallel ? parallel->link->rank() : 0});
+    if (const std::string note = hardware.meter->limitNote(); !note.empty())
+        emit(Warning{now(), hardware.device.name() + ": " + note});
+    emit(DeviceSwitched{now(), from, hardware.device.name(), parallel ? parallel->link->rank() : 0});
     reportSummary();
     return std::nullopt;
 }

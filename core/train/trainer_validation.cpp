@@ -22,9 +22,9 @@ struct EvalMode {
 }  // namespace
 
 bool Trainer::Impl::validationDue() const {
-    if (!validation.data || step == 0 || step == validation.lastStep) return false;
-    if (options.validation.everySteps) return step % *options.validation.everySteps == 0;
-    return sampler->completedEpochs() > validation.epochs;
+    if (!feed.validation.data || progress.step == 0 || progress.step == feed.validation.lastStep) return false;
+    if (options.validation.everySteps) return progress.step % *options.validation.everySteps == 0;
+    return feed.sampler->completedEpochs() > feed.validation.epochs;
 }
 
 std::exception_ptr Trainer::Impl::evaluate(const std::vector<int64_t>& indices, ValidationTotals& totals) {
@@ -33,13 +33,13 @@ std::exception_ptr Trainer::Impl::evaluate(const std::vector<int64_t>& indices, 
         Batch host;
         {
             CountingScope hostMemory(false);  // read into host memory, as the prefetcher does
-            host = validation.data->get(indices);
+            host = feed.validation.data->get(indices);
         }
-        const torch::Device where = parameters.front().device();
+        const torch::Device where = learner.parameters.front().device();
         torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs.clone();
         torch::Tensor targets = where.is_cuda() ? host.targets.to(where) : host.targets.clone();
         host = Batch{};
-        totals.add(model->forward(inputs), targets);
+        totals.add(learner.model->forward(inputs), targets);
         return nullptr;
     } catch (const std::exception&) {
         return std::current_exception();
@@ -48,7 +48,7 @@ std::exception_ptr Trainer::Impl::evaluate(const std::vector<int64_t>& indices, 
 
 void Trainer::Impl::runValidation() {
     const auto started = Clock::now();
-    const int64_t total = validation.data->size();
+    const int64_t total = feed.validation.data->size();
     const int64_t training =
         std::max<int64_t>(1, choice.sizes.microBatch > 0 ? choice.sizes.microBatch : choice.sizes.probed);
     // Without gradients no activation is kept for backward: a micro-batch several times
@@ -57,56 +57,57 @@ void Trainer::Impl::runValidation() {
     // twice over, up to four times training's (at least 256): larger ones buy no speed. Starting at
     // twice training's ran out of memory on a real GPU whenever training ran close to its limit.
     const int64_t cap = std::min(total, std::max<int64_t>(256, 4 * training));
-    int64_t size = validation.microBatch > 0 ? validation.microBatch : std::min(cap, training);
-    if (validation.ceiling > 0) size = std::min(size, std::max<int64_t>(1, validation.ceiling / 2));
+    int64_t size = feed.validation.microBatch > 0 ? feed.validation.microBatch : std::min(cap, training);
+    if (feed.validation.ceiling > 0) size = std::min(size, std::max<int64_t>(1, feed.validation.ceiling / 2));
     ValidationTotals totals(options.loss);
     int ooms = 0;
     int64_t largest = 0;
     int64_t offset = 0;
-    EvalMode eval(*model);
+    EvalMode eval(*learner.model);
     while (offset < total) {
         if (commands.stopRequested()) return;  // stopping: the pass is dropped, nothing was changed
         const int64_t n = std::min(size, total - offset);
         std::vector<int64_t> indices(static_cast<size_t>(n));
         std::iota(indices.begin(), indices.end(), offset);
-        const int64_t resident = meter->allocated();
-        meter->resetPeak();
+        const int64_t resident = hardware.meter->allocated();
+        hardware.meter->resetPeak();
         if (const std::exception_ptr error = evaluate(indices, totals)) {
             const FailureInfo failure = classifyFailure(error);
             if (!failure.outOfMemory) {
                 throw FatalError{"validation failed: " + failure.message,
-                                 "validation after step " + std::to_string(step) + " (" + std::to_string(n) +
+                                 "validation after step " + std::to_string(progress.step) + " (" + std::to_string(n) +
                                      " held-out samples from position " + std::to_string(offset) + ")"};
             }
-            meter->releaseCache();
+            hardware.meter->releaseCache();
             if (n <= 1) {
-                throw FatalError{"validation does not fit on " + device.name() +
+                throw FatalError{"validation does not fit on " + hardware.device.name() +
                                      " even one sample at a time, next to training's memory: " + failure.message,
-                                 "validation after step " + std::to_string(step)};
+                                 "validation after step " + std::to_string(progress.step)};
             }
             ++ooms;
-            validation.ceiling = n;
+            feed.validation.ceiling = n;
             size = std::max<int64_t>(1, n / 2);
-            emit(OomEvent{now(), step, Phase::Validation, n, failure.requestedBytes, failure.message, true, size});
+            emit(OomEvent{now(), progress.step, Phase::Validation, n, failure.requestedBytes, failure.message, true,
+                          size});
             sampleMemory(true);
             continue;
         }
         offset += n;
         largest = std::max(largest, n);
-        const int64_t activations = std::max<int64_t>(0, meter->peakReserved() - resident);
+        const int64_t activations = std::max<int64_t>(0, hardware.meter->peakReserved() - resident);
         const bool roomForTwice = resident + 2 * activations <= usableBytes();
-        const bool belowFailure = validation.ceiling == 0 || 2 * size < validation.ceiling;
+        const bool belowFailure = feed.validation.ceiling == 0 || 2 * size < feed.validation.ceiling;
         if (n == size && roomForTwice && belowFailure && 2 * size <= cap) size *= 2;
         sampleMemory(false);
     }
-    validation.microBatch = size;
-    validation.lastStep = step;
-    validation.epochs = sampler->completedEpochs();
+    feed.validation.microBatch = size;
+    feed.validation.lastStep = progress.step;
+    feed.validation.epochs = feed.sampler->completedEpochs();
     ValidationDone done;
     done.time = now();
-    done.step = step;
-    done.epoch = sampler->completedEpochs();
-    done.samplesSeen = samplesSeen;
+    done.step = progress.step;
+    done.epoch = feed.sampler->completedEpochs();
+    done.samplesSeen = progress.samplesSeen;
     done.samples = totals.samples();
     done.loss = totals.meanLoss();
     done.accuracy = totals.accuracy();
