@@ -67,6 +67,22 @@ enum StepField : size_t {
     kStepFields
 };
 
+/// The indices, in the model's buffers, of BatchNorm's running statistics (ParallelState::statistics).
+std::vector<size_t> runningStatistics(const Model& model) {
+    const std::vector<std::string> names = model.bufferNames();
+    const std::vector<torch::Tensor> buffers = model.buffers();
+    std::vector<size_t> statistics;
+    for (size_t i = 0; i < buffers.size() && i < names.size(); ++i) {
+        const std::string& name = names[i];
+        const auto endsWith = [&](const std::string& tail) {
+            return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+        };
+        if (buffers[i].is_floating_point() && (endsWith("running_mean") || endsWith("running_var")))
+            statistics.push_back(i);
+    }
+    return statistics;
+}
+
 }  // namespace
 
 void Trainer::Impl::setupParallel() {
@@ -135,16 +151,7 @@ void Trainer::Impl::setupParallel() {
     ShareBalancer::Options balance;
     balance.minShare = choice.sizes.minPart;
     state.balancer.emplace(balance);
-    const std::vector<std::string> bufferNames = learner.model->bufferNames();
-    const std::vector<torch::Tensor> buffers = learner.model->buffers();
-    for (size_t i = 0; i < buffers.size() && i < bufferNames.size(); ++i) {
-        const std::string& name = bufferNames[i];
-        const auto endsWith = [&](const std::string& tail) {
-            return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-        };
-        if (buffers[i].is_floating_point() && (endsWith("running_mean") || endsWith("running_var")))
-            state.statistics.push_back(i);
-    }
+    state.statistics = runningStatistics(*learner.model);
     parallel = std::move(state);
     bucketGradients();
     chooseRankCollectives();
