@@ -153,6 +153,7 @@ struct MemoryReported {
     double lastSample = -1;             ///< run time of the last MemorySample (-1: none yet)
     std::vector<SegmentView> segments;  ///< the allocator's segments
     int64_t failures = 0;               ///< the allocator's OOMs
+    int64_t failuresBefore = 0;         ///< the allocator's OOMs before the meter was opened for this run
     int64_t allocatorRetries = 0;       ///< the meter's allocator retries
 };
 
@@ -557,6 +558,9 @@ struct Trainer::Impl {
     /// nor for the optimizer state: `suggestSavers` false) the message names the one that makes
     /// the smallest micro-batch fit fastest, measured (surveySavers).
     [[noreturn]] void doesNotFit(int64_t requested, bool duringSetup = false, bool suggestSavers = true);
+    /// The caching allocator's latest OOM in this run (its reserved bytes, the segment it tried to
+    /// add); empty where the meter knows none (exact counting, the CPU).
+    AllocationFailure cachingFailure() const;
     void useMemorySavers(MemorySavers next);
     /// The forward pass's autocast for the savers in use: bfloat16, float16, or off.
     AutocastState forwardAutocast() const {

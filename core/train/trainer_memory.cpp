@@ -198,6 +198,13 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
     return survey;
 }
 
+AllocationFailure Trainer::Impl::cachingFailure() const {
+    const AllocatorFailureView view = hardware.meter->lastAllocatorFailure();
+    // The allocator's latest OOM, when this run raised it (the allocator outlives a run).
+    if (view.number <= hardware.reported.failuresBefore) return {};
+    return view.failure;
+}
+
 void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggestSavers) {
     const int64_t needed = neededBytes(*hardware.meter, requested);
     std::string what = duringSetup ? "the model's parameters and gradients do not fit on " + hardware.device.name()
@@ -214,8 +221,25 @@ void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggest
                     " samples/s, the fastest that fits): train with --memory-savers " + o->savers + " (or auto), or";
         }
     }
+    // Under a caching allocator (a GPU, a virtual one with its model) what runs out is reserved
+    // memory: the segments held at the failure and the one it tried to add, which can be far more
+    // than the tensors need (a 1-10 MiB tensor takes a 20 MiB segment).
+    const AllocationFailure held = cachingFailure();
+    const int64_t reservedNeed = held.segmentBytes > 0 ? held.reservedBytes + held.segmentBytes : 0;
+    std::string segments;
+    // The remedy PyTorch's own message names, unless it is in use already.
+    const bool expandable = hardware.device.kind == DeviceKind::Virtual &&
+                            virtualAllocatorSettings(hardware.device).value_or(AllocatorSettings{}).expandableSegments;
+    if (reservedNeed > needed) {
+        segments = " of tensors, in PyTorch's caching allocator " + formatBytes(reservedNeed) + " of segments (" +
+                   formatBytes(held.reservedBytes) + " reserved and " + formatBytes(held.segmentBytes) +
+                   " more it tried to reserve" +
+                   (held.fragmentation && !expandable ? "; fragmentation: expandable_segments:True may help" : "") +
+                   ")";
+    }
     // With a large headroom, what fits is the usable part, not the capacity: say which stopped it.
-    const bool headroomStopsIt = needed <= hardware.meter->capacity() && options.probe.headroom > 0;
+    const bool headroomStopsIt =
+        std::max(needed, reservedNeed) <= hardware.meter->capacity() && options.probe.headroom > 0;
     const std::string has =
         headroomStopsIt ? ", but only " + formatBytes(usableBytes()) + " of its " +
                               formatBytes(hardware.meter->capacity()) + " are usable with headroom " +
@@ -223,7 +247,7 @@ void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggest
                               "lower the headroom (--headroom), or choose a smaller model or smaller inputs"
                         : ", has " + formatBytes(hardware.meter->capacity()) + saver + (saver.empty() ? "; " : " ") +
                               "choose a larger device or budget, a smaller model or smaller inputs";
-    throw FatalError{what + ": needs ≈ " + formatBytes(needed) + has,
+    throw FatalError{what + ": needs ≈ " + formatBytes(needed) + segments + has,
                      duringSetup ? "setup" : "step " + std::to_string(progress.step + 1)};
 }
 
@@ -292,7 +316,8 @@ void Trainer::Impl::reportBreakdown() {
 
 void Trainer::Impl::meterOpened() {
     hardware.reported.segments.clear();
-    hardware.reported.failures = hardware.meter->lastAllocatorFailure().number;  // an earlier run's are not this one's
+    // An earlier run's OOMs are not this one's.
+    hardware.reported.failures = hardware.reported.failuresBefore = hardware.meter->lastAllocatorFailure().number;
 }
 
 void Trainer::Impl::reportFailureSegments() {

@@ -3,6 +3,7 @@
 
 #include <QTemporaryDir>
 
+#include <cmath>
 #include <map>
 
 #include <torch/torch.h>
@@ -185,6 +186,38 @@ private Q_SLOTS:
                  qPrintable(message));
         QVERIFY2(message.contains(QStringLiteral("needs ≈")) && message.contains(QStringLiteral("has 2.0 MiB")),
                  qPrintable(message));
+    }
+
+    /// Under PyTorch's caching allocator what runs out is the segments, not the tensors: the
+    /// message gives both, and the segments add up by PyTorch's rules (a request of at most
+    /// 1 MiB takes a 2 MiB segment, 1-10 MiB a 20 MiB one, larger ones are rounded up to 2 MiB).
+    /// Lowering the headroom cannot help when the segments alone exceed the budget, so it is not
+    /// the advice.
+    void modelTooBigForTheCachingAllocatorNamesItsSegments() {
+        TrainerOptions o = small();
+        o.model.name = "resnet";
+        o.model.width = 32;  // BatchPilot's default
+        o.data.height = o.data.width = 32;
+        o.device = "virtual:8MiB/caching";
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Failed);
+        const QString message = QString::fromStdString(result.error);
+        const QRegularExpression parts(
+            QStringLiteral("needs ≈ ([0-9.]+) MiB of tensors, in PyTorch's caching allocator ([0-9.]+) MiB of segments "
+                           "\\(([0-9.]+) MiB reserved and ([0-9.]+) MiB more it tried to reserve"));
+        const auto match = parts.match(message);
+        QVERIFY2(match.hasMatch(), qPrintable(message));
+        const double tensors = match.captured(1).toDouble(), segments = match.captured(2).toDouble();
+        const double reserved = match.captured(3).toDouble(), more = match.captured(4).toDouble();
+        QCOMPARE(segments, reserved + more);
+        QVERIFY2(segments > 8.0 && tensors <= segments, qPrintable(message));
+        // Segments are whole multiples of 2 MiB under the allocator's rules.
+        QCOMPARE(std::fmod(more, 2.0), 0.0);
+        QCOMPARE(std::fmod(reserved, 2.0), 0.0);
+        QVERIFY2(message.contains(QStringLiteral("has 8.0 MiB")), qPrintable(message));
+        QVERIFY2(!message.contains(QStringLiteral("headroom")), qPrintable(message));
     }
 
     void parametersAloneTooBig() {
