@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kTarget = 256;
 constexpr int64_t kMicroBatch = 32;
 /// A virtual GPU on which the CNN's largest micro-batch is well below the target batch.
-constexpr const char* kDevice = "virtual:40MiB";
+constexpr const char* kDevice = "virtual:40MiB/exact";
 
 /// The loop a user writes without BatchPilot: forward, loss scaled by n_i / T, backward into
 /// .grad, one optimizer step every k micro-batches. Same model, seed, data order, micro-batch

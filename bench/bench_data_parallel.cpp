@@ -122,11 +122,11 @@ int main(int argc, char** argv) {
     // A 4 MiB device trains in small micro-batches, slower per sample than a 48 MiB one on the
     // same cores: what a slower GPU is to a faster one.
     const std::vector<Setup> setups{
-        {"1 rank (virtual:48MiB)", "virtual:48MiB"},
-        {"2 ranks, balanced", "virtual:4MiB,virtual:48MiB"},
-        {"2 ranks, equal shares", "virtual:4MiB,virtual:48MiB", true},
-        {"3 ranks, balanced", "virtual:4MiB,virtual:12MiB,virtual:48MiB"},
-        {"3 ranks, equal shares", "virtual:4MiB,virtual:12MiB,virtual:48MiB", true},
+        {"1 rank (virtual:48MiB)", "virtual:48MiB/exact"},
+        {"2 ranks, balanced", "virtual:4MiB/exact,virtual:48MiB/exact"},
+        {"2 ranks, equal shares", "virtual:4MiB/exact,virtual:48MiB/exact", true},
+        {"3 ranks, balanced", "virtual:4MiB/exact,virtual:12MiB/exact,virtual:48MiB/exact"},
+        {"3 ranks, equal shares", "virtual:4MiB/exact,virtual:12MiB/exact,virtual:48MiB/exact", true},
     };
     // Repetitions interleaved (every setup once per round), so that a machine's slow minute
     // weighs on every setup alike; the medians are reported.

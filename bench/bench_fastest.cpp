@@ -59,7 +59,7 @@ std::vector<Case> cases(bool quick, const std::string& torchscript, const std::s
         out.push_back({s.label + ", " + std::to_string(s.budgetBytes / (1024 * 1024)) + " MiB", o});
     }
     if (!torchscript.empty()) {
-        core::TrainerOptions o = bench::cnnWorkload("virtual:256MiB", 1024, 0, 1);
+        core::TrainerOptions o = bench::cnnWorkload("virtual:256MiB/exact", 1024, 0, 1);
         o.model.name = torchscript;
         o.optimizer.learningRate = 0.01;
         const std::string file = torchscript.substr(torchscript.find_last_of('/') + 1);
@@ -230,7 +230,7 @@ DemoSwitch runDemoSwitch(core::ProbeObjective objective, bool quick) {
     const int64_t switchAt = quick ? 8 : 14;
     const int64_t settled = quick ? 4 : 10;
     const int64_t cap = quick ? 60 : 120;
-    core::TrainerOptions o = bench::cnnWorkload("virtual:64MiB", 1024, 0, cap);
+    core::TrainerOptions o = bench::cnnWorkload("virtual:64MiB/exact", 1024, 0, cap);
     o.optimizer.kind = core::OptimizerKind::Adam;
     o.optimizer.learningRate = 0.003;
     o.probe.objective = objective;
@@ -239,7 +239,7 @@ DemoSwitch runDemoSwitch(core::ProbeObjective objective, bool quick) {
     const auto run = bench::runEvents(o, [&](const core::Event& e, core::Trainer& trainer) {
         if (const auto* m = std::get_if<core::StepMetrics>(&e)) {
             lastStep = m->step;
-            if (m->step == switchAt) trainer.switchDevice("virtual:256MiB");
+            if (m->step == switchAt) trainer.switchDevice("virtual:256MiB/exact");
             if (decidedIn > 0 && m->step >= decidedIn + settled) trainer.stop();
         }
         const bool second =

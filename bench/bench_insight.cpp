@@ -96,7 +96,7 @@ int run(int argc, char** argv) try {
     // (1) Instrumentation overhead, interleaved, alternating which goes first.
     const int reps = args.quick ? 2 : 6;
     const int64_t steps = args.quick ? 3 : 7;
-    core::TrainerOptions plain = bench::cnnWorkload("virtual:40MiB", 256, 32, steps);
+    core::TrainerOptions plain = bench::cnnWorkload("virtual:40MiB/exact", 256, 32, steps);
     core::TrainerOptions teaching = plain;
     teaching.reportGradientNorm = true;
     teaching.reportSampleIndices = true;
@@ -118,7 +118,7 @@ int run(int argc, char** argv) try {
         std::printf("rep %d: instrumentation off %.1f, on %.1f samples/s (ratio %.3f)\n", rep + 1, a, b, b / a);
         std::fflush(stdout);
     }
-    report["instrumentation"] = {{"workload", "cnn width 32, 3x32x32, virtual:40MiB, target 256, micro-batch 32"},
+    report["instrumentation"] = {{"workload", "cnn width 32, 3x32x32, virtual:40MiB/exact, target 256, micro-batch 32"},
                                  {"off_samples_per_s", off},
                                  {"on_samples_per_s", on},
                                  {"ratio_of_medians", bench::median(on) / bench::median(off)},
@@ -128,7 +128,7 @@ int run(int argc, char** argv) try {
     std::vector<double> checkInSteps;
     double checkSeconds = 0;
     for (int rep = 0; rep < (args.quick ? 1 : 3); ++rep) {
-        core::TrainerOptions o = bench::cnnWorkload("virtual:40MiB", 256, 32, 4);
+        core::TrainerOptions o = bench::cnnWorkload("virtual:40MiB/exact", 256, 32, 4);
         bool asked = false;
         const StoringSink sink = run(o, [&](core::Trainer& trainer, const core::Event& e) {
             if (std::holds_alternative<core::OptimizerStepped>(e) && !asked) {
@@ -152,16 +152,16 @@ int run(int argc, char** argv) try {
         std::printf("equivalence check %.3f s = %.2f training steps (relative difference %.2g)\n",
                     checks.front().seconds, checkInSteps.back(), checks.front().overall.relativeDifference);
     }
-    report["equivalence"] = {{"workload", "cnn width 32, 256 samples as 8 micro-batches of 32, virtual:40MiB"},
+    report["equivalence"] = {{"workload", "cnn width 32, 256 samples as 8 micro-batches of 32, virtual:40MiB/exact"},
                              {"check_in_steps", checkInSteps},
                              {"median_check_in_steps", bench::median(checkInSteps)},
                              {"last_check_seconds", checkSeconds}};
 
     // (3) What-if accuracy and breakdown coverage.
     std::vector<Setup> setups{
-        {"mlp 3x32x32, virtual:16MiB", model("mlp", 32, 32, "virtual:16MiB")},
-        {"cnn 3x32x32, virtual:64MiB", model("cnn", 16, 32, "virtual:64MiB")},
-        {"resnet (GroupNorm) 3x64x64, virtual:128MiB", model("resnet", 16, 64, "virtual:128MiB")}};
+        {"mlp 3x32x32, virtual:16MiB/exact", model("mlp", 32, 32, "virtual:16MiB/exact")},
+        {"cnn 3x32x32, virtual:64MiB/exact", model("cnn", 16, 32, "virtual:64MiB/exact")},
+        {"resnet (GroupNorm) 3x64x64, virtual:128MiB/exact", model("resnet", 16, 64, "virtual:128MiB/exact")}};
     if (args.quick) setups.resize(1);
     double worstPrediction = 0;
     double worstCoverage = 0;
@@ -179,7 +179,7 @@ int run(int argc, char** argv) try {
             const auto m =
                 std::max<int64_t>(1, static_cast<int64_t>(std::lround(factor * static_cast<double>(fit.microBatch))));
             core::TrainerOptions o = setup.options;
-            o.device = "virtual:4GiB";  // room for twice the chosen size
+            o.device = "virtual:4GiB/exact";  // room for twice the chosen size
             o.targetBatch = 2 * m;
             o.steps = 3;
             o.probe.initialMicroBatch = m;

@@ -51,7 +51,7 @@ std::vector<Setup> setups(bool quick, const std::string& torchscript) {
         o.model.name = "resnet";
         o.model.width = 16;
         o.data.height = o.data.width = 224;
-        o.device = "virtual:256MiB";
+        o.device = "virtual:256MiB/exact";
         out.push_back({"resnet (width 16) 3x224x224, 256 MiB", o, true});
     }
     {
@@ -59,7 +59,7 @@ std::vector<Setup> setups(bool quick, const std::string& torchscript) {
         o.model.name = "resnet";
         o.model.width = 16;
         o.data.height = o.data.width = 64;
-        o.device = "virtual:24MiB";
+        o.device = "virtual:24MiB/exact";
         out.push_back({"resnet (width 16) 3x64x64, 24 MiB", o, true});
     }
     if (!torchscript.empty()) {
@@ -67,7 +67,7 @@ std::vector<Setup> setups(bool quick, const std::string& torchscript) {
         o.model.name = torchscript;
         o.data.height = o.data.width = 32;
         o.targetBatch = 256;
-        o.device = "virtual:64MiB";
+        o.device = "virtual:64MiB/exact";
         out.push_back({"TorchScript SmallNet 3x32x32, 64 MiB", o, false});
     }
     return out;
@@ -129,7 +129,7 @@ std::optional<core::SaverSurvey> surveyOf(core::TrainerOptions o) {
 
 /// The measured peak of one sample (a micro-batch of 1) on a budget it fits in, without savers.
 int64_t peakAtOne(core::TrainerOptions o) {
-    o.device = "virtual:4GiB";
+    o.device = "virtual:4GiB/exact";
     o.memorySavers = core::MemorySavers::Off;
     o.probe.initialMicroBatch = o.probe.maxMicroBatch = 1;
     o.targetBatch = 1;
@@ -150,7 +150,7 @@ nlohmann::json largeImages() {
     o.model.name = "resnet";
     o.data.height = o.data.width = 1024;
     o.data.samples = 64;
-    o.device = "virtual:256MiB";
+    o.device = "virtual:256MiB/exact";
     o.targetBatch = 16;
     o.steps = 2;  // samples/s over the second (the first holds the probes and the survey)
     o.seed = 1;
@@ -307,7 +307,7 @@ int run(int argc, char** argv) {
             Measured chosen;
             for (const core::MemorySavers s : candidates) {
                 core::TrainerOptions o = setup.options;
-                o.device = "virtual:" + std::to_string(tight) + "B";
+                o.device = "virtual:" + std::to_string(tight) + "B/exact";
                 o.memorySavers = s;
                 const Measured m = measure(o);
                 entry["tight"].push_back(toJson(core::toString(s), m));

@@ -42,7 +42,7 @@ int run(int argc, char** argv) {
     const std::vector<Variant> variants = {
         {"counting allocator, cpu", "cpu", true},
         {"default allocator, cpu", "cpu", false},
-        {"counting allocator, virtual:1GiB", "virtual:1GiB", true},
+        {"counting allocator, virtual:1GiB/exact", "virtual:1GiB/exact", true},
         {"caching allocator model, virtual:1GiB/caching", "virtual:1GiB/caching", true}};
     std::vector<std::vector<double>> results(variants.size());
     std::vector<double> pairedRatios;

@@ -77,7 +77,7 @@ core::TrainerOptions trainerOptions(const Case& c, int64_t targetBatch, int step
     o.model = c.loop.model;
     o.data = c.loop.data;
     o.data.samples = targetBatch;
-    o.device = "virtual:" + std::to_string(c.loop.budgetBytes);
+    o.device = c.loop.deviceName();
     o.optimizer = c.loop.optimizer;
     o.targetBatch = targetBatch;
     o.steps = steps;

@@ -348,9 +348,9 @@ std::vector<Setup> costSetups(bool quick) {
     const QStringList common{QStringLiteral("--samples"),          QStringLiteral("4096"),
                              QStringLiteral("--validation-split"), QStringLiteral("0"),
                              QStringLiteral("--threads"),          QStringLiteral("1")};
-    return {{"cnn, virtual:64MiB, target 256",
+    return {{"cnn, virtual:64MiB/exact, target 256",
              QStringList{QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--device"),
-                         QStringLiteral("virtual:64MiB"), QStringLiteral("--target-batch"), QStringLiteral("256"),
+                         QStringLiteral("virtual:64MiB/exact"), QStringLiteral("--target-batch"), QStringLiteral("256"),
                          QStringLiteral("--steps"), steps} +
                  common},
             {"mlp width 8, micro-batch 2, target 256",

@@ -68,7 +68,8 @@ void probeSection(std::ostream& md, const json& probe) {
     std::vector<std::string> names;
     for (const json& s : configs[0]["strategies"]) names.push_back(s["name"]);
 
-    md << "Every setup is a model on a virtual GPU (`virtual:<budget>`). The **true maximum** is "
+    md << "Every setup is a model on a virtual GPU counting exact bytes (`virtual:<budget>/exact`). The **true "
+          "maximum** is "
           "the largest micro-batch a plain LibTorch training loop (`yardstick/plain_loop.h`, no "
           "BatchPilot code in its path) trains with on the same budget: bisection over [1, upper "
           "bound], then the three sizes above it are tried as well. The trainer's own trials give "
@@ -209,7 +210,8 @@ void paritySection(std::ostream& md, const json& parity) {
     }
     md << "The yardstick is a plain LibTorch training loop (`yardstick/plain_loop.h`): forward, loss × "
           "n_i/T, `backward()` into `.grad`, one LibTorch optimizer step per training batch, the "
-          "gradients set to None after it, on the same virtual GPU (counting allocator and budget). "
+          "gradients set to None after it, on the same virtual GPU (counting allocator and budget, exact "
+          "bytes: `virtual:<budget>/exact`). "
           "Its **largest** micro-batch is found by bisection, each size trained for two batches of "
           "two micro-batches. BatchPilot probes with the default headroom (5%) and with none "
           "(objective largest). *Fixed* is what stays between micro-batches: the plain loop's "

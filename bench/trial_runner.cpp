@@ -56,7 +56,7 @@ std::vector<ProbeSetup> probeSetups(bool quick) {
 }
 
 std::string ProbeSetup::device() const {
-    return "virtual:" + std::to_string(budgetBytes);
+    return "virtual:" + std::to_string(budgetBytes) + "/exact";
 }
 
 core::TrainerOptions ProbeSetup::trainerOptions() const {

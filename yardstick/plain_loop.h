@@ -26,10 +26,13 @@ struct PlainLoopSetup {
     core::OptimizerOptions optimizer;  ///< kind, learning rate, momentum, weight decay
     int64_t budgetBytes = 0;           ///< the virtual GPU's budget (0: none), when `device` is empty
     /// Another device, as BatchPilot names it ("cuda:0": the caching allocator's reserved bytes,
-    /// the GPU's own limit); empty: `virtual:<budgetBytes>`.
+    /// the GPU's own limit; "virtual:64MiB": the virtual GPU's caching model); empty:
+    /// `virtual:<budgetBytes>/exact`, every byte counted, nothing cached or rounded.
     std::string device;
 
-    std::string deviceName() const { return device.empty() ? "virtual:" + std::to_string(budgetBytes) : device; }
+    std::string deviceName() const {
+        return device.empty() ? "virtual:" + std::to_string(budgetBytes) + "/exact" : device;
+    }
 };
 
 /// One run of the plain loop.

@@ -99,13 +99,9 @@ tl::expected<AllocatorSettings, std::string> virtualAllocatorSettings(const Devi
         if (!settings) return tl::unexpected(std::string(variable) + ": " + settings.error());
         return settings;
     }
-    // A GPU preset is a real GPU's memory: PyTorch's caching allocator. A bare budget counts
-    // bytes exactly: budgets of a few MiB (the tests', a teacher's) would otherwise be ruled by the
-    // 2 and 20 MiB segment sizes (docs/guide/virtual-gpu.md).
-    if (!device.preset.empty()) return AllocatorSettings{};
-    AllocatorSettings exact;
-    exact.exact = true;
-    return exact;
+    // A virtual GPU is a GPU's memory: PyTorch's caching allocator with its defaults, for a preset
+    // and a bare budget alike. Exact byte counting is asked for by name (virtual:64MiB/exact).
+    return AllocatorSettings{};
 }
 
 }  // namespace batchpilot::core

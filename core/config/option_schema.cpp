@@ -215,10 +215,11 @@ std::vector<OptionSpec> declare() {
         };
         device.checkText = checkedBy(parseDeviceName);
         add(std::move(device), "DEV",
-            "cpu, cuda:N or virtual:<size> — a simulated GPU with a memory budget,\n"
-            "e.g. virtual:512MiB; PyTorch's caching allocator simulated after a\n"
-            "slash: virtual:8GiB/caching, virtual:8GiB/expandable_segments:True\n"
-            "(docs/guide/virtual-gpu.md) (default " +
+            "cpu, cuda:N or virtual:<size> — a simulated GPU with a memory budget\n"
+            "and PyTorch's caching allocator, e.g. virtual:512MiB or virtual:T4;\n"
+            "its settings after a slash: virtual:8GiB/expandable_segments:True,\n"
+            "or virtual:8GiB/exact to count bytes exactly (docs/guide/virtual-gpu.md)\n"
+            "(default " +
                 d.device + ")",
             "`cpu`, `cuda:N` or `virtual:<size>` (a simulated GPU; see docs/guide/virtual-gpu.md)");
     }

@@ -232,7 +232,7 @@ struct ParallelState {
     /// Every rank's share of a full training batch (of `target` samples), by rank.
     std::vector<int64_t> shares;
     std::optional<ShareBalancer> balancer;
-    /// The gradient accumulators' storage: Impl::gradients are views into these flat buffers,
+    /// The gradient accumulators' storage: Learner::gradients are views into these flat buffers,
     /// so the all-reduce sums them in place, a few large tensors instead of one per parameter.
     std::vector<torch::Tensor> buckets;
     bool sharedByCapacity = false;  ///< the shares follow every rank's probed micro-batch

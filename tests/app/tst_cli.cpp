@@ -699,8 +699,9 @@ private Q_SLOTS:
         QTest::addColumn<int>("resumesFrom");
         // The run is killed while it probes another device after resuming from step 3: its
         // checkpoint is still step 3's.
-        QTest::newRow("during a probe") << QStringLiteral("probe-trial:2") << QStringLiteral("virtual:24MiB") << 3;
-        // resnet at 3x16x16 on virtual:16MiB: micro-batch 13, five to a batch of 64 (step 1's
+        QTest::newRow("during a probe") << QStringLiteral("probe-trial:2") << QStringLiteral("virtual:24MiB/exact")
+                                        << 3;
+        // resnet at 3x16x16 on virtual:16MiB/exact: micro-batch 13, five to a batch of 64 (step 1's
         // first are the probe's trials, not counted), one checkpoint after each step: killed
         // inside step 6.
         QTest::newRow("between micro-batches") << QStringLiteral("micro-batch:18") << QString() << 5;
@@ -713,7 +714,8 @@ private Q_SLOTS:
         QFETCH(int, resumesFrom);
         constexpr int kSteps = 8;
         const QStringList common = resumableRun();
-        const QStringList device{QStringLiteral("--device"), QStringLiteral("virtual:16MiB")};
+        // Exact counting: the micro-batch and the kill points below are counted in its sizes.
+        const QStringList device{QStringLiteral("--device"), QStringLiteral("virtual:16MiB/exact")};
         QTemporaryDir dir;
         const QString checkpoints = dir.filePath(QStringLiteral("ckpt"));
         const QString checkpoint = checkpoints + QStringLiteral("/checkpoint.pt");

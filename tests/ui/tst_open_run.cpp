@@ -309,7 +309,7 @@ private Q_SLOTS:
         QProcess cli;
         cli.start(cliPath(),
                   {QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--devices"),
-                   QStringLiteral("virtual:16MiB,virtual:32MiB"), QStringLiteral("--target-batch"),
+                   QStringLiteral("virtual:64MiB,virtual:128MiB"), QStringLiteral("--target-batch"),
                    QStringLiteral("256"), QStringLiteral("--steps"), QStringLiteral("4"), QStringLiteral("--threads"),
                    QStringLiteral("1"), QStringLiteral("--quiet"), QStringLiteral("--runs-dir"), runs.path()});
         QVERIFY(cli.waitForFinished(kTimeout));
@@ -446,7 +446,7 @@ private Q_SLOTS:
         QProcess cli;
         cli.start(cliPath(),
                   {QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--devices"),
-                   QStringLiteral("virtual:16MiB,virtual:32MiB"), QStringLiteral("--target-batch"),
+                   QStringLiteral("virtual:64MiB,virtual:128MiB"), QStringLiteral("--target-batch"),
                    QStringLiteral("256"), QStringLiteral("--steps"), QStringLiteral("100000"),
                    QStringLiteral("--threads"), QStringLiteral("1"), QStringLiteral("--quiet"),
                    QStringLiteral("--runs-dir"), runs.path(), QStringLiteral("--serve"), QStringLiteral("0")});
@@ -464,24 +464,24 @@ private Q_SLOTS:
         w.show();
         QVERIFY(w.connectToRun(control));
         QTRY_VERIFY_WITH_TIMEOUT(w.ranksView()->isVisible() && w.ranksView()->table()->rowCount() == 2, kNetwork);
-        QTRY_COMPARE_WITH_TIMEOUT(w.ranksView()->table()->item(1, 1)->text(), QStringLiteral("virtual:32MiB"),
+        QTRY_COMPARE_WITH_TIMEOUT(w.ranksView()->table()->item(1, 1)->text(), QStringLiteral("virtual:128MiB"),
                                   kNetwork);
         QLineEdit* list = w.runPanel()->deviceListEdit();
-        QTRY_VERIFY_WITH_TIMEOUT(list->isEnabled() && list->text() == QStringLiteral("virtual:16MiB, virtual:32MiB"),
+        QTRY_VERIFY_WITH_TIMEOUT(list->isEnabled() && list->text() == QStringLiteral("virtual:64MiB, virtual:128MiB"),
                                  kNetwork);
         QVERIFY2(w.runPanel()->deviceInfoText().contains(QLatin1String("served job")),
                  qPrintable(w.runPanel()->deviceInfoText()));
-        list->setText(QStringLiteral("virtual:16MiB, virtual:24MiB"));
+        list->setText(QStringLiteral("virtual:64MiB, virtual:96MiB"));
         Q_EMIT list->editingFinished();
-        QTRY_COMPARE_WITH_TIMEOUT(w.ranksView()->table()->item(1, 1)->text(), QStringLiteral("virtual:24MiB"),
+        QTRY_COMPARE_WITH_TIMEOUT(w.ranksView()->table()->item(1, 1)->text(), QStringLiteral("virtual:96MiB"),
                                   kNetwork);
         const auto events = eventsIn(served);
         QVERIFY2(std::any_of(events.begin(), events.end(),
                              [](const nlohmann::json& e) {
                                  return e.value("type", std::string()) == "device_switch" && e.value("rank", -1) == 1 &&
-                                        e.value("to", std::string()) == "virtual:24MiB";
+                                        e.value("to", std::string()) == "virtual:96MiB";
                              }),
-                 "the run's events have no device_switch of rank 1 to virtual:24MiB");
+                 "the run's events have no device_switch of rank 1 to virtual:96MiB");
         w.resize(1600, 1000);
         w.chartsPanel()->redrawNow();
         QTest::qWait(100);
@@ -494,7 +494,7 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(w.remote()->runEnded(), kNetwork);
         QTRY_COMPARE_WITH_TIMEOUT(lossesShown(w), stepLosses(eventsIn(served)), 30'000);
         const QByteArray said = cli.readAllStandardError();
-        QVERIFY2(said.contains("remote command: device of rank 1 -> virtual:24MiB"), said.constData());
+        QVERIFY2(said.contains("remote command: device of rank 1 -> virtual:96MiB"), said.constData());
     }
 
     void aCliRunsSegmentsAndItsPlanOnEveryGpu() {

@@ -147,9 +147,9 @@ QString SegmentsView::summaryText() const {
     const core::AllocatorSegments* state = shown();
     if (state == nullptr) {
         return tr(
-            "No segments yet. They are shown for a virtual GPU that models PyTorch's caching allocator: a "
-            "GPU preset (virtual:T4) or a budget with /caching (virtual:512MiB/caching). The CPU and "
-            "/exact count bytes one by one, without segments.");
+            "No segments yet. They are shown for a virtual GPU, which models PyTorch's caching allocator: a "
+            "GPU preset (virtual:T4) or a budget (virtual:512MiB). The CPU and a budget with /exact "
+            "(virtual:512MiB/exact) count bytes one by one, without segments.");
     }
     const int64_t reserved = state->reservedBytes();
     const int64_t allocated = state->allocatedBytes();

@@ -731,7 +731,7 @@ bool MainWindow::saveMemorySnapshot(const QString& path) {
     if (segments.empty()) {
         showError(
             tr("No memory snapshot yet: the virtual GPU holds no segment. Train on a virtual device with "
-               "PyTorch's caching model (virtual:T4, virtual:64MiB/caching, …) first."));
+               "PyTorch's caching model (virtual:T4, virtual:64MiB, …; not /exact) first."));
         return false;
     }
     const std::string named = "the memory snapshot \"" + path.toStdString() + "\"";

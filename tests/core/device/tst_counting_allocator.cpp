@@ -114,8 +114,8 @@ private Q_SLOTS:
         QCOMPARE(meter->reserved(), reservedBefore + (2 << 20));  // cached, not returned
         meter->releaseCache();
         QCOMPARE(meter->reserved(), reservedBefore);
-        // Exact counting (the default without settings): every byte, nothing cached.
-        auto exact = openMeter(*parseDevice("virtual:64MiB"));
+        // Exact counting (asked for by name): every byte, nothing cached.
+        auto exact = openMeter(*parseDevice("virtual:64MiB/exact"));
         const int64_t exactBefore = exact->reserved();
         torch::Tensor u = torch::empty({1000}, torch::kUInt8);
         QCOMPARE(exact->allocated(), exactBefore + 1000);

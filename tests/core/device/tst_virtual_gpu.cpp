@@ -210,9 +210,14 @@ private Q_SLOTS:
         QVERIFY2(out.contains(QStringLiteral("allocated %1\n").arg(model.stats().allocatedBytes)), qPrintable(out));
     }
 
-    void exactCountingHasNoFragmentation() {
-        QCOMPARE(fragment("virtual:64MiB/exact"), std::string());
-        QCOMPARE(fragment("virtual:64MiB"), std::string());
+    void exactCountingHasNoFragmentation() { QCOMPARE(fragment("virtual:64MiB/exact"), std::string()); }
+
+    /// A bare budget is a GPU's memory as PyTorch manages it: the caching allocator with its
+    /// defaults, fragmenting where PyTorch's would, with CUDA's own message.
+    void aBareBudgetIsTheCachingAllocator() {
+        const std::string bare = fragment("virtual:64MiB");
+        QVERIFY2(bare.find("CUDA out of memory. Tried to allocate 20.00 MiB") != std::string::npos, bare.c_str());
+        QCOMPARE(bare, fragment("virtual:64MiB/caching"));
     }
 
     void anExpandableOomIsTheDriversErrorAndStillAnOom() {

@@ -417,7 +417,8 @@ private Q_SLOTS:
                     QStringLiteral("batch"), QStringLiteral("--samples"), QStringLiteral("512"),
                     QStringLiteral("--optimizer"), QStringLiteral("sgd"), QStringLiteral("--target-batch"),
                     QStringLiteral("64"), QStringLiteral("--steps"), QStringLiteral("3"), QStringLiteral("--devices"),
-                    QStringLiteral("virtual:24MiB,virtual:96MiB"), QStringLiteral("--check-equivalence"),
+                    // Exact counting: under the caching model a 24 MiB budget holds one 20 MiB segment.
+                    QStringLiteral("virtual:24MiB/exact,virtual:96MiB/exact"), QStringLiteral("--check-equivalence"),
                     QStringLiteral("0"), QStringLiteral("--no-run-folder"), QStringLiteral("--events"), eventsFile});
         QVERIFY2(run.exitCode == 0, qPrintable(run.err));
         const std::vector<QJsonObject> checks = events(eventsFile, QStringLiteral("equivalence"));
@@ -432,11 +433,14 @@ private Q_SLOTS:
     /// What sums the gradients is said, with why not NCCL; asking for NCCL where it cannot run
     /// (ranks not on GPUs of their own) is refused before training, every rank saying why.
     void collectivesAreNamedAndNcclIsRefusedWhereItCannotRun() {
-        const QStringList devices{QStringLiteral("--devices"), QStringLiteral("virtual:6MiB,virtual:24MiB")};
-        const Run gloo = runCli(job(QStringLiteral("sgd"), 3) + devices);  // the probes end in step 2
+        // Exact counting: the probes end in step 2 (the caching model's segments take more trials).
+        const QStringList devices{QStringLiteral("--devices"),
+                                  QStringLiteral("virtual:6MiB/exact,virtual:24MiB/exact")};
+        const Run gloo = runCli(job(QStringLiteral("sgd"), 3) + devices);
         QVERIFY2(gloo.exitCode == 0, qPrintable(gloo.err));
-        QVERIFY2(gloo.out.contains(QStringLiteral("gradients summed by Gloo (rank 0 (virtual:6MiB) is not on a GPU)")),
-                 qPrintable(gloo.out));
+        QVERIFY2(
+            gloo.out.contains(QStringLiteral("gradients summed by Gloo (rank 0 (virtual:6MiB/exact) is not on a GPU)")),
+            qPrintable(gloo.out));
         // Each rank's plan names its share, and the shares make the training batch of 192.
         const QRegularExpression plan(
             QStringLiteral("(?:rank 0's|its) share (\\d+) = (\\d+) × (\\d+)"
@@ -457,7 +461,7 @@ private Q_SLOTS:
         const Run nccl = runCli(job(QStringLiteral("sgd"), 1) + devices, environment);
         QCOMPARE(nccl.exitCode, 2);
         QVERIFY2(nccl.err.contains(QStringLiteral("BATCHPILOT_COLLECTIVES=nccl, but NCCL cannot sum this job's "
-                                                  "gradients: rank 0 (virtual:6MiB) is not on a GPU")),
+                                                  "gradients: rank 0 (virtual:6MiB/exact) is not on a GPU")),
                  qPrintable(nccl.err));
         QVERIFY(!nccl.out.contains(QStringLiteral("step 1/")));
         // Written in capitals it is the same request; a misspelt value is refused, not ignored.
@@ -655,19 +659,21 @@ private Q_SLOTS:
 
     void failedRankIsNamedWithItsReason() {
         // Rank 1's device cannot hold even one sample: it says why and leaves; rank 0's collective
-        // fails at once, and rank 0 names rank 1's reason, not only that it is gone.
+        // fails at once, and rank 0 names rank 1's reason, not only that it is gone. Exact counting:
+        // the caching model's 2 MiB segment would stop rank 1's parameters before it joins the job.
         const Run run =
             runCli(job(QStringLiteral("sgd"), 3) +
-                   QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:24MiB,virtual:300KiB")});
+                   QStringList{QStringLiteral("--devices"), QStringLiteral("virtual:24MiB,virtual:300KiB/exact")});
         QCOMPARE(run.exitCode, 1);
-        const QString rank1Says = QStringLiteral("batchpilot-cli [rank 1, virtual:300KiB]: ");
+        const QString rank1Says = QStringLiteral("batchpilot-cli [rank 1, virtual:300KiB/exact]: ");
         const qsizetype at = run.err.indexOf(rank1Says);
         QVERIFY2(at >= 0, qPrintable(run.err));
         const QString reason = run.err.mid(at + rank1Says.size()).section(QLatin1Char('\n'), 0, 0);
         QVERIFY2(reason.contains(QStringLiteral("does not fit")), qPrintable(run.err));
         const QString rank0Line = run.err.section(QStringLiteral("batchpilot-cli [rank 0, virtual:24MiB]: "), 1)
                                       .section(QLatin1Char('\n'), 0, 0);
-        QVERIFY2(rank0Line.contains(QStringLiteral("rank 1 (virtual:300KiB) failed: ") + reason), qPrintable(run.err));
+        QVERIFY2(rank0Line.contains(QStringLiteral("rank 1 (virtual:300KiB/exact) failed: ") + reason),
+                 qPrintable(run.err));
         QVERIFY2(!rank0Line.contains(QStringLiteral("stopped answering")), qPrintable(run.err));
     }
 

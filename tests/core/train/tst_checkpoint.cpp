@@ -30,7 +30,9 @@ TrainerOptions options(const QString& directory = {}) {
     o.model.width = 8;
     o.data.samples = 200;  // 200 = 3 × 64 + 8: epochs end on a short batch
     o.data.height = o.data.width = 10;
-    o.device = "virtual:4MiB";  // micro-batches below the target: accumulation is active
+    // Micro-batches below the target: accumulation is active. Exact counting: a 4 MiB budget
+    // under the caching model is two small segments.
+    o.device = "virtual:4MiB/exact";
     o.targetBatch = 64;
     o.steps = 9;
     o.seed = 4;

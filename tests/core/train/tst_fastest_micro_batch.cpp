@@ -35,7 +35,7 @@ TrainerOptions options(ProbeObjective objective) {
     o.model.name = "mlp";  // no BatchNorm: any split of a batch gives the same gradient
     o.data.samples = 1024;
     o.data.height = o.data.width = 12;
-    o.device = "virtual:64MiB";
+    o.device = "virtual:64MiB/exact";  // budgets below are computed from exact byte counts
     o.targetBatch = kTarget;
     o.steps = 160;
     o.seed = 5;
@@ -291,12 +291,12 @@ void TestFastestMicroBatch::deviceSwitchStartsFromTheChoiceBefore() {
 
     RecordingSink sink;
     TrainerOptions o = options(ProbeObjective::Fastest);
-    o.device = "virtual:" + std::to_string(small) + "B";
+    o.device = "virtual:" + std::to_string(small) + "B/exact";
     o.steps = 50000;  // stopped at the second decision
     Trainer trainer(o, sink);
     sink.onEach = [&](const Event& e) {
         const auto* chosen = std::get_if<ThroughputChosen>(&e);
-        if (chosen && chosen->sequence == 1) trainer.switchDevice("virtual:4GiB");
+        if (chosen && chosen->sequence == 1) trainer.switchDevice("virtual:4GiB/exact");
         if (chosen && chosen->sequence == 2) trainer.stop();
     };
     const RunResult result = trainer.run();

@@ -52,7 +52,7 @@ TrainerOptions trainerOptions(const PlainLoopSetup& s, int64_t targetBatch, int 
     o.model = s.model;
     o.data = s.data;
     o.data.samples = targetBatch * steps;  // every batch full: no short last batch of an epoch
-    o.device = "virtual:" + std::to_string(s.budgetBytes);
+    o.device = s.deviceName();             // exact counting, as the plain loop's
     o.optimizer = s.optimizer;
     o.targetBatch = targetBatch;
     o.steps = steps;

@@ -23,7 +23,9 @@ TrainerOptions small() {
     o.model.width = 8;
     o.data.samples = 512;
     o.data.height = o.data.width = 12;
-    o.device = "virtual:8MiB";
+    // Exact counting: the tests count probes and sizes that a few MiB of the caching model's
+    // 2 and 20 MiB segments would decide instead.
+    o.device = "virtual:8MiB/exact";
     o.targetBatch = 256;
     o.steps = 6;
     return o;
@@ -44,7 +46,7 @@ RunState runChangingTargetAfterStep2(RecordingSink& sink, int64_t target,
                                      std::optional<LrScaling> rule = LrScaling::Linear,
                                      LrScaling configured = LrScaling::None) {
     TrainerOptions o = small();
-    o.device = "virtual:64MiB";
+    o.device = "virtual:64MiB/exact";
     o.lrScaling = configured;
     Trainer trainer(o, sink);
     sink.onEach = [&](const Event& e) {
@@ -199,13 +201,14 @@ private Q_SLOTS:
         o.data.samples = 4096;
         Trainer trainer(o, sink);
         sink.onEach = [&](const Event& e) {
-            if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 2) trainer.switchDevice("virtual:128MiB");
+            if (const auto* s = std::get_if<StepMetrics>(&e); s && s->step == 2)
+                trainer.switchDevice("virtual:128MiB/exact");
         };
         QCOMPARE(trainer.run().state, RunState::Finished);
         const auto switches = sink.all<DeviceSwitched>();
         QCOMPARE(switches.size(), size_t(1));
-        QCOMPARE(switches.front().from, std::string("virtual:8MiB"));
-        QCOMPARE(switches.front().to, std::string("virtual:128MiB"));
+        QCOMPARE(switches.front().from, std::string("virtual:8MiB/exact"));
+        QCOMPARE(switches.front().to, std::string("virtual:128MiB/exact"));
         const auto probes = sink.all<ProbeFinished>();
         QCOMPARE(probes.size(), size_t(2));
         QVERIFY2(probes[1].microBatch > probes[0].microBatch,
