@@ -211,10 +211,9 @@ int listDevices() {
     for (const auto& device : core::availableDevices()) {
         std::printf("%-10s %s\n", device.id.c_str(), device.description.c_str());
     }
-    std::printf("%-10s %s\n", "virtual:<size>", "a simulated GPU with a memory budget, e.g. virtual:512MiB");
-    std::printf(
-        "%-10s %s\n", "",
-        "and PyTorch's caching allocator (virtual:512MiB/exact counts bytes exactly: docs/guide/virtual-gpu.md)");
+    std::printf("%-14s %s\n", "virtual:<size>", "a simulated GPU: a memory budget, e.g. virtual:512MiB, behind");
+    std::printf("%-14s %s\n", "", "PyTorch's caching allocator; virtual:512MiB/exact counts bytes exactly");
+    std::printf("%-14s %s\n", "", "(docs/guide/virtual-gpu.md)");
     std::printf("\nSimulated GPUs (PyTorch's caching allocator, a CUDA context, the cuBLAS workspace):\n");
     for (const core::GpuPreset& gpu : core::gpuPresets()) {
         const std::string id = "virtual:" + std::string(gpu.name);
