@@ -227,14 +227,12 @@ void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggest
     const AllocationFailure held = cachingFailure();
     const int64_t reservedNeed = held.segmentBytes > 0 ? held.reservedBytes + held.segmentBytes : 0;
     std::string segments;
-    // The remedy PyTorch's own message names, unless it is in use already.
-    const bool expandable = hardware.device.kind == DeviceKind::Virtual &&
-                            virtualAllocatorSettings(hardware.device).value_or(AllocatorSettings{}).expandableSegments;
     if (reservedNeed > needed) {
+        // The remedy PyTorch's own message names, unless it is in use already.
+        const bool remedy = held.fragmentation && !held.expandableSegments;
         segments = " of tensors, in PyTorch's caching allocator " + formatBytes(reservedNeed) + " of segments (" +
                    formatBytes(held.reservedBytes) + " reserved and " + formatBytes(held.segmentBytes) +
-                   " more it tried to reserve" +
-                   (held.fragmentation && !expandable ? "; fragmentation: expandable_segments:True may help" : "") +
+                   " more it tried to reserve" + (remedy ? "; fragmentation: expandable_segments:True may help" : "") +
                    ")";
     }
     // With a large headroom, what fits is the usable part, not the capacity: say which stopped it.

@@ -33,6 +33,13 @@ TrainerOptions small() {
     return o;
 }
 
+/// The run of `o`, its events unread.
+RunResult runAlone(const TrainerOptions& o) {
+    RecordingSink sink;
+    Trainer trainer(o, sink);
+    return trainer.run();
+}
+
 /// Synthetic images whose pixels become NaN from `poisonFrom` on (by sample index).
 class PoisonedImages : public Dataset {
 public:
@@ -177,9 +184,7 @@ private Q_SLOTS:
         o.model.name = "resnet";
         o.device = "virtual:2MiB";
         o.data.height = o.data.width = 64;
-        RecordingSink sink;
-        Trainer trainer(o, sink);
-        const RunResult result = trainer.run();
+        const RunResult result = runAlone(o);
         QCOMPARE(result.state, RunState::Failed);
         const QString message = QString::fromStdString(result.error);
         QVERIFY2(message.contains(QStringLiteral("does not fit on virtual:2MiB even at micro-batch 1")),
@@ -199,9 +204,7 @@ private Q_SLOTS:
         o.model.width = 32;  // BatchPilot's default
         o.data.height = o.data.width = 32;
         o.device = "virtual:8MiB/caching";
-        RecordingSink sink;
-        Trainer trainer(o, sink);
-        const RunResult result = trainer.run();
+        const RunResult result = runAlone(o);
         QCOMPARE(result.state, RunState::Failed);
         const QString message = QString::fromStdString(result.error);
         const QRegularExpression parts(
@@ -224,9 +227,7 @@ private Q_SLOTS:
         TrainerOptions o = small();
         o.model.width = 512;  // an MLP of ~50 MiB of parameters
         o.device = "virtual:4MiB";
-        RecordingSink sink;
-        Trainer trainer(o, sink);
-        const RunResult result = trainer.run();
+        const RunResult result = runAlone(o);
         QCOMPARE(result.state, RunState::Failed);
         const QString message = QString::fromStdString(result.error);
         QVERIFY2(message.contains(QStringLiteral("parameters and gradients do not fit on virtual:4MiB")),
