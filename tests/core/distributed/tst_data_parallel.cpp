@@ -190,14 +190,21 @@ class TestDataParallel : public QObject {
         return largestRelativeDifference(checkpointParameters(directory, optimizer), reference(optimizer, steps));
     }
 
-    /// The largest difference a job may end with: 1e-5 relative, or (Adam) what accumulation
-    /// itself gives on one device, with a margin.
+    /// The largest difference a job may end with: 1e-5 relative; with Adam, a fixed 5e-5. Adam
+    /// divides each gradient by its running scale, so a parameter whose gradients are near zero
+    /// moves by a full step whatever their rounding: the order in which micro-batches (and ranks)
+    /// are summed shows there. One process splitting the same batches into the micro-batches its
+    /// probe chose on 6 MiB ended 3.5e-5 from the reference, and 5e-7 with the next version of
+    /// the probe (other sizes); the control below must stay within the same ceiling. Calibrating on the
+    /// control alone made the ceiling whatever one split's rounding happened to be (2 × 5e-7
+    /// after a change of the probe, failing jobs that ended 1.3e-5 away). SGD's rows keep 1e-5.
     double tolerance(const QString& optimizer, int steps) {
         if (optimizer != QStringLiteral("adam")) return 1e-5;
+        constexpr double kAdam = 5e-5;
         const double control = accumulationControl(optimizer, steps);
         qInfo("one process in 6 MiB micro-batches: %.3g from the reference", control);
-        [&] { QVERIFY2(control < 1e-4, qPrintable(QString::number(control))); }();
-        return std::max(1e-5, 2 * control);
+        [&] { QVERIFY2(control <= kAdam, qPrintable(QString::number(control))); }();
+        return kAdam;
     }
 
     /// One process training the full batch: the reference every job is compared with.
