@@ -49,10 +49,12 @@ bool ProbeSearch::converged() const {
     return gap <= m_unit || static_cast<double>(gap) <= m_options.tolerance * static_cast<double>(m_lo);
 }
 
-std::optional<MemoryModel> fitMemoryModel(const std::vector<TrialOutcome>& trials, size_t largest, double spread) {
+std::optional<MemoryModel> fitMemoryModel(const std::vector<TrialOutcome>& trials, size_t largest, double spread,
+                                          bool tensors) {
     std::map<int64_t, int64_t> peaks;  // size → peak, largest sizes last
     for (const TrialOutcome& t : trials) {
-        if (t.fit && t.peakBytes > 0) peaks[t.size] = t.peakBytes;
+        const int64_t peak = tensors && t.allocatedBytes > 0 ? t.allocatedBytes : t.peakBytes;
+        if (t.fit && peak > 0) peaks[t.size] = peak;
     }
     if (peaks.size() < 2) {
         return std::nullopt;
@@ -96,14 +98,42 @@ std::optional<MemoryModel> ProbeSearch::memoryLine() const {
     // segments): on an H200 the three largest fits, 124, 126 and 128 samples, gave 42.5 MiB per
     // sample and −1436 MiB fixed. Two points, not more: where the caching allocator makes memory
     // grow faster than a line, the slope near the largest fit is the one a plan extrapolates.
+    // Only fits under the headroom line where two are: above it a caching allocator's reserved
+    // bytes stay at the capacity (it frees its cache to make room), so two fits there, 534 and
+    // 425 samples of a cnn on 128 MiB, made a line of 0.055 MiB per sample where the sizes below
+    // grow by 0.22.
+    std::vector<TrialOutcome> accepted;
+    for (const TrialOutcome& t : m_history)
+        if (t.fit && t.peakBytes <= m_usable) accepted.push_back(t);
+    if (auto line = fitMemoryModel(accepted, /*largest=*/2, /*spread=*/0.8)) return line;
     return fitMemoryModel(m_history, /*largest=*/2, /*spread=*/0.8);
 }
 
 std::optional<MemoryModel> ProbeSearch::memoryModel() const {
     // The three largest sizes that physically fit (also above the headroom line): memory per
     // sample at small sizes often differs (kernel workspaces, allocator rounding), and the
-    // largest fits are the closest to the limit being predicted.
-    return fitMemoryModel(m_history, /*largest=*/3);
+    // largest fits are the closest to the limit being predicted. On the tensors' peaks: under a
+    // caching allocator the reserved peaks of a 256 MiB cnn's fits at 838, 849 and 851 samples
+    // were all 254 MiB (no slope, so the search doubled to 1702 and failed three times), while
+    // 1010 still fit; the tensors' bytes grow with the size all the way.
+    return fitMemoryModel(m_history, /*largest=*/3, /*spread=*/0, /*tensors=*/true);
+}
+
+int64_t ProbeSearch::interpolatedBelowFailure() const {
+    // Between the largest accepted fit (its peak) and the smallest failure (what it needed: at
+    // least the bytes of its failed allocation, or the peak of a fit over the headroom line),
+    // where the line through the two meets the usable memory. An OOM's need is a lower bound, so
+    // the size is an upper estimate; at least one unit above the fit.
+    const TrialOutcome* fit = nullptr;
+    const TrialOutcome* failure = nullptr;
+    for (const TrialOutcome& t : m_history) {
+        if (t.size == m_lo && t.fit) fit = &t;
+        if (t.size == m_hi) failure = &t;
+    }
+    const int64_t need = !failure ? 0 : failure->fit ? failure->peakBytes : failure->neededBytes;
+    if (!fit || need <= m_usable || fit->peakBytes >= m_usable || need <= fit->peakBytes) return m_hi;
+    const double share = static_cast<double>(m_usable - fit->peakBytes) / static_cast<double>(need - fit->peakBytes);
+    return std::max(m_lo + m_unit, snap(m_lo + static_cast<int64_t>(share * static_cast<double>(m_hi - m_lo))));
 }
 
 std::optional<int64_t> ProbeSearch::candidate() const {
@@ -130,10 +160,13 @@ std::optional<int64_t> ProbeSearch::candidate() const {
                 m_options.tolerance * static_cast<double>(base) * std::pow(2.0, std::max(0, streak - 1));
             return std::max(m_unit, snap(static_cast<int64_t>(step)));
         };
-        // The model overestimates (its prediction failed): step down from the failure, by a
-        // step that doubles with every further failure, instead of bisecting a wide bracket.
-        if (predicted >= hi && m_failSeen && !m_modelMissed) {
-            const int64_t below = snap(hi - widen(hi, m_failStreak));
+        // The model overestimates (its prediction failed): one step down from the failure, by
+        // what the failure says it needed (or 2% where it says nothing). A second failure says
+        // memory is not the line near the limit (a caching allocator's segments make it a cliff:
+        // a 64 MiB cnn's fits lay on a line to 140 samples, predicting 198, where 162 already
+        // failed), so bisect the bracket.
+        if (predicted >= hi && m_failSeen && !m_modelMissed && m_failStreak < 2) {
+            const int64_t below = std::min(interpolatedBelowFailure(), snap(hi - widen(hi, m_failStreak)));
             if (usable(below)) return below;
         }
         // The model says we are at the limit: step up from the largest fit to close the bracket.
@@ -148,7 +181,10 @@ std::optional<int64_t> ProbeSearch::candidate() const {
             return grown;
         }
     }
-    const int64_t middle = snap(m_lo + (hi - m_lo) / 2);
+    // Bisect; a third of the way up where the line through the fits overshot (two failures in a
+    // row): memory then grows faster than the line near the limit, the limit is nearer the fit,
+    // and a trial that fails costs more than one that fits (its batch starts over).
+    const int64_t middle = snap(m_lo + (hi - m_lo) / (m_failStreak >= 2 ? 3 : 2));
     if (usable(middle)) {
         return middle;
     }

@@ -13,7 +13,15 @@ namespace batchpilot::core {
 struct TrialOutcome {
     int64_t size = 0;       ///< micro-batch, samples
     bool fit = false;       ///< forward + backward completed without an OOM
-    int64_t peakBytes = 0;  ///< peak device memory during the trial (fits only)
+    int64_t peakBytes = 0;  ///< peak device memory during the trial (fits only): reserved where the
+                            ///< allocator caches, what the headroom line is drawn on
+    /// Peak bytes held by tensors (fits only; 0: the same as peakBytes). Where the allocator
+    /// caches, the reserved peak moves in segment-sized steps and saturates at the capacity (the
+    /// allocator frees its cache and retries); the tensors' peak is the line the search predicts on.
+    int64_t allocatedBytes = 0;
+    /// Failures only: the bytes the device would have held with the allocation that failed (0:
+    /// unknown), a lower bound on what the size needs.
+    int64_t neededBytes = 0;
 };
 
 /// Memory model fitted to the probe's fits: peak ≈ fixedBytes + bytesPerSample · n.
@@ -25,12 +33,13 @@ struct MemoryModel {
 };
 
 /// Least squares fit of peak = a + b·n over the trials that fit (one point per size, the last
-/// measured), using only the `largest` largest sizes when it is not 0. With a `spread` (0..1) the
+/// measured; with `tensors`, each trial's allocatedBytes where it has them), using only the
+/// `largest` largest sizes when it is not 0. With a `spread` (0..1) the
 /// points are the largest size and then only sizes at most `spread` of it (all of the largest
 /// sizes when none is that far below). Empty when fewer than two distinct sizes fit or the slope
 /// is not positive.
 std::optional<MemoryModel> fitMemoryModel(const std::vector<TrialOutcome>& trials, size_t largest = 0,
-                                          double spread = 0);
+                                          double spread = 0, bool tensors = false);
 
 /// The search for the largest micro-batch that fits, as a pure state machine: it proposes sizes,
 /// the caller runs them and records the outcome. No tensors, so it is tested with synthetic
@@ -74,6 +83,7 @@ private:
     bool converged() const;
     int64_t snap(int64_t size) const;
     std::optional<int64_t> candidate() const;
+    int64_t interpolatedBelowFailure() const;
 
     ProbeOptions m_options;
     int64_t m_upperBound;

@@ -32,26 +32,27 @@ std::optional<int64_t> SizeChoice::repeatDue() const {
 }
 
 std::optional<ProbeTrial> SizeChoice::trialFit(int64_t size, int64_t peakBytes, double seconds, bool cacheHeld,
-                                               double now) {
+                                               double now, int64_t allocatedBytes) {
     const bool repeat = isRepeat(size);
     // Fit, and the allocator kept what the micro-batch freed: a second micro-batch of this size,
     // from that cache, decides. Where nothing is cached (exact counting, the CPU) the second would
     // need exactly what the first did.
     if (!repeat && peakBytes <= m_probe->usableBytes() && cacheHeld) {
-        m_repeat = Repeat{size, peakBytes, seconds};
+        m_repeat = Repeat{size, peakBytes, allocatedBytes, seconds};
         return std::nullopt;
     }
     const int64_t peak = repeat ? std::max(m_repeat->firstPeak, peakBytes) : peakBytes;
+    const int64_t allocated = repeat ? std::max(m_repeat->firstAllocated, allocatedBytes) : allocatedBytes;
     const double took = repeat ? m_repeat->firstSeconds + seconds : seconds;
     m_repeat.reset();
-    m_probe->record({size, true, peak});
+    m_probe->record({size, true, peak, allocated});
     return ProbeTrial{now, m_sequence, m_probe->trials(), size, true, peak <= m_probe->usableBytes(), peak, 0, took};
 }
 
 ProbeTrial SizeChoice::trialOutOfMemory(int64_t size, int64_t peakBytes, int64_t failedAllocationBytes, double seconds,
-                                        double now) {
+                                        double now, int64_t neededBytes) {
     m_repeat.reset();
-    m_probe->record({size, false, peakBytes});
+    m_probe->record({size, false, peakBytes, 0, neededBytes});
     return ProbeTrial{now,   m_sequence, m_probe->trials(),     size,   false,
                       false, peakBytes,  failedAllocationBytes, seconds};
 }

@@ -54,13 +54,16 @@ public:
     /// Whether a trial of `size` now is that second micro-batch.
     bool isRepeat(int64_t size) const { return repeatDue() == size; }
     /// A trial micro-batch of `size` fit with `peakBytes` in `seconds`; `cacheHeld`: the allocator
-    /// kept memory the micro-batch freed. Returns the trial, recorded in the probe (its peak and
-    /// time those of both micro-batches where there were two), or nullopt when a second
-    /// micro-batch of the size decides (repeatDue()).
-    std::optional<ProbeTrial> trialFit(int64_t size, int64_t peakBytes, double seconds, bool cacheHeld, double now);
-    /// A trial micro-batch of `size` ran out of memory at `peakBytes`: recorded in the probe.
+    /// kept memory the micro-batch freed; `allocatedBytes`: the tensors' peak (0: peakBytes).
+    /// Returns the trial, recorded in the probe (its peaks and time those of both micro-batches
+    /// where there were two), or nullopt when a second micro-batch of the size decides
+    /// (repeatDue()).
+    std::optional<ProbeTrial> trialFit(int64_t size, int64_t peakBytes, double seconds, bool cacheHeld, double now,
+                                       int64_t allocatedBytes = 0);
+    /// A trial micro-batch of `size` ran out of memory at `peakBytes`, needing `neededBytes` with
+    /// the allocation that failed (0: unknown): recorded in the probe.
     ProbeTrial trialOutOfMemory(int64_t size, int64_t peakBytes, int64_t failedAllocationBytes, double seconds,
-                                double now);
+                                double now, int64_t neededBytes = 0);
     /// A trial micro-batch failed otherwise, or the batch it was in was dropped: no second
     /// micro-batch is due any more.
     void forgetRepeat() { m_repeat.reset(); }
@@ -145,6 +148,7 @@ private:
     struct Repeat {
         int64_t size = 0;
         int64_t firstPeak = 0;
+        int64_t firstAllocated = 0;
         double firstSeconds = 0;
     };
     std::optional<ProbeSearch> m_probe;

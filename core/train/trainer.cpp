@@ -552,7 +552,8 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         if (trial) {
             // Whether a second micro-batch of the size decides is SizeChoice::trialFit's rule.
             const bool cacheHeld = hardware.meter->reserved() > hardware.meter->allocated();
-            if (std::optional<ProbeTrial> decided = choice.trialFit(size, r.peakBytes, r.seconds, cacheHeld, now())) {
+            if (std::optional<ProbeTrial> decided =
+                    choice.trialFit(size, r.peakBytes, r.seconds, cacheHeld, now(), r.peakAllocatedBytes)) {
                 emit(*decided);
                 holdPoint("probe-trial");
             }
@@ -606,7 +607,8 @@ void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t 
         return;
     }
     if (trial && r.failure.outOfMemory) {
-        emit(choice.trialOutOfMemory(size, r.peakBytes, r.failure.requestedBytes, r.seconds, now()));
+        emit(choice.trialOutOfMemory(size, r.peakBytes, r.failure.requestedBytes, r.seconds, now(),
+                                     neededBytes(*hardware.meter, r.failure.requestedBytes)));
     }
     if (!r.failure.outOfMemory) {
         if (size < 2 && needsTwoSamples(r.failure.message) && choice.sizes.minMicroBatch < 2 && upperBound() >= 2) {

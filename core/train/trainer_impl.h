@@ -66,6 +66,10 @@ struct FatalError {
     bool otherRankFailed = false;
 };
 
+/// The bytes a failed allocation needed: the peak since the meter's last reset (which includes
+/// what stayed allocated) plus the request, or what the meter recorded of the failure.
+int64_t neededBytes(const MemoryMeter& meter, int64_t requested);
+
 /// A loss that is NaN or infinite: training cannot continue meaningfully.
 class NonFiniteLoss : public std::runtime_error {
 public:

@@ -7,15 +7,9 @@
 
 namespace batchpilot::core {
 
-namespace {
-
-/// The bytes the failed allocation needed: the peak since the last reset (which includes what
-/// stayed allocated) plus the request, or what the meter recorded of the failure.
-int64_t neededBytes(const MemoryMeter& meter, int64_t requested) {
+int64_t trainer_detail::neededBytes(const MemoryMeter& meter, int64_t requested) {
     return std::max(meter.peak() + std::max(requested, meter.lastFailedAllocation()), meter.lastFailureNeed());
 }
-
-}  // namespace
 
 void Trainer::Impl::useMemorySavers(MemorySavers next) {
     learner.model->setCheckpointing(checkpoints(next));
