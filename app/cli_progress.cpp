@@ -8,6 +8,7 @@
 #include "core/base/byte_size.h"
 #include "core/events/event_json.h"
 #include "core/memory/caching_allocator.h"
+#include "core/config/device_spec.h"
 #include "core/config/memory_savers.h"
 #include "core/base/text_format.h"
 #include "core/train/trainer.h"
@@ -35,8 +36,9 @@ std::string validationMetrics(const core::ValidationDone& e) {
 }
 
 /// "OOM in forward at micro-batch 64 (2.0 MiB requested): recovered, continuing at 32", for
-/// this process's OOMs and those another rank reported.
-std::string oomText(const core::OomEvent& e) {
+/// this process's OOMs and those another rank reported; `expandableSegments`: the device's
+/// allocator runs with them (its remedy is then the size only).
+std::string oomText(const core::OomEvent& e, bool expandableSegments = false) {
     // newMicroBatch 0: the probe is still searching and chooses the next size itself.
     const std::string outcome = !e.recovered          ? "not recovered"
                                 : e.newMicroBatch > 0 ? "recovered, continuing at " + std::to_string(e.newMicroBatch)
@@ -44,7 +46,7 @@ std::string oomText(const core::OomEvent& e) {
     std::string text = formatText("OOM in %s at micro-batch %" PRId64 " (%s requested): %s", core::toString(e.phase),
                                   e.microBatch, core::formatBytes(e.requestedBytes).c_str(), outcome.c_str());
     if (const auto numbers = core::parseCudaOutOfMemoryText(e.message)) {
-        text += " — " + core::describeCudaOom(*numbers);
+        text += " — " + core::describeCudaOom(*numbers, expandableSegments);
     }
     if (e.redoneSamples > 0) {
         text += formatText("; the batch starts over, its first %" PRId64
@@ -177,6 +179,9 @@ void ConsoleReporter::on(const core::RunStateChanged& e) {
 }
 
 void ConsoleReporter::on(const core::ProbeStarted& e) {
+    // The device trained on from here (a probe starts on every device switch).
+    const auto device = core::parseDeviceName(e.device);
+    m_expandableSegments = device && core::expandableSegmentsOn(*device);
     line(formatText(
         "probe #%d (%s) on %s: up to %" PRId64 " samples, usable memory %s%s", e.sequence, toString(e.reason),
         e.device.c_str(), e.upperBound, formatBytes(e.usableBytes).c_str(),
@@ -229,7 +234,7 @@ void ConsoleReporter::on(const core::ThroughputChosen& e) {
 
 void ConsoleReporter::on(const core::OomEvent& e) {
     ++m_ooms;
-    line("  " + oomText(e));
+    line("  " + oomText(e, m_expandableSegments));
 }
 
 void ConsoleReporter::on(const core::MicroBatchDone& e) {

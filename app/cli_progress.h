@@ -107,6 +107,7 @@ private:
     /// "  val acc 93.1%" (or "  val loss 0.2113") for the step line; empty before a validation.
     std::string lastValidationShort() const;
     int m_ooms = 0;
+    bool m_expandableSegments = false;  ///< this process's device's allocator runs with them
     int m_otherRankOoms = 0;
     /// Several devices: the last RanksStepped in words, appended to the step's line.
     std::string m_ranksText;

@@ -89,6 +89,11 @@ tl::expected<DeviceSpec, std::string> parseDeviceName(std::string_view text) {
     return tl::unexpected("unknown device \"" + name + "\": " + kDeviceForms);
 }
 
+bool expandableSegmentsOn(const DeviceSpec& device) {
+    const auto settings = virtualAllocatorSettings(device);
+    return settings && settings->expandableSegments;
+}
+
 tl::expected<AllocatorSettings, std::string> virtualAllocatorSettings(const DeviceSpec& device,
                                                                       std::vector<std::string>* ignored) {
     if (device.allocator) return *device.allocator;

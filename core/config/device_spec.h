@@ -35,14 +35,19 @@ struct DeviceSpec {
 
 /// The forms a device name may take, for messages.
 inline constexpr const char* kDeviceForms =
-    "use cpu, cuda:N or virtual:<size> (a simulated GPU, e.g. virtual:512MiB; virtual:512MiB/caching adds PyTorch's "
-    "caching allocator)";
+    "use cpu, cuda:N or virtual:<size> (a simulated GPU behind PyTorch's caching allocator, e.g. virtual:512MiB; "
+    "virtual:512MiB/exact counts bytes instead)";
 
 /// The allocator settings a virtual device uses: its name's, else the environment's
-/// (PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF, as PyTorch reads them), else exact counting.
+/// (PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF, as PyTorch reads them), else the caching
+/// allocator's defaults. For a CUDA device, the environment's: what PyTorch itself uses.
 /// `ignored` receives PyTorch options the model does not simulate; an error names the variable.
 tl::expected<AllocatorSettings, std::string> virtualAllocatorSettings(const DeviceSpec& device,
                                                                       std::vector<std::string>* ignored = nullptr);
+
+/// Whether the device's allocator runs with expandable_segments:True (virtualAllocatorSettings);
+/// false where the settings do not parse.
+bool expandableSegmentsOn(const DeviceSpec& device);
 
 /// Parses a device name's syntax only. Messages say what was wrong and list the valid forms.
 tl::expected<DeviceSpec, std::string> parseDeviceName(std::string_view text);

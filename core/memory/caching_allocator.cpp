@@ -569,15 +569,17 @@ int64_t CudaOomNumbers::reservableBytes() const {
     return std::min(freeBytes, underCap);
 }
 
-std::string describeCudaOom(const CudaOomNumbers& n) {
+std::string describeCudaOom(const CudaOomNumbers& n, bool expandableSegments) {
     const std::string tried = formatSizeAsPyTorch(n.triedBytes);
     const int64_t reservable = n.reservableBytes();
     const std::string free = formatSizeAsPyTorch(reservable) + (n.allowedBytes > 0 ? " free under the cap" : " free");
     if (reservable + n.reservedUnallocatedBytes >= n.triedBytes) {
         return "fragmentation: " + formatSizeAsPyTorch(n.reservedUnallocatedBytes) + " reserved but unallocated and " +
                free + ", yet no block of " + tried +
-               "; expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF, or after a virtual device's name) or a "
-               "smaller micro-batch avoids it";
+               (expandableSegments
+                    ? "; expandable_segments is on already, so a smaller micro-batch avoids it"
+                    : "; expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF, or after a virtual device's name) or a "
+                      "smaller micro-batch avoids it");
     }
     return "exhaustion: " + formatSizeAsPyTorch(n.allocatedBytes) + " in tensors, " +
            formatSizeAsPyTorch(reservable + n.reservedUnallocatedBytes) + " left for " + tried +

@@ -186,6 +186,7 @@ std::optional<CudaOomNumbers> parseCudaOutOfMemoryText(std::string_view text);
 /// the cached-but-unallocated memory together held what was tried (no block was large enough), else
 /// "exhaustion: …". Under a cap the GPU's free memory is not reservable: a real H200 capped to
 /// 8 GiB had 138 GiB free at every OOM.
-std::string describeCudaOom(const CudaOomNumbers& numbers);
+/// `expandableSegments`: the allocator already runs with it, so the remedy named is the size.
+std::string describeCudaOom(const CudaOomNumbers& numbers, bool expandableSegments = false);
 
 }  // namespace batchpilot::core

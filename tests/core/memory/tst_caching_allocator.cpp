@@ -265,6 +265,15 @@ private Q_SLOTS:
         QVERIFY2(describeCudaOom(*back).starts_with("fragmentation: 1.50 GiB reserved but unallocated and 512.00 MiB "
                                                     "free, yet no block of 20.00 MiB"),
                  describeCudaOom(*back).c_str());
+        QVERIFY(describeCudaOom(*back).ends_with(
+            "; expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF, or after a virtual device's name) or a smaller "
+            "micro-batch avoids it"));
+        // Where the allocator runs with expandable segments already, only the size is left to change
+        // (the CLI said to turn them on while they were on).
+        QVERIFY(describeCudaOom(*back, /*expandableSegments=*/true)
+                    .ends_with("; expandable_segments is on already, so a smaller micro-batch avoids it"));
+        QVERIFY(expandableSegmentsOn(*parseDeviceName("virtual:64MiB/expandable_segments:True")));
+        QVERIFY(!expandableSegmentsOn(*parseDeviceName("virtual:64MiB/exact")));
         // Real H200 messages under --cuda-memory-fraction (scripts/gpu-check): the GPU's free memory
         // is not the process's. 380 MiB tried with 2.07 MiB cached under a ~1 GiB cap: exhaustion,
         // though 138 GiB of the card were free; and PyTorch's own fragmentation case (two split
