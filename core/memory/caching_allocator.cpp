@@ -255,7 +255,6 @@ tl::expected<int64_t, AllocationFailure> CachingAllocatorModel::allocate(int64_t
     const FreeSet& free = small ? m_smallFree : m_largeFree;
     failure.largestFreeBlock = free.empty() ? 0 : free.rbegin()->first;
     failure.fragmentation = m_limit > 0 && m_limit - m_stats.allocatedBytes >= size;
-    failure.expandableSegments = m_settings.expandableSegments;
     return tl::unexpected(failure);
 }
 

@@ -59,7 +59,6 @@ struct AllocationFailure {
     /// Enough memory was free (limit − reserved + cached) but no block or segment could hold the
     /// request in one piece.
     bool fragmentation = false;
-    bool expandableSegments = false;  ///< raised under expandable_segments:True (its remedy is in use)
 };
 
 /// The allocator's counters, as torch.cuda.memory_stats() names them.

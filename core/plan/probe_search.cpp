@@ -104,7 +104,7 @@ std::optional<MemoryModel> ProbeSearch::memoryLine() const {
     // grow by 0.22.
     std::vector<TrialOutcome> accepted;
     for (const TrialOutcome& t : m_history)
-        if (t.fit && t.peakBytes <= m_usable) accepted.push_back(t);
+        if (accepts(t)) accepted.push_back(t);
     if (auto line = fitMemoryModel(accepted, /*largest=*/2, /*spread=*/0.8)) return line;
     return fitMemoryModel(m_history, /*largest=*/2, /*spread=*/0.8);
 }
@@ -218,7 +218,7 @@ void ProbeSearch::record(const TrialOutcome& outcome) {
     const bool modelled = memoryModel().has_value();
     m_history.push_back(outcome);
     m_tried.insert(outcome.size);
-    const bool accepted = outcome.fit && outcome.peakBytes <= m_usable;
+    const bool accepted = accepts(outcome);
     if (modelled) {
         // Streaks since the memory model exists size the steps around its prediction.
         // A fit after failures (or a failure after fits) means the prediction was bracketed:
@@ -242,7 +242,7 @@ void ProbeSearch::record(const TrialOutcome& outcome) {
     if (m_hi <= m_lo) {
         m_lo = 0;  // an accepted size failed now: memory shrank, search below the failure
         for (const TrialOutcome& t : m_history) {
-            if (t.fit && t.peakBytes <= m_usable && t.size < m_hi) {
+            if (accepts(t) && t.size < m_hi) {
                 m_lo = std::max(m_lo, t.size);
             }
         }

@@ -84,6 +84,8 @@ private:
     int64_t snap(int64_t size) const;
     std::optional<int64_t> candidate() const;
     int64_t interpolatedBelowFailure() const;
+    /// A trial the search counts as fitting: it fit, and its peak stayed under the headroom line.
+    bool accepts(const TrialOutcome& t) const { return t.fit && t.peakBytes <= m_usable; }
 
     ProbeOptions m_options;
     int64_t m_upperBound;

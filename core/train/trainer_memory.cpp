@@ -223,7 +223,7 @@ void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggest
     std::string segments;
     if (reservedNeed > needed) {
         // The remedy PyTorch's own message names, unless it is in use already.
-        const bool remedy = held.fragmentation && !held.expandableSegments;
+        const bool remedy = held.fragmentation && !expandableSegmentsOn(hardware.device);
         segments = " of tensors, in PyTorch's caching allocator " + formatBytes(reservedNeed) + " of segments (" +
                    formatBytes(held.reservedBytes) + " reserved and " + formatBytes(held.segmentBytes) +
                    " more it tried to reserve" + (remedy ? "; fragmentation: expandable_segments:True may help" : "") +
