@@ -99,6 +99,7 @@ public:
     int64_t peak() const override { return stats().allocated_bytes[kAggregate].peak; }
     int64_t peakReserved() const override { return stats().reserved_bytes[kAggregate].peak; }
     int64_t allocatorRetries() const override { return stats().num_alloc_retries; }
+    int64_t allocatorOoms() const override { return stats().num_ooms; }
     void resetPeak() override { alloc::resetPeakStats(static_cast<c10::DeviceIndex>(m_index)); }
     int64_t capacity() const override {
         // What this process can use: the driver's free memory plus what the cache already holds,

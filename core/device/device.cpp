@@ -48,6 +48,7 @@ public:
     int64_t peak() const override { return CountingAllocator::instance().peak(); }
     int64_t peakReserved() const override { return CountingAllocator::instance().peakReserved(); }
     int64_t allocatorRetries() const override { return CountingAllocator::instance().allocRetries(); }
+    int64_t allocatorOoms() const override { return CountingAllocator::instance().failures(); }
     void resetPeak() override { CountingAllocator::instance().resetPeak(); }
     void releaseCache() override { CountingAllocator::instance().emptyCache(); }
     int64_t capacity() const override { return m_capacity; }

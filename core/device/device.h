@@ -58,6 +58,9 @@ public:
     /// Since start-up, how often the allocator had to free its cache and retry an allocation
     /// (CUDA: a sign of fragmentation); 0 elsewhere.
     virtual int64_t allocatorRetries() const { return 0; }
+    /// Since start-up, the allocator's out-of-memory errors (num_ooms; not injected ones). Under a
+    /// caching allocator each came after a retry that failed, counted in allocatorRetries() too.
+    virtual int64_t allocatorOoms() const { return 0; }
     /// Resets peak() and peakReserved() to the current values.
     virtual void resetPeak() = 0;
     /// Something the user should know about the device's limit, for a warning (a virtual GPU

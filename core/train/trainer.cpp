@@ -46,6 +46,7 @@ void Trainer::Impl::setup() {
         emit(Warning{now(), hardware.device.name() + ": " + note});
     hardware.meter->resetPeak();
     hardware.reported.allocatorRetries = hardware.meter->allocatorRetries();
+    hardware.reported.allocatorOoms = hardware.meter->allocatorOoms();
     progress.target = options.targetBatch;
     feed.sampler.emplace(feed.training->size(), options.seed);
     buildModel();
@@ -744,8 +745,14 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
 
 void Trainer::Impl::warnAboutAllocatorRetries() {
     const int64_t retries = hardware.meter->allocatorRetries();
-    const int64_t during = retries - hardware.reported.allocatorRetries;
+    const int64_t ooms = hardware.meter->allocatorOoms();
+    // A caching allocator retries once before each OOM it raises; those retries are the OOMs the
+    // step already reported and recovered from, not fragmentation that cost time in a step that
+    // went through. (An exact budget raises OOMs without retrying: never below zero.)
+    const int64_t during =
+        std::max<int64_t>(0, (retries - hardware.reported.allocatorRetries) - (ooms - hardware.reported.allocatorOoms));
     hardware.reported.allocatorRetries = retries;
+    hardware.reported.allocatorOoms = ooms;
     // Retries in consecutive steps at a settled size are thrashing: each flushes the whole cache
     // and costs the time of reserving it again. The micro-batch shrinks as after an OOM; nothing
     // is lost, since the step itself went through.

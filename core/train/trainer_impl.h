@@ -159,6 +159,7 @@ struct MemoryReported {
     int64_t failures = 0;               ///< the allocator's OOMs
     int64_t failuresBefore = 0;         ///< the allocator's OOMs before the meter was opened for this run
     int64_t allocatorRetries = 0;       ///< the meter's allocator retries
+    int64_t allocatorOoms = 0;          ///< the meter's allocator OOMs
 };
 
 /// memory_savers auto's choices and the saver survey's.
