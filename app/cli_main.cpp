@@ -292,8 +292,11 @@ tl::expected<void, int> joinJob(app::CliRequest& request, const core::RankEnviro
     request.options.parallel = *joined;
     // Ranks on one machine share its CPUs: each takes its part of them unless --threads says
     // otherwise (all of them each: 2 ranks on 2 cores ran 4 threads on 2 and slowed down).
-    if (const int local = job.localWorldSize; local > 0 && request.options.intraOpThreads == 0)
+    if (const int local = job.localWorldSize; local > 0 && request.options.intraOpThreads == 0) {
         request.options.intraOpThreads = core::threadsPerLocalRank(core::intraOpThreadsFor(0), local);
+        // The other ranks' threads are busy too: what they take is not free for a prefetch thread.
+        request.options.reservedCpus = (local - 1) * request.options.intraOpThreads;
+    }
     if (rank > 0) {
         // Rank 0 reports, records the run and keeps the checkpoints for the job; the others
         // train. An events file is kept per rank (FILE.rank1, …).

@@ -171,7 +171,7 @@ core::TrainerOptions workload(const std::string& name, const Variant& variant, i
         options.data.imageCacheBytes = 0;
     }
     options.intraOpThreads = variant.threads;
-    options.prefetch = variant.prefetch;
+    options.prefetch = variant.prefetch ? core::Prefetch::Thread : core::Prefetch::Inline;
     return options;
 }
 

@@ -85,7 +85,10 @@ def threads_findings(threads):
         f"mlp {ratio('mlp', 'headless', many, 1):.2f}× (BLIS runs each GEMM on one thread, so the MLP gains nothing "
         "and pays the parallel elementwise layers' overhead). LibTorch's own default on this 2-vCPU machine is one "
         "thread (it counts physical cores); convolutional models are the common case and gain most, so a run uses "
-        "every CPU the process may run on unless `--threads` says otherwise.",
+        "every CPU the process may run on unless `--threads` or `OMP_NUM_THREADS` says otherwise (the test suite sets "
+        "`OMP_NUM_THREADS=1`: `ctest -j 2` runs two tests at once, and two runs each on both CPUs wait on each "
+        "other's descheduled OpenMP threads — the pip build's suite took 645 s that way and 321 s with one thread "
+        "each).",
         f"- **Threads, in the window.** The GUI thread uses {min(gui_share):.2f}–{max(gui_share):.2f} of a core "
         f"drawing the charts; {many} intra-op threads competing with it trained the cnn at "
         f"{ratio('cnn', 'gui', many, 1):.2f}× and the mlp at {ratio('mlp', 'gui', many, 1):.2f}× the speed of 1, and "
@@ -95,10 +98,14 @@ def threads_findings(threads):
         f"- **The prefetch thread** uses at most {prefetch_share:.3f} of a core. Prefetch on against off, headless "
         "(samples/s ratio): " + ", ".join(f"{w} {pre(w, 'headless', 1):.2f}× at 1 thread and {pre(w, 'headless', many):.2f}× "
                                           f"at {many}" for w in workloads) + ". "
-        + (f"Between a {100 * (1 - low):.0f}% loss and a {100 * (high - 1):.0f}% gain, median {middle:.2f}×: it "
-           "costs a few percent where loading is a tiny share of the step (the prefetch thread then only competes "
-           "for the CPUs) and gains most where loading is a real share, so it stays on." if low >= 0.9 and high >= 1.05 else
-           f"Between {low:.2f}× and {high:.2f}×, median {middle:.2f}×: on this machine it did not pay.")
+        + f"Between {low:.2f}× and {high:.2f}×, median {middle:.2f}×, the runs' own spread being of that size. "
+        "Where it competes with intra-op threads on every CPU, it takes a core from one of LibTorch's OpenMP "
+        "workers and the others wait for it at the end of each parallel region; measured paired against a plain "
+        "loop that loads in line (memory parity, 2 threads on 2 CPUs), BatchPilot with the thread trained the mlp "
+        "at 0.95 and 0.98 of the loop and without it at 0.98 and 0.99. So a run loads ahead on the prefetch "
+        "thread only where a CPU is free for it — fewer intra-op threads than CPUs (`--threads 1` on 2), or a CUDA "
+        "device, whose CPUs wait for the GPU — and in line otherwise (`TrainerOptions::prefetch`, Auto; the "
+        "desktop app and ranks sharing a machine count the CPUs their window and the other ranks keep busy)."
         + " (This measurement found that the trainer used to request the next micro-batch before taking the "
         "current one, which threw the current one's load away: every micro-batch was loaded twice and the "
         "trainer waited for both. It now requests the next one after taking the current one; "
@@ -111,7 +118,7 @@ def g(x):
 
 
 def section(runs, pytorch, threads):
-    out = [START, "## Roofline: how far from the machine's limits", ""]
+    out = [START, "", "## Roofline: how far from the machine's limits", ""]
     out.append("Measured by `scripts/bench-roofline` (once per LibTorch build; the Debian build with each BLAS "
                "chosen through `LD_LIBRARY_PATH` for its run alone). Peaks are what LibTorch itself reaches on "
                "this machine: a float32 1024×1024 GEMM, a 3×3 convolution layer (32×64×32×32 input, 64 filters), "
@@ -207,7 +214,7 @@ def section(runs, pytorch, threads):
                    f"{len(ratios_all)} rounds at or above 1.0 (range {min(ratios_all):.2f}–{max(ratios_all):.2f}, "
                    "about the spread of one side's own rounds on this shared 2-vCPU machine). Probing, memory "
                    "accounting, events and the exact accumulation cost nothing this machine can resolve; the "
-                   "prefetch thread loads the next micro-batch while the plain loop loads it in line. (An earlier "
+                   "prefetch thread (on in these runs) loads the next micro-batch while the plain loop loads it in line. (An earlier "
                    "version of this comparison gave the plain loop a pre-generated float pool while BatchPilot "
                    "generated its synthetic samples: the MLP's 0.92 there was that data work, not the loop.)")
     out += ["", END]

@@ -152,6 +152,20 @@ struct CheckpointOptions {
     std::string keepBest;
 };
 
+/// Where the next micro-batch is loaded while the current one computes.
+enum class Prefetch {
+    /// On the prefetch thread where a CPU is free for it: always for a CUDA device (the GPU
+    /// computes, the CPUs wait); on the CPU and virtual devices only when the intra-op threads and
+    /// TrainerOptions::reservedCpus leave a CPU over. Where they take every CPU (the CLI's
+    /// default), a thread loading beside them takes a core from one of LibTorch's OpenMP workers
+    /// and the others wait for it at the end of each parallel region: on 2 CPUs with 2 threads
+    /// the MLP trained at 0.95-0.98 of a plain loop that loads in line, and at 0.98-0.99 loading
+    /// in line itself (docs/PERFORMANCE.md, memory parity).
+    Auto,
+    Thread,  ///< always on the prefetch thread
+    Inline,  ///< on the trainer thread when each micro-batch starts, as a plain loop does
+};
+
 struct TrainerOptions {
     ModelOptions model;
     DataOptions data;
@@ -183,9 +197,8 @@ struct TrainerOptions {
     bool reportSampleIndices = false;    ///< fill MicroBatchDone::sampleIndices (tests, step mode)
     bool reportGradientNorm = false;     ///< fill MicroBatchDone::gradientNorm (one norm per micro-batch)
     bool stepMode = false;               ///< start in step-by-step mode (see Trainer::setStepMode)
-    /// Load the next micro-batch on the prefetch thread while this one computes; off: load each
-    /// micro-batch on the trainer thread when it starts (for measuring what prefetching buys).
-    bool prefetch = true;
+    /// Where the next micro-batch is loaded (Prefetch).
+    Prefetch prefetch = Prefetch::Auto;
     int intraOpThreads = 0;  ///< LibTorch CPU threads; 0: OMP_NUM_THREADS, else every CPU (intraOpThreadsFor)
     int reservedCpus = 0;    ///< with intraOpThreads 0: CPUs left to other busy threads (the app's GUI thread)
     /// cuda:N only: cap this process's share of the GPU's memory (0 < f <= 1) through the

@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/config/device_spec.h"
+#include "core/config/options.h"
 #include "core/data/dataset.h"
 
 namespace batchpilot::core {
@@ -48,5 +50,10 @@ private:
     int64_t m_hits = 0;
     std::thread m_thread;
 };
+
+/// Whether the trainer asks for the next micro-batch ahead of time (TrainerOptions::prefetch):
+/// Thread yes, Inline no; Auto on a CUDA device, and elsewhere where `threads` intra-op threads
+/// and `reservedCpus` busy with other work leave one of the process's `cpus` free.
+bool loadsAhead(Prefetch mode, DeviceKind device, int threads, int reservedCpus, int cpus);
 
 }  // namespace batchpilot::core

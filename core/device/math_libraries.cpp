@@ -65,12 +65,14 @@ int threadsFromEnvironment() {
 int intraOpThreadsFor(int requested, int reserved) {
     if (requested > 0) return requested;
     if (const int fromEnvironment = threadsFromEnvironment(); fromEnvironment > 0) return fromEnvironment;
+    return std::max(1, cpusAvailable() - std::max(0, reserved));
+}
+
+int cpusAvailable() {
     cpu_set_t set;
     CPU_ZERO(&set);
-    const int cpus = sched_getaffinity(0, sizeof set, &set) == 0
-                         ? CPU_COUNT(&set)
-                         : static_cast<int>(std::thread::hardware_concurrency());
-    return std::max(1, cpus - std::max(0, reserved));
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 MathLibraries mathLibraries(int requestedThreads, int reservedCpus) {

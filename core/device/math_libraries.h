@@ -28,6 +28,9 @@ struct MathLibraries {
 /// window's latency, so the app reserves one CPU for it (TrainerOptions::reservedCpus).
 int intraOpThreadsFor(int requested, int reserved = 0);
 
+/// The CPUs this process may run on (its affinity mask).
+int cpusAvailable();
+
 /// Reads it from LibTorch's build configuration and the libraries loaded into this process, for a
 /// run asking for `requestedThreads` (0: the default). Call after LibTorch is loaded (any time in
 /// a program linked with it). Thread-safe.

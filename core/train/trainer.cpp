@@ -37,6 +37,8 @@ void Trainer::Impl::setup() {
             emit(Warning{now(), "validation data: " + warning});
     }
     feed.prefetcher = std::make_unique<Prefetcher>(feed.training);
+    feed.ahead = loadsAhead(options.prefetch, hardware.device.kind, torch::get_num_threads(), options.reservedCpus,
+                            cpusAvailable());
     if (hardware.device.kind == DeviceKind::Cuda && options.cudaMemoryFraction > 0) {
         setCudaMemoryFraction(hardware.device.index, options.cudaMemoryFraction);
     }
@@ -528,7 +530,7 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         if (!parallel && !commands.waitForAdvance([&] { emit(waiting); })) return false;
         pass.waitSeconds += std::chrono::duration<double>(timingNow() - advanceStart).count();
         std::vector<int64_t> next;
-        if (options.prefetch && !trial && pass.plan.sizes.size() >= 2) {
+        if (feed.ahead && !trial && pass.plan.sizes.size() >= 2) {
             // The next micro-batch is known: load it while this one computes.
             const int64_t nextOffset = pass.offset + size;
             next.assign(indices.begin() + nextOffset, indices.begin() + nextOffset + pass.plan.sizes[1]);

@@ -206,6 +206,7 @@ struct Feed {
     HeldOut validation;                      ///< the held-out data and where its passes stand
     std::optional<Sampler> sampler;          ///< the order of the training samples, epoch by epoch
     std::unique_ptr<Prefetcher> prefetcher;  ///< loads the next micro-batch during this one
+    bool ahead = true;                       ///< asks it ahead of time (TrainerOptions::prefetch)
 };
 
 /// What learns and how: the model, its parameters and gradient accumulators, the optimizer, and

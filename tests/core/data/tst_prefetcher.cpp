@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "core/device/counting_allocator.h"
+#include "core/device/math_libraries.h"
 #include "core/data/prefetcher.h"
 #include "core/train/trainer.h"
 #include "tests/core/recording_sink.h"
@@ -134,6 +135,7 @@ private Q_SLOTS:
         options.probe.objective = ProbeObjective::Largest;  // exactly this micro-batch, not a faster one
         options.steps = 4;
         options.intraOpThreads = 1;
+        options.prefetch = Prefetch::Thread;  // whatever CPUs this machine has
         batchpilot::tests::RecordingSink sink;
         Trainer trainer(options, sink);
         const RunResult result = trainer.run();
@@ -150,6 +152,48 @@ private Q_SLOTS:
         // single trial) are made ahead on the prefetch thread.
         QCOMPARE(static_cast<int>(images->history.size()), 16);
         QVERIFY2(ahead >= 11, qPrintable(QString::number(ahead) + QStringLiteral(" of 16 loads were made ahead")));
+    }
+
+    /// Auto loads ahead only where a CPU is free for the prefetch thread, or the GPU computes.
+    void autoLoadsAheadWhereACpuIsFree() {
+        QVERIFY(loadsAhead(Prefetch::Auto, DeviceKind::Cpu, 1, 0, 2));
+        QVERIFY(!loadsAhead(Prefetch::Auto, DeviceKind::Cpu, 2, 0, 2));      // the CLI's default on 2 CPUs
+        QVERIFY(!loadsAhead(Prefetch::Auto, DeviceKind::Virtual, 3, 1, 4));  // the app: one CPU for the window
+        QVERIFY(!loadsAhead(Prefetch::Auto, DeviceKind::Cpu, 1, 1, 2));      // 2 ranks on 2 CPUs, 1 thread each
+        QVERIFY(loadsAhead(Prefetch::Auto, DeviceKind::Virtual, 2, 1, 4));
+        QVERIFY(loadsAhead(Prefetch::Auto, DeviceKind::Cuda, 8, 0, 8));  // the GPU computes, the CPUs wait
+        QVERIFY(loadsAhead(Prefetch::Thread, DeviceKind::Cpu, 2, 0, 2));
+        QVERIFY(!loadsAhead(Prefetch::Inline, DeviceKind::Cuda, 1, 0, 8));
+    }
+
+    /// Where the intra-op threads take every CPU, a run left to Auto loads every micro-batch on
+    /// the trainer thread, once.
+    void autoLoadsInLineWhenTheThreadsTakeEveryCpu() {
+        DataOptions data = small();
+        data.samples = 256;
+        auto images = std::make_shared<SlowImages>(data);
+        TrainerOptions options;
+        options.model.name = "mlp";
+        options.data = data;
+        const std::shared_ptr<Dataset> dataset = images;
+        options.datasetFactory = [dataset]() -> tl::expected<std::shared_ptr<Dataset>, std::string> { return dataset; };
+        options.targetBatch = 64;
+        options.probe.initialMicroBatch = 16;
+        options.probe.maxMicroBatch = 16;
+        options.probe.objective = ProbeObjective::Largest;
+        options.steps = 2;
+        options.intraOpThreads = cpusAvailable();
+        batchpilot::tests::RecordingSink sink;
+        Trainer trainer(options, sink);
+        const RunResult result = trainer.run();
+        QCOMPARE(result.state, RunState::Finished);
+        std::map<std::vector<int64_t>, int> timesLoaded;
+        for (const auto& load : images->history) {
+            ++timesLoaded[load.indices];
+            QVERIFY(load.thread == std::this_thread::get_id());  // the trainer runs on this thread
+        }
+        QCOMPARE(static_cast<int>(images->history.size()), 8);
+        for (const auto& [indices, times] : timesLoaded) QCOMPARE(times, 1);
     }
 };
 

@@ -137,7 +137,7 @@ void TestValidation::stopDuringTheLastValidation() {
     o.datasetFactory = [data] { return tl::expected<std::shared_ptr<Dataset>, std::string>(data); };
     o.validation.split = 0.25;
     o.optimizer.learningRate = 1e-6;  // the inputs are the numbers 0..1023
-    o.prefetch = false;               // every read on the trainer thread, in order
+    o.prefetch = Prefetch::Inline;    // every read on the trainer thread, in order
     ArmAtLastStep sink(*data, 3);
     Trainer trainer(o, sink);
     data->trainer = &trainer;
