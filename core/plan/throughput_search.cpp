@@ -96,27 +96,34 @@ void ThroughputSearch::challenge(size_t index) {
     }
     m_edge = index;
     m_timed.push_back(Candidate{m_plan[index], {}, 0});
+    m_challenger = m_timed.size() - 1;
 }
 
 bool ThroughputSearch::incumbentActive() const {
     const Candidate& best = incumbent();
     if (best.warmupsDone < m_options.warmups) return true;
-    if (m_timed.back().warmupsDone < m_options.warmups) return false;
+    if (challenger().warmupsDone < m_options.warmups) return false;
     return m_incumbentTurn;
 }
 
 std::optional<int64_t> ThroughputSearch::next() const {
     if (m_done) return std::nullopt;
-    return incumbentActive() ? incumbent().microBatch : m_timed.back().microBatch;
+    return incumbentActive() ? incumbent().microBatch : challenger().microBatch;
 }
 
 void ThroughputSearch::record(int64_t microBatch, double seconds) {
     if (m_done) return;
     const bool isIncumbent = incumbentActive();
-    Candidate& current = isIncumbent ? incumbent() : m_timed.back();
+    Candidate& current = isIncumbent ? incumbent() : challenger();
     if (microBatch != current.microBatch) return;
     ++m_spent;
-    if (current.warmupsDone < m_options.warmups) {
+    const bool switched = microBatch != m_lastSize;
+    m_lastSize = microBatch;
+    // Timing the gain once more, the first micro-batch after each switch of size is left out
+    // too: it meets a cache of the other size's blocks (a caching allocator splits or frees them
+    // and reserves anew), which training at one size never pays.
+    if (current.warmupsDone < m_options.warmups || (m_confirming && switched)) {
+        if (current.warmupsDone < m_options.warmups) ++current.warmupsDone;
         ++current.warmupsDone;
         ++m_timings;
         if (m_timings >= m_options.budget) finishOnBudget();
@@ -127,7 +134,9 @@ void ThroughputSearch::record(int64_t microBatch, double seconds) {
     current.pendingSamples += microBatch;
     ++current.pendingMicroBatches;
     // Short micro-batches are timed together; a cap keeps a stalled clock from holding it forever.
-    if (current.pendingSeconds < m_options.minTimingSeconds && current.pendingMicroBatches < 256) return;
+    // Timing the gain once more, each timing spans 4 times as long: its number is the claim.
+    const double minSeconds = m_options.minTimingSeconds * (m_confirming ? 4 : 1);
+    if (current.pendingSeconds < minSeconds && current.pendingMicroBatches < 256) return;
     const double rate = static_cast<double>(current.pendingSamples) / current.pendingSeconds;
     current.samplesPerSecond.push_back(rate);
     current.pendingSeconds = 0;
@@ -150,8 +159,9 @@ void ThroughputSearch::decide() {
         ratios.push_back(around > 0 ? m_challengerRun[i] / around : 0);
     }
     // Two turns that both differ by more than twice the noise, the same way, need no third: a
-    // 1.4× faster size is clear at once, and the largest sizes' timings are the longest.
-    const bool clear = bracketed && pairs >= 2 &&
+    // 1.4× faster size is clear at once, and the largest sizes' timings are the longest. Not when
+    // timing the gain once more: there the number is the claim, not only its direction.
+    const bool clear = bracketed && pairs >= 2 && !m_confirming &&
                        (*std::min_element(ratios.begin(), ratios.end()) > 1 + 2 * m_options.noise ||
                         *std::max_element(ratios.begin(), ratios.end()) < 1 - 2 * m_options.noise);
     if (!bracketed || (static_cast<int>(pairs) < m_options.repetitions && !clear)) {
@@ -160,6 +170,13 @@ void ThroughputSearch::decide() {
     }
     const double ratio = medianOf(ratios);
     const double noise = std::max(m_options.noise, spreadOf(ratios));
+    if (m_confirming) {
+        // The largest (the challenger) against the chosen size, every turn up to the cap: the
+        // median of the ratios is the gain claimed, and within the noise the larger is kept.
+        if (static_cast<int>(pairs) < m_options.maxRepetitions && budgetLeft) return;
+        confirmed(ratio, noise);
+        return;
+    }
     if (ratio > 1 + noise) {
         judged(true, false, ratio);
     } else if (ratio < 1 - noise) {
@@ -172,7 +189,7 @@ void ThroughputSearch::decide() {
 }
 
 void ThroughputSearch::judged(bool challengerWins, bool tie, double ratio) {
-    const size_t index = m_timed.size() - 1;
+    const size_t index = m_challenger;
     m_timed[index].overFirst = incumbent().overFirst * ratio;
     m_challengerRun.clear();
     m_incumbentRun.clear();
@@ -193,7 +210,7 @@ void ThroughputSearch::walkOn(double ratio) {
     const std::string direction = m_walkingUp ? "larger" : "smaller";
     std::string cause;
     if (ratio < 1 - m_options.clearlySlower) {
-        cause = "a " + direction + " micro-batch (" + std::to_string(m_timed.back().microBatch) + ") was " +
+        cause = "a " + direction + " micro-batch (" + std::to_string(challenger().microBatch) + ") was " +
                 percent(1 - ratio) + " slower";
     } else if (m_notFaster >= 2) {
         // Past a size that is not faster, one more may still be (a cache-sized step further on);
@@ -247,7 +264,7 @@ void ThroughputSearch::endWalk(const std::string& cause) {
 
 void ThroughputSearch::nextRefinement() {
     if (m_refinements.empty()) {
-        finish(m_walkCause);
+        confirmOrFinish();
         return;
     }
     if (m_timings >= m_options.budget) {
@@ -258,9 +275,58 @@ void ThroughputSearch::nextRefinement() {
     m_refinements.erase(m_refinements.begin());
     m_plan.push_back(size);
     m_timed.push_back(Candidate{size, {}, 0});
+    m_challenger = m_timed.size() - 1;
+}
+
+void ThroughputSearch::confirmOrFinish() {
+    // The walk kept each challenger whose ratio came out above the noise: the chosen size's gain,
+    // the product of those winning ratios, is biased up (noise that favoured it is why it won). A
+    // comparison of its own with the largest, in turns, measures the claim afresh.
+    const int64_t largest = m_plan.front();
+    auto it =
+        std::find_if(m_timed.begin(), m_timed.end(), [largest](const Candidate& c) { return c.microBatch == largest; });
+    if (!m_options.confirm || incumbent().microBatch == largest || it == m_timed.end() ||
+        m_timings >= m_options.budget) {
+        finish(m_walkCause);
+        return;
+    }
+    m_confirming = true;
+    m_walkOverLargest = overLargest(incumbent().microBatch);
+    m_challenger = static_cast<size_t>(it - m_timed.begin());
+    m_challengerRun.clear();
+    m_incumbentRun.clear();
+    m_incumbentTurn = true;
+}
+
+void ThroughputSearch::confirmed(double ratio, double noise) {
+    m_confirming = false;
+    const Candidate& chosen = incumbent();
+    const int64_t walked = chosen.microBatch;
+    std::string cause = m_walkCause;
+    if (ratio >= 1 - noise) {
+        // Not faster than the largest when timed against it again: the walk's gain was noise.
+        const std::string outcome =
+            ratio > 1 + noise ? percent(1 - 1 / ratio) + " slower" : "not faster (within " + percent(noise) + " noise)";
+        cause += formatText(
+            "; %lld looked %s faster while the search walked, but timed in turns with the largest "
+            "once more it was %s",
+            static_cast<long long>(walked), percent(m_walkOverLargest - 1).c_str(), outcome.c_str());
+        m_best = m_challenger;
+    } else {
+        m_confirmedSize = walked;
+        m_confirmedOverLargest = 1 / ratio;
+        cause += "; its gain timed once more, in turns with the largest";
+    }
+    finish(cause);
 }
 
 void ThroughputSearch::finishOnBudget() {
+    if (m_confirming) {
+        // The budget ended the comparison with the largest: the walk's own measure stands.
+        m_confirming = false;
+        finish(m_walkCause + "; the timing budget was spent before the gain was timed once more");
+        return;
+    }
     finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
 }
 
@@ -305,6 +371,7 @@ const ThroughputSearch::Candidate* ThroughputSearch::find(int64_t microBatch) co
 double ThroughputSearch::overLargest(int64_t microBatch) const {
     // The largest is the reference, also when it was the only size and nothing was timed.
     if (!m_plan.empty() && microBatch == m_plan.front()) return 1.0;
+    if (microBatch == m_confirmedSize && m_confirmedOverLargest > 0) return m_confirmedOverLargest;
     const Candidate* c = find(microBatch);
     const Candidate* largest = m_plan.empty() ? nullptr : find(m_plan.front());
     if (!c || !largest || c->overFirst <= 0 || largest->overFirst <= 0) return 0;
