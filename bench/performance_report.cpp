@@ -894,9 +894,10 @@ void serveSection(std::ostream& md, const json& serve) {
 
 int main(int argc, char** argv) {
     Args args;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string key = argv[i];
-        const std::string value = argv[i + 1];
+    for (int i = 1; i < argc; i += 2) {
+        // A flag without its value (or --help) gets the usage, not a report with the defaults.
+        const std::string key = i + 1 < argc ? argv[i] : "";
+        const std::string value = i + 1 < argc ? argv[i + 1] : "";
         if (key == "--in")
             args.in = value;
         else if (key == "--out")
@@ -912,7 +913,7 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr,
                          "usage: batchpilot-bench-report [--in DIR] [--out FILE] [--cores N] [--torch-package VERSION] "
-                         "[--bench-seconds S]\n");
+                         "[--bench-seconds S] [--blas NAME]\n");
             return 2;
         }
     }
