@@ -307,7 +307,12 @@ std::vector<OptionSpec> declare() {
             "optimizer.learning_rate", "--lr", "learning rate", 0.0, kMaxLearningRate,
             [](auto& o) -> auto& { return o.optimizer.learningRate; });
         lr.lowOpen = true;
-        add(std::move(lr), "F", "learning rate (default " + shown(d.optimizer.learningRate) + ")");
+        add(std::move(lr), "F",
+            "learning rate (default " + shown(defaultLearningRate(OptimizerKind::Sgd)) + " for sgd, " +
+                shown(defaultLearningRate(OptimizerKind::Adam)) + " for adam and adamw:\nPyTorch's)",
+            "learning rate; when none is given, the optimizer's own: " +
+                shown(defaultLearningRate(OptimizerKind::Sgd)) + " for sgd, " +
+                shown(defaultLearningRate(OptimizerKind::Adam)) + " for adam and adamw (PyTorch's)");
     }
     {
         auto momentum = real(
@@ -520,6 +525,8 @@ std::string rangeText(const OptionSpec& s) {
 tl::expected<void, std::string> readOption(const OptionSpec& s, const json& value, const std::string& where,
                                            TrainerOptions& options, OptionReading& reading) {
     const auto fail = [&](const std::string& what) { return tl::unexpected(where + ": " + what); };
+    if (s.key == "optimizer.kind") reading.optimizerGiven = true;
+    if (s.key == "optimizer.learning_rate") reading.learningRateGiven = true;
     if (value.is_null()) {
         if (s.nullMeans.empty())
             return fail(std::string("expected ") + [&] {
@@ -588,6 +595,10 @@ tl::expected<void, std::string> readOption(const OptionSpec& s, const json& valu
 
 void finishReading(TrainerOptions& options, const OptionReading& reading) {
     if (reading.epochs) setEpochs(options, *reading.epochs, reading.stepsGiven);
+    // An optimizer named without a learning rate gets its own default, unless the rate in place
+    // was chosen (by a configuration under these flags: --config adam.json --optimizer adamw).
+    if (reading.optimizerGiven && !reading.learningRateGiven && isDefaultLearningRate(options.optimizer.learningRate))
+        options.optimizer.learningRate = defaultLearningRate(options.optimizer.kind);
 }
 
 tl::expected<json, std::string> optionValueFromText(const OptionSpec& s, const std::string& given) {

@@ -34,6 +34,8 @@ enum class OptionType {
 /// (setEpochs), whichever of the two comes first.
 struct OptionReading {
     bool stepsGiven = false;
+    bool optimizerGiven = false;     ///< optimizer.kind was read
+    bool learningRateGiven = false;  ///< optimizer.learning_rate was read
     std::optional<int64_t> epochs;
 };
 

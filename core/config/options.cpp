@@ -231,6 +231,16 @@ tl::expected<void, std::string> validate(const TrainerOptions& options) {
     return {};
 }
 
+double defaultLearningRate(OptimizerKind kind) {
+    return kind == OptimizerKind::Sgd ? 0.05 : 0.001;
+}
+
+bool isDefaultLearningRate(double rate) {
+    for (const OptimizerKind kind : {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW})
+        if (rate == defaultLearningRate(kind)) return true;
+    return false;
+}
+
 void settle(TrainerOptions& o) {
     // A CSV trained with MSE predicts the target column's values rather than classes.
     if (o.data.name == "csv" && o.loss == LossKind::Mse) o.data.regression = true;

@@ -53,11 +53,18 @@ tl::expected<LossKind, std::string> parseLossKind(const std::string& text);
 tl::expected<ProbeObjective, std::string> parseProbeObjective(const std::string& text);
 tl::expected<MemorySavers, std::string> parseMemorySavers(const std::string& text);
 
+/// The learning rate an optimizer gets when none is given: 0.05 for SGD with momentum, and
+/// PyTorch's own default, 0.001, for Adam and AdamW (0.05 made Adam's loss diverge within two
+/// steps on the built-in MLP).
+double defaultLearningRate(OptimizerKind kind);
+/// Whether `rate` is one of the optimizers' defaults (not a rate someone chose).
+bool isDefaultLearningRate(double rate);
+
 struct OptimizerOptions {
     OptimizerKind kind = OptimizerKind::Sgd;
-    double learningRate = 0.05;
-    double momentum = 0.9;     ///< SGD only
-    double weightDecay = 0.0;  ///< L2 for SGD and Adam, decoupled for AdamW
+    double learningRate = 0.05;  ///< defaultLearningRate(kind) unless given
+    double momentum = 0.9;       ///< SGD only
+    double weightDecay = 0.0;    ///< L2 for SGD and Adam, decoupled for AdamW
     double beta1 = 0.9;
     double beta2 = 0.999;
     double epsilon = 1e-8;

@@ -81,12 +81,9 @@ void Prefetcher::loop() {
 
 bool loadsAhead(Prefetch mode, DeviceKind device, int threads, int reservedCpus, int cpus) {
     switch (mode) {
-    case Prefetch::Thread:
-        return true;
-    case Prefetch::Inline:
-        return false;
-    case Prefetch::Auto:
-        break;
+    case Prefetch::Thread: return true;
+    case Prefetch::Inline: return false;
+    case Prefetch::Auto: break;
     }
     return device == DeviceKind::Cuda || threads + std::max(0, reservedCpus) < cpus;
 }

@@ -241,6 +241,39 @@ private Q_SLOTS:
         QVERIFY(parsed->options.balanceShares);
     }
 
+    /// An optimizer named without a learning rate gets its own: PyTorch's 0.001 for Adam and
+    /// AdamW (SGD's 0.05 made Adam diverge within two steps); a rate given, on the command line or
+    /// in the configuration under it, is kept.
+    void eachOptimizerBringsItsLearningRate() {
+        const auto rate = [](std::vector<std::string> args) {
+            for (const char* a : {"--device", "virtual:64MiB", "--model", "mlp"}) args.emplace_back(a);
+            auto parsed = app::parseCli(args);
+            return parsed ? parsed->options.optimizer.learningRate : -1.0;
+        };
+        QCOMPARE(rate({}), 0.05);
+        QCOMPARE(rate({"--optimizer", "sgd"}), 0.05);
+        QCOMPARE(rate({"--optimizer", "adam"}), 0.001);
+        QCOMPARE(rate({"--optimizer", "adamw"}), 0.001);
+        QCOMPARE(rate({"--optimizer", "adam", "--lr", "0.05"}), 0.05);
+        QCOMPARE(rate({"--lr", "0.02", "--optimizer", "adamw"}), 0.02);
+        QTemporaryDir dir;
+        const auto config = [&](const char* name, const char* text) {
+            const std::string path = dir.filePath(QString::fromLatin1(name)).toStdString();
+            QFile file(QString::fromStdString(path));
+            if (!file.open(QIODevice::WriteOnly)) return std::string();
+            file.write(text);
+            return path;
+        };
+        const std::string adam = config("adam.json", R"({"optimizer": {"kind": "adam"}})");
+        const std::string chosen = config("chosen.json", R"({"optimizer": {"kind": "adam", "learning_rate": 0.01}})");
+        QCOMPARE(rate({"--config", adam}), 0.001);
+        QCOMPARE(rate({"--config", adam, "--optimizer", "sgd"}), 0.05);  // the flag's optimizer, its rate
+        QCOMPARE(rate({"--config", chosen}), 0.01);
+        QCOMPARE(rate({"--config", chosen, "--optimizer", "adamw"}), 0.01);  // a chosen rate stays
+        QCOMPARE(core::parseRunConfig(json::parse(R"({"optimizer": {"kind": "adamw"}})"))->optimizer.learningRate,
+                 0.001);
+    }
+
     /// Whole numbers as written, or refused: no sign but "-", no spaces, no zeros hiding a
     /// second number, nothing beyond the 64-bit range taken for its remainder.
     void wholeNumbersAreReadAsWritten() {

@@ -37,6 +37,7 @@ class TestRunPanel : public QObject {
     Q_OBJECT
 private Q_SLOTS:
     void defaultsAreValid();
+    void eachOptimizerBringsItsLearningRate();
     void invalidInputDisablesStart_data();
     void offersCoresModelsAndDatasets();
     void offersTheGpuPresets();
@@ -60,6 +61,24 @@ void TestRunPanel::defaultsAreValid() {
     QVERIFY2(panel.isValid(), qPrintable(panel.problem()));
     QVERIFY(panel.startButton()->isEnabled());
     QVERIFY(!panel.stopButton()->isEnabled());
+}
+
+void TestRunPanel::eachOptimizerBringsItsLearningRate() {
+    // As on the command line: Adam and AdamW start at PyTorch's 0.001, SGD at 0.05; a rate typed
+    // by hand stays when the optimizer changes.
+    Session session;
+    ui::RunPanel& panel = session.panel;
+    auto* optimizer = panel.findChild<QComboBox*>(QStringLiteral("optimizerCombo"));
+    auto* rate = panel.findChild<QDoubleSpinBox*>(QStringLiteral("learningRate"));
+    QVERIFY(optimizer && rate);
+    QCOMPARE(panel.options().optimizer.learningRate, 0.05);
+    optimizer->setCurrentIndex(optimizer->findData(static_cast<int>(core::OptimizerKind::Adam)));
+    QCOMPARE(panel.options().optimizer.learningRate, 0.001);
+    optimizer->setCurrentIndex(optimizer->findData(static_cast<int>(core::OptimizerKind::Sgd)));
+    QCOMPARE(panel.options().optimizer.learningRate, 0.05);
+    rate->setValue(0.02);
+    optimizer->setCurrentIndex(optimizer->findData(static_cast<int>(core::OptimizerKind::AdamW)));
+    QCOMPARE(panel.options().optimizer.learningRate, 0.02);
 }
 
 void TestRunPanel::invalidInputDisablesStart_data() {

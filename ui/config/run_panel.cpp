@@ -363,6 +363,7 @@ QGroupBox* RunPanel::createBatch() {
 
 QGroupBox* RunPanel::createTraining() {
     m_optimizer = new QComboBox;
+    m_optimizer->setObjectName(QStringLiteral("optimizerCombo"));
     for (auto kind : {core::OptimizerKind::Sgd, core::OptimizerKind::Adam, core::OptimizerKind::AdamW})
         m_optimizer->addItem(QString::fromLatin1(core::toString(kind)), static_cast<int>(kind));
     m_optimizer->setToolTip(
@@ -370,14 +371,22 @@ QGroupBox* RunPanel::createTraining() {
            "Adam and AdamW keep two extra numbers per weight, which costs "
            "memory the probe has to leave free."));
     m_learningRate = new QDoubleSpinBox;
+    m_learningRate->setObjectName(QStringLiteral("learningRate"));
     m_learningRate->setDecimals(8);  // 1e-6 and 1e-7, common when fine-tuning, shown as they are
     m_learningRate->setRange(0, core::findOption("optimizer.learning_rate")->high);
     m_learningRate->setSingleStep(0.001);
-    m_learningRate->setValue(0.05);
+    m_learningRate->setValue(core::defaultLearningRate(core::OptimizerKind::Sgd));
     m_learningRate->setToolTip(
         tr("How far the optimizer moves the weights in one step. Too "
            "large and the loss jumps around; too small and it falls "
-           "slowly."));
+           "slowly. Each optimizer starts at its own default: 0.05 for "
+           "SGD, 0.001 (PyTorch's) for Adam and AdamW."));
+    // Another optimizer brings its own default rate, unless the rate shown was chosen by hand.
+    connect(m_optimizer, &QComboBox::currentIndexChanged, this, [this] {
+        if (!core::isDefaultLearningRate(m_learningRate->value())) return;
+        m_learningRate->setValue(
+            core::defaultLearningRate(static_cast<core::OptimizerKind>(m_optimizer->currentData().toInt())));
+    });
     m_lrScaling = new QComboBox;
     m_lrScaling->addItem(tr("none"), static_cast<int>(core::LrScaling::None));
     m_lrScaling->addItem(tr("linear"), static_cast<int>(core::LrScaling::Linear));
