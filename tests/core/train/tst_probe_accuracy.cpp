@@ -28,6 +28,11 @@ TrainerOptions base(const QString& model, const QString& device) {
     o.targetBatch = 4096;
     o.steps = 3;  // a probe may continue into the next training batch
     o.probe.headroom = 0;
+    // The probe's size trains the remaining steps: nothing here depends on timing. (With the
+    // fastest search, which times smaller sizes in turns with it, what ran after the probe
+    // depended on the machine's speed at the time; under the caching allocator its mixing of
+    // sizes can fragment memory, and that search is tested in tst_fastest_micro_batch.)
+    o.probe.objective = ProbeObjective::Largest;
     o.optimizer.kind = OptimizerKind::Adam;
     return o;
 }
