@@ -62,9 +62,9 @@ bool isDefaultLearningRate(double rate);
 
 struct OptimizerOptions {
     OptimizerKind kind = OptimizerKind::Sgd;
-    double learningRate = 0.05;  ///< defaultLearningRate(kind) unless given
-    double momentum = 0.9;       ///< SGD only
-    double weightDecay = 0.0;    ///< L2 for SGD and Adam, decoupled for AdamW
+    double learningRate = defaultLearningRate(OptimizerKind::Sgd);  ///< defaultLearningRate(kind) unless given
+    double momentum = 0.9;                                          ///< SGD only
+    double weightDecay = 0.0;                                       ///< L2 for SGD and Adam, decoupled for AdamW
     double beta1 = 0.9;
     double beta2 = 0.999;
     double epsilon = 1e-8;

@@ -291,7 +291,6 @@ void ThroughputSearch::confirmOrFinish() {
         return;
     }
     m_confirming = true;
-    m_walkOverLargest = overLargest(incumbent().microBatch);
     m_challenger = static_cast<size_t>(it - m_timed.begin());
     m_challengerRun.clear();
     m_incumbentRun.clear();
@@ -300,8 +299,8 @@ void ThroughputSearch::confirmOrFinish() {
 
 void ThroughputSearch::confirmed(double ratio, double noise) {
     m_confirming = false;
-    const Candidate& chosen = incumbent();
-    const int64_t walked = chosen.microBatch;
+    const int64_t walked = incumbent().microBatch;
+    const double walkGain = overLargest(walked);  // the walk's own measure: nothing confirmed yet
     std::string cause = m_walkCause;
     if (ratio >= 1 - noise) {
         // Not faster than the largest when timed against it again: the walk's gain was noise.
@@ -310,7 +309,7 @@ void ThroughputSearch::confirmed(double ratio, double noise) {
         cause += formatText(
             "; %lld looked %s faster while the search walked, but timed in turns with the largest "
             "once more it was %s",
-            static_cast<long long>(walked), percent(m_walkOverLargest - 1).c_str(), outcome.c_str());
+            static_cast<long long>(walked), percent(walkGain - 1).c_str(), outcome.c_str());
         m_best = m_challenger;
     } else {
         m_confirmedSize = walked;

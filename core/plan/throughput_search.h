@@ -160,7 +160,6 @@ private:
     std::string m_walkCause;             ///< why the walk ended
     bool m_confirming = false;           ///< timing the chosen size against the largest once more
     int64_t m_lastSize = 0;              ///< the size of the micro-batch recorded last
-    double m_walkOverLargest = 0;        ///< the chosen size's gain as the walk measured it
     int64_t m_confirmedSize = 0;         ///< the size whose gain that comparison measured (0: none)
     double m_confirmedOverLargest = 0;   ///< its speed over the largest's, from that comparison
     bool m_done = false;

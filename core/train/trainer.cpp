@@ -37,8 +37,7 @@ void Trainer::Impl::setup() {
             emit(Warning{now(), "validation data: " + warning});
     }
     feed.prefetcher = std::make_unique<Prefetcher>(feed.training);
-    feed.ahead = loadsAhead(options.prefetch, hardware.device.kind, torch::get_num_threads(), options.reservedCpus,
-                            cpusAvailable());
+    feed.cpus = cpusAvailable();
     if (hardware.device.kind == DeviceKind::Cuda && options.cudaMemoryFraction > 0) {
         setCudaMemoryFraction(hardware.device.index, options.cudaMemoryFraction);
     }
@@ -47,8 +46,6 @@ void Trainer::Impl::setup() {
     if (const std::string note = hardware.meter->limitNote(); !note.empty())
         emit(Warning{now(), hardware.device.name() + ": " + note});
     hardware.meter->resetPeak();
-    hardware.reported.allocatorRetries = hardware.meter->allocatorRetries();
-    hardware.reported.allocatorOoms = hardware.meter->allocatorOoms();
     progress.target = options.targetBatch;
     feed.sampler.emplace(feed.training->size(), options.seed);
     buildModel();
@@ -530,7 +527,9 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         if (!parallel && !commands.waitForAdvance([&] { emit(waiting); })) return false;
         pass.waitSeconds += std::chrono::duration<double>(timingNow() - advanceStart).count();
         std::vector<int64_t> next;
-        if (feed.ahead && !trial && pass.plan.sizes.size() >= 2) {
+        const bool ahead = loadsAhead(options.prefetch, hardware.device.kind, torch::get_num_threads(),
+                                      options.reservedCpus, feed.cpus);  // the device may have been switched
+        if (ahead && !trial && pass.plan.sizes.size() >= 2) {
             // The next micro-batch is known: load it while this one computes.
             const int64_t nextOffset = pass.offset + size;
             next.assign(indices.begin() + nextOffset, indices.begin() + nextOffset + pass.plan.sizes[1]);

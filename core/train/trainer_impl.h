@@ -206,7 +206,7 @@ struct Feed {
     HeldOut validation;                      ///< the held-out data and where its passes stand
     std::optional<Sampler> sampler;          ///< the order of the training samples, epoch by epoch
     std::unique_ptr<Prefetcher> prefetcher;  ///< loads the next micro-batch during this one
-    bool ahead = true;                       ///< asks it ahead of time (TrainerOptions::prefetch)
+    int cpus = 1;                            ///< the CPUs this process may run on (loadsAhead)
 };
 
 /// What learns and how: the model, its parameters and gradient accumulators, the optimizer, and
@@ -383,7 +383,7 @@ struct Trainer::Impl {
     void reportBreakdown();
     /// AllocatorSegments at the allocator's OOM, once per OOM it raised (after the OomEvent).
     void reportFailureSegments();
-    /// A meter was opened: segments and failures are reported from here on.
+    /// A meter was opened: segments, failures and allocator retries are reported from here on.
     void meterOpened();
     void reportSummary();
     /// Reports EquivalenceChecked (trainer_equivalence.cpp). With several devices every rank

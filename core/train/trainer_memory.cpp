@@ -310,6 +310,8 @@ void Trainer::Impl::meterOpened() {
     hardware.reported.segments.clear();
     // An earlier run's OOMs are not this one's.
     hardware.reported.failures = hardware.reported.failuresBefore = hardware.meter->lastAllocatorFailure().number;
+    hardware.reported.allocatorRetries = hardware.meter->allocatorRetries();
+    hardware.reported.allocatorOoms = hardware.meter->allocatorOoms();
 }
 
 void Trainer::Impl::reportFailureSegments() {

@@ -97,9 +97,7 @@ std::optional<std::string> Trainer::Impl::switchTo(const DeviceSpec& next) {
         choice.sizes.lastChosen = 0;  // other hardware: search from the largest again
     }
     hardware.device = next;
-    feed.ahead = loadsAhead(options.prefetch, hardware.device.kind, torch::get_num_threads(), options.reservedCpus,
-                            cpusAvailable());  // a GPU computes: the CPUs are free to load ahead
-    choice.stepCosts = StepCostWatch();        // what batches cost besides their micro-batches, on this device
+    choice.stepCosts = StepCostWatch();  // what batches cost besides their micro-batches, on this device
     hardware.meter = openMeter(hardware.device);
     meterOpened();
     if (const std::string note = hardware.meter->limitNote(); !note.empty())

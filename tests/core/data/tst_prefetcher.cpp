@@ -74,6 +74,28 @@ DataOptions small() {
     return o;
 }
 
+/// small() with enough samples for a few training batches of 64.
+DataOptions trainingData() {
+    DataOptions o = small();
+    o.samples = 256;
+    return o;
+}
+
+/// A run of the built-in MLP on `images` at exactly micro-batch 16 (no faster size searched),
+/// target batch 64, on this thread.
+TrainerOptions trainOn(const std::shared_ptr<SlowImages>& images) {
+    TrainerOptions options;
+    options.model.name = "mlp";
+    options.data = trainingData();
+    const std::shared_ptr<Dataset> dataset = images;
+    options.datasetFactory = [dataset]() -> tl::expected<std::shared_ptr<Dataset>, std::string> { return dataset; };
+    options.targetBatch = 64;
+    options.probe.initialMicroBatch = 16;
+    options.probe.maxMicroBatch = 16;
+    options.probe.objective = ProbeObjective::Largest;
+    return options;
+}
+
 }  // namespace
 
 class TestPrefetcher : public QObject {
@@ -121,18 +143,8 @@ private Q_SLOTS:
     /// prefetch thread: requesting the next one must not throw away the one being loaded for now
     /// (it did: each micro-batch was loaded twice, once for nothing, and the trainer waited).
     void trainerLoadsEachMicroBatchOnceAhead() {
-        DataOptions data = small();
-        data.samples = 256;
-        auto images = std::make_shared<SlowImages>(data);
-        TrainerOptions options;
-        options.model.name = "mlp";
-        options.data = data;
-        const std::shared_ptr<Dataset> dataset = images;
-        options.datasetFactory = [dataset]() -> tl::expected<std::shared_ptr<Dataset>, std::string> { return dataset; };
-        options.targetBatch = 64;
-        options.probe.initialMicroBatch = 16;
-        options.probe.maxMicroBatch = 16;
-        options.probe.objective = ProbeObjective::Largest;  // exactly this micro-batch, not a faster one
+        auto images = std::make_shared<SlowImages>(trainingData());
+        TrainerOptions options = trainOn(images);
         options.steps = 4;
         options.intraOpThreads = 1;
         options.prefetch = Prefetch::Thread;  // whatever CPUs this machine has
@@ -169,18 +181,8 @@ private Q_SLOTS:
     /// Where the intra-op threads take every CPU, a run left to Auto loads every micro-batch on
     /// the trainer thread, once.
     void autoLoadsInLineWhenTheThreadsTakeEveryCpu() {
-        DataOptions data = small();
-        data.samples = 256;
-        auto images = std::make_shared<SlowImages>(data);
-        TrainerOptions options;
-        options.model.name = "mlp";
-        options.data = data;
-        const std::shared_ptr<Dataset> dataset = images;
-        options.datasetFactory = [dataset]() -> tl::expected<std::shared_ptr<Dataset>, std::string> { return dataset; };
-        options.targetBatch = 64;
-        options.probe.initialMicroBatch = 16;
-        options.probe.maxMicroBatch = 16;
-        options.probe.objective = ProbeObjective::Largest;
+        auto images = std::make_shared<SlowImages>(trainingData());
+        TrainerOptions options = trainOn(images);
         options.steps = 2;
         options.intraOpThreads = cpusAvailable();
         batchpilot::tests::RecordingSink sink;
