@@ -46,7 +46,6 @@ public:
     void setRuns(std::vector<Run> runs);
     void setMetric(Metric metric);
     void setXAxis(XAxis axis);
-    Metric metric() const { return m_metric; }
     XAxis xAxisKind() const { return m_x; }
     /// The points drawn for overlay `index` (0: the first of setRuns) on the current metric and x.
     std::vector<QPointF> overlayPoints(std::size_t index) const;
