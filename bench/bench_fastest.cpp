@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -342,6 +343,7 @@ int run(int argc, char** argv) {
     // --claims: no sweep; each search's claim per training batch against whole batches of the
     // chosen size and the largest, measured in turns (issue 38, item 10).
     bool claimsOnly = false;
+    int turnsGiven = 0;  // --turns N: turns when scoring a size against another (default 3; 1 quick)
     std::vector<char*> rest{argv[0]};
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--torchscript") == 0 && i + 1 < argc)
@@ -352,21 +354,30 @@ int run(int argc, char** argv) {
             only = argv[++i];
         else if (std::strcmp(argv[i], "--claims") == 0)
             claimsOnly = true;
-        else
+        else if (std::strcmp(argv[i], "--turns") == 0 && i + 1 < argc) {
+            char* end = nullptr;
+            const long n = std::strtol(argv[++i], &end, 10);
+            turnsGiven = *end == '\0' && n >= 1 && n <= 50 ? static_cast<int>(n) : -1;
+        } else
             rest.push_back(argv[i]);
     }
     const auto args = bench::parseArgs(static_cast<int>(rest.size()), rest.data(), "batchpilot-bench-fastest",
                                        "The objective \"fastest\" against a sweep of micro-batch sizes (also takes "
                                        "--torchscript MODEL.pt, --device DEV to use one real device instead of "
                                        "the virtual budgets, --only TEXT for the cases whose name holds it, or "
-                                       "\"demo\" for the demo's device switch alone, and --claims to check only "
-                                       "the decisions' claims per training batch, without the sweep).");
+                                       "\"demo\" for the demo's device switch alone, --claims to check only "
+                                       "the decisions' claims per training batch, without the sweep, and --turns N "
+                                       "for the turns of each comparison in turns, 3 by default).");
+    if (turnsGiven < 0) {
+        std::fprintf(stderr, "batchpilot-bench-fastest: --turns takes a whole number from 1 to 50\n");
+        return 2;
+    }
     core::installCountingAllocator();
     const auto started = Clock::now();
     const int rounds = args.quick ? 1 : 2;     // sweep rounds, interleaving the sizes
     const int searches = args.quick ? 1 : 3;   // runs of the search per case
     const int64_t steps = args.quick ? 3 : 5;  // per sweep measurement: steps 2..N count, at least 1 s
-    const int turns = args.quick ? 1 : 3;      // scoring a size against the best, in turns
+    const int turns = turnsGiven > 0 ? turnsGiven : args.quick ? 1 : 3;  // scoring a size against the best
     nlohmann::json report;
     report["bench"] = "fastest";
     report["torch_version"] = TORCH_VERSION;
