@@ -343,7 +343,8 @@ int run(int argc, char** argv) {
     // --claims: no sweep; each search's claim per training batch against whole batches of the
     // chosen size and the largest, measured in turns (issue 38, item 10).
     bool claimsOnly = false;
-    int turnsGiven = 0;  // --turns N: turns when scoring a size against another (default 3; 1 quick)
+    int turnsGiven = 0;     // --turns N: turns when scoring a size against another (default 3; 1 quick)
+    int searchesGiven = 0;  // --searches N: runs of the search per case (default 3; 1 quick)
     std::vector<char*> rest{argv[0]};
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--torchscript") == 0 && i + 1 < argc)
@@ -358,6 +359,10 @@ int run(int argc, char** argv) {
             char* end = nullptr;
             const long n = std::strtol(argv[++i], &end, 10);
             turnsGiven = *end == '\0' && n >= 1 && n <= 50 ? static_cast<int>(n) : -1;
+        } else if (std::strcmp(argv[i], "--searches") == 0 && i + 1 < argc) {
+            char* end = nullptr;
+            const long n = std::strtol(argv[++i], &end, 10);
+            searchesGiven = *end == '\0' && n >= 1 && n <= 100 ? static_cast<int>(n) : -1;
         } else
             rest.push_back(argv[i]);
     }
@@ -366,16 +371,18 @@ int run(int argc, char** argv) {
                                        "--torchscript MODEL.pt, --device DEV to use one real device instead of "
                                        "the virtual budgets, --only TEXT for the cases whose name holds it, or "
                                        "\"demo\" for the demo's device switch alone, --claims to check only "
-                                       "the decisions' claims per training batch, without the sweep, and --turns N "
-                                       "for the turns of each comparison in turns, 3 by default).");
-    if (turnsGiven < 0) {
-        std::fprintf(stderr, "batchpilot-bench-fastest: --turns takes a whole number from 1 to 50\n");
+                                       "the decisions' claims per training batch, without the sweep, --turns N "
+                                       "for the turns of each comparison in turns, 3 by default, and --searches N "
+                                       "for the runs of the search per case, 3 by default).");
+    if (turnsGiven < 0 || searchesGiven < 0) {
+        std::fprintf(stderr, "batchpilot-bench-fastest: %s takes a whole number from 1 to %d\n",
+                     turnsGiven < 0 ? "--turns" : "--searches", turnsGiven < 0 ? 50 : 100);
         return 2;
     }
     core::installCountingAllocator();
     const auto started = Clock::now();
-    const int rounds = args.quick ? 1 : 2;     // sweep rounds, interleaving the sizes
-    const int searches = args.quick ? 1 : 3;   // runs of the search per case
+    const int rounds = args.quick ? 1 : 2;  // sweep rounds, interleaving the sizes
+    const int searches = searchesGiven > 0 ? searchesGiven : args.quick ? 1 : 3;  // runs of the search per case
     const int64_t steps = args.quick ? 3 : 5;  // per sweep measurement: steps 2..N count, at least 1 s
     const int turns = turnsGiven > 0 ? turnsGiven : args.quick ? 1 : 3;  // scoring a size against the best
     nlohmann::json report;

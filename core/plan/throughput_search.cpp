@@ -126,7 +126,7 @@ void ThroughputSearch::record(int64_t microBatch, double seconds) {
         if (current.warmupsDone < m_options.warmups) ++current.warmupsDone;
         ++current.warmupsDone;
         ++m_timings;
-        if (m_timings >= m_options.budget) finishOnBudget();
+        if (!m_confirming && m_timings >= m_options.budget) finishOnBudget();
         return;
     }
     if (!(seconds > 0) || !std::isfinite(seconds)) return;
@@ -134,8 +134,9 @@ void ThroughputSearch::record(int64_t microBatch, double seconds) {
     current.pendingSamples += microBatch;
     ++current.pendingMicroBatches;
     // Short micro-batches are timed together; a cap keeps a stalled clock from holding it forever.
-    // Timing the gain once more, each timing spans 4 times as long: its number is the claim.
-    const double minSeconds = m_options.minTimingSeconds * (m_confirming ? 4 : 1);
+    // Timing the gain once more, each timing spans longer (confirmTimingFactor): its number is
+    // the claim.
+    const double minSeconds = m_options.minTimingSeconds * (m_confirming ? m_options.confirmTimingFactor : 1);
     if (current.pendingSeconds < minSeconds && current.pendingMicroBatches < 256) return;
     const double rate = static_cast<double>(current.pendingSamples) / current.pendingSeconds;
     current.samplesPerSecond.push_back(rate);
@@ -158,10 +159,23 @@ void ThroughputSearch::decide() {
         const double around = 0.5 * (m_incumbentRun[i] + m_incumbentRun[i + 1]);
         ratios.push_back(around > 0 ? m_challengerRun[i] / around : 0);
     }
+    if (m_confirming) {
+        // The largest (the challenger) against the chosen size, every turn up to the cap: within
+        // the noise the larger is kept; then fresh turns measure the claim. Outside the budget:
+        // their turns are fixed (at most 4 timings per turn and 2 more each), and a claim the
+        // budget cut short would be the biased one again.
+        const int wanted = m_claiming ? m_options.claimRepetitions : m_options.maxRepetitions;
+        if (!bracketed || static_cast<int>(pairs) < wanted) return;
+        if (m_claiming)
+            claimed(medianOf(ratios), pairs);
+        else
+            confirmed(medianOf(ratios), std::max(m_options.noise, spreadOf(ratios)));
+        return;
+    }
     // Two turns that both differ by more than twice the noise, the same way, need no third: a
     // 1.4× faster size is clear at once, and the largest sizes' timings are the longest. Not when
-    // timing the gain once more: there the number is the claim, not only its direction.
-    const bool clear = bracketed && pairs >= 2 && !m_confirming &&
+    // timing the gain once more (above): there the number is the claim, not only its direction.
+    const bool clear = bracketed && pairs >= 2 &&
                        (*std::min_element(ratios.begin(), ratios.end()) > 1 + 2 * m_options.noise ||
                         *std::max_element(ratios.begin(), ratios.end()) < 1 - 2 * m_options.noise);
     if (!bracketed || (static_cast<int>(pairs) < m_options.repetitions && !clear)) {
@@ -170,13 +184,6 @@ void ThroughputSearch::decide() {
     }
     const double ratio = medianOf(ratios);
     const double noise = std::max(m_options.noise, spreadOf(ratios));
-    if (m_confirming) {
-        // The largest (the challenger) against the chosen size, every turn up to the cap: the
-        // median of the ratios is the gain claimed, and within the noise the larger is kept.
-        if (static_cast<int>(pairs) < m_options.maxRepetitions && budgetLeft) return;
-        confirmed(ratio, noise);
-        return;
-    }
     if (ratio > 1 + noise) {
         judged(true, false, ratio);
     } else if (ratio < 1 - noise) {
@@ -268,7 +275,7 @@ void ThroughputSearch::nextRefinement() {
         return;
     }
     if (m_timings >= m_options.budget) {
-        finish(m_walkCause + "; the timing budget was spent before the sizes between the halvings");
+        finishOnBudget();
         return;
     }
     const int64_t size = m_refinements.front();
@@ -285,11 +292,11 @@ void ThroughputSearch::confirmOrFinish() {
     const int64_t largest = m_plan.front();
     auto it =
         std::find_if(m_timed.begin(), m_timed.end(), [largest](const Candidate& c) { return c.microBatch == largest; });
-    if (!m_options.confirm || incumbent().microBatch == largest || it == m_timed.end() ||
-        m_timings >= m_options.budget) {
+    if (!m_options.confirm || incumbent().microBatch == largest || it == m_timed.end()) {
         finish(m_walkCause);
         return;
     }
+    m_refining = false;
     m_confirming = true;
     m_challenger = static_cast<size_t>(it - m_timed.begin());
     m_challengerRun.clear();
@@ -298,35 +305,69 @@ void ThroughputSearch::confirmOrFinish() {
 }
 
 void ThroughputSearch::confirmed(double ratio, double noise) {
-    m_confirming = false;
     const int64_t walked = incumbent().microBatch;
     const double walkGain = overLargest(walked);  // the walk's own measure: nothing confirmed yet
-    std::string cause = m_walkCause;
     if (ratio >= 1 - noise) {
         // Not faster than the largest when timed against it again: the walk's gain was noise.
+        m_confirming = false;
         const std::string outcome =
             ratio > 1 + noise ? percent(1 - 1 / ratio) + " slower" : "not faster (within " + percent(noise) + " noise)";
-        cause += formatText(
-            "; %lld looked %s faster while the search walked, but timed in turns with the largest "
-            "once more it was %s",
-            static_cast<long long>(walked), percent(walkGain - 1).c_str(), outcome.c_str());
         m_best = m_challenger;
-    } else {
-        m_confirmedSize = walked;
-        m_confirmedOverLargest = 1 / ratio;
-        cause += "; its gain timed once more, in turns with the largest";
+        finish(m_walkCause + formatText("; %lld looked %s faster while the search walked, but timed in turns with "
+                                        "the largest once more it was %s",
+                                        static_cast<long long>(walked), percent(walkGain - 1).c_str(),
+                                        outcome.c_str()));
+        return;
     }
-    finish(cause);
+    m_decidedGain = 1 / ratio;
+    if (m_options.claimRepetitions <= 0) {
+        m_confirming = false;
+        keepChosen(m_decidedGain, "; its gain timed once more, in turns with the largest");
+        return;
+    }
+    // Kept because its turns came out faster than the noise: fresh turns measure the claim.
+    m_claiming = true;
+    m_challengerRun.clear();
+    m_incumbentRun.clear();
+    m_incumbentTurn = true;
+}
+
+void ThroughputSearch::claimed(double ratio, size_t turns) {
+    m_confirming = false;
+    m_claiming = false;
+    const int64_t walked = incumbent().microBatch;
+    const std::string decided = formatText("the %d that kept it (%s faster there)", m_options.maxRepetitions,
+                                           percent(m_decidedGain - 1).c_str());
+    if (ratio >= 1) {
+        // The fresh turns found no gain at all: the one that kept it was the noise's.
+        m_best = m_challenger;
+        finish(m_walkCause +
+               formatText("; %lld was kept by %d turns with the largest (%s faster there), but in %zu "
+                          "more it was %s",
+                          static_cast<long long>(walked), m_options.maxRepetitions, percent(m_decidedGain - 1).c_str(),
+                          turns,
+                          ratio > 1.005 ? (percent(1 - 1 / ratio) + " slower").c_str() : "as fast as the largest"));
+        return;
+    }
+    keepChosen(1 / ratio,
+               formatText("; its gain measured in %zu more turns with the largest, after %s", turns, decided.c_str()));
+}
+
+void ThroughputSearch::keepChosen(double gain, const std::string& how) {
+    m_confirmedSize = incumbent().microBatch;
+    m_confirmedOverLargest = gain;
+    finish(m_walkCause + how);
 }
 
 void ThroughputSearch::finishOnBudget() {
-    if (m_confirming) {
-        // The budget ended the comparison with the largest: the walk's own measure stands.
-        m_confirming = false;
-        finish(m_walkCause + "; the timing budget was spent before the gain was timed once more");
-        return;
-    }
-    finish("the timing budget of " + std::to_string(m_options.budget) + " timings was spent");
+    // The walk (or the sizes between) ran out of timings: the best so far is still timed against
+    // the largest, as after a walk that ended by itself.
+    if (m_refining)
+        m_walkCause += "; the timing budget was spent before the sizes between the halvings";
+    else
+        m_walkCause = "the timing budget of " + std::to_string(m_options.budget) + " timings was spent";
+    m_refinements.clear();
+    confirmOrFinish();
 }
 
 void ThroughputSearch::abandon(const std::string& why) {
