@@ -45,12 +45,17 @@ function(batchpilot_add_test name)
                        ENVIRONMENT "${BATCHPILOT_TEST_ENVIRONMENT}")
 endfunction()
 
-# batchpilot_add_test_suite(<target> UNITS <[room/]unit...> LIBS <targets...> [TORCH])
+# batchpilot_add_test_suite(<target> UNITS <[room/]unit...> LIBS <targets...> [TORCH] [WIDGETS] [BATCH n])
 # One QtTest executable for several test files, built from tests/test_main.cpp and [room/]tst_<unit>.cpp
-# of each unit in unity batches (see tests/test_main.h), with TORCH sharing the precompiled torch
-# header; batchpilot_add_suite_test registers its units with CTest.
+# of each unit in unity batches of BATCH files (6 unless given; see tests/test_main.h), with TORCH
+# sharing the precompiled torch header, and WIDGETS giving each class a QApplication (QTEST_MAIN's,
+# where the others get QTEST_GUILESS_MAIN's QCoreApplication); batchpilot_add_suite_test registers
+# its units with CTest.
 function(batchpilot_add_test_suite target)
-  cmake_parse_arguments(ARG "TORCH" "" "UNITS;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "TORCH;WIDGETS" "BATCH" "UNITS;LIBS" ${ARGN})
+  if(NOT ARG_BATCH)
+    set(ARG_BATCH 6)
+  endif()
   set(sources "${PROJECT_SOURCE_DIR}/tests/test_main.cpp")
   # Each file's tst_<unit>.moc, from moc run on the file alone. AUTOMOC passes moc every include
   # path and lets it read torch's headers: ~2.5 s a file (56 s for the suite, once per build),
@@ -76,9 +81,12 @@ function(batchpilot_add_test_suite target)
   if(ARG_TORCH)
     target_precompile_headers(${target} REUSE_FROM batchpilot_torch_pch)
   endif()
-  # Six files a batch: a batch compiles in about a minute, and the 2-core machines CI runs on still
-  # have batches to build side by side.
-  set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 6)
+  if(ARG_WIDGETS)
+    target_compile_definitions(${target} PRIVATE BATCHPILOT_TEST_WIDGETS)
+  endif()
+  # Six files a batch for the torch tests: a batch compiles in about a minute, and the 2-core
+  # machines CI runs on still have batches to build side by side.
+  set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${ARG_BATCH})
   # The registry's main includes no torch.
   set_source_files_properties("${PROJECT_SOURCE_DIR}/tests/test_main.cpp" TARGET_DIRECTORY ${target}
                               PROPERTIES SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)

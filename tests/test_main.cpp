@@ -3,6 +3,9 @@
 #include "tests/test_main.h"
 
 #include <QCoreApplication>
+#ifdef BATCHPILOT_TEST_WIDGETS
+#include <QApplication>
+#endif
 
 #include <cstdio>
 #include <map>
@@ -49,7 +52,13 @@ int main(int argc, char** argv) {
     rest.insert(rest.end(), argv + 2, argv + argc);
     int restCount = static_cast<int>(rest.size());
     rest.push_back(nullptr);
-    // Every class gets what QTEST_MAIN gives a test without a GUI: an application object.
+#ifdef BATCHPILOT_TEST_WIDGETS
+    // The window's tests (tests/ui): what QTEST_MAIN gives a test of widgets.
+    QApplication app(restCount, rest.data());
+    app.setAttribute(Qt::AA_Use96Dpi, true);
+#else
+    // Every class gets what QTEST_GUILESS_MAIN gives a test without a GUI: an application object.
     QCoreApplication app(restCount, rest.data());
+#endif
     return found->second(restCount, rest.data());
 }

@@ -2,10 +2,13 @@
 #include <limits>
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include "ui/charts/ema.h"
 #include "ui/charts/series_store.h"
 #include "ui/charts/thinning.h"
+
+namespace tst_chart_store {
 
 using batchpilot::ui::DebiasedEma;
 using batchpilot::ui::SeriesStore;
@@ -160,5 +163,7 @@ void TestChartStore::emaZeroSmoothingIsRaw() {
     for (std::size_t i = 0; i < raw.size(); ++i) QCOMPARE(smoothed[i], raw[i]);
 }
 
-QTEST_APPLESS_MAIN(TestChartStore)
+}  // namespace tst_chart_store
+
+BATCHPILOT_TEST_MAIN(tst_chart_store::TestChartStore)
 #include "tst_chart_store.moc"

@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <optional>
 
@@ -31,6 +32,8 @@
 #include "ui/config/run_panel.h"
 #include "ui/session/trainer_controller.h"
 #include "ui/window/savers_view.h"
+
+namespace tst_main_window {
 
 using namespace batchpilot;
 
@@ -528,5 +531,7 @@ void TestMainWindow::memorySaversPanelMeasuresAndApplies() {
     QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->isRunning(), kTimeout);
 }
 
-QTEST_MAIN(TestMainWindow)
+}  // namespace tst_main_window
+
+BATCHPILOT_TEST_MAIN(tst_main_window::TestMainWindow)
 #include "tst_main_window.moc"

@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <QHelpEvent>
 #include <QSlider>
@@ -11,6 +12,8 @@
 #include "ui/charts/memory_fit_chart.h"
 #include "ui/session/event_text.h"
 #include "ui/charts/memory_breakdown_bar.h"
+
+namespace tst_memory_views {
 
 using namespace batchpilot;
 
@@ -257,5 +260,7 @@ void TestMemoryViews::whatIfSlider() {
     QCOMPARE(chart.whatIfVerdict(), ui::WhatIfRow::Verdict::Fits);
 }
 
-QTEST_MAIN(TestMemoryViews)
+}  // namespace tst_memory_views
+
+BATCHPILOT_TEST_MAIN(tst_memory_views::TestMemoryViews)
 #include "tst_memory_views.moc"

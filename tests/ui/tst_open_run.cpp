@@ -5,6 +5,7 @@
 // batchpilot-cli processes.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <algorithm>
 #include <fstream>
@@ -51,6 +52,8 @@
 #include "ui/window/main_window.h"
 #include "ui/window/ranks_view.h"
 #include "ui/window/savers_view.h"
+
+namespace tst_open_run {
 
 using namespace batchpilot;
 
@@ -694,5 +697,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_MAIN(TestOpenRun)
+}  // namespace tst_open_run
+
+BATCHPILOT_TEST_MAIN(tst_open_run::TestOpenRun)
 #include "tst_open_run.moc"

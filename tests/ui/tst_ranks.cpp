@@ -3,6 +3,7 @@
 // show every rank's share, micro-batches, speed and wait. Screenshots for a person to look at.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <cmath>
 #include <map>
@@ -34,6 +35,8 @@
 #include "ui/window/main_window.h"
 #include "ui/window/ranks_view.h"
 #include "ui/window/run_status.h"
+
+namespace tst_ranks {
 
 using namespace batchpilot;
 
@@ -625,5 +628,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_MAIN(TestRanks)
+}  // namespace tst_ranks
+
+BATCHPILOT_TEST_MAIN(tst_ranks::TestRanks)
 #include "tst_ranks.moc"

@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <QSettings>
 #include <QStandardPaths>
@@ -14,6 +15,8 @@
 #include "ui/charts/memory_breakdown_bar.h"
 #include "ui/config/run_panel.h"
 #include "ui/session/trainer_controller.h"
+
+namespace tst_report {
 
 using namespace batchpilot;
 
@@ -266,5 +269,7 @@ void TestReport::realRunFillsMemoryViews() {
     w.setTheme(ui::Theme::Light);
 }
 
-QTEST_MAIN(TestReport)
+}  // namespace tst_report
+
+BATCHPILOT_TEST_MAIN(tst_report::TestReport)
 #include "tst_report.moc"

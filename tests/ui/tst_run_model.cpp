@@ -3,6 +3,7 @@
 // follow it. Each expectation is the event's own field or a rule the user sees, written out here.
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <QAction>
 #include <QCheckBox>
@@ -14,6 +15,8 @@
 #include "ui/session/run_model.h"
 #include "ui/session/trainer_controller.h"
 #include "ui/window/run_status.h"
+
+namespace tst_run_model {
 
 using namespace batchpilot;
 
@@ -310,5 +313,7 @@ void TestRunModel::buttonsPressTheActions() {
     QVERIFY(!controller.stepMode());
 }
 
-QTEST_MAIN(TestRunModel)
+}  // namespace tst_run_model
+
+BATCHPILOT_TEST_MAIN(tst_run_model::TestRunModel)
 #include "tst_run_model.moc"

@@ -1,4 +1,5 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <QComboBox>
 #include <QDoubleSpinBox>
@@ -13,6 +14,8 @@
 #include "ui/session/run_commands.h"
 #include "ui/session/run_model.h"
 #include "ui/session/trainer_controller.h"
+
+namespace tst_run_panel {
 
 using namespace batchpilot;
 
@@ -325,5 +328,7 @@ void TestRunPanel::midRunChangesBecomeCommands() {
     QCOMPARE(notes.count(), 2);
 }
 
-QTEST_MAIN(TestRunPanel)
+}  // namespace tst_run_panel
+
+BATCHPILOT_TEST_MAIN(tst_run_panel::TestRunPanel)
 #include "tst_run_panel.moc"

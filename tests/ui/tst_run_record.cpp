@@ -1,10 +1,13 @@
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QTemporaryDir>
 
 #include "ui/report/run_record.h"
+
+namespace tst_run_record {
 
 using namespace batchpilot;
 
@@ -109,5 +112,7 @@ private Q_SLOTS:
     }
 };
 
-QTEST_GUILESS_MAIN(TestRunRecord)
+}  // namespace tst_run_record
+
+BATCHPILOT_TEST_MAIN(tst_run_record::TestRunRecord)
 #include "tst_run_record.moc"

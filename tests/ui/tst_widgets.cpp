@@ -3,6 +3,7 @@
 #include <memory>
 
 #include <QtTest>
+#include "tests/test_main.h"
 
 #include <QApplication>
 #include <QClipboard>
@@ -30,6 +31,8 @@
 #include "ui/log/event_log.h"
 #include "ui/session/event_text.h"
 #include "ui/window/help_text.h"
+
+namespace tst_widgets {
 
 using namespace batchpilot;
 
@@ -695,5 +698,7 @@ void TestWidgets::aboutLeavesACpuForTheWindow() {
     if (!two) QSKIP("this machine lets the test use fewer than CPUs 0 and 1: the two-CPU case was not checked");
 }
 
-QTEST_MAIN(TestWidgets)
+}  // namespace tst_widgets
+
+BATCHPILOT_TEST_MAIN(tst_widgets::TestWidgets)
 #include "tst_widgets.moc"
