@@ -17,6 +17,9 @@ std::string percent(double fraction) {
     return formatText("%.0f%%", 100 * fraction);
 }
 
+/// A gain below this is shown, and taken, as a tie (the larger size keeps it).
+constexpr double kTie = 0.005;
+
 double medianOf(std::vector<double> values) {
     if (values.empty()) return 0;
     std::sort(values.begin(), values.end());
@@ -124,12 +127,17 @@ void ThroughputSearch::record(int64_t microBatch, double seconds) {
     // and reserves anew), which training at one size never pays.
     if (current.warmupsDone < m_options.warmups || (m_confirming && switched)) {
         if (current.warmupsDone < m_options.warmups) ++current.warmupsDone;
-        ++current.warmupsDone;
         ++m_timings;
         if (!m_confirming && m_timings >= m_options.budget) finishOnBudget();
         return;
     }
-    if (!(seconds > 0) || !std::isfinite(seconds)) return;
+    if (!(seconds > 0) || !std::isfinite(seconds)) {
+        // A clock that reports no time (or none that counts) must not hold the search forever.
+        if (++m_untimed >= 256)
+            abandon("the clock gave no usable time for " + std::to_string(m_untimed) + " micro-batches in a row");
+        return;
+    }
+    m_untimed = 0;
     current.pendingSeconds += seconds;
     current.pendingSamples += microBatch;
     ++current.pendingMicroBatches;
@@ -313,9 +321,14 @@ void ThroughputSearch::confirmed(double ratio, double noise) {
         const std::string outcome =
             ratio > 1 + noise ? percent(1 - 1 / ratio) + " slower" : "not faster (within " + percent(noise) + " noise)";
         m_best = m_challenger;
-        finish(m_walkCause + formatText("; %lld looked %s faster while the search walked, but timed in turns with "
-                                        "the largest once more it was %s",
-                                        static_cast<long long>(walked), percent(walkGain - 1).c_str(),
+        // The walk may not have compared it with the largest (the budget ran out while walking up
+        // from the size chosen before): then it has no gain of its own to quote.
+        const std::string looked =
+            walkGain > 0 ? formatText("%lld looked %s faster while the search walked", static_cast<long long>(walked),
+                                      percent(walkGain - 1).c_str())
+                         : formatText("%lld, the best when the walk ended, had not been compared with the largest",
+                                      static_cast<long long>(walked));
+        finish(m_walkCause + formatText("; %s, but timed in turns with the largest once more it was %s", looked.c_str(),
                                         outcome.c_str()));
         return;
     }
@@ -338,17 +351,22 @@ void ThroughputSearch::claimed(double ratio, size_t turns) {
     const int64_t walked = incumbent().microBatch;
     const std::string decided = formatText("the %d that kept it (%s faster there)", m_options.maxRepetitions,
                                            percent(m_decidedGain - 1).c_str());
-    if (ratio >= 1) {
-        // The fresh turns found no gain at all: the one that kept it was the noise's.
+    if (1 / ratio < 1 + kTie) {
+        // The fresh turns found no gain (or one too small to show): the one that kept it was the
+        // noise's, and a tie goes to the larger size.
         m_best = m_challenger;
         finish(m_walkCause +
                formatText("; %lld was kept by %d turns with the largest (%s faster there), but in %zu "
                           "more it was %s",
                           static_cast<long long>(walked), m_options.maxRepetitions, percent(m_decidedGain - 1).c_str(),
                           turns,
-                          ratio > 1.005 ? (percent(1 - 1 / ratio) + " slower").c_str() : "as fast as the largest"));
+                          ratio > 1 + kTie ? (percent(1 - 1 / ratio) + " slower").c_str() : "as fast as the largest"));
         return;
     }
+    // The speeds shown with the claim are the same turns' (the size's earlier timings were the
+    // luckier ones that kept it).
+    m_claimRates[incumbent().microBatch] = medianOf(m_incumbentRun);
+    m_claimRates[challenger().microBatch] = medianOf(m_challengerRun);
     keepChosen(1 / ratio,
                formatText("; its gain measured in %zu more turns with the largest, after %s", turns, decided.c_str()));
 }
@@ -363,7 +381,7 @@ void ThroughputSearch::finishOnBudget() {
     // The walk (or the sizes between) ran out of timings: the best so far is still timed against
     // the largest, as after a walk that ended by itself.
     if (m_refining)
-        m_walkCause += "; the timing budget was spent before the sizes between the halvings";
+        m_walkCause += "; the timing budget was spent while timing the sizes between the halvings";
     else
         m_walkCause = "the timing budget of " + std::to_string(m_options.budget) + " timings was spent";
     m_refinements.clear();
@@ -371,7 +389,21 @@ void ThroughputSearch::finishOnBudget() {
 }
 
 void ThroughputSearch::abandon(const std::string& why) {
-    if (!m_done) finish(why);
+    if (m_done) return;
+    if (m_claiming) {
+        // Cut short in the fresh turns: the turns that kept the size are all there is to claim.
+        m_confirming = m_claiming = false;
+        keepChosen(m_decidedGain, "; " + why +
+                                      " before fresh turns measured its gain: the turns that kept it "
+                                      "claim it");
+        return;
+    }
+    if (m_confirming) {
+        m_confirming = false;
+        finish(m_walkCause + "; " + why + " before its gain was timed once more: the walk's own measure");
+        return;
+    }
+    finish(why);
 }
 
 void ThroughputSearch::finish(const std::string& cause) {
@@ -379,11 +411,11 @@ void ThroughputSearch::finish(const std::string& cause) {
     const Candidate& best = m_timed[m_best];
     const int64_t largest = m_plan.front();
     std::string text = "micro-batch " + std::to_string(best.microBatch);
-    if (best.median() > 0) text += " at " + rate(best.median()) + " samples/s";
+    if (const double speed = samplesPerSecond(best.microBatch); speed > 0) text += " at " + rate(speed) + " samples/s";
     const double over = overLargest(best.microBatch);
     if (best.microBatch == largest) {
         text += ", the largest that fits";
-    } else if (over >= 1.005) {
+    } else if (over >= 1 + kTie) {
         text += ", " + percent(over - 1) + " faster than the largest that fits (" + std::to_string(largest) +
                 ", timed in turns with it)";
     } else if (over > 0) {
@@ -419,6 +451,7 @@ double ThroughputSearch::overLargest(int64_t microBatch) const {
 }
 
 double ThroughputSearch::samplesPerSecond(int64_t microBatch) const {
+    if (const auto it = m_claimRates.find(microBatch); it != m_claimRates.end()) return it->second;
     const Candidate* c = find(microBatch);
     return c ? c->median() : 0;
 }

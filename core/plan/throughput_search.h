@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,8 +68,8 @@ struct ThroughputSearchOptions {
 /// these ratios decides (after three turns, or two that both differ by more than twice the noise
 /// the same way). While it is within the noise (the option's, or the ratios' own spread if
 /// larger) the pair is timed again, up to maxRepetitions, and a tie goes to the larger size. A new
-/// size's first micro-batch is a warm-up, not counted. When the budget is spent the best so far
-/// wins, and the reason says so.
+/// size's first micro-batch is a warm-up, not counted. When the budget is spent the walk ends
+/// there, and the best so far goes on to the comparison below; the reason says so.
 ///
 /// A size below the largest is then timed once more against the largest, in turns as above: the
 /// walk kept every challenger whose ratio came out above the noise, so the product of those
@@ -100,7 +101,9 @@ public:
     std::optional<int64_t> next() const;
     /// A micro-batch of `microBatch` samples (the size next() gave) took `seconds`.
     void record(int64_t microBatch, double seconds);
-    /// Ends the search now with the best measured so far (e.g. an out-of-memory error intervened).
+    /// Ends the search now with the best measured so far (e.g. an out-of-memory error intervened);
+    /// cut short while comparing with the largest, the gain claimed is the best measured so far
+    /// too (the deciding turns', or the walk's), and the reason says which.
     void abandon(const std::string& why);
 
     bool done() const { return m_done; }
@@ -117,7 +120,8 @@ public:
     int spent() const { return m_spent; }
     /// Timings so far (warm-ups included): what the budget counts.
     int timings() const { return m_timings; }
-    /// The measured throughput of a candidate; 0 when it was not timed.
+    /// The measured throughput of a candidate (after fresh turns measured the claim, the chosen
+    /// size's and the largest's there); 0 when it was not timed.
     double samplesPerSecond(int64_t microBatch) const;
     /// A candidate's speed over the largest size's, measured in turns (through
     /// Candidate::overFirst); 1 for the largest, 0 when either was not compared (a search from
@@ -132,7 +136,7 @@ private:
     void judged(bool challengerWins, bool tie, double ratio);
     /// The next size of the walk, or the end of the walk.
     void walkOn(double ratio);
-    /// Times the halving at plan index `index` next, or ends the search when the budget is spent.
+    /// Times the halving at plan index `index` next, or ends the walk when the budget is spent.
     void challenge(size_t index);
     /// The walk ended (`cause`): time the sizes between the best and its neighbours.
     void endWalk(const std::string& cause);
@@ -172,15 +176,17 @@ private:
     bool m_incumbentTurn = true;          ///< whose timing is next in the comparison
     int m_spent = 0;
     int m_timings = 0;
-    bool m_refining = false;             ///< the walk ended; timing the sizes between
-    std::vector<int64_t> m_refinements;  ///< sizes between the halvings still to time
-    std::string m_walkCause;             ///< why the walk ended
-    bool m_confirming = false;           ///< timing the chosen size against the largest once more
-    bool m_claiming = false;             ///< … in the turns after those that kept it: the claim
-    double m_decidedGain = 0;            ///< the chosen size's gain in the turns that kept it
-    int64_t m_lastSize = 0;              ///< the size of the micro-batch recorded last
-    int64_t m_confirmedSize = 0;         ///< the size whose gain that comparison measured (0: none)
-    double m_confirmedOverLargest = 0;   ///< its speed over the largest's, from that comparison
+    bool m_refining = false;                 ///< the walk ended; timing the sizes between
+    std::vector<int64_t> m_refinements;      ///< sizes between the halvings still to time
+    std::string m_walkCause;                 ///< why the walk ended
+    bool m_confirming = false;               ///< timing the chosen size against the largest once more
+    bool m_claiming = false;                 ///< … in the turns after those that kept it: the claim
+    double m_decidedGain = 0;                ///< the chosen size's gain in the turns that kept it
+    std::map<int64_t, double> m_claimRates;  ///< the chosen size's and the largest's speed in the fresh turns
+    int m_untimed = 0;                       ///< micro-batches in a row whose time did not count
+    int64_t m_lastSize = 0;                  ///< the size of the micro-batch recorded last
+    int64_t m_confirmedSize = 0;             ///< the size whose gain that comparison measured (0: none)
+    double m_confirmedOverLargest = 0;       ///< its speed over the largest's, from that comparison
     bool m_done = false;
     std::string m_reason;
 };
