@@ -7,6 +7,7 @@
 
 #include <cstdio>
 
+#include "core/base/host_memory.h"
 #include "ui/session/remote_run.h"
 #include "ui/session/run_watcher.h"
 #include "ui/window/main_window.h"
@@ -67,6 +68,8 @@ QString noDisplay() {
 }  // namespace
 
 int main(int argc, char* argv[]) {
+    // Before any thread allocates: the trainer runs on a thread of its own here.
+    batchpilot::core::keepFreedHostMemory();
     const Flags flags;
     {
         // --help, --version and unknown flags are answered without a display, which QApplication

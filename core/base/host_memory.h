@@ -11,4 +11,10 @@ int64_t hostMemoryBytes();
 /// Memory available now to new allocations without swapping (MemAvailable); 0 when unknown.
 int64_t hostAvailableBytes();
 
+/// Keeps freed host memory for reuse (glibc's malloc settings; core/base/host_memory.cpp says why
+/// and what it costs). Once per process; installCountingAllocator() calls it. A program whose
+/// threads train (the window) calls it first thing in main(), before any thread allocates: a
+/// thread that allocated before it keeps an arena of its own.
+void keepFreedHostMemory();
+
 }  // namespace batchpilot::core

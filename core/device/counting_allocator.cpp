@@ -1,21 +1,15 @@
 #include "core/device/counting_allocator.h"
 
-#include <climits>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <string>
 #include <type_traits>
-
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 
 #include "core/base/byte_size.h"
+#include "core/base/host_memory.h"
 
 namespace batchpilot::core {
 namespace {
@@ -243,31 +237,6 @@ void CountingAllocator::copy_data(void* dest, const void* src, std::size_t count
     default_copy_data(dest, src, count);
 }
 #endif
-
-namespace {
-
-/// glibc hands freed blocks of more than 128 KiB back to the system (it trims the heap and unmaps
-/// large blocks) and faults them in again, zeroed, at the next micro-batch. Measured here (cnn,
-/// target 1024, Adam, 2 threads): micro-batch 1024 ran at 1,162 samples/s with 5.6 s of system
-/// time in 8 steps, 2,230 samples/s with 1.9 s when freed memory is kept. So freed host memory is
-/// kept for reuse, as LibTorch's CUDA caching allocator keeps device memory: the heap is not
-/// trimmed, and blocks up to 1 GiB come from it. A threshold of 32 MiB, glibc's own ceiling for
-/// the threshold it raises by itself, left the activations of a 224x224 ResNet (100 MiB and more
-/// at micro-batch 32) mapped afresh at every micro-batch: half its time in the kernel, 80
-/// samples/s where 1 GiB gives 140-180, and a speed that depended on which sizes ran before in
-/// the process. A glibc that refuses 1 GiB gets 32 MiB. Threads other than the main one allocate
-/// from arenas of at most 64 MiB, where larger blocks are mapped whatever the threshold. Malloc
-/// settings a user gives in GLIBC_TUNABLES win.
-void keepFreedHostMemory() {
-#if defined(__GLIBC__)
-    const char* tunables = std::getenv("GLIBC_TUNABLES");
-    if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return;
-    if (mallopt(M_MMAP_THRESHOLD, 1 << 30) != 1) mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
-    mallopt(M_TRIM_THRESHOLD, INT_MAX);
-#endif
-}
-
-}  // namespace
 
 void installCountingAllocator() {
     static std::once_flag once;
