@@ -346,6 +346,12 @@ int run(int argc, char** argv) {
     int turnsGiven = 0;     // --turns N: turns when scoring a size against another (default 3; 1 quick)
     int searchesGiven = 0;  // --searches N: runs of the search per case (default 3; 1 quick)
     std::vector<char*> rest{argv[0]};
+    // A whole number from 1 to `most`, else -1 (a usage error below).
+    const auto count = [](const char* text, long most) {
+        char* end = nullptr;
+        const long n = std::strtol(text, &end, 10);
+        return *end == '\0' && n >= 1 && n <= most ? static_cast<int>(n) : -1;
+    };
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--torchscript") == 0 && i + 1 < argc)
             torchscript = argv[++i];
@@ -355,15 +361,11 @@ int run(int argc, char** argv) {
             only = argv[++i];
         else if (std::strcmp(argv[i], "--claims") == 0)
             claimsOnly = true;
-        else if (std::strcmp(argv[i], "--turns") == 0 && i + 1 < argc) {
-            char* end = nullptr;
-            const long n = std::strtol(argv[++i], &end, 10);
-            turnsGiven = *end == '\0' && n >= 1 && n <= 50 ? static_cast<int>(n) : -1;
-        } else if (std::strcmp(argv[i], "--searches") == 0 && i + 1 < argc) {
-            char* end = nullptr;
-            const long n = std::strtol(argv[++i], &end, 10);
-            searchesGiven = *end == '\0' && n >= 1 && n <= 100 ? static_cast<int>(n) : -1;
-        } else
+        else if (std::strcmp(argv[i], "--turns") == 0 && i + 1 < argc)
+            turnsGiven = count(argv[++i], 50);
+        else if (std::strcmp(argv[i], "--searches") == 0 && i + 1 < argc)
+            searchesGiven = count(argv[++i], 100);
+        else
             rest.push_back(argv[i]);
     }
     const auto args = bench::parseArgs(static_cast<int>(rest.size()), rest.data(), "batchpilot-bench-fastest",

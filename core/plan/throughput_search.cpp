@@ -349,8 +349,6 @@ void ThroughputSearch::claimed(double ratio, size_t turns) {
     m_confirming = false;
     m_claiming = false;
     const int64_t walked = incumbent().microBatch;
-    const std::string decided = formatText("the %d that kept it (%s faster there)", m_options.maxRepetitions,
-                                           percent(m_decidedGain - 1).c_str());
     if (1 / ratio < 1 + kTie) {
         // The fresh turns found no gain (or one too small to show): the one that kept it was the
         // noise's, and a tie goes to the larger size.
@@ -367,8 +365,9 @@ void ThroughputSearch::claimed(double ratio, size_t turns) {
     // luckier ones that kept it).
     m_claimRates[incumbent().microBatch] = medianOf(m_incumbentRun);
     m_claimRates[challenger().microBatch] = medianOf(m_challengerRun);
-    keepChosen(1 / ratio,
-               formatText("; its gain measured in %zu more turns with the largest, after %s", turns, decided.c_str()));
+    keepChosen(1 / ratio, formatText("; its gain measured in %zu more turns with the largest, after the %d that kept "
+                                     "it (%s faster there)",
+                                     turns, m_options.maxRepetitions, percent(m_decidedGain - 1).c_str()));
 }
 
 void ThroughputSearch::keepChosen(double gain, const std::string& how) {
