@@ -170,6 +170,9 @@ struct Search {
     std::map<int64_t, double> measured;  ///< the search's own median samples/s per size
     double claimedMicroBatchGain = 0;    ///< ThroughputChosen::speedOverLargest
     double claimedStepGain = 0;          ///< ThroughputChosen::stepSpeedOverLargest
+    std::vector<double> batchRatios;     ///< ThroughputChosen::batchRatios: the check on whole batches
+    double checkSeconds = 0;
+    int64_t searched = 0;  ///< the size the search chose before that check (its last timed size)
     std::string reason;
 };
 
@@ -187,10 +190,14 @@ Search runFastest(const Case& c) {
     // Samples trained between the probe's end and the decision: the timed micro-batches and the
     // rest of batches split around them.
     bool timing = false;
+    std::map<int64_t, int64_t> largestPart;  // per step since the search's last timing: its largest micro-batch
     for (const core::Event& e : run.events) {
         if (std::holds_alternative<core::ProbeFinished>(e)) timing = s.chosen == 0;
-        if (const auto* done = std::get_if<core::MicroBatchDone>(&e); done && timing && !done->probeTrial)
+        if (const auto* done = std::get_if<core::MicroBatchDone>(&e); done && timing && !done->probeTrial) {
             s.samplesTimed += done->size;
+            largestPart[done->step] = std::max(largestPart[done->step], done->size);
+        }
+        if (std::holds_alternative<core::ThroughputTimed>(e)) largestPart.clear();
         if (const auto* t = std::get_if<core::ThroughputTimed>(&e); t && t->repetitions > 0)
             s.measured[t->microBatch] = t->samplesPerSecond;
         if (const auto* d = std::get_if<core::ThroughputChosen>(&e)) {
@@ -201,7 +208,15 @@ Search runFastest(const Case& c) {
             s.seconds = d->seconds;
             s.claimedMicroBatchGain = d->speedOverLargest;
             s.claimedStepGain = d->stepSpeedOverLargest;
+            s.batchRatios = d->batchRatios;
+            s.checkSeconds = d->checkSeconds;
             s.reason = d->reason;
+            // The size the check compared with the largest: the other size of its whole batches
+            // (the batch the search ended in is mixed; only a later one is whole).
+            if (!s.batchRatios.empty()) {
+                for (const auto& [step, size] : largestPart)
+                    if (size != s.largest && step != largestPart.begin()->first) s.searched = size;
+            }
         }
     }
     if (s.chosen == 0) {
@@ -295,17 +310,31 @@ int claims(const bench::BenchArgs& args, const std::vector<Case>& all, const std
         const int64_t largestSize = core::throughputCandidates(largestFit(c), c.options.targetBatch, 1, 1).front();
         nlohmann::json config = {
             {"setup", c.label}, {"target_batch", c.options.targetBatch}, {"largest_size", largestSize}};
-        std::map<int64_t, Paired> measured;
         for (int i = 0; i < searches; ++i) {
             const Search s = runFastest(c);
             nlohmann::json row = {{"chosen", s.chosen},
                                   {"largest", largestSize},
                                   {"claimed_micro_batch_gain", s.claimedMicroBatchGain},
                                   {"claimed_step_gain", s.claimedStepGain},
+                                  {"seconds", s.seconds},
                                   {"reason", s.reason}};
+            // Checked on whole batches before the decision (probe.check_seconds): the turns' ratios,
+            // and whether they overturned the search's choice (the largest kept after all).
+            if (!s.batchRatios.empty()) {
+                row["batch_ratios"] = s.batchRatios;
+                row["check_seconds"] = s.checkSeconds;
+                row["overturned"] = s.chosen == largestSize;
+                row["checked_size"] = s.searched;
+            }
+            if (s.chosen == largestSize && s.searched > 0 && s.searched != largestSize) {
+                // Overturned by the check: was the checked size really no faster?
+                row["checked_size_measured_step_gain"] = pairedRatio(c, s.searched, largestSize, steps, turns).raw;
+                row["checked_size_batch_gain"] = bench::median(s.batchRatios);
+            }
             if (s.chosen != largestSize && s.claimedStepGain > 0) {
-                if (!measured.count(s.chosen)) measured[s.chosen] = pairedRatio(c, s.chosen, largestSize, steps, turns);
-                const Paired& p = measured[s.chosen];
+                // Measured for each search, right after it: the references are as independent of
+                // each other as the claims are.
+                const Paired p = pairedRatio(c, s.chosen, largestSize, steps, turns);
                 row["measured_step_gain"] = p.raw;
                 row["measured_step_gain_turns"] = p.ratios;
                 row["claim_error"] = s.claimedStepGain / p.raw - 1.0;
@@ -321,7 +350,13 @@ int claims(const bench::BenchArgs& args, const std::vector<Case>& all, const std
                 s.claimedStepGain, s.claimedMicroBatchGain,
                 row.contains("measured_step_gain")
                     ? (bench::fixed(row["measured_step_gain"].get<double>(), 3) + "x per batch").c_str()
-                    : "nothing (the largest was kept, or not timed)");
+                    : (row.value("overturned", false)
+                           ? ("the check's " + std::to_string(s.searched) + ": " +
+                              bench::fixed(row.value("checked_size_batch_gain", 0.0), 3) + "x in the check, " +
+                              bench::fixed(row.value("checked_size_measured_step_gain", 0.0), 3) +
+                              "x per batch (the check kept the largest)")
+                                 .c_str()
+                           : "nothing (the largest was kept, or not timed)"));
             std::fflush(stdout);
             config["searches"].push_back(row);
         }

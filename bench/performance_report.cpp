@@ -539,10 +539,11 @@ void claimsTable(std::ostream& md, const json& claims) {
     }
     md << "### What the decision claims, against whole training batches\n\n"
           "A decision that chose a size below the largest says how much faster it trains: per micro-batch (the "
-          "search's timings, in turns) and per whole training batch (`step_speed_over_largest`: the micro-batches "
-          "plus what each batch costs besides them — the optimizer step, the per-micro-batch bookkeeping — "
-          "measured on the batches trained so far). Measured here: whole training batches at the chosen size and "
-          "at the largest, in turns ("
+          "search's timings, in turns) and per whole training batch (`step_speed_over_largest`: the median of "
+          "the check's 9 turns of whole batches of the two, spread over `probe.check_seconds`, in the run "
+          "itself; or, where a search ran without that check, the micro-batches plus what each batch costs "
+          "besides them). Measured here, independently of the run: whole training batches at the chosen size "
+          "and at the largest, each in runs of their own, in turns ("
        << claims["turns"].get<int>()
        << " turns, each a run as in the sweep), after the decision.\n\n"
           "| setup | chosen / largest | claimed per micro-batch | claimed per batch | measured per batch | "

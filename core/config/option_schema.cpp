@@ -274,6 +274,14 @@ std::vector<OptionSpec> declare() {
             "probe.retime_drift", "--retime-drift", "throughput drift", 0.01, 10.0,
             [](auto& o) -> auto& { return o.probe.retimeDrift; }),
         "F", "the drift that --retime-every acts on, a fraction (default " + shown(d.probe.retimeDrift) + ")");
+    add(real(
+            "probe.check_seconds", "--check-seconds", "check seconds", 0.0, 3600.0,
+            [](auto& o) -> auto& { return o.probe.checkSeconds; }),
+        "S",
+        "fastest: before a size below the largest is kept, time whole training\n"
+        "batches of the two in turns over about S seconds; their ratio is the\n"
+        "gain claimed (default " +
+            shown(d.probe.checkSeconds) + "; 0: not checked)");
     add(integer(
             "probe.multiple_of", "--multiple-of", "round-to-multiple", 1, kMaxTargetBatch,
             [](auto& o) -> auto& { return o.probe.multipleOf; }),

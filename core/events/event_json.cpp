@@ -234,6 +234,8 @@ void describe(V& v, Is<ThroughputChosen> auto& e) {
     v("micro_batch_seconds", e.microBatchSeconds);
     v("micro_batches_timed", e.microBatchesTimed);
     v("seconds", e.seconds);
+    v.unless(e.batchRatios.empty(), "batch_ratios", e.batchRatios);
+    v.unless(e.batchRatios.empty(), "check_seconds", e.checkSeconds);
     v("reason", e.reason);
 }
 template <class V>

@@ -101,6 +101,12 @@ struct ThroughputChosen {
     int microBatchesTimed = 0;     ///< timed micro-batches, warm-ups included
     double seconds = 0;            ///< from the probe's end to the decision
     std::string reason;
+    /// The check on whole training batches of a size below the largest (SizeChoice::
+    /// startBatchCheck): each turn's speed of the size the search chose over the largest's.
+    /// stepSpeedOverLargest is their median (1 when it found no gain and the largest was kept).
+    /// Empty: not checked (stepSpeedOverLargest is then computed from the micro-batches).
+    std::vector<double> batchRatios;
+    double checkSeconds = 0;  ///< the check's share of `seconds`
 };
 
 struct OomEvent {

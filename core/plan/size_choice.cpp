@@ -17,6 +17,7 @@ double secondsSince(SizeChoice::Clock::time_point start, SizeChoice::Clock::time
 void SizeChoice::startProbe(ProbeReason reason, ProbeOptions options, int64_t upperBound, int64_t usableBytes,
                             int64_t initial, int64_t knownFit, Clock::time_point now) {
     m_timing.reset();
+    m_check.reset();
     m_drift.reset();
     options.initialMicroBatch = std::max<int64_t>(sizes.minMicroBatch, std::min(initial, upperBound));
     m_probe.emplace(options, upperBound, usableBytes, std::min(knownFit, upperBound));
@@ -90,6 +91,7 @@ void SizeChoice::abandonProbe() {
 bool SizeChoice::startTiming(const ProbeOptions& options, int64_t largest, int64_t target, int64_t warmSize,
                              Clock::time_point now) {
     m_timing.reset();
+    m_check.reset();
     m_drift.reset();
     if (options.objective != ProbeObjective::Fastest) return false;
     ThroughputSearchOptions search;
@@ -118,10 +120,32 @@ std::optional<ThroughputTimed> SizeChoice::recordTiming(int64_t size, double sec
     return std::nullopt;
 }
 
+bool SizeChoice::startBatchCheck(const ProbeOptions& options) {
+    if (m_check || !m_timing || !m_timing->done() || !(options.checkSeconds > 0)) return false;
+    const ThroughputSearch& search = *m_timing;
+    const int64_t chosen = search.chosen();
+    const int64_t largest = search.plan().empty() ? chosen : search.plan().front();
+    if (chosen >= largest) return false;
+    m_check.emplace(chosen, largest, kBatchCheckTurns, options.checkSeconds);
+    m_checkStart = Clock::now();
+    m_checkCut.clear();
+    return true;
+}
+
+void SizeChoice::recordBatch(int64_t microBatch, double samplesPerSecond, double seconds) {
+    if (checking()) m_check->observe(microBatch, samplesPerSecond, seconds);
+}
+
 ThroughputChosen SizeChoice::finishTiming(int64_t size, int64_t target, const ProbeOptions& options, double now,
                                           Clock::time_point clock) {
     const ThroughputSearch& search = *m_timing;
     const int64_t largest = search.plan().empty() ? size : search.plan().front();
+    // What the check on whole batches measured of the size it checked (nothing: no check, or no
+    // turn finished before it was cut short).
+    const bool checked = m_check && m_check->chosen() == size && !m_check->ratios().empty();
+    const double batchGain = checked ? m_check->gain() : 0;
+    const bool overturned = checked && m_checkCut.empty() && batchGain < 1 + kBatchCheckTie;
+    if (overturned) size = largest;
     sizes.microBatch = size;
     sizes.lastChosen = size;
     ThroughputChosen chosen;
@@ -137,11 +161,32 @@ ThroughputChosen SizeChoice::finishTiming(int64_t size, int64_t target, const Pr
     chosen.microBatchesTimed = search.spent();
     chosen.seconds = secondsSince(m_timingStart, clock);
     chosen.reason = search.reason();
-    // The claim per whole training batch: the micro-batches' gain, less what every batch costs
-    // besides them (the optimizer step, …), measured on the batches trained so far. Not claimed
-    // before a clean batch has been measured (the search can decide in the batch after the
-    // probe's, or be cut short by an OOM).
-    if (stepCosts.measured()) {
+    if (m_check) {
+        if (checked) chosen.batchRatios = m_check->ratios();
+        chosen.checkSeconds = secondsSince(m_checkStart, clock);
+        const std::string turns =
+            formatText("%zu turn%s of whole training batches of the two over %.*f s", m_check->ratios().size(),
+                       m_check->ratios().size() == 1 ? "" : "s", chosen.checkSeconds < 10 ? 1 : 0, chosen.checkSeconds);
+        if (!m_checkCut.empty()) {
+            chosen.reason += "; the check on whole training batches was cut short (" + m_checkCut + ")" +
+                             (checked ? formatText(" after %s: %.2fx the largest's speed", turns.c_str(), batchGain)
+                                      : std::string(" before its first turn"));
+        } else if (overturned) {
+            chosen.reason += formatText(
+                "; but in %s it ran at %.2fx the largest's speed, no faster: the largest "
+                "(%lld) is kept",
+                turns.c_str(), batchGain, static_cast<long long>(largest));
+        } else {
+            chosen.reason += formatText("; in %s it ran at %.2fx the largest's speed", turns.c_str(), batchGain);
+        }
+    }
+    // The claim per whole training batch: what the check measured on whole batches; else the
+    // micro-batches' gain, less what every batch costs besides them (the optimizer step, …),
+    // measured on the batches trained so far. Not claimed before a clean batch has been measured
+    // (the search can decide in the batch after the probe's, or be cut short by an OOM).
+    if (checked) {
+        chosen.stepSpeedOverLargest = overturned ? 1.0 : batchGain;
+    } else if (stepCosts.measured()) {
         const StepCosts costs = stepCosts.costs();
         chosen.stepSeconds = costs.perStepSeconds;
         chosen.microBatchSeconds = costs.perMicroBatchSeconds;
@@ -156,12 +201,18 @@ ThroughputChosen SizeChoice::finishTiming(int64_t size, int64_t target, const Pr
         }
     }
     m_timing.reset();
+    m_check.reset();
     m_drift.reset();
     if (options.retimeEvery > 0) m_drift.emplace(options.retimeEvery, options.retimeDrift);
     return chosen;
 }
 
 int64_t SizeChoice::abandonTiming(int64_t ceiling) {
+    if (m_check) {
+        // The search had decided; its choice stands, below what just failed.
+        m_checkCut = "an out-of-memory error interrupted it";
+        return std::min(m_check->chosen(), ceiling);
+    }
     m_timing->abandon("an out-of-memory error interrupted the timing");
     return std::min(m_timing->chosen(), ceiling);
 }
@@ -191,7 +242,7 @@ SizeChoice::Next SizeChoice::next(BatchPlan& plan, int64_t remaining) {
         return {Next::Kind::Train, remaining, true};
     }
     const int64_t planned = plannedMicroBatch();
-    if (m_timing) {
+    if (m_timing && !m_check) {
         // Each micro-batch that can have the timed size has it exactly: the turns switch sizes
         // every timing. Only the end of a batch, too short for it, trains untimed.
         const int64_t rest = remaining - planned;

@@ -17,8 +17,9 @@ namespace batchpilot::core {
 /// the largest size that fits (ProbeSearch), then, for the fastest objective, a timing of the sizes
 /// up to it (ThroughputSearch), a watch on the chosen size's speed that times again when it drifts
 /// (DriftWatch), what whole batches cost besides their micro-batches (StepCostWatch), and the sizes
-/// in use (MicroBatchSizes). One state machine: idle → probing → timing (fastest only) → settled,
-/// back to probing on a re-probe, a regrow or a device switch.
+/// in use (MicroBatchSizes). One state machine: idle → probing → timing (fastest only; a size
+/// below the largest is then checked on whole training batches, BatchCheck) → settled, back to
+/// probing on a re-probe, a regrow or a device switch.
 ///
 /// Torch-free and without a device: the trainer runs each micro-batch and reports it here; this
 /// says which size comes next and builds what the user is told (tests/core/plan/tst_size_choice.cpp).
@@ -27,6 +28,14 @@ namespace batchpilot::core {
 class SizeChoice {
 public:
     using Clock = std::chrono::steady_clock;
+    /// Turns of a check on whole batches (BatchCheck). One turn's ratio spreads ±4% on a shared
+    /// 2-core machine (the 64 px ResNet, docs/PERFORMANCE.md §6): the median of five missed the
+    /// run's own gain by 5% once in four; of nine its noise is about a third lower. Odd, so that
+    /// the median is one of them; more turns cost nothing but a batch of the largest each.
+    static constexpr int kBatchCheckTurns = 9;
+    /// A size the check measures less than this much faster than the largest is not kept: the
+    /// search's own tie (ThroughputSearch).
+    static constexpr double kBatchCheckTie = 0.005;
 
     MicroBatchSizes sizes;    ///< the sizes in use and their limits
     StepCostWatch stepCosts;  ///< what a batch costs besides its micro-batches, on this device and setting
@@ -91,20 +100,36 @@ public:
     bool timing() const { return m_timing.has_value(); }
     /// The running timing (only while timing()).
     ThroughputSearch& search() { return *m_timing; }
-    /// The size the next micro-batch should have: the one being timed, else the size in use.
-    int64_t plannedMicroBatch() const { return m_timing && m_timing->next() ? *m_timing->next() : sizes.microBatch; }
+    /// The size the next micro-batch should have: the one being timed, the one a check on whole
+    /// batches wants for this batch, else the size in use.
+    int64_t plannedMicroBatch() const {
+        if (checking()) return m_check->next();
+        return m_timing && m_timing->next() ? *m_timing->next() : sizes.microBatch;
+    }
     /// A training micro-batch of `size` took `seconds`: counted when it is the size being timed.
     /// Returns the event of a timing it finished (a warm-up, or micro-batches worth the minimum).
     std::optional<ThroughputTimed> recordTiming(int64_t size, double seconds, double now);
-    /// Whether the search decided (finishTiming(search().chosen()) is due).
-    bool timingDone() const { return m_timing && m_timing->done(); }
-    /// The decision: training uses `size` from now on. Builds the event with its claims (per
-    /// micro-batch, and per whole batch once a clean batch was measured), ends the timing, and
-    /// watches the size's speed from now on (options.retimeEvery > 0).
+    /// Whether the search decided and the check on whole batches, if one ran, is done:
+    /// startBatchCheck, else finishTiming(search().chosen()), is due.
+    bool timingDone() const { return m_timing && m_timing->done() && (!m_check || m_check->done()); }
+    /// The search chose a size below the largest: whole training batches of the two are timed in
+    /// turns before it is kept (options.checkSeconds > 0). Returns whether that check started;
+    /// false when it ran already or is not wanted (finishTiming is then due).
+    bool startBatchCheck(const ProbeOptions& options);
+    /// Whether that check is running: the batches have the sizes plannedMicroBatch() gives.
+    bool checking() const { return m_check && !m_check->done(); }
+    /// A whole training batch, every micro-batch of it `microBatch` samples, ran at
+    /// `samplesPerSecond` in `seconds`: counted by a check in progress.
+    void recordBatch(int64_t microBatch, double samplesPerSecond, double seconds);
+    /// The decision: training uses `size` from now on — or the largest, where the check on whole
+    /// batches found `size` no faster. Builds the event with its claims (per micro-batch, and per
+    /// whole batch: the check's, else computed once a clean batch was measured), ends the timing,
+    /// and watches the size's speed from now on (options.retimeEvery > 0).
     ThroughputChosen finishTiming(int64_t size, int64_t target, const ProbeOptions& options, double now,
                                   Clock::time_point clock);
     /// The sizes being timed all fit at the probe; memory was taken since: the timing ends at the
-    /// best measured so far, never above `ceiling`. Returns the size to finish with.
+    /// best measured so far, never above `ceiling` (a check on whole batches ends where it is).
+    /// Returns the size to finish with.
     int64_t abandonTiming(int64_t ceiling);
 
     // ---- The next micro-batch ----
@@ -158,6 +183,9 @@ private:
     std::optional<Repeat> m_repeat;
     std::optional<ThroughputSearch> m_timing;
     Clock::time_point m_timingStart;
+    std::optional<BatchCheck> m_check;
+    Clock::time_point m_checkStart;
+    std::string m_checkCut;  ///< why the check ended before its turns (empty: it did not)
     std::optional<DriftWatch> m_drift;
 };
 

@@ -455,6 +455,49 @@ double ThroughputSearch::samplesPerSecond(int64_t microBatch) const {
     return c ? c->median() : 0;
 }
 
+BatchCheck::BatchCheck(int64_t chosen, int64_t largest, int turns, double spanSeconds)
+    : m_chosen(chosen),
+      m_largest(largest),
+      m_turns(static_cast<size_t>(std::max(1, turns))),
+      m_spanSeconds(std::max(0.0, spanSeconds)) {}
+
+int64_t BatchCheck::next() const {
+    if (done() || m_openLargest > 0 || m_period == 0) return m_chosen;
+    return m_sinceLargest >= m_period ? m_largest : m_chosen;
+}
+
+void BatchCheck::observe(int64_t microBatch, double samplesPerSecond, double seconds) {
+    if (done() || microBatch != next() || !(samplesPerSecond > 0)) return;
+    if (microBatch == m_largest) {
+        ++m_largestBatches;
+        m_sinceLargest = 0;
+        if (!m_warmedUp) {
+            m_warmedUp = true;
+            return;
+        }
+        m_before = m_lastChosen;
+        m_openLargest = samplesPerSecond;
+        return;
+    }
+    ++m_chosenBatches;
+    if (m_period == 0) {
+        // Turns `period` + 1 batches long, `turns` of them (and the warm-up's) over the span.
+        const double turnSeconds = m_spanSeconds / static_cast<double>(m_turns + 1);
+        const double batches = seconds > 0 ? std::ceil(turnSeconds / seconds) - 1 : 1;
+        m_period = static_cast<int>(std::clamp(batches, 1.0, static_cast<double>(kMaxPeriod)));
+    }
+    if (m_openLargest > 0) {
+        m_ratios.push_back(0.5 * (m_before + samplesPerSecond) / m_openLargest);
+        m_openLargest = 0;
+    }
+    ++m_sinceLargest;
+    m_lastChosen = samplesPerSecond;
+}
+
+double BatchCheck::gain() const {
+    return medianOf(m_ratios);
+}
+
 DriftWatch::DriftWatch(int64_t everySteps, double drift) : m_every(std::max<int64_t>(1, everySteps)), m_drift(drift) {}
 
 std::optional<std::string> DriftWatch::observe(double samplesPerSecond) {

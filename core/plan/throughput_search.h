@@ -191,6 +191,57 @@ private:
     std::string m_reason;
 };
 
+/// What the decision claims per training batch, measured the way a user sees it: whole training
+/// batches of the chosen size and of the largest, each a batch's samples over its time (the
+/// optimizer step included), in turns spread over `spanSeconds`. The search times micro-batches
+/// over a few seconds, and on a shared machine one size's speed drifts against another's for
+/// seconds at a time (measured: ±3-5% within ~5 s on 2 cores, docs/PERFORMANCE.md §6): a gain
+/// timed in one such stretch can be gone in the next. Here every batch of the largest lies
+/// between two of the chosen size's; a turn divides their mean by the largest's speed, and the
+/// median of `turns` turns is the gain. The first batch of the largest is a warm-up (its memory
+/// is laid out again after many of the smaller size), not counted.
+///
+/// The turns are `period` batches apart: `spanSeconds` over `turns` turns, from the first
+/// batch's time (at least every other batch, at most every kMaxPeriod + 1st). A pure class, like
+/// the searches.
+class BatchCheck {
+public:
+    static constexpr int kMaxPeriod = 32;
+
+    BatchCheck(int64_t chosen, int64_t largest, int turns, double spanSeconds);
+    /// The size the next training batch should have (all its micro-batches).
+    int64_t next() const;
+    /// A whole training batch, every micro-batch of it `microBatch` (the size next() gave), ran at
+    /// `samplesPerSecond` in `seconds`. A batch of another size is not counted.
+    void observe(int64_t microBatch, double samplesPerSecond, double seconds);
+    bool done() const { return m_ratios.size() >= m_turns; }
+    /// The chosen size's speed over the largest's: the median of the turns so far (0: none yet).
+    double gain() const;
+    /// One ratio per finished turn, in order.
+    const std::vector<double>& ratios() const { return m_ratios; }
+    int64_t chosen() const { return m_chosen; }
+    int64_t largest() const { return m_largest; }
+    /// Batches of the chosen size between two of the largest (0 until the first batch ran).
+    int period() const { return m_period; }
+    /// Batches observed, each size.
+    int batchesOf(int64_t microBatch) const { return microBatch == m_largest ? m_largestBatches : m_chosenBatches; }
+
+private:
+    int64_t m_chosen;
+    int64_t m_largest;
+    size_t m_turns;
+    double m_spanSeconds;
+    int m_period = 0;
+    int m_sinceLargest = 0;    ///< batches of the chosen size since the last of the largest
+    double m_lastChosen = 0;   ///< the speed of the chosen size's latest batch
+    double m_before = 0;       ///< … of the one before the largest's batch whose turn is open
+    double m_openLargest = 0;  ///< that batch's speed (0: no turn open)
+    bool m_warmedUp = false;   ///< the largest's warm-up batch ran
+    int m_chosenBatches = 0;
+    int m_largestBatches = 0;
+    std::vector<double> m_ratios;
+};
+
 /// Watches training's throughput after a decision of the search (the option
 /// probe.retime_every): the median samples/s of the first `everySteps` full training batches at
 /// the chosen size is the baseline; the median of each following `everySteps` batches is

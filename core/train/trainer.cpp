@@ -483,6 +483,7 @@ void Trainer::Impl::trainBatch(const std::vector<int64_t>& indices, int64_t batc
     for (bool again = false;; again = true) {
         BatchPass pass;
         pass.clean = !again;
+        if (choice.checking()) pass.checkSize = choice.plannedMicroBatch();
         if (parallel) parallel->oomsInStep = 0;
         if (!accumulate(pass, indices, batchSize)) return dropPartialBatch(pass);
         if (choice.probing() && !choice.probe().next()) finishProbe();
@@ -577,7 +578,7 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         pass.microSeconds += r.seconds;
         if (!trial) {
             if (std::optional<ThroughputTimed> timed = choice.recordTiming(size, r.seconds, now())) emit(*timed);
-            if (choice.timingDone()) finishTiming(choice.search().chosen());
+            if (choice.timingDone()) searchDecided();
         }
         sampleMemory(false);
     }
@@ -727,11 +728,17 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
     sampleMemory(true);
     reportBreakdown();
     warnAboutAllocatorRetries();
-    // This process's own speed: with several devices, without the wait for the other ranks.
+    // This process's own speed: with several devices, without the wait for the other ranks; never
+    // the time it waited for the user (a pause, step mode's Advance).
     const auto localSize = static_cast<int64_t>(indices.size());
-    const double ownSeconds = parallel ? computeSeconds : seconds;
-    if (localSize == plannedLocal && batchSize == progress.target && pass.largestUsed == choice.sizes.microBatch &&
-        ownSeconds > 0) {
+    const double ownSeconds = (parallel ? computeSeconds : seconds) - pass.waitSeconds;
+    if (pass.checkSize > 0 && pass.clean && localSize == plannedLocal && batchSize == progress.target &&
+        pass.largestUsed == pass.checkSize && ownSeconds > 0) {
+        // A whole batch of the size a check wanted: the check's turns, and its decision.
+        choice.recordBatch(pass.checkSize, static_cast<double>(localSize) / ownSeconds, ownSeconds);
+        if (choice.timingDone()) finishTiming(choice.search().chosen());
+    } else if (localSize == plannedLocal && batchSize == progress.target &&
+               pass.largestUsed == choice.sizes.microBatch && ownSeconds > 0) {
         if (std::optional<std::string> why = choice.watchSpeed(static_cast<double>(localSize) / ownSeconds)) {
             emit(Warning{now(), *why});
             startTiming(choice.sizes.probed, choice.sizes.microBatch);  // from the size in use, which just ran

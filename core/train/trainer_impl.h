@@ -124,6 +124,9 @@ struct BatchPass {
     /// costs (StepCostWatch).
     bool clean = true;
     SizeChoice::BatchPlan plan;  ///< the sizes planned for the rest of the batch
+    /// The size a check on whole batches wanted for every micro-batch of this one (0: no check
+    /// was running when it started).
+    int64_t checkSize = 0;
     /// The model's buffers (BatchNorm's statistics) as the batch found them, for a batch that
     /// starts over: its micro-batches then move them once, as in a run without the OOM. The
     /// first micro-batch's own copy, taken where an OOM is recovered; empty until it succeeded
@@ -438,6 +441,8 @@ struct Trainer::Impl {
     void startTiming(int64_t largest, int64_t warmSize = 0);
     /// Ends the timing: training uses `size` (the search's choice unless an OOM lowered it).
     void finishTiming(int64_t size);
+    /// The search decided: check a size below the largest on whole batches first, else decide.
+    void searchDecided();
     bool applyCommands();
     bool waitWhilePaused();
     /// Trains `indices` and takes the optimizer step. `batchSize`: the whole training batch's

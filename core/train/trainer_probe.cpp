@@ -70,6 +70,10 @@ void Trainer::Impl::startTiming(int64_t largest, int64_t warmSize) {
         finishTiming(choice.search().chosen());
 }
 
+void Trainer::Impl::searchDecided() {
+    if (!choice.startBatchCheck(options.probe)) finishTiming(choice.search().chosen());
+}
+
 void Trainer::Impl::finishTiming(int64_t size) {
     emit(choice.finishTiming(size, localTarget(), options.probe, now(), Clock::now()));
 }

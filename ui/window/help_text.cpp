@@ -96,7 +96,13 @@ QString fastestPart(const RunModel& run) {
                         .arg(c->largestSamplesPerSecond, 0, 'f', 0);
             // What a user sees in the step times: the same gain per whole training batch, with what
             // every batch costs besides its micro-batches (the optimizer step above all).
-            if (c->stepSpeedOverLargest > 0)
+            if (!c->batchRatios.empty())
+                text += tr(" Whole training batches of the two, optimizer step included, timed in %1 turns over "
+                           "%2 s before the decision, ran <b>%3×</b> as fast.")
+                            .arg(c->batchRatios.size())
+                            .arg(c->checkSeconds, 0, 'f', 0)
+                            .arg(c->stepSpeedOverLargest, 0, 'f', 2);
+            else if (c->stepSpeedOverLargest > 0)
                 text +=
                     tr(" A whole training batch, its optimizer step included (%1 ms besides the micro-batches), "
                        "runs about <b>%2×</b> as fast.")
@@ -108,6 +114,12 @@ QString fastestPart(const RunModel& run) {
                        "was not timed: the sizes next to %1 already ran slower.")
                         .arg(c->microBatch)
                         .arg(c->largestMicroBatch);
+        else if (!c->batchRatios.empty())
+            text += tr(" It kept the largest that fits, <b>%1</b>: a smaller size looked faster in its "
+                       "micro-batches, but whole training batches of the two, timed in %2 turns over %3 s, were not.")
+                        .arg(c->microBatch)
+                        .arg(c->batchRatios.size())
+                        .arg(c->checkSeconds, 0, 'f', 0);
         else
             text += tr(" It kept the largest that fits, <b>%1</b>: smaller sizes were not faster.").arg(c->microBatch);
         text += tr(" The timing took %1 training micro-batches (%2 s), all of which trained.")

@@ -155,7 +155,8 @@ private Q_SLOTS:
         QTest::addColumn<QString>("config");
         QTest::addColumn<QString>("message");
         QTest::newRow("unknown key") << QStringLiteral(R"({"probe": {"headrom": 0.1}})")
-                                     << QStringLiteral("probe.headrom: unknown key; known keys here: headroom");
+                                     << QStringLiteral(
+                                            "probe.headrom: unknown key; known keys here: check_seconds, headroom");
         QTest::newRow("a section's key as one dotted key")
             << QStringLiteral(R"({"probe.headroom": 0.5})") << QStringLiteral("probe.headroom: unknown key");
         QTest::newRow("wrong type") << QStringLiteral(R"({"target_batch": "big"})")
@@ -238,6 +239,7 @@ private Q_SLOTS:
         o.probe.objective = ProbeObjective::Largest;  // not the default
         o.probe.retimeEvery = 7;
         o.probe.retimeDrift = 0.25;
+        o.probe.checkSeconds = 7.5;
         o.optimizer.kind = OptimizerKind::AdamW;
         o.optimizer.learningRate = 0.00375;
         o.optimizer.momentum = 0.5;
@@ -290,6 +292,7 @@ private Q_SLOTS:
         QCOMPARE(r.probe.objective, o.probe.objective);
         QCOMPARE(r.probe.retimeEvery, o.probe.retimeEvery);
         QCOMPARE(r.probe.retimeDrift, o.probe.retimeDrift);
+        QCOMPARE(r.probe.checkSeconds, o.probe.checkSeconds);
         QCOMPARE(r.optimizer.kind, o.optimizer.kind);
         QCOMPARE(r.optimizer.learningRate, o.optimizer.learningRate);
         QCOMPARE(r.optimizer.momentum, o.optimizer.momentum);

@@ -38,6 +38,12 @@ inline std::vector<core::Event> sampleEvents() {
         e.seconds = 3.75;
         e.reason = "64 is 12% faster per training batch";
         events.push_back(e);
+        // Checked on whole training batches: the turns' ratios and the check's time are written.
+        e.time = 6.75;
+        e.stepSpeedOverLargest = 1.0625;
+        e.batchRatios = {1.0625, 1.125, 0.96875};
+        e.checkSeconds = 21.5;
+        events.push_back(e);
     }
     events.push_back(OomEvent{7.5, 12, Phase::Backward, 256, 8388608, "CUDA out of memory", true, 128, 512});
     events.push_back(OomEvent{7.75, 13, Phase::Copy, 64, 0, "", false, 0, 0});

@@ -45,6 +45,11 @@ const char* const kWrittenLines[] = {
     "\"micro_batch_seconds\":0.001953125,\"micro_batches_timed\":24,\"reason\":\"64 is 12% faster per training "
     "batch\",\"samples_per_second\":1800.5,\"seconds\":3.75,\"sequence\":2,\"speed_over_largest\":1.2,\"step_seconds\":"
     "0.03125,\"step_speed_over_largest\":1.125,\"target_batch\":1024,\"time\":6.5,\"type\":\"throughput_chosen\"}",
+    "{\"accumulation_steps\":16,\"batch_ratios\":[1.0625,1.125,0.96875],\"check_seconds\":21.5,\"largest_micro_"
+    "batch\":256,\"largest_samples_per_second\":1500.25,\"micro_batch\":64,\"micro_batch_seconds\":0.001953125,"
+    "\"micro_batches_timed\":24,\"reason\":\"64 is 12% faster per training batch\",\"samples_per_second\":1800.5,"
+    "\"seconds\":3.75,\"sequence\":2,\"speed_over_largest\":1.2,\"step_seconds\":0.03125,\"step_speed_over_"
+    "largest\":1.0625,\"target_batch\":1024,\"time\":6.75,\"type\":\"throughput_chosen\"}",
     "{\"message\":\"CUDA out of "
     "memory\",\"micro_batch\":256,\"new_micro_batch\":128,\"phase\":\"backward\",\"recovered\":true,\"redone_samples\":"
     "512,\"requested_bytes\":8388608,\"step\":12,\"time\":7.5,\"type\":\"oom\"}",

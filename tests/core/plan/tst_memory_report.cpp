@@ -203,7 +203,8 @@ private Q_SLOTS:
         QVERIFY2(!report.reportDue(), "still timing: the report would not explain the choice yet");
         report.handle(ThroughputTimed{0.9, 1, 128, 3100, 2});
         const std::string reason = "micro-batch 128 at 3100 samples/s, 48% faster than the largest that fits";
-        report.handle(ThroughputChosen{0.9, 1, 128, 256, 8, 1024, 3100, 2100, 1.45, 1.3, 0.05, 0.001, 6, 0.3, reason});
+        report.handle(
+            ThroughputChosen{0.9, 1, 128, 256, 8, 1024, 3100, 2100, 1.45, 1.3, 0.05, 0.001, 6, 0.3, reason, {}, 0});
         MemoryBreakdown step3 = step2;
         step3.step = 3;
         report.handle(OptimizerStepped{0.95, 3, 8});

@@ -1,7 +1,9 @@
 #include <QtTest>
 #include "tests/test_main.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "core/plan/size_choice.h"
@@ -49,6 +51,33 @@ class TestSizeChoice : public QObject {
         return true;
     }
 
+    // Trains whole batches of 256 samples at the sizes a check on whole batches asks for, at
+    // `gain` times the largest's speed for a size below it, on a machine that gets 1% slower with
+    // every batch (a drift the turns cancel), until the check is done (fails after 500 batches).
+    // Returns the number of batches of each size.
+    static std::map<int64_t, int> trainBatchesUntilChecked(SizeChoice& c, double gain, int64_t largest) {
+        std::map<int64_t, int> batches;
+        double machine = 1.0;
+        for (int batch = 0; c.checking(); ++batch) {
+            if (batch == 500) return {};
+            const int64_t size = c.plannedMicroBatch();
+            SizeChoice::BatchPlan plan;
+            const SizeChoice::Next first = c.next(plan, 256);
+            // The whole batch at that size: an even split, no part above it.
+            int64_t planned = 0;
+            for (const int64_t part : plan.sizes) planned += part;
+            if (first.size != size || planned != 256 ||
+                *std::max_element(plan.sizes.begin(), plan.sizes.end()) != size) {
+                return {};
+            }
+            const double rate = 1000.0 * machine * (size == largest ? 1.0 : gain);
+            c.recordBatch(size == largest ? 17 : largest, 1e6, 1e-3);  // not the batch it asked for
+            c.recordBatch(size, rate, 256 / rate);
+            ++batches[size];
+            machine *= 0.99;
+        }
+        return batches;
+    }
 private Q_SLOTS:
     void aTrialIsDecidedByASecondMicroBatchWhereTheAllocatorCaches() {
         SizeChoice c;
@@ -229,6 +258,132 @@ private Q_SLOTS:
             QVERIFY(step.size >= 2);
             none.trialOutOfMemory(step.size, 1000, 64, 0.1, 0);
         }
+    }
+
+    void aSizeBelowTheLargestIsKeptOnlyWhenWholeBatchesShowItFaster() {
+        // The micro-batches say 1.5 times as fast; whole batches then say 1.2 (kept, and that is
+        // the claim) or 0.98 (the largest is kept after all).
+        for (const double gain : {1.2, 0.98}) {
+            ProbeOptions options;
+            options.checkSeconds = 10;
+            SizeChoice c;
+            c.startProbe(ProbeReason::Initial, options, 256, 1000, 1, 0, SizeChoice::Clock::now());
+            probeUpTo(c, 64);
+            c.finishProbe(256, 0, SizeChoice::Clock::now());
+            c.stepCosts.observe(4, 1.0, 1.0, 1.2);
+            QVERIFY(!c.startTiming(options, 64, 256, 64, SizeChoice::Clock::now()));
+            QVERIFY2(timeUntilDecided(c, 64), "the timing never decided");
+            const int64_t searched = c.search().chosen();
+            QVERIFY(searched < 64);
+            QVERIFY(c.startBatchCheck(options));
+            QVERIFY(c.checking());
+            QVERIFY(!c.timingDone());
+            QVERIFY(!c.settled());
+            QVERIFY(!c.startBatchCheck(options));  // one check per decision
+            const std::map<int64_t, int> batches = trainBatchesUntilChecked(c, gain, 64);
+            QVERIFY2(!batches.empty(), "a batch was not planned whole at the size the check asked for");
+            QVERIFY(c.timingDone());
+            // Nine turns and the warm-up of the largest; the first batch (256 samples at 1000 ×
+            // gain samples/s) sets the period: 1 s a turn (10 s over nine turns and the warm-up),
+            // as many batches as take 1 s, less the largest's — 4 of the chosen size (1.2) or 3
+            // (0.98) between two of the largest, as many before the warm-up and 1 after the last.
+            const int period = gain > 1 ? 4 : 3;
+            QCOMPARE(batches.at(64), 10);
+            QCOMPARE(batches.at(searched), period + 9 * period + 1);
+            const ThroughputChosen chosen = c.finishTiming(searched, 256, options, 9.0, SizeChoice::Clock::now());
+            QVERIFY(c.settled());
+            QCOMPARE(chosen.largestMicroBatch, int64_t{64});
+            QCOMPARE(chosen.batchRatios.size(), size_t{9});
+            for (const double ratio : chosen.batchRatios)
+                QVERIFY2(std::abs(ratio - gain) < 1e-3, qPrintable(QString::number(ratio)));  // drift cancelled
+            const QString reason = QString::fromStdString(chosen.reason);
+            QVERIFY2(reason.contains(QStringLiteral("9 turns of whole training batches")), qPrintable(reason));
+            if (gain > 1) {
+                QCOMPARE(chosen.microBatch, searched);
+                QVERIFY2(std::abs(chosen.stepSpeedOverLargest - gain) < 1e-3,
+                         qPrintable(QString::number(chosen.stepSpeedOverLargest)));
+                QVERIFY2(std::abs(chosen.speedOverLargest - 1.5) < 0.05, "the micro-batches' own claim stays");
+                QVERIFY2(reason.contains(QStringLiteral("it ran at 1.20x the largest's speed")), qPrintable(reason));
+            } else {
+                QCOMPARE(chosen.microBatch, int64_t{64});
+                QCOMPARE(chosen.speedOverLargest, 1.0);
+                QCOMPARE(chosen.stepSpeedOverLargest, 1.0);
+                QVERIFY2(reason.contains(QStringLiteral("0.98x the largest's speed, no faster: the largest (64) is "
+                                                        "kept")),
+                         qPrintable(reason));
+            }
+            QCOMPARE(c.sizes.microBatch, chosen.microBatch);
+            QCOMPARE(c.sizes.lastChosen, chosen.microBatch);
+        }
+    }
+
+    void aCheckCutShortKeepsTheSearchsChoice() {
+        // An OOM during the check (memory taken since the probe) keeps the search's choice, with
+        // what the turns that ended measured; it overturns nothing, even where that is no gain.
+        ProbeOptions options;
+        options.checkSeconds = 6;
+        for (const int turns : {0, 1}) {
+            SizeChoice c;
+            c.startProbe(ProbeReason::Initial, options, 256, 1000, 1, 0, SizeChoice::Clock::now());
+            probeUpTo(c, 64);
+            c.finishProbe(256, 0, SizeChoice::Clock::now());
+            QVERIFY(!c.startTiming(options, 64, 256, 64, SizeChoice::Clock::now()));
+            QVERIFY(timeUntilDecided(c, 64));
+            const int64_t searched = c.search().chosen();
+            QVERIFY(c.startBatchCheck(options));
+            // Whole batches where the chosen size is no faster: the warm-up of the largest is its
+            // first batch, the second opens a turn, the chosen size's next closes it.
+            int largestBatches = 0;
+            for (int batch = 0; batch < 100; ++batch) {
+                const int64_t size = c.plannedMicroBatch();
+                if (turns == 0 && size == 64) break;
+                c.recordBatch(size, 1000, 0.256);
+                if (size == 64) ++largestBatches;
+                if (turns == 1 && largestBatches == 2 && size == searched) break;
+            }
+            QVERIFY(c.checking());
+            QCOMPARE(c.abandonTiming(64), searched);
+            const ThroughputChosen chosen = c.finishTiming(searched, 256, options, 9.0, SizeChoice::Clock::now());
+            QCOMPARE(chosen.microBatch, searched);
+            QCOMPARE(chosen.batchRatios.size(), size_t(turns));
+            const QString reason = QString::fromStdString(chosen.reason);
+            QVERIFY2(reason.contains(QStringLiteral("the check on whole training batches was cut short (an "
+                                                    "out-of-memory error interrupted it)")),
+                     qPrintable(reason));
+            if (turns == 0) {
+                QVERIFY2(reason.contains(QStringLiteral("before its first turn")), qPrintable(reason));
+            } else {
+                QVERIFY2(reason.contains(QStringLiteral("after 1 turn of whole training batches")), qPrintable(reason));
+                QCOMPARE(chosen.stepSpeedOverLargest, 1.0);
+            }
+            QVERIFY(c.settled());
+        }
+        // A new probe (a device switch, a target change, …) ends a check: the sizes are timed
+        // again after it.
+        SizeChoice c;
+        c.startProbe(ProbeReason::Initial, options, 256, 1000, 1, 0, SizeChoice::Clock::now());
+        probeUpTo(c, 64);
+        c.finishProbe(256, 0, SizeChoice::Clock::now());
+        QVERIFY(!c.startTiming(options, 64, 256, 64, SizeChoice::Clock::now()));
+        QVERIFY(timeUntilDecided(c, 64));
+        QVERIFY(c.startBatchCheck(options));
+        c.startProbe(ProbeReason::DeviceSwitch, options, 256, 1000, 1, 0, SizeChoice::Clock::now());
+        QVERIFY(!c.checking());
+        QVERIFY(!c.timing());
+        // And a check is not wanted at all with checkSeconds 0, nor for the largest.
+        ProbeOptions unchecked = options;
+        unchecked.checkSeconds = 0;
+        probeUpTo(c, 64);
+        c.finishProbe(256, 0, SizeChoice::Clock::now());
+        QVERIFY(!c.startTiming(unchecked, 64, 256, 64, SizeChoice::Clock::now()));
+        QVERIFY(timeUntilDecided(c, 64));
+        QVERIFY(!c.startBatchCheck(unchecked));
+        QVERIFY(c.timingDone());
+        c.finishTiming(c.search().chosen(), 256, unchecked, 9.0, SizeChoice::Clock::now());
+        QVERIFY(!c.startTiming(options, 64, 256, 64, SizeChoice::Clock::now()));
+        QVERIFY(timeUntilDecided(c, 0));  // every size as fast: the largest
+        QCOMPARE(c.search().chosen(), int64_t{64});
+        QVERIFY(!c.startBatchCheck(options));
     }
 
     void theNextMicroBatchWhileTimingAndSettled() {

@@ -127,6 +127,7 @@ private Q_SLOTS:
     void comparisonsCutShortSayWhatTheyClaim();
     void everyWarmupIsLeftOut();
     void aClockWithoutTimeEndsTheSearch();
+    void batchCheckSpreadsItsTurnsOverTheSpan();
 };
 
 void TestThroughputSearch::candidatesSplitTheTargetEvenly() {
@@ -648,6 +649,59 @@ void TestThroughputSearch::aClockWithoutTimeEndsTheSearch() {
     QCOMPARE(search.chosen(), int64_t(1024));
     QVERIFY2(search.reason().find("the clock gave no usable time for 256 micro-batches in a row") != std::string::npos,
              search.reason().c_str());
+}
+
+void TestThroughputSearch::batchCheckSpreadsItsTurnsOverTheSpan() {
+    // 3 turns over 8 s: with the first batch taking 0.5 s, a turn is 2 s (8 s over the 3 turns and
+    // the warm-up), so 3 batches of the chosen size lie between two of the largest.
+    BatchCheck check(50, 100, 3, 8.0);
+    QCOMPARE(check.next(), int64_t{50});
+    QCOMPARE(check.period(), 0);
+    std::string sizes;
+    // The chosen size at 240 samples/s, then 230, 220, …; the largest at 100, then 90, 80, …:
+    // each turn divides the mean of the chosen size's batches around a batch of the largest by it.
+    double chosenRate = 250, largestRate = 110;
+    for (int batch = 0; batch < 40 && !check.done(); ++batch) {
+        const int64_t size = check.next();
+        sizes += size == 50 ? 'c' : 'L';
+        // Another size, or the one the check did not ask for now, counts for nothing.
+        check.observe(77, 1000, 0.1);
+        check.observe(size == 50 ? 100 : 50, 1000, 0.1);
+        if (size == 50) {
+            chosenRate -= 10;
+            check.observe(50, chosenRate, 0.5);
+        } else {
+            largestRate -= 10;
+            check.observe(100, largestRate, 1.0);
+        }
+    }
+    QCOMPARE(check.period(), 3);
+    QVERIFY(check.done());
+    // The warm-up of the largest (L after the first 3) is not a turn; the 3 turns follow.
+    QCOMPARE(QString::fromStdString(sizes), QStringLiteral("cccLcccLcccLcccLc"));
+    QCOMPARE(check.batchesOf(100), 4);
+    QCOMPARE(check.batchesOf(50), 13);
+    // Turns (the largest's 100 was the warm-up): the chosen size's 190 and 180 around the
+    // largest's 90; 160 and 150 around 80; 130 and 120 around 70.
+    const std::vector<double> expected{185.0 / 90, 155.0 / 80, 125.0 / 70};
+    QCOMPARE(check.ratios().size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) QVERIFY(std::abs(check.ratios()[i] - expected[i]) < 1e-12);
+    QVERIFY(std::abs(check.gain() - 155.0 / 80) < 1e-12);
+    QCOMPARE(check.next(), int64_t{50});  // done: the chosen size from now on
+
+    // Batches too short for the span to need more: every other one (the least); batches far too
+    // short: at most every kMaxPeriod + 1st.
+    BatchCheck slow(50, 100, 5, 1.0);
+    slow.observe(50, 100, 10.0);
+    QCOMPARE(slow.period(), 1);
+    BatchCheck fast(50, 100, 5, 60.0);
+    fast.observe(50, 100, 0.001);
+    QCOMPARE(fast.period(), BatchCheck::kMaxPeriod);
+    // No time measured (a clock that did not move) is no turn: nothing counted.
+    BatchCheck still(50, 100, 5, 10.0);
+    still.observe(50, 0, 0);
+    QCOMPARE(still.period(), 0);
+    QCOMPARE(still.gain(), 0.0);
 }
 
 }  // namespace tst_throughput_search

@@ -142,6 +142,7 @@ private Q_SLOTS:
     void targetChangeTimesAgain();
     void deviceSwitchStartsFromTheChoiceBefore();
     void throughputDriftTimesAgain();
+    void theClaimIsMeasuredOnWholeBatches();
 };
 
 void TestFastestMicroBatch::timingLosesNoSample() {
@@ -193,6 +194,12 @@ void TestFastestMicroBatch::timingLosesNoSample() {
         QCOMPARE(decision.stepSpeedOverLargest, 0.0);
     } else if (decision.microBatch == decision.largestMicroBatch) {
         QCOMPARE(decision.stepSpeedOverLargest, 1.0);
+    } else if (!decision.batchRatios.empty()) {
+        // Checked on whole batches: the claim is the turns' median (theClaimIsMeasuredOnWholeBatches).
+        QCOMPARE(decision.batchRatios.size(), size_t{9});
+        std::vector<double> sorted = decision.batchRatios;
+        std::sort(sorted.begin(), sorted.end());
+        QCOMPARE(decision.stepSpeedOverLargest, sorted[4]);
     } else {
         QVERIFY(decision.stepSeconds >= 0 && decision.microBatchSeconds >= 0);
         QVERIFY(decision.stepSpeedOverLargest > 0);
@@ -352,6 +359,82 @@ void TestFastestMicroBatch::throughputDriftTimesAgain() {
     QVERIFY(off.slowFrom > 0);
     QVERIFY(off.retimings.empty());
     QCOMPARE(off.chosen.size(), size_t{1});
+}
+
+void TestFastestMicroBatch::theClaimIsMeasuredOnWholeBatches() {
+    // The model's clock (TrainerOptions::timingClock): a forward pass of n samples takes
+    // 2 ms + 50 µs·n + 1 µs·n² (a large micro-batch spills the caches), so sizes near 45 are the
+    // fastest per sample and the largest, 256, is the slowest. Nothing else advances the clock:
+    // a whole batch at micro-batch n takes the sum of its micro-batches' costs, and what the
+    // decision claims per training batch is that sum at the largest over that at the chosen size,
+    // computed here from the cost and the even split alone.
+    auto clock = std::make_shared<std::atomic<int64_t>>(0);
+    const auto cost = [](int64_t n) { return 2'000'000 + 50'000 * n + 1'000 * n * n; };
+    TrainerOptions o = options(ProbeObjective::Fastest);
+    o.timingClock = [clock] { return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(clock->load())); };
+    o.steps = 50000;
+    o.probe.checkSeconds = 1.5;
+    o.modelFactory = [clock, cost, o](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
+        auto inner = makeBuiltinModel(o.model, data.sampleShape(), data.classes());
+        if (!inner) return tl::unexpected(inner.error());
+        return std::make_shared<batchpilot::tests::ForwardWatched>(
+            *inner, [clock, cost](const torch::Tensor& input) { clock->fetch_add(cost(input.size(0))); });
+    };
+    RecordingSink sink;
+    Trainer trainer(o, sink);
+    int stepsAfter = -1;
+    sink.onEach = [&](const Event& e) {
+        if (std::holds_alternative<ThroughputChosen>(e)) stepsAfter = 0;
+        if (std::holds_alternative<StepMetrics>(e) && stepsAfter >= 0 && ++stepsAfter == 2) trainer.stop();
+    };
+    const RunResult result = trainer.run();
+    QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+    const auto chosen = sink.all<ThroughputChosen>();
+    QCOMPARE(chosen.size(), size_t{1});
+    const ThroughputChosen& decision = chosen.front();
+    QCOMPARE(decision.largestMicroBatch, kTarget);
+    QVERIFY2(decision.microBatch < kTarget / 2, qPrintable(QString::number(decision.microBatch)));
+    const auto batchNanoseconds = [&](int64_t microBatch) {
+        const EvenSplit split = EvenSplit::of(kTarget, microBatch);
+        int64_t total = 0;
+        for (int64_t i = 0; i < split.parts; ++i) total += cost(split.sizeOf(i));
+        return static_cast<double>(total);
+    };
+    const double expected = batchNanoseconds(kTarget) / batchNanoseconds(decision.microBatch);
+    QCOMPARE(decision.batchRatios.size(), size_t{9});
+    for (const double ratio : decision.batchRatios)
+        QVERIFY2(std::abs(ratio / expected - 1) < 1e-6,
+                 qPrintable(QStringLiteral("%1 vs %2").arg(ratio).arg(expected)));
+    QVERIFY2(std::abs(decision.stepSpeedOverLargest / expected - 1) < 1e-6,
+             qPrintable(QStringLiteral("%1 vs %2").arg(decision.stepSpeedOverLargest).arg(expected)));
+    qInfo("chose %lld: %.4fx per training batch, %.4fx per micro-batch; %s",
+          static_cast<long long>(decision.microBatch), decision.stepSpeedOverLargest, decision.speedOverLargest,
+          decision.reason.c_str());
+
+    // Between the search's last timing and the decision every batch was whole at one of the two
+    // sizes (an even split), the largest ten times (its warm-up and the nine turns).
+    std::map<int64_t, int64_t> largestPart;  // per step: its largest micro-batch
+    std::map<int64_t, int64_t> parts;
+    int64_t lastTimedStep = 0, decidedStep = 0, step = 0;
+    for (const Event& e : sink.events()) {
+        if (const auto* done = std::get_if<MicroBatchDone>(&e); done && !done->probeTrial) {
+            largestPart[done->step] = std::max(largestPart[done->step], done->size);
+            ++parts[done->step];
+            step = done->step;
+        }
+        if (std::holds_alternative<ThroughputTimed>(e)) lastTimedStep = step;
+        if (std::holds_alternative<ThroughputChosen>(e)) decidedStep = step;
+    }
+    int largestBatches = 0;
+    for (int64_t s = lastTimedStep + 1; s <= decidedStep; ++s) {
+        const int64_t size = largestPart.at(s);
+        QVERIFY2(size == decision.microBatch || size == kTarget,
+                 qPrintable(QStringLiteral("step %1: %2").arg(s).arg(size)));
+        QCOMPARE(parts.at(s), EvenSplit::of(kTarget, size).parts);
+        if (size == kTarget) ++largestBatches;
+    }
+    QCOMPARE(largestBatches, 10);
+    QVERIFY(decision.checkSeconds > 0 && decision.checkSeconds <= decision.seconds);
 }
 
 }  // namespace tst_fastest_micro_batch
