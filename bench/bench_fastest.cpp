@@ -173,6 +173,8 @@ struct Search {
     std::vector<double> batchRatios;     ///< ThroughputChosen::batchRatios: the check on whole batches
     double checkSeconds = 0;
     int64_t searched = 0;  ///< the size the search chose before that check (its last timed size)
+    /// The check's batches (each step after the search's last timing): largest micro-batch, samples/s.
+    std::vector<std::pair<int64_t, double>> checkBatches;
     std::string reason;
 };
 
@@ -197,7 +199,12 @@ Search runFastest(const Case& c) {
             s.samplesTimed += done->size;
             largestPart[done->step] = std::max(largestPart[done->step], done->size);
         }
-        if (std::holds_alternative<core::ThroughputTimed>(e)) largestPart.clear();
+        if (std::holds_alternative<core::ThroughputTimed>(e)) {
+            largestPart.clear();
+            s.checkBatches.clear();
+        }
+        if (const auto* m = std::get_if<core::StepMetrics>(&e); m && timing)
+            s.checkBatches.emplace_back(largestPart.count(m->step) ? largestPart[m->step] : 0, m->samplesPerSecond);
         if (const auto* t = std::get_if<core::ThroughputTimed>(&e); t && t->repetitions > 0)
             s.measured[t->microBatch] = t->samplesPerSecond;
         if (const auto* d = std::get_if<core::ThroughputChosen>(&e)) {
@@ -325,6 +332,7 @@ int claims(const bench::BenchArgs& args, const std::vector<Case>& all, const std
                 row["check_seconds"] = s.checkSeconds;
                 row["overturned"] = s.chosen == largestSize;
                 row["checked_size"] = s.searched;
+                row["check_batches"] = s.checkBatches;
             }
             if (s.chosen == largestSize && s.searched > 0 && s.searched != largestSize) {
                 // Overturned by the check: was the checked size really no faster?

@@ -84,6 +84,9 @@ private:
     static void startDemo(ui::MainWindow& w, int64_t steps = 100000) {
         core::TrainerOptions options = ui::demoOptions();
         options.steps = steps;
+        // The check of a fastest size on whole batches spans 20 s of training by default; 3 s
+        // still runs it (its turns, its decision) without waiting out the default twice.
+        options.probe.checkSeconds = 3;
         w.runPanel()->setOptions(options);
         QVERIFY2(w.runPanel()->isValid(), qPrintable(w.runPanel()->problem()));
         QTest::mouseClick(w.runPanel()->startButton(), Qt::LeftButton);
