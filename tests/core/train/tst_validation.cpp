@@ -9,6 +9,7 @@
 #include <QTemporaryDir>
 
 #include <algorithm>
+#include <map>
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -125,6 +126,7 @@ private Q_SLOTS:
     void splitZeroTurnsItOff();
     void validationTableIsScaledLikeTraining();
     void stopDuringTheLastValidation();
+    void aCachingAllocatorGrowsTheValidationMicroBatchAsAnExactOneDoes();
 };
 
 // Ctrl-C during the validation at the end of a run drops that pass: the run says it was stopped
@@ -564,6 +566,44 @@ void TestValidation::validationTableIsScaledLikeTraining() {
     QVERIFY2(refused.error().find("height, mass") != std::string::npos &&
                  refused.error().find("height, weight") != std::string::npos,
              refused.error().c_str());
+}
+
+void TestValidation::aCachingAllocatorGrowsTheValidationMicroBatchAsAnExactOneDoes() {
+    // Validation keeps no activation for backward, so its micro-batch doubles while one would still
+    // fit twice. Under a caching allocator (the default virtual GPU, CUDA) the cache training left
+    // must not count as the pass's own memory: the same run on the same budget counted exactly
+    // (no cache) is the reference, pass by pass. Before, the caching run stopped one doubling short
+    // on the cnn (32 against 64), and with a cache filling the memory never grew at all.
+    for (const char* budget : {"24MiB", "64MiB"}) {
+        std::map<std::string, std::vector<ValidationDone>> passes;
+        for (const std::string suffix : {"", "/exact"}) {
+            TrainerOptions o = synthetic(4096, 4);
+            o.model.name = "cnn";
+            o.data.height = o.data.width = 32;
+            o.targetBatch = 256;
+            o.device = std::string("virtual:") + budget + suffix;
+            o.probe.maxMicroBatch = 16;  // the same training micro-batch on both
+            o.validation.everySteps = 2;
+            RecordingSink sink;
+            const RunResult result = Trainer(o, sink).run();
+            QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+            for (const OomEvent& oom : sink.all<OomEvent>()) QVERIFY(oom.phase != Phase::Validation);
+            passes[suffix] = sink.all<ValidationDone>();
+        }
+        const auto& caching = passes[""];
+        const auto& exact = passes["/exact"];
+        QCOMPARE(caching.size(), size_t{2});
+        QCOMPARE(exact.size(), caching.size());
+        for (size_t i = 0; i < caching.size(); ++i) {
+            QVERIFY2(caching[i].microBatch == exact[i].microBatch,
+                     qPrintable(QStringLiteral("%1, pass %2: %3 (caching) vs %4 (exact)")
+                                    .arg(QLatin1String(budget))
+                                    .arg(i + 1)
+                                    .arg(caching[i].microBatch)
+                                    .arg(exact[i].microBatch)));
+            QVERIFY(caching[i].microBatch > 16);  // it grew beyond training's
+        }
+    }
 }
 
 }  // namespace tst_validation
