@@ -733,12 +733,13 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
     const auto localSize = static_cast<int64_t>(indices.size());
     const double ownSeconds = (parallel ? computeSeconds : seconds) - pass.waitSeconds;
     if (pass.checkSize > 0 && pass.clean && localSize == plannedLocal && batchSize == progress.target &&
-        pass.largestUsed == pass.checkSize && ownSeconds > 0) {
-        // A whole batch of the size a check wanted: the check's turns, and its decision.
+        pass.plan.plannedFor == pass.checkSize && ownSeconds > 0) {
+        // A whole batch planned at the size a check wanted (its even split: with --multiple-of
+        // no part need have the size itself): the check's turns, and its decision.
         choice.recordBatch(pass.checkSize, static_cast<double>(localSize) / ownSeconds, ownSeconds);
         if (choice.timingDone()) finishTiming(choice.search().chosen());
     } else if (localSize == plannedLocal && batchSize == progress.target &&
-               pass.largestUsed == choice.sizes.microBatch && ownSeconds > 0) {
+               pass.plan.plannedFor == choice.sizes.microBatch && ownSeconds > 0) {
         if (std::optional<std::string> why = choice.watchSpeed(static_cast<double>(localSize) / ownSeconds)) {
             emit(Warning{now(), *why});
             startTiming(choice.sizes.probed, choice.sizes.microBatch);  // from the size in use, which just ran

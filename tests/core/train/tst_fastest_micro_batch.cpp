@@ -142,6 +142,7 @@ private Q_SLOTS:
     void targetChangeTimesAgain();
     void deviceSwitchStartsFromTheChoiceBefore();
     void throughputDriftTimesAgain();
+    void theClaimIsMeasuredOnWholeBatches_data();
     void theClaimIsMeasuredOnWholeBatches();
 };
 
@@ -361,7 +362,16 @@ void TestFastestMicroBatch::throughputDriftTimesAgain() {
     QCOMPARE(off.chosen.size(), size_t{1});
 }
 
+void TestFastestMicroBatch::theClaimIsMeasuredOnWholeBatches_data() {
+    QTest::addColumn<int64_t>("multipleOf");
+    QTest::newRow("any size") << int64_t{1};
+    // Sizes rounded down to a multiple of 8: a candidate such as 40 (256 / 6, rounded) then splits
+    // the batch into 37s and 36s, so no micro-batch of a checked batch has the size itself.
+    QTest::newRow("multiple of 8") << int64_t{8};
+}
+
 void TestFastestMicroBatch::theClaimIsMeasuredOnWholeBatches() {
+    QFETCH(int64_t, multipleOf);
     // The model's clock (TrainerOptions::timingClock): a forward pass of n samples takes
     // 2 ms + 50 µs·n + 1 µs·n² (a large micro-batch spills the caches), so sizes near 45 are the
     // fastest per sample and the largest, 256, is the slowest. Nothing else advances the clock:
@@ -374,6 +384,7 @@ void TestFastestMicroBatch::theClaimIsMeasuredOnWholeBatches() {
     o.timingClock = [clock] { return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(clock->load())); };
     o.steps = 50000;
     o.probe.checkSeconds = 1.5;
+    o.probe.multipleOf = multipleOf;
     o.modelFactory = [clock, cost, o](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
         auto inner = makeBuiltinModel(o.model, data.sampleShape(), data.classes());
         if (!inner) return tl::unexpected(inner.error());
@@ -385,15 +396,19 @@ void TestFastestMicroBatch::theClaimIsMeasuredOnWholeBatches() {
     int stepsAfter = -1;
     sink.onEach = [&](const Event& e) {
         if (std::holds_alternative<ThroughputChosen>(e)) stepsAfter = 0;
-        if (std::holds_alternative<StepMetrics>(e) && stepsAfter >= 0 && ++stepsAfter == 2) trainer.stop();
+        if (const auto* m = std::get_if<StepMetrics>(&e)) {
+            if (stepsAfter >= 0 && ++stepsAfter == 2) trainer.stop();
+            if (m->step == 1000) trainer.stop();  // no decision: failed below
+        }
     };
     const RunResult result = trainer.run();
     QVERIFY2(result.state == RunState::Finished, result.error.c_str());
     const auto chosen = sink.all<ThroughputChosen>();
-    QCOMPARE(chosen.size(), size_t{1});
+    QVERIFY2(chosen.size() == 1, "no decision within 1000 steps: the check never ended");
     const ThroughputChosen& decision = chosen.front();
     QCOMPARE(decision.largestMicroBatch, kTarget);
     QVERIFY2(decision.microBatch < kTarget / 2, qPrintable(QString::number(decision.microBatch)));
+    QCOMPARE(decision.microBatch % multipleOf, int64_t{0});
     const auto batchNanoseconds = [&](int64_t microBatch) {
         const EvenSplit split = EvenSplit::of(kTarget, microBatch);
         int64_t total = 0;
@@ -412,7 +427,7 @@ void TestFastestMicroBatch::theClaimIsMeasuredOnWholeBatches() {
           decision.reason.c_str());
 
     // Between the search's last timing and the decision every batch was whole at one of the two
-    // sizes (an even split), the largest ten times (its warm-up and the nine turns).
+    // sizes (their even splits), the largest ten times (its warm-up and the nine turns).
     std::map<int64_t, int64_t> largestPart;  // per step: its largest micro-batch
     std::map<int64_t, int64_t> parts;
     int64_t lastTimedStep = 0, decidedStep = 0, step = 0;
@@ -426,11 +441,12 @@ void TestFastestMicroBatch::theClaimIsMeasuredOnWholeBatches() {
         if (std::holds_alternative<ThroughputChosen>(e)) decidedStep = step;
     }
     int largestBatches = 0;
+    const EvenSplit chosenSplit = EvenSplit::of(kTarget, decision.microBatch);
     for (int64_t s = lastTimedStep + 1; s <= decidedStep; ++s) {
         const int64_t size = largestPart.at(s);
-        QVERIFY2(size == decision.microBatch || size == kTarget,
+        QVERIFY2(size == chosenSplit.sizeOf(0) || size == kTarget,
                  qPrintable(QStringLiteral("step %1: %2").arg(s).arg(size)));
-        QCOMPARE(parts.at(s), EvenSplit::of(kTarget, size).parts);
+        QCOMPARE(parts.at(s), size == kTarget ? int64_t{1} : chosenSplit.parts);
         if (size == kTarget) ++largestBatches;
     }
     QCOMPARE(largestBatches, 10);
