@@ -732,15 +732,16 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
     // the time it waited for the user (a pause, step mode's Advance).
     const auto localSize = static_cast<int64_t>(indices.size());
     const double ownSeconds = (parallel ? computeSeconds : seconds) - pass.waitSeconds;
-    if (pass.checkSize > 0 && pass.clean && localSize == plannedLocal && batchSize == progress.target &&
-        pass.plan.plannedFor == pass.checkSize && ownSeconds > 0) {
-        // A whole batch planned at the size a check wanted (its even split: with --multiple-of
-        // no part need have the size itself): the check's turns, and its decision.
-        choice.recordBatch(pass.checkSize, static_cast<double>(localSize) / ownSeconds, ownSeconds);
+    // A full training batch, planned at one size (its even split: with --multiple-of no part need
+    // have the size itself), is what the check's turns and the drift watch compare.
+    const bool fullBatch = localSize == plannedLocal && batchSize == progress.target && ownSeconds > 0;
+    const double ownRate = fullBatch ? static_cast<double>(localSize) / ownSeconds : 0;
+    if (fullBatch && pass.checkSize > 0 && pass.clean && pass.plan.plannedFor == pass.checkSize) {
+        // At the size a check wanted: its turns, and its decision.
+        choice.recordBatch(pass.checkSize, ownRate, ownSeconds);
         if (choice.timingDone()) finishTiming(choice.search().chosen());
-    } else if (localSize == plannedLocal && batchSize == progress.target &&
-               pass.plan.plannedFor == choice.sizes.microBatch && ownSeconds > 0) {
-        if (std::optional<std::string> why = choice.watchSpeed(static_cast<double>(localSize) / ownSeconds)) {
+    } else if (fullBatch && pass.plan.plannedFor == choice.sizes.microBatch) {
+        if (std::optional<std::string> why = choice.watchSpeed(ownRate)) {
             emit(Warning{now(), *why});
             startTiming(choice.sizes.probed, choice.sizes.microBatch);  // from the size in use, which just ran
         }

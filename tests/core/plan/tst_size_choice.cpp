@@ -51,6 +51,15 @@ class TestSizeChoice : public QObject {
         return true;
     }
 
+    // The probe finds 64 (of 256), and the search, where sizes below 64 run 1.5 times as fast,
+    // decides for one of them: the check on whole batches is due. Returns the size it chose.
+    static int64_t decideBelowTheLargest(SizeChoice& c, const ProbeOptions& options) {
+        c.startProbe(ProbeReason::Initial, options, 256, 1000, 1, 0, SizeChoice::Clock::now());
+        probeUpTo(c, 64);
+        c.finishProbe(256, 0, SizeChoice::Clock::now());
+        if (c.startTiming(options, 64, 256, 64, SizeChoice::Clock::now()) || !timeUntilDecided(c, 64)) return 0;
+        return c.search().chosen();
+    }
     // Trains whole batches of 256 samples at the sizes a check on whole batches asks for, at
     // `gain` times the largest's speed for a size below it, on a machine that gets 1% slower with
     // every batch (a drift the turns cancel), until the check is done (fails after 500 batches).
@@ -267,14 +276,9 @@ private Q_SLOTS:
             ProbeOptions options;
             options.checkSeconds = 10;
             SizeChoice c;
-            c.startProbe(ProbeReason::Initial, options, 256, 1000, 1, 0, SizeChoice::Clock::now());
-            probeUpTo(c, 64);
-            c.finishProbe(256, 0, SizeChoice::Clock::now());
             c.stepCosts.observe(4, 1.0, 1.0, 1.2);
-            QVERIFY(!c.startTiming(options, 64, 256, 64, SizeChoice::Clock::now()));
-            QVERIFY2(timeUntilDecided(c, 64), "the timing never decided");
-            const int64_t searched = c.search().chosen();
-            QVERIFY(searched < 64);
+            const int64_t searched = decideBelowTheLargest(c, options);
+            QVERIFY2(searched > 0 && searched < 64, qPrintable(QString::number(searched)));
             QVERIFY(c.startBatchCheck(options));
             QVERIFY(c.checking());
             QVERIFY(!c.timingDone());
@@ -324,12 +328,8 @@ private Q_SLOTS:
         options.checkSeconds = 6;
         for (const int turns : {0, 1}) {
             SizeChoice c;
-            c.startProbe(ProbeReason::Initial, options, 256, 1000, 1, 0, SizeChoice::Clock::now());
-            probeUpTo(c, 64);
-            c.finishProbe(256, 0, SizeChoice::Clock::now());
-            QVERIFY(!c.startTiming(options, 64, 256, 64, SizeChoice::Clock::now()));
-            QVERIFY(timeUntilDecided(c, 64));
-            const int64_t searched = c.search().chosen();
+            const int64_t searched = decideBelowTheLargest(c, options);
+            QVERIFY2(searched > 0 && searched < 64, qPrintable(QString::number(searched)));
             QVERIFY(c.startBatchCheck(options));
             // Whole batches where the chosen size is no faster: the warm-up of the largest is its
             // first batch, the second opens a turn, the chosen size's next closes it.
@@ -361,11 +361,7 @@ private Q_SLOTS:
         // A new probe (a device switch, a target change, …) ends a check: the sizes are timed
         // again after it.
         SizeChoice c;
-        c.startProbe(ProbeReason::Initial, options, 256, 1000, 1, 0, SizeChoice::Clock::now());
-        probeUpTo(c, 64);
-        c.finishProbe(256, 0, SizeChoice::Clock::now());
-        QVERIFY(!c.startTiming(options, 64, 256, 64, SizeChoice::Clock::now()));
-        QVERIFY(timeUntilDecided(c, 64));
+        QVERIFY(decideBelowTheLargest(c, options) > 0);
         QVERIFY(c.startBatchCheck(options));
         c.startProbe(ProbeReason::DeviceSwitch, options, 256, 1000, 1, 0, SizeChoice::Clock::now());
         QVERIFY(!c.checking());
