@@ -224,6 +224,13 @@ void ConsoleReporter::on(const core::ThroughputTimed& e) {
     }
 }
 
+void ConsoleReporter::on(const core::ThroughputChecked& e) {
+    // The check on whole batches can take a minute: each turn shows how far the gain is known.
+    line(formatText("  whole batches of %6" PRId64 " and %" PRId64
+                    ", turn %2d: %.3fx (median %.3fx, 95%% %.3fx to %.3fx)",
+                    e.microBatch, e.largestMicroBatch, e.turn, e.ratio, e.gain, e.gainLow, e.gainHigh));
+}
+
 void ConsoleReporter::on(const core::ThroughputChosen& e) {
     line(formatText("fastest micro-batch: %" PRId64 "; %s %" PRId64
                     " = %s accumulated, after %d timed micro-batches, %.2f s (all of them trained): %s",

@@ -73,6 +73,7 @@ private:
     void on(const core::ProbeTrial&);
     void on(const core::ProbeFinished&);
     void on(const core::ThroughputTimed&);
+    void on(const core::ThroughputChecked&);
     void on(const core::ThroughputChosen&);
     void on(const core::OomEvent&);
     void on(const core::MicroBatchDone&);

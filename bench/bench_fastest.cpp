@@ -171,6 +171,8 @@ struct Search {
     double claimedMicroBatchGain = 0;    ///< ThroughputChosen::speedOverLargest
     double claimedStepGain = 0;          ///< ThroughputChosen::stepSpeedOverLargest
     std::vector<double> batchRatios;     ///< ThroughputChosen::batchRatios: the check on whole batches
+    double batchGainLow = 0;             ///< … and where their median lies with 95% confidence
+    double batchGainHigh = 0;
     double checkSeconds = 0;
     int64_t searched = 0;  ///< the size the search chose before that check (its last timed size)
     /// The check's batches (each step after the search's last timing): largest micro-batch, samples/s.
@@ -216,6 +218,8 @@ Search runFastest(const Case& c) {
             s.claimedMicroBatchGain = d->speedOverLargest;
             s.claimedStepGain = d->stepSpeedOverLargest;
             s.batchRatios = d->batchRatios;
+            s.batchGainLow = d->batchGainLow;
+            s.batchGainHigh = d->batchGainHigh;
             s.checkSeconds = d->checkSeconds;
             s.reason = d->reason;
             // The size the check compared with the largest: the other size of its whole batches
@@ -329,6 +333,7 @@ int claims(const bench::BenchArgs& args, const std::vector<Case>& all, const std
             // and whether they overturned the search's choice (the largest kept after all).
             if (!s.batchRatios.empty()) {
                 row["batch_ratios"] = s.batchRatios;
+                row["claimed_interval"] = {s.batchGainLow, s.batchGainHigh};
                 row["check_seconds"] = s.checkSeconds;
                 row["overturned"] = s.chosen == largestSize;
                 row["checked_size"] = s.searched;
@@ -345,6 +350,9 @@ int claims(const bench::BenchArgs& args, const std::vector<Case>& all, const std
                 const Paired p = pairedRatio(c, s.chosen, largestSize, steps, turns);
                 row["measured_step_gain"] = p.raw;
                 row["measured_step_gain_turns"] = p.ratios;
+                // How well the reference itself knows the gain: the same 95% interval of its median.
+                const core::MedianInterval reference = core::medianInterval(p.ratios);
+                row["measured_interval"] = {reference.low, reference.high};
                 row["claim_error"] = s.claimedStepGain / p.raw - 1.0;
                 row["micro_batch_claim_error"] = s.claimedMicroBatchGain / p.raw - 1.0;
                 rows.push_back("\"" + c.label + "\"," + std::to_string(s.chosen) + "," + std::to_string(largestSize) +

@@ -279,8 +279,8 @@ std::vector<OptionSpec> declare() {
             [](auto& o) -> auto& { return o.probe.checkSeconds; }),
         "S",
         "fastest: before a size below the largest is kept, time whole training\n"
-        "batches of the two in turns over about S seconds; their ratio is the\n"
-        "gain claimed (default " +
+        "batches of the two in turns until their ratio, the gain claimed, is\n"
+        "known to 2%, for at most about S seconds (default " +
             shown(d.probe.checkSeconds) + "; 0: not checked)");
     add(integer(
             "probe.multiple_of", "--multiple-of", "round-to-multiple", 1, kMaxTargetBatch,

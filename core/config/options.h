@@ -88,10 +88,11 @@ struct ProbeOptions {
     int64_t retimeEvery = 0;
     double retimeDrift = 0.15;  ///< relative change in samples/s, e.g. 0.15 for ±15%
     /// Fastest only: a size below the largest is kept only after whole training batches of the
-    /// two, in turns spread over about this many seconds, show it faster; what they measure is the
-    /// gain the decision claims (BatchCheck, core/plan/throughput_search.h). 0: not checked (the
+    /// two, timed in turns, show it faster; what they measure is the gain the decision claims
+    /// (BatchCheck, core/plan/throughput_search.h). The turns go on until the gain is known to
+    /// ±2%, for at most about this many seconds once the fewest (nine) ran. 0: not checked (the
     /// claim is then computed from the micro-batches' timings).
-    double checkSeconds = 20;
+    double checkSeconds = 60;
 };
 
 /// Names of the built-in models ("mlp", "cnn", "resnet"), for help texts and GUI lists.

@@ -219,6 +219,18 @@ void describe(V& v, Is<ThroughputTimed> auto& e) {
     v("repetitions", e.repetitions);
 }
 template <class V>
+void describe(V& v, Is<ThroughputChecked> auto& e) {
+    v("time", e.time);
+    v("sequence", e.sequence);
+    v("micro_batch", e.microBatch);
+    v("largest_micro_batch", e.largestMicroBatch);
+    v("turn", e.turn);
+    v("ratio", e.ratio);
+    v("gain", e.gain);
+    v("gain_low", e.gainLow);
+    v("gain_high", e.gainHigh);
+}
+template <class V>
 void describe(V& v, Is<ThroughputChosen> auto& e) {
     v("time", e.time);
     v("sequence", e.sequence);
@@ -235,6 +247,8 @@ void describe(V& v, Is<ThroughputChosen> auto& e) {
     v("micro_batches_timed", e.microBatchesTimed);
     v("seconds", e.seconds);
     v.unless(e.batchRatios.empty(), "batch_ratios", e.batchRatios);
+    v.unless(e.batchRatios.empty(), "batch_gain_low", e.batchGainLow);
+    v.unless(e.batchRatios.empty(), "batch_gain_high", e.batchGainHigh);
     v.unless(e.batchRatios.empty(), "check_seconds", e.checkSeconds);
     v("reason", e.reason);
 }

@@ -150,6 +150,9 @@ const char* nameOf(const StepModeWaiting&) {
 const char* nameOf(const ThroughputTimed&) {
     return "throughput_timed";
 }
+const char* nameOf(const ThroughputChecked&) {
+    return "throughput_check";
+}
 const char* nameOf(const ThroughputChosen&) {
     return "throughput_chosen";
 }

@@ -79,6 +79,21 @@ struct ThroughputTimed {
     int repetitions = 0;          ///< counted timings
 };
 
+/// A turn of the check on whole training batches ended (SizeChoice::startBatchCheck): a batch of
+/// the largest between two of the size the search chose. One per turn, so that the check's
+/// progress shows while it runs (up to probe.check_seconds).
+struct ThroughputChecked {
+    double time = 0;
+    int sequence = 0;
+    int64_t microBatch = 0;         ///< the size the search chose
+    int64_t largestMicroBatch = 0;  ///< the largest that fits
+    int turn = 0;                   ///< from 1
+    double ratio = 0;               ///< this turn's: the chosen size's speed over the largest's
+    double gain = 0;                ///< the median of the turns so far
+    double gainLow = 0;             ///< where it lies with 95% confidence (core::medianInterval)
+    double gainHigh = 0;
+};
+
 /// The fastest-micro-batch search decided. Every timed micro-batch trained (nothing was wasted).
 struct ThroughputChosen {
     double time = 0;
@@ -106,6 +121,10 @@ struct ThroughputChosen {
     /// stepSpeedOverLargest is their median (1 when it found no gain and the largest was kept).
     /// Empty: not checked (stepSpeedOverLargest is then computed from the micro-batches).
     std::vector<double> batchRatios;
+    /// Where the median of batchRatios lies with 95% confidence (core::medianInterval); 0 with
+    /// no check. The decision kept the size the search chose when the median was above the tie.
+    double batchGainLow = 0;
+    double batchGainHigh = 0;
     double checkSeconds = 0;  ///< the check's share of `seconds`
 };
 
@@ -496,11 +515,12 @@ struct AllocatorSegments {
     int64_t allocatedBytes() const;
 };
 
-using Event = std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent, MemorySample,
-                           StepMetrics, MicroBatchDone, OptimizerStepped, TargetBatchChanged, DeviceSwitched, Warning,
-                           CheckpointSaved, ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting,
-                           EquivalenceChecked, ThroughputTimed, ThroughputChosen, ValidationDone, RanksStepped,
-                           RankProbed, SaverSurvey, MemorySaversChanged, LossScaleChanged, AllocatorSegments>;
+using Event =
+    std::variant<RunStateChanged, ProbeStarted, ProbeTrial, ProbeFinished, OomEvent, MemorySample, StepMetrics,
+                 MicroBatchDone, OptimizerStepped, TargetBatchChanged, DeviceSwitched, Warning, CheckpointSaved,
+                 ErrorEvent, RunSummary, MemoryBreakdown, StepModeWaiting, EquivalenceChecked, ThroughputTimed,
+                 ThroughputChosen, ValidationDone, RanksStepped, RankProbed, SaverSurvey, MemorySaversChanged,
+                 LossScaleChanged, AllocatorSegments, ThroughputChecked>;
 
 /// How a check's batch was accumulated: "16 + 16 + 8", or with several devices each rank's part,
 /// "rank 0 (virtual:48MiB) 16 + 16, rank 1 (virtual:192MiB) 64, summed over the ranks".

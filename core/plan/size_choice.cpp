@@ -132,8 +132,22 @@ bool SizeChoice::startBatchCheck(const ProbeOptions& options) {
     return true;
 }
 
-void SizeChoice::recordBatch(int64_t microBatch, double samplesPerSecond, double seconds) {
-    if (checking()) m_check->observe(microBatch, samplesPerSecond, seconds);
+std::optional<ThroughputChecked> SizeChoice::recordBatch(int64_t microBatch, double samplesPerSecond, double seconds,
+                                                         double now) {
+    if (!checking()) return std::nullopt;
+    const size_t before = m_check->ratios().size();
+    m_check->observe(microBatch, samplesPerSecond, seconds);
+    if (m_check->ratios().size() == before) return std::nullopt;
+    const MedianInterval interval = m_check->interval();
+    return ThroughputChecked{now,
+                             m_sequence,
+                             m_check->chosen(),
+                             m_check->largest(),
+                             static_cast<int>(m_check->ratios().size()),
+                             m_check->ratios().back(),
+                             interval.median,
+                             interval.low,
+                             interval.high};
 }
 
 ThroughputChosen SizeChoice::finishTiming(int64_t size, int64_t target, const ProbeOptions& options, double now,
@@ -162,22 +176,28 @@ ThroughputChosen SizeChoice::finishTiming(int64_t size, int64_t target, const Pr
     chosen.seconds = secondsSince(m_timingStart, clock);
     chosen.reason = search.reason();
     if (m_check) {
-        if (checked) chosen.batchRatios = m_check->ratios();
+        const MedianInterval interval = m_check->interval();
+        if (checked) {
+            chosen.batchRatios = m_check->ratios();
+            chosen.batchGainLow = interval.low;
+            chosen.batchGainHigh = interval.high;
+        }
         chosen.checkSeconds = secondsSince(m_checkStart, clock);
         const std::string turns =
             formatText("%zu turn%s of whole training batches of the two over %.*f s", m_check->ratios().size(),
                        m_check->ratios().size() == 1 ? "" : "s", chosen.checkSeconds < 10 ? 1 : 0, chosen.checkSeconds);
+        // The gain with its 95% interval: how well the turns pin it down on this machine.
+        const std::string measured = formatText("%.2fx the largest's speed (95%% interval %.2fx to %.2fx)", batchGain,
+                                                interval.low, interval.high);
         if (!m_checkCut.empty()) {
             chosen.reason += "; the check on whole training batches was cut short (" + m_checkCut + ")" +
-                             (checked ? formatText(" after %s: %.2fx the largest's speed", turns.c_str(), batchGain)
+                             (checked ? formatText(" after %s: %s", turns.c_str(), measured.c_str())
                                       : std::string(" before its first turn"));
         } else if (overturned) {
-            chosen.reason += formatText(
-                "; but in %s it ran at %.2fx the largest's speed, no faster: the largest "
-                "(%lld) is kept",
-                turns.c_str(), batchGain, static_cast<long long>(largest));
+            chosen.reason += formatText("; but in %s it ran at %s, no faster: the largest (%lld) is kept",
+                                        turns.c_str(), measured.c_str(), static_cast<long long>(largest));
         } else {
-            chosen.reason += formatText("; in %s it ran at %.2fx the largest's speed", turns.c_str(), batchGain);
+            chosen.reason += formatText("; in %s it ran at %s", turns.c_str(), measured.c_str());
         }
     }
     // The claim per whole training batch: what the check measured on whole batches; else the

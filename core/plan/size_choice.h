@@ -28,10 +28,11 @@ namespace batchpilot::core {
 class SizeChoice {
 public:
     using Clock = std::chrono::steady_clock;
-    /// Turns of a check on whole batches (BatchCheck). One turn's ratio spreads ±4% on a shared
-    /// 2-core machine (the 64 px ResNet, docs/PERFORMANCE.md §6): the median of five missed the
-    /// run's own gain by 5% once in four; of nine its noise is about a third lower. Odd, so that
-    /// the median is one of them; more turns cost nothing but a batch of the largest each.
+    /// The fewest turns of a check on whole batches (BatchCheck; it goes on until the gain is known
+    /// to ±2% or probe.check_seconds are spent). One turn's ratio spreads ±4-6% on a shared 2-core
+    /// machine (the 64 px ResNet, docs/PERFORMANCE.md §6): the median of five missed the run's own
+    /// gain by 5% once in four. Odd, so that the median is one of them; more turns cost nothing
+    /// but a batch of the largest each.
     static constexpr int kBatchCheckTurns = 9;
     /// A size the check measures less than this much faster than the largest is not kept: the
     /// search's own tie (ThroughputSearch).
@@ -113,14 +114,17 @@ public:
     /// startBatchCheck, else finishTiming(search().chosen()), is due.
     bool timingDone() const { return m_timing && m_timing->done() && (!m_check || m_check->done()); }
     /// The search chose a size below the largest: whole training batches of the two are timed in
-    /// turns before it is kept (options.checkSeconds > 0). Returns whether that check started;
+    /// turns before it is kept (options.checkSeconds > 0: at most about that long once the fewest
+    /// turns ran). Returns whether that check started;
     /// false when it ran already or is not wanted (finishTiming is then due).
     bool startBatchCheck(const ProbeOptions& options);
     /// Whether that check is running: the batches have the sizes plannedMicroBatch() gives.
     bool checking() const { return m_check && !m_check->done(); }
     /// A whole training batch, every micro-batch of it `microBatch` samples, ran at
-    /// `samplesPerSecond` in `seconds`: counted by a check in progress.
-    void recordBatch(int64_t microBatch, double samplesPerSecond, double seconds);
+    /// `samplesPerSecond` in `seconds`: counted by a check in progress. Returns the event of a
+    /// turn it finished.
+    std::optional<ThroughputChecked> recordBatch(int64_t microBatch, double samplesPerSecond, double seconds,
+                                                 double now);
     /// The decision: training uses `size` from now on — or the largest, where the check on whole
     /// batches found `size` no faster. Builds the event with its claims (per micro-batch, and per
     /// whole batch: the check's, else computed once a clean batch was measured), ends the timing,

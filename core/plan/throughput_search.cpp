@@ -455,11 +455,39 @@ double ThroughputSearch::samplesPerSecond(int64_t microBatch) const {
     return c ? c->median() : 0;
 }
 
-BatchCheck::BatchCheck(int64_t chosen, int64_t largest, int turns, double spanSeconds)
+MedianInterval medianInterval(std::vector<double> values) {
+    MedianInterval out;
+    const size_t n = values.size();
+    if (n == 0) return out;
+    std::sort(values.begin(), values.end());
+    out.median = n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+    // The largest k with P(binomial(n, 1/2) < k) <= 2.5%: [k-th, (n+1-k)-th] covers the median
+    // with at least 95%. Cumulative probabilities summed in doubles (n is at most a few hundred).
+    size_t k = 0;
+    double below = 0;                                     // P(count < k + 1) as k grows
+    double term = std::pow(0.5, static_cast<double>(n));  // P(count == 0)
+    for (size_t j = 0; j < n; ++j) {
+        below += term;  // P(count <= j)
+        if (below > 0.025) break;
+        k = j + 1;
+        term *= static_cast<double>(n - j) / static_cast<double>(j + 1);
+    }
+    const size_t lowIndex = k == 0 ? 0 : k - 1;
+    out.low = values[lowIndex];
+    out.high = values[n - 1 - lowIndex];
+    return out;
+}
+
+BatchCheck::BatchCheck(int64_t chosen, int64_t largest, int minTurns, double maxSeconds)
     : m_chosen(chosen),
       m_largest(largest),
-      m_turns(static_cast<size_t>(std::max(1, turns))),
-      m_spanSeconds(std::max(0.0, spanSeconds)) {}
+      m_minTurns(static_cast<size_t>(std::clamp(minTurns, 1, kMaxTurns))),
+      m_maxSeconds(std::max(0.0, maxSeconds)) {}
+
+bool BatchCheck::done() const {
+    if (m_ratios.size() >= static_cast<size_t>(kMaxTurns)) return true;
+    return m_ratios.size() >= m_minTurns && (m_precise || m_seconds >= m_maxSeconds);
+}
 
 int64_t BatchCheck::next() const {
     if (done() || m_openLargest > 0 || m_period == 0) return m_chosen;
@@ -468,6 +496,7 @@ int64_t BatchCheck::next() const {
 
 void BatchCheck::observe(int64_t microBatch, double samplesPerSecond, double seconds) {
     if (done() || microBatch != next() || !(samplesPerSecond > 0)) return;
+    m_seconds += std::max(0.0, seconds);
     if (microBatch == m_largest) {
         ++m_largestBatches;
         m_sinceLargest = 0;
@@ -481,14 +510,16 @@ void BatchCheck::observe(int64_t microBatch, double samplesPerSecond, double sec
     }
     ++m_chosenBatches;
     if (m_period == 0) {
-        // Turns `period` + 1 batches long, `turns` of them (and the warm-up's) over the span.
-        const double turnSeconds = m_spanSeconds / static_cast<double>(m_turns + 1);
+        // Turns `period` + 1 batches long: about kTurnSeconds, or shorter where the minimum turns
+        // (and the warm-up's) would not fit in maxSeconds.
+        const double turnSeconds = std::min(kTurnSeconds, m_maxSeconds / static_cast<double>(m_minTurns + 1));
         const double batches = seconds > 0 ? std::ceil(turnSeconds / seconds) - 1 : 1;
         m_period = static_cast<int>(std::clamp(batches, 1.0, static_cast<double>(kMaxPeriod)));
     }
     if (m_openLargest > 0) {
         m_ratios.push_back(0.5 * (m_before + samplesPerSecond) / m_openLargest);
         m_openLargest = 0;
+        m_precise = medianInterval(m_ratios).relativeHalfWidth() <= kPrecision;
     }
     ++m_sinceLargest;
     m_lastChosen = samplesPerSecond;

@@ -191,52 +191,80 @@ private:
     std::string m_reason;
 };
 
+/// The median of `values` and where it lies with 95% confidence, distribution-free: the order
+/// statistics around the middle that a binomial(n, ½) count of values below the true median
+/// leaves outside only 2.5% of the time each side (n = 9: the 2nd and 8th of nine, 96%). No turn's
+/// spread is assumed, so an outlying turn widens nothing. With fewer than six values no two order
+/// statistics cover 95%: low is the smallest and high the largest. All three 0 for no values.
+struct MedianInterval {
+    double median = 0;
+    double low = 0;
+    double high = 0;
+    /// Half the interval's width over the median (0 when the median is not positive).
+    double relativeHalfWidth() const { return median > 0 ? 0.5 * (high - low) / median : 0; }
+};
+MedianInterval medianInterval(std::vector<double> values);
+
 /// What the decision claims per training batch, measured the way a user sees it: whole training
 /// batches of the chosen size and of the largest, each a batch's samples over its time (the
-/// optimizer step included), in turns spread over `spanSeconds`. The search times micro-batches
-/// over a few seconds, and on a shared machine one size's speed drifts against another's for
-/// seconds at a time (measured: ±3-5% within ~5 s on 2 cores, docs/PERFORMANCE.md §6): a gain
-/// timed in one such stretch can be gone in the next. Here every batch of the largest lies
-/// between two of the chosen size's; a turn divides their mean by the largest's speed, and the
-/// median of `turns` turns is the gain. The first batch of the largest is a warm-up (its memory
-/// is laid out again after many of the smaller size), not counted.
+/// optimizer step included), in turns. The search times micro-batches over a few seconds, and on
+/// a shared machine one size's speed drifts against another's for seconds at a time (measured:
+/// ±3-5% within ~5 s on 2 cores, docs/PERFORMANCE.md §6): a gain timed in one such stretch can be
+/// gone in the next. Here every batch of the largest lies between two of the chosen size's; a
+/// turn divides their mean by the largest's speed, and the median of the turns is the gain. The
+/// first batch of the largest is a warm-up (its memory is laid out again after many of the smaller
+/// size), not counted.
 ///
-/// The turns are `period` batches apart: `spanSeconds` over `turns` turns, from the first
-/// batch's time (at least every other batch, at most every kMaxPeriod + 1st). A pure class, like
-/// the searches.
+/// How many turns: at least `minTurns`; then until the gain is known to ±kPrecision (the 95%
+/// interval of the median, MedianInterval), or the batches took `maxSeconds`, or kMaxTurns were
+/// run. Where speeds hold still (a GPU of one's own) the minimum suffices; where one turn's ratio
+/// spreads ±6% (the 64 px ResNet on a shared 2-core machine) nine turns know the gain to about
+/// ±5% and the check goes on for the time it is given. The turns are `period` batches apart:
+/// about kTurnSeconds each (less where `maxSeconds` would not hold `minTurns` of them), from the
+/// first batch's time; at least every other batch, at most every kMaxPeriod + 1st. A pure class,
+/// like the searches.
 class BatchCheck {
 public:
     static constexpr int kMaxPeriod = 32;
+    static constexpr int kMaxTurns = 63;
+    static constexpr double kTurnSeconds = 2.0;
+    static constexpr double kPrecision = 0.02;
 
-    BatchCheck(int64_t chosen, int64_t largest, int turns, double spanSeconds);
+    BatchCheck(int64_t chosen, int64_t largest, int minTurns, double maxSeconds);
     /// The size the next training batch should have (all its micro-batches).
     int64_t next() const;
     /// A whole training batch, every micro-batch of it `microBatch` (the size next() gave), ran at
     /// `samplesPerSecond` in `seconds`. A batch of another size is not counted.
     void observe(int64_t microBatch, double samplesPerSecond, double seconds);
-    bool done() const { return m_ratios.size() >= m_turns; }
+    bool done() const;
     /// The chosen size's speed over the largest's: the median of the turns so far (0: none yet).
     double gain() const;
+    /// That median with its 95% interval.
+    MedianInterval interval() const { return medianInterval(m_ratios); }
     /// One ratio per finished turn, in order.
     const std::vector<double>& ratios() const { return m_ratios; }
     int64_t chosen() const { return m_chosen; }
     int64_t largest() const { return m_largest; }
     /// Batches of the chosen size between two of the largest (0 until the first batch ran).
     int period() const { return m_period; }
+    /// The counted batches' own time so far, the warm-up's included.
+    double seconds() const { return m_seconds; }
     /// Batches observed, each size.
     int batchesOf(int64_t microBatch) const { return microBatch == m_largest ? m_largestBatches : m_chosenBatches; }
 
 private:
     int64_t m_chosen;
     int64_t m_largest;
-    size_t m_turns;
-    double m_spanSeconds;
+    size_t m_minTurns;
+    double m_maxSeconds;
     int m_period = 0;
     int m_sinceLargest = 0;    ///< batches of the chosen size since the last of the largest
     double m_lastChosen = 0;   ///< the speed of the chosen size's latest batch
     double m_before = 0;       ///< … of the one before the largest's batch whose turn is open
     double m_openLargest = 0;  ///< that batch's speed (0: no turn open)
     bool m_warmedUp = false;   ///< the largest's warm-up batch ran
+    bool m_precise = false;    ///< the median is known to ±kPrecision
+    double m_seconds = 0;
     int m_chosenBatches = 0;
     int m_largestBatches = 0;
     std::vector<double> m_ratios;

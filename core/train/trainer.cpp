@@ -738,7 +738,8 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
     const double ownRate = fullBatch ? static_cast<double>(localSize) / ownSeconds : 0;
     if (fullBatch && pass.checkSize > 0 && pass.clean && pass.plan.plannedFor == pass.checkSize) {
         // At the size a check wanted: its turns, and its decision.
-        choice.recordBatch(pass.checkSize, ownRate, ownSeconds);
+        if (std::optional<ThroughputChecked> turn = choice.recordBatch(pass.checkSize, ownRate, ownSeconds, now()))
+            emit(*turn);
         if (choice.timingDone()) finishTiming(choice.search().chosen());
     } else if (fullBatch && pass.plan.plannedFor == choice.sizes.microBatch) {
         if (std::optional<std::string> why = choice.watchSpeed(ownRate)) {

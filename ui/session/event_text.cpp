@@ -204,6 +204,19 @@ EventRow describeEvent(const core::Event& event) {
                                           .arg(e.repetitions),
                                 false};
             },
+            [](const core::ThroughputChecked& e) {
+                return EventRow{e.time, tr("throughput"),
+                                tr("whole batches of %1 and %2, turn %3: %4× (median %5×, with 95% confidence %6× "
+                                   "to %7×)")
+                                    .arg(e.microBatch)
+                                    .arg(e.largestMicroBatch)
+                                    .arg(e.turn)
+                                    .arg(e.ratio, 0, 'f', 3)
+                                    .arg(e.gain, 0, 'f', 3)
+                                    .arg(e.gainLow, 0, 'f', 3)
+                                    .arg(e.gainHigh, 0, 'f', 3),
+                                false};
+            },
             [](const core::ThroughputChosen& e) {
                 return EventRow{e.time, tr("throughput"),
                                 tr("chose micro-batch %1 (%2): %3")

@@ -20,6 +20,7 @@ inline std::vector<core::Event> sampleEvents() {
     events.push_back(ProbeTrial{3.75, 3, 3, 1024, false, false, 0, 20971520, 0.0625});
     events.push_back(ProbeFinished{4.5, 3, 300, 4, 1200, 7, 1.5, true, 1.25e7, 65536.5});
     events.push_back(ThroughputTimed{5.5, 2, 128, 1534.25, 3});
+    events.push_back(ThroughputChecked{6.625, 2, 64, 256, 3, 0.96875, 1.0625, 0.96875, 1.125});
     {
         ThroughputChosen e;
         e.time = 6.5;
@@ -38,10 +39,12 @@ inline std::vector<core::Event> sampleEvents() {
         e.seconds = 3.75;
         e.reason = "64 is 12% faster per training batch";
         events.push_back(e);
-        // Checked on whole training batches: the turns' ratios and the check's time are written.
+        // Checked on whole training batches: the turns' ratios, their interval and the check's time are written.
         e.time = 6.75;
         e.stepSpeedOverLargest = 1.0625;
         e.batchRatios = {1.0625, 1.125, 0.96875};
+        e.batchGainLow = 0.96875;
+        e.batchGainHigh = 1.125;
         e.checkSeconds = 21.5;
         events.push_back(e);
     }

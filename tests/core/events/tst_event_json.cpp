@@ -41,12 +41,15 @@ const char* const kWrittenLines[] = {
     "\"probe_finished\"}",
     "{\"micro_batch\":128,\"repetitions\":3,\"samples_per_second\":1534.25,\"sequence\":2,\"time\":5.5,\"type\":"
     "\"throughput_timed\"}",
+    "{\"gain\":1.0625,\"gain_high\":1.125,\"gain_low\":0.96875,\"largest_micro_batch\":256,\"micro_batch\":64,"
+    "\"ratio\":0.96875,\"sequence\":2,\"time\":6.625,\"turn\":3,\"type\":\"throughput_check\"}",
     "{\"accumulation_steps\":16,\"largest_micro_batch\":256,\"largest_samples_per_second\":1500.25,\"micro_batch\":64,"
     "\"micro_batch_seconds\":0.001953125,\"micro_batches_timed\":24,\"reason\":\"64 is 12% faster per training "
     "batch\",\"samples_per_second\":1800.5,\"seconds\":3.75,\"sequence\":2,\"speed_over_largest\":1.2,\"step_seconds\":"
     "0.03125,\"step_speed_over_largest\":1.125,\"target_batch\":1024,\"time\":6.5,\"type\":\"throughput_chosen\"}",
-    "{\"accumulation_steps\":16,\"batch_ratios\":[1.0625,1.125,0.96875],\"check_seconds\":21.5,\"largest_micro_"
-    "batch\":256,\"largest_samples_per_second\":1500.25,\"micro_batch\":64,\"micro_batch_seconds\":0.001953125,"
+    "{\"accumulation_steps\":16,\"batch_gain_high\":1.125,\"batch_gain_low\":0.96875,\"batch_ratios\":[1.0625,"
+    "1.125,0.96875],\"check_seconds\":21.5,\"largest_micro_batch\":256,\"largest_samples_per_second\":1500.25,\"micro_"
+    "batch\":64,\"micro_batch_seconds\":0.001953125,"
     "\"micro_batches_timed\":24,\"reason\":\"64 is 12% faster per training batch\",\"samples_per_second\":1800.5,"
     "\"seconds\":3.75,\"sequence\":2,\"speed_over_largest\":1.2,\"step_seconds\":0.03125,\"step_speed_over_"
     "largest\":1.0625,\"target_batch\":1024,\"time\":6.75,\"type\":\"throughput_chosen\"}",

@@ -58,7 +58,8 @@ private Q_SLOTS:
                                                   "saver_survey",
                                                   "memory_savers_changed",
                                                   "loss_scale_changed",
-                                                  "allocator_segments"};
+                                                  "allocator_segments",
+                                                  "throughput_check"};
         const std::vector<Event> events = oneOfEach(std::make_index_sequence<std::variant_size_v<Event>>{});
         std::set<std::string> seen;
         for (const Event& event : events) {

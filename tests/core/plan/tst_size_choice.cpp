@@ -63,8 +63,9 @@ class TestSizeChoice : public QObject {
     // Trains whole batches of 256 samples at the sizes a check on whole batches asks for, at
     // `gain` times the largest's speed for a size below it, on a machine that gets 1% slower with
     // every batch (a drift the turns cancel), until the check is done (fails after 500 batches).
-    // Returns the number of batches of each size.
-    static std::map<int64_t, int> trainBatchesUntilChecked(SizeChoice& c, double gain, int64_t largest) {
+    // Returns the number of batches of each size; the turns' events in `turns`.
+    static std::map<int64_t, int> trainBatchesUntilChecked(SizeChoice& c, double gain, int64_t largest,
+                                                           std::vector<ThroughputChecked>* turns = nullptr) {
         std::map<int64_t, int> batches;
         double machine = 1.0;
         for (int batch = 0; c.checking(); ++batch) {
@@ -80,8 +81,10 @@ class TestSizeChoice : public QObject {
                 return {};
             }
             const double rate = 1000.0 * machine * (size == largest ? 1.0 : gain);
-            c.recordBatch(size == largest ? 17 : largest, 1e6, 1e-3);  // not the batch it asked for
-            c.recordBatch(size, rate, 256 / rate);
+            if (c.recordBatch(size == largest ? 17 : largest, 1e6, 1e-3, 0.0))  // not the batch it asked for
+                return {};
+            const std::optional<ThroughputChecked> turn = c.recordBatch(size, rate, 256 / rate, batch);
+            if (turn && turns) turns->push_back(*turn);
             ++batches[size];
             machine *= 0.99;
         }
@@ -284,7 +287,8 @@ private Q_SLOTS:
             QVERIFY(!c.timingDone());
             QVERIFY(!c.settled());
             QVERIFY(!c.startBatchCheck(options));  // one check per decision
-            const std::map<int64_t, int> batches = trainBatchesUntilChecked(c, gain, 64);
+            std::vector<ThroughputChecked> turns;
+            const std::map<int64_t, int> batches = trainBatchesUntilChecked(c, gain, 64, &turns);
             QVERIFY2(!batches.empty(), "a batch was not planned whole at the size the check asked for");
             QVERIFY(c.timingDone());
             // Nine turns and the warm-up of the largest; the first batch (256 samples at 1000 ×
@@ -300,6 +304,21 @@ private Q_SLOTS:
             QCOMPARE(chosen.batchRatios.size(), size_t{9});
             for (const double ratio : chosen.batchRatios)
                 QVERIFY2(std::abs(ratio - gain) < 1e-3, qPrintable(QString::number(ratio)));  // drift cancelled
+            // Turns that agree (to 1e-3) pin the gain down after the fewest: its 95% interval is
+            // that narrow, and the decision says so.
+            QVERIFY(std::abs(chosen.batchGainLow - gain) < 1e-3 && std::abs(chosen.batchGainHigh - gain) < 1e-3);
+            // Each turn was reported as it ended: numbered, with its ratio and the median so far.
+            QCOMPARE(turns.size(), size_t{9});
+            for (size_t i = 0; i < turns.size(); ++i) {
+                QCOMPARE(turns[i].turn, static_cast<int>(i + 1));
+                QCOMPARE(turns[i].microBatch, searched);
+                QCOMPARE(turns[i].largestMicroBatch, int64_t{64});
+                QCOMPARE(turns[i].ratio, chosen.batchRatios[i]);
+                QVERIFY(std::abs(turns[i].gain - gain) < 1e-3);
+                QVERIFY(turns[i].gainLow <= turns[i].gain && turns[i].gain <= turns[i].gainHigh);
+            }
+            QCOMPARE(turns.back().gainLow, chosen.batchGainLow);
+            QVERIFY(chosen.batchGainLow <= chosen.stepSpeedOverLargest || gain < 1);
             const QString reason = QString::fromStdString(chosen.reason);
             QVERIFY2(reason.contains(QStringLiteral("9 turns of whole training batches")), qPrintable(reason));
             if (gain > 1) {
@@ -307,13 +326,15 @@ private Q_SLOTS:
                 QVERIFY2(std::abs(chosen.stepSpeedOverLargest - gain) < 1e-3,
                          qPrintable(QString::number(chosen.stepSpeedOverLargest)));
                 QVERIFY2(std::abs(chosen.speedOverLargest - 1.5) < 0.05, "the micro-batches' own claim stays");
-                QVERIFY2(reason.contains(QStringLiteral("it ran at 1.20x the largest's speed")), qPrintable(reason));
+                QVERIFY2(reason.contains(QStringLiteral("it ran at 1.20x the largest's speed (95% interval 1.20x to "
+                                                        "1.20x)")),
+                         qPrintable(reason));
             } else {
                 QCOMPARE(chosen.microBatch, int64_t{64});
                 QCOMPARE(chosen.speedOverLargest, 1.0);
                 QCOMPARE(chosen.stepSpeedOverLargest, 1.0);
-                QVERIFY2(reason.contains(QStringLiteral("0.98x the largest's speed, no faster: the largest (64) is "
-                                                        "kept")),
+                QVERIFY2(reason.contains(QStringLiteral("0.98x the largest's speed (95% interval 0.98x to 0.98x), no "
+                                                        "faster: the largest (64) is kept")),
                          qPrintable(reason));
             }
             QCOMPARE(c.sizes.microBatch, chosen.microBatch);
@@ -337,7 +358,7 @@ private Q_SLOTS:
             for (int batch = 0; batch < 100; ++batch) {
                 const int64_t size = c.plannedMicroBatch();
                 if (turns == 0 && size == 64) break;
-                c.recordBatch(size, 1000, 0.256);
+                c.recordBatch(size, 1000, 0.256, 0.0);
                 if (size == 64) ++largestBatches;
                 if (turns == 1 && largestBatches == 2 && size == searched) break;
             }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <random>
 
 #include "core/plan/throughput_search.h"
 
@@ -128,6 +129,8 @@ private Q_SLOTS:
     void everyWarmupIsLeftOut();
     void aClockWithoutTimeEndsTheSearch();
     void batchCheckSpreadsItsTurnsOverTheSpan();
+    void medianIntervalCoversTheMedianNineteenTimesInTwenty();
+    void batchCheckGoesOnUntilTheGainIsKnown();
 };
 
 void TestThroughputSearch::candidatesSplitTheTargetEvenly() {
@@ -652,8 +655,10 @@ void TestThroughputSearch::aClockWithoutTimeEndsTheSearch() {
 }
 
 void TestThroughputSearch::batchCheckSpreadsItsTurnsOverTheSpan() {
-    // 3 turns over 8 s: with the first batch taking 0.5 s, a turn is 2 s (8 s over the 3 turns and
-    // the warm-up), so 3 batches of the chosen size lie between two of the largest.
+    // At least 3 turns, at most 8 s: with the first batch taking 0.5 s, a turn is 2 s (8 s over the
+    // 3 turns and the warm-up; kTurnSeconds is no shorter), so 3 batches of the chosen size lie
+    // between two of the largest. The three turns' ratios spread 7% around their median: not
+    // known to 2%, the check ends when the batches took the 8 s (10.5 s with the last turn).
     BatchCheck check(50, 100, 3, 8.0);
     QCOMPARE(check.next(), int64_t{50});
     QCOMPARE(check.period(), 0);
@@ -688,6 +693,7 @@ void TestThroughputSearch::batchCheckSpreadsItsTurnsOverTheSpan() {
     for (size_t i = 0; i < expected.size(); ++i) QVERIFY(std::abs(check.ratios()[i] - expected[i]) < 1e-12);
     QVERIFY(std::abs(check.gain() - 155.0 / 80) < 1e-12);
     QCOMPARE(check.next(), int64_t{50});  // done: the chosen size from now on
+    QCOMPARE(check.seconds(), 13 * 0.5 + 4 * 1.0);
 
     // Batches too short for the span to need more: every other one (the least); batches far too
     // short: at most every kMaxPeriod + 1st.
@@ -702,6 +708,110 @@ void TestThroughputSearch::batchCheckSpreadsItsTurnsOverTheSpan() {
     still.observe(50, 0, 0);
     QCOMPARE(still.period(), 0);
     QCOMPARE(still.gain(), 0.0);
+}
+
+void TestThroughputSearch::medianIntervalCoversTheMedianNineteenTimesInTwenty() {
+    // The order statistics of the tables for a median's 95% confidence interval (e.g. Conover,
+    // Practical Nonparametric Statistics, table A3): n = 9: the 2nd and 8th; 20: 6th and 15th;
+    // 30: 10th and 21st; 6: the extremes (1/64 each side). Values 1..n shuffled: the k-th is k.
+    const auto of = [](int n) {
+        std::vector<double> values;
+        for (int i = n; i >= 1; --i) values.push_back(i);  // any order
+        return medianInterval(values);
+    };
+    QCOMPARE(of(9).median, 5.0);
+    QCOMPARE(of(9).low, 2.0);
+    QCOMPARE(of(9).high, 8.0);
+    QCOMPARE(of(20).median, 10.5);
+    QCOMPARE(of(20).low, 6.0);
+    QCOMPARE(of(20).high, 15.0);
+    QCOMPARE(of(30).low, 10.0);
+    QCOMPARE(of(30).high, 21.0);
+    QCOMPARE(of(6).low, 1.0);
+    QCOMPARE(of(6).high, 6.0);
+    // Under six no pair covers 95%: the extremes, said so.
+    QCOMPARE(of(3).low, 1.0);
+    QCOMPARE(of(3).high, 3.0);
+    QCOMPARE(medianInterval({}).median, 0.0);
+    QCOMPARE(medianInterval({1.04}).low, 1.04);
+    QVERIFY(std::abs(of(9).relativeHalfWidth() - 3.0 / 5.0) < 1e-12);
+
+    // And what the interval promises: samples of a skewed distribution with a known median (an
+    // exponential's, ln 2 / rate), n = 9 and n = 25 — it covers that median at least 95% of the
+    // time, and not far more (n = 9: exactly 1 - 2·10/512 = 96.1%).
+    std::mt19937 random(7);
+    std::exponential_distribution<double> exponential(2.0);
+    const double trueMedian = std::log(2.0) / 2.0;
+    for (const int n : {9, 25}) {
+        const int draws = 20000;
+        int covered = 0;
+        for (int d = 0; d < draws; ++d) {
+            std::vector<double> values(static_cast<size_t>(n));
+            for (double& v : values) v = exponential(random);
+            const MedianInterval interval = medianInterval(values);
+            if (interval.low <= trueMedian && trueMedian <= interval.high) ++covered;
+        }
+        const double coverage = static_cast<double>(covered) / draws;
+        QVERIFY2(coverage >= 0.945 && coverage <= 0.975, qPrintable(QStringLiteral("n = %1: %2").arg(n).arg(coverage)));
+    }
+}
+
+/// Drives a check: the chosen size always at 100 samples/s, the largest's batch of turn i at
+/// 100 / ratio(i) — so that turn i's ratio is ratio(i) — each batch `seconds` long. Returns the turns run.
+static size_t runCheck(BatchCheck& check, const std::function<double(size_t)>& ratio, double seconds) {
+    for (int batch = 0; batch < 10000 && !check.done(); ++batch) {
+        if (check.next() == check.chosen()) {
+            check.observe(check.chosen(), 100, seconds);
+        } else {
+            // The warm-up first (counted for nothing), then turn number ratios().size().
+            check.observe(check.largest(), 100 / ratio(check.ratios().size()), seconds);
+        }
+    }
+    return check.ratios().size();
+}
+
+void TestThroughputSearch::batchCheckGoesOnUntilTheGainIsKnown() {
+    // Speeds that hold still (a GPU of one's own): nine turns, the fewest, though 60 s would allow
+    // many more.
+    BatchCheck still(50, 100, 9, 60.0);
+    QCOMPARE(runCheck(
+                 still, [](size_t) { return 1.1; }, 0.5),
+             size_t{9});
+    QCOMPARE(still.interval().low, still.interval().high);
+    QVERIFY(still.seconds() < 60);
+
+    // Turns ±6% apart, 1.06 and 0.94 by turns (a shared machine): never known to 2%; the check
+    // goes on until the batches took the 60 s. Turns of 2 s: 0.5 s batches, three of the chosen
+    // size and one of the largest.
+    BatchCheck noisy(50, 100, 9, 60.0);
+    const auto alternating = [](size_t i) { return i % 2 == 0 ? 1.06 : 0.94; };
+    const size_t turns = runCheck(noisy, alternating, 0.5);
+    QCOMPARE(noisy.period(), 3);
+    QVERIFY2(turns > 9, qPrintable(QString::number(turns)));
+    QVERIFY(noisy.seconds() >= 60 && noisy.seconds() < 60 + 2.0);
+    // 60 s of 2 s turns, less the warm-up and the first batches: 28 turns.
+    QCOMPARE(turns, size_t{28});
+    QCOMPARE(noisy.interval().low, 0.94);
+    QCOMPARE(noisy.interval().high, 1.06);
+
+    // With all the time in the world: at most kMaxTurns.
+    BatchCheck endless(50, 100, 9, 3600.0);
+    QCOMPARE(runCheck(endless, alternating, 0.5), size_t(BatchCheck::kMaxTurns));
+
+    // Two outlying turns at first, then turns within ±1%: not known after nine (the 8th of nine
+    // is an outlier, the interval reaches 1.25), known to 2% once enough turns outvote them — at
+    // 12 turns the interval is the 3rd to the 10th — long before the 60 s.
+    BatchCheck outliers(50, 100, 9, 60.0);
+    const auto twoOutliers = [](size_t i) { return i < 2 ? 1.25 : (i % 2 == 0 ? 1.01 : 0.99); };
+    QCOMPARE(runCheck(outliers, twoOutliers, 0.5), size_t{12});
+    QVERIFY(outliers.seconds() < 30);
+    QVERIFY(std::abs(outliers.gain() - 1.0) < 0.011);
+
+    // A short span shortens the turns so that the fewest still fit: 3 s over 9 turns and the
+    // warm-up is 0.3 s a turn, every other batch of 0.1 s.
+    BatchCheck brief(50, 100, 9, 3.0);
+    QCOMPARE(runCheck(brief, alternating, 0.1), size_t{9});
+    QCOMPARE(brief.period(), 2);
 }
 
 }  // namespace tst_throughput_search

@@ -43,6 +43,9 @@ TrainerOptions options(ProbeObjective objective) {
     o.reportSampleIndices = true;
     o.intraOpThreads = 1;
     o.probe.objective = objective;
+    // The check on whole batches, where a size below the largest is chosen: a tiny model's turns
+    // are milliseconds, and a shared machine's spread keeps the default going for its 60 s.
+    o.probe.checkSeconds = 2;
     return o;
 }
 
@@ -197,10 +200,14 @@ void TestFastestMicroBatch::timingLosesNoSample() {
         QCOMPARE(decision.stepSpeedOverLargest, 1.0);
     } else if (!decision.batchRatios.empty()) {
         // Checked on whole batches: the claim is the turns' median (theClaimIsMeasuredOnWholeBatches).
-        QCOMPARE(decision.batchRatios.size(), size_t{9});
+        // At least the fewest turns (more where this machine's timings spread).
+        QVERIFY(decision.batchRatios.size() >= 9);
         std::vector<double> sorted = decision.batchRatios;
         std::sort(sorted.begin(), sorted.end());
-        QCOMPARE(decision.stepSpeedOverLargest, sorted[4]);
+        const size_t n = sorted.size();
+        QCOMPARE(decision.stepSpeedOverLargest, n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]));
+        QVERIFY(decision.batchGainLow <= decision.stepSpeedOverLargest &&
+                decision.stepSpeedOverLargest <= decision.batchGainHigh);
     } else {
         QVERIFY(decision.stepSeconds >= 0 && decision.microBatchSeconds >= 0);
         QVERIFY(decision.stepSpeedOverLargest > 0);
@@ -416,7 +423,10 @@ void TestFastestMicroBatch::theClaimIsMeasuredOnWholeBatches() {
         return static_cast<double>(total);
     };
     const double expected = batchNanoseconds(kTarget) / batchNanoseconds(decision.microBatch);
+    // Speeds that hold still (only the model clock moves): the fewest turns know the gain.
     QCOMPARE(decision.batchRatios.size(), size_t{9});
+    QVERIFY(std::abs(decision.batchGainLow / expected - 1) < 1e-6 &&
+            std::abs(decision.batchGainHigh / expected - 1) < 1e-6);
     for (const double ratio : decision.batchRatios)
         QVERIFY2(std::abs(ratio / expected - 1) < 1e-6,
                  qPrintable(QStringLiteral("%1 vs %2").arg(ratio).arg(expected)));
