@@ -81,7 +81,9 @@ struct DriftRun {
 /// On a shared machine the speed also drifts by itself (a CI runner measured +89% between two
 /// windows when its neighbours finished): a re-timing before the slowdown is the watch doing its
 /// job, so the slowdown is found by the windows that held slowed steps.
-DriftRun runWithSlowdown(int64_t retimeEvery) {
+/// `multipleOf` > 1: sizes rounded down to it, and a model whose fastest size lies below the
+/// largest (the cost of theClaimIsMeasuredOnWholeBatches), so that the decision is a rounded size.
+DriftRun runWithSlowdown(int64_t retimeEvery, int64_t multipleOf = 1) {
     auto slow = std::make_shared<std::atomic<bool>>(false);
     auto clock = std::make_shared<std::atomic<int64_t>>(0);
     TrainerOptions o = options(ProbeObjective::Fastest);
@@ -89,17 +91,22 @@ DriftRun runWithSlowdown(int64_t retimeEvery) {
     o.steps = 50000;
     o.probe.retimeEvery = retimeEvery;
     o.probe.retimeDrift = 0.5;  // the slowdown is several-fold (-75% or more)
-    o.modelFactory = [slow, clock, o](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
+    o.probe.multipleOf = multipleOf;
+    const bool midSizeFastest = multipleOf > 1;
+    o.modelFactory = [slow, clock, o,
+                      midSizeFastest](const Dataset& data) -> tl::expected<std::shared_ptr<Model>, std::string> {
         auto inner = makeBuiltinModel(o.model, data.sampleShape(), data.classes());
         if (!inner) return tl::unexpected(inner.error());
         // The model's clock (TrainerOptions::timingClock): each forward pass advances it by 2 ms
         // + 50 µs per sample, four times that once `slow` is set — the machine training got
         // slower (a neighbour's job), the same for every micro-batch size. The speeds the trainer
         // measures are exact, and the slowdown is -75% on any machine.
-        return std::make_shared<batchpilot::tests::ForwardWatched>(*inner, [slow, clock](const torch::Tensor& input) {
-            const int64_t cost = 2'000'000 + 50'000 * input.size(0);
-            clock->fetch_add(slow->load() ? 4 * cost : cost);
-        });
+        return std::make_shared<batchpilot::tests::ForwardWatched>(
+            *inner, [slow, clock, midSizeFastest](const torch::Tensor& input) {
+                const int64_t n = input.size(0);
+                const int64_t cost = 2'000'000 + 50'000 * n + (midSizeFastest ? 1'000 * n * n : 0);
+                clock->fetch_add(slow->load() ? 4 * cost : cost);
+            });
     };
     RecordingSink sink;
     Trainer trainer(o, sink);
@@ -367,6 +374,15 @@ void TestFastestMicroBatch::throughputDriftTimesAgain() {
     QVERIFY(off.slowFrom > 0);
     QVERIFY(off.retimings.empty());
     QCOMPARE(off.chosen.size(), size_t{1});
+
+    // Sizes rounded to a multiple of 8: the decision is a size below the largest that does not
+    // divide the batch (40 splits 256 into 37s and 36s), so no micro-batch of a batch at it has
+    // the size itself. The watch counts those batches all the same (it once saw none of them).
+    const DriftRun rounded = runWithSlowdown(3, 8);
+    const int64_t size = rounded.chosen.front().microBatch;
+    QVERIFY2(size % 8 == 0 && size < kTarget && kTarget % size != 0, qPrintable(QString::number(size)));
+    QVERIFY2(!rounded.slowRetimings.empty(), "the slowdown was seen within 30 steps at a rounded size");
+    QCOMPARE(rounded.probes, int64_t{1});
 }
 
 void TestFastestMicroBatch::theClaimIsMeasuredOnWholeBatches_data() {
