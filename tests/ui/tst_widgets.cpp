@@ -644,6 +644,17 @@ void TestWidgets::eventLogFiltersAndCopies() {
     QVERIFY2(copied.contains(QStringLiteral("device switch\tvirtual:64MiB → virtual:256MiB")), qPrintable(copied));
     log.setFilterText(QString());
     QCOMPARE(log.visibleRowCount(), 9);
+
+    // A turn of the check on whole batches is a row of its own, with the turn's ratio, the
+    // median so far and how well it is known.
+    log.addEvents({core::ThroughputChecked{3.0, 1, 22, 64, 12, 1.041, 1.035, 1.012, 1.061}});
+    log.setFilterText(QStringLiteral("turn 12"));
+    QCOMPARE(log.visibleRowCount(), 1);
+    log.copySelection();
+    const QString turn = QApplication::clipboard()->text();
+    QVERIFY2(turn.contains(QStringLiteral("throughput\twhole batches of 22 and 64, turn 12: 1.041× (median 1.035×, "
+                                          "with 95% confidence 1.012× to 1.061×)")),
+             qPrintable(turn));
 }
 
 /// The desktop app leaves one CPU to the GUI thread (it draws the charts with about half a
