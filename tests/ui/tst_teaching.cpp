@@ -151,7 +151,8 @@ void TestTeaching::helpExplainsTheFastestChoice() {
     // Help > How this works quotes the search's decision: faster than the largest by a factor
     // measured in turns; a search that started from the size chosen before and never timed the
     // largest claims no factor; a kept largest says smaller sizes were not faster.
-    const auto help = [](int64_t chosenSize, double speedOverLargest, double stepSpeedOverLargest = 0) {
+    const auto help = [](int64_t chosenSize, double speedOverLargest, double stepSpeedOverLargest = 0,
+                         std::vector<double> batchRatios = {}, double low = 0, double high = 0) {
         ui::RunModel model;
         core::ProbeFinished probed;  // the search follows a probe
         probed.sequence = 1;
@@ -172,6 +173,10 @@ void TestTeaching::helpExplainsTheFastestChoice() {
         chosen.stepSeconds = 0.040;
         chosen.microBatchSeconds = 0.001;
         chosen.microBatchesTimed = 12;
+        chosen.batchRatios = std::move(batchRatios);
+        chosen.batchGainLow = low;
+        chosen.batchGainHigh = high;
+        chosen.checkSeconds = 61;
         model.handle({probed, timed, chosen});
         return ui::howItWorksHtml(model);
     };
@@ -188,6 +193,16 @@ void TestTeaching::helpExplainsTheFastestChoice() {
     QVERIFY(!notTimed.contains(QLatin1String("kept the largest")));
     const QString kept = help(1024, 1.0);
     QVERIFY2(kept.contains(QLatin1String("It kept the largest that fits, <b>1024</b>")), qPrintable(kept));
+    // Checked on whole batches: the turns, their time and the claim with its 95% interval; an
+    // events file written before the interval existed says none rather than "0.00× and 0.00×".
+    const std::vector<double> turns(19, 1.04);
+    const QString checked = help(128, 1.46, 1.04, turns, 1.02, 1.10);
+    QVERIFY2(checked.contains(QStringLiteral("timed in 19 turns over 61 s before the decision, ran <b>1.04×</b> as "
+                                             "fast (with 95% confidence between 1.02× and 1.10×).")),
+             qPrintable(checked));
+    const QString older = help(128, 1.46, 1.04, turns);
+    QVERIFY2(older.contains(QStringLiteral("ran <b>1.04×</b> as fast.")), qPrintable(older));
+    QVERIFY(!older.contains(QLatin1String("95% confidence")));
     // Only a warm-up so far: no empty list of sizes.
     ui::RunModel warming;
     core::ProbeFinished probed;

@@ -96,16 +96,18 @@ QString fastestPart(const RunModel& run) {
                         .arg(c->largestSamplesPerSecond, 0, 'f', 0);
             // What a user sees in the step times: the same gain per whole training batch, with what
             // every batch costs besides its micro-batches (the optimizer step above all).
-            if (!c->batchRatios.empty())
+            if (!c->batchRatios.empty()) {
                 text += tr(" Whole training batches of the two, optimizer step included, timed in %1 turns over "
-                           "%2 s before the decision, ran <b>%3×</b> as fast (with 95% confidence between %4× and "
-                           "%5×).")
+                           "%2 s before the decision, ran <b>%3×</b> as fast")
                             .arg(c->batchRatios.size())
                             .arg(c->checkSeconds, 0, 'f', 0)
-                            .arg(c->stepSpeedOverLargest, 0, 'f', 2)
-                            .arg(c->batchGainLow, 0, 'f', 2)
-                            .arg(c->batchGainHigh, 0, 'f', 2);
-            else if (c->stepSpeedOverLargest > 0)
+                            .arg(c->stepSpeedOverLargest, 0, 'f', 2);
+                // The interval (absent from the events files of versions before it).
+                text += c->batchGainHigh > 0 ? tr(" (with 95% confidence between %1× and %2×).")
+                                                   .arg(c->batchGainLow, 0, 'f', 2)
+                                                   .arg(c->batchGainHigh, 0, 'f', 2)
+                                             : QStringLiteral(".");
+            } else if (c->stepSpeedOverLargest > 0)
                 text +=
                     tr(" A whole training batch, its optimizer step included (%1 ms besides the micro-batches), "
                        "runs about <b>%2×</b> as fast.")
