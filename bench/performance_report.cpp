@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -560,27 +561,27 @@ void claimsTable(std::ostream& md, const json& claims) {
         const double microError = s["micro_batch_claim_error"].get<double>();
         worst = std::max(worst, std::abs(error));
         if (std::abs(error) <= 0.05) ++within;
-        if (s.contains("batch_ratios") && s.contains("measured_step_gain_turns")) {
-            // Do the claim's and the reference's 95% intervals share a value?
+        // The 95% interval of a list of turns' ratios, where the row has them.
+        const auto intervalOf = [&s](const char* key) -> std::optional<batchpilot::core::MedianInterval> {
+            if (!s.contains(key) || s[key].empty()) return std::nullopt;
+            return batchpilot::core::medianInterval(s[key].get<std::vector<double>>());
+        };
+        const auto claim = intervalOf("batch_ratios");
+        const auto reference = intervalOf("measured_step_gain_turns");
+        if (claim && reference) {
+            // Do the claim's and the reference's intervals share a value?
             ++withIntervals;
-            const auto claim = batchpilot::core::medianInterval(s["batch_ratios"].get<std::vector<double>>());
-            const auto reference =
-                batchpilot::core::medianInterval(s["measured_step_gain_turns"].get<std::vector<double>>());
-            if (claim.low <= reference.high && reference.low <= claim.high) ++overlapping;
+            if (claim->low <= reference->high && reference->low <= claim->high) ++overlapping;
         }
-        // The interval of a list of turns' ratios, where the row has them.
-        const auto interval = [&s](const char* key) -> std::string {
-            if (!s.contains(key) || s[key].empty()) return "";
-            const batchpilot::core::MedianInterval m =
-                batchpilot::core::medianInterval(s[key].get<std::vector<double>>());
-            return " [" + fixed(m.low, 3) + "–" + fixed(m.high, 3) + "]";
+        const auto shown = [](const std::optional<batchpilot::core::MedianInterval>& m) {
+            return m ? " [" + fixed(m->low, 3) + "–" + fixed(m->high, 3) + "]" : std::string();
         };
         md << "| " << setups[i] << " | " << s["chosen"].get<int64_t>() << " / " << s["largest"].get<int64_t>() << " | "
            << fixed(s["claimed_micro_batch_gain"].get<double>(), 3) << " | "
-           << fixed(s["claimed_step_gain"].get<double>(), 3) << interval("batch_ratios") << " | "
-           << fixed(s["measured_step_gain"].get<double>(), 3) << interval("measured_step_gain_turns") << " | "
-           << (error >= 0 ? "+" : "") << fixed(100.0 * error, 1) << "% (" << (microError >= 0 ? "+" : "")
-           << fixed(100.0 * microError, 1) << "%) |\n";
+           << fixed(s["claimed_step_gain"].get<double>(), 3) << shown(claim) << " | "
+           << fixed(s["measured_step_gain"].get<double>(), 3) << shown(reference) << " | " << (error >= 0 ? "+" : "")
+           << fixed(100.0 * error, 1) << "% (" << (microError >= 0 ? "+" : "") << fixed(100.0 * microError, 1)
+           << "%) |\n";
     }
     md << "\nThe claim per batch is within " << fixed(100.0 * worst, 1) << "% of whole batches measured in turns, "
        << within << " of " << rows.size() << " claims within 5% (goal: all, ≤ 5%: " << verdict(worst <= 0.05)

@@ -719,19 +719,19 @@ void TestThroughputSearch::medianIntervalCoversTheMedianNineteenTimesInTwenty() 
         for (int i = n; i >= 1; --i) values.push_back(i);  // any order
         return medianInterval(values);
     };
-    QCOMPARE(of(9).median, 5.0);
-    QCOMPARE(of(9).low, 2.0);
-    QCOMPARE(of(9).high, 8.0);
-    QCOMPARE(of(20).median, 10.5);
-    QCOMPARE(of(20).low, 6.0);
-    QCOMPARE(of(20).high, 15.0);
-    QCOMPARE(of(30).low, 10.0);
-    QCOMPARE(of(30).high, 21.0);
-    QCOMPARE(of(6).low, 1.0);
-    QCOMPARE(of(6).high, 6.0);
-    // Under six no pair covers 95%: the extremes, said so.
-    QCOMPARE(of(3).low, 1.0);
-    QCOMPARE(of(3).high, 3.0);
+    // n, then the median and the interval's order statistics; under six no pair covers 95%: the
+    // extremes, said so (n = 3).
+    const struct {
+        int n;
+        double median, low, high;
+    } table[] = {
+        {9, 5.0, 2.0, 8.0}, {20, 10.5, 6.0, 15.0}, {30, 15.5, 10.0, 21.0}, {6, 3.5, 1.0, 6.0}, {3, 2.0, 1.0, 3.0}};
+    for (const auto& row : table) {
+        const MedianInterval m = of(row.n);
+        QCOMPARE(m.median, row.median);
+        QCOMPARE(m.low, row.low);
+        QCOMPARE(m.high, row.high);
+    }
     QCOMPARE(medianInterval({}).median, 0.0);
     QCOMPARE(medianInterval({1.04}).low, 1.04);
     QVERIFY(std::abs(of(9).relativeHalfWidth() - 3.0 / 5.0) < 1e-12);
