@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <iomanip>
@@ -592,6 +593,16 @@ tl::expected<void, std::string> readOption(const OptionSpec& s, const json& valu
     case OptionType::Choice:
         if (!value.is_string())
             return fail(std::string("expected a string, got ") + jsonTypeName(value) + " " + brief(value));
+        if (s.type == OptionType::Choice) {
+            // One spelling of each name, in every front end: a configuration, a command or a flag
+            // that says "FP16" is refused as one that says "fp17" would be, not read as fp16.
+            const auto& text = value.get_ref<const std::string&>();
+            if (std::any_of(text.begin(), text.end(), [](char c) { return c >= 'A' && c <= 'Z'; })) {
+                std::string lower = text;
+                for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+                return fail("\"" + text + "\": names are written in lower case (\"" + lower + "\")");
+            }
+        }
         if (s.checkText) {
             if (auto ok = s.checkText(value.get<std::string>()); !ok) return fail(ok.error());
         }

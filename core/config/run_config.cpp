@@ -94,7 +94,8 @@ std::string linesHolding(const std::string& text, const std::string& key) {
     for (size_t at = text.find(quoted); at != std::string::npos; at = text.find(quoted, at + 1)) {
         const size_t after = text.find_first_not_of(" \t\r\n", at + quoted.size());
         if (after == std::string::npos || text[after] != ':') continue;
-        lines.push_back(1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+        const int64_t line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+        if (lines.empty() || lines.back() != line) lines.push_back(line);  // twice on one line: no lines to name
     }
     if (lines.size() < 2) return {};
     std::string out = " (lines ";
@@ -107,36 +108,11 @@ std::string linesHolding(const std::string& text, const std::string& key) {
 
 }  // namespace
 
-tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path, TrainerOptions base) {
-    const std::string named = "the configuration \"" + path + "\"";
-    std::error_code ec;
-    const auto status = std::filesystem::status(path, ec);
-    if (ec || !std::filesystem::exists(status))
-        return tl::unexpected("cannot read " + named + ": check that the file exists");
-    // A folder, a FIFO or a device is never read: reading could fail late or block forever.
-    if (!std::filesystem::is_regular_file(status)) {
-        return tl::unexpected(named + " is not a regular file (" +
-                              (std::filesystem::is_directory(status) ? std::string("a folder")
-                                                                     : std::string("a FIFO, socket or device")) +
-                              "); give the path of a .json file");
-    }
-    const auto size = std::filesystem::file_size(path, ec);
-    if (!ec && size > kMaxConfigBytes) {
-        return tl::unexpected(named + " is " + std::to_string(size) +
-                              " bytes; a run configuration is a few KiB (at most " + std::to_string(kMaxConfigBytes) +
-                              " bytes): is this the right file?");
-    }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return tl::unexpected("cannot read " + named + ": check that it is readable");
-    std::string content;
-    content.resize(kMaxConfigBytes + 1);
-    in.read(content.data(), static_cast<std::streamsize>(content.size()));
-    if (in.bad()) return tl::unexpected("reading " + named + " failed");
-    content.resize(static_cast<size_t>(in.gcount()));
-    if (content.size() > kMaxConfigBytes) {
-        return tl::unexpected(named + " is larger than " + std::to_string(kMaxConfigBytes) +
-                              " bytes: is this the right file?");
-    }
+tl::expected<json, std::string> parseJsonText(const std::string& content, const std::string& named) {
+    // nlohmann::json stops at a NUL byte as at the end of the text: "{}\0junk" would read as {}.
+    if (const size_t nul = content.find('\0'); nul != std::string::npos)
+        return tl::unexpected(named + " holds a NUL byte (at byte " + std::to_string(nul) +
+                              "): JSON text has none; is this the right file?");
     json config;
     bool tooDeep = false;
     // A key given twice in one object: JSON readers disagree on which value counts (this one would
@@ -184,7 +160,42 @@ tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path,
         return tl::unexpected(named + " gives \"" + twice + "\" twice" + linesHolding(content, key) +
                               ": keep the one you mean and delete the other");
     }
-    auto options = parseRunConfig(config, std::move(base));
+    return config;
+}
+
+tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path, TrainerOptions base) {
+    const std::string named = "the configuration \"" + path + "\"";
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(status))
+        return tl::unexpected("cannot read " + named + ": check that the file exists");
+    // A folder, a FIFO or a device is never read: reading could fail late or block forever.
+    if (!std::filesystem::is_regular_file(status)) {
+        return tl::unexpected(named + " is not a regular file (" +
+                              (std::filesystem::is_directory(status) ? std::string("a folder")
+                                                                     : std::string("a FIFO, socket or device")) +
+                              "); give the path of a .json file");
+    }
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec && size > kMaxConfigBytes) {
+        return tl::unexpected(named + " is " + std::to_string(size) +
+                              " bytes; a run configuration is a few KiB (at most " + std::to_string(kMaxConfigBytes) +
+                              " bytes): is this the right file?");
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return tl::unexpected("cannot read " + named + ": check that it is readable");
+    std::string content;
+    content.resize(kMaxConfigBytes + 1);
+    in.read(content.data(), static_cast<std::streamsize>(content.size()));
+    if (in.bad()) return tl::unexpected("reading " + named + " failed");
+    content.resize(static_cast<size_t>(in.gcount()));
+    if (content.size() > kMaxConfigBytes) {
+        return tl::unexpected(named + " is larger than " + std::to_string(kMaxConfigBytes) +
+                              " bytes: is this the right file?");
+    }
+    auto config = parseJsonText(content, named);
+    if (!config) return tl::unexpected(config.error());
+    auto options = parseRunConfig(*config, std::move(base));
     if (!options) return tl::unexpected(named + ": " + options.error());
     return options;
 }

@@ -38,6 +38,12 @@ const char* jsonTypeName(const nlohmann::json& value);
 /// returned from a half-read configuration.
 tl::expected<TrainerOptions, std::string> parseRunConfig(const nlohmann::json& config, TrainerOptions base = {});
 
+/// JSON text read strictly, as every JSON input of BatchPilot is (configuration files, the served
+/// run's commands): refused when it is not valid JSON, holds a NUL byte (nlohmann::json would stop
+/// there and take the text before it), gives a key twice in one object, or nests deeper than 32
+/// levels. Messages start with `named` ("the configuration \"run.json\"", "the command").
+tl::expected<nlohmann::json, std::string> parseJsonText(const std::string& content, const std::string& named);
+
 /// Reads and parses a configuration file; errors name the file.
 tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path, TrainerOptions base = {});
 

@@ -53,6 +53,7 @@ tl::expected<AllocatorSettings, std::string> parseAllocatorSettings(std::string_
         "release_lock_on_cudamalloc",        "pinned_use_cuda_host_register",
         "pinned_num_register_threads",       "pinned_use_background_threads",
         "graph_capture_record_stream_reuse", "per_process_memory_fraction"};
+    std::vector<std::string> given;  // the settings named, to refuse one named twice or a contradiction
     size_t start = 0;
     while (start <= text.size()) {
         size_t end = text.find(separator, start);
@@ -60,6 +61,19 @@ tl::expected<AllocatorSettings, std::string> parseAllocatorSettings(std::string_
         const std::string item = trimmed(text.substr(start, end - start));
         start = end + 1;
         if (item.empty()) continue;
+        const std::string named = trimmed(std::string_view(item).substr(0, item.find(':')));
+        if (std::find(given.begin(), given.end(), named) != given.end())
+            return tl::unexpected("allocator setting " + cutForMessage(named) +
+                                  " is given twice: keep the one you mean");
+        given.push_back(named);
+        const bool exact = std::find(given.begin(), given.end(), "exact") != given.end();
+        if (exact && given.size() > 1) {
+            const std::string& other = given.front() == "exact" ? given.back() : given.front();
+            return tl::unexpected(
+                "allocator setting exact counts bytes without PyTorch's caching allocator: it "
+                "takes no other (\"" +
+                cutForMessage(other) + "\"); keep exact, or drop it for the caching model");
+        }
         if (item == "exact") {
             settings = AllocatorSettings{};
             settings.exact = true;

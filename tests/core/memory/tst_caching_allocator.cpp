@@ -346,7 +346,7 @@ private Q_SLOTS:
         QVERIFY(parseAllocatorSettings("exact")->exact);
         QCOMPARE(*parseAllocatorSettings(s->text()), *s);
         // In a device name the settings are separated by '/'.
-        QVERIFY(parseAllocatorSettings("exact/expandable_segments:True", {}, '/')->expandableSegments);
+        QVERIFY(parseAllocatorSettings("caching/expandable_segments:True", {}, '/')->expandableSegments);
         const auto check = [](const char* text, const char* says) {
             const auto bad = parseAllocatorSettings(text);
             QVERIFY2(!bad.has_value(), text);
@@ -358,6 +358,14 @@ private Q_SLOTS:
         check("max_split_size_mb:abc", "whole number");
         check("roundup_power2_divisions:3", "power of two");
         check("expandable_segments", "needs a value");
+        // Read as strictly as a configuration file: a setting named twice, or exact (no caching
+        // allocator) with a setting of the caching allocator, is a contradiction, not "the last wins".
+        check("caching,caching", "given twice");
+        check("expandable_segments:True,expandable_segments:False", "given twice");
+        check("exact,caching", "takes no other (\"caching\")");
+        check("caching,exact", "takes no other (\"caching\")");
+        check("exact,expandable_segments:True", "takes no other (\"expandable_segments\")");
+        QVERIFY(!parseAllocatorSettings("exact/caching", {}, '/').has_value());
     }
 };
 
