@@ -354,7 +354,7 @@ tl::expected<std::unique_ptr<app::RunServer>, int> startServer(const app::ServeA
     if (!started) return tl::unexpected(fail(kExitBadInput, started.error()));
     std::unique_ptr<app::RunServer> server = std::move(*started);
     server->setConfiguration(core::toRunConfig(options).dump(2) + "\n");
-    if (!app::isLoopback(address.host)) {
+    if (!address.loopback) {
         std::fprintf(stderr,
                      "%s: warning: serving on %s, not loopback: anyone who can reach it may watch this run, "
                      "and anyone with the control token (sent unencrypted) may steer it\n",

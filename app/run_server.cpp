@@ -1,14 +1,12 @@
 #include "app/run_server.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -17,7 +15,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <vector>
 
@@ -25,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config/option_schema.h"
+#include "core/config/run_config.h"
 #include "core/events/event_json.h"
 #include "core/train/trainer.h"
 
@@ -34,243 +32,35 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kMaxBodyBytes = 64 * 1024;
-constexpr int kMaxConnections = 512;        ///< served at once (a thread each); more wait in the listen backlog
 constexpr double kRequestsPerSecond = 100;  ///< per client address, with bursts of kBurst
 constexpr double kBurst = 200;
 constexpr auto kKeepAlive = std::chrono::seconds(15);  ///< a comment on a quiet stream
 constexpr size_t kEventsPerWrite = 2048;
 constexpr auto kStreamTick = std::chrono::milliseconds(50);  ///< a live stream's latency, at most
-constexpr auto kRequestDeadline = std::chrono::seconds(10);  ///< a whole request must arrive within it
-constexpr int kListenBacklog = 512;                          ///< connections the kernel queues (httplib's own is 5)
 
-int portOf(const sockaddr_storage& address) {
-    if (address.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port);
-    if (address.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(address).sin6_port);
-    return -1;
-}
-
-/// A connection's peer as httplib names it in Request::remote_addr/remote_port ("127.0.0.1:53211").
-std::string peerOf(int fd) {
-    sockaddr_storage address{};
-    socklen_t length = sizeof address;
-    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return {};
-    char host[NI_MAXHOST];
-    char port[NI_MAXSERV];
-    if (::getnameinfo(reinterpret_cast<sockaddr*>(&address), length, host, sizeof host, port, sizeof port,
-                      NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-        return {};
-    return std::string(host) + ":" + port;
-}
-
-/// Slow clients ("slowloris": a request sent a byte at a time). httplib's read timeout applies to
-/// each read, so a client sending a byte a second would hold a connection — and its thread — for
-/// hours. Here every connection must deliver a whole request (headers and body) within
-/// kRequestDeadline of being first seen, or of its previous answer; past it the connection is shut
-/// down. An event stream, once asked for, is exempt (it only writes).
-///
-/// httplib hands out no accepted socket, so the connections are found by looking at this
-/// process's sockets on the listening port every kDeadlineTick (one look at /proc/self/fd, not
-/// one per connection: under a flood of connections that would cost more than the flood). A
-/// connection is shut down through a duplicate taken and checked (same socket, same peer) at that
-/// moment, so a number closed and reused meanwhile is never touched.
-class RequestDeadlines {
+/// httplib's parser and router, run on a request the gate has read whole (RequestGate).
+class Router final : public httplib::Server {
 public:
-    RequestDeadlines() : m_watch([this] { watch(); }) {}
-    ~RequestDeadlines() {
-        {
-            const std::lock_guard lock(m_mutex);
-            m_stopping = true;
-        }
-        m_changed.notify_all();
-        m_watch.join();
+    /// Streams stop writing once this is called (httplib ends a chunked answer when its server
+    /// has no listening socket; this one never listens itself: the gate does).
+    void open(int listeningSocket) { svr_sock_ = listeningSocket; }
+    void close() { svr_sock_ = INVALID_SOCKET; }
+    /// Answers the one request `stream` holds; whether the connection may carry another.
+    bool answer(httplib::Stream& stream) {
+        bool closed = false;
+        const bool written = process_request(stream, /*close_connection=*/false, closed, [](httplib::Request&) {});
+        return written && !closed;
     }
-
-    /// The listening socket, once bound: connections on its port are watched from then on.
-    void watchPort(int listenSocket) {
-        sockaddr_storage own{};
-        socklen_t length = sizeof own;
-        struct stat info {};
-        if (::getsockname(listenSocket, reinterpret_cast<sockaddr*>(&own), &length) != 0 ||
-            ::fstat(listenSocket, &info) != 0)
-            return;
-        const std::lock_guard lock(m_mutex);
-        m_family = own.ss_family;
-        m_port = portOf(own);
-        m_listenInode = info.st_ino;
-    }
-    /// The server stops: every connection still open is shut down at once (a slow or idle client
-    /// must not hold the run's exit), streams included.
-    void cutAll() {
-        {
-            const std::lock_guard lock(m_mutex);
-            m_cutAll = true;
-        }
-        m_changed.notify_all();
-    }
-    /// The answer is about to be written: the next request on the connection has its own deadline.
-    void answered(const std::string& peer) {
-        const std::lock_guard lock(m_mutex);
-        Mark& mark = m_marks[peer];
-        mark.answered = mark.touched = Clock::now();
-    }
-    /// The connection streams events: never cut.
-    void streaming(const std::string& peer) {
-        const std::lock_guard lock(m_mutex);
-        Mark& mark = m_marks[peer];
-        mark.streaming = true;
-        mark.touched = Clock::now();
-    }
-
-private:
-    static constexpr auto kDeadlineTick = std::chrono::milliseconds(250);
-    struct Seen {
-        std::string peer;
-        Clock::time_point since;
-    };
-    struct Mark {
-        Clock::time_point answered{};
-        Clock::time_point touched{};
-        bool streaming = false;
-    };
-
-    void watch() {
-        std::unique_lock lock(m_mutex);
-        bool cutting = false;  // cutAll() seen: look every 50 ms
-        while (!m_stopping) {
-            m_changed.wait_for(lock, cutting ? kDeadlineTick / 5 : kDeadlineTick,
-                               [&] { return m_stopping || m_cutAll != cutting; });
-            if (m_stopping) break;
-            cutting = m_cutAll;
-            if (m_port < 0) continue;
-            lock.unlock();
-            look();
-            lock.lock();
-        }
-    }
-
-    /// One look at the process's sockets: new connections start their clock, gone ones are
-    /// forgotten, and those past their deadline are shut down.
-    void look() {
-        int family = 0, port = 0;
-        ino_t listening = 0;
-        bool cutAll = false;
-        {
-            const std::lock_guard lock(m_mutex);
-            family = m_family;
-            port = m_port;
-            listening = m_listenInode;
-            cutAll = m_cutAll;
-        }
-        std::vector<std::pair<int, ino_t>> sockets;  // (number, inode) of every socket but the listening one
-        if (DIR* dir = ::opendir("/proc/self/fd")) {
-            while (const dirent* entry = ::readdir(dir)) {
-                char* end = nullptr;
-                const long fd = std::strtol(entry->d_name, &end, 10);
-                struct stat info {};
-                if (end == entry->d_name || *end != '\0' || fd == ::dirfd(dir) ||
-                    ::fstat(static_cast<int>(fd), &info) != 0 || !S_ISSOCK(info.st_mode) || info.st_ino == listening)
-                    continue;
-                sockets.emplace_back(static_cast<int>(fd), info.st_ino);
-            }
-            ::closedir(dir);
-        }
-        const auto now = Clock::now();
-        std::map<ino_t, Seen> seen;
-        struct Late {
-            int fd;
-            ino_t inode;
-            std::string peer;
-        };
-        std::vector<Late> late;
-        {
-            const std::lock_guard lock(m_mutex);
-            for (const auto& [fd, inode] : sockets) {
-                if (const auto known = m_seen.find(inode); known != m_seen.end()) {
-                    seen.insert(*known);
-                    continue;
-                }
-                sockaddr_storage local{};
-                socklen_t length = sizeof local;
-                if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0 || local.ss_family != family ||
-                    portOf(local) != port)
-                    continue;  // another socket of this process (a rank's connection, …)
-                if (std::string peer = peerOf(fd); !peer.empty()) seen[inode] = Seen{std::move(peer), now};
-            }
-            m_seen = std::move(seen);
-            std::set<std::string> peers;
-            for (const auto& [fd, inode] : sockets) {
-                const auto it = m_seen.find(inode);
-                if (it == m_seen.end()) continue;
-                peers.insert(it->second.peer);
-                const auto mark = m_marks.find(it->second.peer);
-                if (!cutAll && mark != m_marks.end() && mark->second.streaming) continue;
-                const auto from =
-                    mark == m_marks.end() ? it->second.since : std::max(it->second.since, mark->second.answered);
-                if (cutAll || now - from >= kRequestDeadline) late.push_back(Late{fd, inode, it->second.peer});
-            }
-            // Marks of connections that are gone (kept a while: a connection may be marked
-            // before a look first sees it).
-            std::erase_if(m_marks, [&](const auto& entry) {
-                return peers.count(entry.first) == 0 && now - entry.second.touched > std::chrono::seconds(5);
-            });
-        }
-        for (const Late& connection : late) {
-            const int copy = ::fcntl(connection.fd, F_DUPFD_CLOEXEC, 0);
-            if (copy < 0) continue;
-            struct stat info {};
-            if (::fstat(copy, &info) == 0 && info.st_ino == connection.inode && peerOf(copy) == connection.peer)
-                ::shutdown(copy, SHUT_RDWR);  // httplib's read fails; the connection ends
-            ::close(copy);
-        }
-    }
-
-    std::mutex m_mutex;
-    std::condition_variable m_changed;
-    int m_family = 0;
-    int m_port = -1;  ///< the listening port; -1 before it is bound
-    ino_t m_listenInode = 0;
-    bool m_cutAll = false;
-    std::map<ino_t, Seen> m_seen;         ///< connections on the port, by socket inode
-    std::map<std::string, Mark> m_marks;  ///< by peer ("127.0.0.1:53211")
-    bool m_stopping = false;
-    std::thread m_watch;
 };
 
-/// One thread per connection, at most kMaxConnections at once: a stream held open by a window
-/// never waits behind another, and a flood of connections waits in the kernel's listen backlog
-/// (enqueue blocks the accept loop) instead of in memory. Idle connections end after the read
-/// timeout.
-class ConnectionThreads final : public httplib::TaskQueue {
-public:
-    void enqueue(std::function<void()> fn) override {
-        std::unique_lock lock(m_mutex);
-        m_changed.wait(lock, [this] { return m_active < kMaxConnections || m_stopping; });
-        if (m_stopping) return;  // the server is stopping; the socket closes with the process
-        ++m_active;
-        std::thread([this, fn = std::move(fn)] {
-            fn();
-            const std::lock_guard done(m_mutex);
-            --m_active;
-            m_changed.notify_all();
-        }).detach();
-    }
-    void shutdown() override {
-        std::unique_lock lock(m_mutex);
-        m_stopping = true;
-        m_changed.notify_all();
-        m_changed.wait(lock, [this] { return m_active == 0; });
-    }
-
-private:
-    std::mutex m_mutex;
-    std::condition_variable m_changed;
-    int m_active = 0;
-    bool m_stopping = false;
-};
-
-std::string peerOf(const httplib::Request& req) {
-    return req.remote_addr + ":" + std::to_string(req.remote_port);
+/// A position in the stream (Last-Event-ID, from): decimal digits only, at most `last`.
+std::optional<size_t> position(const std::string& text, size_t last) {
+    if (text.empty() || text.size() > 19 ||
+        !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return std::nullopt;
+    const unsigned long long n = std::stoull(text);
+    if (n > last) return std::nullopt;
+    return static_cast<size_t>(n);
 }
 
 void reply(httplib::Response& res, int status, const json& body) {
@@ -296,10 +86,6 @@ tl::expected<core::TrainerOptions, std::string> readAsOption(const json& body, c
 
 }  // namespace
 
-bool isLoopback(const std::string& host) {
-    return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
 tl::expected<ServeAddress, std::string> parseServeAddress(const std::string& text, bool anyAddressAllowed) {
     ServeAddress address;
     std::string port = text;
@@ -311,21 +97,15 @@ tl::expected<ServeAddress, std::string> parseServeAddress(const std::string& tex
         if (address.host.empty())
             return tl::unexpected("--serve: no address before \":\" in \"" + text + "\": give PORT or ADDR:PORT");
     }
-    char* end = nullptr;
-    errno = 0;
-    const long number = port.empty() ? -1 : std::strtol(port.c_str(), &end, 10);
-    if (port.empty() || *end != '\0' || errno != 0 || number < 0 || number > 65535)
+    if (port.empty() || port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) || std::stoi(port) > 65535)
         return tl::unexpected("--serve: the port must be a whole number from 0 to 65535 (0: any free one), got \"" +
                               port + "\"");
-    address.port = static_cast<int>(number);
-    if (!isLoopback(address.host) && !anyAddressAllowed) {
-        return tl::unexpected(
-            "--serve " + text +
-            ": serving on an address other than loopback lets anyone who can reach it watch the run, and with the "
-            "control token steer it; the token is its only protection and travels unencrypted. Serve on loopback "
-            "(--serve PORT) and reach it through an SSH tunnel (ssh -L PORT:localhost:PORT SERVER), or add "
-            "--serve-any-address to accept the risk");
-    }
+    address.port = std::stoi(port);
+    auto resolved = resolveServeHost(address.host, address.port, anyAddressAllowed);
+    if (!resolved) return tl::unexpected(resolved.error());
+    address.resolved = *resolved;
+    address.loopback = isLoopbackAddress(resolved->address);
     return address;
 }
 
@@ -358,7 +138,9 @@ bool sameToken(const std::string& a, const std::string& b) {
 }
 
 tl::expected<RemoteCommand, std::string> parseRemoteCommand(const std::string& body) {
-    const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    const auto parsed = core::parseJsonText(body, "the command");
+    if (!parsed) return tl::unexpected(parsed.error());
+    const json& j = *parsed;
     if (!j.is_object()) return tl::unexpected(std::string("the body is not a JSON object: send {\"command\": ...}"));
     const auto name = j.find("command");
     if (name == j.end() || !name->is_string())
@@ -414,6 +196,26 @@ tl::expected<RemoteCommand, std::string> parseRemoteCommand(const std::string& b
                               "\": one of pause, resume, stop, reprobe, target_batch, device, memory_savers, "
                               "check_equivalence");
     }
+    // A key the command does not take is a mistake to name, not to ignore ("target": 2048).
+    const std::vector<std::string> takes = [&]() -> std::vector<std::string> {
+        switch (command.kind) {
+        case Kind::TargetBatch: return {"command", "target_batch", "lr_scaling"};
+        case Kind::Device: return {"command", "device", "rank"};
+        case Kind::MemorySavers: return {"command", "memory_savers"};
+        case Kind::CheckEquivalence: return {"command", "samples"};
+        case Kind::Pause:
+        case Kind::Resume:
+        case Kind::Stop:
+        case Kind::Reprobe: return {"command"};
+        }
+        return {"command"};
+    }();
+    for (const auto& [key, value] : j.items()) {
+        if (std::find(takes.begin(), takes.end(), key) != takes.end()) continue;
+        std::string list;
+        for (const std::string& k : takes) list += (list.empty() ? "\"" : ", \"") + k + "\"";
+        return tl::unexpected("the command \"" + text + "\" takes no \"" + key + "\": its keys are " + list);
+    }
     return command;
 }
 
@@ -434,10 +236,8 @@ std::string describe(const RemoteCommand& command) {
 }
 
 struct RunServer::Impl {
-    RequestDeadlines deadlines;  // before the server: it outlives every connection
-    httplib::Server server;
-    int listenSocket = -1;
-    std::thread listener;
+    Router server;
+    std::unique_ptr<RequestGate> gate;  // after the server: every connection ends before the router goes
     std::string host;
     int port = 0;
     std::string controlToken = randomToken();
@@ -465,16 +265,31 @@ struct RunServer::Impl {
     std::map<std::string, Bucket> buckets;
 
     enum class Access { None, Watch, Control };
-    Access access(const httplib::Request& req) const {
-        std::string token;
-        const std::string header = req.get_header_value("Authorization");
-        if (header.rfind("Bearer ", 0) == 0)
-            token = header.substr(7);
-        else if (req.has_param("token"))
-            token = req.get_param_value("token");
+    Access access(const std::string& token) const {
         if (sameToken(token, controlToken)) return Access::Control;
         if (sameToken(token, watchToken)) return Access::Watch;
         return Access::None;
+    }
+    Access access(const httplib::Request& req) const {
+        const std::string header = req.get_header_value("Authorization");
+        if (header.rfind("Bearer ", 0) == 0) return access(header.substr(7));
+        return access(req.has_param("token") ? req.get_param_value("token") : std::string());
+    }
+    /// The gate's check, on the head as sent, before any body is read.
+    std::optional<Refusal> admit(const RequestHead& head) const {
+        std::string token;
+        if (const std::string* header = head.header("Authorization"); header && header->rfind("Bearer ", 0) == 0)
+            token = header->substr(7);
+        else if (const auto param = head.param("token"))
+            token = std::string(*param);
+        if (access(token) == Access::None)
+            return Refusal{401,
+                           "a token is needed: the URL batchpilot-cli printed (…/?token=…), or the header "
+                           "\"Authorization: Bearer TOKEN\""};
+        // httplib drops a header without a value: an empty position would read as none.
+        if (const std::string* last = head.header("Last-Event-ID"); last && last->empty())
+            return Refusal{400, "Last-Event-ID: the number of the last event received, not empty"};
+        return std::nullopt;
     }
 
     bool allowRate(const std::string& address) {
@@ -527,18 +342,7 @@ struct RunServer::Impl {
     }
 
     void routes() {
-        server.set_payload_max_length(kMaxBodyBytes);
-        server.set_read_timeout(std::chrono::seconds(2));
-        server.set_write_timeout(std::chrono::seconds(5));
-        server.set_keep_alive_max_count(100);
-        server.set_keep_alive_timeout(2);  // an idle connection is closed after 2 s
-        server.new_task_queue = [] { return new ConnectionThreads; };
-        server.set_socket_options([this](socket_t sock) {
-            httplib::default_socket_options(sock);
-            listenSocket = sock;  // to raise its backlog once bound
-        });
-        server.set_post_routing_handler(
-            [this](const httplib::Request& req, httplib::Response&) { deadlines.answered(peerOf(req)); });
+        server.set_payload_max_length(GateLimits{}.maxBodyBytes);  // the gate's limit, again
         server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
             if (!allowRate(req.remote_addr)) {
                 refuse(res, 429, "more than 100 requests a second from this address: slow down");
@@ -569,23 +373,26 @@ struct RunServer::Impl {
         });
         server.Get("/events", [this](const httplib::Request& req, httplib::Response& res) {
             size_t next = 0;  // index of the next event to send
-            const auto number = [](const std::string& text) -> std::optional<size_t> {
-                char* end = nullptr;
-                const unsigned long long n = std::strtoull(text.c_str(), &end, 10);
-                if (text.empty() || *end != '\0' || text[0] == '-') return std::nullopt;
-                return static_cast<size_t>(n);
-            };
+            size_t count = 0;
+            {
+                const std::lock_guard lock(mutex);
+                count = offsets.size() - 1;
+            }
+            const std::string numbers = " (" + std::to_string(count) + " events so far)";
             if (req.has_header("Last-Event-ID")) {
-                const auto last = number(req.get_header_value("Last-Event-ID"));
-                if (!last) return refuse(res, 400, "Last-Event-ID: the number of the last event received");
+                const auto last = position(req.get_header_value("Last-Event-ID"), count);
+                if (!last)
+                    return refuse(
+                        res, 400,
+                        "Last-Event-ID: the number of the last event received, from 0 to the events sent" + numbers);
                 next = *last;
             } else if (req.has_param("from")) {
-                const auto from = number(req.get_param_value("from"));
-                if (!from || *from == 0) return refuse(res, 400, "from: the number of the first event wanted (from 1)");
+                const auto from = position(req.get_param_value("from"), count + 1);
+                if (!from || *from == 0)
+                    return refuse(res, 400, "from: the number of the first event wanted, from 1" + numbers);
                 next = *from - 1;
             }
             res.set_header("Cache-Control", "no-cache");
-            deadlines.streaming(peerOf(req));
             {
                 const std::lock_guard lock(mutex);
                 ++streams;
@@ -667,22 +474,16 @@ tl::expected<std::unique_ptr<RunServer>, std::string> RunServer::start(const Ser
                               std::strerror(errno));
     impl->offsets.push_back(0);
     impl->routes();
-    if (address.port == 0) {
-        impl->port = impl->server.bind_to_any_port(address.host);
-        if (impl->port < 0) return tl::unexpected("--serve: cannot listen on " + address.host);
-    } else {
-        if (!impl->server.bind_to_port(address.host, address.port))
-            return tl::unexpected("--serve: cannot listen on " + address.host + ":" + std::to_string(address.port) +
-                                  " (in use by another program, or not an address of this machine): choose another "
-                                  "port, or 0 for any free one");
-        impl->port = address.port;
-    }
-    // httplib listens with a backlog of 5: a burst of connections (a window reconnecting while
-    // others watch) would wait for SYN retries, a second or more each.
-    if (impl->listenSocket >= 0) {
-        ::listen(impl->listenSocket, kListenBacklog);
-        impl->deadlines.watchPort(impl->listenSocket);
-    }
+    Impl& routed = *impl;
+    RequestGate::Handlers handlers;
+    handlers.admit = [&routed](const RequestHead& head) { return routed.admit(head); };
+    handlers.holdsConnection = [](const RequestHead& head) { return head.method == "GET" && head.path() == "/events"; };
+    handlers.answer = [&routed](httplib::Stream& stream) { return routed.server.answer(stream); };
+    auto gate = RequestGate::open(address.resolved, GateLimits{}, std::move(handlers));
+    if (!gate) return tl::unexpected(gate.error());
+    impl->gate = std::move(*gate);
+    impl->port = impl->gate->port();
+    impl->server.open(impl->gate->listeningSocket());
     auto server = std::unique_ptr<RunServer>(new RunServer(std::move(impl)));
     // The URLs with their tokens, readable by this user only (O_EXCL: never one that was there).
     if (!runFolder.empty()) {
@@ -695,21 +496,18 @@ tl::expected<std::unique_ptr<RunServer>, std::string> RunServer::start(const Ser
         ::close(fd);
         if (!written) return tl::unexpected("--serve: cannot write " + path + " (disk full?)");
     }
-    Impl& started = *server->m_impl;
-    started.listener = std::thread([&started] { started.server.listen_after_bind(); });
     return server;
 }
 
 RunServer::~RunServer() {
-    m_impl->deadlines.cutAll();
     {
         const std::lock_guard lock(m_impl->mutex);
         m_impl->stopping = true;
         m_impl->trainer = nullptr;
     }
     m_impl->changed.notify_all();
-    m_impl->server.stop();
-    if (m_impl->listener.joinable()) m_impl->listener.join();
+    m_impl->server.close();
+    m_impl->gate.reset();  // every connection shut, the workers joined
     if (m_impl->spool != nullptr) std::fclose(m_impl->spool);
 }
 

@@ -20,9 +20,12 @@
 //                     {"command": "check_equivalence", "samples": 0}
 //
 // Token: "Authorization: Bearer TOKEN" or "?token=TOKEN". Answers: 401 without the right token,
-// 403 for a command with the watch token, 400 for a command that is not valid (the message is the
-// command line's for the same value), 413 for a body over 64 KiB, 429 past 100 requests a second
-// from one address, 503 before the trainer exists.
+// 403 for a command with the watch token, 400 for a command that is not valid (the message is a
+// configuration file's for the same value) or a position that is not one, 413 for a body over
+// 64 KiB, 411 for a chunked body, 415 for a compressed one, 431 for more than 64 headers or
+// 16 KiB of them, 429 past 100 requests a second from one address, 503 before the trainer exists
+// or when the server's workers are all taken. What is checked before the token, and how
+// connections are held, is app/request_gate.h's.
 
 #include <chrono>
 #include <cstdint>
@@ -33,6 +36,7 @@
 
 #include <tl/expected.hpp>
 
+#include "app/request_gate.h"
 #include "core/config/options.h"
 #include "core/events/events.h"
 
@@ -44,15 +48,17 @@ namespace batchpilot::app {
 
 /// Where --serve listens.
 struct ServeAddress {
-    std::string host = "127.0.0.1";
-    int port = 0;  ///< 0: any free port (said in the URL)
+    std::string host = "127.0.0.1";  ///< as given (shown in the URL)
+    int port = 0;                    ///< 0: any free port (said in the URL)
+    ListenAddress resolved;          ///< the address the host resolved to, checked
+    bool loopback = true;            ///< whether it is a loopback address
 };
 
-/// "PORT" or "ADDR:PORT" ("[::1]:PORT" for IPv6). An address other than loopback (127.0.0.0/8,
-/// ::1, localhost) is refused unless `anyAddressAllowed` (--serve-any-address), with a message
-/// that names the risk and the tunnel to use instead.
+/// "PORT" or "ADDR:PORT" ("[::1]:PORT" for IPv6), the host resolved once, here. An address other
+/// than loopback (127.0.0.0/8, ::1) is refused unless `anyAddressAllowed` (--serve-any-address),
+/// with a message that names the risk and the tunnel to use instead: a name is judged by the
+/// address it resolves to, never by how it reads.
 tl::expected<ServeAddress, std::string> parseServeAddress(const std::string& text, bool anyAddressAllowed);
-bool isLoopback(const std::string& host);
 
 /// A command for the run, read from a request's body and checked as the command line checks the
 /// same values.

@@ -249,20 +249,44 @@ int rawConnection(int port) {
     return fd;
 }
 
-/// What the tests send, kept up for a whole run: 500 connections that say nothing (re-opened as
-/// the server closes them), a request sent a byte every 300 ms (re-opened when cut), and 1,000
-/// malformed requests a second. From this machine, so the attack also takes CPU from the run.
+/// What the tests send, kept up for a whole run: 600 connections that say nothing (re-opened as
+/// the server closes them), a request sent a byte every 300 ms (re-opened when cut), a head of
+/// endless header lines, 1 MiB of noise sent and the connection dropped (twice a second), and
+/// 1,000 malformed requests a second. From this machine, so the attack also takes CPU from the
+/// run. Meanwhile a legitimate client asks GET / with its token on a fresh connection every 200 ms:
+/// its slowest answer and its failures are what the attack costs the people using the server.
 class Attacker {
 public:
-    explicit Attacker(int port)
-        : m_thread([this, port] {
-              std::vector<int> idle(500, -1);
+    Attacker(int port, std::string token)
+        : m_prober([this, port, token] {
+              while (!m_stop) {
+                  httplib::Client client("127.0.0.1", port);
+                  client.set_connection_timeout(std::chrono::seconds(5));
+                  client.set_read_timeout(std::chrono::seconds(5));
+                  const auto began = std::chrono::steady_clock::now();
+                  const auto answer = client.Get("/", bearer(token));
+                  const double ms =
+                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+                  if (!answer || answer->status != 200) ++m_failed;
+                  m_slowestMs = std::max(m_slowestMs.load(), ms);
+                  ++m_asked;
+                  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+              }
+          }),
+          m_thread([this, port] {
+              std::vector<int> idle(600, -1);
               int drip = -1;
+              int flood = -1;
               auto nextDrip = std::chrono::steady_clock::now();
+              auto nextNoise = std::chrono::steady_clock::now();
               int64_t sent = 0;
               const auto start = std::chrono::steady_clock::now();
               const std::string garbage[] = {"GET / HTTP/9.9\r\n\r\n", "\x01\x02\x03\r\n\r\n",
-                                             "POST /command HTTP/1.1\r\nContent-Length: -1\r\n\r\n"};
+                                             "POST /command HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+                                             "POST /command HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"};
+              std::string noise(1 << 20, '\0');
+              uint32_t state = 1;
+              for (char& c : noise) c = static_cast<char>((state = state * 1664525u + 1013904223u) >> 24);
               while (!m_stop) {
                   for (int& fd : idle) {
                       char byte = 0;
@@ -283,11 +307,29 @@ public:
                       }
                       nextDrip += std::chrono::milliseconds(300);
                   }
+                  if (flood < 0) {
+                      flood = rawConnection(port);
+                      if (flood >= 0) (void)!::send(flood, "GET / HTTP/1.1\r\n", 16, MSG_NOSIGNAL);
+                  } else {
+                      const std::string lines = "X-A: b\r\nX-C: d\r\nX-E: f\r\nX-G: h\r\n";
+                      if (::send(flood, lines.data(), lines.size(), MSG_NOSIGNAL | MSG_DONTWAIT) <= 0 &&
+                          errno != EAGAIN) {
+                          ::close(flood);
+                          flood = -1;
+                      }
+                  }
+                  if (std::chrono::steady_clock::now() >= nextNoise) {
+                      if (const int fd = rawConnection(port); fd >= 0) {
+                          (void)!::send(fd, noise.data(), noise.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+                          ::close(fd);
+                      }
+                      nextNoise += std::chrono::milliseconds(500);
+                  }
                   // 1,000 malformed requests a second, in bursts of 50.
                   for (int i = 0; i < 50; ++i, ++sent) {
                       const int fd = rawConnection(port);
                       if (fd < 0) continue;
-                      const std::string& text = garbage[sent % 3];
+                      const std::string& text = garbage[sent % 4];
                       (void)!::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
                       ::close(fd);
                   }
@@ -296,17 +338,29 @@ public:
               for (const int fd : idle)
                   if (fd >= 0) ::close(fd);
               if (drip >= 0) ::close(drip);
+              if (flood >= 0) ::close(flood);
               m_malformed = sent;
           }) {}
-    int64_t finish() {
+    struct Outcome {
+        int64_t malformed = 0;
+        int64_t asked = 0;   ///< the legitimate client's requests
+        int64_t failed = 0;  ///< of them, unanswered or not 200
+        double slowestMs = 0;
+    };
+    Outcome finish() {
         m_stop = true;
         m_thread.join();
-        return m_malformed;
+        m_prober.join();
+        return {m_malformed, m_asked, m_failed, m_slowestMs};
     }
 
 private:
     std::atomic<bool> m_stop{false};
     int64_t m_malformed = 0;
+    std::atomic<int64_t> m_asked{0};
+    std::atomic<int64_t> m_failed{0};
+    std::atomic<double> m_slowestMs{0};
+    std::thread m_prober;
     std::thread m_thread;
 };
 
@@ -363,7 +417,7 @@ std::vector<Setup> costSetups(bool quick) {
 
 /// One run — not served, served with no client, or served to a connected window: its samples/s
 /// after the probe (0 when it failed).
-double timedRun(const Setup& setup, Arm arm, int64_t* shown) {
+double timedRun(const Setup& setup, Arm arm, int64_t* shown, Attacker::Outcome* attack) {
     QTemporaryDir runs;
     QProcess cli;
     Served served;
@@ -373,7 +427,7 @@ double timedRun(const Setup& setup, Arm arm, int64_t* shown) {
     if (arm == Arm::Watched) window = std::make_unique<ConnectedWindow>(served);
     std::unique_ptr<Attacker> attacker;
     if (arm == Arm::Streamed) reader = std::make_unique<StreamReader>(served);
-    if (arm == Arm::Attacked) attacker = std::make_unique<Attacker>(served.port);
+    if (arm == Arm::Attacked) attacker = std::make_unique<Attacker>(served.port, served.token);
     QElapsedTimer clock;
     clock.start();
     while (cli.state() != QProcess::NotRunning && clock.elapsed() < 600'000) bench::spin(50);
@@ -382,7 +436,10 @@ double timedRun(const Setup& setup, Arm arm, int64_t* shown) {
         *shown = window->delivered;
     }
     if (reader) *shown = reader->finish();
-    if (attacker) *shown = attacker->finish();
+    if (attacker) {
+        *attack = attacker->finish();
+        *shown = attack->malformed;
+    }
     if (cli.exitCode() != 0) return 0;
     return samplesPerSecond(served.folder, 4);
 }
@@ -390,13 +447,16 @@ double timedRun(const Setup& setup, Arm arm, int64_t* shown) {
 json clientCost(const Setup& setup, int rounds, std::vector<std::string>& rows) {
     std::vector<double> samples[kArms];
     std::vector<double> streamedOverServed, watchedOverServed, attackedOverServed, servedOverNot;
+    int64_t legitimateAsked = 0, legitimateFailed = 0;
+    double slowestMs = 0;
     for (int round = 0; round < rounds; ++round) {
         // The arms in a rotated order each round: none is always first or last.
         double result[kArms] = {};
         int64_t shown[kArms] = {};
+        Attacker::Outcome attack;
         for (int k = 0; k < kArms; ++k) {
             const int arm = (k + round) % kArms;
-            result[arm] = timedRun(setup, static_cast<Arm>(arm), &shown[arm]);
+            result[arm] = timedRun(setup, static_cast<Arm>(arm), &shown[arm], &attack);
             if (result[arm] <= 0) return {{"setup", setup.name}, {"error", "a run failed"}};
             samples[arm].push_back(result[arm]);
         }
@@ -406,20 +466,29 @@ json clientCost(const Setup& setup, int rounds, std::vector<std::string>& rows) 
         const double serving = served / result[static_cast<int>(Arm::NotServed)];
         const double attacked = result[static_cast<int>(Arm::Attacked)] / served;
         attackedOverServed.push_back(attacked);
+        legitimateAsked += attack.asked;
+        legitimateFailed += attack.failed;
+        slowestMs = std::max(slowestMs, attack.slowestMs);
         streamedOverServed.push_back(streamed);
         watchedOverServed.push_back(watched);
         servedOverNot.push_back(serving);
         rows.push_back(std::string("\"") + setup.name + "\"," + std::to_string(round) + "," +
                        bench::fixed(result[0], 1) + "," + bench::fixed(result[1], 1) + "," +
-                       bench::fixed(result[2], 1) + "," + bench::fixed(result[3], 1) + "," + bench::fixed(streamed, 4) +
-                       "," + bench::fixed(watched, 4) + "," + bench::fixed(serving, 4) + "," +
+                       bench::fixed(result[2], 1) + "," + bench::fixed(result[3], 1) + "," +
+                       bench::fixed(result[4], 1) + "," + bench::fixed(streamed, 4) + "," + bench::fixed(watched, 4) +
+                       "," + bench::fixed(attacked, 4) + "," + bench::fixed(serving, 4) + "," +
                        std::to_string(shown[static_cast<int>(Arm::Streamed)]) + "," +
-                       std::to_string(shown[static_cast<int>(Arm::Watched)]));
+                       std::to_string(shown[static_cast<int>(Arm::Watched)]) + "," +
+                       std::to_string(shown[static_cast<int>(Arm::Attacked)]) + "," + std::to_string(attack.asked) +
+                       "," + std::to_string(attack.failed) + "," + bench::fixed(attack.slowestMs, 1));
         std::printf(
             "%s, round %d: samples/s not served %.1f, served %.1f, streamed to a client %.1f (%.4f), to a window "
-            "on this machine %.1f (%.4f), attacked %.1f (%.4f, %lld malformed requests); served/not %.4f\n",
+            "on this machine %.1f (%.4f), attacked %.1f (%.4f, %lld malformed requests; a legitimate client "
+            "answered %lld of %lld, the slowest in %.1f ms); served/not %.4f\n",
             setup.name, round, result[0], result[1], result[2], streamed, result[3], watched, result[4], attacked,
-            static_cast<long long>(shown[static_cast<int>(Arm::Attacked)]), serving);
+            static_cast<long long>(shown[static_cast<int>(Arm::Attacked)]),
+            static_cast<long long>(attack.asked - attack.failed), static_cast<long long>(attack.asked),
+            attack.slowestMs, serving);
         std::fflush(stdout);
     }
     const double streamed = bench::median(streamedOverServed);
@@ -440,6 +509,9 @@ json clientCost(const Setup& setup, int rounds, std::vector<std::string>& rows) 
             {"samples_per_second_attacked", samples[4]},
             {"attacked_over_served", attackedOverServed},
             {"median_attacked_over_served", attacked},
+            {"legitimate_requests_during_attack", legitimateAsked},
+            {"legitimate_requests_failed_during_attack", legitimateFailed},
+            {"legitimate_slowest_ms_during_attack", slowestMs},
             {"streamed_over_served", streamedOverServed},
             {"watched_over_served", watchedOverServed},
             {"served_over_not_served", servedOverNot},
@@ -476,7 +548,8 @@ int main(int argc, char** argv) {
     bench::writeCsv(args.outDir, "serve_cost.csv",
                     "setup,round,samples_per_s_not_served,samples_per_s_served,samples_per_s_streamed,"
                     "samples_per_s_window,samples_per_s_attacked,streamed_over_served,window_over_served,"
-                    "attacked_over_served,served_over_not_served,events_streamed,events_shown,malformed_requests",
+                    "attacked_over_served,served_over_not_served,events_streamed,events_shown,malformed_requests,"
+                    "legitimate_requests,legitimate_failed,legitimate_slowest_ms",
                     costRows);
     return 0;
 }

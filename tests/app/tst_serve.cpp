@@ -251,6 +251,77 @@ private Q_SLOTS:
         QVERIFY(cli.readAllStandardError().contains("remote command: target batch -> 512"));
     }
 
+    void clientsCannotEndHangOrMisleadTheRun() {
+        QTemporaryDir runs;
+        QProcess cli;
+        Served served;
+        QVERIFY(startServing(cli, runs.path(), served));
+        QTRY_VERIFY_WITH_TIMEOUT(stepsIn(served.folder) >= 2, kTimeout);
+
+        // Clients without a token that send 1 MiB of noise and go away: the answers the server
+        // writes to them raised SIGPIPE, which ended the run (exit 141).
+        std::string noise(1 << 20, '\0');
+        uint32_t state = 12345;
+        for (char& c : noise) c = static_cast<char>((state = state * 1664525u + 1013904223u) >> 24);
+        for (int i = 0; i < 8; ++i) {
+            const int fd = rawConnection(served.port);
+            QVERIFY(fd >= 0);
+            (void)!::send(fd, noise.data(), noise.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+            ::close(fd);
+        }
+        QTest::qWait(500);
+        QCOMPARE(cli.state(), QProcess::Running);
+
+        // Positions that are not ones: refused at once, never a stream that spins.
+        httplib::Client client("127.0.0.1", served.port);
+        client.set_read_timeout(std::chrono::seconds(10));
+        for (const char* last :
+             {"18446744073709551615", "18446744073709551616", "99999999999999999999999", "-1", "1e3", "100000000"}) {
+            httplib::Headers headers = bearer(served.watch);
+            headers.emplace("Last-Event-ID", last);
+            auto answer = client.Get("/events", headers);
+            QVERIFY2(answer && answer->status == 400, last);
+            QVERIFY2(answer->body.find("Last-Event-ID") != std::string::npos, answer->body.c_str());
+        }
+        for (const char* from : {"18446744073709551616", "0", "100000000", "x"}) {
+            auto answer = client.Get(("/events?from=" + std::string(from)).c_str(), bearer(served.watch));
+            QVERIFY2(answer && answer->status == 400, from);
+        }
+        // An empty Last-Event-ID (httplib's own parser would drop the header, starting from 0).
+        const int empty = rawConnection(served.port);
+        const std::string request =
+            "GET /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + served.watch + "\r\nLast-Event-ID:\r\n\r\n";
+        (void)!::send(empty, request.data(), request.size(), MSG_NOSIGNAL);
+        char answer[512] = {};
+        const ssize_t got = ::recv(empty, answer, sizeof answer - 1, 0);
+        ::close(empty);
+        QVERIFY2(got > 0 && std::string(answer).find(" 400 ") != std::string::npos, answer);
+
+        // Commands read as strictly as a configuration file, with its messages.
+        const auto refused = [&](const std::string& body, const char* says) {
+            auto answer = client.Post("/command", bearer(served.control), body, "application/json");
+            if (!answer || answer->status != 400 || answer->body.find(says) == std::string::npos) {
+                qWarning("%s -> %d %s", body.c_str(), answer ? answer->status : -1, answer ? answer->body.c_str() : "");
+                return false;
+            }
+            return true;
+        };
+        QVERIFY(refused(R"({"command":"pause","command":"stop"})", "twice"));
+        QVERIFY(refused(std::string(R"({"command":"stop"})") + std::string(3, '\0'), "NUL"));
+        QVERIFY(refused(R"({"command":"pause","target_batch":5})", "takes no"));
+        QVERIFY(refused(R"({"command":"target_batch","target":2048})", "target_batch"));
+        QVERIFY(refused(R"({"command":"memory_savers","memory_savers":"FP16"})", "lower case (\\\"fp16\\\")"));
+        QVERIFY(refused(R"({"command":"device","device":"virtual:H200/exact/caching"})", "takes no other"));
+        QVERIFY(refused(R"({"command":"target_batch","target_batch":0})",
+                        "target_batch: expected an integer from 1 to 2147483648, got 0"));
+        QTest::qWait(500);
+        QVERIFY2(!hasEvent(served.folder, "state", "state", "paused"), "a refused command acted");
+        QCOMPARE(cli.state(), QProcess::Running);
+        QTRY_VERIFY_WITH_TIMEOUT(stepsIn(served.folder) >= 4, kTimeout);
+        stopRun(cli, served);
+        QCOMPARE(cli.exitCode(), 0);
+    }
+
     void onlyLoopbackUnlessAsked() {
         QTemporaryDir runs;
         QProcess cli;
@@ -262,7 +333,18 @@ private Q_SLOTS:
         const QByteArray said = cli.readAllStandardError();
         QVERIFY2(said.contains("--serve-any-address") && said.contains("ssh -L"), said.constData());
         QVERIFY2(QDir(runs.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty(), "a run folder was made");
-        for (const char* bad : {"70000", "x", "host:", ":80"}) {
+        // A name is judged by the address it resolves to, not by how it reads.
+        for (const char* bad : {"127.attacker.example:0", "0.0.0.0:0", "[::]:0"}) {
+            QProcess wrong;
+            wrong.start(
+                QStringLiteral(BATCHPILOT_CLI_PATH),
+                {QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--steps"), QStringLiteral("1"),
+                 QStringLiteral("--runs-dir"), runs.path(), QStringLiteral("--serve"), QString::fromLatin1(bad)});
+            QVERIFY(wrong.waitForFinished(kTimeout));
+            QVERIFY2(wrong.exitCode() == 2, bad);
+            QVERIFY2(QDir(runs.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty(), bad);
+        }
+        for (const char* bad : {"70000", "x", "host:", ":80", "-1", "+80", "080000"}) {
             QProcess wrong;
             wrong.start(
                 QStringLiteral(BATCHPILOT_CLI_PATH),

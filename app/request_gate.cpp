@@ -1,0 +1,695 @@
+#include "app/request_gate.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+namespace batchpilot::app {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kLinger = std::chrono::seconds(1);  ///< a refused connection is read and dropped this long
+constexpr int kAcceptsPerWake = 64;
+
+bool equalsIgnoringCase(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
+bool isTokenChar(char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+}
+
+std::string_view trimmed(std::string_view text) {
+    while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+    while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+    return text;
+}
+
+/// The status line's words for the statuses the gate itself answers.
+const char* reason(int status) {
+    switch (status) {
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    default: return "Error";
+    }
+}
+
+std::string refusalText(const Refusal& refusal) {
+    const std::string body =
+        nlohmann::json{{"error", refusal.message}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+        "\n";
+    return "HTTP/1.1 " + std::to_string(refusal.status) + " " + reason(refusal.status) +
+           "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\n\r\n" + body;
+}
+
+/// Address and port in the form httplib gives Request::remote_addr and remote_port.
+std::pair<std::string, int> numericName(const sockaddr_storage& address, socklen_t length) {
+    char host[NI_MAXHOST];
+    char port[NI_MAXSERV];
+    if (::getnameinfo(reinterpret_cast<const sockaddr*>(&address), length, host, sizeof host, port, sizeof port,
+                      NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        return {std::string(), 0};
+    return {std::string(host), std::atoi(port)};
+}
+
+/// One whole request, read already, on a connection the gate still owns. Every write is
+/// MSG_NOSIGNAL and waits at most the write limit for the client to take it.
+class HeldRequest final : public httplib::Stream {
+public:
+    HeldRequest(int fd, std::string request, std::string peer, int port, std::chrono::milliseconds writeLimit)
+        : m_fd(fd), m_request(std::move(request)), m_peer(std::move(peer)), m_port(port), m_writeLimit(writeLimit) {}
+
+    bool is_readable() const override { return m_read < m_request.size(); }
+    bool is_writable() const override { return waitWritable(); }
+    ssize_t read(char* ptr, size_t size) override {
+        const size_t n = std::min(size, m_request.size() - m_read);
+        std::memcpy(ptr, m_request.data() + m_read, n);
+        m_read += n;
+        return static_cast<ssize_t>(n);
+    }
+    ssize_t write(const char* ptr, size_t size) override {
+        size_t sent = 0;
+        while (sent < size) {
+            const ssize_t n = ::send(m_fd, ptr + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0) {
+                sent += static_cast<size_t>(n);
+            } else if (n < 0 && errno == EINTR) {
+                continue;
+            } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                if (!waitWritable()) return -1;
+            } else {
+                return -1;
+            }
+        }
+        return static_cast<ssize_t>(size);
+    }
+    void get_remote_ip_and_port(std::string& ip, int& port) const override {
+        ip = m_peer;
+        port = m_port;
+    }
+    void get_local_ip_and_port(std::string& ip, int& port) const override {
+        sockaddr_storage address{};
+        socklen_t length = sizeof address;
+        if (::getsockname(m_fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return;
+        std::tie(ip, port) = numericName(address, length);
+    }
+    socket_t socket() const override { return m_fd; }
+
+private:
+    bool waitWritable() const {
+        pollfd p{m_fd, POLLOUT, 0};
+        int ready = 0;
+        do {
+            ready = ::poll(&p, 1, static_cast<int>(m_writeLimit.count()));
+        } while (ready < 0 && errno == EINTR);
+        return ready == 1 && (p.revents & (POLLERR | POLLHUP | POLLNVAL)) == 0;
+    }
+
+    int m_fd;
+    std::string m_request;
+    size_t m_read = 0;
+    std::string m_peer;
+    int m_port;
+    std::chrono::milliseconds m_writeLimit;
+};
+
+struct Job {
+    int fd = -1;
+    std::string request;
+    std::string peer;
+    int port = 0;
+};
+
+/// A fixed number of threads taking jobs from a bounded queue.
+class WorkerPool {
+public:
+    using Run = std::function<void(Job&)>;
+    WorkerPool(int threads, size_t maxQueued, Run run) : m_maxQueued(maxQueued), m_run(std::move(run)) {
+        for (int i = 0; i < threads; ++i) m_threads.emplace_back([this] { work(); });
+    }
+    ~WorkerPool() {
+        {
+            const std::lock_guard lock(m_mutex);
+            m_stopping = true;
+        }
+        m_changed.notify_all();
+        for (std::thread& thread : m_threads) thread.join();
+    }
+    /// False when every worker is busy and the queue is full: the caller refuses the request.
+    bool offer(Job job) {
+        {
+            const std::lock_guard lock(m_mutex);
+            if (m_queue.size() >= m_idle + m_maxQueued) return false;
+            m_queue.push_back(std::move(job));
+        }
+        m_changed.notify_one();
+        return true;
+    }
+
+private:
+    void work() {
+        std::unique_lock lock(m_mutex);
+        for (;;) {
+            ++m_idle;
+            m_changed.wait(lock, [this] { return m_stopping || !m_queue.empty(); });
+            --m_idle;
+            if (m_queue.empty()) return;  // stopping, nothing left
+            Job job = std::move(m_queue.front());
+            m_queue.pop_front();
+            lock.unlock();
+            m_run(job);
+            lock.lock();
+        }
+    }
+
+    std::mutex m_mutex;
+    std::condition_variable m_changed;
+    std::deque<Job> m_queue;
+    size_t m_idle = 0;
+    size_t m_maxQueued;
+    bool m_stopping = false;
+    Run m_run;
+    std::vector<std::thread> m_threads;
+};
+
+}  // namespace
+
+const std::string* RequestHead::header(std::string_view name) const {
+    for (const auto& [key, value] : headers)
+        if (equalsIgnoringCase(key, name)) return &value;
+    return nullptr;
+}
+
+std::string_view RequestHead::path() const {
+    const std::string_view whole(target);
+    return whole.substr(0, whole.find('?'));
+}
+
+std::optional<std::string_view> RequestHead::param(std::string_view key) const {
+    const size_t question = target.find('?');
+    if (question == std::string::npos) return std::nullopt;
+    std::string_view query = std::string_view(target).substr(question + 1);
+    while (!query.empty()) {
+        const size_t amp = query.find('&');
+        const std::string_view pair = query.substr(0, amp);
+        const size_t equals = pair.find('=');
+        if (pair.substr(0, equals) == key)
+            return equals == std::string_view::npos ? std::string_view() : pair.substr(equals + 1);
+        if (amp == std::string_view::npos) break;
+        query.remove_prefix(amp + 1);
+    }
+    return std::nullopt;
+}
+
+tl::expected<RequestHead, Refusal> parseRequestHead(std::string_view head, const GateLimits& limits) {
+    const auto bad = [](std::string message) { return tl::unexpected(Refusal{400, std::move(message)}); };
+    if (head.size() > limits.maxHeadBytes)
+        return tl::unexpected(Refusal{431, "the request's headers are over " + std::to_string(limits.maxHeadBytes) +
+                                               " bytes: send fewer or shorter headers"});
+    RequestHead parsed;
+    size_t at = 0;
+    bool first = true;
+    for (;;) {
+        const size_t end = head.find("\r\n", at);
+        if (end == std::string_view::npos) return bad("a header line does not end with CRLF");
+        const std::string_view line = head.substr(at, end - at);
+        at = end + 2;
+        if (line.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos)
+            return bad("a header line holds a stray CR, LF or NUL byte");
+        if (first) {
+            first = false;
+            const size_t space1 = line.find(' ');
+            const size_t space2 = space1 == std::string_view::npos ? space1 : line.find(' ', space1 + 1);
+            if (space2 == std::string_view::npos || line.find(' ', space2 + 1) != std::string_view::npos)
+                return bad("the request line is not \"METHOD /path HTTP/1.1\"");
+            parsed.method = line.substr(0, space1);
+            parsed.target = line.substr(space1 + 1, space2 - space1 - 1);
+            parsed.version = line.substr(space2 + 1);
+            if (parsed.method.empty() || !std::all_of(parsed.method.begin(), parsed.method.end(), isTokenChar) ||
+                parsed.target.empty() || parsed.target.front() != '/' ||
+                (parsed.version != "HTTP/1.1" && parsed.version != "HTTP/1.0"))
+                return bad("the request line is not \"METHOD /path HTTP/1.1\"");
+            continue;
+        }
+        if (line.empty()) break;
+        const size_t colon = line.find(':');
+        const std::string_view name = line.substr(0, colon == std::string_view::npos ? 0 : colon);
+        if (name.empty() || !std::all_of(name.begin(), name.end(), isTokenChar))
+            return bad("a header line is not \"Name: value\"");
+        if (parsed.headers.size() >= limits.maxHeaders)
+            return tl::unexpected(Refusal{
+                431, "the request has more than " + std::to_string(limits.maxHeaders) + " headers: send fewer"});
+        parsed.headers.emplace_back(std::string(name), std::string(trimmed(line.substr(colon + 1))));
+    }
+    if (at != head.size()) return bad("bytes after the end of the request's headers");
+    return parsed;
+}
+
+bool isLoopbackAddress(const sockaddr_storage& address) {
+    if (address.ss_family == AF_INET) {
+        const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
+        return (ntohl(v4.sin_addr.s_addr) >> 24) == 127;
+    }
+    if (address.ss_family == AF_INET6) {
+        const in6_addr& v6 = reinterpret_cast<const sockaddr_in6&>(address).sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+        return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+    }
+    return false;
+}
+
+tl::expected<ListenAddress, std::string> resolveServeHost(const std::string& host, int port, bool anyAddressAllowed) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+    addrinfo* found = nullptr;
+    const std::string service = std::to_string(port);
+    if (const int error = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); error != 0 || !found)
+        return tl::unexpected("--serve: cannot resolve \"" + host + "\" (" + ::gai_strerror(error) +
+                              "): give an address of this machine, such as 127.0.0.1");
+    const std::unique_ptr<addrinfo, void (*)(addrinfo*)> results(found, ::freeaddrinfo);
+    ListenAddress chosen;
+    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+        if (a->ai_addrlen > sizeof(sockaddr_storage)) continue;
+        sockaddr_storage address{};
+        std::memcpy(&address, a->ai_addr, a->ai_addrlen);
+        if (!anyAddressAllowed && !isLoopbackAddress(address)) {
+            const std::string numeric = numericName(address, a->ai_addrlen).first;
+            return tl::unexpected(
+                "--serve " + host + (numeric != host ? " (" + numeric + ")" : std::string()) +
+                ": serving on an address other than loopback lets anyone who can reach it watch the run, and with "
+                "the control token steer it; the token is its only protection and travels unencrypted. Serve on "
+                "loopback (--serve PORT) and reach it through an SSH tunnel (ssh -L PORT:localhost:PORT SERVER), "
+                "or add --serve-any-address to accept the risk");
+        }
+        if (chosen.length == 0) {
+            chosen.address = address;
+            chosen.length = static_cast<socklen_t>(a->ai_addrlen);
+        }
+    }
+    if (chosen.length == 0) return tl::unexpected("--serve: \"" + host + "\" resolves to no address");
+    return chosen;
+}
+
+struct RequestGate::Impl {
+    GateLimits limits;
+    Handlers handlers;
+    int listenFd = -1;
+    int wakeFd = -1;
+    int port = 0;
+
+    enum class State { Reading, Busy, Closing };
+    struct Connection {
+        std::string peer;
+        int peerPort = 0;
+        std::string buffer;
+        size_t need = 0;  ///< head and body's length once the head is read
+        Clock::time_point since;
+        bool answered = false;         ///< a request was answered on it (an idle one waits idleLimit)
+        bool holdsConnection = false;  ///< the request read is an event stream's
+        State state = State::Reading;
+    };
+    std::map<int, Connection> connections;  // by socket; the gate thread's alone
+    std::map<std::string, int> perClient;
+    Clock::time_point acceptPausedUntil{};
+
+    std::mutex mutex;                            // guards returned and stopping
+    std::vector<std::pair<int, bool>> returned;  ///< (socket, may carry another request) from the workers
+    std::atomic<bool> stopping{false};
+
+    std::unique_ptr<WorkerPool> shortWork;
+    std::unique_ptr<WorkerPool> streamWork;
+    std::thread gate;
+
+    ~Impl() {
+        if (listenFd >= 0) ::close(listenFd);
+        if (wakeFd >= 0) ::close(wakeFd);
+    }
+
+    void wake() {
+        const uint64_t one = 1;
+        (void)!::write(wakeFd, &one, sizeof one);
+    }
+
+    /// Runs on a worker: answers, then gives the connection back to the gate.
+    void serve(Job& job) {
+        bool again = false;
+        if (!stopping) {
+            HeldRequest stream(job.fd, std::move(job.request), job.peer, job.port, limits.writeLimit);
+            try {
+                again = handlers.answer(stream);
+            } catch (const std::exception&) {
+                again = false;  // httplib answers a handler's exception itself; this is its own failure
+            }
+        }
+        {
+            const std::lock_guard lock(mutex);
+            returned.emplace_back(job.fd, again);
+        }
+        wake();
+    }
+
+    void close(int fd) {
+        const auto it = connections.find(fd);
+        if (it == connections.end()) return;
+        if (const auto client = perClient.find(it->second.peer); client != perClient.end() && --client->second <= 0)
+            perClient.erase(client);
+        connections.erase(it);
+        ::close(fd);
+    }
+
+    /// Answers `refusal` and closes the connection after reading (and dropping) what the client
+    /// still sends for a moment: closing with unread bytes would reset the connection and could
+    /// destroy the answer before the client reads it.
+    void refuse(int fd, Connection& connection, const Refusal& refusal) {
+        const std::string text = refusalText(refusal);
+        (void)!::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        ::shutdown(fd, SHUT_WR);
+        connection.buffer.clear();
+        connection.buffer.shrink_to_fit();
+        connection.state = State::Closing;
+        connection.since = Clock::now();
+    }
+
+    /// Makes room for a connection from `peer`: the oldest connection that has not sent a whole
+    /// request (of that peer only, when `peer` is given) is closed. False when none can go.
+    bool evictOldest(const std::string* peer) {
+        int oldest = -1;
+        std::pair<bool, Clock::time_point> oldestKey{};
+        for (const auto& [fd, c] : connections) {
+            if (c.state == State::Busy || (peer != nullptr && c.peer != *peer)) continue;
+            // Closing first, then never answered, then idle kept-alive; oldest first within each.
+            const std::pair<bool, Clock::time_point> key{c.state != State::Closing && c.answered, c.since};
+            if (oldest < 0 || key < oldestKey) {
+                oldest = fd;
+                oldestKey = key;
+            }
+        }
+        if (oldest < 0) return false;
+        close(oldest);
+        return true;
+    }
+
+    void accept() {
+        for (int i = 0; i < kAcceptsPerWake; ++i) {
+            sockaddr_storage address{};
+            socklen_t length = sizeof address;
+            const int fd =
+                ::accept4(listenFd, reinterpret_cast<sockaddr*>(&address), &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0) {
+                if (errno == EINTR || errno == ECONNABORTED) continue;
+                if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                    // Out of sockets: make room, or wait a moment rather than spin on the backlog.
+                    if (!evictOldest(nullptr)) acceptPausedUntil = Clock::now() + std::chrono::milliseconds(100);
+                }
+                return;
+            }
+            auto [peer, peerPort] = numericName(address, length);
+            if (static_cast<int>(connections.size()) >= limits.maxConnections && !evictOldest(nullptr)) {
+                const std::string text =
+                    refusalText({503, "the server has as many connections as it takes: try again in a moment"});
+                (void)!::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+                ::close(fd);
+                continue;
+            }
+            if (perClient[peer] >= limits.maxPerClient && !evictOldest(&peer)) {
+                const std::string text = refusalText(
+                    {503, "this address has as many connections as one client may hold: close some and try again"});
+                (void)!::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+                ::close(fd);
+                if (perClient[peer] == 0) perClient.erase(peer);
+                continue;
+            }
+            ++perClient[peer];
+            Connection& connection = connections[fd];
+            connection.peer = std::move(peer);
+            connection.peerPort = peerPort;
+            connection.since = Clock::now();
+        }
+    }
+
+    /// Reads what the connection has, and once a request is whole hands it to a worker.
+    void read(int fd, Connection& c) {
+        char chunk[16 * 1024];
+        if (c.state == State::Closing) {
+            ssize_t n = 0;
+            do {
+                n = ::recv(fd, chunk, sizeof chunk, 0);
+            } while (n < 0 && errno == EINTR);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) close(fd);
+            return;
+        }
+        // Never more than the head's limit, or than the request's declared end: a pipelined
+        // next request stays in the kernel until this one is answered.
+        const size_t bound = c.need > 0 ? c.need : limits.maxHeadBytes;
+        if (c.buffer.size() >= bound) return;
+        const size_t window = bound - c.buffer.size();
+        ssize_t n = 0;
+        do {
+            n = ::recv(fd, chunk, std::min(window, sizeof chunk), 0);
+        } while (n < 0 && errno == EINTR);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return close(fd);
+        if (n < 0) return;
+        if (c.buffer.empty() && c.answered) c.since = Clock::now();  // the next request's clock starts
+        c.buffer.append(chunk, static_cast<size_t>(n));
+        advance(fd, c);
+    }
+
+    /// Parses what the connection holds: a refusal, more to wait for, or a whole request handed
+    /// to a worker (bytes after it, a pipelined request's, stay for when it is answered).
+    void advance(int fd, Connection& c) {
+        if (c.need == 0) {
+            const size_t end = c.buffer.find("\r\n\r\n");
+            if (end == std::string::npos) {
+                if (c.buffer.size() >= limits.maxHeadBytes)
+                    refuse(fd, c,
+                           {431, "the request's headers are over " + std::to_string(limits.maxHeadBytes) +
+                                     " bytes: send fewer or shorter headers"});
+                return;
+            }
+            const size_t headLength = end + 4;
+            auto head = parseRequestHead(std::string_view(c.buffer).substr(0, headLength), limits);
+            if (!head) return refuse(fd, c, head.error());
+            auto length = bodyLength(*head);
+            if (!length) return refuse(fd, c, length.error());
+            if (handlers.admit) {
+                if (auto refusal = handlers.admit(*head)) return refuse(fd, c, *refusal);
+            }
+            c.need = headLength + *length;
+            c.holdsConnection = handlers.holdsConnection && handlers.holdsConnection(*head);
+        }
+        if (c.buffer.size() >= c.need) dispatch(fd, c);
+    }
+
+    tl::expected<size_t, Refusal> bodyLength(const RequestHead& head) const {
+        const std::string limit = std::to_string(limits.maxBodyBytes);
+        size_t length = 0;
+        bool declared = false;
+        for (const auto& [name, value] : head.headers) {
+            if (equalsIgnoringCase(name, "Transfer-Encoding"))
+                return tl::unexpected(
+                    Refusal{411, "send the body with a Content-Length (at most " + limit + " bytes), not in chunks"});
+            if (equalsIgnoringCase(name, "Content-Encoding") && !equalsIgnoringCase(value, "identity"))
+                return tl::unexpected(
+                    Refusal{415, "a compressed body (Content-Encoding: " + value + ") is not taken: send it plain"});
+            if (!equalsIgnoringCase(name, "Content-Length")) continue;
+            if (value.empty() || value.size() > 19 ||
+                !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }))
+                return tl::unexpected(Refusal{400, "Content-Length: a whole number of bytes, got \"" + value + "\""});
+            const size_t n = std::stoull(value);
+            if (declared && n != length) return tl::unexpected(Refusal{400, "two different Content-Length headers"});
+            if (n > limits.maxBodyBytes)
+                return tl::unexpected(
+                    Refusal{413, "the body is " + value + " bytes; a request's body is at most " + limit + " bytes"});
+            length = n;
+            declared = true;
+        }
+        return length;
+    }
+
+    void dispatch(int fd, Connection& c) {
+        Job job{fd, c.buffer.substr(0, c.need), c.peer, c.peerPort};
+        c.buffer.erase(0, c.need);
+        c.need = 0;
+        c.state = State::Busy;
+        if ((c.holdsConnection ? streamWork : shortWork)->offer(std::move(job))) return;
+        c.state = State::Reading;
+        refuse(fd, c,
+               c.holdsConnection ? Refusal{503, "the server streams to " + std::to_string(limits.streamWorkers) +
+                                                    " clients already: close a window or a stream and try again"}
+                                 : Refusal{503, "the server is busy: try again in a moment"});
+    }
+
+    void takeReturned() {
+        std::vector<std::pair<int, bool>> back;
+        {
+            const std::lock_guard lock(mutex);
+            back.swap(returned);
+        }
+        for (const auto& [fd, again] : back) {
+            const auto it = connections.find(fd);
+            if (it == connections.end()) continue;
+            if (!again || stopping) {
+                close(fd);
+                continue;
+            }
+            it->second.state = State::Reading;
+            it->second.answered = true;
+            it->second.since = Clock::now();
+            if (!it->second.buffer.empty()) advance(fd, it->second);
+        }
+    }
+
+    /// Closes what is past its time; returns how long until the next deadline.
+    std::chrono::milliseconds expire() {
+        const auto now = Clock::now();
+        auto next = limits.idleLimit;
+        std::vector<int> late;
+        for (const auto& [fd, c] : connections) {
+            if (c.state == State::Busy) continue;
+            const auto limit = c.state == State::Closing          ? std::chrono::milliseconds(kLinger)
+                               : (c.answered && c.buffer.empty()) ? limits.idleLimit
+                                                                  : limits.requestDeadline;
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c.since + limit - now);
+            if (left.count() <= 0)
+                late.push_back(fd);
+            else
+                next = std::min(next, left);
+        }
+        for (const int fd : late) close(fd);
+        return std::max(next, std::chrono::milliseconds(5));
+    }
+
+    void run() {
+        std::vector<pollfd> polled;
+        std::vector<int> order;
+        while (!stopping) {
+            takeReturned();
+            const auto timeout = expire();
+            polled.clear();
+            const bool accepting = Clock::now() >= acceptPausedUntil;
+            polled.push_back({wakeFd, POLLIN, 0});
+            polled.push_back({accepting ? listenFd : -1, POLLIN, 0});
+            for (const auto& [fd, c] : connections)
+                if (c.state != State::Busy) polled.push_back({fd, POLLIN, 0});
+            const int timeoutMs =
+                accepting ? static_cast<int>(timeout.count()) : std::min(static_cast<int>(timeout.count()), 100);
+            if (::poll(polled.data(), polled.size(), timeoutMs) < 0 && errno != EINTR) break;
+            if (polled[0].revents & POLLIN) {
+                uint64_t count = 0;
+                (void)!::read(wakeFd, &count, sizeof count);
+            }
+            for (size_t i = 2; i < polled.size(); ++i) {
+                if (polled[i].revents == 0) continue;
+                const auto it = connections.find(polled[i].fd);
+                if (it != connections.end() && it->second.state != State::Busy) read(polled[i].fd, it->second);
+            }
+            if (polled[1].revents & POLLIN) accept();
+        }
+        // Stopping: a worker writing to a connection fails at once; the sockets are closed once
+        // the workers are joined (never while one might still write to the number).
+        for (const auto& [fd, c] : connections) ::shutdown(fd, SHUT_RDWR);
+    }
+};
+
+RequestGate::RequestGate(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+
+tl::expected<std::unique_ptr<RequestGate>, std::string> RequestGate::open(const ListenAddress& address,
+                                                                          GateLimits limits, Handlers handlers) {
+    auto impl = std::make_unique<Impl>();
+    // Each connection is a socket: stay well inside the process's file limit.
+    if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+        const auto room = static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20)) - 128;
+        limits.maxConnections = std::max(16, std::min(limits.maxConnections, room));
+        limits.maxPerClient = std::min(limits.maxPerClient, limits.maxConnections);
+    }
+    impl->limits = limits;
+    impl->handlers = std::move(handlers);
+    const std::string where = numericName(address.address, address.length).first;
+    impl->listenFd = ::socket(address.address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (impl->listenFd < 0)
+        return tl::unexpected("--serve: cannot make a socket: " + std::string(std::strerror(errno)));
+    const int yes = 1;
+    ::setsockopt(impl->listenFd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (::bind(impl->listenFd, reinterpret_cast<const sockaddr*>(&address.address), address.length) != 0 ||
+        ::listen(impl->listenFd, 512) != 0) {
+        const int error = errno;
+        const int port = static_cast<int>(ntohs(address.address.ss_family == AF_INET6
+                                                    ? reinterpret_cast<const sockaddr_in6&>(address.address).sin6_port
+                                                    : reinterpret_cast<const sockaddr_in&>(address.address).sin_port));
+        return tl::unexpected("--serve: cannot listen on " + where + ":" + std::to_string(port) + " (" +
+                              std::strerror(error) +
+                              "): the port may be in use by another program, or the address not this machine's; "
+                              "choose another port, or 0 for any free one");
+    }
+    sockaddr_storage bound{};
+    socklen_t length = sizeof bound;
+    ::getsockname(impl->listenFd, reinterpret_cast<sockaddr*>(&bound), &length);
+    impl->port = numericName(bound, length).second;
+    impl->wakeFd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (impl->wakeFd < 0)
+        return tl::unexpected("--serve: cannot make an eventfd: " + std::string(std::strerror(errno)));
+    Impl& gate = *impl;
+    try {
+        gate.shortWork =
+            std::make_unique<WorkerPool>(limits.workers, limits.maxQueued, [&gate](Job& job) { gate.serve(job); });
+        gate.streamWork =
+            std::make_unique<WorkerPool>(limits.streamWorkers, /*maxQueued=*/0, [&gate](Job& job) { gate.serve(job); });
+        gate.gate = std::thread([&gate] { gate.run(); });
+    } catch (const std::system_error& e) {
+        gate.stopping = true;
+        gate.shortWork.reset();
+        gate.streamWork.reset();
+        return tl::unexpected("--serve: cannot start the server's threads (" + std::string(e.what()) +
+                              "): the process is at its limit of threads or memory");
+    }
+    return std::unique_ptr<RequestGate>(new RequestGate(std::move(impl)));
+}
+
+RequestGate::~RequestGate() {
+    m_impl->stopping = true;
+    m_impl->wake();
+    if (m_impl->gate.joinable()) m_impl->gate.join();
+    m_impl->shortWork.reset();
+    m_impl->streamWork.reset();
+    for (const auto& [fd, c] : m_impl->connections) ::close(fd);
+    m_impl->connections.clear();
+}
+
+int RequestGate::port() const {
+    return m_impl->port;
+}
+
+int RequestGate::listeningSocket() const {
+    return m_impl->listenFd;
+}
+
+}  // namespace batchpilot::app
