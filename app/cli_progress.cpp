@@ -54,6 +54,8 @@ std::string oomText(const core::OomEvent& e, bool expandableSegments = false) {
                            "to the accumulated gradients)",
                            e.redoneSamples);
     }
+    if (!e.snapshotFile.empty())
+        text += "; memory snapshot " + e.snapshotFile + " (open it at https://pytorch.org/memory_viz)";
     return text;
 }
 

@@ -220,6 +220,9 @@ struct TrainerOptions {
     ValidationOptions validation;
     CheckpointOptions checkpoint;
     std::string resumeFrom;  ///< checkpoint directory to continue from; empty: fresh start
+    /// The run's folder (core/records/run_folder.h), filled by the front end that records the run:
+    /// a memory snapshot is written there at each OOM (OomEvent::snapshotFile). Empty: none.
+    std::string runFolder;
     /// Several devices (core/distributed/process_group.h): this process is one rank of a data-parallel job
     /// and trains its share of every training batch; null: one process trains the whole batch.
     std::shared_ptr<ProcessGroupLink> parallel;

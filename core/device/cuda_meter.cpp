@@ -90,9 +90,43 @@ std::vector<SegmentView> segmentsOf(const Snapshot& snapshot, int index) {
     return views;
 }
 
+/// The allocator's OOMs as its out-of-memory observer saw them, per device: how many, and the
+/// segments at the latest, read inside the allocator's OOM path (PyTorch calls its observers
+/// after releasing its lock and before it raises, while the failed micro-batch's tensors still
+/// hold their blocks; by the time the trainer hears of the OOM they are freed).
+std::mutex g_oomMutex;
+std::map<int, AllocatorFailureView> g_ooms;
+std::once_flag g_observerAttached;
+
+void attachOomObserver() {
+    std::call_once(g_observerAttached, [] {
+        // Called with the device, the size it tried to reserve, the limit (the device's total, or
+        // what set_per_process_memory_fraction allows) and the driver's free bytes; their types
+        // differ between LibTorch versions (int64_t or size_t): a generic lambda takes either.
+        alloc::attachOutOfMemoryObserver([](auto device, auto tried, auto limit, auto /*deviceFree*/) {
+            const int index = static_cast<int>(device);
+            AllocatorFailureView view;
+            view.segments = segmentsOf(alloc::snapshot(), index);
+            view.failure.segmentBytes = static_cast<int64_t>(tried);
+            view.failure.limitBytes = static_cast<int64_t>(limit);
+            for (const SegmentView& segment : view.segments) {
+                view.failure.reservedBytes += segment.bytes;
+                for (const BlockView& block : segment.blocks)
+                    if (block.allocated) view.failure.allocatedBytes += block.bytes;
+            }
+            std::lock_guard lock(g_oomMutex);
+            view.number = g_ooms[index].number + 1;
+            g_ooms[index] = std::move(view);
+        });
+    });
+}
+
 class CudaMeter final : public MemoryMeter {
 public:
-    explicit CudaMeter(int index) : m_index(index) { initializeCuda(); }
+    explicit CudaMeter(int index) : m_index(index) {
+        initializeCuda();
+        attachOomObserver();
+    }
 
     int64_t allocated() const override { return stats().allocated_bytes[kAggregate].current; }
     int64_t reserved() const override { return stats().reserved_bytes[kAggregate].current; }
@@ -119,6 +153,12 @@ public:
     /// PyTorch's allocator's own segments (torch.cuda.memory_snapshot()). Not at an OOM: by the
     /// time the trainer hears of one, the failed micro-batch's tensors are freed.
     std::vector<SegmentView> segments() const override { return segmentsOf(alloc::snapshot(), m_index); }
+    /// The latest OOM the allocator's observer saw on this device, with its segments then.
+    AllocatorFailureView lastAllocatorFailure() const override {
+        std::lock_guard lock(g_oomMutex);
+        const auto found = g_ooms.find(m_index);
+        return found == g_ooms.end() ? AllocatorFailureView{} : found->second;
+    }
 
 private:
     DeviceStats stats() const { return alloc::getDeviceStats(static_cast<c10::DeviceIndex>(m_index)); }

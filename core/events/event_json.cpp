@@ -79,6 +79,7 @@ void describe(V& v, Is<OomEvent> auto& e) {
     v("recovered", e.recovered);
     v("new_micro_batch", e.newMicroBatch);
     v("redone_samples", e.redoneSamples);
+    v.unless(e.snapshotFile.empty(), "snapshot_file", e.snapshotFile);
 }
 template <class V>
 void describe(V& v, Is<MemorySample> auto& e) {

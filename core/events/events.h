@@ -141,6 +141,10 @@ struct OomEvent {
     /// in backward leaves part of the micro-batch's gradient in the accumulators (backward adds
     /// into them in place), so the batch starts over from its first sample. 0: nothing redone.
     int64_t redoneSamples = 0;
+    /// The memory snapshot written at this OOM (the allocator's segments and blocks as it failed,
+    /// a pickle PyTorch's memory_viz opens), its name in the run folder; empty: none written (no
+    /// run folder, no caching allocator to snapshot, or this rank's kMaxOomSnapshots were written).
+    std::string snapshotFile;
 };
 
 struct MemorySample {

@@ -22,4 +22,9 @@ namespace batchpilot::core {
 /// or allocation trace: the model does not record them.
 std::string memorySnapshotPickle(const std::vector<SegmentView>& segments);
 
+/// The most memory snapshots a run writes at OOMs, per rank (OomEvent::snapshotFile): the first
+/// ones show how it ran out, and a run that recovers from thousands of OOMs does not fill the disk
+/// (a snapshot is a few hundred bytes per segment).
+constexpr int kMaxOomSnapshots = 16;
+
 }  // namespace batchpilot::core

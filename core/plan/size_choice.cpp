@@ -89,7 +89,7 @@ void SizeChoice::abandonProbe() {
 }
 
 bool SizeChoice::startTiming(const ProbeOptions& options, int64_t largest, int64_t target, int64_t warmSize,
-                             Clock::time_point now) {
+                             Clock::time_point now, int64_t stepsLeft) {
     m_timing.reset();
     m_check.reset();
     m_drift.reset();
@@ -101,6 +101,17 @@ bool SizeChoice::startTiming(const ProbeOptions& options, int64_t largest, int64
     search.smallest = std::max(sizes.minMicroBatch, sizes.minPart);
     search.justRan = warmSize;
     search.start = sizes.lastChosen;
+    // A run of N steps gives the timing kTimingShare of them, counted in samples; each timing
+    // spans micro-batches worth 50 ms or 1/kTimingsInShare of that, whichever is less (on a fast
+    // device 50 ms are whole training batches).
+    m_timingTarget = target;
+    m_checkCut.clear();
+    m_timingSamples =
+        stepsLeft > 0
+            ? std::max<int64_t>(1, static_cast<int64_t>(kTimingShare * static_cast<double>(stepsLeft))) * target
+            : 0;
+    search.sampleBudget = m_timingSamples;
+    search.maxTimingSamples = m_timingSamples / kTimingsInShare;
     m_timing.emplace(search);
     m_timingStart = now;
     return m_timing->done();  // one size only: nothing to time
@@ -126,7 +137,18 @@ bool SizeChoice::startBatchCheck(const ProbeOptions& options) {
     const int64_t chosen = search.chosen();
     const int64_t largest = search.plan().empty() ? chosen : search.plan().front();
     if (chosen >= largest) return false;
-    m_check.emplace(chosen, largest, kBatchCheckTurns, options.checkSeconds);
+    // What the search left of the run's share, in whole batches: the fewest turns must fit.
+    int64_t batches = 0;
+    if (m_timingSamples > 0) {
+        batches = std::max<int64_t>(0, m_timingSamples - search.samples()) / std::max<int64_t>(1, m_timingTarget);
+        if (batches < BatchCheck::batchesFor(kBatchCheckTurns)) {
+            m_checkCut = formatText("the timing's share of the run had %lld training batches left, %lld needed",
+                                    static_cast<long long>(batches),
+                                    static_cast<long long>(BatchCheck::batchesFor(kBatchCheckTurns)));
+            return false;
+        }
+    }
+    m_check.emplace(chosen, largest, kBatchCheckTurns, options.checkSeconds, batches);
     m_checkStart = Clock::now();
     m_checkCut.clear();
     return true;
@@ -200,6 +222,8 @@ ThroughputChosen SizeChoice::finishTiming(int64_t size, int64_t target, const Pr
             chosen.reason += formatText("; in %s it ran at %s", turns.c_str(), measured.c_str());
         }
     }
+    if (!m_check && !m_checkCut.empty() && size != largest)
+        chosen.reason += "; no check on whole training batches (" + m_checkCut + ")";
     // The claim per whole training batch: what the check measured on whole batches; else the
     // micro-batches' gain, less what every batch costs besides them (the optimizer step, …),
     // measured on the batches trained so far. Not claimed before a clean batch has been measured

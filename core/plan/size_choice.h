@@ -37,6 +37,14 @@ public:
     /// A size the check measures less than this much faster than the largest is not kept: the
     /// search's own tie (ThroughputSearch).
     static constexpr double kBatchCheckTie = 0.005;
+    /// The share of a run's steps left that the timing (the search and the check on whole batches)
+    /// may train, counted in samples: 4%, so that with the batches it starts and ends in it spans
+    /// at most 5% of a run of 1,000 steps or more. On an H200 the unbounded timing took 44% of a
+    /// 100-step run (docs/GPU.md).
+    static constexpr double kTimingShare = 0.04;
+    /// A timing spans at most the share's samples over this (timings of the search and of its
+    /// comparisons with the largest, which span confirmTimingFactor as many, fit in the share).
+    static constexpr int kTimingsInShare = 128;
 
     MicroBatchSizes sizes;    ///< the sizes in use and their limits
     StepCostWatch stepCosts;  ///< what a batch costs besides its micro-batches, on this device and setting
@@ -94,10 +102,12 @@ public:
     // ---- The fastest size ----
 
     /// Times the sizes up to `largest` for a training batch of `target` samples when the objective
-    /// is the fastest (else nothing to time). `warmSize` just ran. Returns true when the decision
-    /// is due at once (one size only): finishTiming(timing().chosen()).
+    /// is the fastest (else nothing to time). `warmSize` just ran. `stepsLeft`: the run's training
+    /// batches still to come (0: the run has no end); the timing then trains at most kTimingShare
+    /// of their samples. Returns true when the decision is due at once (one size only):
+    /// finishTiming(timing().chosen()).
     bool startTiming(const ProbeOptions& options, int64_t largest, int64_t target, int64_t warmSize,
-                     Clock::time_point now);
+                     Clock::time_point now, int64_t stepsLeft = 0);
     bool timing() const { return m_timing.has_value(); }
     /// The running timing (only while timing()).
     ThroughputSearch& search() { return *m_timing; }
@@ -115,8 +125,9 @@ public:
     bool timingDone() const { return m_timing && m_timing->done() && (!m_check || m_check->done()); }
     /// The search chose a size below the largest: whole training batches of the two are timed in
     /// turns before it is kept (options.checkSeconds > 0: at most about that long once the fewest
-    /// turns ran). Returns whether that check started;
-    /// false when it ran already or is not wanted (finishTiming is then due).
+    /// turns ran), within what the search left of the run's share. Returns whether that check
+    /// started; false when it ran already, is not wanted, or the share left cannot hold its fewest
+    /// turns (finishTiming is then due, and the gain per batch is computed).
     bool startBatchCheck(const ProbeOptions& options);
     /// Whether that check is running: the batches have the sizes plannedMicroBatch() gives.
     bool checking() const { return m_check && !m_check->done(); }
@@ -187,6 +198,8 @@ private:
     std::optional<Repeat> m_repeat;
     std::optional<ThroughputSearch> m_timing;
     Clock::time_point m_timingStart;
+    int64_t m_timingSamples = 0;  ///< the samples the timing may train (0: no limit)
+    int64_t m_timingTarget = 0;   ///< the training batch it times for
     std::optional<BatchCheck> m_check;
     Clock::time_point m_checkStart;
     std::string m_checkCut;  ///< why the check ended before its turns (empty: it did not)

@@ -115,11 +115,22 @@ std::optional<int64_t> ThroughputSearch::next() const {
 }
 
 void ThroughputSearch::record(int64_t microBatch, double seconds) {
+    const int64_t before = m_samples;
+    take(microBatch, seconds);
+    // The run's share is spent: what was measured decides, even in the middle of a comparison (a
+    // comparison with the largest cut short claims what abandon() says).
+    if (!m_done && m_samples > before && m_options.sampleBudget > 0 && m_samples >= m_options.sampleBudget)
+        abandon(formatText("the timing's share of the run (%lld samples) was spent",
+                           static_cast<long long>(m_options.sampleBudget)));
+}
+
+void ThroughputSearch::take(int64_t microBatch, double seconds) {
     if (m_done) return;
     const bool isIncumbent = incumbentActive();
     Candidate& current = isIncumbent ? incumbent() : challenger();
     if (microBatch != current.microBatch) return;
     ++m_spent;
+    m_samples += microBatch;
     const bool switched = microBatch != m_lastSize;
     m_lastSize = microBatch;
     // Timing the gain once more, the first micro-batch after each switch of size is left out
@@ -144,8 +155,12 @@ void ThroughputSearch::record(int64_t microBatch, double seconds) {
     // Short micro-batches are timed together; a cap keeps a stalled clock from holding it forever.
     // Timing the gain once more, each timing spans longer (confirmTimingFactor): its number is
     // the claim.
-    const double minSeconds = m_options.minTimingSeconds * (m_confirming ? m_options.confirmTimingFactor : 1);
-    if (current.pendingSeconds < minSeconds && current.pendingMicroBatches < 256) return;
+    const double factor = m_confirming ? m_options.confirmTimingFactor : 1;
+    const double minSeconds = m_options.minTimingSeconds * factor;
+    const bool enoughSamples =
+        m_options.maxTimingSamples > 0 &&
+        static_cast<double>(current.pendingSamples) >= static_cast<double>(m_options.maxTimingSamples) * factor;
+    if (current.pendingSeconds < minSeconds && current.pendingMicroBatches < 256 && !enoughSamples) return;
     const double rate = static_cast<double>(current.pendingSamples) / current.pendingSeconds;
     current.samplesPerSecond.push_back(rate);
     current.pendingSeconds = 0;
@@ -478,14 +493,16 @@ MedianInterval medianInterval(std::vector<double> values) {
     return out;
 }
 
-BatchCheck::BatchCheck(int64_t chosen, int64_t largest, int minTurns, double maxSeconds)
+BatchCheck::BatchCheck(int64_t chosen, int64_t largest, int minTurns, double maxSeconds, int64_t maxBatches)
     : m_chosen(chosen),
       m_largest(largest),
       m_minTurns(static_cast<size_t>(std::clamp(minTurns, 1, kMaxTurns))),
-      m_maxSeconds(std::max(0.0, maxSeconds)) {}
+      m_maxSeconds(std::max(0.0, maxSeconds)),
+      m_maxBatches(std::max<int64_t>(0, maxBatches)) {}
 
 bool BatchCheck::done() const {
     if (m_ratios.size() >= static_cast<size_t>(kMaxTurns)) return true;
+    if (m_maxBatches > 0 && m_chosenBatches + m_largestBatches >= m_maxBatches) return true;
     return m_ratios.size() >= m_minTurns && (m_precise || m_seconds >= m_maxSeconds);
 }
 
@@ -514,7 +531,12 @@ void BatchCheck::observe(int64_t microBatch, double samplesPerSecond, double sec
         // (and the warm-up's) would not fit in maxSeconds.
         const double turnSeconds = std::min(kTurnSeconds, m_maxSeconds / static_cast<double>(m_minTurns + 1));
         const double batches = seconds > 0 ? std::ceil(turnSeconds / seconds) - 1 : 1;
-        m_period = static_cast<int>(std::clamp(batches, 1.0, static_cast<double>(kMaxPeriod)));
+        // Within maxBatches: this first batch, then the warm-up and the fewest turns of
+        // period + 1 batches each, and the batch that closes the last turn.
+        double most = kMaxPeriod;
+        if (m_maxBatches > 0)
+            most = std::floor(static_cast<double>(m_maxBatches - 2) / static_cast<double>(m_minTurns + 1)) - 1;
+        m_period = static_cast<int>(std::clamp(batches, 1.0, std::max(1.0, std::min(most, double(kMaxPeriod)))));
     }
     if (m_openLargest > 0) {
         m_ratios.push_back(0.5 * (m_before + samplesPerSecond) / m_openLargest);

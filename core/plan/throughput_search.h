@@ -31,6 +31,14 @@ struct ThroughputSearchOptions {
     /// A timing spans consecutive micro-batches of one size until they took this long: one
     /// micro-batch of a few milliseconds is mostly timer and scheduler noise.
     double minTimingSeconds = 0.05;
+    /// … or until they held this many samples (0: no such limit), whichever comes first: on a fast
+    /// device 50 ms are several training batches, and a short run cannot spend that many on one
+    /// timing (SizeChoice sets it from the run's share it gives the timing).
+    int64_t maxTimingSamples = 0;
+    /// Samples the search may train while it times, warm-ups and the comparisons with the largest
+    /// included (0: no limit). Once they are spent the search ends at once with the best measured
+    /// so far, as abandon() does: the run's length bounds what finding the size may cost.
+    int64_t sampleBudget = 0;
     double noise = 0.03;  ///< smallest relative difference in samples/s that counts as real
     /// A challenger this much slower than the best ends the walk in its direction at once; a
     /// smaller difference still lets one more size be tried (a cache-sized step further on).
@@ -120,6 +128,8 @@ public:
     int spent() const { return m_spent; }
     /// Timings so far (warm-ups included): what the budget counts.
     int timings() const { return m_timings; }
+    /// Samples of the micro-batches timed so far (warm-ups included): what sampleBudget counts.
+    int64_t samples() const { return m_samples; }
     /// The measured throughput of a candidate (after fresh turns measured the claim, the chosen
     /// size's and the largest's there); 0 when it was not timed.
     double samplesPerSecond(int64_t microBatch) const;
@@ -131,6 +141,8 @@ public:
     int64_t startedFrom() const { return m_plan.empty() ? 0 : m_plan[m_startIndex]; }
 
 private:
+    /// record() before the sample budget is looked at.
+    void take(int64_t microBatch, double seconds);
     void decide();
     /// The comparison in progress ended: the challenger is better, not better, or tied.
     void judged(bool challengerWins, bool tie, double ratio);
@@ -176,6 +188,7 @@ private:
     bool m_incumbentTurn = true;          ///< whose timing is next in the comparison
     int m_spent = 0;
     int m_timings = 0;
+    int64_t m_samples = 0;
     bool m_refining = false;                 ///< the walk ended; timing the sizes between
     std::vector<int64_t> m_refinements;      ///< sizes between the halvings still to time
     std::string m_walkCause;                 ///< why the walk ended
@@ -221,8 +234,9 @@ MedianInterval medianInterval(std::vector<double> values);
 /// spreads ±6% (the 64 px ResNet on a shared 2-core machine) nine turns know the gain to about
 /// ±5% and the check goes on for the time it is given. The turns are `period` batches apart:
 /// about kTurnSeconds each (less where `maxSeconds` would not hold `minTurns` of them), from the
-/// first batch's time; at least every other batch, at most every kMaxPeriod + 1st. A pure class,
-/// like the searches.
+/// first batch's time; at least every other batch, at most every kMaxPeriod + 1st. With
+/// `maxBatches` (> 0) the check ends after that many batches, and its turns are short enough that
+/// `minTurns` of them fit in it. A pure class, like the searches.
 class BatchCheck {
 public:
     static constexpr int kMaxPeriod = 32;
@@ -230,7 +244,10 @@ public:
     static constexpr double kTurnSeconds = 2.0;
     static constexpr double kPrecision = 0.02;
 
-    BatchCheck(int64_t chosen, int64_t largest, int minTurns, double maxSeconds);
+    BatchCheck(int64_t chosen, int64_t largest, int minTurns, double maxSeconds, int64_t maxBatches = 0);
+    /// Batches the fewest turns need at the shortest period (one batch of the chosen size between
+    /// two of the largest), the first and the largest's warm-up included.
+    static int64_t batchesFor(int minTurns) { return 2 * static_cast<int64_t>(minTurns) + 3; }
     /// The size the next training batch should have (all its micro-batches).
     int64_t next() const;
     /// A whole training batch, every micro-batch of it `microBatch` (the size next() gave), ran at
@@ -257,6 +274,7 @@ private:
     int64_t m_largest;
     size_t m_minTurns;
     double m_maxSeconds;
+    int64_t m_maxBatches;
     int m_period = 0;
     int m_sinceLargest = 0;    ///< batches of the chosen size since the last of the largest
     double m_lastChosen = 0;   ///< the speed of the chosen size's latest batch

@@ -208,6 +208,7 @@ tl::expected<std::unique_ptr<RunFolder>, std::string> RunFolder::create(const st
     folder->writeSummary();
     if (!folder->m_error.empty()) return tl::unexpected(folder->m_error);
     options.checkpoint.directory = recorded.checkpoint.directory;
+    options.runFolder = folder->m_path;  // the memory snapshots at OOMs go here
     return folder;
 }
 

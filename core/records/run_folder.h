@@ -95,7 +95,8 @@ public:
     /// Creates the run's folder under `runsDirectory` (created too when missing) and writes its
     /// config.json. When `options` ask for checkpoints without naming a directory
     /// (checkpointsInRunFolder), their directory becomes the folder's checkpoint/ first, and
-    /// config.json records it. Fails with a message naming the folder and what to do.
+    /// config.json records it; `options.runFolder` becomes the folder (memory snapshots at OOMs). Fails with a message
+    /// naming the folder and what to do.
     static tl::expected<std::unique_ptr<RunFolder>, std::string> create(const std::string& runsDirectory,
                                                                         TrainerOptions& options,
                                                                         std::time_t when = std::time(nullptr));

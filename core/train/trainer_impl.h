@@ -163,6 +163,8 @@ struct MemoryReported {
     int64_t failuresBefore = 0;         ///< the allocator's OOMs before the meter was opened for this run
     int64_t allocatorRetries = 0;       ///< the meter's allocator retries
     int64_t allocatorOoms = 0;          ///< the meter's allocator OOMs
+    int64_t snapshotted = 0;            ///< the allocator's OOM last written as a memory snapshot
+    int snapshots = 0;                  ///< memory snapshots written in this run (kMaxOomSnapshots at most)
 };
 
 /// memory_savers auto's choices and the saver survey's.
@@ -309,6 +311,7 @@ struct Trainer::Impl {
     /// What micro-batches and training batches are timed with (TrainerOptions::timingClock).
     Clock::time_point timingNow() const { return options.timingClock ? options.timingClock() : Clock::now(); }
     void emit(Event event) {
+        if (auto* failed = std::get_if<OomEvent>(&event)) failed->snapshotFile = snapshotAtOom();
         if (parallel) {
             if (std::holds_alternative<OomEvent>(event)) ++parallel->oomsInStep;
             // Rank 0 shows every rank's probes and OOMs: the others send theirs with the step.
@@ -386,6 +389,10 @@ struct Trainer::Impl {
     void reportBreakdown();
     /// AllocatorSegments at the allocator's OOM, once per OOM it raised (after the OomEvent).
     void reportFailureSegments();
+    /// Writes the allocator's segments as its latest OOM left them into the run folder, as a
+    /// memory_viz pickle, once per OOM it raised in this run and at most kMaxOomSnapshots times;
+    /// returns the file's name in the folder (empty: none written).
+    std::string snapshotAtOom();
     /// A meter was opened: segments, failures and allocator retries are reported from here on.
     void meterOpened();
     void reportSummary();

@@ -3,7 +3,11 @@
 
 #include "core/train/trainer_impl.h"
 
+#include <filesystem>
 #include <numeric>
+
+#include "core/base/durable_file.h"
+#include "core/memory/memory_snapshot.h"
 
 namespace batchpilot::core {
 
@@ -329,6 +333,32 @@ void Trainer::Impl::reportFailureSegments() {
     report.fragmentation = failure.failure.fragmentation;
     report.segments = std::move(failure.segments);
     emit(std::move(report));
+}
+
+std::string Trainer::Impl::snapshotAtOom() {
+    if (options.runFolder.empty() || hardware.reported.snapshots >= kMaxOomSnapshots) return {};
+    const AllocatorFailureView failure = hardware.meter->lastAllocatorFailure();
+    // An OOM this run's allocator raised, each once: an injected fault, an exact virtual device or
+    // the CPU has no segments to show, and an earlier run's OOM is not this one's.
+    const int64_t written = std::max(hardware.reported.failuresBefore, hardware.reported.snapshotted);
+    if (failure.number <= written || failure.segments.empty()) return {};
+    hardware.reported.snapshotted = failure.number;
+    // Named by rank and by this rank's count: ranks sharing a folder, and OOMs, never overwrite
+    // each other.
+    const int rank = parallel ? parallel->link->rank() : 0;
+    const std::string name = formatText("oom-snapshot-rank%d-%02d.pickle", rank, hardware.reported.snapshots + 1);
+    const std::string path = (std::filesystem::path(options.runFolder) / name).string();
+    if (auto saved = replaceFileAtomically(path, memorySnapshotPickle(failure.segments), "the memory snapshot " + path);
+        !saved) {
+        emit(Warning{now(), saved.error()});
+        return {};
+    }
+    if (++hardware.reported.snapshots == kMaxOomSnapshots) {
+        emit(Warning{now(), formatText("%d memory snapshots were written at OOMs, the most one run keeps: later OOMs "
+                                       "are not snapshotted",
+                                       kMaxOomSnapshots)});
+    }
+    return name;
 }
 
 void Trainer::Impl::reportSummary() {

@@ -65,8 +65,11 @@ void Trainer::Impl::finishProbe() {
 }
 
 void Trainer::Impl::startTiming(int64_t largest, int64_t warmSize) {
-    // With several devices the search times this rank's share.
-    if (choice.startTiming(options.probe, largest, localTarget(), warmSize, Clock::now()))
+    // With several devices the search times this rank's share. The run's steps still to come bound
+    // what the timing may train (SizeChoice::kTimingShare); an open-ended run gives it no bound.
+    const int64_t total = totalSteps();
+    const int64_t stepsLeft = total > 0 ? std::max<int64_t>(1, total - progress.step) : 0;
+    if (choice.startTiming(options.probe, largest, localTarget(), warmSize, Clock::now(), stepsLeft))
         finishTiming(choice.search().chosen());
 }
 

@@ -97,6 +97,9 @@ EventRow describeEvent(const core::Event& event) {
                                        : tr(" → not recovered");
                 if (!e.message.empty())
                     details += QStringLiteral(" — ") + str(e.message).section(QLatin1Char('\n'), 0, 0);
+                if (!e.snapshotFile.empty())
+                    details += tr("; memory snapshot %1 in the run folder (opens at pytorch.org/memory_viz)")
+                                   .arg(str(e.snapshotFile));
                 return EventRow{e.time, tr("OOM"), details, true};
             },
             [](const core::MemorySample& e) {

@@ -14,6 +14,7 @@
 #include "core/device/counting_allocator.h"
 #include "core/device/device.h"
 #include "core/device/oom.h"
+#include "core/events/event_json.h"
 #include "core/memory/caching_allocator.h"
 #include "core/memory/memory_snapshot.h"
 #include "core/plan/gpu_plan.h"
@@ -269,6 +270,79 @@ private Q_SLOTS:
                                     .arg(row.microBatch)
                                     .arg(real.microBatch)));
         }
+    }
+
+    void anOomInTrainingLeavesASnapshotInTheRunFolder() {
+        // The cnn's probe on 64 MiB runs out of memory in training micro-batches: each OOM the
+        // allocator raised writes its segments as they were when it failed into the run folder,
+        // and its event names the file. Read back by Python's pickle (not the project's reader),
+        // the snapshot holds the allocator's segments reported at that OOM (AllocatorSegments),
+        // byte for byte, and what the OOM's own message (CUDA's text, sizes to 0.01 MiB) says
+        // was allocated and reserved.
+        QTemporaryDir folder;
+        QVERIFY(folder.isValid());
+        TrainerOptions o;
+        o.model.name = "cnn";
+        o.device = "virtual:64MiB";
+        o.targetBatch = 512;
+        o.data.samples = 4096;
+        o.steps = 2;
+        o.validation.split = 0;
+        o.intraOpThreads = 1;
+        o.probe.objective = ProbeObjective::Largest;
+        o.runFolder = folder.path().toStdString();
+        RecordingSink sink;
+        const RunResult result = Trainer(o, sink).run();
+        QVERIFY2(result.state == RunState::Finished, result.error.c_str());
+        // Each OOM with the allocator's segments reported right after it.
+        std::vector<OomEvent> ooms;
+        std::vector<AllocatorSegments> states;
+        for (const Event& e : sink.events()) {
+            if (const auto* oom = std::get_if<OomEvent>(&e)) ooms.push_back(*oom);
+            if (const auto* state = std::get_if<AllocatorSegments>(&e); state && state->atOom) states.push_back(*state);
+        }
+        QVERIFY(!ooms.empty());  // the premise: the probe ran into the limit
+        QVERIFY(ooms.size() <= static_cast<size_t>(kMaxOomSnapshots));
+        QCOMPARE(states.size(), ooms.size());
+        for (size_t i = 0; i < ooms.size(); ++i) {
+            // One file per OOM, numbered per rank: none overwrites another.
+            const std::string expected =
+                QStringLiteral("oom-snapshot-rank0-%1.pickle").arg(i + 1, 2, 10, QLatin1Char('0')).toStdString();
+            QCOMPARE(ooms[i].snapshotFile, expected);
+            QCOMPARE(toJson(ooms[i]).value("snapshot_file", std::string()), expected);
+            const QString path = folder.filePath(QString::fromStdString(expected));
+            QVERIFY2(QFile::exists(path), qPrintable(path));
+            const auto numbers = parseCudaOutOfMemoryText(ooms[i].message);
+            QVERIFY2(numbers.has_value(), ooms[i].message.c_str());
+            const QString script = QStringLiteral(
+                "import pickle, sys\n"
+                "d = pickle.load(open(sys.argv[1], 'rb'))\n"
+                "segs = d['segments']\n"
+                "assert all(sum(b['size'] for b in s['blocks']) == s['total_size'] for s in segs)\n"
+                "print('segments', len(segs))\n"
+                "print('reserved', sum(s['total_size'] for s in segs))\n"
+                "print('allocated', sum(b['size'] for s in segs for b in s['blocks'] "
+                "if b['state'] == 'active_allocated'))\n");
+            QProcess python;
+            python.setProcessChannelMode(QProcess::MergedChannels);
+            python.start(QStringLiteral(BATCHPILOT_TEST_PYTHON), {QStringLiteral("-c"), script, path});
+            QVERIFY(python.waitForFinished(120000));
+            const QString out = QString::fromUtf8(python.readAll());
+            QVERIFY2(python.exitStatus() == QProcess::NormalExit && python.exitCode() == 0, qPrintable(out));
+            const QString said = out + QString::fromStdString(ooms[i].message);
+            QVERIFY2(out.contains(QStringLiteral("segments %1\n").arg(states[i].segments.size())), qPrintable(said));
+            QVERIFY2(out.contains(QStringLiteral("reserved %1\n").arg(states[i].reservedBytes())), qPrintable(said));
+            QVERIFY2(out.contains(QStringLiteral("allocated %1\n").arg(states[i].allocatedBytes())), qPrintable(said));
+            const auto near = [](int64_t a, int64_t b) { return std::abs(a - b) <= 6 * 1024; };  // 0.005 MiB
+            QVERIFY2(near(states[i].reservedBytes(), numbers->allocatedBytes + numbers->reservedUnallocatedBytes),
+                     qPrintable(said));
+            QVERIFY2(near(states[i].allocatedBytes(), numbers->allocatedBytes), qPrintable(said));
+        }
+        // Without a run folder nothing is written and no file is named.
+        o.runFolder.clear();
+        RecordingSink bare;
+        QVERIFY(Trainer(o, bare).run().state == RunState::Finished);
+        for (const OomEvent& e : bare.all<OomEvent>()) QVERIFY(e.snapshotFile.empty());
     }
 
     void anOomsOwnRetryIsNotReportedAsFragmentation_data() {
