@@ -275,6 +275,23 @@ private Q_SLOTS:
         ::close(fd);
         QCOMPARE(statusOf(answer), 200);
         QVERIFY(answer.size() > body.size() && answer.compare(answer.size() - body.size(), body.size(), body) == 0);
+        // A client that asks before sending its body (Expect: 100-continue) is told to go on at
+        // once, not left to wait for its own timeout (curl's: a second).
+        const int asking = connectTo(port);
+        sendAll(asking, authorized("POST /echo HTTP/1.1", "Content-Length: 5\r\nExpect: 100-continue\r\n"));
+        QElapsedTimer clock;
+        clock.start();
+        std::string told;
+        while (told.find("\r\n\r\n") == std::string::npos && clock.elapsed() < 5'000)
+            told += readAll(asking, std::chrono::milliseconds(100));
+        QVERIFY2(told.rfind("HTTP/1.1 100 Continue\r\n\r\n", 0) == 0, told.c_str());
+        QVERIFY2(clock.elapsed() < 500, qPrintable(QString::number(clock.elapsed())));
+        sendAll(asking, "hello");
+        const std::string echoed = told + readAll(asking);
+        ::close(asking);
+        QVERIFY2(echoed.find("HTTP/1.1 200") != std::string::npos && echoed.size() >= 5 &&
+                     echoed.compare(echoed.size() - 5, 5, "hello") == 0,
+                 echoed.c_str());
     }
 
     void endlessHeadersAreCutAtTheLimit() {
