@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/base/byte_size.h"
+#include "core/device/torch_compat.h"
 
 namespace batchpilot::core {
 namespace {
@@ -96,9 +97,10 @@ std::vector<SegmentView> segmentsOf(const Snapshot& snapshot, int index) {
 /// hold their blocks; by the time the trainer hears of the OOM they are freed).
 std::mutex g_oomMutex;
 std::map<int, AllocatorFailureView> g_ooms;
-std::once_flag g_observerAttached;
 
 void attachOomObserver() {
+#if BATCHPILOT_CUDA_HAS_OOM_OBSERVER
+    static std::once_flag g_observerAttached;
     std::call_once(g_observerAttached, [] {
         // Called with the device, the size it tried to reserve, the limit (the device's total, or
         // what set_per_process_memory_fraction allows) and the driver's free bytes; their types
@@ -119,6 +121,7 @@ void attachOomObserver() {
             g_ooms[index] = std::move(view);
         });
     });
+#endif  // LibTorch 1.13: no observer; an OOM then has no snapshot of its own
 }
 
 class CudaMeter final : public MemoryMeter {

@@ -9,6 +9,9 @@
 #define BATCHPILOT_TORCH_AT_LEAST(major, minor) \
     (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
+// The CUDA caching allocator calls out-of-memory observers (attachOutOfMemoryObserver) from 2.0.
+#define BATCHPILOT_CUDA_HAS_OOM_OBSERVER BATCHPILOT_TORCH_AT_LEAST(2, 0)
+
 // c10::Allocator::allocate lost its const in 2.3, which also added the pure virtual copy_data.
 #if BATCHPILOT_TORCH_AT_LEAST(2, 3)
 #define BATCHPILOT_ALLOCATE_CONST

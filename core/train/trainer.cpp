@@ -457,7 +457,7 @@ void Trainer::Impl::optimizerStep() {
         hardware.meter->releaseCache();
         const bool retry = attempt < kAttempts;
         emit(OomEvent{now(), progress.step + 1, Phase::OptimizerStep, choice.sizes.microBatch, failure.requestedBytes,
-                      failure.message, retry, choice.sizes.microBatch});
+                      failure.message, retry, choice.sizes.microBatch, /*redoneSamples=*/0, /*snapshotFile=*/{}});
         if (!retry) {
             throw FatalError{"the optimizer state does not fit on " + hardware.device.name() + " (" +
                                  formatBytes(learner.optimizer->stateBytes()) +
@@ -606,7 +606,7 @@ void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t 
         // Memory can be taken by others for a moment; retry a single sample before declaring
         // that the model does not fit at all.
         emit(OomEvent{now(), progress.step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, 1,
-                      redone});
+                      redone, /*snapshotFile=*/{}});
         return;
     }
     if (trial && r.failure.outOfMemory) {
@@ -652,12 +652,12 @@ void Trainer::Impl::shrinkAfterOom(BatchPass& pass, const MicroResult& r, int64_
     } else {
         if (!nextMemorySavers(r.failure.requestedBytes)) doesNotFit(r.failure.requestedBytes);
         emit(OomEvent{now(), progress.step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true,
-                      choice.sizes.minMicroBatch, redone});
+                      choice.sizes.minMicroBatch, redone, /*snapshotFile=*/{}});
         pass.plan = {};
         return;  // a new probe, with memory savers
     }
     emit(OomEvent{now(), progress.step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, next,
-                  redone});
+                  redone, /*snapshotFile=*/{}});
     if (!trial && choice.timing()) {
         // The sizes being timed all fit at the probe; memory was taken since. Keep the best
         // measured so far, never above what just failed.

@@ -89,7 +89,7 @@ void Trainer::Impl::runValidation() {
             feed.validation.ceiling = n;
             size = std::max<int64_t>(1, n / 2);
             emit(OomEvent{now(), progress.step, Phase::Validation, n, failure.requestedBytes, failure.message, true,
-                          size});
+                          size, /*redoneSamples=*/0, /*snapshotFile=*/{}});
             sampleMemory(true);
             continue;
         }
