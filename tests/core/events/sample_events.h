@@ -48,8 +48,9 @@ inline std::vector<core::Event> sampleEvents() {
         e.checkSeconds = 21.5;
         events.push_back(e);
     }
-    events.push_back(OomEvent{7.5, 12, Phase::Backward, 256, 8388608, "CUDA out of memory", true, 128, 512});
-    events.push_back(OomEvent{7.75, 13, Phase::Copy, 64, 0, "", false, 0, 0});
+    events.push_back(OomEvent{7.5, 12, Phase::Backward, 256, 8388608, "CUDA out of memory", true, 128, 512,
+                              "oom-snapshot-rank0-01.pickle"});
+    events.push_back(OomEvent{7.75, 13, Phase::Copy, 64, 0, "", false, 0, 0, ""});
     events.push_back(MemorySample{8.5, 1000000, 2097152, 3000000, 67108864, 60397977});
     events.push_back(StepMetrics{9.5, 14, 2, 14336, 2.302585, 256, 4, 1024, 0.003, 1234.5, 0.83, 41943040, 100});
     {
@@ -171,7 +172,8 @@ inline std::vector<core::Event> sampleEvents() {
         e.probes = {ProbeStarted{23.25, 1, ProbeReason::DeviceSwitch, "virtual:192MiB", 768, 190000000, 0}};
         e.trials = {ProbeTrial{23.3, 1, 1, 768, true, true, 150000000, 0, 0.25}};
         e.finished = {ProbeFinished{23.4, 1, 768, 1, 768, 1, 0.25, false, 0, 0}};
-        e.ooms = {OomEvent{23.45, 16, Phase::OptimizerStep, 768, 1024, "oom", true, 384, 0}};
+        e.ooms = {
+            OomEvent{23.45, 16, Phase::OptimizerStep, 768, 1024, "oom", true, 384, 0, "oom-snapshot-rank1-01.pickle"}};
         events.push_back(e);
     }
     {

@@ -24,7 +24,7 @@ ProbeFinished finished() {
     return ProbeFinished{12.5, 2, 48, 4, 192, 3, 2.5, false, 1.5e6, 40960.0};
 }
 OomEvent oom() {
-    return OomEvent{13.0, 7, Phase::Backward, 48, 2097152, "injected failure \"quoted\"\nsecond line", true, 24};
+    return OomEvent{13.0, 7, Phase::Backward, 48, 2097152, "injected failure \"quoted\"\nsecond line", true, 24, 0, {}};
 }
 
 }  // namespace

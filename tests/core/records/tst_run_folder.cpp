@@ -68,7 +68,7 @@ std::string recordRun(const std::string& runs, int64_t target, int steps, std::t
         (*folder)->onEvent(step(n, target, 2.0 / n));
         if (n % 2 == 0) (*folder)->onEvent(validation(n, target, 1.0 / n, accuracies[(n / 2 - 1) % 4]));
     }
-    (*folder)->onEvent(OomEvent{1.0, 1, Phase::Forward, 64, 1024, "out of memory", true, 32});
+    (*folder)->onEvent(OomEvent{1.0, 1, Phase::Forward, 64, 1024, "out of memory", true, 32, 0, {}});
     (*folder)->onEvent(RunStateChanged{9.0, RunState::Finished, "done"});
     if (!(*folder)->error().empty()) qFatal("%s", (*folder)->error().c_str());
     return (*folder)->path();
@@ -112,14 +112,14 @@ void TestRunFolder::countsEveryRanksOoms() {
     TrainerOptions o;
     auto folder = RunFolder::create(dir.path().toStdString(), o, 5);
     QVERIFY(folder.has_value());
-    (*folder)->onEvent(OomEvent{1.0, 1, Phase::Forward, 16, 0, "rank 0's", true, 8});
+    (*folder)->onEvent(OomEvent{1.0, 1, Phase::Forward, 16, 0, "rank 0's", true, 8, 0, {}});
     RankProbed report;
     report.time = 2.0;
     report.rank = 1;
     report.device = "virtual:48MiB";
     report.trials.push_back(ProbeTrial{1.5, 1, 1, 64, false, false, 0, 1024, 0.1});
-    report.ooms = {OomEvent{1.6, 1, Phase::Backward, 32, 0, "rank 1's", true, 16},
-                   OomEvent{1.7, 1, Phase::Forward, 16, 0, "rank 1's again", true, 8}};
+    report.ooms = {OomEvent{1.6, 1, Phase::Backward, 32, 0, "rank 1's", true, 16, 0, {}},
+                   OomEvent{1.7, 1, Phase::Forward, 16, 0, "rank 1's again", true, 8, 0, {}}};
     (*folder)->onEvent(report);
     (*folder)->flush();
     const auto summary = readRunSummary((*folder)->path());
