@@ -44,8 +44,7 @@ const Edit kEdits[] = {
      "learning_rate: expected a number in (0, 1e+06], got -0.1"},
     {"NaN learning rate", R"({"learning_rate": "nan"})", "learning_rate: expected a number in (0, 1e+06], got nan"},
     // 0 is written by a run stopped before its first probe finished: probed again on resume.
-    {"negative micro-batch", R"({"micro_batch": -8})",
-     "micro_batch: expected an integer from 0 to 2147483648, got -8"},
+    {"negative micro-batch", R"({"micro_batch": -8})", "micro_batch: expected an integer from 0 to 2147483648, got -8"},
     {"no training samples", R"({"training_samples": 0})",
      "training_samples: expected an integer from 1 up, got 0 (or -1: not recorded)"},
     {"negative loss scale", R"({"loss_scale": -1.0})", "loss_scale: expected a number in [1, 1e+30], got -1"},
@@ -86,10 +85,10 @@ struct Run {
 /// The CLI under a 4 GiB address-space limit (`ulimit -v`), its exit status (-2: a crash).
 Run runCli(const QStringList& args) {
     QProcess process;
-    process.start(QStringLiteral("/bin/sh"), QStringList{QStringLiteral("-c"),
-                                                         QStringLiteral("ulimit -v 4194304; exec \"$0\" \"$@\""),
-                                                         QStringLiteral(BATCHPILOT_CLI_PATH)} +
-                                                 args);
+    process.start(QStringLiteral("/bin/sh"),
+                  QStringList{QStringLiteral("-c"), QStringLiteral("ulimit -v 4194304; exec \"$0\" \"$@\""),
+                              QStringLiteral(BATCHPILOT_CLI_PATH)} +
+                      args);
     if (!process.waitForFinished(120000)) {
         process.kill();
         return {-1, {}, QStringLiteral("timed out")};
@@ -100,12 +99,15 @@ Run runCli(const QStringList& args) {
 
 /// A small run: 6 parameter tensors (the MLP's three layers), Adam, 64 samples of 1x4x4.
 QStringList run() {
-    return {QStringLiteral("--model"),     QStringLiteral("mlp"),          QStringLiteral("--width"),
-            QStringLiteral("8"),           QStringLiteral("--image-size"), QStringLiteral("1x4x4"),
-            QStringLiteral("--classes"),   QStringLiteral("2"),            QStringLiteral("--samples"),
-            QStringLiteral("64"),          QStringLiteral("--optimizer"),  QStringLiteral("adam"),
-            QStringLiteral("--device"),    QStringLiteral("virtual:64MiB"), QStringLiteral("--objective"),
-            QStringLiteral("largest"),     QStringLiteral("--threads"),    QStringLiteral("1"),
+    return {QStringLiteral("--model"),        QStringLiteral("mlp"),
+            QStringLiteral("--width"),        QStringLiteral("8"),
+            QStringLiteral("--image-size"),   QStringLiteral("1x4x4"),
+            QStringLiteral("--classes"),      QStringLiteral("2"),
+            QStringLiteral("--samples"),      QStringLiteral("64"),
+            QStringLiteral("--optimizer"),    QStringLiteral("adam"),
+            QStringLiteral("--device"),       QStringLiteral("virtual:64MiB"),
+            QStringLiteral("--objective"),    QStringLiteral("largest"),
+            QStringLiteral("--threads"),      QStringLiteral("1"),
             QStringLiteral("--no-run-folder")};
 }
 
@@ -152,8 +154,8 @@ private Q_SLOTS:
     void editedCheckpointIsRefused() {
         QFETCH(QString, directory);
         QFETCH(QString, said);
-        const Run resumed = runCli(run() + QStringList{QStringLiteral("--steps"), QStringLiteral("4"),
-                                                       QStringLiteral("--resume"), directory});
+        const Run resumed = runCli(
+            run() + QStringList{QStringLiteral("--steps"), QStringLiteral("4"), QStringLiteral("--resume"), directory});
         const QString both = QStringLiteral("exit %1\n%2%3").arg(resumed.exitCode).arg(resumed.out, resumed.err);
         const QRegularExpression trainedStep(QStringLiteral("^step \\d"), QRegularExpression::MultilineOption);
         if (said.isEmpty()) {
