@@ -61,7 +61,8 @@ std::string shapeOf(const torch::Tensor& t) {
 /// Reads the archive's fields one by one; the first problem is kept in `error`.
 class FieldReader {
 public:
-    FieldReader(torch::serialize::InputArchive& archive, std::string path) : m_archive(archive), m_path(std::move(path)) {}
+    FieldReader(torch::serialize::InputArchive& archive, std::string path)
+        : m_archive(archive), m_path(std::move(path)) {}
 
     bool ok() const { return m_error.empty(); }
     const std::string& error() const { return m_error; }
@@ -114,9 +115,10 @@ public:
 
     /// `count` tensors `prefix`0, `prefix`1, …, each dense, on the CPU, of `like[i]`'s dtype and
     /// shape (`shapeProblem` words another shape), and finite.
-    std::vector<torch::Tensor> tensors(const std::string& prefix, int64_t count, const std::vector<torch::Tensor>& like,
-                                       const std::vector<std::string>& names,
-                                       const std::function<void(const std::string&, const std::string&)>& shapeProblem) {
+    std::vector<torch::Tensor> tensors(
+        const std::string& prefix, int64_t count, const std::vector<torch::Tensor>& like,
+        const std::vector<std::string>& names,
+        const std::function<void(const std::string&, const std::string&)>& shapeProblem) {
         std::vector<torch::Tensor> out;
         for (int64_t i = 0; ok() && i < count; ++i) {
             const auto at = static_cast<size_t>(i);
@@ -197,8 +199,8 @@ tl::expected<CheckpointContents, std::string> readCheckpoint(torch::serialize::I
     CheckpointContents c;
     TrainerState& s = c.state;
     if (const auto format = read.typed<int64_t>("format"); format && *format != kCheckpointFormat) {
-        return tl::unexpected("checkpoint \"" + path + "\" has an unknown format version (" +
-                              std::to_string(*format) + "); resume it with the BatchPilot that wrote it");
+        return tl::unexpected("checkpoint \"" + path + "\" has an unknown format version (" + std::to_string(*format) +
+                              "); resume it with the BatchPilot that wrote it");
     }
     read.into("model_name", s.modelName);
     read.into("device", s.device);
