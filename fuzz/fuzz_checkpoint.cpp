@@ -7,8 +7,13 @@
 // reader is fuzzed too. A file that passes the checksum is trusted like a model file, and
 // LibTorch's reader trusts the sizes inside: this mode found its unpickler allocating 4 GiB for a
 // string length a 2 KiB file claims (docs/RELIABILITY.md), which is why scripts/fuzz leaves it off.
+//
+// A checkpoint that loads is held to what a run writes (checkLoaded): the seeds regress-edited-*
+// are the seed checkpoint with one field edited by Python's torch (tests/app/edit_checkpoint.py),
+// with a valid header, so that the fuzzer starts from fields past the checksum.
 #include <zlib.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -36,6 +41,25 @@ std::string withHeader(std::string_view payload) {
     return file;
 }
 
+/// What a checkpoint that loads must hold, checked here apart from the reader's own checks: no
+/// field out of the range a run writes, float32 finite weights, the optimizer's state one tensor
+/// per parameter (or none) with a step count to go with it. A checkpoint edited by hand used to
+/// load with any of these broken, and train on (issue 66).
+void checkLoaded(const TrainerState& s, const Model& model, const Optimizer& optimizer) {
+    const bool inRange = s.step >= 0 && s.samplesSeen >= 0 && s.samplerEpoch >= 0 && s.samplerPosition >= 0 &&
+                         (s.trainingSamples < 0 || s.samplerPosition <= s.trainingSamples) && s.targetBatch >= 1 &&
+                         s.targetBatch <= kMaxTargetBatch && s.microBatch >= 0 && std::isfinite(s.learningRate) &&
+                         s.learningRate > 0 && optimizer.learningRate() == s.learningRate;
+    if (!inRange) std::abort();
+    for (const auto& p : model.parameters())
+        if (p.scalar_type() != torch::kFloat || !torch::isfinite(p).all().item<bool>()) std::abort();
+    const size_t parameters = model.parameters().size();
+    const auto& first = optimizer.firstState();
+    if (!first.empty() && (first.size() != parameters || optimizer.stepCount() < 1)) std::abort();
+    for (size_t i = 0; i < first.size(); ++i)
+        if (first[i].sizes() != model.parameters()[i].sizes()) std::abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -61,5 +85,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Optimizer optimizer(OptimizerOptions{}, (*model)->parameters());
     const auto loaded = loadCheckpoint(folder.string(), **model, optimizer);
     if (!loaded && loaded.error().empty()) std::abort();
+    if (loaded) checkLoaded(*loaded, **model, optimizer);
     return 0;
 }

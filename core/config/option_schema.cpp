@@ -498,6 +498,26 @@ bool numberInRange(const OptionSpec& s, double x) {
     return std::isfinite(x) && (s.lowOpen ? x > s.low : x >= s.low) && (s.highOpen ? x < s.high : x <= s.high);
 }
 
+/// An Integer or Number option's value checked against its type and range; the message without
+/// the option's name.
+tl::expected<json, std::string> checkedNumber(const OptionSpec& s, const json& value) {
+    if (s.type == OptionType::Integer) {
+        auto n = readInteger(value, s.minimum, s.maximum);
+        if (!n) return tl::unexpected(n.error());
+        return json(*n);
+    }
+    if (!value.is_number())
+        return tl::unexpected(std::string("expected a number, got ") + jsonTypeName(value) + " " + brief(value));
+    const auto x = value.get<double>();
+    if (!numberInRange(s, x)) {
+        std::ostringstream range;
+        range << "expected a number in " << (s.lowOpen ? "(" : "[") << s.low << ", " << s.high
+              << (s.highOpen ? ")" : "]") << ", got " << x;
+        return tl::unexpected(range.str());
+    }
+    return json(x);
+}
+
 }  // namespace
 
 const std::vector<OptionSpec>& optionSchema() {
@@ -551,24 +571,12 @@ tl::expected<void, std::string> readOption(const OptionSpec& s, const json& valu
         return {};
     }
     switch (s.type) {
-    case OptionType::Integer: {
-        if (s.zeroIsAbsent && value.is_number_integer() && value.get<int64_t>() == 0) return {};
-        auto n = readInteger(value, s.minimum, s.maximum);
-        if (!n) return fail(n.error());
-        s.set(options, json(*n), reading);
-        return {};
-    }
+    case OptionType::Integer:
     case OptionType::Number: {
-        if (!value.is_number())
-            return fail(std::string("expected a number, got ") + jsonTypeName(value) + " " + brief(value));
-        const auto x = value.get<double>();
-        if (!numberInRange(s, x)) {
-            std::ostringstream range;
-            range << "expected a number in " << (s.lowOpen ? "(" : "[") << s.low << ", " << s.high
-                  << (s.highOpen ? ")" : "]") << ", got " << x;
-            return fail(range.str());
-        }
-        s.set(options, json(x), reading);
+        if (s.zeroIsAbsent && value.is_number_integer() && value.get<int64_t>() == 0) return {};
+        auto checked = checkedNumber(s, value);
+        if (!checked) return fail(checked.error());
+        s.set(options, *checked, reading);
         return {};
     }
     case OptionType::Boolean:
@@ -610,6 +618,19 @@ tl::expected<void, std::string> readOption(const OptionSpec& s, const json& valu
         return {};
     }
     return fail("unknown option type");
+}
+
+tl::expected<void, std::string> checkOptionNumber(const OptionSpec& spec, const json& value, const std::string& where) {
+    if (spec.type != OptionType::Integer && spec.type != OptionType::Number)
+        return tl::unexpected(where + ": " + spec.key + " is not a number option");
+    if (auto checked = checkedNumber(spec, value); !checked) return tl::unexpected(where + ": " + checked.error());
+    return {};
+}
+
+tl::expected<void, std::string> checkInteger(int64_t value, int64_t minimum, int64_t maximum,
+                                             const std::string& where) {
+    if (auto n = readInteger(json(value), minimum, maximum); !n) return tl::unexpected(where + ": " + n.error());
+    return {};
 }
 
 void finishReading(TrainerOptions& options, const OptionReading& reading) {

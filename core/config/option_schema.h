@@ -82,6 +82,15 @@ nlohmann::json optionDefault(const OptionSpec& spec);
 /// (the key path, "probe.headroom", or the flag) and what was expected.
 tl::expected<void, std::string> readOption(const OptionSpec& spec, const nlohmann::json& value,
                                            const std::string& where, TrainerOptions& options, OptionReading& reading);
+/// Checks a value of an Integer or Number option against its type and range as readOption() does,
+/// without storing it: for other files that carry an option's value (a checkpoint's target batch),
+/// in the configuration's words, "target_batch: expected an integer from 1 to 2147483648, got 0"
+/// (`where` first).
+tl::expected<void, std::string> checkOptionNumber(const OptionSpec& spec, const nlohmann::json& value,
+                                                  const std::string& where);
+/// The same words for a whole number that is no option's (a checkpoint's step): "step: expected an
+/// integer from 0 to 1099511627776, got -1"; a maximum of INT64_MAX reads "from 0 up".
+tl::expected<void, std::string> checkInteger(int64_t value, int64_t minimum, int64_t maximum, const std::string& where);
 /// Applies what one source implied for others (the epochs/steps rule); after its last option.
 void finishReading(TrainerOptions& options, const OptionReading& reading);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/base/text_format.h"
 #include "core/device/counting_allocator.h"
 
 namespace batchpilot::core {
@@ -109,6 +110,35 @@ void Optimizer::apply(std::vector<torch::Tensor>& gradients) {
         denominator.copy_(m_second[i]).sqrt_().div_(sqrtCorrection2).add_(m_options.epsilon);
         p.addcdiv_(m_first[i], denominator, -stepSize);
     }
+}
+
+tl::expected<void, std::string> Optimizer::checkState(const std::vector<torch::Tensor>& first,
+                                                      const std::vector<torch::Tensor>& second, int64_t steps) const {
+    const bool adam = m_options.kind != OptimizerKind::Sgd;
+    const std::string kind = toString(m_options.kind);
+    // apply() indexes both slots by parameter: a torn state would be read past its end.
+    if (adam && first.size() != second.size()) {
+        return tl::unexpected("firstcount is " + std::to_string(first.size()) + " but secondcount is " +
+                              std::to_string(second.size()) + ": " + kind +
+                              " keeps both moving averages for every parameter, or neither before its first step");
+    }
+    if (!adam && !second.empty())
+        return tl::unexpected("secondcount: expected 0 (sgd keeps one state tensor per parameter), got " +
+                              std::to_string(second.size()));
+    // State is made by the first step: a count of 0 beside it would divide by 1 - beta^0 = 0.
+    if (!first.empty() && steps < 1) {
+        return tl::unexpected("optimizer_steps: expected an integer from 1 up where the " + kind +
+                              " state exists (it was made by a step), got " + std::to_string(steps));
+    }
+    for (size_t i = 0; adam && i < second.size(); ++i) {
+        if (second[i].numel() == 0) continue;
+        const double lowest = second[i].min().item<double>();
+        if (lowest < 0) {
+            return tl::unexpected("second" + std::to_string(i) + ": expected values of at least 0 (" + kind +
+                                  "'s average of squared gradients), got " + formatText("%g", lowest));
+        }
+    }
+    return {};
 }
 
 void Optimizer::restore(std::vector<torch::Tensor> first, std::vector<torch::Tensor> second, int64_t steps) {

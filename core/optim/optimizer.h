@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include <tl/expected.hpp>
 #include <torch/torch.h>
 
 #include "core/config/options.h"
@@ -47,7 +49,14 @@ public:
     /// The state tensors (momentum buffers or first and second moments), for tests and moves.
     const std::vector<torch::Tensor>& firstState() const { return m_first; }
     const std::vector<torch::Tensor>& secondState() const { return m_second; }
-    /// Replaces the state with saved tensors (shapes must match the parameters) and step count.
+    /// Whether saved state could be this optimizer's: per slot either none (no step yet) or one
+    /// tensor per parameter, of its shape and dtype, strided and finite; Adam's and AdamW's two
+    /// slots both or neither, their squared-gradient averages at least 0; where state exists, a
+    /// step count of at least 1 (Adam divides by 1 - beta^steps). The message names the tensor
+    /// as a checkpoint does ("second3": the second slot of parameter 3) and what it holds.
+    tl::expected<void, std::string> checkState(const std::vector<torch::Tensor>& first,
+                                               const std::vector<torch::Tensor>& second, int64_t steps) const;
+    /// Replaces the state with saved tensors and step count that passed checkState().
     void restore(std::vector<torch::Tensor> first, std::vector<torch::Tensor> second, int64_t steps);
     OptimizerKind kind() const { return m_options.kind; }
 

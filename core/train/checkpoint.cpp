@@ -21,13 +21,12 @@
 #include "core/base/hold_point.h"
 #include "core/nn/model.h"
 #include "core/optim/optimizer.h"
+#include "core/train/checkpoint_reader.h"
 
 namespace batchpilot::core {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr int64_t kFormat = 1;
 
 std::string indexed(const char* prefix, size_t i) {
     return std::string(prefix) + std::to_string(i);
@@ -82,20 +81,6 @@ void writeTensors(torch::serialize::OutputArchive& archive, const char* prefix,
                   const std::vector<torch::Tensor>& tensors) {
     archive.write(std::string(prefix) + "count", c10::IValue(static_cast<int64_t>(tensors.size())));
     for (size_t i = 0; i < tensors.size(); ++i) archive.write(indexed(prefix, i), tensors[i].detach().cpu());
-}
-
-std::vector<torch::Tensor> readTensors(torch::serialize::InputArchive& archive, const char* prefix) {
-    c10::IValue count;
-    archive.read(std::string(prefix) + "count", count);
-    std::vector<torch::Tensor> out(static_cast<size_t>(count.toInt()));
-    for (size_t i = 0; i < out.size(); ++i) archive.read(indexed(prefix, i), out[i]);
-    return out;
-}
-
-int64_t readInt(torch::serialize::InputArchive& archive, const std::string& key) {
-    c10::IValue value;
-    archive.read(key, value);
-    return value.toInt();
 }
 
 }  // namespace
@@ -181,7 +166,7 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
     std::ostringstream payload;
     try {
         torch::serialize::OutputArchive archive;
-        archive.write("format", c10::IValue(kFormat));
+        archive.write("format", c10::IValue(kCheckpointFormat));
         archive.write("model_name", c10::IValue(state.modelName));
         archive.write("optimizer_kind", c10::IValue(static_cast<int64_t>(optimizer.kind())));
         archive.write("optimizer_steps", c10::IValue(optimizer.stepCount()));
@@ -238,10 +223,6 @@ tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& direct
     if (!fs::exists(path)) {
         return tl::unexpected("no checkpoint to resume from: \"" + path + "\" does not exist");
     }
-    TrainerState state;
-    std::vector<torch::Tensor> parameters, buffers, first, second;
-    int64_t optimizerKind = 0;
-    int64_t optimizerSteps = 0;
     const auto corrupt = [&](const std::string& why) {
         return tl::unexpected("checkpoint \"" + path + "\" is corrupt or not a BatchPilot checkpoint (" + why +
                               "); resume from an intact one or start afresh");
@@ -271,93 +252,31 @@ tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& direct
         if (crc32Of(bytes.data(), bytes.size()) != expectedCrc)
             return corrupt("its CRC-32 checksum does not match: the file was damaged");
     }
+    tl::expected<CheckpointContents, std::string> contents;
     try {
         CountingScope host(false);
         torch::serialize::InputArchive archive;
         std::istringstream payload(std::move(bytes));
         archive.load_from(payload);
-        if (readInt(archive, "format") != kFormat) {
-            return tl::unexpected("checkpoint \"" + path + "\" has an unknown format version");
-        }
-        c10::IValue text;
-        archive.read("model_name", text);
-        state.modelName = text.toStringRef();
-        archive.read("device", text);
-        state.device = text.toStringRef();
-        c10::IValue rate;
-        archive.read("learning_rate", rate);
-        state.learningRate = rate.toDouble();
-        optimizerKind = readInt(archive, "optimizer_kind");
-        optimizerSteps = readInt(archive, "optimizer_steps");
-        state.step = readInt(archive, "step");
-        state.samplesSeen = readInt(archive, "samples_seen");
-        state.samplerEpoch = readInt(archive, "sampler_epoch");
-        state.samplerPosition = readInt(archive, "sampler_position");
-        state.targetBatch = readInt(archive, "target_batch");
-        state.microBatch = readInt(archive, "micro_batch");
-        c10::IValue trainingSamples;  // absent from checkpoints written before it was recorded
-        state.trainingSamples = archive.try_read("training_samples", trainingSamples) && trainingSamples.isInt()
-                                    ? trainingSamples.toInt()
-                                    : -1;
-        c10::IValue bestMetric;  // absent from checkpoints written before the best model was kept
-        c10::IValue bestValue;
-        if (archive.try_read("best_metric", bestMetric) && bestMetric.isString() &&
-            archive.try_read("best_value", bestValue) && bestValue.isDouble()) {
-            state.bestMetric = bestMetric.toStringRef();
-            state.bestValue = bestValue.toDouble();
-        }
-        c10::IValue lossScale;  // absent from checkpoints written before float16 autocast
-        if (archive.try_read("loss_scale", lossScale) && lossScale.isDouble() && std::isfinite(lossScale.toDouble()) &&
-            lossScale.toDouble() >= 0)
-            state.lossScale = lossScale.toDouble();
-        c10::IValue recorded;  // the three below: absent from checkpoints written before they were kept
-        if (archive.try_read("data_fingerprint", recorded) && recorded.isString())
-            state.dataFingerprint = recorded.toStringRef();
-        if (archive.try_read("loss", recorded) && recorded.isString()) state.loss = recorded.toStringRef();
-        if (archive.try_read("seed", recorded) && recorded.isInt())
-            state.seed = static_cast<uint64_t>(recorded.toInt());
-        parameters = readTensors(archive, "parameter");
-        buffers = readTensors(archive, "buffer");
-        first = readTensors(archive, "first");
-        second = readTensors(archive, "second");
+        // Every field checked before anything is applied: a refused checkpoint changes nothing.
+        contents = readCheckpoint(archive, path, model, optimizer);
     } catch (const std::exception& e) {
         std::string why = e.what();
-        why = why.substr(0, why.find('\n'));
-        return tl::unexpected("checkpoint \"" + path + "\" is corrupt or not a BatchPilot checkpoint (" + why +
-                              "); resume from an intact one or start afresh");
+        return corrupt(why.substr(0, why.find('\n')));
     }
-    if (state.modelName != model.name()) {
-        return tl::unexpected("checkpoint \"" + path + "\" was written for model \"" + state.modelName +
-                              "\", but this run builds \"" + model.name() + "\": use the same model to resume");
-    }
-    if (optimizerKind != static_cast<int64_t>(optimizer.kind())) {
-        return tl::unexpected("checkpoint \"" + path + "\" was written with the " +
-                              toString(static_cast<OptimizerKind>(optimizerKind)) + " optimizer, but this run uses " +
-                              toString(optimizer.kind()) + ": use the same optimizer to resume");
-    }
+    if (!contents) return tl::unexpected(contents.error());
+    torch::NoGradGuard noGrad;
     auto target = model.parameters();
     auto targetBuffers = model.buffers();
-    bool shapesMatch = parameters.size() == target.size() && buffers.size() == targetBuffers.size();
-    for (size_t i = 0; shapesMatch && i < target.size(); ++i) shapesMatch = parameters[i].sizes() == target[i].sizes();
-    for (size_t i = 0; shapesMatch && i < targetBuffers.size(); ++i)
-        shapesMatch = buffers[i].sizes() == targetBuffers[i].sizes();
-    for (size_t i = 0; shapesMatch && i < first.size(); ++i)
-        shapesMatch = i < target.size() && first[i].sizes() == target[i].sizes();
-    if (!shapesMatch) {
-        return tl::unexpected("checkpoint \"" + path +
-                              "\" does not match this model's parameters (other width, input "
-                              "size or number of classes): use the same model options to resume");
-    }
-    torch::NoGradGuard noGrad;
     const auto device = target.front().device();
-    for (size_t i = 0; i < target.size(); ++i) target[i].copy_(parameters[i]);
-    for (size_t i = 0; i < targetBuffers.size(); ++i) targetBuffers[i].copy_(buffers[i]);
+    for (size_t i = 0; i < target.size(); ++i) target[i].copy_(contents->parameters[i]);
+    for (size_t i = 0; i < targetBuffers.size(); ++i) targetBuffers[i].copy_(contents->buffers[i]);
     // Copies made on the trainer thread: the state counts against the device again.
-    for (auto& t : first) t = t.to(device, /*non_blocking=*/false, /*copy=*/true);
-    for (auto& t : second) t = t.to(device, /*non_blocking=*/false, /*copy=*/true);
-    optimizer.restore(std::move(first), std::move(second), optimizerSteps);
-    optimizer.setLearningRate(state.learningRate);
-    return state;
+    for (auto& t : contents->first) t = t.to(device, /*non_blocking=*/false, /*copy=*/true);
+    for (auto& t : contents->second) t = t.to(device, /*non_blocking=*/false, /*copy=*/true);
+    optimizer.restore(std::move(contents->first), std::move(contents->second), contents->optimizerSteps);
+    optimizer.setLearningRate(contents->state.learningRate);
+    return contents->state;
 }
 
 }  // namespace batchpilot::core

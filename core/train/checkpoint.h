@@ -93,7 +93,9 @@ inline constexpr const char* kCheckpointLockFile = ".batchpilot.lock";
 
 /// Loads `directory`/checkpoint.pt into `model` and `optimizer` (already built the same way) and
 /// returns the trainer state. A missing, corrupt or mismatched checkpoint (other model, other
-/// parameter shapes, other optimizer) is an error saying which.
+/// parameter shapes, other optimizer) is an error saying which, and so is one with any field
+/// outside what a run writes (core/train/checkpoint_reader.h): every field is checked before
+/// `model` or `optimizer` is changed, and memory is bounded by the file's size.
 tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& directory, Model& model,
                                                        Optimizer& optimizer);
 

@@ -70,6 +70,23 @@ void Trainer::Impl::restoreCheckpoint() {
                              "the data and validation options of the run that wrote it, or start a new run",
                          "resume"};
     }
+    // Checked against the samples the checkpoint records when it records them; here against this
+    // run's, which an older checkpoint's must be: a position past them was taken for the end.
+    const int64_t samples = feed.training->size();
+    const std::string edited = ": the file was edited or damaged; resume from an intact checkpoint or start a new run";
+    if (resumed->samplerPosition > samples) {
+        throw FatalError{"the checkpoint in " + options.resumeFrom + " holds sampler_position " +
+                             std::to_string(resumed->samplerPosition) + ", past the " + std::to_string(samples) +
+                             " samples this run trains on" + edited,
+                         "resume"};
+    }
+    // A training batch uses each sample at most once, as when the run started.
+    if (resumed->targetBatch > samples) {
+        throw FatalError{"the checkpoint in " + options.resumeFrom + " holds target_batch " +
+                             std::to_string(resumed->targetBatch) + ", larger than the data: " + feed.training->name() +
+                             " has " + std::to_string(samples) + " samples" + edited,
+                         "resume"};
+    }
     // Only a share held out of the data itself changed the training set: synthetic data gets
     // extra samples of its own, and --validation-data leaves the training file whole.
     if (resumed->trainingSamples < 0 && feed.validation.outOfTraining) {
@@ -107,8 +124,8 @@ void Trainer::Impl::checkResumedRun(const TrainerState& resumed) {
     // Every sample once per epoch holds only on the same samples in the same order.
     if (const std::string current = feed.training->fingerprint();
         !resumed.dataFingerprint.empty() && !current.empty() && current != resumed.dataFingerprint) {
-        throw FatalError{checkpoint + " was written while training on other data (" + resumed.dataFingerprint +
-                             "); this run's is " + current +
+        throw FatalError{checkpoint + " was written while training on other data (" +
+                             cutForMessage(resumed.dataFingerprint) + "); this run's is " + current +
                              " (another data file or content, --data-seed, --validation-split or --validation-data)" +
                              advice,
                          "resume"};
@@ -122,8 +139,8 @@ void Trainer::Impl::checkResumedRun(const TrainerState& resumed) {
                          "resume"};
     }
     if (!resumed.loss.empty() && resumed.loss != toString(options.loss)) {
-        throw FatalError{checkpoint + " was written training with the loss " + resumed.loss + ", but this run uses " +
-                             toString(options.loss) + advice,
+        throw FatalError{checkpoint + " was written training with the loss " + cutForMessage(resumed.loss) +
+                             ", but this run uses " + toString(options.loss) + advice,
                          "resume"};
     }
     // The optimizer goes on at the checkpoint's learning rate, with its state (the rate may have

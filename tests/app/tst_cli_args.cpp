@@ -127,6 +127,13 @@ private Q_SLOTS:
                     QVERIFY2(!read.has_value(), what.c_str());
                     QVERIFY2(read.error().rfind(spec.key, 0) == 0, (what + ": " + read.error()).c_str());
                 }
+                // Another file that carries the value (a checkpoint's target batch): the
+                // configuration's words, and its verdict.
+                if (!(spec.zeroIsAbsent && edge.value == json(0))) {
+                    const auto carried = core::checkOptionNumber(spec, edge.value, spec.key);
+                    QCOMPARE(carried.has_value(), edge.valid);
+                    if (!edge.valid) QCOMPARE(carried.error(), read.error());
+                }
                 // check(), on options set past the readers (as the window and tests set them).
                 core::TrainerOptions direct;
                 core::OptionReading reading;

@@ -111,6 +111,67 @@ private Q_SLOTS:
         optimizer.prepare();
         QCOMPARE(maxDifference(params, before), 0.0);
     }
+
+    /// checkState() takes the state a step leaves (or none, before the first) and refuses what no
+    /// step leaves: a checkpoint edited by hand, or torn (issue 66: Adam without its second
+    /// moments crashed the step, at step 0 it trained on).
+    void checkStateTakesOnlyWhatStepsLeave_data() {
+        QTest::addColumn<int>("kind");
+        QTest::addColumn<QString>("change");
+        QTest::addColumn<QString>("refusal");
+        const int adam = int(OptimizerKind::Adam);
+        const int sgd = int(OptimizerKind::Sgd);
+        QTest::newRow("adam after a step") << adam << QString() << QString();
+        QTest::newRow("adamw after a step") << int(OptimizerKind::AdamW) << QString() << QString();
+        QTest::newRow("sgd momentum after a step") << sgd << QString() << QString();
+        QTest::newRow("adam before its first step") << adam << QStringLiteral("no state") << QString();
+        QTest::newRow("adam at step 0")
+            << adam << QStringLiteral("step 0")
+            << QStringLiteral("optimizer_steps: expected an integer from 1 up where the adam state exists");
+        QTest::newRow("adam without its second moments")
+            << adam << QStringLiteral("no second") << QStringLiteral("firstcount is 3 but secondcount is 0");
+        QTest::newRow("adam with a negative squared-gradient average")
+            << adam << QStringLiteral("negative second")
+            << QStringLiteral("second1: expected values of at least 0 (adam's average of squared gradients), got -1");
+        QTest::newRow("sgd with a second slot")
+            << sgd << QStringLiteral("second slot")
+            << QStringLiteral("secondcount: expected 0 (sgd keeps one state tensor per parameter), got 3");
+    }
+    void checkStateTakesOnlyWhatStepsLeave() {
+        QFETCH(int, kind);
+        QFETCH(QString, change);
+        QFETCH(QString, refusal);
+        OptimizerOptions options;
+        options.kind = OptimizerKind(kind);
+        options.momentum = 0.9;
+        auto params = makeParameters();
+        Optimizer stepped(options, params);
+        stepped.prepare();
+        std::vector<torch::Tensor> gradients;
+        for (const auto& p : params) gradients.push_back(torch::randn_like(p));
+        stepped.apply(gradients);
+        auto first = clones(stepped.firstState());
+        auto second = clones(stepped.secondState());
+        int64_t steps = stepped.stepCount();
+        if (change == QStringLiteral("no state")) {
+            first.clear();
+            second.clear();
+            steps = 0;
+        }
+        if (change == QStringLiteral("step 0")) steps = 0;
+        if (change == QStringLiteral("no second")) second.clear();
+        if (change == QStringLiteral("negative second")) second[1].fill_(-1);
+        if (change == QStringLiteral("second slot")) second = clones(first);
+
+        const Optimizer resumed(options, makeParameters());
+        const auto checked = resumed.checkState(first, second, steps);
+        if (refusal.isEmpty()) {
+            QVERIFY2(checked.has_value(), checked ? "" : checked.error().c_str());
+        } else {
+            QVERIFY(!checked.has_value());
+            QVERIFY2(QString::fromStdString(checked.error()).contains(refusal), checked.error().c_str());
+        }
+    }
 };
 
 }  // namespace tst_optimizer
