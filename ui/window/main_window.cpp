@@ -411,7 +411,6 @@ void MainWindow::onEvents(const QList<core::Event>& events) {
         m_charts->handle(event);
         m_teaching->handle(event);
         m_status->handle(event);
-        m_ranks->handle(event);
         if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) {
             QStringList devices;
             for (const core::RankStep& rank : ranks->ranks) devices << QString::fromStdString(rank.device);
@@ -423,6 +422,7 @@ void MainWindow::onEvents(const QList<core::Event>& events) {
         if (const auto* error = std::get_if<core::ErrorEvent>(&event))
             showError(QString::fromStdString(error->message));
     }
+    m_ranks->handleEvents(events);  // once per delivery: the table shows its last step
     m_accumulation->handleEvents(events);
     m_eventLog->addEvents(events);
     m_status->refresh();
