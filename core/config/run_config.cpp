@@ -20,7 +20,7 @@ namespace {
 using nlohmann::json;
 
 /// A run configuration is a few KiB; a larger file is not one (and is never echoed in full).
-constexpr size_t kMaxConfigBytes = size_t{1} << 20;
+constexpr size_t kMaxConfigBytes = kMaxRunConfigBytes;
 /// Deeper nesting is refused while parsing (the configuration's own depth is 3).
 constexpr int kMaxConfigDepth = 32;
 
@@ -88,12 +88,12 @@ namespace {
 
 /// " (lines 2 and 5)": the lines of `text` on which "key" is followed by a colon; empty unless
 /// there are at least two.
-std::string linesHolding(const std::string& text, const std::string& key) {
+std::string linesHolding(std::string_view text, const std::string& key) {
     std::vector<int64_t> lines;
     const std::string quoted = "\"" + key + "\"";
-    for (size_t at = text.find(quoted); at != std::string::npos; at = text.find(quoted, at + 1)) {
+    for (size_t at = text.find(quoted); at != std::string_view::npos; at = text.find(quoted, at + 1)) {
         const size_t after = text.find_first_not_of(" \t\r\n", at + quoted.size());
-        if (after == std::string::npos || text[after] != ':') continue;
+        if (after == std::string_view::npos || text[after] != ':') continue;
         lines.push_back(1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
     }
     if (lines.size() < 2) return {};
@@ -137,6 +137,16 @@ tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path,
         return tl::unexpected(named + " is larger than " + std::to_string(kMaxConfigBytes) +
                               " bytes: is this the right file?");
     }
+    return readRunConfigText(content, named, std::move(base));
+}
+
+tl::expected<TrainerOptions, std::string> readRunConfigText(std::string_view content, const std::string& named,
+                                                            TrainerOptions base) {
+    if (content.size() > kMaxConfigBytes) {
+        return tl::unexpected(named + " is " + std::to_string(content.size()) +
+                              " bytes; a run configuration is a few KiB (at most " + std::to_string(kMaxConfigBytes) +
+                              " bytes)");
+    }
     json config;
     bool tooDeep = false;
     // A key given twice in one object: JSON readers disagree on which value counts (this one would
@@ -168,7 +178,8 @@ tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path,
         return depth <= kMaxConfigDepth;
     };
     try {
-        config = json::parse(content, reader, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+        config = json::parse(content.begin(), content.end(), reader, /*allow_exceptions=*/true,
+                             /*ignore_comments=*/true);
     } catch (const json::parse_error& e) {
         return tl::unexpected(named + " is not valid JSON: " + e.what());
     } catch (const json::exception& e) {

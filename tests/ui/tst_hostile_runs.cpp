@@ -1,19 +1,32 @@
-// A run the window did not start, read from a folder that lies: numbers no run can have are
-// refused with the skipped line's message (they aborted the window or hung it), and numbers a run
-// can have however large cost no time in proportion to them.
+// A run the window did not start, read from a folder or a server that lies: numbers no run can
+// have are refused with the skipped line's message (they aborted the window or hung it), numbers
+// a run can have however large cost no time in proportion to them, and a server that sends more
+// than a run's answers hold is cut off with a message while the window's memory stays what it was.
 
 #include <QtTest>
 #include "tests/test_main.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <QAbstractItemModel>
 #include <QDir>
 #include <QElapsedTimer>
+#include <QFile>
 #include <QLabel>
 #include <QProgressBar>
 #include <QTableWidget>
@@ -23,6 +36,7 @@
 #include "ui/charts/charts_panel.h"
 #include "ui/charts/probe_chart.h"
 #include "ui/log/event_log.h"
+#include "ui/session/remote_run.h"
 #include "ui/session/run_model.h"
 #include "ui/session/run_watcher.h"
 #include "ui/teaching/accumulation_view.h"
@@ -130,6 +144,15 @@ bool logSays(const ui::MainWindow& w, const QString& text) {
     return false;
 }
 
+/// The process's resident memory in bytes (Linux).
+qint64 residentBytes() {
+    QFile status(QStringLiteral("/proc/self/status"));
+    if (!status.open(QIODevice::ReadOnly)) return 0;
+    for (const QByteArray& row : status.readAll().split('\n'))
+        if (row.startsWith("VmRSS:")) return row.mid(6).trimmed().split(' ').front().toLongLong() * 1024;
+    return 0;
+}
+
 /// Opens `folder` in `w` and waits until everything in it was delivered; the milliseconds it took,
 /// -1 past kCatchUp.
 qint64 openAndCatchUp(ui::MainWindow& w, const QString& folder) {
@@ -139,6 +162,185 @@ qint64 openAndCatchUp(ui::MainWindow& w, const QString& folder) {
     if (!QTest::qWaitFor([&] { return w.watcher()->caughtUp(); }, kCatchUp)) return -1;
     return clock.elapsed() <= kCatchUp ? clock.elapsed() : -1;
 }
+
+// ── A server that lies ─────────────────────────────────────────────────────────────────────────
+
+/// Gzip of `bytes` spaces (valid JSON whitespace inflated): a few hundred KiB for hundreds of MiB.
+std::string gzipOfSpaces(size_t bytes) {
+    z_stream z{};
+    if (deflateInit2(&z, 9, Z_DEFLATED, /*gzip=*/15 + 16, 9, Z_DEFAULT_STRATEGY) != Z_OK) return {};
+    const std::string spaces(size_t{1} << 20, ' ');
+    std::string out;
+    std::vector<char> buffer(size_t{1} << 16);
+    for (size_t left = bytes; left > 0 || z.avail_in > 0;) {
+        if (z.avail_in == 0) {
+            const size_t take = std::min(left, spaces.size());
+            z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(spaces.data()));
+            z.avail_in = static_cast<uInt>(take);
+            left -= take;
+        }
+        do {
+            z.next_out = reinterpret_cast<Bytef*>(buffer.data());
+            z.avail_out = static_cast<uInt>(buffer.size());
+            deflate(&z, left == 0 && z.avail_in == 0 ? Z_FINISH : Z_NO_FLUSH);
+            out.append(buffer.data(), buffer.size() - z.avail_out);
+        } while (z.avail_out == 0);
+    }
+    int status = Z_OK;
+    while (status != Z_STREAM_END) {
+        z.next_out = reinterpret_cast<Bytef*>(buffer.data());
+        z.avail_out = static_cast<uInt>(buffer.size());
+        status = deflate(&z, Z_FINISH);
+        out.append(buffer.data(), buffer.size() - z.avail_out);
+        if (status != Z_OK && status != Z_STREAM_END) break;
+    }
+    deflateEnd(&z);
+    return out;
+}
+
+/// Answers the window's requests on 127.0.0.1 as a served run would, but for one: GET /config
+/// (or the event stream) sends far more than a run's answer holds, in one of the ways below.
+/// Counts what it sent of that answer: a window that stopped reading makes its sending fail.
+class LyingServer {
+public:
+    enum class Lie {
+        HugeLength,     ///< /config claims a 10 GB Content-Length and sends until cut off
+        EndlessChunks,  ///< /config sends chunks without end (no length)
+        GzipBomb,       ///< /config is 256 MiB of JSON whitespace gzipped to a few hundred KiB
+        EndlessRecord,  ///< /events sends one record of 256 MiB, then a real event
+    };
+    static constexpr int64_t kCap = int64_t{256} << 20;  // what a lie sends at most
+
+    explicit LyingServer(Lie lie) : m_lie(lie) {
+        if (lie == Lie::GzipBomb) m_bomb = gzipOfSpaces(static_cast<size_t>(kCap));
+        m_listener = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ::bind(m_listener, reinterpret_cast<sockaddr*>(&address), sizeof address);
+        ::listen(m_listener, 16);
+        socklen_t length = sizeof address;
+        ::getsockname(m_listener, reinterpret_cast<sockaddr*>(&address), &length);
+        m_port = ntohs(address.sin_port);
+        m_accepting = std::thread([this] { accept(); });
+    }
+    ~LyingServer() {
+        m_stop = true;
+        ::shutdown(m_listener, SHUT_RDWR);
+        ::close(m_listener);
+        m_accepting.join();
+        {
+            const std::lock_guard lock(m_mutex);
+            for (int connection : m_connections) ::shutdown(connection, SHUT_RDWR);
+        }
+        for (std::thread& t : m_threads) t.join();
+        for (int connection : m_connections) ::close(connection);
+    }
+    QUrl url() const { return QUrl(QStringLiteral("http://127.0.0.1:%1/?token=abc").arg(m_port)); }
+    /// Bytes of the lie sent so far.
+    int64_t sent() const { return m_sent; }
+    /// The lie is over: sent whole, or the window stopped taking it.
+    bool done() const { return m_done; }
+
+private:
+    void accept() {
+        while (!m_stop) {
+            const int connection = ::accept(m_listener, nullptr, nullptr);
+            if (connection < 0) return;
+            timeval timeout{1, 0};
+            ::setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+            const std::lock_guard lock(m_mutex);
+            m_connections.push_back(connection);
+            m_threads.emplace_back([this, connection] { serve(connection); });
+        }
+    }
+    /// Sends all of `data`; false once the window has closed the connection (or on stop).
+    bool send(int connection, const char* data, size_t size) {
+        while (size > 0 && !m_stop) {
+            const ssize_t n = ::send(connection, data, size, MSG_NOSIGNAL);
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+                return false;
+            }
+            data += n;
+            size -= static_cast<size_t>(n);
+        }
+        return size == 0;
+    }
+    bool send(int connection, const std::string& text) { return send(connection, text.data(), text.size()); }
+    bool lie(int connection, const std::string& text) {
+        if (!send(connection, text)) return false;
+        m_sent += static_cast<int64_t>(text.size());
+        return true;
+    }
+    void serve(int connection) {
+        std::string request;
+        char buffer[4096];
+        while (request.find("\r\n\r\n") == std::string::npos) {
+            const ssize_t n = ::recv(connection, buffer, sizeof buffer, 0);
+            if (n <= 0) return;
+            request.append(buffer, static_cast<size_t>(n));
+        }
+        const std::string path = request.substr(4, request.find(' ', 4) - 4);
+        const std::string json = "Content-Type: application/json\r\n";
+        if (path == "/config" && m_lie != Lie::EndlessRecord) {
+            lieAboutConfig(connection);
+        } else if (path == "/config") {
+            send(connection, "HTTP/1.1 200 OK\r\n" + json + "Content-Length: 2\r\n\r\n{}");
+        } else if (path == "/events") {
+            events(connection);
+        } else {
+            const std::string body = R"({"access":"watch"})";
+            send(connection,
+                 "HTTP/1.1 200 OK\r\n" + json + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+        }
+    }
+    void lieAboutConfig(int connection) {
+        const std::string ok = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n";
+        const std::string chunk(size_t{64} << 10, ' ');
+        if (m_lie == Lie::HugeLength) {
+            if (send(connection, ok + "Content-Length: 10000000000\r\n\r\n{"))
+                while (m_sent < kCap && lie(connection, chunk)) {
+                }
+        } else if (m_lie == Lie::EndlessChunks) {
+            if (send(connection, ok + "Transfer-Encoding: chunked\r\n\r\n"))
+                while (m_sent < kCap && lie(connection, "10000\r\n" + chunk + "\r\n")) {
+                }
+        } else if (m_lie == Lie::GzipBomb) {
+            if (send(connection, ok + "Content-Encoding: gzip\r\nContent-Length: " + std::to_string(m_bomb.size()) +
+                                     "\r\n\r\n"))
+                lie(connection, m_bomb);
+        }
+        m_done = true;
+    }
+    void events(int connection) {
+        if (!send(connection, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\n"))
+            return;
+        if (m_lie == Lie::EndlessRecord) {
+            // One record far longer than any event, then a real one: the window skips the first and
+            // reads the second.
+            const std::string chunk(size_t{64} << 10, 'x');
+            bool open = lie(connection, "id: 1\ndata: ");
+            while (open && m_sent < kCap) open = lie(connection, chunk);
+            if (open) open = send(connection, "\n\nid: 2\ndata: " + line(core::Warning{1.0, "after the lie"}) + "\n\n");
+            m_done = true;
+        }
+        // Then, as a live run between events: a comment now and then, until the window goes.
+        while (!m_stop && send(connection, ":\n\n")) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+
+    Lie m_lie;
+    std::string m_bomb;
+    int m_listener = -1;
+    int m_port = 0;
+    std::atomic<bool> m_stop = false;
+    std::atomic<bool> m_done = false;
+    std::atomic<int64_t> m_sent = 0;
+    std::mutex m_mutex;
+    std::vector<int> m_connections;
+    std::vector<std::thread> m_threads;
+    std::thread m_accepting;
+};
 
 }  // namespace
 
@@ -316,6 +518,46 @@ private Q_SLOTS:
         QVERIFY(table != nullptr);
         QCOMPARE(table->rowCount(), 256);
         qInfo("200 steps of 256 ranks: read in %lld ms", static_cast<long long>(took));
+    }
+
+    void aServerThatSendsTooMuchIsCutOff_data() {
+        QTest::addColumn<int>("lie");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("a 10 GB Content-Length") << static_cast<int>(LyingServer::Lie::HugeLength)
+                                                << QStringLiteral("configuration is refused");
+        QTest::newRow("an endless configuration")
+            << static_cast<int>(LyingServer::Lie::EndlessChunks) << QStringLiteral("configuration is refused");
+        QTest::newRow("a gzip bomb") << static_cast<int>(LyingServer::Lie::GzipBomb)
+                                     << QStringLiteral("configuration is refused");
+        QTest::newRow("an endless event") << static_cast<int>(LyingServer::Lie::EndlessRecord)
+                                          << QStringLiteral("longer than 16 MiB");
+    }
+    void aServerThatSendsTooMuchIsCutOff() {
+        QFETCH(int, lie);
+        QFETCH(QString, message);
+        const auto kind = static_cast<LyingServer::Lie>(lie);
+        LyingServer server(kind);
+        ui::MainWindow w;
+        w.show();
+        QSignalSpy configurations(w.remote(), &ui::RemoteRun::configurationReceived);
+        const qint64 before = residentBytes();
+        QVERIFY(w.connectToRun(server.url()));
+        QTRY_VERIFY_WITH_TIMEOUT(logSays(w, message), kCatchUp);
+        QTRY_VERIFY_WITH_TIMEOUT(server.done(), kCatchUp);
+        if (kind == LyingServer::Lie::EndlessRecord) {
+            // The event after the lie is read: the stream goes on.
+            QTRY_VERIFY_WITH_TIMEOUT(logSays(w, QStringLiteral("after the lie")), kCatchUp);
+        } else {
+            QCOMPARE(configurations.count(), 0);
+            // Cut off: the window stopped reading long before the server stopped sending.
+            QVERIFY2(server.sent() < LyingServer::kCap,
+                     qPrintable(QStringLiteral("the window took %1 bytes").arg(server.sent())));
+        }
+        const qint64 grown = residentBytes() - before;
+        qInfo("the server sent %lld bytes of its answer; the window grew by %lld MiB",
+              static_cast<long long>(server.sent()), static_cast<long long>(grown >> 20));
+        QVERIFY2(grown < (int64_t{100} << 20), qPrintable(QStringLiteral("grew by %1 MB").arg(grown >> 20)));
+        w.closeRun();
     }
 };
 

@@ -179,10 +179,12 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_remote, &RemoteRun::eventsReceived, this, &MainWindow::onEvents);
     connect(m_remote, &RemoteRun::stateChanged, this, &MainWindow::updateWatchState);
     // The served run's configuration in the run panel, so that its fields show (and steer) that run.
+    // Read as a configuration file is: bounded, no key twice, nothing nested deep.
     connect(m_remote, &RemoteRun::configurationReceived, this, [this](const QByteArray& text) {
-        const auto json = nlohmann::json::parse(text.toStdString(), nullptr, /*allow_exceptions=*/false);
-        if (!json.is_object()) return;
-        showOptions(core::parseRunConfig(json, m_runPanel->options()), QString());
+        const std::string named = "the configuration of the run at " + m_remote->address().toStdString();
+        showOptions(core::readRunConfigText(std::string_view(text.constData(), static_cast<size_t>(text.size())), named,
+                                            m_runPanel->options()),
+                    QString());
     });
     connect(m_remote, &RemoteRun::problem, this,
             [this](const QString& message) { m_eventLog->addNote(tr("connection"), message, true); });
