@@ -49,8 +49,8 @@ using namespace batchpilot;
 
 namespace {
 
-constexpr int kCatchUp = 20'000;                          // ms: a few MB of events on a loaded 2-core machine
-constexpr int64_t kLargest = int64_t{1} << 31;            // the largest target batch a run can have
+constexpr int kCatchUp = 20'000;                // ms: a few MB of events on a loaded 2-core machine
+constexpr int64_t kLargest = int64_t{1} << 31;  // the largest target batch a run can have
 constexpr int64_t kTooMuch = std::numeric_limits<int64_t>::max();
 
 std::string line(const core::Event& event) {
@@ -80,7 +80,7 @@ core::RanksStepped ranksStepped(int64_t step, std::vector<core::RankStep> ranks)
 }
 
 core::ProbeTrial trial(int sequence, int number, int64_t microBatch, bool fit) {
-    return core::ProbeTrial{0.1 * number, sequence, number, microBatch, fit, fit, 1'000'000 + 50'000 * microBatch,
+    return core::ProbeTrial{0.1 * number,   sequence, number, microBatch, fit, fit, 1'000'000 + 50'000 * microBatch,
                             fit ? 0 : 4096, 0.01};
 }
 
@@ -307,8 +307,8 @@ private:
                 while (m_sent < kCap && lie(connection, "10000\r\n" + chunk + "\r\n")) {
                 }
         } else if (m_lie == Lie::GzipBomb) {
-            if (send(connection, ok + "Content-Encoding: gzip\r\nContent-Length: " + std::to_string(m_bomb.size()) +
-                                     "\r\n\r\n"))
+            if (send(connection,
+                     ok + "Content-Encoding: gzip\r\nContent-Length: " + std::to_string(m_bomb.size()) + "\r\n\r\n"))
                 lie(connection, m_bomb);
         }
         m_done = true;
@@ -362,7 +362,8 @@ private Q_SLOTS:
         step.targetBatch = 256;
         step.step = kTooMuch;
         QTest::newRow("step 2^63-1") << QString::fromStdString(line(step))
-                                     << QStringLiteral("step \"step\": 9223372036854775807 cannot be an optimizer step");
+                                     << QStringLiteral(
+                                            "step \"step\": 9223372036854775807 cannot be an optimizer step");
         QTest::newRow("a negative step") << QString::fromStdString(line(core::OptimizerStepped{3, -1, 16}))
                                          << QStringLiteral("optimizer_step \"step\": -1 cannot be an optimizer step");
         QTest::newRow("a share beyond the largest batch")
@@ -372,11 +373,12 @@ private Q_SLOTS:
         for (int r = 0; r < 4096; ++r) ranks.push_back(rankStep(r, 64, 16));
         QTest::newRow("4,096 ranks") << QString::fromStdString(line(ranksStepped(3, ranks)))
                                      << QStringLiteral("ranks_step \"ranks\": 4096 ranks, more than a run can have");
-        QTest::newRow("rank 4,096")
-            << QString::fromStdString(line(core::DeviceSwitched{3, "cpu", "virtual:1GiB", 4096}))
-            << QStringLiteral("device_switch \"rank\": 4096 cannot be a rank (0 to 255)");
+        QTest::newRow("rank 4,096") << QString::fromStdString(
+                                           line(core::DeviceSwitched{3, "cpu", "virtual:1GiB", 4096}))
+                                    << QStringLiteral("device_switch \"rank\": 4096 cannot be a rank (0 to 255)");
         QTest::newRow("trial 100,000") << QString::fromStdString(line(trial(1, 100'000, 16, true)))
-                                       << QStringLiteral("probe_trial \"trial\": 100000 cannot be a probe's trial count");
+                                       << QStringLiteral(
+                                              "probe_trial \"trial\": 100000 cannot be a probe's trial count");
         core::ProbeFinished finished;
         finished.sequence = 1;
         finished.microBatch = 16;
@@ -523,14 +525,14 @@ private Q_SLOTS:
     void aServerThatSendsTooMuchIsCutOff_data() {
         QTest::addColumn<int>("lie");
         QTest::addColumn<QString>("message");
-        QTest::newRow("a 10 GB Content-Length") << static_cast<int>(LyingServer::Lie::HugeLength)
-                                                << QStringLiteral("configuration is refused");
+        QTest::newRow("a 10 GB Content-Length")
+            << static_cast<int>(LyingServer::Lie::HugeLength) << QStringLiteral("configuration is refused");
         QTest::newRow("an endless configuration")
             << static_cast<int>(LyingServer::Lie::EndlessChunks) << QStringLiteral("configuration is refused");
         QTest::newRow("a gzip bomb") << static_cast<int>(LyingServer::Lie::GzipBomb)
                                      << QStringLiteral("configuration is refused");
-        QTest::newRow("an endless event") << static_cast<int>(LyingServer::Lie::EndlessRecord)
-                                          << QStringLiteral("longer than 16 MiB");
+        QTest::newRow("an endless event")
+            << static_cast<int>(LyingServer::Lie::EndlessRecord) << QStringLiteral("longer than 16 MiB");
     }
     void aServerThatSendsTooMuchIsCutOff() {
         QFETCH(int, lie);
