@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/base/host_memory.h"
+#include "core/config/device_spec.h"
 #include "core/config/options.h"
 #include "core/distributed/process_group.h"
 
@@ -37,6 +38,19 @@ void onLauncherSignal(int number) {
 /// What one rank process holds before its data and model: LibTorch, its threads and the CLI
 /// (measured: 64 ranks of a small MLP took 11.5 GB, 180 MiB each).
 constexpr int64_t kRankHostBytes = int64_t{180} << 20;
+
+/// Ranks that train on the host's cores (the cpu and virtual devices: a virtual GPU computes on
+/// the host) per core, at most: beyond, they take turns on the cores, and every step waits for the
+/// slowest (64 ranks on 2 cores started and crawled, each at 1/32 of its speed alone).
+constexpr int64_t kHostRanksPerCore = 4;
+
+/// The ranks among `devices` that compute on the host (not a CUDA device).
+int64_t hostRanks(const std::vector<std::string>& devices) {
+    return std::count_if(devices.begin(), devices.end(), [](const std::string& device) {
+        const auto spec = core::parseDeviceName(device);
+        return !spec || spec->kind != core::DeviceKind::Cuda;
+    });
+}
 
 std::string gib(int64_t bytes) {
     char text[32];
@@ -153,6 +167,20 @@ int launchRanks(const LaunchOptions& options) {
                      static_cast<long long>(ranks), gib(ranks * kRankHostBytes).c_str(), gib(*available).c_str());
         return 2;
     }
+    // Ranks on the host's cores share them: refused where each would get less than a quarter of
+    // a core, and the cost said where they share at all.
+    const int64_t onHost = hostRanks(options.devices);
+    const auto cores = static_cast<int64_t>(std::thread::hardware_concurrency());
+    if (cores > 0 && onHost > kHostRanksPerCore * cores) {
+        std::fprintf(stderr,
+                     "batchpilot-cli: --devices: %lld ranks train on this machine's %lld cores (cpu and virtual "
+                     "devices compute on the host), at most %lld (%lld a core): with more, each rank computes at "
+                     "about 1/%lld of its speed alone and every step waits for the slowest: give fewer devices\n",
+                     static_cast<long long>(onHost), static_cast<long long>(cores),
+                     static_cast<long long>(kHostRanksPerCore * cores), static_cast<long long>(kHostRanksPerCore),
+                     static_cast<long long>((onHost + cores - 1) / cores));
+        return 2;
+    }
     auto store = core::StoreHost::start();
     if (!store) {
         std::fprintf(stderr, "batchpilot-cli: %s\n", store.error().c_str());
@@ -164,7 +192,13 @@ int launchRanks(const LaunchOptions& options) {
     for (size_t r = 0; r < options.devices.size(); ++r) workers.push_back({static_cast<int>(r), options.devices[r]});
     std::printf("several devices: %zu ranks, one process each (", workers.size());
     for (const Worker& w : workers) std::printf("%srank %d %s", w.rank > 0 ? ", " : "", w.rank, w.device.c_str());
-    std::printf("); rank 0 reports; at least %s of host memory in all\n", gib(ranks * kRankHostBytes).c_str());
+    std::printf("); rank 0 reports; at least %s of host memory in all", gib(ranks * kRankHostBytes).c_str());
+    if (cores > 0 && onHost > cores) {
+        std::printf("; %lld ranks share %lld cores: each computes at about 1/%lld of its speed alone",
+                    static_cast<long long>(onHost), static_cast<long long>(cores),
+                    static_cast<long long>((onHost + cores - 1) / cores));
+    }
+    std::printf("\n");
     std::fflush(stdout);
     for (Worker& w : workers) {
         if (auto error = spawn(w, options, (*store)->port())) {

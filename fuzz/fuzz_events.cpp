@@ -2,17 +2,49 @@
 // line by line into the series table, and EventFileFollower (the window's Open run folder) into
 // events, in small reads that cut lines anywhere. Lines over 16 MiB, nested over 16 levels, not
 // JSON, not UTF-8 or not an event are skipped and counted, never a crash or memory that follows
-// what a line claims; and every event read is written again as a line that reads back into the
-// same event (writing it a second time gives the same bytes).
+// what a line claims; every event read is written again as a line that reads back into the
+// same event (writing it a second time gives the same bytes); and no event read holds a number no
+// run can have (a step, a batch, a share, a rank, a trial count past core/events/event_limits.h),
+// which the window would spend time or memory on in proportion.
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "core/events/event_file.h"
 #include "core/events/event_json.h"
+#include "core/events/event_limits.h"
 #include "core/records/series_export.h"
 #include "fuzz/fuzz_util.h"
 
 using namespace batchpilot::core;
+
+namespace {
+
+bool within(const nlohmann::json& j, const char* key, int64_t most) {
+    const auto found = j.find(key);
+    if (found == j.end() || !found->is_number_integer()) return true;
+    const auto n = found->get<int64_t>();
+    return n >= 0 && n <= most;
+}
+
+/// The event's numbers, as written, are within what a run can have.
+bool possible(const nlohmann::json& j) {
+    if (!within(j, "step", kMaxEventSteps)) return false;
+    for (const char* key : {"target_batch", "micro_batch", "accumulation_steps", "offset", "size", "share",
+                            "micro_batches", "new_target", "old_target", "upper_bound", "new_micro_batch"})
+        if (!within(j, key, kMaxEventSamples)) return false;
+    if (!within(j, "trial", kMaxEventTrials)) return false;
+    if (j.value("type", std::string()) == "probe_finished" && !within(j, "trials", kMaxEventTrials)) return false;
+    if (!within(j, "rank", kMaxEventRanks - 1)) return false;
+    if (const auto ranks = j.find("ranks"); ranks != j.end() && ranks->is_array()) {
+        if (ranks->size() > static_cast<size_t>(kMaxEventRanks)) return false;
+        for (const auto& rank : *ranks)
+            if (rank.is_object() && !possible(rank)) return false;
+    }
+    return true;
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const auto folder = batchpilot::fuzz::scratch() / "run";
@@ -32,6 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         auto batch = follower.read(readBytes);
         if (!batch) std::abort();  // the file is there and does not shrink
         for (const Event& event : batch->events) {
+            if (!possible(toJson(event))) std::abort();
             const std::string line = toJsonLine(event);
             const auto again = eventFromJsonLine(line);
             if (!again || toJsonLine(*again) != line) std::abort();

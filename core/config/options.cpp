@@ -8,9 +8,15 @@
 #include <string>
 
 #include "core/config/device_spec.h"
+#include "core/events/event_limits.h"
 #include "core/events/events.h"
 
 namespace batchpilot::core {
+
+// What an event can claim is what the options allow: an events file's reader refuses the rest.
+static_assert(kMaxEventSamples == kMaxTargetBatch && kMaxEventSteps == kMaxSteps && kMaxEventRanks == kMaxDevices &&
+              kMaxEventTrials == kMaxProbeTrials);
+
 namespace {
 
 std::string lower(std::string text) {

@@ -20,7 +20,7 @@ namespace {
 using nlohmann::json;
 
 /// A run configuration is a few KiB; a larger file is not one (and is never echoed in full).
-constexpr size_t kMaxConfigBytes = size_t{1} << 20;
+constexpr size_t kMaxConfigBytes = kMaxRunConfigBytes;
 /// Deeper nesting is refused while parsing (the configuration's own depth is 3).
 constexpr int kMaxConfigDepth = 32;
 
@@ -193,7 +193,17 @@ tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path,
         return tl::unexpected(named + " is larger than " + std::to_string(kMaxConfigBytes) +
                               " bytes: is this the right file?");
     }
-    auto config = parseJsonText(content, named);
+    return readRunConfigText(content, named, std::move(base));
+}
+
+tl::expected<TrainerOptions, std::string> readRunConfigText(std::string_view content, const std::string& named,
+                                                            TrainerOptions base) {
+    if (content.size() > kMaxConfigBytes) {
+        return tl::unexpected(named + " is " + std::to_string(content.size()) +
+                              " bytes; a run configuration is a few KiB (at most " + std::to_string(kMaxConfigBytes) +
+                              " bytes)");
+    }
+    auto config = parseJsonText(std::string(content), named);
     if (!config) return tl::unexpected(config.error());
     auto options = parseRunConfig(*config, std::move(base));
     if (!options) return tl::unexpected(named + ": " + options.error());

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 #include <tl/expected.hpp>
@@ -44,8 +45,18 @@ tl::expected<TrainerOptions, std::string> parseRunConfig(const nlohmann::json& c
 /// levels. Messages start with `named` ("the configuration \"run.json\"", "the command").
 tl::expected<nlohmann::json, std::string> parseJsonText(const std::string& content, const std::string& named);
 
+/// The most bytes a run configuration's text may hold (a configuration is a few KiB): a larger
+/// file, or a served run's configuration, is not read.
+inline constexpr size_t kMaxRunConfigBytes = size_t{1} << 20;
+
 /// Reads and parses a configuration file; errors name the file.
 tl::expected<TrainerOptions, std::string> loadRunConfig(const std::string& path, TrainerOptions base = {});
+
+/// Parses a configuration's text as loadRunConfig parses a file's: at most kMaxRunConfigBytes,
+/// read by parseJsonText, then parseRunConfig. Errors start with `named` ("the configuration of
+/// the run at http://…").
+tl::expected<TrainerOptions, std::string> readRunConfigText(std::string_view text, const std::string& named,
+                                                            TrainerOptions base = {});
 
 /// The options as a configuration (every key present), readable by parseRunConfig.
 nlohmann::json toRunConfig(const TrainerOptions& options);

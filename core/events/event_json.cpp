@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/events/event_limits.h"
+
 namespace batchpilot::core {
 namespace {
 
@@ -22,10 +24,29 @@ using nlohmann::json;
 //   v("key", member)                       always written; read when present
 //   v.unless(condition, "key", member)     written unless `condition` (a field that does not apply)
 // Every field is optional when read: an absent one keeps its default (events files written
-// before the field existed), so only "type" is required.
+// before the field existed), so only "type" is required. A number's or a list's limits follow it
+// (`v("step", e.step, kStep)`): the reader refuses a value beyond them, so that no view spends
+// time or memory in proportion to what a damaged or hand-edited file claims.
 
 template <class E, class T>
 concept Is = std::same_as<std::remove_const_t<E>, T>;
+
+/// The values a whole number of an event can take (each element's, for a list of numbers).
+struct Within {
+    int64_t least;
+    int64_t most;
+    const char* what;
+};
+/// The items a list of an event can hold.
+struct AtMost {
+    size_t items;
+    const char* what;
+};
+constexpr Within kStep{0, kMaxEventSteps, "an optimizer step"};
+constexpr Within kSamples{0, kMaxEventSamples, "a number of samples"};
+constexpr Within kRank{0, kMaxEventRanks - 1, "a rank"};
+constexpr Within kTrial{0, kMaxEventTrials, "a probe's trial count"};
+constexpr AtMost kRanks{static_cast<size_t>(kMaxEventRanks), "ranks"};
 
 template <class V>
 void describe(V& v, Is<RunStateChanged> auto& e) {
@@ -39,7 +60,7 @@ void describe(V& v, Is<ProbeStarted> auto& e) {
     v("sequence", e.sequence);
     v("reason", e.reason);
     v("device", e.device);
-    v("upper_bound", e.upperBound);
+    v("upper_bound", e.upperBound, kSamples);
     v("usable_bytes", e.usableBytes);
     v("reserved_bytes", e.reservedBytes);
 }
@@ -47,8 +68,8 @@ template <class V>
 void describe(V& v, Is<ProbeTrial> auto& e) {
     v("time", e.time);
     v("sequence", e.sequence);
-    v("trial", e.trial);
-    v("micro_batch", e.microBatch);
+    v("trial", e.trial, kTrial);
+    v("micro_batch", e.microBatch, kSamples);
     v("fit", e.fit);
     v("within_headroom", e.withinHeadroom);
     v("peak_bytes", e.peakBytes);
@@ -59,10 +80,10 @@ template <class V>
 void describe(V& v, Is<ProbeFinished> auto& e) {
     v("time", e.time);
     v("sequence", e.sequence);
-    v("micro_batch", e.microBatch);
-    v("accumulation_steps", e.accumulationSteps);
-    v("target_batch", e.targetBatch);
-    v("trials", e.trials);
+    v("micro_batch", e.microBatch, kSamples);
+    v("accumulation_steps", e.accumulationSteps, kSamples);
+    v("target_batch", e.targetBatch, kSamples);
+    v("trials", e.trials, kTrial);
     v("seconds", e.seconds);
     v("hit_trial_limit", e.hitTrialLimit);
     v("fixed_bytes", e.fixedBytes);
@@ -71,14 +92,14 @@ void describe(V& v, Is<ProbeFinished> auto& e) {
 template <class V>
 void describe(V& v, Is<OomEvent> auto& e) {
     v("time", e.time);
-    v("step", e.step);
+    v("step", e.step, kStep);
     v("phase", e.phase);
-    v("micro_batch", e.microBatch);
+    v("micro_batch", e.microBatch, kSamples);
     v("requested_bytes", e.requestedBytes);
     v("message", e.message);
     v("recovered", e.recovered);
-    v("new_micro_batch", e.newMicroBatch);
-    v("redone_samples", e.redoneSamples);
+    v("new_micro_batch", e.newMicroBatch, kSamples);
+    v("redone_samples", e.redoneSamples, kSamples);
     v.unless(e.snapshotFile.empty(), "snapshot_file", e.snapshotFile);
 }
 template <class V>
@@ -93,13 +114,13 @@ void describe(V& v, Is<MemorySample> auto& e) {
 template <class V>
 void describe(V& v, Is<StepMetrics> auto& e) {
     v("time", e.time);
-    v("step", e.step);
+    v("step", e.step, kStep);
     v("epoch", e.epoch);
     v("samples_seen", e.samplesSeen);
     v("loss", e.loss);
-    v("micro_batch", e.microBatch);
-    v("accumulation_steps", e.accumulationSteps);
-    v("target_batch", e.targetBatch);
+    v("micro_batch", e.microBatch, kSamples);
+    v("accumulation_steps", e.accumulationSteps, kSamples);
+    v("target_batch", e.targetBatch, kSamples);
     v("learning_rate", e.learningRate);
     v("samples_per_second", e.samplesPerSecond);
     v("step_seconds", e.stepSeconds);
@@ -109,11 +130,11 @@ void describe(V& v, Is<StepMetrics> auto& e) {
 template <class V>
 void describe(V& v, Is<MicroBatchDone> auto& e) {
     v("time", e.time);
-    v("step", e.step);
-    v("index", e.index);
-    v("offset", e.offset);
-    v("size", e.size);
-    v("target_batch", e.targetBatch);
+    v("step", e.step, kStep);
+    v("index", e.index, kSamples);
+    v("offset", e.offset, kSamples);
+    v("size", e.size, kSamples);
+    v("target_batch", e.targetBatch, kSamples);
     v("loss_weight", e.lossWeight);
     v("loss", e.loss);
     v("probe_trial", e.probeTrial);
@@ -123,14 +144,14 @@ void describe(V& v, Is<MicroBatchDone> auto& e) {
 template <class V>
 void describe(V& v, Is<OptimizerStepped> auto& e) {
     v("time", e.time);
-    v("step", e.step);
-    v("micro_batches", e.microBatches);
+    v("step", e.step, kStep);
+    v("micro_batches", e.microBatches, kSamples);
 }
 template <class V>
 void describe(V& v, Is<TargetBatchChanged> auto& e) {
     v("time", e.time);
-    v("old_target", e.oldTarget);
-    v("new_target", e.newTarget);
+    v("old_target", e.oldTarget, kSamples);
+    v("new_target", e.newTarget, kSamples);
     v("old_learning_rate", e.oldLearningRate);
     v("new_learning_rate", e.newLearningRate);
 }
@@ -139,7 +160,7 @@ void describe(V& v, Is<DeviceSwitched> auto& e) {
     v("time", e.time);
     v("from", e.from);
     v("to", e.to);
-    v("rank", e.rank);
+    v("rank", e.rank, kRank);
 }
 template <class V>
 void describe(V& v, Is<Warning> auto& e) {
@@ -149,7 +170,7 @@ void describe(V& v, Is<Warning> auto& e) {
 template <class V>
 void describe(V& v, Is<CheckpointSaved> auto& e) {
     v("time", e.time);
-    v("step", e.step);
+    v("step", e.step, kStep);
     v("path", e.path);
     v.unless(e.metric.empty(), "metric", e.metric);
     v.unless(e.metric.empty(), "value", e.value);
@@ -172,13 +193,13 @@ void describe(V& v, Is<RunSummary> auto& e) {
     v("input_shape", e.inputShape);
     v("optimizer", e.optimizer);
     v("loss", e.loss);
-    v("target_batch", e.targetBatch);
+    v("target_batch", e.targetBatch, kSamples);
     v("batch_statistics", e.batchStatistics);
 }
 template <class V>
 void describe(V& v, Is<MemoryBreakdown> auto& e) {
     v("time", e.time);
-    v("step", e.step);
+    v("step", e.step, kStep);
     v("device", e.device);
     v("total_bytes", e.totalBytes);
     v("capacity_bytes", e.capacityBytes);
@@ -188,7 +209,7 @@ void describe(V& v, Is<MemoryBreakdown> auto& e) {
     v("optimizer_state_bytes", e.optimizerStateBytes);
     v("optimizer_state_reserved", e.optimizerStateReserved);
     v("activation_bytes", e.activationBytes);
-    v("activation_micro_batch", e.activationMicroBatch);
+    v("activation_micro_batch", e.activationMicroBatch, kSamples);
     v("input_bytes", e.inputBytes);
     v("buffer_copy_bytes", e.bufferCopyBytes);
     v("largest_gradient_bytes", e.largestGradientBytes);
@@ -204,18 +225,18 @@ void describe(V& v, Is<MemoryBreakdown> auto& e) {
 template <class V>
 void describe(V& v, Is<StepModeWaiting> auto& e) {
     v("time", e.time);
-    v("step", e.step);
-    v("index", e.index);
-    v("offset", e.offset);
-    v("size", e.size);
-    v("target_batch", e.targetBatch);
+    v("step", e.step, kStep);
+    v("index", e.index, kSamples);
+    v("offset", e.offset, kSamples);
+    v("size", e.size, kSamples);
+    v("target_batch", e.targetBatch, kSamples);
     v("probe_trial", e.probeTrial);
 }
 template <class V>
 void describe(V& v, Is<ThroughputTimed> auto& e) {
     v("time", e.time);
     v("sequence", e.sequence);
-    v("micro_batch", e.microBatch);
+    v("micro_batch", e.microBatch, kSamples);
     v("samples_per_second", e.samplesPerSecond);
     v("repetitions", e.repetitions);
 }
@@ -223,8 +244,8 @@ template <class V>
 void describe(V& v, Is<ThroughputChecked> auto& e) {
     v("time", e.time);
     v("sequence", e.sequence);
-    v("micro_batch", e.microBatch);
-    v("largest_micro_batch", e.largestMicroBatch);
+    v("micro_batch", e.microBatch, kSamples);
+    v("largest_micro_batch", e.largestMicroBatch, kSamples);
     v("turn", e.turn);
     v("ratio", e.ratio);
     v("gain", e.gain);
@@ -235,10 +256,10 @@ template <class V>
 void describe(V& v, Is<ThroughputChosen> auto& e) {
     v("time", e.time);
     v("sequence", e.sequence);
-    v("micro_batch", e.microBatch);
-    v("largest_micro_batch", e.largestMicroBatch);
-    v("accumulation_steps", e.accumulationSteps);
-    v("target_batch", e.targetBatch);
+    v("micro_batch", e.microBatch, kSamples);
+    v("largest_micro_batch", e.largestMicroBatch, kSamples);
+    v("accumulation_steps", e.accumulationSteps, kSamples);
+    v("target_batch", e.targetBatch, kSamples);
     v("samples_per_second", e.samplesPerSecond);
     v("largest_samples_per_second", e.largestSamplesPerSecond);
     v("speed_over_largest", e.speedOverLargest);
@@ -256,12 +277,12 @@ void describe(V& v, Is<ThroughputChosen> auto& e) {
 template <class V>
 void describe(V& v, Is<ValidationDone> auto& e) {
     v("time", e.time);
-    v("step", e.step);
+    v("step", e.step, kStep);
     v("epoch", e.epoch);
     v("samples_seen", e.samplesSeen);
     v("samples", e.samples);
     v("loss", e.loss);
-    v("micro_batch", e.microBatch);
+    v("micro_batch", e.microBatch, kSamples);
     v("ooms", e.ooms);
     v("seconds", e.seconds);
     // Metrics that do not apply to the data are left out rather than written as -1.
@@ -272,11 +293,11 @@ void describe(V& v, Is<ValidationDone> auto& e) {
 }
 template <class V>
 void describe(V& v, Is<RankStep> auto& r) {
-    v("rank", r.rank);
+    v("rank", r.rank, kRank);
     v("device", r.device);
-    v("share", r.share);
-    v("micro_batch", r.microBatch);
-    v("micro_batches", r.microBatches);
+    v("share", r.share, kSamples);
+    v("micro_batch", r.microBatch, kSamples);
+    v("micro_batches", r.microBatches, kSamples);
     v("compute_seconds", r.computeSeconds);
     v("samples_per_second", r.samplesPerSecond);
     v("wait_seconds", r.waitSeconds);
@@ -287,20 +308,20 @@ void describe(V& v, Is<RankStep> auto& r) {
 template <class V>
 void describe(V& v, Is<RanksStepped> auto& e) {
     v("time", e.time);
-    v("step", e.step);
-    v("ranks", e.ranks);
+    v("step", e.step, kStep);
+    v("ranks", e.ranks, kRanks);
     v("all_reduce_seconds", e.allReduceSeconds);
     v("imbalance", e.imbalance);
     v("parameters_checked", e.parametersChecked);
     v("collectives", e.collectives);
     v.unless(e.collectivesWhy.empty(), "collectives_why", e.collectivesWhy);
-    v.unless(e.nextShares.empty(), "next_shares", e.nextShares);
+    v.unless(e.nextShares.empty(), "next_shares", e.nextShares, kSamples, kRanks);
     v.unless(e.nextShares.empty(), "share_reason", e.shareReason);
 }
 template <class V>
 void describe(V& v, Is<RankProbed> auto& e) {
     v("time", e.time);
-    v("rank", e.rank);
+    v("rank", e.rank, kRank);
     v("device", e.device);
     v("probes", e.probes);
     v("trials", e.trials);
@@ -316,21 +337,21 @@ void describe(V& v, Is<SaverOption> auto& o) {
     v.unless(!unmeasured, "unavailable", o.unavailable);
     v.unless(unmeasured, "fixed_bytes", o.fixedBytes);
     v.unless(unmeasured, "bytes_per_sample", o.bytesPerSample);
-    v.unless(unmeasured, "micro_batch", o.microBatch);
-    v.unless(unmeasured, "accumulation_steps", o.accumulationSteps);
+    v.unless(unmeasured, "micro_batch", o.microBatch, kSamples);
+    v.unless(unmeasured, "accumulation_steps", o.accumulationSteps, kSamples);
     v.unless(unmeasured, "peak_bytes", o.peakBytes);
     v.unless(unmeasured, "samples_per_second", o.samplesPerSecond);
-    v.unless(unmeasured, "timed_micro_batch", o.timedMicroBatch);
+    v.unless(unmeasured, "timed_micro_batch", o.timedMicroBatch, kSamples);
     v.unless(unmeasured, "trials", o.trials);
 }
 template <class V>
 void describe(V& v, Is<SaverSurvey> auto& e) {
     v("time", e.time);
-    v("step", e.step);
+    v("step", e.step, kStep);
     v("device", e.device);
     v("reason", e.reason);
     v("usable_bytes", e.usableBytes);
-    v("target_batch", e.targetBatch);
+    v("target_batch", e.targetBatch, kSamples);
     v("current", e.current);
     v("options", e.options);
     v("suggestion", e.suggestion);
@@ -340,20 +361,20 @@ void describe(V& v, Is<SaverSurvey> auto& e) {
 template <class V>
 void describe(V& v, Is<MemorySaversChanged> auto& e) {
     v("time", e.time);
-    v("step", e.step);
+    v("step", e.step, kStep);
     v("from", e.from);
     v("to", e.to);
     v("why", e.why);
-    v("predicted_micro_batch", e.predictedMicroBatch);
+    v("predicted_micro_batch", e.predictedMicroBatch, kSamples);
 }
 template <class V>
 void describe(V& v, Is<LossScaleChanged> auto& e) {
     v("time", e.time);
-    v("step", e.step);
+    v("step", e.step, kStep);
     v("from", e.from);
     v("to", e.to);
     v("overflow", e.overflow);
-    v("redone_samples", e.redoneSamples);
+    v("redone_samples", e.redoneSamples, kSamples);
 }
 template <class V>
 void describe(V& v, Is<TensorDifference> auto& d) {
@@ -366,9 +387,9 @@ void describe(V& v, Is<TensorDifference> auto& d) {
 template <class V>
 void describe(V& v, Is<EquivalenceChecked> auto& e) {
     v("time", e.time);
-    v("step", e.step);
-    v("samples", e.samples);
-    v("micro_batch_sizes", e.microBatchSizes);
+    v("step", e.step, kStep);
+    v("samples", e.samples, kSamples);
+    v("micro_batch_sizes", e.microBatchSizes, kSamples);
     v("tensors", e.tensors);
     v("overall", e.overall);
     v("batch_statistics", e.batchStatistics);
@@ -402,7 +423,7 @@ void describe(V& v, Is<SegmentView> auto& s) {
 template <class V>
 void describe(V& v, Is<AllocatorSegments> auto& e) {
     v("time", e.time);
-    v("step", e.step);
+    v("step", e.step, kStep);
     v("at_oom", e.atOom);
     v("limit_bytes", e.limitBytes);
     v.unless(!e.atOom, "requested_bytes", e.requestedBytes);
@@ -468,12 +489,12 @@ struct Writer {
             return m;
         }
     }
-    template <class M>
-    void operator()(const char* key, const M& m) {
+    template <class M, class... Limits>
+    void operator()(const char* key, const M& m, Limits...) {
         j[key] = value(m);
     }
-    template <class M>
-    void unless(bool omit, const char* key, const M& m) {
+    template <class M, class... Limits>
+    void unless(bool omit, const char* key, const M& m, Limits...) {
         if (!omit) (*this)(key, m);
     }
     void savers(const char* key, const std::string& savers) { j[key] = savers.empty() ? std::string("off") : savers; }
@@ -551,18 +572,47 @@ struct Reader {
             describe(nested, m);
         }
     }
+    /// Fails unless the number `m` (every number of the list `m`) is within `limit`.
     template <class M>
-    void operator()(const char* key, M& m) {
+    static void hold(const M& m, const std::string& where, const Within& limit) {
+        if constexpr (IsVector<M>::value) {
+            for (size_t i = 0; i < m.size(); ++i) hold(m[i], where + "[" + std::to_string(i) + "]", limit);
+        } else {
+            static_assert(std::is_integral_v<M> && !std::is_same_v<M, bool>, "limits are for whole numbers");
+            if (m < limit.least || m > limit.most) {
+                fail(where, std::to_string(m) + " cannot be " + limit.what + " (" + std::to_string(limit.least) +
+                                " to " + std::to_string(limit.most) + ")");
+            }
+        }
+    }
+    template <class M>
+    static void hold(const M&, const std::string&, const AtMost&) {}  // counted before reading
+    /// Fails when the list `from` holds more items than `limit`, before any is read.
+    static void count(const json& from, const std::string& where, const AtMost& limit) {
+        if (from.is_array() && from.size() > limit.items) {
+            fail(where, std::to_string(from.size()) + " " + limit.what + ", more than a run can have (" +
+                            std::to_string(limit.items) + ")");
+        }
+    }
+    static void count(const json&, const std::string&, const Within&) {}
+    template <class M, class... Limits>
+    void readWithin(const json& from, M& m, const std::string& where, const Limits&... limits) const {
+        (count(from, where, limits), ...);
+        read(from, m, where, missing);
+        (hold(m, where, limits), ...);
+    }
+    template <class M, class... Limits>
+    void operator()(const char* key, M& m, const Limits&... limits) {
         const auto found = j.find(key);
         if (found != j.end())
-            read(*found, m, path + key, missing);
+            readWithin(*found, m, path + key, limits...);
         else if (missing == MissingFields::Error)
             fail(path + key, "missing");
     }
-    template <class M>
-    void unless(bool, const char* key, M& m) {
+    template <class M, class... Limits>
+    void unless(bool, const char* key, M& m, const Limits&... limits) {
         // Left out where it does not apply: never missing.
-        if (const auto found = j.find(key); found != j.end()) read(*found, m, path + key, missing);
+        if (const auto found = j.find(key); found != j.end()) readWithin(*found, m, path + key, limits...);
     }
     void savers(const char* key, std::string& savers) {
         (*this)(key, savers);
@@ -573,6 +623,7 @@ struct Reader {
         if (found == j.end()) return;
         const std::string where = path + key;
         if (!found->is_array()) fail(where, "not a list");
+        count(*found, where, kRanks);
         sizes.assign(found->size(), {});
         devices.assign(found->size(), {});
         for (size_t r = 0; r < found->size(); ++r) {
@@ -580,8 +631,10 @@ struct Reader {
             const std::string at = where + "[" + std::to_string(r) + "]";
             if (!rank.is_object()) fail(at, "not an object");
             if (const auto d = rank.find("device"); d != rank.end()) read(*d, devices[r], at + ".device", missing);
-            if (const auto s = rank.find("micro_batch_sizes"); s != rank.end())
+            if (const auto s = rank.find("micro_batch_sizes"); s != rank.end()) {
                 read(*s, sizes[r], at + ".micro_batch_sizes", missing);
+                hold(sizes[r], at + ".micro_batch_sizes", kSamples);
+            }
         }
     }
 };

@@ -48,8 +48,9 @@ WhatIf predictWhatIf(const MemoryModel& model, int64_t microBatch, int64_t targe
     w.microBatch = std::max<int64_t>(1, microBatch);
     w.predictedPeakBytes = model.fixedBytes + model.bytesPerSample * static_cast<double>(w.microBatch);
     if (targetBatch > 0) {
-        w.split = AccumulationPlan::split(targetBatch, std::min(w.microBatch, targetBatch));
-        w.accumulationSteps = static_cast<int64_t>(w.split.size());
+        // The rule without its list: a target of 2^31 samples at a micro-batch of 1 is 2^31 sizes.
+        w.split = EvenSplit::of(targetBatch, w.microBatch);
+        w.accumulationSteps = w.split.parts;
     }
     w.fitsCapacity = w.predictedPeakBytes <= static_cast<double>(capacityBytes);
     w.fitsUsable = w.predictedPeakBytes <= static_cast<double>(usableBytes);
@@ -215,10 +216,10 @@ std::string MemoryReport::take() {
 namespace {
 
 std::string planLine(const char* what, int64_t microBatch, int64_t target) {
-    const auto split = AccumulationPlan::split(target, microBatch);
-    std::string line = formatText("%s %" PRId64 ": target %" PRId64 " = %zu micro-batch(es) of %" PRId64, what,
-                                  microBatch, target, split.size(), split.front());
-    if (split.back() != split.front()) line += formatText(" or %" PRId64, split.back());
+    const EvenSplit split = EvenSplit::of(target, std::max<int64_t>(1, microBatch));
+    std::string line = formatText("%s %" PRId64 ": target %" PRId64 " = %" PRId64 " micro-batch(es) of %" PRId64, what,
+                                  microBatch, target, split.parts, split.sizeOf(0));
+    if (split.larger > 0) line += formatText(" or %" PRId64, split.base);
     return line + "\n";
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/events/events.h"
+#include "core/plan/accumulation_plan.h"
 #include "core/plan/probe_search.h"
 
 namespace batchpilot::core {
@@ -21,7 +22,7 @@ struct WhatIf {
     int64_t microBatch = 0;
     double predictedPeakBytes = 0;
     int64_t accumulationSteps = 0;  ///< micro-batches per training batch of `targetBatch`
-    std::vector<int64_t> split;     ///< their sizes (differ by at most one)
+    EvenSplit split;                ///< their sizes (differ by at most one), without a list of them
     bool fitsCapacity = false;      ///< predicted peak ≤ capacity
     bool fitsUsable = false;        ///< predicted peak ≤ capacity minus headroom
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <thread>
 
 #include <QDeadlineTimer>
 #include <QDir>
@@ -220,6 +221,23 @@ private Q_SLOTS:
                                                      QStringLiteral("--devices"), many.join(QLatin1Char(','))}
                                       << 2
                                       << QStringLiteral("--devices: 4096 devices given, at most 256: one process each");
+        // More ranks than the cores can carry (64 virtual devices on 2 cores started 64 processes,
+        // 10.1 GB, each at 1/32 of its speed): refused before one starts, the cost said.
+        const auto cores = static_cast<int>(std::thread::hardware_concurrency());
+        if (cores > 0 && 4 * cores + 1 <= 256) {
+            QStringList crowded;
+            for (int i = 0; i < 4 * cores + 1; ++i) crowded << QStringLiteral("virtual:1MiB");
+            QTest::newRow("more ranks than cores carry")
+                << QStringList{QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--devices"),
+                               crowded.join(QLatin1Char(','))}
+                << 2
+                << QStringLiteral(
+                       "--devices: %1 ranks train on this machine's %2 cores (cpu and virtual devices "
+                       "compute on the host), at most %3 (4 a core)")
+                       .arg(4 * cores + 1)
+                       .arg(cores)
+                       .arg(4 * cores);
+        }
         // A gigabyte of NUL bytes took 5.2 GB before it was refused: now at its first NUL.
         QTest::newRow("CSV of NUL bytes")
             << base({QStringLiteral("--data"), QStringLiteral("csv"), QStringLiteral("--data-path"),

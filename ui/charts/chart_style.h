@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include <QColor>
 #include <QList>
@@ -9,6 +10,8 @@
 #include <QPointF>
 #include <QScatterSeries>
 #include <QValueAxis>
+
+#include "ui/charts/thinning.h"
 
 namespace batchpilot::ui {
 
@@ -64,6 +67,19 @@ struct TrialMarkers {
         fits->replace(fitPoints);
         tight->replace(tightPoints);
         ooms->replace(oomPoints);
+    }
+    /// The same, at most about two markers of each outcome per pixel column of the `columns`
+    /// between xMin and xMax: each column's lowest and highest (thinMinMax), so that a run with
+    /// 100,000 trials draws a few thousand markers, not one graphics item per trial.
+    template <typename Trials, typename PointOf>
+    void show(const Trials& trials, PointOf pointOf, double xMin, double xMax, int columns) const {
+        std::vector<QPointF> points[3];
+        for (const auto& t : trials) points[!t.fit ? 2 : t.withinHeadroom ? 0 : 1].push_back(pointOf(t));
+        QScatterSeries* const series[3] = {fits, tight, ooms};
+        for (int kind = 0; kind < 3; ++kind) {
+            const std::vector<QPointF> shown = thinnedByX(std::move(points[kind]), xMin, xMax, columns);
+            series[kind]->replace(QList<QPointF>(shown.begin(), shown.end()));
+        }
     }
 };
 

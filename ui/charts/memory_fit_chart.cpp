@@ -131,6 +131,9 @@ void MemoryFitChart::handle(const core::Event& event) {
             m_modelFromProbe = false;
             m_model.reset();
         }
+        // A probe runs at most kMaxProbeTrials trials: a file that claims more for one probe is
+        // shown up to that many, so that each trial costs the fit no more than a probe's worth.
+        if (m_trials.size() >= static_cast<size_t>(core::kMaxProbeTrials)) return;
         m_trials.push_back({trial->trial, trial->microBatch, trial->fit, trial->withinHeadroom, trial->peakBytes,
                             trial->failedAllocationBytes});
         if (!m_modelFromProbe) refitFromTrials();

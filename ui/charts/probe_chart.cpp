@@ -303,8 +303,20 @@ void ProbeChart::refresh(bool follow) {
         return trials;
     };
     const auto point = [this](const Trial& t) { return pointOf(t); };
-    TrialMarkers{m_fits, m_tight, m_ooms}.show(m_rankLanes.empty() ? m_trials : trialsOf(0), point);
-    for (const RankLane& lane : m_rankLanes) lane.trials.show(trialsOf(lane.rank), point);
+    // Every series drawn at most about two points per pixel column of the range shown: a run's
+    // trials and probes can number 100,000 (thinMinMax keeps each column's lowest and highest).
+    const double now = m_xKind == XAxis::Trial ? static_cast<double>(m_trials.size()) + 0.5 : m_lastTime;
+    const double xMin = follow ? 0 : xAxis()->min();
+    const double xMax = follow ? std::max(m_xKind == XAxis::Trial ? now : m_lastTime, 4.0) : xAxis()->max();
+    const int columns = plotColumns();
+    const auto thinned = [&](QList<QPointF> points) {
+        const std::vector<QPointF> shown =
+            thinnedByX(std::vector<QPointF>(points.begin(), points.end()), xMin, xMax, columns);
+        return QList<QPointF>(shown.begin(), shown.end());
+    };
+    TrialMarkers{m_fits, m_tight, m_ooms}.show(m_rankLanes.empty() ? m_trials : trialsOf(0), point, xMin, xMax,
+                                               columns);
+    for (const RankLane& lane : m_rankLanes) lane.trials.show(trialsOf(lane.rank), point, xMin, xMax, columns);
 
     // One faint path per probe so a re-probe reads as a new sequence.
     while (m_paths.size() < std::min<int>(static_cast<int>(m_sequences.size()), kMaxPathSeries)) {
@@ -328,11 +340,10 @@ void ProbeChart::refresh(bool follow) {
                 if (t.rank == sequence.rank && t.sequence == sequence.number)
                     points.append(QPointF(xOf(t), static_cast<double>(t.microBatch)));
         }
-        m_paths[i]->replace(points);
+        m_paths[i]->replace(thinned(points));
     }
 
     // The chosen micro-batch as a step line: from the end of each probe to the next probe.
-    const double now = m_xKind == XAxis::Trial ? static_cast<double>(m_trials.size()) + 0.5 : m_lastTime;
     // Rank 0's: the other ranks' micro-batches are their lanes' lines.
     for (std::size_t i = 0; i < m_sequences.size(); ++i) {
         const Sequence& s = m_sequences[i];
@@ -348,7 +359,7 @@ void ProbeChart::refresh(bool follow) {
         chosen.append(QPointF(std::max(from, to), y));
         yMax = std::max(yMax, y);
     }
-    m_chosen->replace(chosen);
+    m_chosen->replace(thinned(chosen));
 
     // Each other rank's micro-batch as a step line, to the last step it reported and on to now.
     for (const RankLane& lane : m_rankLanes) {
@@ -361,7 +372,7 @@ void ProbeChart::refresh(bool follow) {
             points.append(QPointF(to, y));
             yMax = std::max(yMax, y);
         }
-        lane.series->replace(points);
+        lane.series->replace(thinned(points));
     }
 
     if (follow) {

@@ -49,4 +49,10 @@ std::vector<QPointF> thinMinMax(std::span<const QPointF> points, double xMin, do
     return out;
 }
 
+std::vector<QPointF> thinnedByX(std::vector<QPointF> points, double xMin, double xMax, int columns) {
+    if (points.size() <= static_cast<std::size_t>(std::max(columns, 1)) * 2) return points;
+    std::stable_sort(points.begin(), points.end(), [](const QPointF& a, const QPointF& b) { return a.x() < b.x(); });
+    return thinMinMax(points, xMin, xMax, columns);
+}
+
 }  // namespace batchpilot::ui

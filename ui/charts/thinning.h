@@ -13,4 +13,8 @@ namespace batchpilot::ui {
 /// of the range is kept so lines run to the plot edge. Columns with one point keep it as is.
 std::vector<QPointF> thinMinMax(std::span<const QPointF> points, double xMin, double xMax, int columns);
 
+/// Points in any order, as thinMinMax leaves them: sorted by x first when there are more than two
+/// per column; fewer are returned as they are.
+std::vector<QPointF> thinnedByX(std::vector<QPointF> points, double xMin, double xMax, int columns);
+
 }  // namespace batchpilot::ui

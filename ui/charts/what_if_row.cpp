@@ -161,6 +161,8 @@ void WhatIfRow::applyVerdictColor() {
     const QColor color = m_verdict == Verdict::Fits           ? m_colors[0]
                          : m_verdict == Verdict::PastHeadroom ? m_colors[1]
                                                               : m_colors[2];
+    if (color == m_shown) return;
+    m_shown = color;
     m_verdictLabel->setStyleSheet(QStringLiteral("color: %1;").arg(color.name()));
 }
 

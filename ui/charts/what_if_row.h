@@ -58,6 +58,7 @@ private:
     qint64 m_capacity = 0;
     Verdict m_verdict = Verdict::Unknown;
     QColor m_colors[3];
+    QColor m_shown;  ///< the verdict's colour set last: a style sheet costs a restyle, per probe trial
 
     QSlider* m_slider = nullptr;
     QSpinBox* m_spin = nullptr;

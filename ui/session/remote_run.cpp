@@ -11,6 +11,7 @@
 #include <QTimer>
 #include <QUrlQuery>
 
+#include "core/config/run_config.h"
 #include "core/events/event_json.h"
 
 namespace batchpilot::ui {
@@ -20,6 +21,11 @@ constexpr int kMaxPending = 100000;      ///< events waiting for the GUI; the st
 constexpr int kMaxPerDelivery = 20000;   ///< events handed to the views at once
 constexpr qint64 kReadBuffer = 4 << 20;  ///< bytes Qt keeps unread before TCP holds the server back
 constexpr int kParsePerRead = 4000;      ///< events parsed per read on the GUI thread
+/// The server's answers besides the stream and the configuration (GET /, a command's): a few
+/// hundred bytes; the server takes no more in a request's body either.
+constexpr qint64 kMaxAnswerBytes = 64 << 10;
+/// A record of the event stream: "id: N", then "data: " and one event's line.
+constexpr qsizetype kMaxRecordBytes = static_cast<qsizetype>(core::kMaxEventLineBytes) + 64;
 
 }  // namespace
 
@@ -69,9 +75,10 @@ bool RemoteRun::connectTo(const QUrl& url, QString* error) {
     setState(State::Connecting);
     // Which token it is: a watch token cannot steer (the controls stay off).
     QNetworkReply* access = m_network->get(authorized(QStringLiteral("/")));
+    bound(access, kMaxAnswerBytes, tr("the run's answer on access"));
     connect(access, &QNetworkReply::finished, this, [this, access] {
         access->deleteLater();
-        if (m_state == State::Closed) return;
+        if (m_state == State::Closed || access->error() != QNetworkReply::NoError) return;
         const int status = access->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
         if (status == 200) {
             m_control = QJsonDocument::fromJson(access->readAll()).object().value(QStringLiteral("access")) ==
@@ -80,9 +87,10 @@ bool RemoteRun::connectTo(const QUrl& url, QString* error) {
         }
     });
     QNetworkReply* config = m_network->get(authorized(QStringLiteral("/config")));
+    bound(config, static_cast<qint64>(core::kMaxRunConfigBytes), tr("the run's configuration"));
     connect(config, &QNetworkReply::finished, this, [this, config] {
         config->deleteLater();
-        if (m_state == State::Closed) return;
+        if (m_state == State::Closed || config->error() != QNetworkReply::NoError) return;
         if (config->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt() == 200)
             Q_EMIT configurationReceived(config->readAll());
     });
@@ -113,7 +121,35 @@ QNetworkRequest RemoteRun::authorized(const QString& path) const {
     url.setPath(path);
     QNetworkRequest request(url);
     request.setRawHeader("Authorization", "Bearer " + m_token.toUtf8());
+    // Asked for plainly, Qt inflates nothing: a compressed answer is refused (bound()), never
+    // inflated into gigabytes from a few hundred KiB.
+    request.setRawHeader("Accept-Encoding", "identity");
     return request;
+}
+
+void RemoteRun::bound(QNetworkReply* reply, qint64 maxBytes, const QString& what) {
+    // Qt reads no more than this ahead of readAll(), whatever the server sends.
+    reply->setReadBufferSize(maxBytes + 1);
+    const auto check = [this, reply, maxBytes, what] {
+        if (!reply->isRunning()) return;
+        const QByteArray encoding = reply->rawHeader("Content-Encoding").trimmed().toLower();
+        const QVariant length = reply->header(QNetworkRequest::ContentLengthHeader);
+        QString why;
+        if (!encoding.isEmpty() && encoding != "identity")
+            why = tr("it comes compressed (%1), which this window does not inflate").arg(QString::fromLatin1(encoding));
+        else if (length.isValid() && length.toLongLong() > maxBytes)
+            why = tr("it claims %1 bytes").arg(length.toLongLong());
+        else if (reply->bytesAvailable() > maxBytes)
+            why = tr("it goes on past %1 bytes").arg(maxBytes);
+        if (why.isEmpty()) return;
+        reply->abort();
+        Q_EMIT problem(tr("%1 is refused: %2 (a served run's is at most %3 bytes; is %4 a BatchPilot run?)")
+                           .arg(what, why)
+                           .arg(maxBytes)
+                           .arg(address()));
+    };
+    connect(reply, &QNetworkReply::metaDataChanged, this, check);
+    connect(reply, &QNetworkReply::readyRead, this, check);
 }
 
 void RemoteRun::openStream() {
@@ -124,6 +160,7 @@ void RemoteRun::openStream() {
     request.setAttribute(QNetworkRequest::CacheLoadControlAttribute, QNetworkRequest::AlwaysNetwork);
     request.setTransferTimeout(0);
     m_buffer.clear();
+    m_skipping = false;
     m_stream = m_network->get(request);
     m_stream->setReadBufferSize(kReadBuffer);
     connect(m_stream, &QNetworkReply::readyRead, this, [this] { readStream(); });
@@ -146,6 +183,17 @@ void RemoteRun::readStream(bool all) {
     while (all || (m_pending.size() < kMaxPending && parsed < kParsePerRead)) {
         const qsizetype end = m_buffer.indexOf("\n\n", at);
         if (end < 0) {
+            if (m_skipping || m_buffer.size() - at > kMaxRecordBytes) {
+                // A record longer than any event: dropped as it comes, to its end, never held
+                // whole (its last byte stays: it may be the first newline of the end).
+                if (!m_skipping) {
+                    m_skipping = true;
+                    Q_EMIT problem(tr("event %1: longer than %2 MiB, not an event: skipped")
+                                       .arg(m_pendingId + 1)
+                                       .arg(core::kMaxEventLineBytes >> 20));
+                }
+                at = std::max(at, m_buffer.size() - 1);
+            }
             if (m_stream->bytesAvailable() <= 0) break;
             m_buffer.remove(0, at);
             at = 0;
@@ -154,6 +202,10 @@ void RemoteRun::readStream(bool all) {
         }
         const QByteArrayView record = QByteArrayView(m_buffer).sliced(at, end - at);
         at = end + 2;
+        if (m_skipping) {
+            m_skipping = false;  // the end of the long record
+            continue;
+        }
         QByteArrayView data;
         qint64 id = 0;
         for (qsizetype line = 0; line < record.size();) {
@@ -223,10 +275,11 @@ void RemoteRun::send(const QByteArray& json, const QString& what) {
     QNetworkRequest request = authorized(QStringLiteral("/command"));
     request.setHeader(QNetworkRequest::ContentTypeHeader, QStringLiteral("application/json"));
     QNetworkReply* reply = m_network->post(request, json);
+    bound(reply, kMaxAnswerBytes, tr("the answer to %1").arg(what));
     connect(reply, &QNetworkReply::finished, this, [this, reply, what] {
         reply->deleteLater();
         const int status = reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
-        if (status == 200) return;
+        if (status == 200 || reply->error() == QNetworkReply::OperationCanceledError) return;
         const QString why =
             QJsonDocument::fromJson(reply->readAll()).object().value(QStringLiteral("error")).toString();
         Q_EMIT problem(tr("%1 was not applied: %2").arg(what, why.isEmpty() ? reply->errorString() : why));

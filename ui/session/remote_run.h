@@ -71,6 +71,10 @@ Q_SIGNALS:
 
 private:
     void openStream();
+    /// Holds the answer `reply` to `maxBytes` of plain (not compressed) bytes: past them, or when
+    /// its headers announce more, it is cut off and problem() says that `what` is refused. A
+    /// served run's answers are a few KiB; a server that sends gigabytes is not one.
+    void bound(QNetworkReply* reply, qint64 maxBytes, const QString& what);
     void readStream(bool all = false);
     void streamEnded();
     void deliver();
@@ -89,8 +93,9 @@ private:
     bool m_control = false;
     bool m_ended = false;
     int m_attempts = 0;
-    qint64 m_pendingId = 0;  ///< the last event received (ids count from 1)
-    QByteArray m_buffer;
+    qint64 m_pendingId = 0;   ///< the last event received (ids count from 1)
+    QByteArray m_buffer;      ///< the stream's bytes not parsed yet: at most one record's
+    bool m_skipping = false;  ///< dropping a record longer than any event, until its end
     QList<core::Event> m_pending;
 };
 

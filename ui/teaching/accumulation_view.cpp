@@ -77,8 +77,10 @@ void AccumulationBar::paintEvent(QPaintEvent*) {
             QColor tick = pal.color(QPalette::Text);
             tick.setAlpha(70);
             p.setPen(QPen(tick, 1));
-            if (rank.microBatch > 0 && rank.share > rank.microBatch) {
-                const core::EvenSplit even = core::EvenSplit::of(rank.share, rank.microBatch);
+            // A tick per micro-batch where they stand 3 pixels apart, as rank 0's below: denser
+            // ones would only fill the share (a share of 2^31 at a micro-batch of 1 took minutes).
+            const core::EvenSplit even = core::EvenSplit::of(rank.share, rank.microBatch);
+            if (even.parts > 1 && share.width() / static_cast<double>(even.parts) >= 3) {
                 for (qint64 i = 1; i < even.parts; ++i) {
                     const double x = bar.left() + static_cast<double>(rankOffset + even.offsetOf(i)) * scale;
                     p.drawLine(QPointF(x, bar.top() + 4), QPointF(x, bar.bottom() - 4));

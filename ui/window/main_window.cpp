@@ -179,10 +179,12 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_remote, &RemoteRun::eventsReceived, this, &MainWindow::onEvents);
     connect(m_remote, &RemoteRun::stateChanged, this, &MainWindow::updateWatchState);
     // The served run's configuration in the run panel, so that its fields show (and steer) that run.
+    // Read as a configuration file is: bounded, no key twice, nothing nested deep.
     connect(m_remote, &RemoteRun::configurationReceived, this, [this](const QByteArray& text) {
-        const auto json = nlohmann::json::parse(text.toStdString(), nullptr, /*allow_exceptions=*/false);
-        if (!json.is_object()) return;
-        showOptions(core::parseRunConfig(json, m_runPanel->options()), QString());
+        const std::string named = "the configuration of the run at " + m_remote->address().toStdString();
+        showOptions(core::readRunConfigText(std::string_view(text.constData(), static_cast<size_t>(text.size())), named,
+                                            m_runPanel->options()),
+                    QString());
     });
     connect(m_remote, &RemoteRun::problem, this,
             [this](const QString& message) { m_eventLog->addNote(tr("connection"), message, true); });
@@ -411,7 +413,6 @@ void MainWindow::onEvents(const QList<core::Event>& events) {
         m_charts->handle(event);
         m_teaching->handle(event);
         m_status->handle(event);
-        m_ranks->handle(event);
         if (const auto* ranks = std::get_if<core::RanksStepped>(&event)) {
             QStringList devices;
             for (const core::RankStep& rank : ranks->ranks) devices << QString::fromStdString(rank.device);
@@ -423,6 +424,7 @@ void MainWindow::onEvents(const QList<core::Event>& events) {
         if (const auto* error = std::get_if<core::ErrorEvent>(&event))
             showError(QString::fromStdString(error->message));
     }
+    m_ranks->handleEvents(events);  // once per delivery: the table shows its last step
     m_accumulation->handleEvents(events);
     m_eventLog->addEvents(events);
     m_status->refresh();

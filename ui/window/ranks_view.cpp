@@ -1,5 +1,8 @@
 #include "ui/window/ranks_view.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <QHeaderView>
 #include <QLabel>
 #include <QProgressBar>
@@ -70,10 +73,43 @@ QString RanksView::captionText() const {
 }
 
 void RanksView::handle(const core::Event& event) {
-    const auto* step = std::get_if<core::RanksStepped>(&event);
-    if (step == nullptr) return;
+    if (const auto* step = std::get_if<core::RanksStepped>(&event)) {
+        noteShareChange(*step);
+        showStep(*step);
+    }
+}
+
+void RanksView::handleEvents(const QList<core::Event>& events) {
+    const core::RanksStepped* last = nullptr;
+    for (const core::Event& event : events) {
+        if (const auto* step = std::get_if<core::RanksStepped>(&event)) {
+            noteShareChange(*step);
+            last = step;
+        }
+    }
+    if (last != nullptr) showStep(*last);
+}
+
+void RanksView::noteShareChange(const core::RanksStepped& step) {
+    if (step.nextShares.empty()) return;
+    QStringList shares;
+    for (const int64_t share : step.nextShares) shares << QString::number(share);
+    m_lastChange = tr("after step %1 the shares became %2 (%3)")
+                       .arg(step.step)
+                       .arg(shares.join(QStringLiteral(" + ")), QString::fromStdString(step.shareReason));
+}
+
+void RanksView::showStep(const core::RanksStepped& stepped) {
+    const core::RanksStepped* step = &stepped;
     int64_t total = 0;
     for (const core::RankStep& rank : step->ranks) total += rank.share;
+    // A bar counts in int: a batch past 2^31 - 1 samples (shares reach 2^31 each) is drawn in
+    // units of this many samples, its text saying the samples themselves.
+    const int64_t unit =
+        std::max<int64_t>(1, (total + std::numeric_limits<int>::max() - 1) / std::numeric_limits<int>::max());
+    // Sized to the contents once the rows are filled: sized at every cell, 256 ranks took minutes.
+    QHeaderView* header = m_table->horizontalHeader();
+    header->setSectionResizeMode(QHeaderView::Interactive);
     m_table->setRowCount(static_cast<int>(step->ranks.size()));
     for (int row = 0; row < static_cast<int>(step->ranks.size()); ++row) {
         const core::RankStep& rank = step->ranks[static_cast<size_t>(row)];
@@ -86,8 +122,8 @@ void RanksView::handle(const core::Event& event) {
             bar = new QProgressBar;
             m_table->setCellWidget(row, kShareColumn, bar);
         }
-        bar->setRange(0, static_cast<int>(std::max<int64_t>(total, 1)));
-        bar->setValue(static_cast<int>(rank.share));
+        bar->setRange(0, static_cast<int>(std::max<int64_t>(total / unit, 1)));
+        bar->setValue(static_cast<int>(rank.share / unit));
         bar->setFormat(tr("%1 of %2 samples").arg(rank.share).arg(total));
         m_table->setItem(row, kPlanColumn, cell(tr("%1 × ≤%2").arg(rank.microBatches).arg(rank.microBatch)));
         m_table->setItem(row, kSpeedColumn, cell(QString::number(rank.samplesPerSecond, 'f', 0)));
@@ -95,13 +131,8 @@ void RanksView::handle(const core::Event& event) {
         m_table->setItem(row, kOomsColumn, cell(QString::number(rank.ooms)));
         m_table->setItem(row, kPeakColumn, cell(QString::fromStdString(core::formatBytes(rank.peakBytes))));
     }
-    if (!step->nextShares.empty()) {
-        QStringList shares;
-        for (const int64_t share : step->nextShares) shares << QString::number(share);
-        m_lastChange = tr("after step %1 the shares became %2 (%3)")
-                           .arg(step->step)
-                           .arg(shares.join(QStringLiteral(" + ")), QString::fromStdString(step->shareReason));
-    }
+    header->setSectionResizeMode(QHeaderView::ResizeToContents);
+    header->setSectionResizeMode(kShareColumn, QHeaderView::Stretch);
     m_caption->setText(
         tr("<b>%1 devices</b>, step %2: gradients summed by %6 in %3 ms; the slowest rank "
            "computed %4× as long as the fastest%5.")

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <QList>
 #include <QWidget>
 
 #include "core/events/events.h"
@@ -19,11 +20,19 @@ class RanksView : public QWidget {
 public:
     explicit RanksView(QWidget* parent = nullptr);
     void handle(const core::Event& event);
+    /// A delivery of events: each step's share change is kept, the table shows the last step's
+    /// ranks (filled once, not once per step: a run of 256 ranks read from its folder).
+    void handleEvents(const QList<core::Event>& events);
     void clear();
     QTableWidget* table() const { return m_table; }
     QString captionText() const;
 
 private:
+    /// Keeps the step's share change (if any) for the caption.
+    void noteShareChange(const core::RanksStepped& step);
+    /// The table and the caption as of `step`.
+    void showStep(const core::RanksStepped& step);
+
     QLabel* m_caption;
     QTableWidget* m_table;
     QString m_lastChange;  ///< the latest share change, in words

@@ -285,6 +285,60 @@ private Q_SLOTS:
         QVERIFY2(error.find(named.toStdString()) != std::string::npos, error.c_str());
     }
 
+    void numbersNoRunCanHaveAreRefused_data() {
+        // What a run can claim is what its options allow (a target batch up to 2^31 samples, 2^40
+        // steps, 256 devices, 1,000 trials a probe): beyond, the line is not an event, whatever
+        // it would cost the views (a plan of 2^63 micro-batches aborted the window).
+        QTest::addColumn<QString>("line");
+        QTest::addColumn<QString>("named");
+        const auto row = [](const char* name, const std::string& line, const char* named) {
+            QTest::newRow(name) << QString::fromStdString(line) << QString::fromUtf8(named);
+        };
+        row("target 2^63-1", R"({"type":"step","step":3,"target_batch":9223372036854775807})",
+            "step \"target_batch\": 9223372036854775807 cannot be a number of samples (0 to 2147483648)");
+        row("step 2^63-1", R"({"type":"step","step":9223372036854775807})",
+            "step \"step\": 9223372036854775807 cannot be an optimizer step (0 to 1099511627776)");
+        row("negative step", R"({"type":"optimizer_step","step":-1})",
+            "optimizer_step \"step\": -1 cannot be an optimizer step");
+        row("share past the largest batch",
+            R"({"type":"ranks_step","ranks":[{"rank":0},{"rank":1,"share":2147483649}]})",
+            "ranks_step \"ranks[1].share\": 2147483649 cannot be a number of samples");
+        std::string many = R"({"type":"ranks_step","ranks":[)";
+        for (int r = 0; r < 257; ++r) many += (r ? ",{\"rank\":" : "{\"rank\":") + std::to_string(r % 256) + "}";
+        row("257 ranks", many + "]}", "ranks_step \"ranks\": 257 ranks, more than a run can have (256)");
+        row("rank 256", R"({"type":"device_switch","rank":256})",
+            "device_switch \"rank\": 256 cannot be a rank (0 to 255)");
+        row("next share", R"({"type":"ranks_step","next_shares":[16,-16],"share_reason":"x"})",
+            "ranks_step \"next_shares[1]\": -16 cannot be a number of samples");
+        row("trial 1001", R"({"type":"probe_trial","trial":1001})",
+            "probe_trial \"trial\": 1001 cannot be a probe's trial count (0 to 1000)");
+        row("a rank's micro-batch sizes", R"({"type":"equivalence","ranks":[{"rank":0,"micro_batch_sizes":[8,-8]}]})",
+            "equivalence \"ranks[0].micro_batch_sizes[1]\": -8 cannot be a number of samples");
+        row("a check's micro-batch sizes", R"({"type":"equivalence","micro_batch_sizes":[4294967296]})",
+            "equivalence \"micro_batch_sizes[0]\": 4294967296 cannot be a number of samples");
+        row("a rank's report", R"({"type":"rank_probe","rank":300})", "rank_probe \"rank\": 300 cannot be a rank");
+    }
+    void numbersNoRunCanHaveAreRefused() {
+        QFETCH(QString, line);
+        QFETCH(QString, named);
+        const std::string error = readError(line.toStdString());
+        QVERIFY2(error.find(named.toStdString()) != std::string::npos, error.c_str());
+    }
+
+    void theLargestNumbersARunCanHaveAreRead() {
+        const auto step = eventFromJsonLine(
+            R"({"type":"step","step":1099511627776,"target_batch":2147483648,"micro_batch":1,"accumulation_steps":2147483648})");
+        QVERIFY2(step.has_value(), step ? "" : step.error().c_str());
+        QCOMPARE(std::get<StepMetrics>(*step).targetBatch, int64_t{1} << 31);
+        std::string ranks = R"({"type":"ranks_step","ranks":[)";
+        for (int r = 0; r < 256; ++r)
+            ranks += (r ? ",{\"rank\":" : "{\"rank\":") + std::to_string(r) + ",\"share\":2147483648}";
+        const auto stepped = eventFromJsonLine(ranks + "]}");
+        QVERIFY2(stepped.has_value(), stepped ? "" : stepped.error().c_str());
+        QCOMPARE(std::get<RanksStepped>(*stepped).ranks.size(), size_t{256});
+        QVERIFY(eventFromJsonLine(R"({"type":"probe_trial","trial":1000})").has_value());
+    }
+
     void missingFieldsWhenAsked() {
         // A rank's report is written by this very build: a field it lacks is an error there.
         const json partial = json::parse(R"({"type":"probe_trial","time":1,"sequence":1,"trial":1})");

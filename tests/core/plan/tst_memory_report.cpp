@@ -1,6 +1,7 @@
 #include <QtTest>
 #include "tests/test_main.h"
 
+#include "core/config/options.h"
 #include "core/plan/memory_report.h"
 
 namespace tst_memory_report {
@@ -107,15 +108,19 @@ private Q_SLOTS:
         const WhatIf fits = predictWhatIf(model, 40, 1000, usable, capacity);  // 90 MiB
         QCOMPARE(fits.predictedPeakBytes, 90 * kMiB);
         QCOMPARE(fits.accumulationSteps, int64_t{25});
-        QCOMPARE(fits.split, std::vector<int64_t>(25, 40));
+        QCOMPARE(fits.split.sum(), std::string("25 × 40"));
         QVERIFY(fits.fitsUsable && fits.fitsCapacity);
         const WhatIf pastHeadroom = predictWhatIf(model, 44, 1000, usable, capacity);  // 98 MiB
         QVERIFY(pastHeadroom.fitsCapacity && !pastHeadroom.fitsUsable);
         QCOMPARE(pastHeadroom.accumulationSteps, int64_t{23});  // 1000 = 11 × 44 + 12 × 43
-        QCOMPARE(pastHeadroom.split.front() - pastHeadroom.split.back(), int64_t{1});
+        QCOMPARE(pastHeadroom.split.sum(), std::string("11 × 44 + 12 × 43"));
         const WhatIf tooBig = predictWhatIf(model, 100, 1000, usable, capacity);
         QVERIFY(!tooBig.fitsCapacity && !tooBig.fitsUsable);
         QCOMPARE(tooBig.accumulationSteps, int64_t{10});
+        // The largest target at a micro-batch of 1: its 2^31 micro-batches are counted, not listed.
+        const WhatIf largest = predictWhatIf(model, 1, kMaxTargetBatch, usable, capacity);
+        QCOMPARE(largest.accumulationSteps, kMaxTargetBatch);
+        QCOMPARE(largest.split.sum(), std::to_string(kMaxTargetBatch) + " × 1");
     }
 
     void partsStackInOrder() {
