@@ -172,8 +172,7 @@ inline std::vector<core::Event> sampleEvents() {
         e.probes = {ProbeStarted{23.25, 1, ProbeReason::DeviceSwitch, "virtual:192MiB", 768, 190000000, 0}};
         e.trials = {ProbeTrial{23.3, 1, 1, 768, true, true, 150000000, 0, 0.25}};
         e.finished = {ProbeFinished{23.4, 1, 768, 1, 768, 1, 0.25, false, 0, 0}};
-        e.ooms = {
-            OomEvent{23.45, 16, Phase::OptimizerStep, 768, 1024, "oom", true, 384, 0, "oom-snapshot-rank1-01.pickle"}};
+        e.ooms = {OomEvent{23.45, 16, Phase::OptimizerStep, 768, 1024, "oom", true, 384, 0, ""}};
         events.push_back(e);
     }
     {

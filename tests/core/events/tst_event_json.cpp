@@ -55,7 +55,8 @@ const char* const kWrittenLines[] = {
     "largest\":1.0625,\"target_batch\":1024,\"time\":6.75,\"type\":\"throughput_chosen\"}",
     "{\"message\":\"CUDA out of "
     "memory\",\"micro_batch\":256,\"new_micro_batch\":128,\"phase\":\"backward\",\"recovered\":true,\"redone_samples\":"
-    "512,\"requested_bytes\":8388608,\"step\":12,\"time\":7.5,\"type\":\"oom\"}",
+    "512,\"requested_bytes\":8388608,\"snapshot_file\":\"oom-snapshot-rank0-01.pickle\",\"step\":12,\"time\":7.5,"
+    "\"type\":\"oom\"}",
     "{\"message\":\"\",\"micro_batch\":64,\"new_micro_batch\":0,\"phase\":\"host-to-device "
     "copy\",\"recovered\":false,\"redone_samples\":0,\"requested_bytes\":0,\"step\":13,\"time\":7.75,\"type\":\"oom\"}",
     "{\"allocated_bytes\":1000000,\"capacity_bytes\":67108864,\"headroom_bytes\":60397977,\"peak_bytes\":3000000,"
