@@ -128,8 +128,10 @@ QNetworkRequest RemoteRun::authorized(const QString& path) const {
 }
 
 void RemoteRun::bound(QNetworkReply* reply, qint64 maxBytes, const QString& what) {
-    // Qt reads no more than this ahead of readAll(), whatever the server sends.
-    reply->setReadBufferSize(maxBytes + 1);
+    // Qt reads no more than this ahead of readAll(), whatever the server sends. The margin: Qt
+    // may stop reading a little short of its buffer's size, and a buffer that stops at maxBytes or
+    // below would wait for ever without the "goes on past" check below ever seeing more.
+    reply->setReadBufferSize(maxBytes + (256 << 10));
     const auto check = [this, reply, maxBytes, what] {
         if (!reply->isRunning()) return;
         const QByteArray encoding = reply->rawHeader("Content-Encoding").trimmed().toLower();
