@@ -8,6 +8,8 @@
 
 #include <QtTest>
 
+#include "tests/sanitized.h"
+
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -84,17 +86,7 @@ struct Run {
 
 // A sanitizer's runtime reserves terabytes of address space for its shadow memory at start: the
 // CLI built with one (as this test is) cannot start under an address-space limit.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using batchpilot::test::kSanitized;
 
 /// The CLI under a 4 GiB address-space limit (`ulimit -v`; none under a sanitizer), its exit
 /// status (-2: a crash).

@@ -8,6 +8,8 @@
 
 #include <QtTest>
 
+#include "tests/sanitized.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
@@ -39,17 +41,7 @@ using batchpilot::app::resolveServeHost;
 constexpr const char* kToken = "0123456789abcdef0123456789abcdef";
 // The time bounds below tell a client served from one locked out or left waiting; under a
 // sanitizer this process runs a few times slower, and the bounds follow.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int kSlowdown = 3;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr int kSlowdown = 3;
-#else
-constexpr int kSlowdown = 1;
-#endif
-#else
-constexpr int kSlowdown = 1;
-#endif
+constexpr int kSlowdown = batchpilot::test::kSanitizerSlowdown;
 
 /// httplib's router on the requests the gate hands over: "/" answers "ok", "/stream" writes
 /// until the test ends, "/echo" answers the body it got.

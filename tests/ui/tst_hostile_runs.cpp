@@ -4,6 +4,8 @@
 // than a run's answers hold is cut off with a message while the window's memory stays what it was.
 
 #include <QtTest>
+
+#include "tests/sanitized.h"
 #include "tests/test_main.h"
 
 #include <arpa/inet.h>
@@ -51,17 +53,7 @@ namespace {
 
 // These bounds tell a hang (over a minute before the fix) from work that costs its due; under a
 // sanitizer the window's own code runs about three times slower, and the bounds follow.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int kSanitizerSlowdown = 3;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr int kSanitizerSlowdown = 3;
-#else
-constexpr int kSanitizerSlowdown = 1;
-#endif
-#else
-constexpr int kSanitizerSlowdown = 1;
-#endif
+using batchpilot::test::kSanitizerSlowdown;
 constexpr int kCatchUp = 20'000 * kSanitizerSlowdown;  // ms: a few MB of events on a loaded 2-core machine
 constexpr int kDrawn = 5'000 * kSanitizerSlowdown;     // ms: the whole window drawn once
 constexpr int64_t kLargest = int64_t{1} << 31;         // the largest target batch a run can have
