@@ -12,39 +12,11 @@
 
 #include "core/events/event_file.h"
 #include "core/events/event_json.h"
-#include "core/events/event_limits.h"
 #include "core/records/series_export.h"
+#include "fuzz/event_checks.h"
 #include "fuzz/fuzz_util.h"
 
 using namespace batchpilot::core;
-
-namespace {
-
-bool within(const nlohmann::json& j, const char* key, int64_t most) {
-    const auto found = j.find(key);
-    if (found == j.end() || !found->is_number_integer()) return true;
-    const auto n = found->get<int64_t>();
-    return n >= 0 && n <= most;
-}
-
-/// The event's numbers, as written, are within what a run can have.
-bool possible(const nlohmann::json& j) {
-    if (!within(j, "step", kMaxEventSteps)) return false;
-    for (const char* key : {"target_batch", "micro_batch", "accumulation_steps", "offset", "size", "share",
-                            "micro_batches", "new_target", "old_target", "upper_bound", "new_micro_batch"})
-        if (!within(j, key, kMaxEventSamples)) return false;
-    if (!within(j, "trial", kMaxEventTrials)) return false;
-    if (j.value("type", std::string()) == "probe_finished" && !within(j, "trials", kMaxEventTrials)) return false;
-    if (!within(j, "rank", kMaxEventRanks - 1)) return false;
-    if (const auto ranks = j.find("ranks"); ranks != j.end() && ranks->is_array()) {
-        if (ranks->size() > static_cast<size_t>(kMaxEventRanks)) return false;
-        for (const auto& rank : *ranks)
-            if (rank.is_object() && !possible(rank)) return false;
-    }
-    return true;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const auto folder = batchpilot::fuzz::scratch() / "run";
@@ -64,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         auto batch = follower.read(readBytes);
         if (!batch) std::abort();  // the file is there and does not shrink
         for (const Event& event : batch->events) {
-            if (!possible(toJson(event))) std::abort();
+            if (!batchpilot::fuzz::possible(toJson(event))) std::abort();
             const std::string line = toJsonLine(event);
             const auto again = eventFromJsonLine(line);
             if (!again || toJsonLine(*again) != line) std::abort();

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "app/request_gate.h"
+#include "app/request_head.h"
 
 using namespace batchpilot;
 

@@ -138,7 +138,7 @@ def main():
     parser.add_argument("--checkpoint", help="a checkpoint.pt written by batchpilot-cli for the checkpoint seeds")
     args = parser.parse_args()
     for harness in ("byte_size", "device_spec", "csv", "mnist", "mnist_gz", "image_decode", "image_folder",
-                    "run_config") + (("checkpoint",) if args.checkpoint else ()):
+                    "run_config", "event_stream") + (("checkpoint",) if args.checkpoint else ()):
         # Seeds are rewritten; regression inputs (regress-*, crashes found by fuzzing) are kept.
         folder = os.path.join(CORPUS, harness)
         for name in os.listdir(folder) if os.path.isdir(folder) else []:
@@ -217,6 +217,17 @@ def main():
                                                "target_column": "y", "regression": True}, "target_batch": 64}).encode())
     write("run_config", "comments.json", b'// a run\n{"steps": 10, /* few */ "device": "cpu", "model": {"name": "resnet", "norm": "batch"}}')
     write("run_config", "empty.json", b"{}")
+
+    # The event stream of --serve: records of an id and an event's line, a comment that keeps the
+    # connection alive, a record sent again, one without an id, one longer than the harness's most
+    # (512 bytes), and a cut record at the end.
+    with open(os.path.join(CORPUS, "events", "run.jsonl"), "rb") as f:
+        lines = [line for line in f.read().split(b"\n") if line][:12]
+    stream = b"".join(b"id: %d\ndata: %s\n\n" % (i + 1, line) for i, line in enumerate(lines[:6]))
+    write("event_stream", "records", stream)
+    write("event_stream", "hostile", stream + b": keep-alive\n\n" + b"id: 3\ndata: " + lines[2] + b"\n\n" +
+          b"data: " + lines[6] + b"\n\n" + b"id: 99\ndata: " + b"x" * 700 + b"\n\n" +
+          b"id: 8\ndata: " + lines[7] + b"\n\n" + b"id: 9\ndata: " + lines[8][:20])
 
     if args.checkpoint:
         with open(args.checkpoint, "rb") as f:

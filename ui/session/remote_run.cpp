@@ -24,8 +24,6 @@ constexpr int kParsePerRead = 4000;      ///< events parsed per read on the GUI 
 /// The server's answers besides the stream and the configuration (GET /, a command's): a few
 /// hundred bytes; the server takes no more in a request's body either.
 constexpr qint64 kMaxAnswerBytes = 64 << 10;
-/// A record of the event stream: "id: N", then "data: " and one event's line.
-constexpr qsizetype kMaxRecordBytes = static_cast<qsizetype>(core::kMaxEventLineBytes) + 64;
 
 }  // namespace
 
@@ -69,8 +67,7 @@ bool RemoteRun::connectTo(const QUrl& url, QString* error) {
     m_base = url.adjusted(QUrl::RemoveQuery | QUrl::RemovePath | QUrl::RemoveFragment);
     m_control = m_ended = false;
     m_attempts = 0;
-    m_pendingId = 0;
-    m_buffer.clear();
+    m_reader = core::EventStreamReader();
     m_pending.clear();
     setState(State::Connecting);
     // Which token it is: a watch token cannot steer (the controls stay off).
@@ -158,11 +155,10 @@ void RemoteRun::openStream() {
     QNetworkRequest request = authorized(QStringLiteral("/events"));
     request.setRawHeader("Accept", "text/event-stream");
     // From the event after the last one received: none lost, none repeated.
-    if (m_pendingId > 0) request.setRawHeader("Last-Event-ID", QByteArray::number(m_pendingId));
+    if (m_reader.lastId() > 0) request.setRawHeader("Last-Event-ID", QByteArray::number(m_reader.lastId()));
     request.setAttribute(QNetworkRequest::CacheLoadControlAttribute, QNetworkRequest::AlwaysNetwork);
     request.setTransferTimeout(0);
-    m_buffer.clear();
-    m_skipping = false;
+    m_reader.restart();
     m_stream = m_network->get(request);
     m_stream->setReadBufferSize(kReadBuffer);
     connect(m_stream, &QNetworkReply::readyRead, this, [this] { readStream(); });
@@ -181,57 +177,25 @@ void RemoteRun::readStream(bool all) {
     // delivery; beyond kMaxPending waiting events the rest stays in the socket, and TCP holds the
     // server back. `all`: the stream has ended, and what it sent is read now or never.
     int parsed = 0;
-    qsizetype at = 0;  // the buffer's unread part starts here
     while (all || (m_pending.size() < kMaxPending && parsed < kParsePerRead)) {
-        const qsizetype end = m_buffer.indexOf("\n\n", at);
-        if (end < 0) {
-            if (m_skipping || m_buffer.size() - at > kMaxRecordBytes) {
-                // A record longer than any event: dropped as it comes, to its end, never held
-                // whole (its last byte stays: it may be the first newline of the end).
-                if (!m_skipping) {
-                    m_skipping = true;
-                    Q_EMIT problem(tr("event %1: longer than %2 MiB, not an event: skipped")
-                                       .arg(m_pendingId + 1)
-                                       .arg(core::kMaxEventLineBytes >> 20));
-                }
-                at = std::max(at, m_buffer.size() - 1);
-            }
+        std::optional<core::StreamRecord> record = m_reader.next();
+        if (!record) {
             if (m_stream->bytesAvailable() <= 0) break;
-            m_buffer.remove(0, at);
-            at = 0;
-            m_buffer += m_stream->read(1 << 20);
+            const QByteArray bytes = m_stream->read(1 << 20);
+            m_reader.append(std::string_view(bytes.constData(), static_cast<size_t>(bytes.size())));
             continue;
         }
-        const QByteArrayView record = QByteArrayView(m_buffer).sliced(at, end - at);
-        at = end + 2;
-        if (m_skipping) {
-            m_skipping = false;  // the end of the long record
-            continue;
-        }
-        QByteArrayView data;
-        qint64 id = 0;
-        for (qsizetype line = 0; line < record.size();) {
-            qsizetype newline = record.indexOf('\n', line);
-            if (newline < 0) newline = record.size();
-            const QByteArrayView text = record.sliced(line, newline - line);
-            if (text.startsWith("id: ")) id = text.sliced(4).toLongLong();
-            if (text.startsWith("data: ")) data = text.sliced(6);
-            line = newline + 1;
-        }
-        if (data.isEmpty()) continue;               // a comment that keeps the connection alive
-        if (id > 0 && id <= m_pendingId) continue;  // already received
-        if (id > 0) m_pendingId = id;
         ++parsed;
-        auto event = core::eventFromJsonLine(std::string_view(data.data(), static_cast<size_t>(data.size())));
-        if (!event) {
-            Q_EMIT problem(tr("event %1: %2: skipped").arg(id).arg(QString::fromStdString(event.error())));
+        if (!record->event) {
+            Q_EMIT problem(tr("event %1: %2: skipped")
+                               .arg(record->id > 0 ? record->id : m_reader.lastId() + 1)
+                               .arg(QString::fromStdString(record->event.error())));
             continue;
         }
-        if (const auto* state = std::get_if<core::RunStateChanged>(&*event))
+        if (const auto* state = std::get_if<core::RunStateChanged>(&*record->event))
             m_ended = state->state == core::RunState::Finished || state->state == core::RunState::Failed;
-        m_pending.append(std::move(*event));
+        m_pending.append(std::move(*record->event));
     }
-    m_buffer.remove(0, at);
 }
 
 void RemoteRun::deliver() {
@@ -330,7 +294,7 @@ void RemoteRun::setState(State state) {
 }
 
 QString RemoteRun::stateText() const {
-    const QString events = QLocale().toString(m_pendingId);
+    const QString events = QLocale().toString(m_reader.lastId());
     switch (m_state) {
     case State::Closed: return {};
     case State::Connecting: return tr("%1: connecting…").arg(address());
@@ -339,7 +303,7 @@ QString RemoteRun::stateText() const {
         return tr("%1: connection lost, reconnecting (attempt %2, from event %3)…")
             .arg(address())
             .arg(m_attempts)
-            .arg(m_pendingId + 1);
+            .arg(m_reader.lastId() + 1);
     case State::Ended: return tr("%1: the run ended (%2 events)").arg(address(), events);
     case State::Failed: return tr("%1: refused").arg(address());
     }

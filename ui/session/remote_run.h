@@ -6,6 +6,7 @@
 #include <QString>
 #include <QUrl>
 
+#include "core/events/event_stream.h"
 #include "core/events/events.h"
 #include "core/config/options.h"
 #include "ui/session/event_metatypes.h"
@@ -43,7 +44,7 @@ public:
     /// The token steers the run (the control token), not only watches it; known once connected.
     bool canControl() const { return m_control; }
     bool runEnded() const { return m_ended; }
-    qint64 events() const { return m_pendingId; }
+    qint64 events() const { return m_reader.lastId(); }
     /// One line on the connection ("live, 1,234 events", "reconnecting in 2 s (attempt 3)…").
     QString stateText() const;
 
@@ -93,9 +94,7 @@ private:
     bool m_control = false;
     bool m_ended = false;
     int m_attempts = 0;
-    qint64 m_pendingId = 0;   ///< the last event received (ids count from 1)
-    QByteArray m_buffer;      ///< the stream's bytes not parsed yet: at most one record's
-    bool m_skipping = false;  ///< dropping a record longer than any event, until its end
+    core::EventStreamReader m_reader;  ///< the stream's bytes not read yet: at most one record's
     QList<core::Event> m_pending;
 };
 
