@@ -31,22 +31,6 @@ constexpr int kAcceptsPerWake = 256;
 constexpr int kListenBacklog =
     4096;  ///< a flood's connections wait here rather than their SYNs being dropped (1 s each)
 
-bool equalsIgnoringCase(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-           });
-}
-
-bool isTokenChar(char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
-}
-
-std::string_view trimmed(std::string_view text) {
-    while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-    while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
-    return text;
-}
-
 /// The status line's words for the statuses the gate itself answers.
 const char* reason(int status) {
     switch (status) {
@@ -69,16 +53,6 @@ std::string refusalText(const Refusal& refusal) {
     return "HTTP/1.1 " + std::to_string(refusal.status) + " " + reason(refusal.status) +
            "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
            "\r\n\r\n" + body;
-}
-
-/// Address and port in the form httplib gives Request::remote_addr and remote_port.
-std::pair<std::string, int> numericName(const sockaddr_storage& address, socklen_t length) {
-    char host[NI_MAXHOST];
-    char port[NI_MAXSERV];
-    if (::getnameinfo(reinterpret_cast<const sockaddr*>(&address), length, host, sizeof host, port, sizeof port,
-                      NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-        return {std::string(), 0};
-    return {std::string(host), std::atoi(port)};
 }
 
 /// One whole request, read already, on a connection the gate still owns. Every write is
@@ -202,124 +176,6 @@ private:
 };
 
 }  // namespace
-
-const std::string* RequestHead::header(std::string_view name) const {
-    for (const auto& [key, value] : headers)
-        if (equalsIgnoringCase(key, name)) return &value;
-    return nullptr;
-}
-
-std::string_view RequestHead::path() const {
-    const std::string_view whole(target);
-    return whole.substr(0, whole.find('?'));
-}
-
-std::optional<std::string_view> RequestHead::param(std::string_view key) const {
-    const size_t question = target.find('?');
-    if (question == std::string::npos) return std::nullopt;
-    std::string_view query = std::string_view(target).substr(question + 1);
-    while (!query.empty()) {
-        const size_t amp = query.find('&');
-        const std::string_view pair = query.substr(0, amp);
-        const size_t equals = pair.find('=');
-        if (pair.substr(0, equals) == key)
-            return equals == std::string_view::npos ? std::string_view() : pair.substr(equals + 1);
-        if (amp == std::string_view::npos) break;
-        query.remove_prefix(amp + 1);
-    }
-    return std::nullopt;
-}
-
-tl::expected<RequestHead, Refusal> parseRequestHead(std::string_view head, const GateLimits& limits) {
-    const auto bad = [](std::string message) { return tl::unexpected(Refusal{400, std::move(message)}); };
-    if (head.size() > limits.maxHeadBytes)
-        return tl::unexpected(Refusal{431, "the request's headers are over " + std::to_string(limits.maxHeadBytes) +
-                                               " bytes: send fewer or shorter headers"});
-    RequestHead parsed;
-    size_t at = 0;
-    bool first = true;
-    for (;;) {
-        const size_t end = head.find("\r\n", at);
-        if (end == std::string_view::npos) return bad("a header line does not end with CRLF");
-        const std::string_view line = head.substr(at, end - at);
-        at = end + 2;
-        if (line.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos)
-            return bad("a header line holds a stray CR, LF or NUL byte");
-        if (first) {
-            first = false;
-            const size_t space1 = line.find(' ');
-            const size_t space2 = space1 == std::string_view::npos ? space1 : line.find(' ', space1 + 1);
-            if (space2 == std::string_view::npos || line.find(' ', space2 + 1) != std::string_view::npos)
-                return bad("the request line is not \"METHOD /path HTTP/1.1\"");
-            parsed.method = line.substr(0, space1);
-            parsed.target = line.substr(space1 + 1, space2 - space1 - 1);
-            parsed.version = line.substr(space2 + 1);
-            if (parsed.method.empty() || !std::all_of(parsed.method.begin(), parsed.method.end(), isTokenChar) ||
-                parsed.target.empty() || parsed.target.front() != '/' ||
-                (parsed.version != "HTTP/1.1" && parsed.version != "HTTP/1.0"))
-                return bad("the request line is not \"METHOD /path HTTP/1.1\"");
-            continue;
-        }
-        if (line.empty()) break;
-        const size_t colon = line.find(':');
-        const std::string_view name = line.substr(0, colon == std::string_view::npos ? 0 : colon);
-        if (name.empty() || !std::all_of(name.begin(), name.end(), isTokenChar))
-            return bad("a header line is not \"Name: value\"");
-        if (parsed.headers.size() >= limits.maxHeaders)
-            return tl::unexpected(Refusal{
-                431, "the request has more than " + std::to_string(limits.maxHeaders) + " headers: send fewer"});
-        parsed.headers.emplace_back(std::string(name), std::string(trimmed(line.substr(colon + 1))));
-    }
-    if (at != head.size()) return bad("bytes after the end of the request's headers");
-    return parsed;
-}
-
-bool isLoopbackAddress(const sockaddr_storage& address) {
-    if (address.ss_family == AF_INET) {
-        const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
-        return (ntohl(v4.sin_addr.s_addr) >> 24) == 127;
-    }
-    if (address.ss_family == AF_INET6) {
-        const in6_addr& v6 = reinterpret_cast<const sockaddr_in6&>(address).sin6_addr;
-        if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
-        return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
-    }
-    return false;
-}
-
-tl::expected<ListenAddress, std::string> resolveServeHost(const std::string& host, int port, bool anyAddressAllowed) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
-    addrinfo* found = nullptr;
-    const std::string service = std::to_string(port);
-    if (const int error = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); error != 0 || !found)
-        return tl::unexpected("--serve: cannot resolve \"" + host + "\" (" + ::gai_strerror(error) +
-                              "): give an address of this machine, such as 127.0.0.1");
-    const std::unique_ptr<addrinfo, void (*)(addrinfo*)> results(found, ::freeaddrinfo);
-    ListenAddress chosen;
-    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
-        if (a->ai_addrlen > sizeof(sockaddr_storage)) continue;
-        sockaddr_storage address{};
-        std::memcpy(&address, a->ai_addr, a->ai_addrlen);
-        if (!anyAddressAllowed && !isLoopbackAddress(address)) {
-            const std::string numeric = numericName(address, a->ai_addrlen).first;
-            return tl::unexpected(
-                "--serve " + host + (numeric != host ? " (" + numeric + ")" : std::string()) +
-                ": serving on an address other than loopback lets anyone who can reach it watch the run, and with "
-                "the control token steer it; the token is its only protection and travels unencrypted. Serve on "
-                "loopback (--serve PORT) and reach it through an SSH tunnel (ssh -L PORT:localhost:PORT SERVER), "
-                "or add --serve-any-address to accept the risk");
-        }
-        if (chosen.length == 0) {
-            chosen.address = address;
-            chosen.length = static_cast<socklen_t>(a->ai_addrlen);
-        }
-    }
-    if (chosen.length == 0) return tl::unexpected("--serve: \"" + host + "\" resolves to no address");
-    return chosen;
-}
 
 struct RequestGate::Impl {
     GateLimits limits;

@@ -32,6 +32,9 @@
 
 #include <tl/expected.hpp>
 
+#include "app/request_head.h"
+#include "app/serve_address.h"
+
 namespace httplib {
 class Stream;
 }
@@ -39,9 +42,7 @@ class Stream;
 namespace batchpilot::app {
 
 /// The limits of one gate; the defaults are what `--serve` uses.
-struct GateLimits {
-    size_t maxHeadBytes = 16 * 1024;  ///< the request line and every header, with their line ends
-    size_t maxHeaders = 64;
+struct GateLimits : HeadLimits {
     size_t maxBodyBytes = 64 * 1024;
     int maxConnections = 512;  ///< open at once (fewer where the process's file limit is lower)
     int maxPerClient = 256;    ///< open at once from one address
@@ -52,44 +53,6 @@ struct GateLimits {
     int streamWorkers = 16;                             ///< event streams served at once
     std::chrono::milliseconds writeLimit{5'000};        ///< a client that takes nothing this long is dropped
 };
-
-/// A request's line and headers, as the gate read them (names as sent, values trimmed).
-struct RequestHead {
-    std::string method;
-    std::string target;  ///< "/events?from=3"
-    std::string version;
-    std::vector<std::pair<std::string, std::string>> headers;
-
-    /// The first header named `name` (any case), or null.
-    const std::string* header(std::string_view name) const;
-    /// The target before any "?".
-    std::string_view path() const;
-    /// The value of `key` in the query ("?a=1&token=…"), as sent (not percent-decoded).
-    std::optional<std::string_view> param(std::string_view key) const;
-};
-
-/// Why a request is refused: its HTTP status and a message for the client ({"error": …}).
-struct Refusal {
-    int status = 400;
-    std::string message;
-};
-
-/// Reads a request's head: "METHOD TARGET HTTP/1.x" and "Name: value" lines, each ended by
-/// CRLF, `head` ending at the empty line (included). A refusal says what is wrong.
-tl::expected<RequestHead, Refusal> parseRequestHead(std::string_view head, const GateLimits& limits);
-
-/// Where a gate listens: a numeric address, as resolveServeHost gives it.
-struct ListenAddress {
-    sockaddr_storage address{};
-    socklen_t length = 0;
-};
-
-/// Resolves `host` (a name or a numeric address) to the address to listen on. Unless
-/// `anyAddressAllowed`, every address it resolves to must be a loopback one (127.0.0.0/8, ::1,
-/// or ::ffff:127.x): the check reads the address, never the name.
-tl::expected<ListenAddress, std::string> resolveServeHost(const std::string& host, int port, bool anyAddressAllowed);
-/// Whether `address` is a loopback address (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104).
-bool isLoopbackAddress(const sockaddr_storage& address);
 
 class RequestGate {
 public:
