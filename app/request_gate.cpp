@@ -301,19 +301,16 @@ struct RequestGate::Impl {
                 return;
             }
             auto [peer, peerPort] = numericName(address, length);
-            if (static_cast<int>(connections.size()) >= limits.maxConnections && !evictOldest(nullptr)) {
-                const std::string text =
-                    refusalText({503, "the server has as many connections as it takes: try again in a moment"});
+            const char* full = nullptr;
+            if (static_cast<int>(connections.size()) >= limits.maxConnections && !evictOldest(nullptr))
+                full = "the server has as many connections as it takes: try again in a moment";
+            else if (const auto held = perClient.find(peer);
+                     held != perClient.end() && held->second >= limits.maxPerClient && !evictOldest(&peer))
+                full = "this address has as many connections as one client may hold: close some and try again";
+            if (full != nullptr) {
+                const std::string text = refusalText({503, full});
                 (void)!::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
                 ::close(fd);
-                continue;
-            }
-            if (perClient[peer] >= limits.maxPerClient && !evictOldest(&peer)) {
-                const std::string text = refusalText(
-                    {503, "this address has as many connections as one client may hold: close some and try again"});
-                (void)!::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-                ::close(fd);
-                if (perClient[peer] == 0) perClient.erase(peer);
                 continue;
             }
             ++perClient[peer];
