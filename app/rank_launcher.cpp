@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
-#include <thread>
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -16,6 +15,7 @@
 #include "core/base/host_memory.h"
 #include "core/config/device_spec.h"
 #include "core/config/options.h"
+#include "core/device/math_libraries.h"
 #include "core/distributed/process_group.h"
 
 extern char** environ;
@@ -170,13 +170,14 @@ int launchRanks(const LaunchOptions& options) {
     // Ranks on the host's cores share them: refused where each would get less than a quarter of
     // a core, and the cost said where they share at all.
     const int64_t onHost = hostRanks(options.devices);
-    const auto cores = static_cast<int64_t>(std::thread::hardware_concurrency());
+    const auto cores = static_cast<int64_t>(core::cpusAvailable());
+    const auto cpus = [](int64_t n) { return std::to_string(n) + (n == 1 ? " CPU" : " CPUs"); };
     if (cores > 0 && onHost > kHostRanksPerCore * cores) {
         std::fprintf(stderr,
-                     "batchpilot-cli: --devices: %lld ranks train on this machine's %lld cores (cpu and virtual "
-                     "devices compute on the host), at most %lld (%lld a core): with more, each rank computes at "
+                     "batchpilot-cli: --devices: %lld ranks train on the %s this process may use (cpu and virtual "
+                     "devices compute on the host), at most %lld (%lld a CPU): with more, each rank computes at "
                      "about 1/%lld of its speed alone and every step waits for the slowest: give fewer devices\n",
-                     static_cast<long long>(onHost), static_cast<long long>(cores),
+                     static_cast<long long>(onHost), cpus(cores).c_str(),
                      static_cast<long long>(kHostRanksPerCore * cores), static_cast<long long>(kHostRanksPerCore),
                      static_cast<long long>((onHost + cores - 1) / cores));
         return 2;
@@ -194,8 +195,8 @@ int launchRanks(const LaunchOptions& options) {
     for (const Worker& w : workers) std::printf("%srank %d %s", w.rank > 0 ? ", " : "", w.rank, w.device.c_str());
     std::printf("); rank 0 reports; at least %s of host memory in all", gib(ranks * kRankHostBytes).c_str());
     if (cores > 0 && onHost > cores) {
-        std::printf("; %lld ranks share %lld cores: each computes at about 1/%lld of its speed alone",
-                    static_cast<long long>(onHost), static_cast<long long>(cores),
+        std::printf("; %lld ranks share %s: each computes at about 1/%lld of its speed alone",
+                    static_cast<long long>(onHost), cpus(cores).c_str(),
                     static_cast<long long>((onHost + cores - 1) / cores));
     }
     std::printf("\n");

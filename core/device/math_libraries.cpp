@@ -6,6 +6,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -71,8 +72,18 @@ int intraOpThreadsFor(int requested, int reserved) {
 int cpusAvailable() {
     cpu_set_t set;
     CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                           : static_cast<int>(std::thread::hardware_concurrency());
+    // A container's quota (cgroup v2's cpu.max, "QUOTA PERIOD" or "max PERIOD"): 2 CPUs' worth
+    // on a 64-core host computes as 2, whatever the affinity mask shows.
+    if (std::FILE* file = std::fopen("/sys/fs/cgroup/cpu.max", "r")) {
+        long long quota = 0;
+        long long period = 0;
+        if (std::fscanf(file, "%lld %lld", &quota, &period) == 2 && quota > 0 && period > 0)
+            cpus = std::min<long long>(cpus, (quota + period - 1) / period);
+        std::fclose(file);
+    }
+    return std::max(1, cpus);
 }
 
 MathLibraries mathLibraries(int requestedThreads, int reservedCpus) {

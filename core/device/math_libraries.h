@@ -28,7 +28,8 @@ struct MathLibraries {
 /// window's latency, so the app reserves one CPU for it (TrainerOptions::reservedCpus).
 int intraOpThreadsFor(int requested, int reserved = 0);
 
-/// The CPUs this process may run on (its affinity mask).
+/// The CPUs this process may run on: its affinity mask, or its cgroup's CPU quota (cpu.max,
+/// cgroup v2: a container's) where that is less; at least 1.
 int cpusAvailable();
 
 /// Reads it from LibTorch's build configuration and the libraries loaded into this process, for a

@@ -1,5 +1,7 @@
 #include <QtTest>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <numeric>
 #include <thread>
@@ -10,6 +12,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QStandardPaths>
 #include <QRegularExpression>
 #include <QTemporaryDir>
 
@@ -32,15 +35,34 @@ struct Run {
     QString err;
 };
 
-Run runCli(const QStringList& args) {
+/// Runs the CLI with `args`; through `wrapper` (a program and its arguments, the CLI's path and
+/// `args` appended) where one is given.
+Run runCli(const QStringList& args, const QStringList& wrapper = {}) {
     QProcess process;
-    process.start(QStringLiteral(BATCHPILOT_CLI_PATH), args);
+    if (wrapper.isEmpty())
+        process.start(QStringLiteral(BATCHPILOT_CLI_PATH), args);
+    else
+        process.start(wrapper.front(), wrapper.mid(1) + QStringList{QStringLiteral(BATCHPILOT_CLI_PATH)} + args);
     if (!process.waitForFinished(120000)) {
         process.kill();
         return {-1, {}, QStringLiteral("timed out")};
     }
     return {process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -2,
             QString::fromUtf8(process.readAllStandardOutput()), QString::fromUtf8(process.readAllStandardError())};
+}
+
+/// The CPUs this process (and so the CLI it starts) may run on.
+int cpusOfThisProcess() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
+/// `count` virtual devices of `size`, for --devices.
+QString virtualDevices(int count, const QString& size = QStringLiteral("1MiB")) {
+    QStringList devices;
+    for (int i = 0; i < count; ++i) devices << QStringLiteral("virtual:") + size;
+    return devices.join(QLatin1Char(','));
 }
 
 /// A ResNet with BatchNorm (running statistics that a resume must restore, which no loss shows),
@@ -223,17 +245,15 @@ private Q_SLOTS:
                                       << QStringLiteral("--devices: 4096 devices given, at most 256: one process each");
         // More ranks than the cores can carry (64 virtual devices on 2 cores started 64 processes,
         // 10.1 GB, each at 1/32 of its speed): refused before one starts, the cost said.
-        const auto cores = static_cast<int>(std::thread::hardware_concurrency());
+        const int cores = cpusOfThisProcess();
         if (cores > 0 && 4 * cores + 1 <= 256) {
-            QStringList crowded;
-            for (int i = 0; i < 4 * cores + 1; ++i) crowded << QStringLiteral("virtual:1MiB");
             QTest::newRow("more ranks than cores carry")
                 << QStringList{QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--devices"),
-                               crowded.join(QLatin1Char(','))}
+                               virtualDevices(4 * cores + 1)}
                 << 2
                 << QStringLiteral(
-                       "--devices: %1 ranks train on this machine's %2 cores (cpu and virtual devices "
-                       "compute on the host), at most %3 (4 a core)")
+                       "--devices: %1 ranks train on the %2 CPUs this process may use (cpu and virtual devices "
+                       "compute on the host), at most %3 (4 a CPU)")
                        .arg(4 * cores + 1)
                        .arg(cores)
                        .arg(4 * cores);
@@ -379,6 +399,28 @@ private Q_SLOTS:
     /// `batchpilot-cli ... | grep -m1 ...`: the output's reader goes away, and the next line written
     /// raises SIGPIPE. It ended the run at once, without a message or a checkpoint; now it stops
     /// as Ctrl-C does (exit 141, the checkpoint saved).
+
+    // The CPUs counted are those the CLI may run on (its affinity, a container's quota), not the
+    // machine's: on one CPU of a larger machine, 5 ranks are refused, 4 start.
+    void ranksAreCountedOnTheCpusThisProcessMayUse() {
+        if (QStandardPaths::findExecutable(QStringLiteral("taskset")).isEmpty())
+            QSKIP("no taskset (util-linux) to run the CLI on one CPU");
+        const QStringList oneCpu{QStringLiteral("taskset"), QStringLiteral("-c"), QStringLiteral("0")};
+        const Run five = runCli({QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--devices"),
+                                 virtualDevices(5), QStringLiteral("--no-run-folder")},
+                                oneCpu);
+        QCOMPARE(five.exitCode, 2);
+        QVERIFY2(five.err.contains(QStringLiteral("5 ranks train on the 1 CPU this process may use")),
+                 qPrintable(five.err));
+        const Run four = runCli(
+            {QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--devices"),
+             virtualDevices(4, QStringLiteral("64MiB")), QStringLiteral("--steps"), QStringLiteral("1"),
+             QStringLiteral("--image-size"), QStringLiteral("1x4x4"), QStringLiteral("--samples"), QStringLiteral("64"),
+             QStringLiteral("--target-batch"), QStringLiteral("16"), QStringLiteral("--no-run-folder")},
+            oneCpu);
+        QVERIFY2(four.exitCode == 0, qPrintable(four.err));
+        QVERIFY2(four.out.contains(QStringLiteral("4 ranks share 1 CPU")), qPrintable(four.out));
+    }
     void closedOutputStopsTheRun() {
         QTemporaryDir dir;
         QProcess shell;
