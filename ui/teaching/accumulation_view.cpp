@@ -196,9 +196,7 @@ QString AccumulationView::caption() const {
 }
 
 qint64 AccumulationView::filledSamples() const {
-    qint64 filled = 0;
-    for (const auto& s : m_segments) filled = std::max(filled, s.offset + s.size);
-    return filled;
+    return m_filled;
 }
 
 QString AccumulationView::stepBadge() const {
@@ -208,6 +206,7 @@ QString AccumulationView::stepBadge() const {
 void AccumulationView::startBatch(qint64 step) {
     m_step = step;
     m_segments.clear();
+    m_filled = 0;
     m_lost.clear();
     m_oomOffsets.clear();
     m_replays = 0;
@@ -293,10 +292,12 @@ void AccumulationView::handle(const core::Event& event) {
             // The batch starts over: an OOM threw the earlier micro-batches away.
             m_lost.insert(m_lost.end(), m_segments.begin(), m_segments.end());
             m_segments.clear();
+            m_filled = 0;
             ++m_replays;
         }
         if (done->targetBatch > 0) m_target = done->targetBatch;
         m_segments.push_back({done->offset, done->size, done->probeTrial});
+        m_filled = std::max<qint64>(m_filled, done->offset + done->size);
         m_pending.reset();
         m_gradientNorm = done->gradientNorm;
         tableAdd(*done);

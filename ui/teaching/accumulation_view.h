@@ -96,6 +96,7 @@ private:
     } m_tableCopy;
     int m_replays = 0;
     std::vector<Segment> m_segments;
+    qint64 m_filled = 0;               ///< the samples m_segments cover, to their furthest end
     std::vector<Segment> m_lost;       // work thrown away by an OOM, replayed
     std::vector<qint64> m_oomOffsets;  // sample positions where an OOM hit
     double m_flashLevel = 0;
