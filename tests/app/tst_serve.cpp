@@ -230,6 +230,28 @@ private Q_SLOTS:
         auto watched = client.Post("/command", bearer(served.watch), R"({"command":"pause"})", "application/json");
         QCOMPARE(watched->status, 403);
         QVERIFY(client.Get("/", bearer(served.watch))->status == 200);
+        // The same in the URL's form, the one users are given (…/?token=…).
+        const auto query = [&](const std::string& path, const std::string& token) {
+            return path + (path.find('?') == std::string::npos ? "?" : "&") + "token=" + token;
+        };
+        auto watchedByUrl = client.Get(query("/", served.watch));
+        QVERIFY(watchedByUrl);
+        QCOMPARE(watchedByUrl->status, 200);
+        QVERIFY2(watchedByUrl->body.find("\"access\":\"watch\"") != std::string::npos, watchedByUrl->body.c_str());
+        QCOMPARE(client.Get(query("/", served.control))->status, 200);
+        QCOMPARE(client.Get(query("/", ""))->status, 401);
+        QCOMPARE(client.Get(query("/", std::string(32, 'a')))->status, 401);
+        QCOMPARE(client.Get(query("/", served.watch + "x"))->status, 401);
+        QCOMPARE(client.Post(query("/command", served.watch), R"({"command":"pause"})", "application/json")->status,
+                 403);
+        // Paths that climb out or name no route: nothing but a refusal, never a file.
+        for (const std::string path : {"/../../../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/events/../../etc",
+                                       "/config/..%2f..%2fetc%2fpasswd"}) {
+            auto climbed = client.Get(query(path, served.control));
+            QVERIFY2(climbed, path.c_str());
+            QVERIFY2(climbed->status == 404 || climbed->status == 400, path.c_str());
+            QVERIFY2(climbed->body.find("root:") == std::string::npos, path.c_str());
+        }
         QTest::qWait(1000);
         QVERIFY2(!hasEvent(served.folder, "state", "state", "paused"), "a refused pause paused the run");
 
@@ -256,6 +278,28 @@ private Q_SLOTS:
                      ->status,
                  200);
         QTRY_VERIFY_WITH_TIMEOUT(hasEvent(served.folder, "target_batch", "new_target", 512), kTimeout);
+        // More than 100 requests a second from one address (bursts of 200): the rest are told to
+        // slow down, and the address is served again once its budget has come back (2 s).
+        // Four clients at once, so that a slow (sanitized) server is still asked faster than that.
+        std::atomic<bool> slowedDown{false};
+        std::atomic<bool> saidWhy{false};
+        std::vector<std::thread> clients;
+        for (int c = 0; c < 4; ++c)
+            clients.emplace_back([&] {
+                httplib::Client flood("127.0.0.1", served.port);
+                for (int i = 0; i < 1000 && !slowedDown; ++i) {
+                    auto answer = flood.Get(query("/", served.watch));
+                    if (answer && answer->status == 429) {
+                        saidWhy = answer->body.find("slow down") != std::string::npos;
+                        slowedDown = true;
+                    }
+                }
+            });
+        for (std::thread& t : clients) t.join();
+        QVERIFY2(slowedDown, "4,000 requests at once were all answered");
+        QVERIFY(saidWhy);
+        QTRY_VERIFY_WITH_TIMEOUT(client.Get(query("/", served.watch))->status == 200, kTimeout);
+        QTest::qWait(2'500);
         stopRun(cli, served);
         QCOMPARE(cli.exitCode(), 0);
         QVERIFY(hasEvent(served.folder, "state", "detail", "stopped"));
