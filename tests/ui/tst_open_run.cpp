@@ -26,6 +26,7 @@
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTableWidget>
+#include <QTcpServer>
 #include <QTemporaryDir>
 
 #include <nlohmann/json.hpp>
@@ -413,6 +414,29 @@ private Q_SLOTS:
         QVERIFY2(watcher.commands()->pauseAction()->toolTip().contains(QLatin1String("watch-only")),
                  qPrintable(watcher.commands()->pauseAction()->toolTip()));
         watcher.closeRun();
+
+        // A token the run does not know: refused, said, and not tried again.
+        QUrl forged = control;
+        forged.setQuery(QStringLiteral("token=") + QString(32, QLatin1Char('a')));
+        ui::MainWindow refused;
+        QVERIFY(refused.connectToRun(forged));
+        QTRY_COMPARE_WITH_TIMEOUT(refused.remote()->state(), ui::RemoteRun::State::Failed, kNetwork);
+        QVERIFY(logSays(refused, QStringLiteral("refused the connection")));
+        QVERIFY(lossesShown(refused).empty());
+        QVERIFY(!refused.commands()->pauseAction()->isEnabled());
+        // A server that has gone away (nothing listens on its port any more): tried again, said so.
+        QUrl gone = control;
+        {
+            QTcpServer closed;
+            QVERIFY(closed.listen(QHostAddress::LocalHost));
+            gone.setPort(closed.serverPort());
+        }
+        ui::MainWindow waiting;
+        QVERIFY(waiting.connectToRun(gone));
+        QTRY_COMPARE_WITH_TIMEOUT(waiting.remote()->state(), ui::RemoteRun::State::Reconnecting, kNetwork);
+        QVERIFY2(waiting.remote()->stateText().contains(QLatin1String("reconnecting")),
+                 qPrintable(waiting.remote()->stateText()));
+        waiting.closeRun();
 
         // The connection cut mid-run: reconnected from the last event received.
         const qint64 before = w.remote()->events();
