@@ -116,16 +116,21 @@ function(batchpilot_skip_pch_for_moc target)
 endfunction()
 
 # batchpilot_set_watchdogs(): called last in each tests/ folder (CMake sets a test's properties
-# only in the folder that made it). QtTest's per-function watchdog (5 minutes by default) 30 s
-# under each test's own CTest timeout (tripled in sanitizer builds, tests/core/CMakeLists.txt): a
-# slow function on a loaded 2-core machine (the slowest take 80–90 s on a quiet one) is not killed
-# early, and a hang is still reported with the function's name before CTest ends the test.
+# only in the folder that made it). Each test's CTest timeout is three times as long in a sanitizer
+# build (scripts/check: two to three times slower, on CI's shared machines slower still), and
+# QtTest's per-function watchdog (5 minutes by default) is set 30 s under it: a slow function on
+# a loaded 2-core machine (the slowest take 80–90 s on a quiet one) is not killed early, and a
+# hang is still reported with the function's name before CTest ends the test.
 function(batchpilot_set_watchdogs)
   get_property(folder_tests DIRECTORY PROPERTY TESTS)
   foreach(test IN LISTS folder_tests)
     get_test_property(${test} TIMEOUT seconds)
     if(NOT seconds)
       set(seconds 900)  # scripts/test runs ctest --timeout 900
+    endif()
+    if(BATCHPILOT_SANITIZE)
+      math(EXPR seconds "${seconds} * 3")
+      set_tests_properties(${test} PROPERTIES TIMEOUT ${seconds})
     endif()
     math(EXPR watchdog "(${seconds} - 30) * 1000")
     set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT "QTEST_FUNCTION_TIMEOUT=${watchdog}")
