@@ -12,9 +12,9 @@ namespace batchpilot::core {
 
 void Trainer::Impl::setup() {
     auto checked = validate(options);
-    if (!checked) throw FatalError{checked.error(), "configuration"};
+    if (!checked) throw badInput(checked.error(), "configuration");
     auto parsed = parseDevice(options.device);
-    if (!parsed) throw FatalError{parsed.error(), "configuration"};
+    if (!parsed) throw badInput(parsed.error(), "configuration");
     hardware.device = *parsed;
     torch::set_num_threads(intraOpThreadsFor(options.intraOpThreads, options.reservedCpus));
     if (!options.checkpoint.directory.empty()) {
@@ -22,10 +22,10 @@ void Trainer::Impl::setup() {
         // folder that cannot be written, or that another run is saving into. Held to the run's
         // end.
         if (auto writable = checkCheckpointDirectory(options.checkpoint.directory); !writable) {
-            throw FatalError{writable.error(), "checkpoint"};
+            throw badInput(writable.error(), "checkpoint");
         }
         auto lock = CheckpointFolderLock::acquire(options.checkpoint.directory);
-        if (!lock) throw FatalError{lock.error(), "checkpoint"};
+        if (!lock) throw badInput(lock.error(), "checkpoint");
         if (!lock->unlockedWhy().empty()) emit(Warning{now(), lock->unlockedWhy()});
         checkpointState.lock.emplace(std::move(*lock));
     }
@@ -69,55 +69,53 @@ void Trainer::Impl::loadData() {
     CancelScope cancellable(commands.cancelFlag());
     auto made = options.datasetFactory ? options.datasetFactory() : makeDataset(options.data);
     if (!made && commands.cancelFlag().load()) throw LoadingCancelled{};
-    if (!made) throw FatalError{made.error(), "dataset"};
+    if (!made) throw badInput(made.error(), "dataset");
     auto split = makeValidation(options, *made);
     if (!split && commands.cancelFlag().load()) throw LoadingCancelled{};
-    if (!split) throw FatalError{split.error(), "dataset"};
+    if (!split) throw badInput(split.error(), "dataset");
     feed.validation.outOfTraining = split->training != *made;
     feed.training = split->training;
     feed.validation.data = split->validation;
 }
 
 void Trainer::Impl::checkDataAndCheckpoints() const {
-    if (feed.training->size() <= 0)
-        throw FatalError{"the dataset \"" + feed.training->name() + "\" is empty", "dataset"};
+    if (feed.training->size() <= 0) throw badInput("the dataset \"" + feed.training->name() + "\" is empty", "dataset");
     if (options.loss == LossKind::CrossEntropy && !options.data.regression && feed.training->classes() < 2) {
-        throw FatalError{
+        throw badInput(
             "the data " + feed.training->name() +
                 " has a single class: a classifier learns nothing from it (its loss "
                 "is 0 from the start); give data with at least two classes, or train a regression (--loss mse)",
-            "dataset"};
+            "dataset");
     }
     // Resumed runs check the checkpoint's target below.
     if (options.resumeFrom.empty() && options.targetBatch > feed.training->size()) {
-        throw FatalError{
+        throw badInput(
             "the target batch " + std::to_string(options.targetBatch) +
                 " is larger than the data: " + feed.training->name() + " has " + std::to_string(feed.training->size()) +
                 " samples, and a training batch uses each sample at most once; choose a target batch of at most " +
                 std::to_string(feed.training->size()),
-            "configuration"};
+            "configuration");
     }
     if (options.checkpoint.directory.empty() &&
         (options.checkpoint.everySteps > 0 || !options.checkpoint.keepBest.empty())) {
-        throw FatalError{std::string("checkpoints were asked for (") +
-                             (options.checkpoint.everySteps > 0 ? "an interval" : "keeping the best model") +
-                             ") but there is no folder to keep them in: name a checkpoint directory "
-                             "(--checkpoint-dir DIR), or record the run in a run folder, which keeps them",
-                         "configuration"};
+        throw badInput(std::string("checkpoints were asked for (") +
+                           (options.checkpoint.everySteps > 0 ? "an interval" : "keeping the best model") +
+                           ") but there is no folder to keep them in: name a checkpoint directory "
+                           "(--checkpoint-dir DIR), or record the run in a run folder, which keeps them",
+                       "configuration");
     }
     if (!options.checkpoint.keepBest.empty()) {
         const std::string& metric = options.checkpoint.keepBest;
         if (!feed.validation.data) {
-            throw FatalError{"keeping the best model by " + metric +
-                                 " needs validation data: hold out a share of the data (--validation-split) or give "
-                                 "--validation-data",
-                             "configuration"};
+            throw badInput("keeping the best model by " + metric +
+                               " needs validation data: hold out a share of the data (--validation-split) or give "
+                               "--validation-data",
+                           "configuration");
         }
         if (metric == "val_top5_accuracy" && feed.training->classes() <= 5) {
-            throw FatalError{
-                "keeping the best model by val_top5_accuracy needs more than 5 classes, but the data has " +
-                    std::to_string(feed.training->classes()) + ": keep it by val_accuracy",
-                "configuration"};
+            throw badInput("keeping the best model by val_top5_accuracy needs more than 5 classes, but the data has " +
+                               std::to_string(feed.training->classes()) + ": keep it by val_accuracy",
+                           "configuration");
         }
     }
 }
@@ -129,12 +127,12 @@ void Trainer::Impl::buildModel() {
         const int64_t beforeModel = hardware.meter->allocated();
         auto made =
             options.modelFactory ? options.modelFactory(*feed.training) : makeModel(options.model, *feed.training);
-        if (!made) throw FatalError{made.error(), "model"};
+        if (!made) throw badInput(made.error(), "model");
         learner.model = *made;
         learner.model->to(torchDevice(hardware.device));
         learner.model->train(true);
         learner.parameters = learner.model->parameters();
-        if (learner.parameters.empty()) throw FatalError{"the model has no trainable parameters", "model"};
+        if (learner.parameters.empty()) throw badInput("the model has no trainable parameters", "model");
         hardware.ledger.parameterBytes = hardware.meter->allocated() - beforeModel;
         learner.gradients.clear();
         for (const auto& p : learner.parameters) learner.gradients.push_back(torch::zeros_like(p));
@@ -146,24 +144,24 @@ void Trainer::Impl::buildModel() {
     } catch (const std::exception&) {
         const FailureInfo failure = classifyFailure(std::current_exception());
         if (failure.outOfMemory) doesNotFit(failure.requestedBytes, /*duringSetup=*/true);
-        throw FatalError{"could not build the model: " + failure.message, "model"};
+        throw badInput("could not build the model: " + failure.message, "model");
     }
 }
 
 void Trainer::Impl::checkSaversSuitModel() const {
     if (checkpoints(options.memorySavers)) {
         if (const std::string why = learner.model->checkpointingUnsupported(); !why.empty()) {
-            throw FatalError{std::string("activation checkpointing (memory savers ") + toString(options.memorySavers) +
-                                 ") needs a model whose parts can be recomputed in backward, but " +
-                                 learner.model->name() + ": " + why +
-                                 "; use the memory savers bf16, or auto (which goes without checkpointing)",
-                             "model"};
+            throw badInput(std::string("activation checkpointing (memory savers ") + toString(options.memorySavers) +
+                               ") needs a model whose parts can be recomputed in backward, but " +
+                               learner.model->name() + ": " + why +
+                               "; use the memory savers bf16, or auto (which goes without checkpointing)",
+                           "model");
         }
     }
     if (autocastsFp16(options.memorySavers)) {
         if (const std::string why = float16Unavailable(); !why.empty()) {
-            throw FatalError{
-                std::string("float16 autocast (memory savers ") + toString(options.memorySavers) + ") " + why, "model"};
+            throw badInput(
+                std::string("float16 autocast (memory savers ") + toString(options.memorySavers) + ") " + why, "model");
         }
     }
 }
@@ -877,8 +875,7 @@ RunResult Trainer::run() {
         d.checkpointState.lock.reset();
         result.state = RunState::Failed;
         result.error = e.message;
-        result.badInput = e.where == "configuration" || e.where == "dataset" || e.where == "model" ||
-                          e.where == "resume" || e.where == "checkpoint";
+        result.badInput = e.kind == FailureKind::BadInput;
         d.emit(ErrorEvent{d.now(), e.message, e.where});
         d.setState(RunState::Failed, e.message);
         if (d.parallel && !e.otherRankFailed) d.parallel->link->reportFailure(e.message);

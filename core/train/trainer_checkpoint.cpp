@@ -59,33 +59,33 @@ void Trainer::Impl::keepBestModel(const ValidationDone& done) {
 void Trainer::Impl::restoreCheckpoint() {
     const int64_t beforeState = hardware.meter->allocated();
     auto resumed = loadCheckpoint(options.resumeFrom, *learner.model, *learner.optimizer);
-    if (!resumed) throw FatalError{resumed.error(), "resume"};
+    if (!resumed) throw badInput(resumed.error(), "resume");
     // The sampler's position counts samples of the training set: on another set (another data
     // file, or another held-out share) it would skip or repeat samples without a word.
     if (resumed->trainingSamples >= 0 && resumed->trainingSamples != feed.training->size()) {
-        throw FatalError{"the checkpoint in " + options.resumeFrom + " was written while training on " +
-                             std::to_string(resumed->trainingSamples) + " samples, but this run trains on " +
-                             std::to_string(feed.training->size()) +
-                             " (other data, or another --validation-split or --validation-data): resume with "
-                             "the data and validation options of the run that wrote it, or start a new run",
-                         "resume"};
+        throw badInput("the checkpoint in " + options.resumeFrom + " was written while training on " +
+                           std::to_string(resumed->trainingSamples) + " samples, but this run trains on " +
+                           std::to_string(feed.training->size()) +
+                           " (other data, or another --validation-split or --validation-data): resume with "
+                           "the data and validation options of the run that wrote it, or start a new run",
+                       "resume");
     }
     // Checked against the samples the checkpoint records when it records them; here against this
     // run's, which an older checkpoint's must be: a position past them was taken for the end.
     const int64_t samples = feed.training->size();
     const std::string edited = ": the file was edited or damaged; resume from an intact checkpoint or start a new run";
     if (resumed->samplerPosition > samples) {
-        throw FatalError{"the checkpoint in " + options.resumeFrom + " holds sampler_position " +
-                             std::to_string(resumed->samplerPosition) + ", past the " + std::to_string(samples) +
-                             " samples this run trains on" + edited,
-                         "resume"};
+        throw badInput("the checkpoint in " + options.resumeFrom + " holds sampler_position " +
+                           std::to_string(resumed->samplerPosition) + ", past the " + std::to_string(samples) +
+                           " samples this run trains on" + edited,
+                       "resume");
     }
     // A training batch uses each sample at most once, as when the run started.
     if (resumed->targetBatch > samples) {
-        throw FatalError{"the checkpoint in " + options.resumeFrom + " holds target_batch " +
-                             std::to_string(resumed->targetBatch) + ", larger than the data: " + feed.training->name() +
-                             " has " + std::to_string(samples) + " samples" + edited,
-                         "resume"};
+        throw badInput("the checkpoint in " + options.resumeFrom + " holds target_batch " +
+                           std::to_string(resumed->targetBatch) + ", larger than the data: " + feed.training->name() +
+                           " has " + std::to_string(samples) + " samples" + edited,
+                       "resume");
     }
     // Only a share held out of the data itself changed the training set: synthetic data gets
     // extra samples of its own, and --validation-data leaves the training file whole.
@@ -124,24 +124,24 @@ void Trainer::Impl::checkResumedRun(const TrainerState& resumed) {
     // Every sample once per epoch holds only on the same samples in the same order.
     if (const std::string current = feed.training->fingerprint();
         !resumed.dataFingerprint.empty() && !current.empty() && current != resumed.dataFingerprint) {
-        throw FatalError{checkpoint + " was written while training on other data (" +
-                             cutForMessage(resumed.dataFingerprint) + "); this run's is " + current +
-                             " (another data file or content, --data-seed, --validation-split or --validation-data)" +
-                             advice,
-                         "resume"};
+        throw badInput(checkpoint + " was written while training on other data (" +
+                           cutForMessage(resumed.dataFingerprint) + "); this run's is " + current +
+                           " (another data file or content, --data-seed, --validation-split or --validation-data)" +
+                           advice,
+                       "resume");
     }
     if (resumed.seed && *resumed.seed != options.seed) {
-        throw FatalError{checkpoint + " was written by a run with --seed " + std::to_string(*resumed.seed) +
-                             ", but this run has --seed " + std::to_string(options.seed) +
-                             ": the samples would come in another order, and this epoch would skip some and repeat "
-                             "others" +
-                             advice,
-                         "resume"};
+        throw badInput(checkpoint + " was written by a run with --seed " + std::to_string(*resumed.seed) +
+                           ", but this run has --seed " + std::to_string(options.seed) +
+                           ": the samples would come in another order, and this epoch would skip some and repeat "
+                           "others" +
+                           advice,
+                       "resume");
     }
     if (!resumed.loss.empty() && resumed.loss != toString(options.loss)) {
-        throw FatalError{checkpoint + " was written training with the loss " + cutForMessage(resumed.loss) +
-                             ", but this run uses " + toString(options.loss) + advice,
-                         "resume"};
+        throw badInput(checkpoint + " was written training with the loss " + cutForMessage(resumed.loss) +
+                           ", but this run uses " + toString(options.loss) + advice,
+                       "resume");
     }
     // The optimizer goes on at the checkpoint's learning rate, with its state (the rate may have
     // been scaled with the target batch): another one is said, not dropped in silence.

@@ -59,12 +59,25 @@ inline torch::Device torchDevice(const DeviceSpec& device) {
 }
 
 /// A run-ending error with a message for the user (not retried).
+/// What a run failed on, which decides its exit status (docs/RELIABILITY.md).
+enum class FailureKind {
+    Training,  ///< while training (exit 1)
+    BadInput,  ///< before training, on what it was given: options, data, model, a checkpoint (exit 2)
+};
+
 struct FatalError {
     std::string message;
-    std::string where;
+    std::string where;  ///< for people: "dataset", "step 12, optimizer step"
     /// Several devices: this rank fails because another one did (that one reported the cause).
     bool otherRankFailed = false;
+    FailureKind kind = FailureKind::Training;
 };
+
+/// A run that cannot start from what it was given (`where`: the configuration, the dataset, the
+/// model, a checkpoint to resume from or to write).
+inline FatalError badInput(std::string message, std::string where) {
+    return {std::move(message), std::move(where), false, FailureKind::BadInput};
+}
 
 /// The bytes a failed allocation needed: the peak since the meter's last reset (which includes
 /// what stayed allocated) plus the request, or what the meter recorded of the failure.

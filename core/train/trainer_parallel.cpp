@@ -91,24 +91,24 @@ void Trainer::Impl::setupParallel() {
     ProcessGroupLink& link = *state.link;
     // Before joining: every rank refuses alike, none waits for another.
     if (const std::string problem = ProcessGroupLink::collectivesProblem(); !problem.empty())
-        throw FatalError{problem, "configuration"};
-    if (auto connected = link.connect(); !connected) throw FatalError{connected.error(), "configuration"};
+        throw badInput(problem, "configuration");
+    if (auto connected = link.connect(); !connected) throw badInput(connected.error(), "configuration");
     const int world = link.size();
     if (options.stepMode) {
-        throw FatalError{
+        throw badInput(
             "step-by-step mode shows one process's micro-batches; it is not available with several "
             "devices: train on one device to step through a batch",
-            "configuration"};
+            "configuration");
     }
     if (progress.target < world * choice.sizes.minPart) {
-        throw FatalError{
+        throw badInput(
             "the target batch " + std::to_string(progress.target) + " cannot be shared by " + std::to_string(world) +
                 " devices" +
                 (choice.sizes.minPart > 1 ? " at " + std::to_string(choice.sizes.minPart) + " samples each (BatchNorm)"
                                           : "") +
                 ": choose a target batch of at least " + std::to_string(world * choice.sizes.minPart) +
                 ", or fewer devices",
-            "configuration"};
+            "configuration");
     }
     try {
         state.devices = link.exchangeText("device", hardware.device.name());
@@ -120,10 +120,10 @@ void Trainer::Impl::setupParallel() {
             jobSignature(learner.parameters, feed.training->size(), progress.target, options.seed, progress.step));
         for (int r = 1; r < world; ++r) {
             if (signatures[static_cast<size_t>(r)] != signatures[0]) {
-                throw FatalError{rankName(r, state.devices) + " does not train the same job as rank 0: it has " +
-                                     signatures[static_cast<size_t>(r)] + ", rank 0 has " + signatures[0] +
-                                     "; start every rank with the same model, data and options",
-                                 "configuration"};
+                throw badInput(rankName(r, state.devices) + " does not train the same job as rank 0: it has " +
+                                   signatures[static_cast<size_t>(r)] + ", rank 0 has " + signatures[0] +
+                                   "; start every rank with the same model, data and options",
+                               "configuration");
             }
         }
         // One start for all: rank 0's parameters and buffers (a model initialised from the seed
@@ -195,9 +195,9 @@ void Trainer::Impl::bucketGradients() {
 void Trainer::Impl::chooseRankCollectives() {
     const CollectivesChoice choice = chooseCollectives(parallel->devices, parallel->places);
     if (!choice.nccl && ProcessGroupLink::ncclRequired()) {
-        throw FatalError{"BATCHPILOT_COLLECTIVES=nccl, but NCCL cannot sum this job's gradients: " + choice.why +
-                             "; unset BATCHPILOT_COLLECTIVES (or set it to gloo) to sum them with Gloo",
-                         "configuration"};
+        throw badInput("BATCHPILOT_COLLECTIVES=nccl, but NCCL cannot sum this job's gradients: " + choice.why +
+                           "; unset BATCHPILOT_COLLECTIVES (or set it to gloo) to sum them with Gloo",
+                       "configuration");
     }
     parallel->collectivesWhy = choice.why;
     try {

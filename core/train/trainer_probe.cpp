@@ -33,11 +33,11 @@ void Trainer::Impl::finishProbe() {
         int64_t smallest = std::numeric_limits<int64_t>::max();
         for (const TrialOutcome& trial : probe.history()) smallest = std::min(smallest, trial.size);
         if (probe.hitTrialLimit() && smallest > choice.sizes.minMicroBatch) {
-            throw FatalError{"the probe used up its " + std::to_string(options.probe.maxTrials) +
-                                 " trial(s) (--max-trials) before any micro-batch fit: the smallest it tried was " +
-                                 std::to_string(smallest) +
-                                 "; allow more trials, or start lower with --initial-micro-batch",
-                             "configuration"};
+            throw badInput("the probe used up its " + std::to_string(options.probe.maxTrials) +
+                               " trial(s) (--max-trials) before any micro-batch fit: the smallest it tried was " +
+                               std::to_string(smallest) +
+                               "; allow more trials, or start lower with --initial-micro-batch",
+                           "configuration");
         }
         if (nextMemorySavers(0)) return;  // probes again, with memory savers
         doesNotFit(0);
