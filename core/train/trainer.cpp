@@ -49,7 +49,7 @@ void Trainer::Impl::setup() {
     progress.target = options.targetBatch;
     feed.sampler.emplace(feed.training->size(), options.seed);
     buildModel();
-    learner.lossScaling.scale = options.lossScale;  // or the checkpoint's, when it recorded one
+    learner.lossScaler = LossScaler(options.lossScale);  // or the checkpoint's, when it recorded one
     if (!options.resumeFrom.empty()) restoreCheckpoint();
     checkSaversSuitModel();
     useMemorySavers(options.memorySavers == MemorySavers::Auto ? MemorySavers::Off : options.memorySavers);
@@ -183,7 +183,7 @@ bool Trainer::Impl::unscaleGradients() {
         overflow = overflow.defined() ? overflow.logical_or(bad) : bad;
     }
     if (overflow.defined() && overflow.item<bool>()) return false;
-    for (torch::Tensor& g : learner.gradients) g.div_(learner.lossScaling.scale);
+    for (torch::Tensor& g : learner.gradients) g.div_(learner.lossScaler.scale());
     return true;
 }
 
@@ -684,17 +684,16 @@ int64_t Trainer::Impl::startOver(BatchPass& pass) {
 }
 
 void Trainer::Impl::halveLossScale(int64_t samples) {
-    const double lower = learner.lossScaling.scale / 2;
-    if (lower < kMinLossScale) {
+    const double scale = learner.lossScaler.scale();
+    const std::optional<LossScaler::Change> lower = learner.lossScaler.overflowed();
+    if (!lower) {
         throw FatalError{formatText("the gradients are not finite even at loss scale %g under float16 autocast "
                                     "(memory savers %s): the backward pass itself produces inf or NaN; train "
                                     "with bf16 or without the float16 savers, or lower the learning rate",
-                                    learner.lossScaling.scale, toString(learner.savers)),
+                                    scale, toString(learner.savers)),
                          "step " + std::to_string(progress.step + 1)};
     }
-    emit(LossScaleChanged{now(), progress.step + 1, learner.lossScaling.scale, lower, true, samples});
-    learner.lossScaling.scale = lower;
-    learner.lossScaling.steps = 0;
+    emit(LossScaleChanged{now(), progress.step + 1, lower->from, lower->to, true, samples});
 }
 
 void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>& indices, int64_t batchSize,
@@ -702,13 +701,9 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
     optimizerStep();
     ++progress.step;
     progress.samplesSeen += batchSize;
-    if (autocastsFp16(learner.savers) && ++learner.lossScaling.steps >= kLossScaleGrowthSteps &&
-        learner.lossScaling.scale * 2 <= kMaxLossScale) {
-        emit(
-            LossScaleChanged{now(), progress.step, learner.lossScaling.scale, learner.lossScaling.scale * 2, false, 0});
-        learner.lossScaling.scale *= 2;
-        learner.lossScaling.steps = 0;
-    }
+    if (autocastsFp16(learner.savers))
+        if (const std::optional<LossScaler::Change> grown = learner.lossScaler.stepped())
+            emit(LossScaleChanged{now(), progress.step, grown->from, grown->to, false, 0});
     if (parallel) finishRanksStep();
     const double seconds = std::chrono::duration<double>(timingNow() - stepStart).count();
     if (pass.clean)

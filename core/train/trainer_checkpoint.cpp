@@ -21,7 +21,7 @@ void Trainer::Impl::writeCheckpoint(const std::string& metric, double value) {
                        feed.training->size(),
                        options.checkpoint.keepBest,
                        checkpointState.bestValue,
-                       autocastsFp16(learner.savers) ? learner.lossScaling.scale : 0.0,
+                       autocastsFp16(learner.savers) ? learner.lossScaler.scale() : 0.0,
                        feed.training->fingerprint(),
                        toString(options.loss),
                        options.seed};
@@ -103,7 +103,7 @@ void Trainer::Impl::restoreCheckpoint() {
         checkpointState.bestValue = resumed->bestValue;
     // float16 autocast goes on at the scale it had reached (a fresh scale could overflow and
     // redo the first batch, rounding its gradients otherwise than the uninterrupted run).
-    if (resumed->lossScale > 0) learner.lossScaling.scale = resumed->lossScale;
+    learner.lossScaler.resume(resumed->lossScale);
     progress.step = resumed->step;
     progress.samplesSeen = resumed->samplesSeen;
     feed.sampler->restore(resumed->samplerEpoch, resumed->samplerPosition);

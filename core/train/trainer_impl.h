@@ -16,6 +16,7 @@
 #include <cmath>
 #include <optional>
 
+#include "core/plan/loss_scaler.h"
 #include "core/plan/accumulation_plan.h"
 #include "core/plan/micro_batch_sizes.h"
 #include "core/base/byte_size.h"
@@ -200,14 +201,6 @@ struct CheckpointState {
     int64_t latestStep = -1;  ///< step of the latest checkpoint written (-1: none)
 };
 
-/// float16 autocast's loss scaling: the loss is multiplied by `scale` before backward
-/// (TrainerOptions::lossScale at first), halved when gradients overflow, doubled after
-/// kLossScaleGrowthSteps clean steps (`steps`: those since it last changed).
-struct LossScaling {
-    double scale = 1;
-    int64_t steps = 0;
-};
-
 /// Where the run stands: its clock, state, step and samples, and the target batch.
 struct Progress {
     Clock::time_point start = Clock::now();
@@ -238,7 +231,7 @@ struct Learner {
     /// The memory savers in use: options.memorySavers, or what "auto" turned on so far (never Auto).
     MemorySavers savers = MemorySavers::Off;
     SaverChoices saverChoices;  ///< what memory_savers auto tried, surveyed and has due
-    LossScaling lossScaling;    ///< float16 autocast's loss scale
+    LossScaler lossScaler;      ///< float16 autocast's loss scale (TrainerOptions::lossScale at first)
 };
 
 /// The device the run trains on and what is known of its memory.
@@ -599,7 +592,7 @@ struct Trainer::Impl {
         return {autocastsBf16(learner.savers), c10::ScalarType::BFloat16};
     }
     /// What backward's loss is multiplied by: the loss scale under float16 autocast, else 1.
-    double backwardScale() const { return autocastsFp16(learner.savers) ? learner.lossScaling.scale : 1.0; }
+    double backwardScale() const { return autocastsFp16(learner.savers) ? learner.lossScaler.scale() : 1.0; }
     /// float16 autocast, before the optimizer step: true when every gradient of the batch is
     /// finite, which are then divided by the loss scale; false (gradients untouched) on overflow.
     bool unscaleGradients();
