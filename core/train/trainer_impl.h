@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "core/plan/loss_scaler.h"
+#include "core/plan/validation_sizes.h"
 #include "core/plan/accumulation_plan.h"
 #include "core/plan/micro_batch_sizes.h"
 #include "core/base/byte_size.h"
@@ -163,10 +164,9 @@ struct HeldOut {
     /// The validation samples were taken out of the data set (makeValidation returned a smaller
     /// training set), rather than generated extra or read from --validation-data.
     bool outOfTraining = false;
-    int64_t microBatch = 0;  ///< where the next validation pass starts (0: none ran yet)
-    int64_t ceiling = 0;     ///< smallest validation micro-batch that ran out of memory (0: none)
-    int64_t lastStep = 0;    ///< step of the last validation pass
-    int64_t epochs = 0;      ///< completed epochs at the last validation pass
+    ValidationSizes sizes;  ///< the micro-batch of its passes
+    int64_t lastStep = 0;   ///< step of the last validation pass
+    int64_t epochs = 0;     ///< completed epochs at the last validation pass
 };
 
 /// What the memory reports last said, so that each says only what changed.

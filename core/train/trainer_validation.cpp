@@ -1,6 +1,6 @@
 // The trainer's validation pass: the held-out data (core/train/validation.h) evaluated without
 // gradients, in eval mode, at a micro-batch of its own that grows while memory allows and halves
-// on an out-of-memory error, like training's. Training's state is not changed.
+// on an out-of-memory error (core/plan/validation_sizes.h). Training's state is not changed.
 
 #include <numeric>
 
@@ -49,16 +49,8 @@ std::exception_ptr Trainer::Impl::evaluate(const std::vector<int64_t>& indices, 
 void Trainer::Impl::runValidation() {
     const auto started = Clock::now();
     const int64_t total = feed.validation.data->size();
-    const int64_t training =
-        std::max<int64_t>(1, choice.sizes.microBatch > 0 ? choice.sizes.microBatch : choice.sizes.probed);
-    // Without gradients no activation is kept for backward: a micro-batch several times
-    // training's fits. It starts at training's (or where the last pass ended), which fits next to
-    // the gradients and optimizer state, and doubles while a micro-batch's memory would still fit
-    // twice over, up to four times training's (at least 256): larger ones buy no speed. Starting at
-    // twice training's ran out of memory on a real GPU whenever training ran close to its limit.
-    const int64_t cap = std::min(total, std::max<int64_t>(256, 4 * training));
-    int64_t size = feed.validation.microBatch > 0 ? feed.validation.microBatch : std::min(cap, training);
-    if (feed.validation.ceiling > 0) size = std::min(size, std::max<int64_t>(1, feed.validation.ceiling / 2));
+    const int64_t training = choice.sizes.microBatch > 0 ? choice.sizes.microBatch : choice.sizes.probed;
+    feed.validation.sizes.begin(total, training);
     ValidationTotals totals(options.loss);
     int ooms = 0;
     int64_t largest = 0;
@@ -66,7 +58,7 @@ void Trainer::Impl::runValidation() {
     EvalMode eval(*learner.model);
     while (offset < total) {
         if (commands.stopRequested()) return;  // stopping: the pass is dropped, nothing was changed
-        const int64_t n = std::min(size, total - offset);
+        const int64_t n = std::min(feed.validation.sizes.size(), total - offset);
         std::vector<int64_t> indices(static_cast<size_t>(n));
         std::iota(indices.begin(), indices.end(), offset);
         const int64_t resident = hardware.meter->allocated();
@@ -80,16 +72,14 @@ void Trainer::Impl::runValidation() {
                                      " held-out samples from position " + std::to_string(offset) + ")"};
             }
             hardware.meter->releaseCache();
-            if (n <= 1) {
+            if (!feed.validation.sizes.outOfMemory(n)) {
                 throw FatalError{"validation does not fit on " + hardware.device.name() +
                                      " even one sample at a time, next to training's memory: " + failure.message,
                                  "validation after step " + std::to_string(progress.step)};
             }
             ++ooms;
-            feed.validation.ceiling = n;
-            size = std::max<int64_t>(1, n / 2);
             emit(OomEvent{now(), progress.step, Phase::Validation, n, failure.requestedBytes, failure.message, true,
-                          size, /*redoneSamples=*/0, /*snapshotFile=*/{}});
+                          feed.validation.sizes.size(), /*redoneSamples=*/0, /*snapshotFile=*/{}});
             sampleMemory(true);
             continue;
         }
@@ -102,12 +92,10 @@ void Trainer::Impl::runValidation() {
         // time, 8 s a pass, on virtual:3GiB).
         const int64_t activations =
             std::max<int64_t>({0, hardware.meter->peak() - resident, hardware.meter->peakReserved() - cached});
-        const bool roomForTwice = resident + 2 * activations <= usableBytes();
-        const bool belowFailure = feed.validation.ceiling == 0 || 2 * size < feed.validation.ceiling;
-        if (n == size && roomForTwice && belowFailure && 2 * size <= cap) size *= 2;
+        feed.validation.sizes.ran(n, resident, activations, usableBytes());
         sampleMemory(false);
     }
-    feed.validation.microBatch = size;
+    feed.validation.sizes.end();
     feed.validation.lastStep = progress.step;
     feed.validation.epochs = feed.sampler->completedEpochs();
     ValidationDone done;
