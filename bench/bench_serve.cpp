@@ -31,7 +31,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -267,7 +269,12 @@ public:
                   const auto answer = client.Get("/", bearer(token));
                   const double ms =
                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
-                  if (!answer || answer->status != 200) ++m_failed;
+                  if (!answer || answer->status != 200) {
+                      ++m_failed;
+                      const std::lock_guard lock(m_reasonsMutex);
+                      ++m_reasons[answer ? "status " + std::to_string(answer->status)
+                                         : "error " + httplib::to_string(answer.error())];
+                  }
                   m_slowestMs = std::max(m_slowestMs.load(), ms);
                   ++m_asked;
                   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -346,12 +353,16 @@ public:
         int64_t asked = 0;   ///< the legitimate client's requests
         int64_t failed = 0;  ///< of them, unanswered or not 200
         double slowestMs = 0;
+        std::string failures;  ///< why they failed: "status 503 x2; error Read x1"
     };
     Outcome finish() {
         m_stop = true;
         m_thread.join();
         m_prober.join();
-        return {m_malformed, m_asked, m_failed, m_slowestMs};
+        std::string failures;
+        for (const auto& [why, count] : m_reasons)
+            failures += (failures.empty() ? "" : "; ") + why + " x" + std::to_string(count);
+        return {m_malformed, m_asked, m_failed, m_slowestMs, failures};
     }
 
 private:
@@ -360,6 +371,8 @@ private:
     std::atomic<int64_t> m_asked{0};
     std::atomic<int64_t> m_failed{0};
     std::atomic<double> m_slowestMs{0};
+    std::mutex m_reasonsMutex;
+    std::map<std::string, int> m_reasons;  ///< the legitimate client's failures, by why
     std::thread m_prober;
     std::thread m_thread;
 };
@@ -484,11 +497,11 @@ json clientCost(const Setup& setup, int rounds, std::vector<std::string>& rows) 
         std::printf(
             "%s, round %d: samples/s not served %.1f, served %.1f, streamed to a client %.1f (%.4f), to a window "
             "on this machine %.1f (%.4f), attacked %.1f (%.4f, %lld malformed requests; a legitimate client "
-            "answered %lld of %lld, the slowest in %.1f ms); served/not %.4f\n",
+            "answered %lld of %lld, the slowest in %.1f ms%s%s); served/not %.4f\n",
             setup.name, round, result[0], result[1], result[2], streamed, result[3], watched, result[4], attacked,
             static_cast<long long>(shown[static_cast<int>(Arm::Attacked)]),
             static_cast<long long>(attack.asked - attack.failed), static_cast<long long>(attack.asked),
-            attack.slowestMs, serving);
+            attack.slowestMs, attack.failures.empty() ? "" : "; failed: ", attack.failures.c_str(), serving);
         std::fflush(stdout);
     }
     const double streamed = bench::median(streamedOverServed);
