@@ -12,7 +12,7 @@ using namespace batchpilot;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view text(reinterpret_cast<const char*>(data), size);
-    const app::GateLimits limits;
+    const app::HeadLimits limits;
     const auto head = app::parseRequestHead(text, limits);
     if (!head) {
         const int status = head.error().status;
