@@ -6,8 +6,8 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>

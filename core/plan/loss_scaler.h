@@ -27,8 +27,6 @@ public:
         : m_scale(initial), m_growthSteps(growthSteps) {}
 
     double scale() const { return m_scale; }
-    /// Clean steps since the scale last changed.
-    int64_t cleanSteps() const { return m_cleanSteps; }
 
     /// The gradients overflowed: the scale halves. Nullopt, the scale unchanged, when that would
     /// take it below kMinLossScale.

@@ -4,12 +4,11 @@
 
 namespace batchpilot::core {
 
-int64_t ValidationSizes::begin(int64_t total, int64_t training) {
+void ValidationSizes::begin(int64_t total, int64_t training) {
     training = std::max<int64_t>(1, training);
     m_cap = std::max<int64_t>(1, std::min(total, std::max<int64_t>(256, 4 * training)));
     m_size = m_next > 0 ? m_next : std::min(m_cap, training);
     if (m_ceiling > 0) m_size = std::min(m_size, std::max<int64_t>(1, m_ceiling / 2));
-    return m_size;
 }
 
 bool ValidationSizes::outOfMemory(int64_t n) {

@@ -1,7 +1,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 
 namespace batchpilot::core {
 
@@ -15,8 +14,8 @@ namespace batchpilot::core {
 class ValidationSizes {
 public:
     /// A pass over `total` held-out samples (≥ 1) begins, training's micro-batch being `training`:
-    /// the size of its first micro-batch.
-    int64_t begin(int64_t total, int64_t training);
+    /// size() is its first micro-batch's.
+    void begin(int64_t total, int64_t training);
     /// The size to evaluate now.
     int64_t size() const { return m_size; }
     /// A micro-batch of `n` samples ran out of memory: false when `n` was 1 (validation does not
