@@ -27,6 +27,7 @@
 #include <httplib.h>
 
 #include "app/request_gate.h"
+#include "tests/app/loopback.h"
 
 namespace {
 
@@ -102,19 +103,6 @@ std::unique_ptr<Served> serve(GateLimits limits = {}) {
     return served;
 }
 
-int connectTo(int port) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-        ::close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /// Sends `text` (as much as the server takes within `limit`); returns the bytes sent.
 size_t sendAll(int fd, const std::string& text, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
     size_t sent = 0;
@@ -152,7 +140,7 @@ int statusOf(const std::string& text) {
 
 /// One request on a fresh connection; the answer's status.
 int ask(int port, const std::string& request) {
-    const int fd = connectTo(port);
+    const int fd = batchpilot::test::loopbackConnection(port);
     if (fd < 0) return -1;
     sendAll(fd, request);
     const int status = statusOf(readAll(fd, std::chrono::seconds(5)));
@@ -273,7 +261,7 @@ private Q_SLOTS:
         // Without the token, a body is not waited for: the answer comes though none was sent.
         QCOMPARE(ask(port, "POST /echo HTTP/1.1\r\nContent-Length: 60000\r\n\r\n"), 401);
         // With it, a body within the limit arrives whole.
-        const int fd = connectTo(port);
+        const int fd = batchpilot::test::loopbackConnection(port);
         const std::string body(60'000, 'b');
         sendAll(fd, authorized("POST /echo HTTP/1.1", "Content-Length: 60000\r\n") + body);
         const std::string answer = readAll(fd);
@@ -282,7 +270,7 @@ private Q_SLOTS:
         QVERIFY(answer.size() > body.size() && answer.compare(answer.size() - body.size(), body.size(), body) == 0);
         // A client that asks before sending its body (Expect: 100-continue) is told to go on at
         // once, not left to wait for its own timeout (curl's: a second).
-        const int asking = connectTo(port);
+        const int asking = batchpilot::test::loopbackConnection(port);
         sendAll(asking, authorized("POST /echo HTTP/1.1", "Content-Length: 5\r\nExpect: 100-continue\r\n"));
         QElapsedTimer clock;
         clock.start();
@@ -305,7 +293,7 @@ private Q_SLOTS:
         // A client that sends header lines for ever, with no token: the gate answers 431 once
         // its 16 KiB limit is passed, keeps nothing more, and closes the connection within a
         // second however long the client goes on.
-        const int fd = connectTo(served->gate->port());
+        const int fd = batchpilot::test::loopbackConnection(served->gate->port());
         std::string lines = "GET / HTTP/1.1\r\n";
         for (int i = 0; lines.size() < 20 * 1024; ++i) lines += "X-" + std::to_string(i) + ": y\r\n";
         QCOMPARE(sendAll(fd, lines), lines.size());
@@ -341,13 +329,13 @@ private Q_SLOTS:
         std::string noise(1 << 20, '\0');
         for (char& c : noise) c = static_cast<char>(random());
         for (int i = 0; i < 8; ++i) {
-            const int fd = connectTo(port);
+            const int fd = batchpilot::test::loopbackConnection(port);
             sendAll(fd, noise, std::chrono::seconds(1));
             ::close(fd);
         }
         // A stream whose reader goes away mid-stream: its next write fails, the worker is freed.
         for (int i = 0; i < 4; ++i) {
-            const int fd = connectTo(port);
+            const int fd = batchpilot::test::loopbackConnection(port);
             sendAll(fd, authorized("GET /stream HTTP/1.1"));
             readAll(fd, std::chrono::milliseconds(200));
             ::close(fd);
@@ -367,7 +355,7 @@ private Q_SLOTS:
         // holds, so the oldest make room for newer ones.
         std::vector<int> slow;
         for (int i = 0; i < 600; ++i) {
-            const int fd = connectTo(port);
+            const int fd = batchpilot::test::loopbackConnection(port);
             if (fd < 0) continue;
             (void)!::send(fd, "GET / HTTP/1.1\r\nX-Slow: ", 24, MSG_NOSIGNAL);
             slow.push_back(fd);
@@ -390,7 +378,7 @@ private Q_SLOTS:
         limits.idleLimit = std::chrono::milliseconds(300);
         auto served = serve(limits);
         QVERIFY(served);
-        const int fd = connectTo(served->gate->port());
+        const int fd = batchpilot::test::loopbackConnection(served->gate->port());
         QElapsedTimer clock;
         clock.start();
         const std::string text = "GET / HTTP/1.1\r\nX-Slow: abcdefghijklmnopqrstuvwxyz";
@@ -421,12 +409,12 @@ private Q_SLOTS:
         const int port = served->gate->port();
         std::vector<int> streams;
         for (int i = 0; i < 2; ++i) {
-            const int fd = connectTo(port);
+            const int fd = batchpilot::test::loopbackConnection(port);
             sendAll(fd, authorized("GET /stream HTTP/1.1"));
             QVERIFY(readAll(fd, std::chrono::milliseconds(300)).find(": tick") != std::string::npos);
             streams.push_back(fd);
         }
-        const int third = connectTo(port);
+        const int third = batchpilot::test::loopbackConnection(port);
         sendAll(third, authorized("GET /stream HTTP/1.1"));
         const std::string answer = readAll(third);
         ::close(third);

@@ -25,6 +25,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/app/loopback.h"
+
 namespace {
 
 using nlohmann::json;
@@ -119,30 +121,6 @@ bool hasEvent(const QString& folder, const std::string& type, const std::string&
             return true;
     }
     return false;
-}
-
-/// A connection to the served port, from `from` (another loopback address) where given: the server
-/// counts connections per address.
-int rawConnection(int port, const char* from = nullptr) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (from != nullptr) {
-        sockaddr_in source{};
-        source.sin_family = AF_INET;
-        ::inet_pton(AF_INET, from, &source.sin_addr);
-        if (::bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof source) != 0) {
-            ::close(fd);
-            return -1;
-        }
-    }
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-        ::close(fd);
-        return -1;
-    }
-    return fd;
 }
 
 int stepsIn(const QString& folder) {
@@ -319,7 +297,7 @@ private Q_SLOTS:
         uint32_t state = 12345;
         for (char& c : noise) c = static_cast<char>((state = state * 1664525u + 1013904223u) >> 24);
         for (int i = 0; i < 8; ++i) {
-            const int fd = rawConnection(served.port);
+            const int fd = batchpilot::test::loopbackConnection(served.port);
             QVERIFY(fd >= 0);
             (void)!::send(fd, noise.data(), noise.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
             ::close(fd);
@@ -343,7 +321,7 @@ private Q_SLOTS:
             QVERIFY2(answer && answer->status == 400, from);
         }
         // An empty Last-Event-ID (httplib's own parser would drop the header, starting from 0).
-        const int empty = rawConnection(served.port);
+        const int empty = batchpilot::test::loopbackConnection(served.port);
         const std::string request =
             "GET /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + served.watch + "\r\nLast-Event-ID:\r\n\r\n";
         (void)!::send(empty, request.data(), request.size(), MSG_NOSIGNAL);
@@ -421,13 +399,13 @@ private Q_SLOTS:
         // 500 connections that say nothing, held open.
         std::vector<int> idle;
         for (int i = 0; i < 500; ++i)
-            if (const int fd = rawConnection(served.port); fd >= 0) idle.push_back(fd);
+            if (const int fd = batchpilot::test::loopbackConnection(served.port); fd >= 0) idle.push_back(fd);
         QCOMPARE(idle.size(), size_t{500});
         // A slow-drip client: a request's header a byte every 300 ms, never finished. The server
         // cuts it when a whole request has not arrived within 10 s. It comes from another address:
         // the flood below, from 127.0.0.1, may make room for itself by closing that address's
         // oldest unfinished connections, which a slow server (under a sanitizer) reaches.
-        const int drip = rawConnection(served.port, "127.0.0.2");
+        const int drip = batchpilot::test::loopbackConnection(served.port, "127.0.0.2");
         QVERIFY(drip >= 0);
         QElapsedTimer dripping;
         dripping.start();
@@ -458,7 +436,7 @@ private Q_SLOTS:
                                                   "GET / HTTP/1.1\r\nX: " + std::string(20000, 'b') + "\r\n\r\n"};
         int sent = 0;
         for (int i = 0; i < 10'000; ++i) {
-            const int fd = rawConnection(served.port);
+            const int fd = batchpilot::test::loopbackConnection(served.port);
             if (fd < 0) continue;
             const std::string& text = garbage[static_cast<size_t>(i) % garbage.size()];
             sent += ::send(fd, text.data(), text.size(), MSG_NOSIGNAL) > 0;
@@ -472,7 +450,7 @@ private Q_SLOTS:
         httplib::Client client("127.0.0.1", served.port);
         client.set_connection_timeout(std::chrono::seconds(30));
         client.set_read_timeout(std::chrono::seconds(30));
-        const int big = rawConnection(served.port);
+        const int big = batchpilot::test::loopbackConnection(served.port);
         const std::string header = "POST /command HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + served.control +
                                    "\r\nContent-Length: 1000000000\r\n\r\n{";
         (void)!::send(big, header.data(), header.size(), MSG_NOSIGNAL);
