@@ -19,7 +19,7 @@ void SizeChoice::startProbe(ProbeReason reason, ProbeOptions options, int64_t up
     m_timing.reset();
     m_check.reset();
     m_drift.reset();
-    options.initialMicroBatch = std::max<int64_t>(sizes.minMicroBatch, std::min(initial, upperBound));
+    options.initialMicroBatch = std::max<int64_t>(m_sizes.minMicroBatch, std::min(initial, upperBound));
     m_probe.emplace(options, upperBound, usableBytes, std::min(knownFit, upperBound));
     m_repeat.reset();
     m_reason = reason;
@@ -60,14 +60,14 @@ ProbeTrial SizeChoice::trialOutOfMemory(int64_t size, int64_t peakBytes, int64_t
 
 SizeChoice::ProbeEnd SizeChoice::finishProbe(int64_t target, double now, Clock::time_point clock) {
     const int64_t found = m_probe->result();
-    sizes.probeFound(found);
+    m_sizes.probeFound(found);
     ProbeEnd end;
     end.newSetting = m_reason == ProbeReason::Initial || m_reason == ProbeReason::DeviceSwitch ||
                      m_reason == ProbeReason::TargetBatchChange;
     end.finished = ProbeFinished{now,
                                  m_sequence,
                                  found,
-                                 static_cast<int64_t>(sizes.planFor(target, found).size()),
+                                 static_cast<int64_t>(m_sizes.planFor(target, found).size()),
                                  target,
                                  m_probe->trials(),
                                  secondsSince(m_probeStart, clock),
@@ -98,9 +98,9 @@ bool SizeChoice::startTiming(const ProbeOptions& options, int64_t largest, int64
     search.largest = largest;
     search.target = target;
     search.multipleOf = options.multipleOf;
-    search.smallest = std::max(sizes.minMicroBatch, sizes.minPart);
+    search.smallest = std::max(m_sizes.minMicroBatch, m_sizes.minPart);
     search.justRan = warmSize;
-    search.start = sizes.lastChosen;
+    search.start = m_sizes.lastChosen;
     // A run of N steps gives the timing kTimingShare of them, counted in samples; each timing
     // spans micro-batches worth 50 ms or 1/kTimingsInShare of that, whichever is less (on a fast
     // device 50 ms are whole training batches).
@@ -182,14 +182,14 @@ ThroughputChosen SizeChoice::finishTiming(int64_t size, int64_t target, const Pr
     const double batchGain = checked ? m_check->gain() : 0;
     const bool overturned = checked && m_checkCut.empty() && batchGain < 1 + kBatchCheckTie;
     if (overturned) size = largest;
-    sizes.microBatch = size;
-    sizes.lastChosen = size;
+    m_sizes.microBatch = size;
+    m_sizes.lastChosen = size;
     ThroughputChosen chosen;
     chosen.time = now;
     chosen.sequence = m_sequence;
     chosen.microBatch = size;
     chosen.largestMicroBatch = largest;
-    chosen.accumulationSteps = static_cast<int64_t>(sizes.planFor(target, size).size());
+    chosen.accumulationSteps = static_cast<int64_t>(m_sizes.planFor(target, size).size());
     chosen.targetBatch = target;
     chosen.samplesPerSecond = search.samplesPerSecond(size);
     chosen.largestSamplesPerSecond = search.samplesPerSecond(largest);
@@ -262,7 +262,7 @@ int64_t SizeChoice::abandonTiming(int64_t ceiling) {
 }
 
 SizeChoice::Next SizeChoice::next(BatchPlan& plan, int64_t remaining) {
-    const auto leavesTooFew = [&](int64_t size) { return remaining - size > 0 && remaining - size < sizes.minPart; };
+    const auto leavesTooFew = [&](int64_t size) { return remaining - size > 0 && remaining - size < m_sizes.minPart; };
     if (const std::optional<int64_t> repeat = repeatDue()) {
         // A trial's second micro-batch. Where the batch has too few samples left, they train as
         // one micro-batch (smaller than the trial's first, which fit) and the second opens the
@@ -274,7 +274,7 @@ SizeChoice::Next SizeChoice::next(BatchPlan& plan, int64_t remaining) {
         const std::optional<int64_t> proposed = m_probe->next();
         // Out of sizes to try, or below the model's smallest micro-batch (none that fits is left):
         // whatever comes next is planned anew.
-        if (!proposed || *proposed < sizes.minMicroBatch) {
+        if (!proposed || *proposed < m_sizes.minMicroBatch) {
             plan = {};
             return {proposed ? Next::Kind::NothingFits : Next::Kind::ProbeOver, 0, false};
         }
@@ -282,7 +282,7 @@ SizeChoice::Next SizeChoice::next(BatchPlan& plan, int64_t remaining) {
         // the next batch.
         if (*proposed <= remaining && !leavesTooFew(*proposed)) return {Next::Kind::Train, *proposed, true};
         if (const int64_t found = m_probe->result(); found > 0)
-            return {Next::Kind::Train, sizes.planFor(remaining, found).front(), false};
+            return {Next::Kind::Train, m_sizes.planFor(remaining, found).front(), false};
         return {Next::Kind::Train, remaining, true};
     }
     const int64_t planned = plannedMicroBatch();
@@ -290,18 +290,18 @@ SizeChoice::Next SizeChoice::next(BatchPlan& plan, int64_t remaining) {
         // Each micro-batch that can have the timed size has it exactly: the turns switch sizes
         // every timing. Only the end of a batch, too short for it, trains untimed.
         const int64_t rest = remaining - planned;
-        if (rest >= 0 && (rest == 0 || rest >= sizes.minPart)) {
+        if (rest >= 0 && (rest == 0 || rest >= m_sizes.minPart)) {
             plan.sizes = {planned};
             if (rest > 0) {
-                const std::vector<int64_t> after = sizes.planFor(rest, planned);
+                const std::vector<int64_t> after = m_sizes.planFor(rest, planned);
                 plan.sizes.insert(plan.sizes.end(), after.begin(), after.end());
             }
         } else {
-            plan.sizes = sizes.planFor(remaining, planned);
+            plan.sizes = m_sizes.planFor(remaining, planned);
         }
         plan.plannedFor = 0;  // planned again for the next micro-batch
     } else if (plan.sizes.empty() || planned != plan.plannedFor) {
-        plan.sizes = sizes.planFor(remaining, planned);
+        plan.sizes = m_sizes.planFor(remaining, planned);
         plan.plannedFor = planned;
     }
     return {Next::Kind::Train, plan.sizes.front(), false};
@@ -310,8 +310,13 @@ SizeChoice::Next SizeChoice::next(BatchPlan& plan, int64_t remaining) {
 std::optional<std::string> SizeChoice::watchSpeed(double samplesPerSecond) {
     if (!m_drift || !settled()) return std::nullopt;
     std::optional<std::string> why = m_drift->observe(samplesPerSecond);
-    if (why) sizes.lastChosen = sizes.microBatch;
+    if (why) m_sizes.lastChosen = m_sizes.microBatch;
     return why;
+}
+
+void SizeChoice::requireTwoSamples(bool trial) {
+    m_sizes.requireTwoSamples();
+    if (!trial) m_sizes.microBatch = std::max<int64_t>(m_sizes.microBatch, 2);
 }
 
 }  // namespace batchpilot::core

@@ -46,14 +46,34 @@ public:
     /// comparisons with the largest, which span confirmTimingFactor as many, fit in the share).
     static constexpr int kTimingsInShare = 128;
 
-    MicroBatchSizes sizes;    ///< the sizes in use and their limits
     StepCostWatch stepCosts;  ///< what a batch costs besides its micro-batches, on this device and setting
+
+    // ---- The sizes in use and their limits (changed only through the calls below) ----
+
+    const MicroBatchSizes& sizes() const { return m_sizes; }
+    /// The model uses BatchNorm: the parts of a batch hold at least 2 samples from the start.
+    void keepPartsOfTwo() { m_sizes.minPart = 2; }
+    /// BatchNorm refused a single sample: micro-batches hold at least 2 from now on, and outside
+    /// a probe (`trial` false) the size in use is raised to 2.
+    void requireTwoSamples(bool trial);
+    /// Resumed where `size` fit on this device: training goes on at it without a probe.
+    void resumeAt(int64_t size) { m_sizes.probeFound(size); }
+    /// Nothing is known of the sizes on this device (a rank joining a job): the next probe finds them.
+    void forgetSizes() { m_sizes.microBatch = m_sizes.probed = 0; }
+    /// Other hardware or memory savers: the last fastest-size search's choice says nothing.
+    void forgetLastChoice() { m_sizes.lastChosen = 0; }
+    // What a micro-batch or a step did to the sizes (MicroBatchSizes has the rules).
+    void succeeded() { m_sizes.succeeded(); }
+    bool retrySingleSample(int64_t size) { return m_sizes.retrySingleSample(size); }
+    std::optional<int64_t> shrinkAfterOom(int64_t size) { return m_sizes.shrinkAfterOom(size); }
+    bool cleanStep(int regrowAfter) { return m_sizes.cleanStep(regrowAfter); }
+    bool thrashing(int64_t retriesInStep, bool settled) { return m_sizes.thrashing(retriesInStep, settled); }
 
     // ---- The probe ----
 
     /// A new probe session, numbered from 1; it ends a timing in progress and the drift watch (the
     /// sizes are timed again when it finishes). `upperBound` ≥ 1; `initial` is clamped into
-    /// [sizes.minMicroBatch, upperBound], `knownFit` to upperBound.
+    /// [sizes().minMicroBatch, upperBound], `knownFit` to upperBound.
     void startProbe(ProbeReason reason, ProbeOptions options, int64_t upperBound, int64_t usableBytes, int64_t initial,
                     int64_t knownFit, Clock::time_point now);
     bool probing() const { return m_probe.has_value(); }
@@ -63,7 +83,7 @@ public:
     int sequence() const { return m_sequence; }
     ProbeReason probeReason() const { return m_reason; }
     /// The size found so far: the probe's result while probing, else the size in use.
-    int64_t currentSize() const { return sizes.microBatch > 0 || !m_probe ? sizes.microBatch : m_probe->result(); }
+    int64_t currentSize() const { return m_sizes.microBatch > 0 || !m_probe ? m_sizes.microBatch : m_probe->result(); }
 
     /// Where the allocator caches, a trial that fit is decided by a second micro-batch of its size,
     /// run from the cache the first left (as training's would be). The size of the trial whose
@@ -115,7 +135,7 @@ public:
     /// batches wants for this batch, else the size in use.
     int64_t plannedMicroBatch() const {
         if (checking()) return m_check->next();
-        return m_timing && m_timing->next() ? *m_timing->next() : sizes.microBatch;
+        return m_timing && m_timing->next() ? *m_timing->next() : m_sizes.microBatch;
     }
     /// A training micro-batch of `size` took `seconds`: counted when it is the size being timed.
     /// Returns the event of a timing it finished (a warm-up, or micro-batches worth the minimum).
@@ -185,6 +205,7 @@ public:
     std::optional<std::string> watchSpeed(double samplesPerSecond);
 
 private:
+    MicroBatchSizes m_sizes;
     struct Repeat {
         int64_t size = 0;
         int64_t firstPeak = 0;

@@ -83,6 +83,62 @@ void writeTensors(torch::serialize::OutputArchive& archive, const char* prefix,
     for (size_t i = 0; i < tensors.size(); ++i) archive.write(indexed(prefix, i), tensors[i].detach().cpu());
 }
 
+/// The checkpoint's fields and tensors as a torch archive's bytes (throws what torch throws).
+std::string archived(const Model& model, const Optimizer& optimizer, const TrainerState& state) {
+    torch::serialize::OutputArchive archive;
+    archive.write("format", c10::IValue(kCheckpointFormat));
+    archive.write("model_name", c10::IValue(state.modelName));
+    archive.write("optimizer_kind", c10::IValue(static_cast<int64_t>(optimizer.kind())));
+    archive.write("optimizer_steps", c10::IValue(optimizer.stepCount()));
+    archive.write("step", c10::IValue(state.step));
+    archive.write("samples_seen", c10::IValue(state.samplesSeen));
+    archive.write("sampler_epoch", c10::IValue(state.samplerEpoch));
+    archive.write("sampler_position", c10::IValue(state.samplerPosition));
+    archive.write("target_batch", c10::IValue(state.targetBatch));
+    archive.write("micro_batch", c10::IValue(state.microBatch));
+    archive.write("learning_rate", c10::IValue(state.learningRate));
+    archive.write("device", c10::IValue(state.device));
+    archive.write("training_samples", c10::IValue(state.trainingSamples));
+    archive.write("best_metric", c10::IValue(state.bestMetric));
+    archive.write("best_value", c10::IValue(state.bestValue));
+    archive.write("loss_scale", c10::IValue(state.lossScale));
+    archive.write("data_fingerprint", c10::IValue(state.dataFingerprint));
+    archive.write("loss", c10::IValue(state.loss));
+    if (state.seed) archive.write("seed", c10::IValue(static_cast<int64_t>(*state.seed)));
+    writeTensors(archive, "parameter", model.parameters());
+    writeTensors(archive, "buffer", model.buffers());
+    writeTensors(archive, "first", optimizer.firstState());
+    writeTensors(archive, "second", optimizer.secondState());
+    std::ostringstream payload;
+    archive.save_to(payload);
+    return std::move(payload).str();
+}
+
+/// The archive's bytes in the checkpoint file at `path` (`fileBytes` long), checked against its
+/// header's length and CRC-32; why not, where they cannot be read.
+tl::expected<std::string, std::string> framedBytes(const std::string& path, uintmax_t fileBytes) {
+    std::ifstream in(path, std::ios::binary);
+    std::string header(kCheckpointHeaderBytes, '\0');
+    in.read(header.data(), static_cast<std::streamsize>(header.size()));
+    if (!in || std::memcmp(header.data(), kMagic, sizeof(kMagic)) != 0)
+        return tl::unexpected<std::string>("no BatchPilot checkpoint header");
+    const uint64_t length = getLittleEndian(header.data() + sizeof(kMagic), 8);
+    const auto expectedCrc = static_cast<uint32_t>(getLittleEndian(header.data() + sizeof(kMagic) + 8, 4));
+    // The length the header claims must be what the file holds: nothing is allocated for a
+    // size the file does not have.
+    if (length != fileBytes - kCheckpointHeaderBytes) {
+        return tl::unexpected<std::string>(
+            "the header says " + std::to_string(length) + " bytes follow, the file holds " +
+            std::to_string(fileBytes - kCheckpointHeaderBytes) + "; it was cut short or altered");
+    }
+    std::string bytes(static_cast<size_t>(length), '\0');
+    in.read(bytes.data(), static_cast<std::streamsize>(length));
+    if (!in) return tl::unexpected<std::string>("reading it failed");
+    if (crc32Of(bytes.data(), bytes.size()) != expectedCrc)
+        return tl::unexpected<std::string>("its CRC-32 checksum does not match: the file was damaged");
+    return bytes;
+}
+
 }  // namespace
 
 tl::expected<CheckpointFolderLock, std::string> CheckpointFolderLock::acquire(const std::string& directory) {
@@ -163,37 +219,12 @@ tl::expected<std::string, std::string> saveCheckpoint(const std::string& directo
         return tl::unexpected("cannot create the checkpoint directory \"" + directory + "\": " + error.message());
     const std::string path = (fs::path(directory) / kCheckpointFile).string();
     const std::string temporary = path + ".tmp";
-    std::ostringstream payload;
+    std::string bytes;
     try {
-        torch::serialize::OutputArchive archive;
-        archive.write("format", c10::IValue(kCheckpointFormat));
-        archive.write("model_name", c10::IValue(state.modelName));
-        archive.write("optimizer_kind", c10::IValue(static_cast<int64_t>(optimizer.kind())));
-        archive.write("optimizer_steps", c10::IValue(optimizer.stepCount()));
-        archive.write("step", c10::IValue(state.step));
-        archive.write("samples_seen", c10::IValue(state.samplesSeen));
-        archive.write("sampler_epoch", c10::IValue(state.samplerEpoch));
-        archive.write("sampler_position", c10::IValue(state.samplerPosition));
-        archive.write("target_batch", c10::IValue(state.targetBatch));
-        archive.write("micro_batch", c10::IValue(state.microBatch));
-        archive.write("learning_rate", c10::IValue(state.learningRate));
-        archive.write("device", c10::IValue(state.device));
-        archive.write("training_samples", c10::IValue(state.trainingSamples));
-        archive.write("best_metric", c10::IValue(state.bestMetric));
-        archive.write("best_value", c10::IValue(state.bestValue));
-        archive.write("loss_scale", c10::IValue(state.lossScale));
-        archive.write("data_fingerprint", c10::IValue(state.dataFingerprint));
-        archive.write("loss", c10::IValue(state.loss));
-        if (state.seed) archive.write("seed", c10::IValue(static_cast<int64_t>(*state.seed)));
-        writeTensors(archive, "parameter", model.parameters());
-        writeTensors(archive, "buffer", model.buffers());
-        writeTensors(archive, "first", optimizer.firstState());
-        writeTensors(archive, "second", optimizer.secondState());
-        archive.save_to(payload);
+        bytes = archived(model, optimizer, state);
     } catch (const std::exception& e) {
         return tl::unexpected("could not write the checkpoint \"" + path + "\": " + e.what());
     }
-    const std::string bytes = std::move(payload).str();
     std::string header(kCheckpointHeaderBytes, '\0');
     std::memcpy(header.data(), kMagic, sizeof(kMagic));
     putLittleEndian(header.data() + sizeof(kMagic), bytes.size(), 8);
@@ -231,27 +262,9 @@ tl::expected<TrainerState, std::string> loadCheckpoint(const std::string& direct
     const auto fileBytes = fs::file_size(path, sizeError);
     if (sizeError || !fs::is_regular_file(path)) return corrupt("not a readable regular file");
     if (fileBytes < kCheckpointHeaderBytes) return corrupt("the file is only " + std::to_string(fileBytes) + " bytes");
-    std::string bytes;
-    {
-        std::ifstream in(path, std::ios::binary);
-        std::string header(kCheckpointHeaderBytes, '\0');
-        in.read(header.data(), static_cast<std::streamsize>(header.size()));
-        if (!in || std::memcmp(header.data(), kMagic, sizeof(kMagic)) != 0)
-            return corrupt("no BatchPilot checkpoint header");
-        const uint64_t length = getLittleEndian(header.data() + sizeof(kMagic), 8);
-        const auto expectedCrc = static_cast<uint32_t>(getLittleEndian(header.data() + sizeof(kMagic) + 8, 4));
-        // The length the header claims must be what the file holds: nothing is allocated for a
-        // size the file does not have.
-        if (length != fileBytes - kCheckpointHeaderBytes) {
-            return corrupt("the header says " + std::to_string(length) + " bytes follow, the file holds " +
-                           std::to_string(fileBytes - kCheckpointHeaderBytes) + "; it was cut short or altered");
-        }
-        bytes.resize(length);
-        in.read(bytes.data(), static_cast<std::streamsize>(length));
-        if (!in) return corrupt("reading it failed");
-        if (crc32Of(bytes.data(), bytes.size()) != expectedCrc)
-            return corrupt("its CRC-32 checksum does not match: the file was damaged");
-    }
+    auto framed = framedBytes(path, fileBytes);
+    if (!framed) return corrupt(framed.error());
+    std::string bytes = std::move(*framed);
     tl::expected<CheckpointContents, std::string> contents;
     try {
         CountingScope host(false);

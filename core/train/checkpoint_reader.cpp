@@ -192,16 +192,11 @@ tl::expected<void, std::string> checkTrainerState(const TrainerState& s) {
     return {};
 }
 
-tl::expected<CheckpointContents, std::string> readCheckpoint(torch::serialize::InputArchive& archive,
-                                                             const std::string& path, const Model& model,
-                                                             const Optimizer& optimizer) {
-    FieldReader read(archive, path);
-    CheckpointContents c;
+namespace {
+
+/// The checkpoint's numbers and names into `c`; its optimizer kind (judged by the caller).
+std::optional<int64_t> readScalars(FieldReader& read, CheckpointContents& c) {
     TrainerState& s = c.state;
-    if (const auto format = read.typed<int64_t>("format"); format && *format != kCheckpointFormat) {
-        return tl::unexpected("checkpoint \"" + path + "\" has an unknown format version (" + std::to_string(*format) +
-                              "); resume it with the BatchPilot that wrote it");
-    }
     read.into("model_name", s.modelName);
     read.into("device", s.device);
     read.into("learning_rate", s.learningRate);
@@ -223,24 +218,12 @@ tl::expected<CheckpointContents, std::string> readCheckpoint(torch::serialize::I
     read.into("data_fingerprint", s.dataFingerprint, /*optional=*/true);
     read.into("loss", s.loss, /*optional=*/true);
     if (auto seed = read.typed<int64_t>("seed", /*optional=*/true)) s.seed = static_cast<uint64_t>(*seed);
-    if (!read.ok()) return tl::unexpected(read.error());
+    return kind;
+}
 
-    // Another model or optimizer is the likeliest mistake: said before any value is judged.
-    if (s.modelName != model.name()) {
-        return tl::unexpected("checkpoint \"" + path + "\" was written for model " + quoteForMessage(s.modelName) +
-                              ", but this run builds \"" + model.name() + "\": use the same model to resume");
-    }
-    if (auto known = checkInteger(*kind, 0, static_cast<int64_t>(OptimizerKind::AdamW), "optimizer_kind"); !known)
-        return tl::unexpected(edited(path, known.error()));
-    if (*kind != static_cast<int64_t>(optimizer.kind())) {
-        return tl::unexpected("checkpoint \"" + path + "\" was written with the " +
-                              toString(static_cast<OptimizerKind>(*kind)) + " optimizer, but this run uses " +
-                              toString(optimizer.kind()) + ": use the same optimizer to resume");
-    }
-    if (auto ok = checkTrainerState(s); !ok) return tl::unexpected(edited(path, ok.error()));
-    if (auto ok = checkInteger(c.optimizerSteps, 0, kMaxSteps, "optimizer_steps"); !ok)
-        return tl::unexpected(edited(path, ok.error()));
-
+/// The model's parameters and buffers and the optimizer's state into `c`, each checked against
+/// `model` (a failure is left in `read`).
+void readTensors(FieldReader& read, const std::string& path, const Model& model, CheckpointContents& c) {
     const auto parameters = model.parameters();
     const auto buffers = model.buffers();
     const auto parameterCount = static_cast<int64_t>(parameters.size());
@@ -270,6 +253,40 @@ tl::expected<CheckpointContents, std::string> readCheckpoint(torch::serialize::I
     c.buffers = read.tensors("buffer", countOf("buffer", buffers), buffers, bufferNames, sameModel);
     c.first = read.tensors("first", stateCount("first"), parameters, parameterNames, sameParameter);
     c.second = read.tensors("second", stateCount("second"), parameters, parameterNames, sameParameter);
+}
+
+}  // namespace
+
+tl::expected<CheckpointContents, std::string> readCheckpoint(torch::serialize::InputArchive& archive,
+                                                             const std::string& path, const Model& model,
+                                                             const Optimizer& optimizer) {
+    FieldReader read(archive, path);
+    CheckpointContents c;
+    const TrainerState& s = c.state;
+    if (const auto format = read.typed<int64_t>("format"); format && *format != kCheckpointFormat) {
+        return tl::unexpected("checkpoint \"" + path + "\" has an unknown format version (" + std::to_string(*format) +
+                              "); resume it with the BatchPilot that wrote it");
+    }
+    const auto kind = readScalars(read, c);
+    if (!read.ok()) return tl::unexpected(read.error());
+
+    // Another model or optimizer is the likeliest mistake: said before any value is judged.
+    if (s.modelName != model.name()) {
+        return tl::unexpected("checkpoint \"" + path + "\" was written for model " + quoteForMessage(s.modelName) +
+                              ", but this run builds \"" + model.name() + "\": use the same model to resume");
+    }
+    if (auto known = checkInteger(*kind, 0, static_cast<int64_t>(OptimizerKind::AdamW), "optimizer_kind"); !known)
+        return tl::unexpected(edited(path, known.error()));
+    if (*kind != static_cast<int64_t>(optimizer.kind())) {
+        return tl::unexpected("checkpoint \"" + path + "\" was written with the " +
+                              toString(static_cast<OptimizerKind>(*kind)) + " optimizer, but this run uses " +
+                              toString(optimizer.kind()) + ": use the same optimizer to resume");
+    }
+    if (auto ok = checkTrainerState(s); !ok) return tl::unexpected(edited(path, ok.error()));
+    if (auto ok = checkInteger(c.optimizerSteps, 0, kMaxSteps, "optimizer_steps"); !ok)
+        return tl::unexpected(edited(path, ok.error()));
+
+    readTensors(read, path, model, c);
     if (!read.ok()) return tl::unexpected(read.error());
     if (auto ok = optimizer.checkState(c.first, c.second, c.optimizerSteps); !ok)
         return tl::unexpected(edited(path, ok.error()));

@@ -118,6 +118,28 @@ void compareGradients(const std::vector<std::string>& names, const std::vector<t
                                                                         : (accSquares == fullSquares ? 1.0 : 0.0);
 }
 
+namespace {
+
+/// Why a model with BatchNorm accumulates a gradient other than the full batch's.
+std::string batchNormText(const EquivalenceChecked& r, const std::string& rel) {
+    std::string text =
+        "The model uses BatchNorm: in training mode each micro-batch is normalised with its own mean and "
+        "variance, so a sample's output depends on which other samples share its micro-batch. The accumulated "
+        "gradient therefore differs from the full-batch gradient (relative difference " +
+        rel + ", cosine " + formatText("%.6f", r.overall.cosineSimilarity) +
+        "). This is a property of the model, not an error of accumulation";
+    if (r.runningStatisticsRelativeDifference >= 0) {
+        text +=
+            ": with the running statistics instead (evaluation mode, every sample normalised on its own) "
+            "the same check gives " +
+            formatText("%.2g", r.runningStatisticsRelativeDifference);
+    }
+    text += ". For exact accumulation use GroupNorm or LayerNorm (built-in models: --norm group). ";
+    return text;
+}
+
+}  // namespace
+
 std::string explainEquivalence(const EquivalenceChecked& r) {
     const std::string rel = formatText("%.2g", r.overall.relativeDifference);
     // Several devices: every rank's micro-batches, summed over the ranks as a training step sums them.
@@ -157,19 +179,7 @@ std::string explainEquivalence(const EquivalenceChecked& r) {
                    "that mix samples of a batch. ";
         }
     } else {
-        text =
-            "The model uses BatchNorm: in training mode each micro-batch is normalised with its own mean and "
-            "variance, so a sample's output depends on which other samples share its micro-batch. The accumulated "
-            "gradient therefore differs from the full-batch gradient (relative difference " +
-            rel + ", cosine " + formatText("%.6f", r.overall.cosineSimilarity) +
-            "). This is a property of the model, not an error of accumulation";
-        if (r.runningStatisticsRelativeDifference >= 0) {
-            text +=
-                ": with the running statistics instead (evaluation mode, every sample normalised on its own) "
-                "the same check gives " +
-                formatText("%.2g", r.runningStatisticsRelativeDifference);
-        }
-        text += ". For exact accumulation use GroupNorm or LayerNorm (built-in models: --norm group). ";
+        text = batchNormText(r, rel);
     }
     if (r.fullPassOutsideBudget) {
         text += "The full batch of " + std::to_string(r.samples) +

@@ -54,7 +54,7 @@ void Trainer::Impl::setup() {
     checkSaversSuitModel();
     useMemorySavers(options.memorySavers == MemorySavers::Auto ? MemorySavers::Off : options.memorySavers);
     if (learner.model->usesBatchStatistics()) {
-        choice.sizes.minPart = 2;
+        choice.keepPartsOfTwo();
         emit(Warning{now(),
                      "the model uses BatchNorm: each micro-batch is normalised with its own "
                      "statistics, so accumulated gradients differ from full-batch ones; for exact "
@@ -229,10 +229,22 @@ bool Trainer::Impl::waitWhilePaused() {
 }
 
 bool Trainer::Impl::applyCommands() {
-    auto [newTarget, newDevices, equivalence, reprobe, survey, newSavers] = commands.take();
+    CommandMailbox::Batch asked = commands.take();
+    const std::optional<std::string> newDevice = routeCommands(asked);
+    // Checked before the commands below change the micro-batch plan it compares against.
+    if (asked.equivalence) checkEquivalence(*asked.equivalence);
+    bool probing = newDevice && switchDeviceAsked(*newDevice);
+    probing = applyTargetAsked(asked.target) || probing;
+    probing = applySaversAsked(asked.savers, asked.surveySavers) || probing;
+    if (asked.reprobe && !probing && !choice.probing())
+        startProbe(ProbeReason::UserRequest, options.probe.initialMicroBatch, 0);
+    return !commands.stopRequested();
+}
+
+std::optional<std::string> Trainer::Impl::routeCommands(CommandMailbox::Batch& asked) {
     std::optional<std::string> newDevice;
     const int world = parallel ? parallel->link->size() : 1;
-    for (auto& [rank, spec] : newDevices) {
+    for (auto& [rank, spec] : asked.devices) {
         if (rank < 0 || rank >= world) {
             emit(Warning{now(), "device switch of rank " + std::to_string(rank) + " to " + spec + " ignored: " +
                                     (parallel ? "the job has ranks 0 to " + std::to_string(world - 1)
@@ -244,67 +256,62 @@ bool Trainer::Impl::applyCommands() {
             newDevice = std::move(spec);
         }
     }
-    if (parallel && equivalence) {
-        // Several devices: every rank checks at the same batch, agreed in ranksAgree.
-        parallel->requestedEquivalence = equivalence;
-        equivalence.reset();
+    if (!parallel) return newDevice;
+    // Several devices: every rank checks, changes its savers or measures them at the same batch,
+    // agreed in ranksAgree.
+    if (asked.equivalence) parallel->requestedEquivalence = asked.equivalence;
+    if (asked.savers && *asked.savers != MemorySavers::Auto) parallel->requestedSavers = *asked.savers;
+    if (asked.surveySavers) parallel->surveyRequested = true;
+    asked.equivalence.reset();
+    asked.savers.reset();
+    asked.surveySavers = false;
+    return newDevice;
+}
+
+bool Trainer::Impl::switchDeviceAsked(const std::string& spec) {
+    const auto next = parseDevice(spec);
+    if (!next) {
+        emit(Warning{now(), "device switch ignored: " + next.error()});
+        return false;
     }
-    if (parallel && (newSavers || survey)) {
-        // Several devices: every rank changes its savers, or measures them, at the same batch,
-        // agreed in ranksAgree.
-        if (newSavers && *newSavers != MemorySavers::Auto) parallel->requestedSavers = *newSavers;
-        if (survey) parallel->surveyRequested = true;
-        newSavers.reset();
-        survey = false;
-    }
-    // Checked before the commands below change the micro-batch plan it compares against.
-    if (equivalence) checkEquivalence(*equivalence);
-    if (newDevice) {
-        if (auto next = parseDevice(*newDevice)) {
-            const std::string before = hardware.device.name();
-            if (std::optional<std::string> refused = switchTo(*next)) emit(Warning{now(), *refused});
-            if (hardware.device.name() != before) {
-                startProbe(ProbeReason::DeviceSwitch,
-                           choice.sizes.microBatch > 0 ? choice.sizes.microBatch : options.probe.initialMicroBatch, 0);
-                reprobe = false;
-            }
-        } else {
-            emit(Warning{now(), "device switch ignored: " + next.error()});
-        }
-    }
-    if (newTarget && newTarget->first > feed.training->size()) {
-        emit(Warning{now(), "target batch " + std::to_string(newTarget->first) + " ignored: the data has " +
+    const std::string before = hardware.device.name();
+    if (std::optional<std::string> refused = switchTo(*next)) emit(Warning{now(), *refused});
+    if (hardware.device.name() == before) return false;
+    startProbe(ProbeReason::DeviceSwitch,
+               choice.sizes().microBatch > 0 ? choice.sizes().microBatch : options.probe.initialMicroBatch, 0);
+    return true;
+}
+
+bool Trainer::Impl::applyTargetAsked(const std::optional<std::pair<int64_t, LrScaling>>& asked) {
+    if (!asked || asked->first == progress.target) return false;
+    if (asked->first > feed.training->size()) {
+        emit(Warning{now(), "target batch " + std::to_string(asked->first) + " ignored: the data has " +
                                 std::to_string(feed.training->size()) +
                                 " samples, and a training batch uses each at most once; "
                                 "training continues at " +
                                 std::to_string(progress.target)});
-        newTarget.reset();
+        return false;
     }
-    if (newTarget && newTarget->first != progress.target) {
-        // Several devices: every rank changes at the same batch, agreed in ranksAgree.
-        if (parallel)
-            parallel->requestedTarget = newTarget;
-        else if (changeTarget(newTarget->first, newTarget->second))
-            reprobe = false;
+    // Several devices: every rank changes at the same batch, agreed in ranksAgree.
+    if (parallel) {
+        parallel->requestedTarget = asked;
+        return false;
     }
-    if (newSavers && *newSavers != learner.savers) {
-        if (applySavers(*newSavers, "asked for")) reprobe = false;
-    } else if (survey || !learner.saverChoices.surveyDue.empty()) {
-        // A survey asked for, or due after a probe that found a small micro-batch (finishProbe).
-        const SaverSurvey found = surveySavers(survey ? "asked for" : learner.saverChoices.surveyDue);
-        learner.saverChoices.surveyDue.clear();
-        if (!found.suggestion.empty() && !survey) {
-            const MemorySavers next = *parseMemorySavers(found.suggestion);
-            if (options.memorySavers == MemorySavers::Auto) {
-                if (applySavers(next, "memory savers auto: " + found.advice)) reprobe = false;
-            } else {
-                emit(Warning{now(), "memory savers: " + found.advice + "; train with --memory-savers " +
-                                        found.suggestion + " (or auto), or apply it in the app's Memory savers panel"});
-            }
-        }
-    }
-    if (reprobe && !choice.probing()) startProbe(ProbeReason::UserRequest, options.probe.initialMicroBatch, 0);
-    return !commands.stopRequested();
+    return changeTarget(asked->first, asked->second);
+}
+
+bool Trainer::Impl::applySaversAsked(std::optional<MemorySavers> asked, bool survey) {
+    if (asked && *asked != learner.savers) return applySavers(*asked, "asked for");
+    if (!survey && learner.saverChoices.surveyDue.empty()) return false;
+    // A survey asked for, or due after a probe that found a small micro-batch (finishProbe).
+    const SaverSurvey found = surveySavers(survey ? "asked for" : learner.saverChoices.surveyDue);
+    learner.saverChoices.surveyDue.clear();
+    if (found.suggestion.empty() || survey) return false;
+    const MemorySavers next = *parseMemorySavers(found.suggestion);
+    if (options.memorySavers == MemorySavers::Auto) return applySavers(next, "memory savers auto: " + found.advice);
+    emit(Warning{now(), "memory savers: " + found.advice + "; train with --memory-savers " + found.suggestion +
+                            " (or auto), or apply it in the app's Memory savers panel"});
+    return false;
 }
 
 bool Trainer::Impl::changeTarget(int64_t next, LrScaling rule) {
@@ -318,7 +325,7 @@ bool Trainer::Impl::changeTarget(int64_t next, LrScaling rule) {
     progress.target = next;
     if (choice.probing()) return false;
     startProbe(ProbeReason::TargetBatchChange,
-               choice.sizes.microBatch > 0 ? std::min(choice.sizes.microBatch, localTarget()) : 1, 0);
+               choice.sizes().microBatch > 0 ? std::min(choice.sizes().microBatch, localTarget()) : 1, 0);
     return true;
 }
 
@@ -355,67 +362,15 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
     std::vector<torch::Tensor> savedBuffers;
     std::exception_ptr error;
     try {
-        Batch host = feed.prefetcher->take(indices);
-        if (!next.empty()) feed.prefetcher->request(std::move(next));  // loads while this one computes
-        const torch::Device where = learner.parameters.front().device();
-        // The copy to the device is where its memory is first used: on the CPU and virtual
-        // devices a counted clone stands for it.
-        torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs.clone();
-        torch::Tensor targets = where.is_cuda() ? host.targets.to(where) : host.targets.clone();
-        host = Batch{};
-        result.inputBytes = static_cast<int64_t>(inputs.nbytes() + targets.nbytes());
-        result.phase = Phase::Forward;
-        savedBuffers = copyBuffers();
-        for (const auto& b : savedBuffers) result.bufferCopyBytes += static_cast<int64_t>(b.nbytes());
-        torch::Tensor output;
-        {
-            AutocastScope autocast(where.type(), forwardAutocast());  // bfloat16 with that memory saver
-            output = learner.model->forward(inputs);
-        }
-        torch::Tensor loss = computeLoss(options.loss, output, targets);  // in float32 also under bf16
-        result.loss = loss.item<double>();
-        if (!std::isfinite(result.loss)) throw NonFiniteLoss(nonFiniteLossReason(result.loss, inputs, output, targets));
-        // Autograd keeps what backward needs; the output itself (logits: samples × classes) need
-        // not stay through backward, as in a loop that passes it straight to the loss.
-        output = torch::Tensor();
-        result.phase = Phase::Backward;
-        // Backward adds the weighted gradient straight into the batch's accumulators, which are
-        // the parameters' .grad: each parameter's new gradient is freed as soon as it is added,
-        // so the device holds one set of gradients, as a plain training loop does. An OOM half-way
-        // leaves part of this micro-batch there: trainBatch then trains the batch again from its
-        // first sample (OomEvent::redoneSamples).
-        // float16 autocast: scaled up so that small gradients do not round to zero in float16
-        // (divided again before the step, unscaleGradients).
-        linkGradients();
-        torch::autograd::backward({loss * (weight * backwardScale())}, /*grad_tensors=*/{}, /*retain_graph=*/false,
-                                  /*create_graph=*/false, /*inputs=*/learner.parameters);
-        result.ok = true;
-        result.peakBytes = hardware.meter->peakReserved();
-        result.peakAllocatedBytes = hardware.meter->peak();
+        forwardBackward(indices, weight, std::move(next), result, savedBuffers);
     } catch (const std::exception&) {
         error = std::current_exception();
     }
+    result.peakBytes = hardware.meter->peakReserved();
+    result.peakAllocatedBytes = hardware.meter->peak();
     if (error) {
-        // Outside the catch block, every tensor of the failed micro-batch is gone.
-        result.failure = classifyFailure(error);
-        result.peakBytes = hardware.meter->peakReserved();
-        result.peakAllocatedBytes = hardware.meter->peak();
-        // oneDNN's "could not create a primitive" and the like: memory, where a smaller
-        // micro-batch of the same shapes is left to try; the error it says at the smallest.
-        if (!result.failure.outOfMemory && result.failure.maybeOutOfMemory &&
-            static_cast<int64_t>(indices.size()) > std::max(choice.sizes.minMicroBatch, choice.sizes.minPart)) {
-            result.failure.outOfMemory = true;
-            result.failure.message +=
-                " (taken for an out-of-memory error: this library also says it when memory "
-                "runs out; a smaller micro-batch is tried)";
-        }
-        if (result.failure.outOfMemory) {
-            releaseFailedBackward();
-            restoreBuffers(savedBuffers);
-            hardware.meter->releaseCache();
-            if (result.failure.requestedBytes == 0)
-                result.failure.requestedBytes = hardware.meter->lastFailedAllocation();
-        }
+        // Here every tensor of the failed micro-batch is gone (they were forwardBackward's).
+        afterMicroBatchError(error, static_cast<int64_t>(indices.size()), result, savedBuffers);
     } else if (measurement) {
         restoreBuffers(savedBuffers);  // the model's statistics are as before it
     } else if (buffersBefore != nullptr) {
@@ -423,6 +378,64 @@ MicroResult Trainer::Impl::runMicroBatch(const std::vector<int64_t>& indices, do
     }
     result.seconds = std::chrono::duration<double>(timingNow() - started).count();
     return result;
+}
+
+void Trainer::Impl::forwardBackward(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next,
+                                    MicroResult& result, std::vector<torch::Tensor>& savedBuffers) {
+    Batch host = feed.prefetcher->take(indices);
+    if (!next.empty()) feed.prefetcher->request(std::move(next));  // loads while this one computes
+    const torch::Device where = learner.parameters.front().device();
+    // The copy to the device is where its memory is first used: on the CPU and virtual
+    // devices a counted clone stands for it.
+    torch::Tensor inputs = where.is_cuda() ? host.inputs.to(where) : host.inputs.clone();
+    torch::Tensor targets = where.is_cuda() ? host.targets.to(where) : host.targets.clone();
+    host = Batch{};
+    result.inputBytes = static_cast<int64_t>(inputs.nbytes() + targets.nbytes());
+    result.phase = Phase::Forward;
+    savedBuffers = copyBuffers();
+    for (const auto& b : savedBuffers) result.bufferCopyBytes += static_cast<int64_t>(b.nbytes());
+    torch::Tensor output;
+    {
+        AutocastScope autocast(where.type(), forwardAutocast());  // bfloat16 with that memory saver
+        output = learner.model->forward(inputs);
+    }
+    torch::Tensor loss = computeLoss(options.loss, output, targets);  // in float32 also under bf16
+    result.loss = loss.item<double>();
+    if (!std::isfinite(result.loss)) throw NonFiniteLoss(nonFiniteLossReason(result.loss, inputs, output, targets));
+    // Autograd keeps what backward needs; the output itself (logits: samples × classes) need
+    // not stay through backward, as in a loop that passes it straight to the loss.
+    output = torch::Tensor();
+    result.phase = Phase::Backward;
+    // Backward adds the weighted gradient straight into the batch's accumulators, which are
+    // the parameters' .grad: each parameter's new gradient is freed as soon as it is added,
+    // so the device holds one set of gradients, as a plain training loop does. An OOM half-way
+    // leaves part of this micro-batch there: trainBatch then trains the batch again from its
+    // first sample (OomEvent::redoneSamples).
+    // float16 autocast: scaled up so that small gradients do not round to zero in float16
+    // (divided again before the step, unscaleGradients).
+    linkGradients();
+    torch::autograd::backward({loss * (weight * backwardScale())}, /*grad_tensors=*/{}, /*retain_graph=*/false,
+                              /*create_graph=*/false, /*inputs=*/learner.parameters);
+    result.ok = true;
+}
+
+void Trainer::Impl::afterMicroBatchError(const std::exception_ptr& error, int64_t size, MicroResult& result,
+                                         const std::vector<torch::Tensor>& savedBuffers) {
+    result.failure = classifyFailure(error);
+    // oneDNN's "could not create a primitive" and the like: memory, where a smaller
+    // micro-batch of the same shapes is left to try; the error it says at the smallest.
+    if (!result.failure.outOfMemory && result.failure.maybeOutOfMemory &&
+        size > std::max(choice.sizes().minMicroBatch, choice.sizes().minPart)) {
+        result.failure.outOfMemory = true;
+        result.failure.message +=
+            " (taken for an out-of-memory error: this library also says it when memory "
+            "runs out; a smaller micro-batch is tried)";
+    }
+    if (!result.failure.outOfMemory) return;
+    releaseFailedBackward();
+    restoreBuffers(savedBuffers);
+    hardware.meter->releaseCache();
+    if (result.failure.requestedBytes == 0) result.failure.requestedBytes = hardware.meter->lastFailedAllocation();
 }
 
 void Trainer::Impl::releaseFailedBackward() {
@@ -454,8 +467,8 @@ void Trainer::Impl::optimizerStep() {
             throw FatalError{"optimizer step failed: " + failure.message, "step " + std::to_string(progress.step + 1)};
         hardware.meter->releaseCache();
         const bool retry = attempt < kAttempts;
-        emit(OomEvent{now(), progress.step + 1, Phase::OptimizerStep, choice.sizes.microBatch, failure.requestedBytes,
-                      failure.message, retry, choice.sizes.microBatch, /*redoneSamples=*/0, /*snapshotFile=*/{}});
+        emit(OomEvent{now(), progress.step + 1, Phase::OptimizerStep, choice.sizes().microBatch, failure.requestedBytes,
+                      failure.message, retry, choice.sizes().microBatch, /*redoneSamples=*/0, /*snapshotFile=*/{}});
         if (!retry) {
             throw FatalError{"the optimizer state does not fit on " + hardware.device.name() + " (" +
                                  formatBytes(learner.optimizer->stateBytes()) +
@@ -525,14 +538,6 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         const auto advanceStart = timingNow();
         if (!parallel && !commands.waitForAdvance([&] { emit(waiting); })) return false;
         pass.waitSeconds += std::chrono::duration<double>(timingNow() - advanceStart).count();
-        std::vector<int64_t> next;
-        const bool ahead = loadsAhead(options.prefetch, hardware.device.kind, torch::get_num_threads(),
-                                      options.reservedCpus, feed.cpus);  // the device may have been switched
-        if (ahead && !trial && pass.plan.sizes.size() >= 2) {
-            // The next micro-batch is known: load it while this one computes.
-            const int64_t nextOffset = pass.offset + size;
-            next.assign(indices.begin() + nextOffset, indices.begin() + nextOffset + pass.plan.sizes[1]);
-        }
         const double weight = static_cast<double>(size) / static_cast<double>(batchSize);
         // A trial measures what its own size reserves, not the cache earlier trials left: with a
         // caching allocator (a GPU, a virtual one with its model) the probe's line would
@@ -540,7 +545,7 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
         // Not before a trial's second micro-batch: that one measures the cache the first left.
         const bool repeat = trial && choice.isRepeat(size);
         if (trial && !repeat) hardware.meter->releaseCache();
-        MicroResult r = runMicroBatch(slice, weight, std::move(next), /*measurement=*/false,
+        MicroResult r = runMicroBatch(slice, weight, nextToLoad(pass, indices, size, trial), /*measurement=*/false,
                                       pass.offset == 0 ? &pass.startBuffers : nullptr);
         pass.stepPeak = std::max(pass.stepPeak, r.peakBytes);
         if (trial || !r.ok) pass.clean = false;
@@ -549,38 +554,54 @@ bool Trainer::Impl::accumulate(BatchPass& pass, const std::vector<int64_t>& indi
             afterFailure(pass, r, size, trial);
             continue;  // the same samples again, at the size chosen now
         }
-        choice.sizes.succeeded();
-        if (trial) {
-            // Whether a second micro-batch of the size decides is SizeChoice::trialFit's rule.
-            const bool cacheHeld = hardware.meter->reserved() > hardware.meter->allocated();
-            if (std::optional<ProbeTrial> decided =
-                    choice.trialFit(size, r.peakBytes, r.seconds, cacheHeld, now(), r.peakAllocatedBytes)) {
-                emit(*decided);
-                holdPoint("probe-trial");
-            }
-        }
-        if (!trial && !pass.plan.sizes.empty()) pass.plan.sizes.erase(pass.plan.sizes.begin());
-        // After the batch's first micro-batch its copy of the buffers stays resident (startBuffers).
-        (trial ? pass.trialPeak : pass.trainingPeak).offer(r, size, pass.offset > 0 ? r.bufferCopyBytes : 0);
-        const bool teaching = commands.stepMode();
-        MicroBatchDone done{
-            now(), progress.step + 1, pass.committed, pass.offset, size, batchSize, weight, r.loss, trial, {}};
-        if (options.reportSampleIndices || teaching) done.sampleIndices = slice;
-        if (options.reportGradientNorm || teaching) done.gradientNorm = gradientNorm();
-        emit(std::move(done));
-        if (!trial && pass.offset + size < localSize) holdPoint("micro-batch");
-        pass.lossSum += r.loss * weight;
-        pass.largestUsed = std::max(pass.largestUsed, size);
-        pass.offset += size;
-        ++pass.committed;
-        pass.microSeconds += r.seconds;
-        if (!trial) {
-            if (std::optional<ThroughputTimed> timed = choice.recordTiming(size, r.seconds, now())) emit(*timed);
-            if (choice.timingDone()) searchDecided();
-        }
-        sampleMemory(false);
+        commitMicroBatch(pass, r, slice, weight, batchSize, trial, localSize);
     }
     return true;
+}
+
+std::vector<int64_t> Trainer::Impl::nextToLoad(const BatchPass& pass, const std::vector<int64_t>& indices, int64_t size,
+                                               bool trial) const {
+    const bool ahead = loadsAhead(options.prefetch, hardware.device.kind, torch::get_num_threads(),
+                                  options.reservedCpus, feed.cpus);  // the device may have been switched
+    if (!ahead || trial || pass.plan.sizes.size() < 2) return {};
+    // The next micro-batch is known: load it while this one computes.
+    const auto from = indices.begin() + pass.offset + size;
+    return {from, from + pass.plan.sizes[1]};
+}
+
+void Trainer::Impl::commitMicroBatch(BatchPass& pass, const MicroResult& r, const std::vector<int64_t>& slice,
+                                     double weight, int64_t batchSize, bool trial, int64_t localSize) {
+    const auto size = static_cast<int64_t>(slice.size());
+    choice.succeeded();
+    if (trial) {
+        // Whether a second micro-batch of the size decides is SizeChoice::trialFit's rule.
+        const bool cacheHeld = hardware.meter->reserved() > hardware.meter->allocated();
+        if (std::optional<ProbeTrial> decided =
+                choice.trialFit(size, r.peakBytes, r.seconds, cacheHeld, now(), r.peakAllocatedBytes)) {
+            emit(*decided);
+            holdPoint("probe-trial");
+        }
+    }
+    if (!trial && !pass.plan.sizes.empty()) pass.plan.sizes.erase(pass.plan.sizes.begin());
+    // After the batch's first micro-batch its copy of the buffers stays resident (startBuffers).
+    (trial ? pass.trialPeak : pass.trainingPeak).offer(r, size, pass.offset > 0 ? r.bufferCopyBytes : 0);
+    const bool teaching = commands.stepMode();
+    MicroBatchDone done{now(), progress.step + 1, pass.committed, pass.offset, size, batchSize, weight, r.loss, trial,
+                        {}};
+    if (options.reportSampleIndices || teaching) done.sampleIndices = slice;
+    if (options.reportGradientNorm || teaching) done.gradientNorm = gradientNorm();
+    emit(std::move(done));
+    if (!trial && pass.offset + size < localSize) holdPoint("micro-batch");
+    pass.lossSum += r.loss * weight;
+    pass.largestUsed = std::max(pass.largestUsed, size);
+    pass.offset += size;
+    ++pass.committed;
+    pass.microSeconds += r.seconds;
+    if (!trial) {
+        if (std::optional<ThroughputTimed> timed = choice.recordTiming(size, r.seconds, now())) emit(*timed);
+        if (choice.timingDone()) searchDecided();
+    }
+    sampleMemory(false);
 }
 
 std::optional<SizeChoice::Next> Trainer::Impl::chooseMicroBatch(BatchPass& pass, int64_t remaining) {
@@ -600,7 +621,7 @@ void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t 
     // from its first sample (the same samples, the same weights), so the step is the one a run
     // without the OOM takes.
     const int64_t redone = r.failure.outOfMemory && r.phase == Phase::Backward ? startOver(pass) : 0;
-    if (r.failure.outOfMemory && choice.sizes.retrySingleSample(size)) {
+    if (r.failure.outOfMemory && choice.retrySingleSample(size)) {
         // Memory can be taken by others for a moment; retry a single sample before declaring
         // that the model does not fit at all.
         emit(OomEvent{now(), progress.step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true, 1,
@@ -612,7 +633,7 @@ void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t 
                                      neededBytes(*hardware.meter, r.failure.requestedBytes)));
     }
     if (!r.failure.outOfMemory) {
-        if (size < 2 && needsTwoSamples(r.failure.message) && choice.sizes.minMicroBatch < 2 && upperBound() >= 2) {
+        if (size < 2 && needsTwoSamples(r.failure.message) && choice.sizes().minMicroBatch < 2 && upperBound() >= 2) {
             learnTwoSampleMinimum(pass, trial);  // nothing of the failed sample was kept
             return;
         }
@@ -627,30 +648,28 @@ void Trainer::Impl::afterFailure(BatchPass& pass, const MicroResult& r, int64_t 
 }
 
 void Trainer::Impl::learnTwoSampleMinimum(BatchPass& pass, bool trial) {
-    choice.sizes.requireTwoSamples();
+    choice.requireTwoSamples(trial);
     emit(Warning{now(),
                  "the model's BatchNorm cannot train on a single sample (its last feature map is 1x1, one value "
                  "per channel): micro-batches hold at least 2 samples from now on"});
-    if (trial) {
+    if (trial)
         startProbe(choice.probeReason(), 2, 0);
-    } else {
-        choice.sizes.microBatch = std::max<int64_t>(choice.sizes.microBatch, 2);
+    else
         pass.plan = {};
-    }
 }
 
 void Trainer::Impl::shrinkAfterOom(BatchPass& pass, const MicroResult& r, int64_t size, bool trial, int64_t redone) {
     int64_t next = 0;
     if (trial) {
         next = choice.probe().result();
-    } else if (const std::optional<int64_t> smaller = choice.sizes.shrinkAfterOom(size)) {
+    } else if (const std::optional<int64_t> smaller = choice.shrinkAfterOom(size)) {
         next = *smaller;
         choice.stopWatchingSpeed();  // no longer the chosen size
         pass.plan = {};
     } else {
         if (!nextMemorySavers(r.failure.requestedBytes)) doesNotFit(r.failure.requestedBytes);
         emit(OomEvent{now(), progress.step + 1, r.phase, size, r.failure.requestedBytes, r.failure.message, true,
-                      choice.sizes.minMicroBatch, redone, /*snapshotFile=*/{}});
+                      choice.sizes().minMicroBatch, redone, /*snapshotFile=*/{}});
         pass.plan = {};
         return;  // a new probe, with memory savers
     }
@@ -711,8 +730,8 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
                                  seconds - pass.waitSeconds);
     emit(OptimizerStepped{now(), progress.step, pass.committed});
     emit(StepMetrics{now(), progress.step, feed.sampler->epoch(), progress.samplesSeen, pass.lossSum, pass.largestUsed,
-                     choice.sizes.microBatch > 0 && !choice.timing()
-                         ? static_cast<int64_t>(planFor(plannedLocal, choice.sizes.microBatch).size())
+                     choice.sizes().microBatch > 0 && !choice.timing()
+                         ? static_cast<int64_t>(planFor(plannedLocal, choice.sizes().microBatch).size())
                          : pass.committed,
                      // With several devices the plan above is this rank's share's, and so is its total.
                      parallel ? plannedLocal : progress.target, learner.optimizer->learningRate(),
@@ -734,17 +753,17 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
         if (std::optional<ThroughputChecked> turn = choice.recordBatch(pass.checkSize, ownRate, ownSeconds, now()))
             emit(*turn);
         if (choice.timingDone()) finishTiming(choice.search().chosen());
-    } else if (fullBatch && pass.plan.plannedFor == choice.sizes.microBatch) {
+    } else if (fullBatch && pass.plan.plannedFor == choice.sizes().microBatch) {
         if (std::optional<std::string> why = choice.watchSpeed(ownRate)) {
             emit(Warning{now(), *why});
-            startTiming(choice.sizes.probed, choice.sizes.microBatch);  // from the size in use, which just ran
+            startTiming(choice.sizes().probed, choice.sizes().microBatch);  // from the size in use, which just ran
         }
     }
     progress.lastBatch = indices;
     commands.batchDone();
     if (options.checkpoint.everySteps > 0 && progress.step % options.checkpoint.everySteps == 0) writeCheckpoint();
-    if (!choice.probing() && choice.sizes.cleanStep(options.regrowAfterSteps))
-        startProbe(ProbeReason::Regrow, choice.sizes.microBatch, choice.sizes.microBatch);
+    if (!choice.probing() && choice.cleanStep(options.regrowAfterSteps))
+        startProbe(ProbeReason::Regrow, choice.sizes().microBatch, choice.sizes().microBatch);
 }
 
 void Trainer::Impl::warnAboutAllocatorRetries() {
@@ -760,9 +779,9 @@ void Trainer::Impl::warnAboutAllocatorRetries() {
     // Retries in consecutive steps at a settled size are thrashing: each flushes the whole cache
     // and costs the time of reserving it again. The micro-batch shrinks as after an OOM; nothing
     // is lost, since the step itself went through.
-    const int64_t before = choice.sizes.microBatch;
-    if (choice.sizes.thrashing(during, choice.settled())) {
-        if (const std::optional<int64_t> smaller = choice.sizes.shrinkAfterOom(before)) {
+    const int64_t before = choice.sizes().microBatch;
+    if (choice.thrashing(during, choice.settled())) {
+        if (const std::optional<int64_t> smaller = choice.shrinkAfterOom(before)) {
             choice.stopWatchingSpeed();
             emit(Warning{now(), "the caching allocator had to free its cache and retry allocations in " +
                                     std::to_string(MicroBatchSizes::kThrashingSteps) + " steps in a row (" +
@@ -848,10 +867,10 @@ RunResult Trainer::run() {
         d.reportSummary();
         d.sampleMemory(true);
         d.reportBreakdown();
-        if (d.choice.sizes.microBatch == 0) {
+        if (d.choice.sizes().microBatch == 0) {
             d.startProbe(ProbeReason::Initial, d.options.probe.initialMicroBatch, 0);
         } else {
-            d.setState(RunState::Training, "micro-batch " + std::to_string(d.choice.sizes.microBatch));
+            d.setState(RunState::Training, "micro-batch " + std::to_string(d.choice.sizes().microBatch));
         }
         d.trainUntilDone();
         d.endRun(result);

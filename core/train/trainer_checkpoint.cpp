@@ -14,7 +14,7 @@ void Trainer::Impl::writeCheckpoint(const std::string& metric, double value) {
                        feed.sampler->epoch(),
                        feed.sampler->position(),
                        progress.target,
-                       choice.sizes.microBatch,
+                       choice.sizes().microBatch,
                        learner.optimizer->learningRate(),
                        hardware.device.name(),
                        learner.model->name(),
@@ -60,41 +60,7 @@ void Trainer::Impl::restoreCheckpoint() {
     const int64_t beforeState = hardware.meter->allocated();
     auto resumed = loadCheckpoint(options.resumeFrom, *learner.model, *learner.optimizer);
     if (!resumed) throw badInput(resumed.error(), "resume");
-    // The sampler's position counts samples of the training set: on another set (another data
-    // file, or another held-out share) it would skip or repeat samples without a word.
-    if (resumed->trainingSamples >= 0 && resumed->trainingSamples != feed.training->size()) {
-        throw badInput("the checkpoint in " + options.resumeFrom + " was written while training on " +
-                           std::to_string(resumed->trainingSamples) + " samples, but this run trains on " +
-                           std::to_string(feed.training->size()) +
-                           " (other data, or another --validation-split or --validation-data): resume with "
-                           "the data and validation options of the run that wrote it, or start a new run",
-                       "resume");
-    }
-    // Checked against the samples the checkpoint records when it records them; here against this
-    // run's, which an older checkpoint's must be: a position past them was taken for the end.
-    const int64_t samples = feed.training->size();
-    const std::string edited = ": the file was edited or damaged; resume from an intact checkpoint or start a new run";
-    if (resumed->samplerPosition > samples) {
-        throw badInput("the checkpoint in " + options.resumeFrom + " holds sampler_position " +
-                           std::to_string(resumed->samplerPosition) + ", past the " + std::to_string(samples) +
-                           " samples this run trains on" + edited,
-                       "resume");
-    }
-    // A training batch uses each sample at most once, as when the run started.
-    if (resumed->targetBatch > samples) {
-        throw badInput("the checkpoint in " + options.resumeFrom + " holds target_batch " +
-                           std::to_string(resumed->targetBatch) + ", larger than the data: " + feed.training->name() +
-                           " has " + std::to_string(samples) + " samples" + edited,
-                       "resume");
-    }
-    // Only a share held out of the data itself changed the training set: synthetic data gets
-    // extra samples of its own, and --validation-data leaves the training file whole.
-    if (resumed->trainingSamples < 0 && feed.validation.outOfTraining) {
-        emit(Warning{now(), "the checkpoint in " + options.resumeFrom +
-                                " does not record how many samples it trained on (it was written before "
-                                "validation data was held out): if that run trained on all of the data, "
-                                "resume with --validation-split 0 so that the same samples follow"});
-    }
+    checkResumedSamples(*resumed);
     checkResumedRun(*resumed);
     if (learner.optimizer->stateReady())
         hardware.ledger.optimizerStateBytes = std::max<int64_t>(0, hardware.meter->allocated() - beforeState);
@@ -110,12 +76,49 @@ void Trainer::Impl::restoreCheckpoint() {
     progress.target = resumed->targetBatch;
     if (resumed->device == hardware.device.name() && !options.parallel) {
         // Known to fit here: continue without probing; an OOM would still shrink it.
-        choice.sizes.microBatch = std::min(resumed->microBatch, upperBound());
-        choice.sizes.probed = choice.sizes.microBatch;
+        choice.resumeAt(std::min(resumed->microBatch, upperBound()));
     }
     emit(RunStateChanged{now(), RunState::Starting,
                          "resumed from step " + std::to_string(progress.step) + " of " + options.resumeFrom +
                              ", at the checkpoint's target batch " + std::to_string(progress.target)});
+}
+
+void Trainer::Impl::checkResumedSamples(const TrainerState& resumed) {
+    // The sampler's position counts samples of the training set: on another set (another data
+    // file, or another held-out share) it would skip or repeat samples without a word.
+    if (resumed.trainingSamples >= 0 && resumed.trainingSamples != feed.training->size()) {
+        throw badInput("the checkpoint in " + options.resumeFrom + " was written while training on " +
+                           std::to_string(resumed.trainingSamples) + " samples, but this run trains on " +
+                           std::to_string(feed.training->size()) +
+                           " (other data, or another --validation-split or --validation-data): resume with "
+                           "the data and validation options of the run that wrote it, or start a new run",
+                       "resume");
+    }
+    // Checked against the samples the checkpoint records when it records them; here against this
+    // run's, which an older checkpoint's must be: a position past them was taken for the end.
+    const int64_t samples = feed.training->size();
+    const std::string edited = ": the file was edited or damaged; resume from an intact checkpoint or start a new run";
+    if (resumed.samplerPosition > samples) {
+        throw badInput("the checkpoint in " + options.resumeFrom + " holds sampler_position " +
+                           std::to_string(resumed.samplerPosition) + ", past the " + std::to_string(samples) +
+                           " samples this run trains on" + edited,
+                       "resume");
+    }
+    // A training batch uses each sample at most once, as when the run started.
+    if (resumed.targetBatch > samples) {
+        throw badInput("the checkpoint in " + options.resumeFrom + " holds target_batch " +
+                           std::to_string(resumed.targetBatch) + ", larger than the data: " + feed.training->name() +
+                           " has " + std::to_string(samples) + " samples" + edited,
+                       "resume");
+    }
+    // Only a share held out of the data itself changed the training set: synthetic data gets
+    // extra samples of its own, and --validation-data leaves the training file whole.
+    if (resumed.trainingSamples < 0 && feed.validation.outOfTraining) {
+        emit(Warning{now(), "the checkpoint in " + options.resumeFrom +
+                                " does not record how many samples it trained on (it was written before "
+                                "validation data was held out): if that run trained on all of the data, "
+                                "resume with --validation-split 0 so that the same samples follow"});
+    }
 }
 
 void Trainer::Impl::checkResumedRun(const TrainerState& resumed) {

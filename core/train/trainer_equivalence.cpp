@@ -35,7 +35,8 @@ Trainer::Impl::CheckBatch Trainer::Impl::chooseCheckBatch(int64_t requested, Equ
     }
     const auto whole = static_cast<int64_t>(check.indices.size());
     int64_t n = requested > 0 && requested < whole ? requested : whole;
-    if (parallel) n = std::min(whole, std::max(n, parallel->link->size() * choice.sizes.minPart));  // every rank a part
+    if (parallel)
+        n = std::min(whole, std::max(n, parallel->link->size() * choice.sizes().minPart));  // every rank a part
     check.indices.resize(static_cast<size_t>(n));
     check.samples = n;
     r.samples = n;
@@ -51,8 +52,9 @@ Trainer::Impl::CheckBatch Trainer::Impl::chooseCheckBatch(int64_t requested, Equ
     } else if (mine > 0) {
         // The current plan; a part no larger than the micro-batch is split in up to four
         // micro-batches so that accumulation has something to show.
-        r.microBatchSizes = planFor(
-            mine, check.microBatch < mine ? check.microBatch : std::max<int64_t>(choice.sizes.minPart, (mine + 3) / 4));
+        r.microBatchSizes =
+            planFor(mine, check.microBatch < mine ? check.microBatch
+                                                  : std::max<int64_t>(choice.sizes().minPart, (mine + 3) / 4));
     }
     return check;
 }

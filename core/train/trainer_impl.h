@@ -242,6 +242,8 @@ struct Hardware {
     MemoryReported reported;  ///< what the memory reports last said
 };
 
+struct RankVote;  ///< one rank's requests at a batch boundary (trainer_parallel.cpp)
+
 /// Several devices (trainer_parallel.cpp): this rank's view of the job.
 struct ParallelState {
     std::shared_ptr<ProcessGroupLink> link;
@@ -338,7 +340,7 @@ struct Trainer::Impl {
     }
     /// The rest of a batch split for training (MicroBatchSizes::planFor).
     std::vector<int64_t> planFor(int64_t remaining, int64_t micro) const {
-        return choice.sizes.planFor(remaining, micro);
+        return choice.sizes().planFor(remaining, micro);
     }
     /// The samples of a training batch this process trains: the target batch, or with several
     /// devices this rank's share of it.
@@ -388,6 +390,10 @@ struct Trainer::Impl {
     bool validationDue() const;
     /// Evaluates the held-out data and reports ValidationDone (trainer_validation.cpp).
     void runValidation();
+    /// A validation micro-batch of `size` samples from `offset` threw `error`: after an OOM the
+    /// pass goes on at a smaller size (reported); anything else, or an OOM one sample at a time,
+    /// ends the run (FatalError).
+    void validationFailed(const std::exception_ptr& error, int64_t size, int64_t offset);
     /// One validation micro-batch added to `totals`; the error (an OOM among them) it raised, if any.
     std::exception_ptr evaluate(const std::vector<int64_t>& indices, ValidationTotals& totals);
     void sampleMemory(bool force);
@@ -456,7 +462,19 @@ struct Trainer::Impl {
     void finishTiming(int64_t size);
     /// The search decided: check a size below the largest on whole batches first, else decide.
     void searchDecided();
+    /// The commands posted since the last batch, applied at this batch boundary; false when the
+    /// run is to stop.
     bool applyCommands();
+    // applyCommands' parts; each true when it started a probe.
+    /// Several devices: what every rank must apply at the same batch goes to the ranks' vote
+    /// (ranksAgree) and is taken out of `asked`. Returns this process's device switch, if any (a
+    /// rank the job does not have is warned about).
+    std::optional<std::string> routeCommands(CommandMailbox::Batch& asked);
+    bool switchDeviceAsked(const std::string& spec);
+    /// A target batch larger than the data is refused with a warning.
+    bool applyTargetAsked(const std::optional<std::pair<int64_t, LrScaling>>& asked);
+    /// New memory savers, or a survey of them (asked for, or due after a probe: finishProbe).
+    bool applySaversAsked(std::optional<MemorySavers> asked, bool survey);
     bool waitWhilePaused();
     /// Trains `indices` and takes the optimizer step. `batchSize`: the whole training batch's
     /// size, which weights each micro-batch (size / batchSize); with several devices `indices`
@@ -466,6 +484,15 @@ struct Trainer::Impl {
     /// Trains the batch's micro-batches into the gradient accumulators; false when the run was
     /// stopped or paused in the middle (the caller drops the partial batch).
     bool accumulate(BatchPass& pass, const std::vector<int64_t>& indices, int64_t batchSize);
+    // accumulate's parts.
+    /// The samples to load while a micro-batch of `size` computes: the plan's next micro-batch,
+    /// where it is known and loading ahead pays (loadsAhead); none during a probe.
+    std::vector<int64_t> nextToLoad(const BatchPass& pass, const std::vector<int64_t>& indices, int64_t size,
+                                    bool trial) const;
+    /// A micro-batch of `slice` succeeded: the probe or the timing learns from it, it is reported
+    /// (MicroBatchDone) and counted in `pass`.
+    void commitMicroBatch(BatchPass& pass, const MicroResult& r, const std::vector<int64_t>& slice, double weight,
+                          int64_t batchSize, bool trial, int64_t localSize);
     /// The next micro-batch to train (SizeChoice::next decides; always of kind Train): the probe's
     /// trial or the plan's next size for the `remaining` samples; nullopt when the probe ended or
     /// the memory savers changed first (choose again).
@@ -502,9 +529,12 @@ struct Trainer::Impl {
     /// target batch change asked for (the lowest rank's that asked), applied by all of them, and
     /// which ranks asked to pause (ParallelState::pausingRanks).
     bool ranksAgree(bool stopHere);
-    /// Every rank's vote for the next batch (ranksAgree), 8 numbers a rank, rank by rank; this
-    /// rank's requests are cleared once sent.
-    std::vector<double> gatherVotes(bool stopHere);
+    /// Every rank's vote for the next batch (ranksAgree), rank by rank; this rank's requests are
+    /// cleared once sent.
+    std::vector<RankVote> gatherVotes(bool stopHere);
+    /// A target batch change the ranks agreed on: the shares scaled to it, or a warning where
+    /// the devices cannot share it.
+    void agreeOnTarget(const std::pair<int64_t, LrScaling>& asked);
     /// After ranksAgree, when ranks asked to pause: each of them waits until it is resumed (or
     /// stopped), then says so in the store; every rank waits for all of them, as long as they
     /// live (a pause may outlast any collective's timeout). False when no rank paused.
@@ -519,6 +549,12 @@ struct Trainer::Impl {
     /// A device switch agreed in ranksAgree: every rank learns the switches asked for, the ranks
     /// named move and probe again, and every rank learns the ranks' devices (or why one stayed).
     void switchRanks();
+    /// switchRanks' end: every rank's device as each said it (`outcome`, by rank), and rank 0
+    /// reports the switches and refusals of the others; true when any rank moved.
+    bool learnRankDevices(const std::vector<std::string>& outcome);
+    /// What several devices cannot do (step mode, a target batch too small to share): a
+    /// FatalError, alike on every rank before any joins.
+    void refuseWhatRanksCannotDo(int world) const;
     /// The end of a run: an equivalence check asked for on any rank during the last batch (its
     /// samples), which every rank then runs together; none when a rank was stopped.
     std::optional<int64_t> agreeOnEquivalence(std::optional<int64_t> mine, bool stopped);
@@ -556,6 +592,16 @@ struct Trainer::Impl {
     /// copy of the buffers as they were before it (the first of a batch: the batch's start).
     MicroResult runMicroBatch(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next = {},
                               bool measurement = false, std::vector<torch::Tensor>* buffersBefore = nullptr);
+    // runMicroBatch's parts.
+    /// The micro-batch's samples to the device, forward, the loss, and backward into the
+    /// accumulators weighted by `weight` (`result` filled as it goes; `savedBuffers`: the buffers
+    /// before it). Throws what the model or the device threw.
+    void forwardBackward(const std::vector<int64_t>& indices, double weight, std::vector<int64_t> next,
+                         MicroResult& result, std::vector<torch::Tensor>& savedBuffers);
+    /// The micro-batch of `size` samples threw `error`: what it was, and after an OOM the device
+    /// and the model's buffers as they were before it.
+    void afterMicroBatchError(const std::exception_ptr& error, int64_t size, MicroResult& result,
+                              const std::vector<torch::Tensor>& savedBuffers);
     /// Makes each parameter's .grad its accumulator in `gradients`, where backward adds in place
     /// (an undefined accumulator unlinks it); call after `parameters` or `gradients` change.
     void linkGradients();
@@ -577,6 +623,9 @@ struct Trainer::Impl {
     /// FatalError naming the setting and both values where not. A learning rate other than the
     /// checkpoint's is said (a Warning): the checkpoint's goes on.
     void checkResumedRun(const TrainerState& resumed);
+    /// The resumed checkpoint's sample counts (the training set's, the sampler's position, the
+    /// target batch) fit this run's training data: a FatalError where not.
+    void checkResumedSamples(const TrainerState& resumed);
     void releaseFailedBackward();
     /// Stops the run: the model does not fit. Where a memory saver would help (not during setup,
     /// nor for the optimizer state: `suggestSavers` false) the message names the one that makes

@@ -25,7 +25,7 @@ bool Trainer::Impl::nextMemorySavers(int64_t requested) {
     if (options.memorySavers != MemorySavers::Auto) return false;
     const int64_t needed = neededBytes(*hardware.meter, requested);  // before the survey's runs reset the peak
     const std::string nothing = "nothing fits on " + hardware.device.name() + " even at micro-batch " +
-                                std::to_string(choice.sizes.minMicroBatch) +
+                                std::to_string(choice.sizes().minMicroBatch) +
                                 (learner.savers == MemorySavers::Off ? "" : " with " + describeSavers(learner.savers)) +
                                 " (needs ≈ " + formatBytes(needed) + ", " + formatBytes(usableBytes()) + " usable)";
     learner.saverChoices.autoTried.push_back(learner.savers);
@@ -69,8 +69,8 @@ bool Trainer::Impl::applySavers(MemorySavers next, const std::string& why) {
     emit(MemorySaversChanged{now(), progress.step, toString(learner.savers), toString(next), why, predicted});
     useMemorySavers(next);
     hardware.meter->releaseCache();
-    choice.sizes.lastChosen = 0;  // other savers, other speeds: the timings before say nothing
-    startProbe(ProbeReason::MemorySavers, predicted > 0 ? predicted : choice.sizes.minMicroBatch, 0);
+    choice.forgetLastChoice();  // other savers, other speeds: the timings before say nothing
+    startProbe(ProbeReason::MemorySavers, predicted > 0 ? predicted : choice.sizes().minMicroBatch, 0);
     return true;
 }
 
@@ -100,16 +100,17 @@ SaverOption Trainer::Impl::measureSaver(MemorySavers candidate) {
     // A stop (Ctrl-C, SIGTERM, the window's Stop) ends the survey at the next measurement: it
     // waited ≈ 8.5 s for every saver to be measured.
     while (ok && !commands.stopRequested()) {
-        const std::optional<int64_t> size = nextSurveySize(trials, usableBytes(), upper, choice.sizes.minMicroBatch);
+        const std::optional<int64_t> size = nextSurveySize(trials, usableBytes(), upper, choice.sizes().minMicroBatch);
         if (!size) break;
         ok = run(*size);
     }
     SaverOption o =
-        predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), choice.sizes.minMicroBatch);
+        predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), choice.sizes().minMicroBatch);
     // A size's first run also prepares its kernels: where it is cheap, time it once more.
     if (ok && !commands.stopRequested() && o.samplesPerSecond > 0 &&
         static_cast<double>(o.timedMicroBatch) / o.samplesPerSecond < 2.0 && run(o.timedMicroBatch))
-        o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(), choice.sizes.minMicroBatch);
+        o = predictSaver(toString(candidate), trials, usableBytes(), upper, localTarget(),
+                         choice.sizes().minMicroBatch);
     if (!failed.empty()) {
         o.fits = false;
         o.unavailable = "it failed: " + failed;
@@ -119,6 +120,40 @@ SaverOption Trainer::Impl::measureSaver(MemorySavers candidate) {
     }
     return o;
 }
+
+namespace {
+
+/// The memory savers a survey measures on a device of `kind`. float16 on CUDA only: it holds what
+/// bfloat16 holds, and where bfloat16 has no fast kernels (GPUs before Ampere) float16 does. A CPU
+/// has fast kernels for neither.
+std::vector<MemorySavers> surveyCandidates(DeviceKind kind) {
+    std::vector<MemorySavers> candidates{MemorySavers::Off, MemorySavers::Checkpoint, MemorySavers::Bf16,
+                                         MemorySavers::Both};
+    if (kind == DeviceKind::Cuda) {
+        candidates.push_back(MemorySavers::Fp16);
+        candidates.push_back(MemorySavers::CheckpointFp16);
+    }
+    return candidates;
+}
+
+SaverOption unmeasured(MemorySavers candidate, std::string why) {
+    SaverOption o;
+    o.savers = toString(candidate);
+    o.unavailable = std::move(why);
+    return o;
+}
+
+/// The CPU generator's state (random layers such as dropout draw from it), uncounted; with
+/// `restore`, puts that state back and returns it.
+torch::Tensor cpuRandomState(const torch::Tensor& restore = {}) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    CountingScope uncounted(false);
+    const std::lock_guard<std::mutex> lock(generator.mutex());
+    if (restore.defined()) generator.set_state(restore);
+    return generator.get_state();
+}
+
+}  // namespace
 
 SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
     const auto started = Clock::now();
@@ -131,23 +166,8 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
     survey.current = toString(learner.savers);
     const MemorySavers before = learner.savers;
     const std::string cannotSplit = learner.model->checkpointingUnsupported();
-    // Random layers (dropout) draw from the CPU's generator: it is put back afterwards, so that a
-    // survey leaves the run's random stream as it found it.
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    torch::Tensor randomState;
-    {
-        CountingScope uncounted(false);
-        const std::lock_guard<std::mutex> lock(generator.mutex());
-        randomState = generator.get_state();
-    }
-    // float16 on CUDA only: it holds what bfloat16 holds, and where bfloat16 has no fast kernels
-    // (GPUs before Ampere) float16 does. A CPU has fast kernels for neither.
-    std::vector<MemorySavers> candidates{MemorySavers::Off, MemorySavers::Checkpoint, MemorySavers::Bf16,
-                                         MemorySavers::Both};
-    if (hardware.device.kind == DeviceKind::Cuda) {
-        candidates.push_back(MemorySavers::Fp16);
-        candidates.push_back(MemorySavers::CheckpointFp16);
-    }
+    // A survey leaves the run's random stream as it found it.
+    const torch::Tensor randomState = cpuRandomState();
     // Each run below adds its gradient to the accumulators, as training does (that is the memory
     // measured): what the batch had accumulated waits on the host and is put back afterwards.
     std::vector<torch::Tensor> accumulated;
@@ -157,22 +177,13 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
         for (const auto& g : learner.gradients)
             accumulated.push_back(g.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
     }
-    for (const MemorySavers candidate : candidates) {
-        if (commands.stopRequested()) {
-            SaverOption o;
-            o.savers = toString(candidate);
-            o.unavailable = "not measured: the run was stopped";
-            survey.options.push_back(std::move(o));
-            continue;
-        }
-        if (checkpoints(candidate) && !cannotSplit.empty()) {
-            SaverOption o;
-            o.savers = toString(candidate);
-            o.unavailable = cannotSplit;
-            survey.options.push_back(std::move(o));
-        } else {
+    for (const MemorySavers candidate : surveyCandidates(hardware.device.kind)) {
+        if (commands.stopRequested())
+            survey.options.push_back(unmeasured(candidate, "not measured: the run was stopped"));
+        else if (checkpoints(candidate) && !cannotSplit.empty())
+            survey.options.push_back(unmeasured(candidate, cannotSplit));
+        else
             survey.options.push_back(measureSaver(candidate));
-        }
     }
     useMemorySavers(before);
     {
@@ -181,11 +192,7 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
         for (size_t i = 0; i < learner.gradients.size(); ++i) learner.gradients[i].copy_(accumulated[i]);
     }
     hardware.meter->releaseCache();
-    {
-        CountingScope uncounted(false);
-        const std::lock_guard<std::mutex> lock(generator.mutex());
-        generator.set_state(randomState);
-    }
+    cpuRandomState(randomState);
     if (const std::optional<size_t> pick = suggestSaver(survey.options, survey.current))
         survey.suggestion = survey.options[*pick].savers;
     survey.advice = saverAdvice(survey);
@@ -207,7 +214,7 @@ void Trainer::Impl::doesNotFit(int64_t requested, bool duringSetup, bool suggest
     const int64_t needed = neededBytes(*hardware.meter, requested);
     std::string what = duringSetup ? "the model's parameters and gradients do not fit on " + hardware.device.name()
                                    : "the model does not fit on " + hardware.device.name() + " even at micro-batch " +
-                                         std::to_string(choice.sizes.minMicroBatch);
+                                         std::to_string(choice.sizes().minMicroBatch);
     if (!duringSetup && learner.savers != MemorySavers::Off) what += " with " + describeSavers(learner.savers);
     // Measured before the advice below, which it comes first in when it applies.
     std::string saver;

@@ -67,6 +67,26 @@ enum StepField : size_t {
     kStepFields
 };
 
+/// Rank `rank`'s part of a step's RanksStepped, from the kStepFields numbers it sent; `slowest`:
+/// the compute time of the slowest rank.
+RankStep rankStepOf(const double* sent, int rank, const std::string& device, double slowest) {
+    RankStep step;
+    step.rank = rank;
+    step.device = device;
+    step.share = static_cast<int64_t>(sent[kFieldShare]);
+    step.microBatch = static_cast<int64_t>(sent[kFieldLargest]);
+    step.microBatches = static_cast<int64_t>(sent[kFieldCommitted]);
+    step.computeSeconds = sent[kFieldCompute];
+    step.samplesPerSecond = step.computeSeconds > 0 ? static_cast<double>(step.share) / step.computeSeconds : 0;
+    // Every rank starts the batch together (after the last exchange) and waits at this one
+    // until the slowest is done.
+    step.waitSeconds = slowest - step.computeSeconds;
+    step.peakBytes = static_cast<int64_t>(sent[kFieldPeak]);
+    step.ooms = static_cast<int>(sent[kFieldOoms]);
+    step.settled = sent[kFieldSettled] != 0;
+    return step;
+}
+
 /// The indices, in the model's buffers, of BatchNorm's running statistics (ParallelState::statistics).
 std::vector<size_t> runningStatistics(const Model& model) {
     const std::vector<std::string> names = model.bufferNames();
@@ -85,6 +105,25 @@ std::vector<size_t> runningStatistics(const Model& model) {
 
 }  // namespace
 
+void Trainer::Impl::refuseWhatRanksCannotDo(int world) const {
+    if (options.stepMode) {
+        throw badInput(
+            "step-by-step mode shows one process's micro-batches; it is not available with several "
+            "devices: train on one device to step through a batch",
+            "configuration");
+    }
+    if (progress.target < world * choice.sizes().minPart) {
+        throw badInput("the target batch " + std::to_string(progress.target) + " cannot be shared by " +
+                           std::to_string(world) + " devices" +
+                           (choice.sizes().minPart > 1
+                                ? " at " + std::to_string(choice.sizes().minPart) + " samples each (BatchNorm)"
+                                : "") +
+                           ": choose a target batch of at least " + std::to_string(world * choice.sizes().minPart) +
+                           ", or fewer devices",
+                       "configuration");
+    }
+}
+
 void Trainer::Impl::setupParallel() {
     ParallelState state;
     state.link = options.parallel;
@@ -94,22 +133,7 @@ void Trainer::Impl::setupParallel() {
         throw badInput(problem, "configuration");
     if (auto connected = link.connect(); !connected) throw badInput(connected.error(), "configuration");
     const int world = link.size();
-    if (options.stepMode) {
-        throw badInput(
-            "step-by-step mode shows one process's micro-batches; it is not available with several "
-            "devices: train on one device to step through a batch",
-            "configuration");
-    }
-    if (progress.target < world * choice.sizes.minPart) {
-        throw badInput(
-            "the target batch " + std::to_string(progress.target) + " cannot be shared by " + std::to_string(world) +
-                " devices" +
-                (choice.sizes.minPart > 1 ? " at " + std::to_string(choice.sizes.minPart) + " samples each (BatchNorm)"
-                                          : "") +
-                ": choose a target batch of at least " + std::to_string(world * choice.sizes.minPart) +
-                ", or fewer devices",
-            "configuration");
-    }
+    refuseWhatRanksCannotDo(world);
     try {
         state.devices = link.exchangeText("device", hardware.device.name());
         state.places = link.exchangeText("nccl", link.ncclPlace());
@@ -139,9 +163,9 @@ void Trainer::Impl::setupParallel() {
         // First shares: by each device's usable memory; the probed micro-batches and the
         // measured speeds refine them (finishRanksStep).
         const std::vector<double> usable = link.allGather({static_cast<double>(usableBytes())});
-        state.shares = options.balanceShares ? splitShares(progress.target, usable, choice.sizes.minPart)
+        state.shares = options.balanceShares ? splitShares(progress.target, usable, choice.sizes().minPart)
                                              : splitShares(progress.target, std::vector<double>(usable.size(), 1.0),
-                                                           choice.sizes.minPart);
+                                                           choice.sizes().minPart);
     } catch (const FatalError&) {
         throw;
     } catch (const std::exception& e) {
@@ -149,15 +173,14 @@ void Trainer::Impl::setupParallel() {
         ranksFailed(e, "joining the other ranks");
     }
     ShareBalancer::Options balance;
-    balance.minShare = choice.sizes.minPart;
+    balance.minShare = choice.sizes().minPart;
     state.balancer.emplace(balance);
     state.statistics = runningStatistics(*learner.model);
     parallel = std::move(state);
     bucketGradients();
     chooseRankCollectives();
     // Every rank probes its own device, whatever a checkpoint says the micro-batch was.
-    choice.sizes.microBatch = 0;
-    choice.sizes.probed = 0;
+    choice.forgetSizes();
 }
 
 void Trainer::Impl::bucketGradients() {
@@ -211,39 +234,70 @@ void Trainer::Impl::chooseRankCollectives() {
     }
 }
 
-std::vector<double> Trainer::Impl::gatherVotes(bool stopHere) {
-    // Each rank's vote: stop, the target batch it was asked for (0: none) with its rule, pause,
-    // the memory savers it was asked for (their number + 1; 0: none), a survey of the savers,
-    // how many device switches it was asked for, an equivalence check (its samples + 1; 0: none).
-    const auto& asked = parallel->requestedTarget;
-    const auto& askedSavers = parallel->requestedSavers;
-    const auto& askedCheck = parallel->requestedEquivalence;
-    std::vector<double> votes;
+/// One rank's vote at a batch boundary (ranksAgree): what it was asked for since the last one.
+struct trainer_detail::RankVote {
+    bool stop = false;
+    std::optional<std::pair<int64_t, LrScaling>> target;  ///< a new target batch and its rule
+    bool pause = false;
+    std::optional<MemorySavers> savers;  ///< never Auto
+    bool survey = false;                 ///< a survey of the memory savers
+    bool switching = false;              ///< device switches (ParallelState::requestedDevices)
+    std::optional<int64_t> equivalence;  ///< an equivalence check: its samples (0: the whole batch)
+
+    /// As the ranks exchange it: kNumbers numbers (0: not asked; a value + 1 where 0 is one).
+    static constexpr size_t kNumbers = 8;
+    std::vector<double> numbers() const {
+        return {stop ? 1.0 : 0.0,
+                target ? static_cast<double>(target->first) : 0.0,
+                target ? static_cast<double>(static_cast<int>(target->second)) : 0.0,
+                pause ? 1.0 : 0.0,
+                savers ? static_cast<double>(static_cast<int>(*savers) + 1) : 0.0,
+                survey ? 1.0 : 0.0,
+                switching ? 1.0 : 0.0,
+                equivalence ? static_cast<double>(*equivalence + 1) : 0.0};
+    }
+    static RankVote from(const double* n) {
+        RankVote v;
+        v.stop = n[0] != 0;
+        if (n[1] > 0) v.target = {static_cast<int64_t>(n[1]), static_cast<LrScaling>(static_cast<int>(n[2]))};
+        v.pause = n[3] != 0;
+        if (const int savers = static_cast<int>(n[4]) - 1; savers >= 0 && savers < static_cast<int>(MemorySavers::Auto))
+            v.savers = static_cast<MemorySavers>(savers);
+        v.survey = n[5] != 0;
+        v.switching = n[6] > 0;
+        if (n[7] > 0) v.equivalence = static_cast<int64_t>(n[7]) - 1;
+        return v;
+    }
+};
+
+std::vector<RankVote> Trainer::Impl::gatherVotes(bool stopHere) {
+    RankVote mine;
+    mine.stop = stopHere;
+    mine.target = std::exchange(parallel->requestedTarget, std::nullopt);
+    mine.pause = commands.pauseRequested();
+    mine.savers = std::exchange(parallel->requestedSavers, std::nullopt);
+    mine.survey = std::exchange(parallel->surveyRequested, false);
+    mine.switching = !parallel->requestedDevices.empty();
+    mine.equivalence = std::exchange(parallel->requestedEquivalence, std::nullopt);
+    std::vector<double> numbers;
     try {
-        votes = parallel->link->allGather(
-            {stopHere ? 1.0 : 0.0, asked ? static_cast<double>(asked->first) : 0.0,
-             asked ? static_cast<double>(static_cast<int>(asked->second)) : 0.0, commands.pauseRequested() ? 1.0 : 0.0,
-             askedSavers ? static_cast<double>(static_cast<int>(*askedSavers) + 1) : 0.0,
-             parallel->surveyRequested ? 1.0 : 0.0, static_cast<double>(parallel->requestedDevices.size()),
-             askedCheck ? static_cast<double>(*askedCheck + 1) : 0.0});
+        numbers = parallel->link->allGather(mine.numbers());
     } catch (const std::exception& e) {
         ranksFailed(e, "agreeing on the next batch");
     }
-    parallel->requestedTarget.reset();
-    parallel->requestedSavers.reset();
-    parallel->requestedEquivalence.reset();
-    parallel->surveyRequested = false;
+    std::vector<RankVote> votes;
+    for (size_t at = 0; at + RankVote::kNumbers <= numbers.size(); at += RankVote::kNumbers)
+        votes.push_back(RankVote::from(numbers.data() + at));
     return votes;
 }
 
 bool Trainer::Impl::ranksAgree(bool stopHere) {
-    const std::vector<double> votes = gatherVotes(stopHere);
-    constexpr size_t kVote = 8;
+    const std::vector<RankVote> votes = gatherVotes(stopHere);
     parallel->pausingRanks.clear();
-    for (size_t r = 0; r * kVote < votes.size(); ++r)
-        if (votes[r * kVote + 3] != 0) parallel->pausingRanks.push_back(static_cast<int>(r));
-    for (size_t r = 0; r * kVote < votes.size(); ++r) {
-        if (votes[r * kVote] == 0) continue;
+    for (size_t r = 0; r < votes.size(); ++r)
+        if (votes[r].pause) parallel->pausingRanks.push_back(static_cast<int>(r));
+    for (size_t r = 0; r < votes.size(); ++r) {
+        if (!votes[r].stop) continue;
         if (!stopHere) {
             parallel->stoppedByRanks = true;
             emit(Warning{now(), rankName(static_cast<int>(r), parallel->devices) +
@@ -252,52 +306,69 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
         parallel->requestedDevices.clear();
         return true;
     }
+    // The lowest asking rank's word, for each kind of request.
+    const auto first = [&](auto asked) {
+        return std::find_if(votes.begin(), votes.end(), [&](const RankVote& v) { return asked(v); });
+    };
     // Checked before the changes below change the micro-batch plans it compares against.
-    for (size_t r = 0; r * kVote < votes.size(); ++r) {
-        if (votes[r * kVote + 7] == 0) continue;
-        checkEquivalence(static_cast<int64_t>(votes[r * kVote + 7]) - 1);
-        break;
-    }
-    for (size_t r = 0; r * kVote < votes.size(); ++r) {
-        const auto next = static_cast<int64_t>(votes[r * kVote + 1]);
-        if (next <= 0 || next == progress.target) continue;
-        const int world = parallel->link->size();
-        if (next < world * choice.sizes.minPart) {
-            emit(Warning{now(), "target batch " + std::to_string(next) + " ignored: " + std::to_string(world) +
-                                    " devices need at least " + std::to_string(world * choice.sizes.minPart) +
-                                    " samples; training continues at " + std::to_string(progress.target)});
-            break;
-        }
-        // The shares keep their proportions; each rank probes again within its new share.
-        parallel->shares = scaleShares(parallel->shares, next, choice.sizes.minPart);
-        parallel->balancer->reset();
-        changeTarget(next, static_cast<LrScaling>(static_cast<int>(votes[r * kVote + 2])));
-        break;
-    }
-    for (size_t r = 0; r * kVote < votes.size(); ++r) {
-        const int asked = static_cast<int>(votes[r * kVote + 4]) - 1;
-        if (asked < 0 || asked >= static_cast<int>(MemorySavers::Auto)) continue;
+    if (auto v = first([](const RankVote& v) { return v.equivalence.has_value(); }); v != votes.end())
+        checkEquivalence(*v->equivalence);
+    if (auto v = first([&](const RankVote& v) { return v.target && v.target->first != progress.target; });
+        v != votes.end())
+        agreeOnTarget(*v->target);
+    if (auto v = first([](const RankVote& v) { return v.savers.has_value(); }); v != votes.end()) {
         // Every rank changes its savers and probes again within its share; once every rank has
         // probed, the shares follow the new micro-batches (as at the start).
         // (Decided on every rank alike, whether or not the savers are available on its device.)
+        const auto r = static_cast<size_t>(v - votes.begin());
         parallel->sharedByCapacity = false;
         parallel->balancer->reset();
-        applySavers(static_cast<MemorySavers>(asked), "asked for on rank " + std::to_string(r) + " (" +
-                                                          parallel->devices[r] +
-                                                          "), applied by every rank at the same batch");
-        break;
+        applySavers(*v->savers, "asked for on rank " + std::to_string(r) + " (" + parallel->devices[r] +
+                                    "), applied by every rank at the same batch");
     }
-    bool switching = false;
-    for (size_t r = 0; r * kVote < votes.size(); ++r) switching = switching || votes[r * kVote + 6] > 0;
-    if (switching) switchRanks();
-    for (size_t r = 0; r * kVote < votes.size(); ++r) {
-        if (votes[r * kVote + 5] == 0) continue;
+    if (first([](const RankVote& v) { return v.switching; }) != votes.end()) switchRanks();
+    if (auto v = first([](const RankVote& v) { return v.survey; }); v != votes.end()) {
         // Every rank measures the savers on its own device, within its own share, side by side;
         // each reports its own table (rank 0's is the app's). Applying one is a vote of its own.
+        const auto r = static_cast<size_t>(v - votes.begin());
         surveySavers("asked for on rank " + std::to_string(r) + " (" + parallel->devices[r] + ")");
-        break;
     }
     return false;
+}
+
+void Trainer::Impl::agreeOnTarget(const std::pair<int64_t, LrScaling>& asked) {
+    const int world = parallel->link->size();
+    if (asked.first < world * choice.sizes().minPart) {
+        emit(Warning{now(), "target batch " + std::to_string(asked.first) + " ignored: " + std::to_string(world) +
+                                " devices need at least " + std::to_string(world * choice.sizes().minPart) +
+                                " samples; training continues at " + std::to_string(progress.target)});
+        return;
+    }
+    // The shares keep their proportions; each rank probes again within its new share.
+    parallel->shares = scaleShares(parallel->shares, asked.first, choice.sizes().minPart);
+    parallel->balancer->reset();
+    changeTarget(asked.first, asked.second);
+}
+
+bool Trainer::Impl::learnRankDevices(const std::vector<std::string>& outcome) {
+    const int me = parallel->link->rank();
+    bool moved = false;
+    for (size_t r = 0; r < outcome.size(); ++r) {
+        const nlohmann::json said = nlohmann::json::parse(outcome[r], nullptr, false);
+        if (!said.is_object() || !said.contains("device") || !said["device"].is_string()) continue;
+        const std::string current = said["device"].get<std::string>();
+        const std::string from = parallel->devices[r];
+        if (current != from) {
+            moved = true;
+            parallel->devices[r] = current;
+            if (me == 0 && r != 0) emit(DeviceSwitched{now(), from, current, static_cast<int>(r)});
+        } else if (me == 0 && r != 0 && said.contains("refused") && said["refused"].is_string() &&
+                   !said["refused"].get<std::string>().empty()) {
+            emit(Warning{now(), "rank " + std::to_string(r) + " stays on " + from +
+                                    ": its device switch was refused: " + said["refused"].get<std::string>()});
+        }
+    }
+    return moved;
 }
 
 void Trainer::Impl::switchRanks() {
@@ -333,7 +404,7 @@ void Trainer::Impl::switchRanks() {
         }
         if (hardware.device.name() != before) {
             startProbe(ProbeReason::DeviceSwitch,
-                       choice.sizes.microBatch > 0 ? choice.sizes.microBatch : options.probe.initialMicroBatch, 0);
+                       choice.sizes().microBatch > 0 ? choice.sizes().microBatch : options.probe.initialMicroBatch, 0);
         } else if (!refused.empty()) {
             emit(Warning{now(), "device switch to " + *spec + " refused: " + refused});
         }
@@ -346,22 +417,7 @@ void Trainer::Impl::switchRanks() {
     } catch (const std::exception& e) {
         ranksFailed(e, "agreeing on a device switch");
     }
-    bool moved = false;
-    for (size_t r = 0; r < outcome.size(); ++r) {
-        const nlohmann::json said = nlohmann::json::parse(outcome[r], nullptr, false);
-        if (!said.is_object() || !said.contains("device") || !said["device"].is_string()) continue;
-        const std::string current = said["device"].get<std::string>();
-        const std::string from = parallel->devices[r];
-        if (current != from) {
-            moved = true;
-            parallel->devices[r] = current;
-            if (me == 0 && r != 0) emit(DeviceSwitched{now(), from, current, static_cast<int>(r)});
-        } else if (me == 0 && r != 0 && said.contains("refused") && said["refused"].is_string() &&
-                   !said["refused"].get<std::string>().empty()) {
-            emit(Warning{now(), "rank " + std::to_string(r) + " stays on " + from +
-                                    ": its device switch was refused: " + said["refused"].get<std::string>()});
-        }
-    }
+    const bool moved = learnRankDevices(outcome);
     if (moved) {
         // As at the start: once every rank has probed, the shares follow the micro-batches.
         parallel->sharedByCapacity = false;
@@ -421,7 +477,7 @@ std::vector<int64_t> Trainer::Impl::rankSlice(const std::vector<int64_t>& batch)
     const auto total = static_cast<int64_t>(batch.size());
     // The end of an epoch: a shorter batch, split in the same proportions.
     const std::vector<int64_t> shares =
-        total == progress.target ? parallel->shares : scaleShares(parallel->shares, total, choice.sizes.minPart);
+        total == progress.target ? parallel->shares : scaleShares(parallel->shares, total, choice.sizes().minPart);
     const int rank = parallel->link->rank();
     const int64_t offset = shareOffset(shares, rank);
     return {batch.begin() + offset, batch.begin() + offset + shares[static_cast<size_t>(rank)]};
@@ -438,7 +494,7 @@ double Trainer::Impl::reduceOverRanks(double lossSum, int64_t share, int64_t lar
     mine[kFieldOoms] = parallel->oomsInStep;
     mine[kFieldSettled] = settled ? 1.0 : 0.0;
     // 0 while a probe runs: the shares follow the micro-batches once every rank's probe ended.
-    mine[kFieldProbed] = choice.probing() ? 0.0 : static_cast<double>(choice.sizes.probed);
+    mine[kFieldProbed] = choice.probing() ? 0.0 : static_cast<double>(choice.sizes().probed);
     mine[kFieldLoss] = lossSum;
     mine[kFieldReports] = static_cast<double>(parallel->unreported.size());
     double reduceSeconds = 0;
@@ -530,20 +586,7 @@ double Trainer::Impl::recordRanksStep(const std::vector<double>& all, double red
     bool everyRankProbed = true;
     bool anyCapped = false;
     for (size_t r = 0; r < world; ++r) {
-        RankStep rank;
-        rank.rank = static_cast<int>(r);
-        rank.device = parallel->devices[r];
-        rank.share = static_cast<int64_t>(field(r, kFieldShare));
-        rank.microBatch = static_cast<int64_t>(field(r, kFieldLargest));
-        rank.microBatches = static_cast<int64_t>(field(r, kFieldCommitted));
-        rank.computeSeconds = field(r, kFieldCompute);
-        rank.samplesPerSecond = rank.computeSeconds > 0 ? static_cast<double>(rank.share) / rank.computeSeconds : 0;
-        // Every rank starts the batch together (after the last exchange) and waits at this one
-        // until the slowest is done.
-        rank.waitSeconds = slowest - rank.computeSeconds;
-        rank.peakBytes = static_cast<int64_t>(field(r, kFieldPeak));
-        rank.ooms = static_cast<int>(field(r, kFieldOoms));
-        rank.settled = field(r, kFieldSettled) != 0;
+        RankStep rank = rankStepOf(all.data() + r * kStepFields, static_cast<int>(r), parallel->devices[r], slowest);
         timings.push_back({rank.share, rank.computeSeconds, rank.settled});
         fullBatch = fullBatch && rank.share == parallel->shares[r];
         const auto probed = static_cast<int64_t>(field(r, kFieldProbed));
@@ -558,7 +601,7 @@ double Trainer::Impl::recordRanksStep(const std::vector<double>& all, double red
             if (!anyCapped) {
                 std::vector<double> capacity;
                 for (size_t r = 0; r < world; ++r) capacity.push_back(field(r, kFieldProbed));
-                std::vector<int64_t> next = splitShares(progress.target, capacity, choice.sizes.minPart);
+                std::vector<int64_t> next = splitShares(progress.target, capacity, choice.sizes().minPart);
                 if (next != parallel->shares) {
                     report.nextShares = std::move(next);
                     report.shareReason = "in proportion to each device's probed micro-batch";
@@ -589,8 +632,8 @@ void Trainer::Impl::finishRanksStep() {
     const int64_t after = localTarget();
     // A share beyond the size the last probe could try (it was bounded by the old share): probe
     // again from the size in use, so the larger share does not run in needlessly small parts.
-    if (after > before && !choice.probing() && choice.sizes.probed >= before) {
-        startProbe(ProbeReason::TargetBatchChange, choice.sizes.microBatch, choice.sizes.microBatch);
+    if (after > before && !choice.probing() && choice.sizes().probed >= before) {
+        startProbe(ProbeReason::TargetBatchChange, choice.sizes().microBatch, choice.sizes().microBatch);
     }
 }
 

@@ -32,7 +32,7 @@ void Trainer::Impl::finishProbe() {
         // the model fits ("not even at micro-batch 1" would be untrue).
         int64_t smallest = std::numeric_limits<int64_t>::max();
         for (const TrialOutcome& trial : probe.history()) smallest = std::min(smallest, trial.size);
-        if (probe.hitTrialLimit() && smallest > choice.sizes.minMicroBatch) {
+        if (probe.hitTrialLimit() && smallest > choice.sizes().minMicroBatch) {
             throw badInput("the probe used up its " + std::to_string(options.probe.maxTrials) +
                                " trial(s) (--max-trials) before any micro-batch fit: the smallest it tried was " +
                                std::to_string(smallest) +
@@ -101,7 +101,7 @@ std::optional<std::string> Trainer::Impl::switchTo(const DeviceSpec& next) {
         if (parallel) bucketGradients();
         for (auto& held : learner.reservation) held = held.to(target_device);
         hardware.meter->releaseCache();
-        choice.sizes.lastChosen = 0;  // other hardware: search from the largest again
+        choice.forgetLastChoice();  // other hardware: search from the largest again
     }
     hardware.device = next;
     choice.stepCosts = StepCostWatch();  // what batches cost besides their micro-batches, on this device

@@ -46,10 +46,28 @@ std::exception_ptr Trainer::Impl::evaluate(const std::vector<int64_t>& indices, 
     }
 }
 
+void Trainer::Impl::validationFailed(const std::exception_ptr& error, int64_t size, int64_t offset) {
+    const FailureInfo failure = classifyFailure(error);
+    if (!failure.outOfMemory) {
+        throw FatalError{"validation failed: " + failure.message,
+                         "validation after step " + std::to_string(progress.step) + " (" + std::to_string(size) +
+                             " held-out samples from position " + std::to_string(offset) + ")"};
+    }
+    hardware.meter->releaseCache();
+    if (!feed.validation.sizes.outOfMemory(size)) {
+        throw FatalError{"validation does not fit on " + hardware.device.name() +
+                             " even one sample at a time, next to training's memory: " + failure.message,
+                         "validation after step " + std::to_string(progress.step)};
+    }
+    emit(OomEvent{now(), progress.step, Phase::Validation, size, failure.requestedBytes, failure.message, true,
+                  feed.validation.sizes.size(), /*redoneSamples=*/0, /*snapshotFile=*/{}});
+    sampleMemory(true);
+}
+
 void Trainer::Impl::runValidation() {
     const auto started = Clock::now();
     const int64_t total = feed.validation.data->size();
-    const int64_t training = choice.sizes.microBatch > 0 ? choice.sizes.microBatch : choice.sizes.probed;
+    const int64_t training = choice.sizes().microBatch > 0 ? choice.sizes().microBatch : choice.sizes().probed;
     feed.validation.sizes.begin(total, training);
     ValidationTotals totals(options.loss);
     int ooms = 0;
@@ -65,22 +83,8 @@ void Trainer::Impl::runValidation() {
         const int64_t cached = hardware.meter->reserved();
         hardware.meter->resetPeak();
         if (const std::exception_ptr error = evaluate(indices, totals)) {
-            const FailureInfo failure = classifyFailure(error);
-            if (!failure.outOfMemory) {
-                throw FatalError{"validation failed: " + failure.message,
-                                 "validation after step " + std::to_string(progress.step) + " (" + std::to_string(n) +
-                                     " held-out samples from position " + std::to_string(offset) + ")"};
-            }
-            hardware.meter->releaseCache();
-            if (!feed.validation.sizes.outOfMemory(n)) {
-                throw FatalError{"validation does not fit on " + hardware.device.name() +
-                                     " even one sample at a time, next to training's memory: " + failure.message,
-                                 "validation after step " + std::to_string(progress.step)};
-            }
+            validationFailed(error, n, offset);
             ++ooms;
-            emit(OomEvent{now(), progress.step, Phase::Validation, n, failure.requestedBytes, failure.message, true,
-                          feed.validation.sizes.size(), /*redoneSamples=*/0, /*snapshotFile=*/{}});
-            sampleMemory(true);
             continue;
         }
         offset += n;
@@ -98,17 +102,11 @@ void Trainer::Impl::runValidation() {
     feed.validation.sizes.end();
     feed.validation.lastStep = progress.step;
     feed.validation.epochs = feed.sampler->completedEpochs();
-    ValidationDone done;
+    ValidationDone done = totals.done();
     done.time = now();
     done.step = progress.step;
     done.epoch = feed.sampler->completedEpochs();
     done.samplesSeen = progress.samplesSeen;
-    done.samples = totals.samples();
-    done.loss = totals.meanLoss();
-    done.accuracy = totals.accuracy();
-    done.top5Accuracy = totals.top5Accuracy();
-    done.meanSquaredError = totals.meanSquaredError();
-    done.meanAbsoluteError = totals.meanAbsoluteError();
     done.microBatch = largest;
     done.ooms = ooms;
     done.seconds = std::chrono::duration<double>(Clock::now() - started).count();

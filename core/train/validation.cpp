@@ -185,4 +185,15 @@ double ValidationTotals::meanAbsoluteError() const {
     return m_regression && m_values > 0 ? m_absolute / static_cast<double>(m_values) : -1.0;
 }
 
+ValidationDone ValidationTotals::done() const {
+    ValidationDone done;
+    done.samples = samples();
+    done.loss = meanLoss();
+    done.accuracy = accuracy();
+    done.top5Accuracy = top5Accuracy();
+    done.meanSquaredError = meanSquaredError();
+    done.meanAbsoluteError = meanAbsoluteError();
+    return done;
+}
+
 }  // namespace batchpilot::core

@@ -15,6 +15,7 @@
 
 #include "core/data/dataset.h"
 #include "core/config/options.h"
+#include "core/events/events.h"
 
 namespace batchpilot::core {
 
@@ -91,6 +92,9 @@ public:
     /// Mean squared / absolute error over every target value; -1 when the targets are class ids.
     double meanSquaredError() const;
     double meanAbsoluteError() const;
+    /// The pass's figures as its report: the samples, the loss, the accuracies and errors (the
+    /// caller adds when, at which step and at which micro-batch).
+    ValidationDone done() const;
 
 private:
     LossKind m_loss;

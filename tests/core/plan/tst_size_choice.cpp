@@ -150,8 +150,8 @@ private Q_SLOTS:
         QCOMPARE(end.finished.sequence, 1);
         QVERIFY(end.newSetting);
         QVERIFY(end.lastFit > 0 && end.lastFit <= 30);
-        QCOMPARE(c.sizes.microBatch, int64_t{30});
-        QCOMPARE(c.sizes.probed, int64_t{30});
+        QCOMPARE(c.sizes().microBatch, int64_t{30});
+        QCOMPARE(c.sizes().probed, int64_t{30});
         QVERIFY(!c.probing());
         QVERIFY(c.settled());  // the largest objective: nothing to time
         QVERIFY(!c.startTiming(largest(), 30, 100, end.lastFit, SizeChoice::Clock::now()));
@@ -203,8 +203,8 @@ private Q_SLOTS:
                 c.finishTiming(c.search().chosen(), 256, ProbeOptions{}, 9.0, SizeChoice::Clock::now());
             QVERIFY(chosen.microBatch < 64);
             QCOMPARE(chosen.largestMicroBatch, int64_t{64});
-            QCOMPARE(c.sizes.microBatch, chosen.microBatch);
-            QCOMPARE(c.sizes.lastChosen, chosen.microBatch);
+            QCOMPARE(c.sizes().microBatch, chosen.microBatch);
+            QCOMPARE(c.sizes().lastChosen, chosen.microBatch);
             QVERIFY2(std::abs(chosen.speedOverLargest - 1.5) < 0.05,
                      qPrintable(QString::number(chosen.speedOverLargest)));
             QVERIFY(c.settled());
@@ -224,7 +224,7 @@ private Q_SLOTS:
 
     void theNextMicroBatchDuringAProbe() {
         SizeChoice c;
-        c.sizes.requireTwoSamples();  // a BatchNorm model: no part of one sample
+        c.requireTwoSamples(/*trial=*/true);  // a BatchNorm model: no part of one sample
         c.startProbe(ProbeReason::Initial, largest(), 64, 1000, 8, 0, SizeChoice::Clock::now());
         SizeChoice::BatchPlan plan;
         SizeChoice::Next n = c.next(plan, 64);
@@ -259,7 +259,7 @@ private Q_SLOTS:
 
         // Below the smallest micro-batch: nothing fits.
         SizeChoice none;
-        none.sizes.requireTwoSamples();
+        none.requireTwoSamples(/*trial=*/true);
         none.startProbe(ProbeReason::Initial, largest(), 64, 1000, 2, 0, SizeChoice::Clock::now());
         while (true) {
             const SizeChoice::Next step = none.next(plan, 64);
@@ -337,8 +337,8 @@ private Q_SLOTS:
                                                         "faster: the largest (64) is kept")),
                          qPrintable(reason));
             }
-            QCOMPARE(c.sizes.microBatch, chosen.microBatch);
-            QCOMPARE(c.sizes.lastChosen, chosen.microBatch);
+            QCOMPARE(c.sizes().microBatch, chosen.microBatch);
+            QCOMPARE(c.sizes().lastChosen, chosen.microBatch);
         }
     }
 
@@ -426,14 +426,14 @@ private Q_SLOTS:
         c.finishTiming(c.search().chosen(), 256, ProbeOptions{}, 0, SizeChoice::Clock::now());
 
         // Settled: one even plan for the batch, kept while the size stays.
-        c.sizes.microBatch = 40;
+        c.resumeAt(40);
         plan = {};
         n = c.next(plan, 100);
         QCOMPARE(plan.sizes, (std::vector<int64_t>{34, 33, 33}));
         QCOMPARE(n.size, int64_t{34});
         plan.sizes.erase(plan.sizes.begin());  // the trainer, after it trained
         QCOMPARE(c.next(plan, 66).size, int64_t{33});
-        c.sizes.microBatch = 20;  // an OOM shrink: planned anew
+        QCOMPARE(c.shrinkAfterOom(40), std::optional<int64_t>(20));  // an OOM shrink: planned anew
         QCOMPARE(c.next(plan, 66).size, int64_t{17});
         QCOMPARE(plan.sizes, (std::vector<int64_t>{17, 17, 16, 16}));
     }
@@ -457,17 +457,18 @@ private Q_SLOTS:
         const int64_t chosen =
             c.finishTiming(c.search().chosen(), 256, options, 0, SizeChoice::Clock::now()).microBatch;
         QVERIFY2(chosen == 40 || chosen == 37, qPrintable(QString::number(chosen)));
-        QCOMPARE(c.sizes.microBatch, chosen);
+        QCOMPARE(c.sizes().microBatch, chosen);
         QVERIFY(!c.watchSpeed(100));
         QVERIFY(!c.watchSpeed(100));  // the baseline
         QVERIFY(!c.watchSpeed(105));
-        QVERIFY(!c.watchSpeed(105));  // within 10%
-        c.sizes.microBatch = 20;      // an OOM shrink since: the size in use
+        QVERIFY(!c.watchSpeed(105));                                     // within 10%
+        const std::optional<int64_t> shrunk = c.shrinkAfterOom(chosen);  // an OOM shrink since: the size in use
+        QVERIFY(shrunk);
         QVERIFY(!c.watchSpeed(60));
         const std::optional<std::string> why = c.watchSpeed(60);
         QVERIFY(why);
         QVERIFY2(QString::fromStdString(*why).contains(QStringLiteral("-40%")), why->c_str());
-        QCOMPARE(c.sizes.lastChosen, int64_t{20});  // the next timing starts from it
+        QCOMPARE(c.sizes().lastChosen, *shrunk);  // the next timing starts from it
         c.stopWatchingSpeed();
         QVERIFY(!c.watchSpeed(10));
         QVERIFY(!c.watchSpeed(10));
