@@ -296,6 +296,71 @@ private Q_SLOTS:
         QVERIFY(finished.back().microBatch > shrink->newMicroBatch);
         QCOMPARE(sink.all<StepMetrics>().size(), size_t(8));
     }
+
+    // Step mode: the run thread waits at every micro-batch for the window's thread (labelled
+    // threads: the ThreadSanitizer stage runs these).
+    void stepModeAdvancesOneMicroBatchPerCall() {
+        TrainerOptions o = small();
+        o.device = "virtual:64MiB/exact";
+        o.targetBatch = 64;
+        o.probe.maxMicroBatch = 16;
+        o.stepMode = true;
+        o.steps = 3;
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        RunResult result;
+        std::thread worker([&] { result = trainer.run(); });
+        const auto count = [&](auto type) { return int(sink.all<decltype(type)>().size()); };
+        // Waits before the first micro-batch, and stays there.
+        QTRY_COMPARE_WITH_TIMEOUT(count(StepModeWaiting{}), 1, 30000);
+        QTest::qWait(200);
+        QCOMPARE(count(MicroBatchDone{}), 0);
+        for (int click = 1; click <= 3; ++click) {
+            trainer.advance();
+            QTRY_COMPARE_WITH_TIMEOUT(count(StepModeWaiting{}), click + 1, 30000);
+            QCOMPARE(count(MicroBatchDone{}), click);
+        }
+        const auto done = sink.all<MicroBatchDone>();
+        for (const auto& d : done) {
+            QCOMPARE(int64_t(d.sampleIndices.size()), d.size);  // which samples were used
+            QCOMPARE(d.lossWeight, double(d.size) / 64.0);
+            QVERIFY(d.gradientNorm > 0);
+        }
+        const StepModeWaiting next = sink.all<StepModeWaiting>().back();
+        QCOMPARE(next.index, int64_t{3});
+        QCOMPARE(next.offset, done[0].size + done[1].size + done[2].size);
+        QCOMPARE(count(OptimizerStepped{}), 0);
+
+        // Finish batch: the rest of step 1 and its optimizer step, then wait at step 2.
+        trainer.finishBatch();
+        QTRY_COMPARE_WITH_TIMEOUT(count(OptimizerStepped{}), 1, 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(sink.all<StepModeWaiting>().back().step == 2, 30000);
+        QCOMPARE(sink.all<StepModeWaiting>().back().index, int64_t{0});
+        int64_t samples = 0;
+        for (const auto& d : sink.all<MicroBatchDone>()) samples += d.size;
+        QCOMPARE(samples, int64_t{64});
+
+        // Turning step mode off lets the run finish by itself.
+        trainer.setStepMode(false);
+        worker.join();
+        QCOMPARE(result.state, RunState::Finished);
+        QCOMPARE(result.steps, int64_t{3});
+    }
+
+    void stopWhileWaitingEndsTheRun() {
+        TrainerOptions o = small();
+        o.stepMode = true;
+        RecordingSink sink;
+        Trainer trainer(o, sink);
+        RunResult result;
+        std::thread worker([&] { result = trainer.run(); });
+        QTRY_COMPARE_WITH_TIMEOUT(int(sink.all<StepModeWaiting>().size()), 1, 30000);
+        trainer.stop();
+        worker.join();
+        QVERIFY(result.stopped);
+        QCOMPARE(result.steps, int64_t{0});
+        QCOMPARE(int(sink.all<MicroBatchDone>().size()), 0);
+    }
 };
 
 }  // namespace tst_trainer_commands
