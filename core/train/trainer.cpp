@@ -17,17 +17,13 @@ void Trainer::Impl::setup() {
     if (!parsed) throw badInput(parsed.error(), "configuration");
     hardware.device = *parsed;
     torch::set_num_threads(intraOpThreadsFor(options.intraOpThreads, options.reservedCpus));
-    if (!options.checkpoint.directory.empty()) {
+    if (checkpointer.enabled()) {
         // Found out now, not after hours of training (nor after loading the data): a checkpoint
         // folder that cannot be written, or that another run is saving into. Held to the run's
         // end.
-        if (auto writable = checkCheckpointDirectory(options.checkpoint.directory); !writable) {
-            throw badInput(writable.error(), "checkpoint");
-        }
-        auto lock = CheckpointFolderLock::acquire(options.checkpoint.directory);
-        if (!lock) throw badInput(lock.error(), "checkpoint");
-        if (!lock->unlockedWhy().empty()) emit(Warning{now(), lock->unlockedWhy()});
-        checkpointState.lock.emplace(std::move(*lock));
+        auto taken = checkpointer.takeFolder();
+        if (!taken) throw badInput(taken.error(), "checkpoint");
+        if (!taken->empty()) emit(Warning{now(), *taken});
     }
     loadData();
     checkDataAndCheckpoints();
@@ -761,7 +757,7 @@ void Trainer::Impl::finishStep(const BatchPass& pass, const std::vector<int64_t>
     }
     progress.lastBatch = indices;
     commands.batchDone();
-    if (options.checkpoint.everySteps > 0 && progress.step % options.checkpoint.everySteps == 0) writeCheckpoint();
+    if (checkpointer.dueAfter(progress.step)) writeCheckpoint();
     if (!choice.probing() && choice.cleanStep(options.regrowAfterSteps))
         startProbe(ProbeReason::Regrow, choice.sizes().microBatch, choice.sizes().microBatch);
 }
@@ -852,8 +848,7 @@ void Trainer::Impl::endRun(RunResult& result) {
     if (result.stopped) setState(RunState::Stopping);
     learner.reservation.clear();
     // Saved already at this step (an interval, re-saved after a new best model), or not.
-    if (!options.checkpoint.directory.empty() && progress.step > 0 && checkpointState.latestStep != progress.step)
-        writeCheckpoint();
+    if (checkpointer.dueAtEnd(progress.step)) writeCheckpoint();
 }
 
 RunResult Trainer::run() {
@@ -876,17 +871,17 @@ RunResult Trainer::run() {
         d.endRun(result);
         // The last checkpoint is written: the folder is free for the next run (this process's
         // too) before anyone hears that this one ended.
-        d.checkpointState.lock.reset();
+        d.checkpointer.release();
         result.state = RunState::Finished;
         d.setState(RunState::Finished, result.stopped ? "stopped" : "done");
     } catch (const LoadingCancelled&) {
         // Stopped while loading: nothing was trained, nothing to save.
-        d.checkpointState.lock.reset();
+        d.checkpointer.release();
         result.state = RunState::Finished;
         result.stopped = true;
         d.setState(RunState::Finished, "stopped while loading the data");
     } catch (const FatalError& e) {
-        d.checkpointState.lock.reset();
+        d.checkpointer.release();
         result.state = RunState::Failed;
         result.error = e.message;
         result.badInput = e.kind == FailureKind::BadInput;
@@ -894,7 +889,7 @@ RunResult Trainer::run() {
         d.setState(RunState::Failed, e.message);
         if (d.parallel && !e.otherRankFailed) d.parallel->link->reportFailure(e.message);
     } catch (const std::exception& e) {
-        d.checkpointState.lock.reset();
+        d.checkpointer.release();
         const FailureInfo failure = classifyFailure(std::current_exception());
         result.state = RunState::Failed;
         result.error = failure.message;
@@ -903,7 +898,7 @@ RunResult Trainer::run() {
         d.setState(RunState::Failed, failure.message);
     }
     result.steps = d.progress.step;
-    result.checkpointError = d.checkpointState.lastError;
+    result.checkpointError = d.checkpointer.lastError();
     // A run that ended while probing reports the largest size that fit so far.
     result.microBatch = d.choice.currentSize();
     d.choice.abandonProbe();

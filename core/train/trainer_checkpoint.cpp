@@ -9,51 +9,36 @@ namespace batchpilot::core {
 
 void Trainer::Impl::writeCheckpoint(const std::string& metric, double value) {
     if (!leads()) return;  // several devices: rank 0 writes (every rank holds the same parameters)
-    TrainerState saved{progress.step,
-                       progress.samplesSeen,
-                       feed.sampler->epoch(),
-                       feed.sampler->position(),
-                       progress.target,
-                       choice.sizes().microBatch,
-                       learner.optimizer->learningRate(),
-                       hardware.device.name(),
-                       learner.model->name(),
-                       feed.training->size(),
-                       options.checkpoint.keepBest,
-                       checkpointState.bestValue,
-                       autocastsFp16(learner.savers) ? learner.lossScaler.scale() : 0.0,
-                       feed.training->fingerprint(),
-                       toString(options.loss),
-                       options.seed};
+    TrainerState saved;
+    saved.step = progress.step;
+    saved.samplesSeen = progress.samplesSeen;
+    saved.samplerEpoch = feed.sampler->epoch();
+    saved.samplerPosition = feed.sampler->position();
     // A batch that ended an epoch leaves the position at its end: the next one starts a new epoch.
     if (feed.sampler->position() >= feed.training->size()) {
         saved.samplerEpoch = feed.sampler->completedEpochs();
         saved.samplerPosition = 0;
     }
-    const std::string directory =
-        metric.empty() ? options.checkpoint.directory
-                       : (std::filesystem::path(options.checkpoint.directory) / kBestCheckpointFolder).string();
-    auto written = saveCheckpoint(directory, *learner.model, *learner.optimizer, saved);
-    if (written) {
-        if (metric.empty()) checkpointState.latestStep = progress.step;
-        emit(CheckpointSaved{now(), progress.step, *written, metric, value});
-    } else {
-        checkpointState.lastError = written.error();
-        emit(Warning{now(), (metric.empty() ? "checkpoint not saved: " : "best model not saved: ") + written.error()});
-    }
+    saved.targetBatch = progress.target;
+    saved.microBatch = choice.sizes().microBatch;
+    saved.learningRate = learner.optimizer->learningRate();
+    saved.device = hardware.device.name();
+    saved.modelName = learner.model->name();
+    saved.trainingSamples = feed.training->size();
+    saved.lossScale = autocastsFp16(learner.savers) ? learner.lossScaler.scale() : 0.0;
+    saved.dataFingerprint = feed.training->fingerprint();
+    saved.loss = toString(options.loss);
+    saved.seed = options.seed;
+    emit(checkpointer.save(std::move(saved), *learner.model, *learner.optimizer, now(), metric, value));
 }
 
 void Trainer::Impl::keepBestModel(const ValidationDone& done) {
-    const std::string& metric = options.checkpoint.keepBest;
-    if (metric.empty()) return;
-    const std::optional<double> value = validationMetric(done, metric);
-    if (!value || !std::isfinite(*value)) return;
-    if (!improves(metric, *value, checkpointState.bestValue)) return;
-    checkpointState.bestValue = *value;
-    writeCheckpoint(metric, *value);
+    const std::optional<double> best = checkpointer.newBest(done);
+    if (!best) return;
+    writeCheckpoint(checkpointer.keptMetric(), *best);
     // A latest checkpoint written at this step (an interval that ends here) was saved before
     // this validation: save it again, so that it records the new best value for a resumed run.
-    if (checkpointState.latestStep == progress.step) writeCheckpoint();
+    if (checkpointer.latestSavedAt(progress.step)) writeCheckpoint();
 }
 
 void Trainer::Impl::restoreCheckpoint() {
@@ -64,9 +49,7 @@ void Trainer::Impl::restoreCheckpoint() {
     checkResumedRun(*resumed);
     if (learner.optimizer->stateReady())
         hardware.ledger.optimizerStateBytes = std::max<int64_t>(0, hardware.meter->allocated() - beforeState);
-    // The best value so far carries over only when this run keeps its best model by the same metric.
-    if (!options.checkpoint.keepBest.empty() && resumed->bestMetric == options.checkpoint.keepBest)
-        checkpointState.bestValue = resumed->bestValue;
+    checkpointer.resume(*resumed);
     // float16 autocast goes on at the scale it had reached (a fresh scale could overflow and
     // redo the first batch, rounding its gradients otherwise than the uninterrupted run).
     learner.lossScaler.resume(resumed->lossScale);

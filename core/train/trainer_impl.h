@@ -3,7 +3,7 @@
 // Private to the trainer's files (trainer*.cpp): the run's state and the helpers its parts share.
 // Trainer::Impl is the run thread's state: what the run was given (options, sink, commands) and the
 // run in named parts (Progress, Feed, Learner, Hardware, SizeChoice, ParallelState,
-// CheckpointState), each a plain struct its methods read and change; its methods are grouped by
+// Checkpointer), each a plain struct its methods read and change; its methods are grouped by
 // concern in trainer.cpp (setup, the training loop, commands), trainer_probe.cpp (probe and
 // device switch), trainer_memory.cpp (memory samples, breakdown, "does not fit"),
 // trainer_equivalence.cpp and trainer_checkpoint.cpp.
@@ -22,6 +22,7 @@
 #include "core/plan/micro_batch_sizes.h"
 #include "core/base/byte_size.h"
 #include "core/train/checkpoint.h"
+#include "core/train/checkpointer.h"
 #include "core/train/command_mailbox.h"
 #include "core/device/math_libraries.h"
 #include "core/config/memory_savers.h"
@@ -190,17 +191,6 @@ struct SaverChoices {
     std::string surveyDue;
 };
 
-/// A run's checkpoints: its folder, held while this run may save there (another run saving there
-/// is refused; released as run() ends), the last failed save and the best validation value.
-struct CheckpointState {
-    std::optional<CheckpointFolderLock> lock;
-    std::string lastError;  ///< the last failed save's message
-    /// The best value of options.checkpoint.keepBest so far, kept in every checkpoint so that a
-    /// resumed run goes on comparing; NaN: none yet.
-    double bestValue = std::numeric_limits<double>::quiet_NaN();
-    int64_t latestStep = -1;  ///< step of the latest checkpoint written (-1: none)
-};
-
 /// Where the run stands: its clock, state, step and samples, and the target batch.
 struct Progress {
     Clock::time_point start = Clock::now();
@@ -313,7 +303,7 @@ struct Trainer::Impl {
     SizeChoice choice;
     /// Several devices: the job this rank belongs to (null: one process trains every batch).
     std::optional<ParallelState> parallel;
-    CheckpointState checkpointState;  ///< the folder's lock, the last failed save, the best value, the latest step
+    Checkpointer checkpointer{options.checkpoint};  ///< the folder, when to save, the best model so far
 
     double now() const { return std::chrono::duration<double>(Clock::now() - progress.start).count(); }
     /// What micro-batches and training batches are timed with (TrainerOptions::timingClock).
