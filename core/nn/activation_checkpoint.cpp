@@ -21,18 +21,6 @@ struct SegmentRecord : torch::CustomClassHolder {
     AutocastState cudaAutocast;
 };
 
-torch::Tensor cpuGeneratorState() {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    return generator.get_state();
-}
-
-void setCpuGeneratorState(const torch::Tensor& state) {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(state);
-}
-
 /// The autograd function: forward without a graph, backward by recomputation. Its inputs are the
 /// segment's input and parameters (so that autograd routes their gradients through it) and the
 /// record (not a tensor: no gradient).
@@ -113,6 +101,18 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 };
 
 }  // namespace
+
+torch::Tensor cpuGeneratorState() {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    return generator.get_state();
+}
+
+void setCpuGeneratorState(const torch::Tensor& state) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+}
 
 torch::Tensor checkpointed(const Segment& segment, const torch::Tensor& input,
                            const std::vector<torch::Tensor>& parameters, const std::vector<torch::Tensor>& buffers) {

@@ -32,4 +32,10 @@ torch::Tensor checkpointed(const Segment& segment, const torch::Tensor& input,
                            const std::vector<torch::Tensor>& parameters,
                            const std::vector<torch::Tensor>& buffers = {});
 
+/// The CPU generator's state (random layers such as dropout draw from it), taken and put back
+/// under its lock: what a recomputation, or a measurement that must leave the run's random stream
+/// as it found it, saves first.
+torch::Tensor cpuGeneratorState();
+void setCpuGeneratorState(const torch::Tensor& state);
+
 }  // namespace batchpilot::core

@@ -2,6 +2,7 @@
 // the same samples, computed with training's own code (core/train/equivalence.h compares them).
 
 #include "core/config/run_config.h"
+#include "core/nn/activation_checkpoint.h"
 #include "core/train/trainer_impl.h"
 
 namespace batchpilot::core {
@@ -198,22 +199,20 @@ std::vector<torch::Tensor> Trainer::Impl::accumulateAsTraining(const std::vector
         }
         for (const auto& b : learner.model->buffers()) buffers.push_back(b.clone());
     }
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    const torch::Tensor randomState = generator.get_state();
+    const torch::Tensor randomState = cpuGeneratorState();
     struct Restore {
         Impl& impl;
         std::vector<torch::Tensor>& kept;
         std::vector<torch::Tensor>& buffers;
-        at::Generator& generator;
         const torch::Tensor& randomState;
         ~Restore() {
             torch::NoGradGuard noGrad;
             for (size_t i = 0; i < kept.size(); ++i) impl.learner.gradients[i].copy_(kept[i]);
             auto now = impl.learner.model->buffers();
             for (size_t i = 0; i < buffers.size() && i < now.size(); ++i) now[i].copy_(buffers[i]);
-            generator.set_state(randomState);
+            setCpuGeneratorState(randomState);
         }
-    } restore{*this, kept, buffers, generator, randomState};
+    } restore{*this, kept, buffers, randomState};
 
     const auto total = static_cast<double>(batchSize);
     size_t offset = 0;

@@ -8,6 +8,7 @@
 
 #include "core/base/durable_file.h"
 #include "core/memory/memory_snapshot.h"
+#include "core/nn/activation_checkpoint.h"
 
 namespace batchpilot::core {
 
@@ -143,16 +144,6 @@ SaverOption unmeasured(MemorySavers candidate, std::string why) {
     return o;
 }
 
-/// The CPU generator's state (random layers such as dropout draw from it), uncounted; with
-/// `restore`, puts that state back and returns it.
-torch::Tensor cpuRandomState(const torch::Tensor& restore = {}) {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    CountingScope uncounted(false);
-    const std::lock_guard<std::mutex> lock(generator.mutex());
-    if (restore.defined()) generator.set_state(restore);
-    return generator.get_state();
-}
-
 }  // namespace
 
 SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
@@ -167,7 +158,11 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
     const MemorySavers before = learner.savers;
     const std::string cannotSplit = learner.model->checkpointingUnsupported();
     // A survey leaves the run's random stream as it found it.
-    const torch::Tensor randomState = cpuRandomState();
+    torch::Tensor randomState;
+    {
+        CountingScope uncounted(false);
+        randomState = cpuGeneratorState();
+    }
     // Each run below adds its gradient to the accumulators, as training does (that is the memory
     // measured): what the batch had accumulated waits on the host and is put back afterwards.
     std::vector<torch::Tensor> accumulated;
@@ -192,7 +187,7 @@ SaverSurvey Trainer::Impl::surveySavers(const std::string& reason) {
         for (size_t i = 0; i < learner.gradients.size(); ++i) learner.gradients[i].copy_(accumulated[i]);
     }
     hardware.meter->releaseCache();
-    cpuRandomState(randomState);
+    setCpuGeneratorState(randomState);
     if (const std::optional<size_t> pick = suggestSaver(survey.options, survey.current))
         survey.suggestion = survey.options[*pick].savers;
     survey.advice = saverAdvice(survey);
