@@ -272,10 +272,7 @@ bool Trainer::Impl::switchDeviceAsked(const std::string& spec) {
     }
     const std::string before = hardware.device.name();
     if (std::optional<std::string> refused = switchTo(*next)) emit(Warning{now(), *refused});
-    if (hardware.device.name() == before) return false;
-    startProbe(ProbeReason::DeviceSwitch,
-               choice.sizes().microBatch > 0 ? choice.sizes().microBatch : options.probe.initialMicroBatch, 0);
-    return true;
+    return hardware.device.name() != before;  // switchTo started a probe there
 }
 
 bool Trainer::Impl::applyTargetAsked(const std::optional<std::pair<int64_t, LrScaling>>& asked) {

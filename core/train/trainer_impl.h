@@ -599,7 +599,8 @@ struct Trainer::Impl {
     std::vector<torch::Tensor> copyBuffers() const;
     void restoreBuffers(const std::vector<torch::Tensor>& saved);
     void optimizerStep();
-    /// Moves to `next` (and reports DeviceSwitched); what stood in the way when it cannot.
+    /// Moves to `next` (and reports DeviceSwitched), then probes there from the size in use;
+    /// what stood in the way when it cannot.
     std::optional<std::string> switchTo(const DeviceSpec& next);
     /// Saves the latest checkpoint in options.checkpoint.directory; with `metric`, the best model
     /// so far (its `value` on that validation metric) in the directory's best/ folder.

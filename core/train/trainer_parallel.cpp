@@ -320,18 +320,17 @@ bool Trainer::Impl::ranksAgree(bool stopHere) {
         // Every rank changes its savers and probes again within its share; once every rank has
         // probed, the shares follow the new micro-batches (as at the start).
         // (Decided on every rank alike, whether or not the savers are available on its device.)
-        const auto r = static_cast<size_t>(v - votes.begin());
+        const auto r = static_cast<int>(v - votes.begin());
         parallel->sharedByCapacity = false;
         parallel->balancer->reset();
-        applySavers(*v->savers, "asked for on rank " + std::to_string(r) + " (" + parallel->devices[r] +
-                                    "), applied by every rank at the same batch");
+        applySavers(*v->savers,
+                    "asked for on " + rankName(r, parallel->devices) + ", applied by every rank at the same batch");
     }
     if (first([](const RankVote& v) { return v.switching; }) != votes.end()) switchRanks();
     if (auto v = first([](const RankVote& v) { return v.survey; }); v != votes.end()) {
         // Every rank measures the savers on its own device, within its own share, side by side;
         // each reports its own table (rank 0's is the app's). Applying one is a vote of its own.
-        const auto r = static_cast<size_t>(v - votes.begin());
-        surveySavers("asked for on rank " + std::to_string(r) + " (" + parallel->devices[r] + ")");
+        surveySavers("asked for on " + rankName(static_cast<int>(v - votes.begin()), parallel->devices));
     }
     return false;
 }
@@ -402,12 +401,7 @@ void Trainer::Impl::switchRanks() {
         } else if (std::optional<std::string> why = switchTo(*next)) {
             refused = *why;
         }
-        if (hardware.device.name() != before) {
-            startProbe(ProbeReason::DeviceSwitch,
-                       choice.sizes().microBatch > 0 ? choice.sizes().microBatch : options.probe.initialMicroBatch, 0);
-        } else if (!refused.empty()) {
-            emit(Warning{now(), "device switch to " + *spec + " refused: " + refused});
-        }
+        if (!refused.empty()) emit(Warning{now(), "device switch to " + *spec + " refused: " + refused});
     }
     // Every rank learns where each rank is now (or why one stayed), rank 0 reports it.
     std::vector<std::string> outcome;

@@ -111,6 +111,10 @@ std::optional<std::string> Trainer::Impl::switchTo(const DeviceSpec& next) {
         emit(Warning{now(), hardware.device.name() + ": " + note});
     emit(DeviceSwitched{now(), from, hardware.device.name(), parallel ? parallel->link->rank() : 0});
     reportSummary();
+    if (hardware.device.name() != from) {
+        startProbe(ProbeReason::DeviceSwitch,
+                   choice.sizes().microBatch > 0 ? choice.sizes().microBatch : options.probe.initialMicroBatch, 0);
+    }
     return std::nullopt;
 }
 
